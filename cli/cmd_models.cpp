@@ -1,0 +1,117 @@
+// cpt models list|show NAME [--json]: the built-in model catalog, or any model file.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "core/text_table.h"
+#include "spec/model_catalog.h"
+#include "spec/model_io.h"
+
+namespace cpt::cli {
+namespace {
+
+struct ListOptions {
+  bool json = false;
+};
+
+struct ShowOptions {
+  std::string name;
+  bool json = false;
+};
+
+core::Json params_json(const spec::ModelSpec& m) {
+  const auto c = m.param_counts();
+  return {{"total", c.total},
+          {"embedding", c.embedding},
+          {"position", c.position},
+          {"per_layer", c.per_layer},
+          {"attention_per_layer", c.attention_per_layer},
+          {"mlp_per_layer", c.mlp_per_layer},
+          {"norms_per_layer", c.norms_per_layer},
+          {"final_norm", c.final_norm},
+          {"lm_head", c.lm_head}};
+}
+
+void run_list(const ListOptions& o) {
+  if (o.json) {
+    core::Json out = core::Json::array();
+    for (const auto& e : spec::model_catalog()) {
+      out.push_back({{"model", spec::model_to_json(e.spec)},
+                     {"aliases", e.aliases},
+                     {"params", e.spec.num_params()},
+                     {"source", e.source}});
+    }
+    print_json(out);
+    return;
+  }
+  using core::Align;
+  core::TextTable t({"name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "params"},
+                    {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+                     Align::kRight, Align::kLeft, Align::kRight});
+  for (const auto& e : spec::model_catalog()) {
+    const auto& m = e.spec;
+    t.add_row({m.name, std::to_string(m.layers), std::to_string(m.hidden), std::to_string(m.heads),
+               std::to_string(m.kv_heads), std::to_string(m.ffn_hidden), std::to_string(m.vocab),
+               spec::to_string(m.mlp), format_count(m.num_params())});
+  }
+  std::cout << t.render();
+}
+
+void run_show(const ShowOptions& o) {
+  const auto m = spec::load_model(o.name, "models show NAME");
+  const auto entry = spec::find_catalog_model(o.name);
+  if (o.json) {
+    core::Json out = {{"model", spec::model_to_json(m)}, {"params", params_json(m)}};
+    if (entry) {
+      out["source"] = entry->source;
+      if (entry->published_params > 0) out["published_params"] = entry->published_params;
+    }
+    print_json(out);
+    return;
+  }
+  const auto c = m.param_counts();
+  core::TextTable t({"field", "value"});
+  auto row = [&](const std::string& k, const std::string& v) { t.add_row({k, v}); };
+  row("name", m.name);
+  row("layers", std::to_string(m.layers));
+  row("hidden", std::to_string(m.hidden));
+  row("heads / kv_heads", std::to_string(m.heads) + " / " + std::to_string(m.kv_heads));
+  row("head_dim", std::to_string(m.head_dim()));
+  row("ffn_hidden", std::to_string(m.ffn_hidden));
+  row("vocab", std::to_string(m.vocab));
+  row("mlp / norm / position", spec::to_string(m.mlp) + " / " + spec::to_string(m.norm) + " / " +
+                                   spec::to_string(m.position));
+  row("tied_embeddings", m.tied_embeddings ? "true" : "false");
+  row("max_seq_len", std::to_string(m.max_seq_len));
+  row("params", std::to_string(c.total) + " (" + format_count(c.total) + ")");
+  row("  per layer", std::to_string(c.per_layer));
+  row("  embedding + lm_head", std::to_string(c.embedding + c.lm_head));
+  if (entry) {
+    row("source", entry->source);
+    if (entry->published_params > 0) row("published params", fixed(entry->published_params, 0));
+  }
+  std::cout << t.render();
+}
+
+}  // namespace
+
+void register_models_command(CLI::App& app) {
+  auto* models = app.add_subcommand("models", "List the built-in model catalog, or show one model");
+  models->require_subcommand(1);
+
+  auto list_opts = std::make_shared<ListOptions>();
+  auto* list = models->add_subcommand("list", "Every catalog model with its shape and parameter count");
+  list->add_flag("--json", list_opts->json, "Print JSON instead of a table");
+  list->callback([list_opts] { run_list(*list_opts); });
+
+  auto show_opts = std::make_shared<ShowOptions>();
+  auto* show = models->add_subcommand("show", "One model: a catalog name, a cpt model JSON or a HF config.json");
+  show->add_option("NAME", show_opts->name, "Catalog name (e.g. llama3-8b) or JSON file")->required();
+  show->add_flag("--json", show_opts->json, "Print JSON instead of a table");
+  show->callback([show_opts] { run_show(*show_opts); });
+}
+
+}  // namespace cpt::cli

@@ -1,0 +1,19 @@
+#pragma once
+// One registration function per subcommand (CLI11's subcom_in_files pattern): each cmd_*.cpp
+// declares its options struct, adds its subcommand to the app and runs it in the callback.
+// Errors are thrown as core::Error and mapped to exit codes by main.cpp.
+
+namespace CLI {
+class App;
+}
+
+namespace cpt::cli {
+
+void register_models_command(CLI::App& app);
+void register_profiles_command(CLI::App& app);
+void register_run_command(CLI::App& app);
+// A subcommand whose implementation is not built yet: it accepts any arguments, says what is
+// missing and which issue builds it, and exits 3.
+void register_unbuilt_command(CLI::App& app, const char* name, const char* description, const char* missing);
+
+}  // namespace cpt::cli

@@ -1,0 +1,75 @@
+// cpt: plan, simulate and run distributed continual pre-training of LLaMA-style models.
+//
+// Exit codes (core/error.h): 0 ok, 1 internal error (a bug), 2 bad input, 3 runtime failure.
+// Every error is one line on stderr: "cpt: error: <message>".
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/version.h"
+
+namespace {
+
+int fail(int code, const std::string& message) {
+  std::string line = message;
+  for (char& c : line) {
+    if (c == '\n') c = ' ';  // the contract is one line
+  }
+  std::cerr << "cpt: error: " << line << "\n";
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace cpt;
+  CLI::App app("cpt: plan, simulate and run distributed continual pre-training of LLaMA-style models", "cpt");
+  app.set_version_flag("--version", std::string(core::kVersion) + "+g" + core::kGitSha +
+                                        (core::kBuiltWithTorch ? std::string(" (LibTorch ") + core::kTorchVersion + ")"
+                                                               : std::string(" (no executor)")));
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug|info|warn|error|off")->capture_default_str();
+  app.parse_complete_callback(
+      [&] { core::set_log_level(core::parse_log_level(log_level, "--log-level")); });
+  app.require_subcommand(1);
+  app.footer("Run `cpt SUBCOMMAND --help` for the options of each subcommand.");
+
+  // In the order of the user's journey: decide, check, replay, do, measure; then the catalogs.
+  cli::register_unbuilt_command(app, "plan", "Search parallel configurations for a model on a cluster",
+                                "the planner (issue #4, on the cost model of issue #3)");
+  cli::register_unbuilt_command(app, "whatif", "Re-evaluate a plan under other hardware or workload",
+                                "what-if analysis (issue #4)");
+  cli::register_unbuilt_command(app, "estimate", "Memory and step time of one explicit configuration",
+                                "the cost model (issue #3)");
+  cli::register_unbuilt_command(app, "simulate", "Discrete-event replay of a plan's training step",
+                                "the simulator (issue #5)");
+  cli::register_unbuilt_command(app, "train", "Run the training job a plan describes",
+                                "the executor (issues #6 and #7)");
+  cli::register_run_command(app);
+  cli::register_unbuilt_command(app, "calibrate", "Measure this machine and fit a hardware profile",
+                                "calibration (issue #9)");
+  cli::register_unbuilt_command(app, "data", "Prepare token shards from text, directories or JSONL",
+                                "the data pipeline (issue #6)");
+  cli::register_models_command(app);
+  cli::register_profiles_command(app);
+
+  try {
+    app.parse(argc, argv);
+    return core::kExitOk;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(core::kExitBadInput, std::string(e.what()) + " (see `cpt --help`)");
+  } catch (const core::Error& e) {
+    return fail(e.exit_code(), e.what());
+  } catch (const std::exception& e) {
+    return fail(core::kExitInternal, std::string("internal error: ") + e.what());
+  }
+}

@@ -1,0 +1,18 @@
+#pragma once
+// Small helpers shared by the subcommands for what they print on stdout.
+
+#include <cstdint>
+#include <string>
+
+#include "core/json_reader.h"
+
+namespace cpt::cli {
+
+// Pretty JSON (2-space indent) and a newline on stdout.
+void print_json(const core::Json& j);
+// A parameter count for people: "8.03 B", "24.9 M", "52.9 K".
+std::string format_count(std::int64_t n);
+// A number with a fixed number of decimals.
+std::string fixed(double v, int decimals);
+
+}  // namespace cpt::cli

@@ -1,0 +1,22 @@
+#include "core/hash.h"
+
+#include <cstdio>
+
+namespace cpt::core {
+
+std::uint64_t fnv1a64(std::string_view bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV offset basis
+  for (const char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;  // FNV prime
+  }
+  return h;
+}
+
+std::string stable_hash_hex(std::string_view bytes) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(bytes)));
+  return buf;
+}
+
+}  // namespace cpt::core

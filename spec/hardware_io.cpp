@@ -1,0 +1,174 @@
+#include "spec/hardware_io.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/str_cat.h"
+
+namespace cpt::spec {
+
+using core::Json;
+using core::JsonObjectReader;
+using core::str_cat;
+
+namespace {
+
+std::string dense_key(Precision p) { return str_cat("dense_", to_string(p), "_TFLOPs_per_s"); }
+
+core::Bytes read_capacity(JsonObjectReader& r, std::string_view stem) {
+  const auto [unit, v] = r.positive_number_with_unit(stem, {"GiB", "GB"});
+  return unit == "GiB" ? core::gibibytes(v) : core::gigabytes(v);
+}
+
+core::Seconds read_latency(JsonObjectReader& r, std::string_view key) {
+  return core::microseconds(r.number(key, 0.0, 1e6));
+}
+
+std::string read_name(JsonObjectReader& r) {
+  auto name = r.string("name");
+  if (name.empty()) r.fail("name", "a non-empty string", "\"\"");
+  return name;
+}
+
+// A reference by name, or an inline object.
+template <class Spec, class Parse, class Lookup>
+Spec ref_or_inline(JsonObjectReader& r, std::string_view key, Parse parse, Lookup lookup) {
+  const Json& v = r.raw(key);
+  if (v.is_string()) return lookup(v.get<std::string>(), r, key);
+  if (v.is_object()) {
+    JsonObjectReader sub(v, r.origin(), r.path_of(key));
+    return parse(sub);
+  }
+  r.fail(key, "a profile name or an object", core::describe_json(v));
+}
+
+void check_cluster(const ClusterSpec& c, const JsonObjectReader& r) {
+  const auto errors = find_cluster_errors(c);
+  if (!errors.empty()) throw core::ConfigError(str_cat(r.origin(), ": ", r.path_of("num_nodes"), ": ", errors.front()));
+}
+
+}  // namespace
+
+GpuSpec gpu_from_json(JsonObjectReader& r) {
+  GpuSpec g;
+  g.name = read_name(r);
+  g.display_name = r.string("display_name");
+  if (r.has("aliases")) g.aliases = r.string_array("aliases");
+  g.hbm_capacity = read_capacity(r, "hbm_capacity");
+  g.hbm_bandwidth = core::gigabytes_per_second(r.positive_number("hbm_bandwidth_GB_per_s"));
+  for (auto p : kAllPrecisions) {
+    const auto key = dense_key(p);
+    // bf16 is required of every GPU cpt models; the others are optional (A100 has no fp8 engine).
+    if (p == Precision::kBf16 || r.has(key)) {
+      g.dense_peak[static_cast<std::size_t>(p)] = core::teraflops_per_second(r.positive_number(key));
+    }
+  }
+  g.nvlink_bandwidth = core::gigabytes_per_second(r.number("nvlink_bandwidth_GB_per_s_per_direction", 0.0));
+  g.default_node = r.optional_string("default_node").value_or("");
+  r.finish();
+  return g;
+}
+
+NodeSpec node_from_json(JsonObjectReader& r, const HardwareResolver& resolve) {
+  NodeSpec n;
+  n.name = read_name(r);
+  n.display_name = r.string("display_name");
+  n.gpu = ref_or_inline<GpuSpec>(r, "gpu", [](JsonObjectReader& s) { return gpu_from_json(s); }, resolve.gpu);
+  n.gpus_per_node = static_cast<int>(r.integer("gpus_per_node", 1, 1024));
+  auto intra = r.object("intra_node");
+  n.intra_kind = intra.one_of("kind", {"nvswitch", "pcie"}) == "nvswitch" ? IntraNodeKind::kNvSwitch
+                                                                            : IntraNodeKind::kPcie;
+  n.intra_bandwidth = core::gigabytes_per_second(intra.positive_number("bandwidth_GB_per_s_per_direction"));
+  n.intra_latency = read_latency(intra, "latency_us");
+  intra.finish();
+  n.nics_per_node = static_cast<int>(r.integer("nics_per_node", 0, 1024));
+  n.nic_bandwidth = core::gigabits_per_second(r.number("nic_bandwidth_Gbit_per_s", 0.0));
+  n.default_fabric = r.optional_string("default_fabric").value_or("");
+  r.finish();
+  return n;
+}
+
+FabricSpec fabric_from_json(JsonObjectReader& r) {
+  FabricSpec f;
+  f.name = read_name(r);
+  f.display_name = r.string("display_name");
+  r.one_of("topology", {"fat_tree"});
+  f.topology = FabricTopology::kFatTree;
+  f.link_bandwidth = core::gigabits_per_second(r.positive_number("link_bandwidth_Gbit_per_s"));
+  f.latency = read_latency(r, "latency_us");
+  f.rail_optimized = r.boolean("rail_optimized");
+  f.oversubscription = r.number("oversubscription", 1.0, 64.0);
+  f.switch_radix = static_cast<int>(r.integer("switch_radix", 2, 4096));
+  r.finish();
+  return f;
+}
+
+ClusterSpec cluster_from_json(JsonObjectReader& r, const HardwareResolver& resolve) {
+  ClusterSpec c;
+  c.name = read_name(r);
+  c.node = ref_or_inline<NodeSpec>(
+      r, "node", [&](JsonObjectReader& s) { return node_from_json(s, resolve); }, resolve.node);
+  c.num_nodes = static_cast<int>(r.integer("num_nodes", 1, 1'000'000));
+  c.num_gpus = static_cast<int>(
+      r.optional_integer("num_gpus", 1, 1'000'000'000).value_or(std::int64_t{c.num_nodes} * c.node.gpus_per_node));
+  c.fabric = ref_or_inline<FabricSpec>(r, "fabric", [](JsonObjectReader& s) { return fabric_from_json(s); },
+                                       resolve.fabric);
+  r.finish();
+  check_cluster(c, r);
+  return c;
+}
+
+Json gpu_to_json(const GpuSpec& g) {
+  Json j;
+  j["name"] = g.name;
+  j["display_name"] = g.display_name;
+  j["aliases"] = g.aliases;
+  j["hbm_capacity_GiB"] = core::to_gibibytes(g.hbm_capacity);
+  j["hbm_bandwidth_GB_per_s"] = core::to_gigabytes_per_second(g.hbm_bandwidth);
+  for (auto p : kAllPrecisions) {
+    if (auto peak = g.peak(p)) j[dense_key(p)] = core::to_teraflops_per_second(*peak);
+  }
+  j["nvlink_bandwidth_GB_per_s_per_direction"] = core::to_gigabytes_per_second(g.nvlink_bandwidth);
+  if (!g.default_node.empty()) j["default_node"] = g.default_node;
+  return j;
+}
+
+Json node_to_json(const NodeSpec& n) {
+  Json j;
+  j["name"] = n.name;
+  j["display_name"] = n.display_name;
+  j["gpu"] = gpu_to_json(n.gpu);
+  j["gpus_per_node"] = n.gpus_per_node;
+  j["intra_node"] = {{"kind", n.intra_kind == IntraNodeKind::kNvSwitch ? "nvswitch" : "pcie"},
+                     {"bandwidth_GB_per_s_per_direction", core::to_gigabytes_per_second(n.intra_bandwidth)},
+                     {"latency_us", core::to_microseconds(n.intra_latency)}};
+  j["nics_per_node"] = n.nics_per_node;
+  j["nic_bandwidth_Gbit_per_s"] = core::to_gigabits_per_second(n.nic_bandwidth);
+  if (!n.default_fabric.empty()) j["default_fabric"] = n.default_fabric;
+  return j;
+}
+
+Json fabric_to_json(const FabricSpec& f) {
+  Json j;
+  j["name"] = f.name;
+  j["display_name"] = f.display_name;
+  j["topology"] = "fat_tree";
+  j["link_bandwidth_Gbit_per_s"] = core::to_gigabits_per_second(f.link_bandwidth);
+  j["latency_us"] = core::to_microseconds(f.latency);
+  j["rail_optimized"] = f.rail_optimized;
+  j["oversubscription"] = f.oversubscription;
+  j["switch_radix"] = f.switch_radix;
+  return j;
+}
+
+Json cluster_to_json(const ClusterSpec& c) {
+  Json j;
+  j["name"] = c.name;
+  j["node"] = node_to_json(c.node);
+  j["num_nodes"] = c.num_nodes;
+  j["num_gpus"] = c.num_gpus;
+  j["fabric"] = fabric_to_json(c.fabric);
+  return j;
+}
+
+}  // namespace cpt::spec

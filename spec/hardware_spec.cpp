@@ -1,0 +1,58 @@
+#include "spec/hardware_spec.h"
+
+#include <algorithm>
+
+#include "core/str_cat.h"
+
+namespace cpt::spec {
+
+using core::str_cat;
+
+std::string to_string(Precision p) {
+  switch (p) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kFp8:
+      return "fp8";
+    case Precision::kTf32:
+      return "tf32";
+    case Precision::kFp32:
+      return "fp32";
+  }
+  return "?";
+}
+
+core::BytesPerSecond ClusterSpec::inter_node_bandwidth_per_gpu() const {
+  if (node.gpus_per_node <= 0) return core::BytesPerSecond(0);
+  const double per_nic = std::min(node.nic_bandwidth.value(), fabric.link_bandwidth.value());
+  return core::BytesPerSecond(per_nic * node.nics_per_node / node.gpus_per_node);
+}
+
+std::vector<std::string> find_cluster_errors(const ClusterSpec& c) {
+  std::vector<std::string> errors;
+  const int g = c.node.gpus_per_node;
+  if (c.num_nodes < 1) errors.push_back(str_cat("num_nodes must be >= 1, got ", c.num_nodes));
+  if (g < 1) errors.push_back(str_cat("gpus_per_node must be >= 1, got ", g));
+  if (c.num_gpus < 1) errors.push_back(str_cat("the number of GPUs must be >= 1, got ", c.num_gpus));
+  if (g >= 1 && c.num_nodes >= 1 && c.num_gpus >= 1) {
+    const bool whole_nodes = c.num_gpus == c.num_nodes * g;
+    const bool part_of_one_node = c.num_nodes == 1 && c.num_gpus <= g;
+    if (!whole_nodes && !part_of_one_node) {
+      errors.push_back(str_cat("GPUs (", c.num_gpus, ") must fill whole nodes: num_nodes (", c.num_nodes,
+                               ") * gpus_per_node (", g, ") = ", c.num_nodes * g,
+                               ", or at most one node's worth"));
+    }
+  }
+  if (c.num_nodes > 1 && c.node.nics_per_node < 1) {
+    errors.push_back(str_cat("a cluster of ", c.num_nodes, " nodes needs nics_per_node >= 1, got ",
+                             c.node.nics_per_node));
+  }
+  if (c.fabric.oversubscription < 1.0) {
+    errors.push_back(str_cat("oversubscription must be >= 1, got ", c.fabric.oversubscription));
+  }
+  return errors;
+}
+
+}  // namespace cpt::spec

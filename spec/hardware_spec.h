@@ -1,0 +1,89 @@
+#pragma once
+// Hardware as the cost model sees it: a GPU, the node that holds several of them, the fabric that
+// connects nodes, and a cluster = node type × node count × fabric. Every quantity carries its unit
+// in its type; profiles (hardware_profiles/*.json) spell the unit in the key and are converted once
+// in spec/hardware_io.cpp. Bandwidths are unidirectional and per GPU (or per NIC) unless named
+// otherwise: datasheets quote bidirectional NVLink totals, which the profiles halve.
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+
+namespace cpt::spec {
+
+// Serialized as "bf16", "fp16", "fp8", "tf32", "fp32". DO NOT CHANGE the strings.
+enum class Precision { kBf16, kFp16, kFp8, kTf32, kFp32 };
+inline constexpr std::array<Precision, 5> kAllPrecisions = {Precision::kBf16, Precision::kFp16, Precision::kFp8,
+                                                           Precision::kTf32, Precision::kFp32};
+std::string to_string(Precision p);
+
+struct GpuSpec {
+  std::string name;                  // profile id, e.g. "h100_sxm5_80gb"
+  std::string display_name;          // e.g. "NVIDIA H100 SXM5 80GB"
+  std::vector<std::string> aliases;  // command-line names, e.g. "h100"
+  core::Bytes hbm_capacity;          // physical HBM
+  core::BytesPerSecond hbm_bandwidth;
+  // Dense (not 2:4 sparse) peak matrix throughput per precision; absent where the part has no
+  // such engine (A100: fp8).
+  std::array<std::optional<core::FlopsPerSecond>, 5> dense_peak{};
+  core::BytesPerSecond nvlink_bandwidth;  // per GPU, per direction; zero for none
+  std::string default_node;               // node profile implied by the GPU name alone
+
+  [[nodiscard]] std::optional<core::FlopsPerSecond> peak(Precision p) const {
+    return dense_peak[static_cast<std::size_t>(p)];
+  }
+  bool operator==(const GpuSpec&) const = default;
+};
+
+// Serialized as "nvswitch", "pcie". DO NOT CHANGE the strings.
+enum class IntraNodeKind { kNvSwitch, kPcie };
+
+struct NodeSpec {
+  std::string name;
+  std::string display_name;
+  GpuSpec gpu;
+  int gpus_per_node = 0;
+  IntraNodeKind intra_kind = IntraNodeKind::kNvSwitch;
+  core::BytesPerSecond intra_bandwidth;  // GPU-to-GPU inside the node, per GPU, per direction
+  core::Seconds intra_latency;           // small-message latency of one intra-node transfer
+  int nics_per_node = 0;                 // NICs for the compute fabric
+  core::BytesPerSecond nic_bandwidth;    // per NIC, per direction
+  std::string default_fabric;            // fabric profile implied by this node
+  bool operator==(const NodeSpec&) const = default;
+};
+
+// Serialized as "fat_tree". DO NOT CHANGE the strings.
+enum class FabricTopology { kFatTree };
+
+struct FabricSpec {
+  std::string name;
+  std::string display_name;
+  FabricTopology topology = FabricTopology::kFatTree;
+  core::BytesPerSecond link_bandwidth;  // per port, per direction
+  core::Seconds latency;                // small-message end-to-end latency between two nodes
+  bool rail_optimized = true;           // NIC i of every node on the same leaf switches
+  double oversubscription = 1.0;        // leaf down:up bandwidth ratio, >= 1 (1 = non-blocking)
+  int switch_radix = 0;                 // ports per switch
+  bool operator==(const FabricSpec&) const = default;
+};
+
+struct ClusterSpec {
+  std::string name;
+  NodeSpec node;
+  FabricSpec fabric;
+  int num_nodes = 0;
+  int num_gpus = 0;  // GPUs used: num_nodes·gpus_per_node, or fewer on a single node
+
+  [[nodiscard]] const GpuSpec& gpu() const { return node.gpu; }
+  // Bandwidth one GPU gets off the node: its share of the NICs, capped by the fabric link.
+  [[nodiscard]] core::BytesPerSecond inter_node_bandwidth_per_gpu() const;
+  bool operator==(const ClusterSpec&) const = default;
+};
+
+// Every violated constraint, each a full sentence; empty when consistent.
+std::vector<std::string> find_cluster_errors(const ClusterSpec& c);
+
+}  // namespace cpt::spec

@@ -1,0 +1,116 @@
+#include "spec/model_catalog.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace cpt::spec {
+namespace {
+
+constexpr auto kSwiGLU = MlpKind::kSwiGLU;
+constexpr auto kGelu = MlpKind::kGelu;
+constexpr auto kRMS = NormKind::kRMSNorm;
+constexpr auto kLN = NormKind::kLayerNorm;
+constexpr auto kRoPE = PositionKind::kRoPE;
+constexpr auto kLearned = PositionKind::kLearned;
+
+// LLaMA-style: untied unless stated.
+ModelSpec llama(const char* name, int layers, int hidden, int heads, int kv_heads, int ffn,
+                std::int64_t vocab, int seq, bool tied = false) {
+  return ModelSpec{name, layers, hidden, heads, kv_heads, ffn, vocab, kSwiGLU, kRMS, kRoPE, tied, seq};
+}
+
+// GPT-style as in Megatron-LM: f = 4h, MHA, learned positions, tied embeddings.
+ModelSpec gpt(const char* name, int layers, int hidden, int heads, std::int64_t vocab, int seq) {
+  return ModelSpec{name, layers, hidden, heads, heads, 4 * hidden, vocab, kGelu, kLN, kLearned, true, seq};
+}
+
+constexpr const char* kHf = "config.json of the released checkpoint on the Hugging Face Hub";
+constexpr const char* kNarayanan =
+    "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using "
+    "Megatron-LM (SC21), Table 1; vocabulary 51,200, sequence 2,048";
+constexpr const char* kKorthikanti =
+    "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, Table 3; "
+    "vocabulary 51,200, sequence 2,048";
+
+std::vector<CatalogModel> build() {
+  std::vector<CatalogModel> c;
+  auto add = [&](ModelSpec s, std::vector<std::string> aliases, std::string source, double params,
+                 double precision) {
+    c.push_back(CatalogModel{std::move(s), std::move(aliases), std::move(source), params, precision});
+  };
+  // Test models (no published count; their counts are pinned by hand computations in the tests).
+  add(llama("tiny", 2, 64, 4, 2, 176, 512, 128), {"cpt-tiny"}, "cpt test model", 0, 1);
+  add(llama("cpt-25m", 8, 384, 6, 2, 1024, 16000, 512), {},
+      "cpt demonstration model for CPU runs (about 25M parameters)", 0, 1);
+  // Meta LLaMA 2 (Touvron et al. 2023), meta-llama/Llama-2-*-hf. Exact counts: safetensors totals.
+  add(llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096), {"llama-2-7b"},
+      std::string("meta-llama/Llama-2-7b-hf ") + kHf, 6'738'415'616, 1);
+  add(llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096), {"llama-2-13b"},
+      std::string("meta-llama/Llama-2-13b-hf ") + kHf, 13'015'864'320, 1);
+  add(llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096), {"llama-2-70b"},
+      std::string("meta-llama/Llama-2-70b-hf ") + kHf, 68'976'648'192, 1);
+  // Meta Llama 3 / 3.1 (Grattafiori et al. 2024, The Llama 3 Herd of Models, Table 3).
+  add(llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192), {"llama-3-8b"},
+      std::string("meta-llama/Meta-Llama-3-8B ") + kHf, 8'030'261'248, 1);
+  add(llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192), {"llama-3-70b"},
+      std::string("meta-llama/Meta-Llama-3-70B ") + kHf, 70'553'706'496, 1);
+  add(llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072), {"llama-3.1-8b", "llama31-8b"},
+      std::string("meta-llama/Llama-3.1-8B ") + kHf, 8'030'261'248, 1);
+  add(llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072), {"llama-3.1-70b", "llama31-70b"},
+      std::string("meta-llama/Llama-3.1-70B ") + kHf, 70'553'706'496, 1);
+  add(llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072),
+      {"llama3-405b", "llama-3.1-405b", "llama31-405b"},
+      std::string("meta-llama/Llama-3.1-405B ") + kHf, 405'853'388'800, 1);
+  // Mistral 7B v0.1 (Jiang et al. 2023, Table 1).
+  add(llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768), {"mistral-7b-v0.1"},
+      std::string("mistralai/Mistral-7B-v0.1 ") + kHf, 7'241'732'096, 1);
+  // Qwen2.5 (Qwen team 2024). Published counts include q/k/v biases, not modelled (< 0.01%).
+  add(llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072), {"qwen25-7b"},
+      std::string("Qwen/Qwen2.5-7B ") + kHf, 7'615'616'512, 1);
+  add(llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072), {"qwen25-72b"},
+      std::string("Qwen/Qwen2.5-72B ") + kHf, 72'706'203'648, 1);
+  // GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12288, 96 heads, context 2048,
+  // GPT-2 BPE vocabulary of 50,257.
+  add(gpt("gpt3-175b", 96, 12288, 96, 50257, 2048), {"gpt-3-175b"},
+      "Brown et al. 2020, Language Models are Few-Shot Learners, Table 2.1", 175.0e9, 1e9);
+  // The Megatron GPT family of Narayanan et al. 2021, Table 1 (counts given to 0.1 B).
+  add(gpt("megatron-1.7b", 24, 2304, 24, 51200, 2048), {}, kNarayanan, 1.7e9, 1e8);
+  add(gpt("megatron-3.6b", 30, 3072, 32, 51200, 2048), {}, kNarayanan, 3.6e9, 1e8);
+  add(gpt("megatron-7.5b", 36, 4096, 32, 51200, 2048), {}, kNarayanan, 7.5e9, 1e8);
+  add(gpt("megatron-18.4b", 40, 6144, 48, 51200, 2048), {}, kNarayanan, 18.4e9, 1e8);
+  add(gpt("megatron-39.1b", 48, 8192, 64, 51200, 2048), {}, kNarayanan, 39.1e9, 1e8);
+  add(gpt("megatron-76.1b", 60, 10240, 80, 51200, 2048), {}, kNarayanan, 76.1e9, 1e8);
+  add(gpt("megatron-145.6b", 80, 12288, 96, 51200, 2048), {}, kNarayanan, 145.6e9, 1e8);
+  add(gpt("megatron-310.1b", 96, 16384, 128, 51200, 2048), {}, kNarayanan, 310.1e9, 1e8);
+  add(gpt("megatron-529.6b", 105, 20480, 128, 51200, 2048), {"megatron-530b"}, kNarayanan, 529.6e9, 1e8);
+  add(gpt("megatron-1t", 128, 25600, 160, 51200, 2048), {"megatron-1008b"}, kNarayanan, 1008.0e9, 1e8);
+  // Korthikanti et al. 2022, Table 3 (the 530B and 1T rows are the Narayanan models above).
+  add(gpt("megatron-22b", 48, 6144, 64, 51200, 2048), {}, kKorthikanti, 22e9, 1e9);
+  add(gpt("megatron-175b", 96, 12288, 96, 51200, 2048), {}, kKorthikanti, 175e9, 1e9);
+  return c;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return s;
+}
+
+}  // namespace
+
+const std::vector<CatalogModel>& model_catalog() {
+  static const std::vector<CatalogModel> catalog = build();
+  return catalog;
+}
+
+std::optional<CatalogModel> find_catalog_model(const std::string& name) {
+  const auto key = lower(name);
+  for (const auto& m : model_catalog()) {
+    if (m.spec.name == key) return m;
+    for (const auto& a : m.aliases) {
+      if (a == key) return m;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace cpt::spec

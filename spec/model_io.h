@@ -1,0 +1,34 @@
+#pragma once
+// Reading and writing ModelSpec. Two input formats, accepted wherever a model is named:
+//
+//   cpt model JSON      exactly the keys name, layers, hidden, heads, kv_heads, ffn_hidden, vocab,
+//                       mlp, norm, position, tied_embeddings, max_seq_len (docs/model_format.md)
+//   Hugging Face        a config.json of a LlamaForCausalLM, MistralForCausalLM or
+//                       Qwen2ForCausalLM checkpoint (recognised by its "model_type" key)
+//
+// All errors are ConfigError naming the file and the JSON path.
+
+#include <filesystem>
+#include <string>
+
+#include "core/json_reader.h"
+#include "spec/model_spec.h"
+
+namespace cpt::spec {
+
+// cpt's own format. Unknown keys are rejected. `reader` is finished on return.
+ModelSpec model_from_json(core::JsonObjectReader& reader);
+core::Json model_to_json(const ModelSpec& m);
+
+// A Hugging Face config.json. Keys that do not change the parameter layout (token ids, dtype,
+// rope scaling, ...) are ignored; keys that would change it in ways cpt does not model
+// (attention_bias or mlp_bias true, head_dim != hidden/heads, hidden_act other than silu) are
+// errors. `fallback_name` names the model when the config has no "_name_or_path".
+ModelSpec model_from_hf_config(core::JsonObjectReader& reader, const std::string& fallback_name);
+
+// Loads a model named on the command line: a catalog name or alias (e.g. "llama3-8b"), or the path
+// of a JSON file in either format. `flag` names the option for error messages ("--model").
+ModelSpec load_model(const std::string& name_or_path, const std::string& flag);
+ModelSpec load_model_file(const std::filesystem::path& path);
+
+}  // namespace cpt::spec

@@ -1,0 +1,74 @@
+#pragma once
+// ModelSpec: the architecture of a decoder-only transformer, as the cost model, the planner and the
+// executor all see it. GPU-free; parameter counting lives here so that every layer of cpt counts
+// the same parameters (tests/spec/model_spec_test.cpp pins it to published counts; the executor's
+// built model must equal it exactly).
+//
+// Families covered:
+//   LLaMA style  mlp=swiglu, norm=rmsnorm, position=rope, no linear biases, GQA via kv_heads
+//   GPT style    mlp=gelu,   norm=layernorm, position=learned, linear biases (Megatron's
+//                add_bias_linear default), ffn_hidden usually 4·hidden
+// Linear biases are present exactly when mlp == gelu. Qwen2's q/k/v biases (about 0.002% of its
+// parameters) are not modelled.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cpt::spec {
+
+// Serialized as "swiglu" / "gelu". DO NOT CHANGE the strings.
+enum class MlpKind { kSwiGLU, kGelu };
+// Serialized as "rmsnorm" / "layernorm". DO NOT CHANGE the strings.
+enum class NormKind { kRMSNorm, kLayerNorm };
+// Serialized as "rope" / "learned". DO NOT CHANGE the strings.
+enum class PositionKind { kRoPE, kLearned };
+
+std::string to_string(MlpKind k);
+std::string to_string(NormKind k);
+std::string to_string(PositionKind k);
+
+// Parameter counts by part, in elements.
+struct ParamCounts {
+  std::int64_t embedding = 0;         // vocab·hidden token embedding
+  std::int64_t position = 0;          // max_seq_len·hidden for learned positions, else 0
+  std::int64_t per_layer = 0;         // one transformer block
+  std::int64_t attention_per_layer = 0;
+  std::int64_t mlp_per_layer = 0;
+  std::int64_t norms_per_layer = 0;
+  std::int64_t final_norm = 0;
+  std::int64_t lm_head = 0;           // 0 when tied to the embedding
+  std::int64_t total = 0;
+};
+
+struct ModelSpec {
+  std::string name;
+  int layers = 0;           // transformer blocks
+  int hidden = 0;           // model width h
+  int heads = 0;            // query heads a; head_dim = hidden / heads
+  int kv_heads = 0;         // key/value heads g (GQA); == heads for multi-head attention
+  int ffn_hidden = 0;       // MLP inner width f (per branch for SwiGLU)
+  std::int64_t vocab = 0;   // tokenizer vocabulary, unpadded
+  MlpKind mlp = MlpKind::kSwiGLU;
+  NormKind norm = NormKind::kRMSNorm;
+  PositionKind position = PositionKind::kRoPE;
+  bool tied_embeddings = false;  // LM head shares the embedding matrix
+  int max_seq_len = 0;           // longest sequence the positions support
+
+  [[nodiscard]] int head_dim() const { return hidden / heads; }
+  [[nodiscard]] bool has_linear_biases() const { return mlp == MlpKind::kGelu; }
+  // Elements of one norm's parameters: weight (+ bias for LayerNorm).
+  [[nodiscard]] std::int64_t norm_params() const;
+  [[nodiscard]] ParamCounts param_counts() const;
+  [[nodiscard]] std::int64_t num_params() const { return param_counts().total; }
+  // The vocabulary rounded up to a multiple of `multiple` (Megatron pads to 128·tp).
+  [[nodiscard]] std::int64_t padded_vocab(std::int64_t multiple) const;
+
+  bool operator==(const ModelSpec&) const = default;
+};
+
+// Every violated constraint of `m`, each a full sentence naming the fields and their values;
+// empty when the spec is valid (positive sizes, hidden % heads == 0, heads % kv_heads == 0).
+std::vector<std::string> find_model_spec_errors(const ModelSpec& m);
+
+}  // namespace cpt::spec

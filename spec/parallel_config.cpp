@@ -1,0 +1,145 @@
+#include "spec/parallel_config.h"
+
+#include <algorithm>
+
+#include "core/str_cat.h"
+
+namespace cpt::spec {
+
+using core::str_cat;
+
+std::string to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::k1F1B:
+      return "1f1b";
+    case ScheduleKind::kInterleaved1F1B:
+      return "interleaved_1f1b";
+  }
+  return "?";
+}
+
+std::string to_string(Recompute r) {
+  switch (r) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+std::string to_string(Offload o) {
+  switch (o) {
+    case Offload::kNone:
+      return "none";
+    case Offload::kOptimizer:
+      return "optimizer";
+    case Offload::kOptimizerAndParams:
+      return "optimizer+params";
+  }
+  return "?";
+}
+
+std::string to_string(Axis a) {
+  switch (a) {
+    case Axis::kTp:
+      return "tp";
+    case Axis::kCp:
+      return "cp";
+    case Axis::kDp:
+      return "dp";
+    case Axis::kPp:
+      return "pp";
+  }
+  return "?";
+}
+
+int ParallelConfig::degree(Axis a) const {
+  switch (a) {
+    case Axis::kTp:
+      return tp;
+    case Axis::kCp:
+      return cp;
+    case Axis::kDp:
+      return dp;
+    case Axis::kPp:
+      return pp;
+  }
+  return 0;
+}
+
+std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, const ModelSpec& m, int seq_len,
+                                                     int world_size) {
+  std::vector<std::string> e;
+  auto positive = [&](const char* name, int v) {
+    if (v < 1) e.push_back(str_cat(name, " must be >= 1, got ", v));
+  };
+  positive("tp", c.tp);
+  positive("cp", c.cp);
+  positive("dp", c.dp);
+  positive("pp", c.pp);
+  positive("virtual_stages", c.virtual_stages);
+  positive("micro_batch", c.micro_batch);
+  positive("global_batch", c.global_batch);
+  if (!e.empty()) return e;  // the checks below divide by these
+
+  if (world_size > 0 && c.world_size() != world_size) {
+    e.push_back(str_cat("tp (", c.tp, ") * cp (", c.cp, ") * dp (", c.dp, ") * pp (", c.pp, ") = ", c.world_size(),
+                        " != number of GPUs (", world_size, ")"));
+  }
+  if (m.heads % c.tp != 0) e.push_back(str_cat("heads (", m.heads, ") must be divisible by tp (", c.tp, ")"));
+  if (m.kv_heads % c.tp != 0) {
+    e.push_back(str_cat("kv_heads (", m.kv_heads, ") must be divisible by tp (", c.tp, ")"));
+  }
+  if (m.ffn_hidden % c.tp != 0) {
+    e.push_back(str_cat("ffn_hidden (", m.ffn_hidden, ") must be divisible by tp (", c.tp, ")"));
+  }
+  if (c.cp > 1 && seq_len > 0 && seq_len % (2 * c.cp) != 0) {
+    e.push_back(str_cat("seq_len (", seq_len, ") must be divisible by 2 * cp (", 2 * c.cp, ")"));
+  }
+  if (seq_len > m.max_seq_len && seq_len > 0) {
+    e.push_back(str_cat("seq_len (", seq_len, ") exceeds the model's max_seq_len (", m.max_seq_len, ")"));
+  }
+  if (c.num_stages() > m.layers) {
+    e.push_back(str_cat("pp (", c.pp, ") * virtual_stages (", c.virtual_stages, ") = ", c.num_stages(),
+                        " stages exceed layers (", m.layers, ")"));
+  }
+  if (c.virtual_stages > 1 && c.schedule != ScheduleKind::kInterleaved1F1B) {
+    e.push_back(str_cat("virtual_stages (", c.virtual_stages, ") > 1 needs schedule interleaved_1f1b, got ",
+                        to_string(c.schedule)));
+  }
+  if (c.schedule == ScheduleKind::kInterleaved1F1B) {
+    if (c.pp < 2) e.push_back(str_cat("schedule interleaved_1f1b needs pp >= 2, got pp = ", c.pp));
+    if (c.virtual_stages < 2) {
+      e.push_back(str_cat("schedule interleaved_1f1b needs virtual_stages >= 2, got ", c.virtual_stages));
+    }
+  }
+  if (c.global_batch % (c.micro_batch * c.dp) != 0) {
+    e.push_back(str_cat("global_batch (", c.global_batch, ") must be divisible by micro_batch (", c.micro_batch,
+                        ") * dp (", c.dp, ") = ", c.micro_batch * c.dp));
+  } else if (c.schedule == ScheduleKind::kInterleaved1F1B && c.pp >= 2 && c.grad_accum() % c.pp != 0) {
+    // Megatron's interleaved schedule groups microbatches in rounds of pp.
+    e.push_back(str_cat("schedule interleaved_1f1b needs microbatches per step (", c.grad_accum(),
+                        ") divisible by pp (", c.pp, ")"));
+  }
+  if (c.zero_stage < 0 || c.zero_stage > 3) e.push_back(str_cat("zero_stage must be 0..3, got ", c.zero_stage));
+  if (c.hybrid_shard && c.zero_stage != 3) {
+    e.push_back(str_cat("hybrid_shard needs zero_stage 3, got zero_stage ", c.zero_stage));
+  }
+  if (c.sequence_parallel && c.tp < 2) e.push_back(str_cat("sequence_parallel needs tp >= 2, got tp = ", c.tp));
+  if (c.offload == Offload::kOptimizerAndParams && c.zero_stage != 3) {
+    e.push_back(str_cat("offload optimizer+params needs zero_stage 3, got zero_stage ", c.zero_stage));
+  }
+  auto order = c.axis_order;
+  std::sort(order.begin(), order.end());
+  if (order != std::array<Axis, kNumAxes>{Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp}) {
+    e.push_back("axis_order must name each of tp, cp, dp, pp exactly once");
+  }
+  return e;
+}
+
+}  // namespace cpt::spec

@@ -1,0 +1,83 @@
+#pragma once
+// ParallelConfig: how one training step is laid out over the GPUs. Every field documents its
+// default and its trade-off; derived values are functions, never stored, so they cannot disagree.
+//
+// Axes (docs/glossary.md): tp tensor, cp context, dp data, pp pipeline. The degree of an axis is its
+// size; world size = tp·cp·dp·pp.
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "spec/model_spec.h"
+
+namespace cpt::spec {
+
+// Serialized as "gpipe", "1f1b", "interleaved_1f1b". DO NOT CHANGE the strings.
+enum class ScheduleKind { kGPipe, k1F1B, kInterleaved1F1B };
+// Serialized as "none", "selective", "full". DO NOT CHANGE the strings.
+enum class Recompute { kNone, kSelective, kFull };
+// Serialized as "none", "optimizer", "optimizer+params". DO NOT CHANGE the strings.
+enum class Offload { kNone, kOptimizer, kOptimizerAndParams };
+// Serialized as "tp", "cp", "dp", "pp". DO NOT CHANGE the strings.
+enum class Axis { kTp, kCp, kDp, kPp };
+inline constexpr int kNumAxes = 4;
+
+std::string to_string(ScheduleKind k);
+std::string to_string(Recompute r);
+std::string to_string(Offload o);
+std::string to_string(Axis a);
+
+struct ParallelConfig {
+  // Tensor-parallel degree. Splits attention heads and the MLP across GPUs with two all-reduces
+  // (or reduce-scatter/all-gather with sequence_parallel) per block per pass; keep inside a node.
+  // REQUIRES: heads % tp == 0, kv_heads % tp == 0.
+  int tp = 1;
+  // Context-parallel degree: splits the sequence; attention exchanges K/V around a ring.
+  // REQUIRES: seq_len % (2·cp) == 0 when cp > 1 (load-balanced causal split).
+  int cp = 1;
+  // Data-parallel degree: replicas (or, with ZeRO, shards) that each see different sequences.
+  int dp = 1;
+  // Pipeline-parallel degree: consecutive layers on consecutive GPUs; costs a bubble of about
+  // (pp−1)/(m+pp−1) of the step for m microbatches. REQUIRES: pp·virtual_stages <= layers.
+  int pp = 1;
+  // Model chunks per pipeline rank (interleaved 1F1B); divides the bubble by this number at the
+  // price of more point-to-point traffic. REQUIRES: > 1 only with kInterleaved1F1B and pp > 1.
+  int virtual_stages = 1;
+  // Sequences per microbatch per dp rank. Larger: better GEMM efficiency, more activation memory.
+  int micro_batch = 1;
+  // Sequences per optimizer step over all dp ranks. REQUIRES: global_batch % (micro_batch·dp) == 0.
+  int global_batch = 1;
+  // ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 + gradients, 3 + parameters (gathered
+  // before use, freed after), over the shard group.
+  int zero_stage = 0;
+  // HSDP: ZeRO-3 inside a node (shard group), plain replication across nodes (replicate group).
+  // REQUIRES: zero_stage == 3.
+  bool hybrid_shard = false;
+  Recompute recompute = Recompute::kNone;
+  // Megatron sequence parallelism: norms and dropout split over the sequence inside the tp group.
+  // REQUIRES: tp > 1.
+  bool sequence_parallel = false;
+  // CPU offload. kOptimizerAndParams REQUIRES zero_stage == 3.
+  Offload offload = Offload::kNone;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  // Rank order, fastest-varying axis first. The default keeps tp (then cp) inside a node.
+  // REQUIRES: a permutation of {tp, cp, dp, pp}.
+  std::array<Axis, kNumAxes> axis_order = {Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp};
+
+  // Derived.
+  [[nodiscard]] int world_size() const { return tp * cp * dp * pp; }
+  [[nodiscard]] int degree(Axis a) const;
+  // Microbatches per optimizer step per dp rank (gradient accumulation steps).
+  [[nodiscard]] int grad_accum() const { return global_batch / (micro_batch * dp); }
+  [[nodiscard]] int num_stages() const { return pp * virtual_stages; }
+
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+// Every violated constraint of `c` against `model` (and `seq_len` and `world_size` when > 0), each
+// a full sentence showing all the factors involved; empty when valid.
+std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, const ModelSpec& model,
+                                                     int seq_len, int world_size);
+
+}  // namespace cpt::spec

@@ -1,0 +1,152 @@
+#include "spec/pipeline_schedule.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "core/str_cat.h"
+
+namespace cpt::spec {
+
+using core::str_cat;
+
+std::string to_string(ActionKind k) {
+  switch (k) {
+    case ActionKind::kForward:
+      return "F";
+    case ActionKind::kBackward:
+      return "B";
+    case ActionKind::kBackwardInput:
+      return "I";
+    case ActionKind::kBackwardWeight:
+      return "W";
+    case ActionKind::kSendActivation:
+      return "SA";
+    case ActionKind::kRecvActivation:
+      return "RA";
+    case ActionKind::kSendGrad:
+      return "SG";
+    case ActionKind::kRecvGrad:
+      return "RG";
+  }
+  return "?";
+}
+
+std::string to_string(const Action& a) { return str_cat(to_string(a.kind), a.stage, ".", a.microbatch); }
+
+namespace {
+
+// Appends the compute action with its communication: receive before, send after.
+void emit_forward(std::vector<Action>& out, int stage, int mb, int num_stages) {
+  if (stage > 0) out.push_back({ActionKind::kRecvActivation, stage, mb});
+  out.push_back({ActionKind::kForward, stage, mb});
+  if (stage < num_stages - 1) out.push_back({ActionKind::kSendActivation, stage, mb});
+}
+
+void emit_backward(std::vector<Action>& out, int stage, int mb, int num_stages) {
+  if (stage < num_stages - 1) out.push_back({ActionKind::kRecvGrad, stage, mb});
+  out.push_back({ActionKind::kBackward, stage, mb});
+  if (stage > 0) out.push_back({ActionKind::kSendGrad, stage, mb});
+}
+
+struct Unit {
+  int chunk;
+  int microbatch;
+};
+
+// Megatron's interleaved order: microbatches in rounds of pp; each round runs through every chunk
+// (forward: chunks 0..v−1; backward: v−1..0) before the next round starts.
+std::vector<Unit> interleaved_order(int pp, int v, int m, bool backward) {
+  std::vector<Unit> order;
+  for (int start = 0; start < m; start += pp) {
+    const int round = std::min(pp, m - start);
+    for (int c = 0; c < v; ++c) {
+      const int chunk = backward ? v - 1 - c : c;
+      for (int i = 0; i < round; ++i) order.push_back({chunk, start + i});
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
+PipelineSchedule make_schedule(ScheduleKind kind, int pp, int v, int m) {
+  CPT_CHECK(pp >= 1 && m >= 1 && v >= 1, "pp ", pp, " virtual_stages ", v, " microbatches ", m);
+  CPT_CHECK(kind == ScheduleKind::kInterleaved1F1B || v == 1, to_string(kind), " takes virtual_stages 1, got ", v);
+  CPT_CHECK(kind != ScheduleKind::kInterleaved1F1B || (pp >= 2 && v >= 2 && m % pp == 0),
+            "interleaved_1f1b needs pp >= 2, v >= 2, m % pp == 0; got pp ", pp, " v ", v, " m ", m);
+  PipelineSchedule s{kind, pp, v, m, std::vector<std::vector<Action>>(static_cast<std::size_t>(pp))};
+  const int stages = pp * v;
+  for (int r = 0; r < pp; ++r) {
+    auto& out = s.per_rank[static_cast<std::size_t>(r)];
+    switch (kind) {
+      case ScheduleKind::kGPipe:
+        for (int mb = 0; mb < m; ++mb) emit_forward(out, r, mb, stages);
+        for (int mb = 0; mb < m; ++mb) emit_backward(out, r, mb, stages);
+        break;
+      case ScheduleKind::k1F1B: {
+        const int warmup = std::min(pp - r - 1, m);
+        for (int mb = 0; mb < warmup; ++mb) emit_forward(out, r, mb, stages);
+        for (int i = 0; i < m - warmup; ++i) {
+          emit_forward(out, r, warmup + i, stages);
+          emit_backward(out, r, i, stages);
+        }
+        for (int mb = m - warmup; mb < m; ++mb) emit_backward(out, r, mb, stages);
+        break;
+      }
+      case ScheduleKind::kInterleaved1F1B: {
+        const auto fwd = interleaved_order(pp, v, m, false);
+        const auto bwd = interleaved_order(pp, v, m, true);
+        const int total = m * v;
+        // Megatron: all forwards first when m == pp; otherwise (pp − r − 1)·2 + (v − 1)·pp.
+        const int warmup = m == pp ? total : std::min(total, (pp - r - 1) * 2 + (v - 1) * pp);
+        auto stage = [&](const Unit& u) { return u.chunk * pp + r; };
+        for (int i = 0; i < warmup; ++i) {
+          emit_forward(out, stage(fwd[static_cast<std::size_t>(i)]), fwd[static_cast<std::size_t>(i)].microbatch, stages);
+        }
+        for (int i = 0; i < total - warmup; ++i) {
+          const auto& f = fwd[static_cast<std::size_t>(warmup + i)];
+          emit_forward(out, stage(f), f.microbatch, stages);
+          const auto& b = bwd[static_cast<std::size_t>(i)];
+          emit_backward(out, stage(b), b.microbatch, stages);
+        }
+        for (int i = total - warmup; i < total; ++i) {
+          const auto& b = bwd[static_cast<std::size_t>(i)];
+          emit_backward(out, stage(b), b.microbatch, stages);
+        }
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+int max_in_flight(const PipelineSchedule& schedule, int pp_rank) {
+  CPT_CHECK(pp_rank >= 0 && pp_rank < schedule.pp, "pp_rank ", pp_rank, " of ", schedule.pp);
+  int live = 0;
+  int peak = 0;
+  for (const Action& a : schedule.per_rank[static_cast<std::size_t>(pp_rank)]) {
+    if (a.kind == ActionKind::kForward) peak = std::max(peak, ++live);
+    // Activations are released by the backward (or by its input part, for split backward; the
+    // weight part keeps only what it needs, which the memory model accounts separately).
+    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) --live;
+  }
+  return peak;
+}
+
+std::string to_csv(const PipelineSchedule& schedule) {
+  std::string out;
+  for (const auto& rank : schedule.per_rank) {
+    std::string row;
+    for (const Action& a : rank) {
+      if (a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvActivation ||
+          a.kind == ActionKind::kSendGrad || a.kind == ActionKind::kRecvGrad) {
+        continue;
+      }
+      row += (row.empty() ? "" : ",") + to_string(a);
+    }
+    out += row + "\n";
+  }
+  return out;
+}
+
+}  // namespace cpt::spec

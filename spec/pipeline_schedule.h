@@ -1,0 +1,86 @@
+#pragma once
+// PipelineSchedule: one training step's pipeline work as data — for each pipeline rank, the
+// ordered list of actions it performs (torchtitan's custom_schedule.csv and
+// torch.distributed.pipelining's action lists). The simulator replays it, the executor interprets
+// it, and the cost model counts its bubble and in-flight microbatches from it.
+//
+// Conventions for one (stage s, microbatch m):
+//   kRecvActivation(s, m)  receive the input of stage s from stage s−1          (s > 0)
+//   kForward(s, m)         forward pass of stage s
+//   kSendActivation(s, m)  send the output of stage s to stage s+1             (s < S−1)
+//   kRecvGrad(s, m)        receive the gradient of stage s's output from s+1   (s < S−1)
+//   kBackward(s, m)        full backward of stage s; or, split (zero-bubble schedules):
+//   kBackwardInput(s, m)   input-gradient part, then kBackwardWeight(s, m) the weight-gradient part
+//   kSendGrad(s, m)        send the gradient of stage s's input to stage s−1   (s > 0)
+// Stage s runs on pipeline rank s mod pp (spec/stage_partition.h).
+//
+// Communication semantics (what find_schedule_error proves deadlock freedom under): a send is
+// posted without blocking (isend) and completes when its receive runs; a receive blocks until the
+// matching send has been posted.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spec/parallel_config.h"
+
+namespace cpt::spec {
+
+// DO NOT CHANGE the letters: they appear in CSV schedules ("F", "B", "I", "W", "SA", "RA", "SG", "RG").
+enum class ActionKind {
+  kForward,
+  kBackward,
+  kBackwardInput,
+  kBackwardWeight,
+  kSendActivation,
+  kRecvActivation,
+  kSendGrad,
+  kRecvGrad
+};
+
+struct Action {
+  ActionKind kind = ActionKind::kForward;
+  int stage = 0;
+  int microbatch = 0;
+  bool operator==(const Action&) const = default;
+};
+
+std::string to_string(ActionKind k);
+std::string to_string(const Action& a);  // "F2.5" = forward of stage 2, microbatch 5
+
+struct PipelineSchedule {
+  ScheduleKind kind = ScheduleKind::k1F1B;
+  int pp = 1;
+  int virtual_stages = 1;
+  int num_microbatches = 0;
+  std::vector<std::vector<Action>> per_rank;  // per_rank[pp_rank] = ordered actions
+
+  [[nodiscard]] int num_stages() const { return pp * virtual_stages; }
+  bool operator==(const PipelineSchedule&) const = default;
+};
+
+// The schedule of `kind` for `pp` ranks, `virtual_stages` chunks per rank and `num_microbatches`.
+//   GPipe            all forwards, then all backwards.
+//   1F1B             warm-up of min(pp − rank − 1, m) forwards, then one forward / one backward,
+//                    then the remaining backwards (Narayanan et al. 2021, §2.2; PipeDream-Flush).
+//   interleaved 1F1B Megatron's schedule: microbatches in rounds of pp, each round through every
+//                    chunk; warm-up of (pp − rank − 1)·2 + (v − 1)·pp (Narayanan et al. 2021, §2.2).
+// REQUIRES: pp >= 1, num_microbatches >= 1; virtual_stages == 1 unless kInterleaved1F1B; for
+// kInterleaved1F1B pp >= 2, virtual_stages >= 2 and num_microbatches % pp == 0.
+PipelineSchedule make_schedule(ScheduleKind kind, int pp, int virtual_stages, int num_microbatches);
+
+// Proves the schedule is executable, or says why not: every (stage, microbatch) is run forward and
+// backward exactly once on the rank that owns the stage; each rank's order respects the data
+// dependencies (receive before forward, forward before backward, ...); every send has exactly one
+// matching receive on the neighbouring stage's rank and vice versa; and executing all ranks under
+// the semantics above completes (no deadlock). Returns std::nullopt when all hold.
+std::optional<std::string> find_schedule_error(const PipelineSchedule& schedule);
+
+// The largest number of microbatches whose activations a pipeline rank holds at once (forwards
+// done whose backward has not yet run, over all its chunks). 1F1B: min(pp − rank, m).
+int max_in_flight(const PipelineSchedule& schedule, int pp_rank);
+
+// Compute actions only, one CSV row per rank: "F0.0,F0.1,B0.0,...".
+std::string to_csv(const PipelineSchedule& schedule);
+
+}  // namespace cpt::spec

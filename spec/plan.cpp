@@ -1,0 +1,228 @@
+#include "spec/plan.h"
+
+#include <chrono>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/str_cat.h"
+#include "core/version.h"
+#include "spec/hardware_catalog.h"
+#include "spec/hardware_io.h"
+#include "spec/model_io.h"
+
+namespace cpt::spec {
+
+using core::ConfigError;
+using core::Json;
+using core::JsonObjectReader;
+using core::str_cat;
+
+namespace {
+
+std::string utc_now_iso8601() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+template <class Enum>
+Enum enum_from(JsonObjectReader& r, std::string_view key, std::initializer_list<Enum> values) {
+  std::vector<std::string> names;
+  for (Enum v : values) names.push_back(to_string(v));
+  const auto s = r.one_of(key, names);
+  for (Enum v : values) {
+    if (to_string(v) == s) return v;
+  }
+  CPT_UNREACHABLE();
+}
+
+void fail_if(const std::vector<std::string>& errors, const JsonObjectReader& r, std::string_view key) {
+  if (!errors.empty()) throw ConfigError(str_cat(r.origin(), ": ", r.path_of(key), ": ", errors.front()));
+}
+
+Json prediction_to_json(const Prediction& p) {
+  Json j;
+  j["step_time_s"] = p.step_time_s;
+  j["tokens_per_s_per_gpu"] = p.tokens_per_s_per_gpu;
+  j["mfu"] = p.mfu;
+  j["step_time_breakdown_s"] = Json::object();
+  for (const auto& [k, v] : p.step_time_breakdown_s) j["step_time_breakdown_s"][k] = v;
+  j["peak_memory_GiB_per_rank"] = Json::object();
+  for (const auto& [k, v] : p.peak_memory_GiB_per_rank) j["peak_memory_GiB_per_rank"][k] = v;
+  return j;
+}
+
+std::map<std::string, double> number_map(JsonObjectReader& r, std::string_view key) {
+  auto sub = r.object(key);
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : r.raw(key).items()) out[k] = sub.number(k, 0.0);
+  sub.finish();
+  return out;
+}
+
+Prediction prediction_from_json(JsonObjectReader& r) {
+  Prediction p;
+  p.step_time_s = r.number("step_time_s", 0.0);
+  p.tokens_per_s_per_gpu = r.number("tokens_per_s_per_gpu", 0.0);
+  p.mfu = r.number("mfu", 0.0, 1.0);
+  p.step_time_breakdown_s = number_map(r, "step_time_breakdown_s");
+  p.peak_memory_GiB_per_rank = number_map(r, "peak_memory_GiB_per_rank");
+  r.finish();
+  return p;
+}
+
+}  // namespace
+
+std::string model_spec_hash(const ModelSpec& model) { return core::stable_hash_hex(model_to_json(model).dump()); }
+
+std::string cluster_spec_hash(const ClusterSpec& cluster) {
+  return core::stable_hash_hex(cluster_to_json(cluster).dump());
+}
+
+Plan make_plan(const ModelSpec& model, const ClusterSpec& cluster, const Workload& workload,
+               const ParallelConfig& parallel) {
+  const auto errors = find_parallel_config_errors(parallel, model, workload.seq_len, cluster.num_gpus);
+  if (!errors.empty()) throw ConfigError(str_cat("parallel configuration: ", errors.front()));
+  Plan p;
+  p.provenance = Provenance{str_cat(core::kVersion, "+g", core::kGitSha), utc_now_iso8601(), model_spec_hash(model),
+                            cluster_spec_hash(cluster)};
+  p.model = model;
+  p.cluster = cluster;
+  p.workload = workload;
+  p.parallel = parallel;
+  p.stages = StagePartition::balanced(model.layers, parallel.pp, parallel.virtual_stages);
+  return p;
+}
+
+Json parallel_config_to_json(const ParallelConfig& c) {
+  Json j;
+  j["tp"] = c.tp;
+  j["cp"] = c.cp;
+  j["dp"] = c.dp;
+  j["pp"] = c.pp;
+  j["virtual_stages"] = c.virtual_stages;
+  j["micro_batch"] = c.micro_batch;
+  j["global_batch"] = c.global_batch;
+  j["grad_accum"] = c.grad_accum();  // derived; checked on read
+  j["zero_stage"] = c.zero_stage;
+  j["hybrid_shard"] = c.hybrid_shard;
+  j["recompute"] = to_string(c.recompute);
+  j["sequence_parallel"] = c.sequence_parallel;
+  j["offload"] = to_string(c.offload);
+  j["schedule"] = to_string(c.schedule);
+  j["axis_order"] = Json::array();
+  for (Axis a : c.axis_order) j["axis_order"].push_back(to_string(a));
+  return j;
+}
+
+ParallelConfig parallel_config_from_json(JsonObjectReader& r) {
+  ParallelConfig c;
+  constexpr std::int64_t kMax = 1 << 24;
+  c.tp = static_cast<int>(r.integer("tp", 1, kMax));
+  c.cp = static_cast<int>(r.integer("cp", 1, kMax));
+  c.dp = static_cast<int>(r.integer("dp", 1, kMax));
+  c.pp = static_cast<int>(r.integer("pp", 1, kMax));
+  c.virtual_stages = static_cast<int>(r.integer("virtual_stages", 1, kMax));
+  c.micro_batch = static_cast<int>(r.integer("micro_batch", 1, kMax));
+  c.global_batch = static_cast<int>(r.integer("global_batch", 1, 1LL << 30));
+  c.zero_stage = static_cast<int>(r.integer("zero_stage", 0, 3));
+  c.hybrid_shard = r.boolean("hybrid_shard");
+  c.recompute = enum_from(r, "recompute", {Recompute::kNone, Recompute::kSelective, Recompute::kFull});
+  c.sequence_parallel = r.boolean("sequence_parallel");
+  c.offload = enum_from(r, "offload", {Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams});
+  c.schedule = enum_from(r, "schedule", {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B});
+  const auto order = r.string_array("axis_order");
+  const std::vector<std::string> axes = {"tp", "cp", "dp", "pp"};
+  if (order.size() != axes.size()) r.fail("axis_order", "a permutation of [tp, cp, dp, pp]", str_cat(order.size(), " entries"));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto it = std::find(axes.begin(), axes.end(), order[i]);
+    if (it == axes.end()) r.fail(str_cat("axis_order[", i, "]"), "one of tp|cp|dp|pp", str_cat("\"", order[i], "\""));
+    c.axis_order[i] = static_cast<Axis>(it - axes.begin());
+  }
+  if (c.global_batch % (c.micro_batch * c.dp) == 0) {
+    if (auto ga = r.optional_integer("grad_accum", 1, 1LL << 30); ga && *ga != c.grad_accum()) {
+      r.fail("grad_accum", str_cat(c.grad_accum(), " (global_batch / (micro_batch * dp), derived)"), str_cat(*ga));
+    }
+  } else {
+    r.accept("grad_accum");
+  }
+  r.finish();
+  return c;
+}
+
+Json plan_to_json(const Plan& p) {
+  Json j;
+  j["schema_version"] = p.schema_version;
+  j["provenance"] = {{"tool_version", p.provenance.tool_version},
+                     {"created_utc", p.provenance.created_utc},
+                     {"model_spec_hash", p.provenance.model_spec_hash},
+                     {"cluster_spec_hash", p.provenance.cluster_spec_hash}};
+  j["model"] = model_to_json(p.model);
+  j["cluster"] = cluster_to_json(p.cluster);
+  j["workload"] = {{"seq_len", p.workload.seq_len}, {"train_tokens", p.workload.train_tokens}};
+  j["parallel"] = parallel_config_to_json(p.parallel);
+  j["pipeline"] = {{"layers_per_stage", p.stages.layers_per_stage()}};
+  if (p.predicted) j["predicted"] = prediction_to_json(*p.predicted);
+  return j;
+}
+
+Plan plan_from_json(JsonObjectReader& r) {
+  Plan p;
+  p.schema_version = static_cast<int>(r.integer("schema_version", 1, 1'000'000));
+  if (p.schema_version > kPlanSchemaVersion) {
+    r.fail("schema_version", str_cat("<= ", kPlanSchemaVersion, " (this cpt is ", core::kVersion, "; upgrade cpt)"),
+           str_cat(p.schema_version));
+  }
+  auto prov = r.object("provenance");
+  p.provenance.tool_version = prov.string("tool_version");
+  p.provenance.created_utc = prov.string("created_utc");
+  p.provenance.model_spec_hash = prov.string("model_spec_hash");
+  p.provenance.cluster_spec_hash = prov.string("cluster_spec_hash");
+  prov.finish();
+  auto model = r.object("model");
+  p.model = model_from_json(model);
+  auto cluster = r.object("cluster");
+  p.cluster = cluster_from_json(cluster, HardwareCatalog::builtin().resolver());
+  auto work = r.object("workload");
+  p.workload.seq_len = static_cast<int>(work.integer("seq_len", 1, 1 << 30));
+  p.workload.train_tokens = work.integer("train_tokens", 0);
+  work.finish();
+  auto par = r.object("parallel");
+  p.parallel = parallel_config_from_json(par);
+  fail_if(find_parallel_config_errors(p.parallel, p.model, p.workload.seq_len, p.cluster.num_gpus), r, "parallel");
+  auto pipe = r.object("pipeline");
+  const auto list64 = pipe.integer_array("layers_per_stage", 1);
+  std::vector<int> list(list64.begin(), list64.end());
+  if (auto e = StagePartition::find_error(list, p.model.layers, p.parallel.pp, p.parallel.virtual_stages)) {
+    pipe.fail("layers_per_stage", "one entry >= 1 per stage summing to the model's layers", *e);
+  }
+  pipe.finish();
+  p.stages = StagePartition::from_list(std::move(list), p.parallel.pp, p.parallel.virtual_stages);
+  if (r.has("predicted")) {
+    auto pred = r.object("predicted");
+    p.predicted = prediction_from_json(pred);
+  }
+  r.finish();
+  return p;
+}
+
+Plan load_plan(const std::filesystem::path& path) {
+  const auto doc = core::parse_json_file(path);
+  auto r = JsonObjectReader::root_of(doc);
+  return plan_from_json(r);
+}
+
+void save_plan(const Plan& plan, const std::filesystem::path& path) {
+  core::write_file_atomic(path, plan_to_json(plan).dump(2) + "\n");
+}
+
+}  // namespace cpt::spec

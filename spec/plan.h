@@ -1,0 +1,83 @@
+#pragma once
+// Plan: the contract between deciding (plan, whatif) and doing (simulate, train). A plan file is
+// self-contained: the model and the cluster are inline, so it can be read without the catalog.
+// Its JSON schema is docs/plan_format.md; schema_version goes up on any breaking change.
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/json_reader.h"
+#include "spec/hardware_spec.h"
+#include "spec/model_spec.h"
+#include "spec/parallel_config.h"
+#include "spec/stage_partition.h"
+
+namespace cpt::spec {
+
+inline constexpr int kPlanSchemaVersion = 1;
+
+// What the training run is: sequence length and (optionally) the token budget.
+struct Workload {
+  int seq_len = 0;                 // tokens per sequence
+  std::int64_t train_tokens = 0;   // token budget of the run; 0 = not given
+  bool operator==(const Workload&) const = default;
+};
+
+// The cost model's prediction, carried by the plan so that measured runs can be compared with it
+// (measured.json uses the same keys). Breakdown names are defined by the cost model.
+struct Prediction {
+  double step_time_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double mfu = 0;
+  std::map<std::string, double> step_time_breakdown_s;          // e.g. "compute", "pp_bubble"
+  std::map<std::string, double> peak_memory_GiB_per_rank;       // e.g. "weights", "activations"
+  bool operator==(const Prediction&) const = default;
+};
+
+// Who made the plan, from what.
+struct Provenance {
+  std::string tool_version;      // cpt version + git sha
+  std::string created_utc;       // ISO 8601
+  std::string model_spec_hash;   // stable_hash_hex of the canonical model JSON
+  std::string cluster_spec_hash; // stable_hash_hex of the canonical cluster JSON
+  bool operator==(const Provenance&) const = default;
+};
+
+struct Plan {
+  int schema_version = kPlanSchemaVersion;
+  Provenance provenance;
+  ModelSpec model;
+  ClusterSpec cluster;
+  Workload workload;
+  ParallelConfig parallel;
+  StagePartition stages = StagePartition::balanced(1, 1, 1);
+  std::optional<Prediction> predicted;
+  bool operator==(const Plan&) const = default;
+};
+
+// Builds a plan for (model, cluster, workload, parallel) with a balanced stage partition and fresh
+// provenance. ConfigError listing the first violated constraint when the parallel config does not
+// fit the model or the cluster (every factor named).
+Plan make_plan(const ModelSpec& model, const ClusterSpec& cluster, const Workload& workload,
+               const ParallelConfig& parallel);
+
+core::Json plan_to_json(const Plan& plan);
+// `reader` is the root of a plan document; unknown keys, a newer schema_version, inconsistent
+// derived values (grad_accum, the stage list) are ConfigErrors naming the JSON path.
+Plan plan_from_json(core::JsonObjectReader& reader);
+
+core::Json parallel_config_to_json(const ParallelConfig& c);
+ParallelConfig parallel_config_from_json(core::JsonObjectReader& reader);
+
+Plan load_plan(const std::filesystem::path& path);
+// Writes atomically (temporary file + rename): a reader never sees a half-written plan.
+// RuntimeError when the file cannot be written.
+void save_plan(const Plan& plan, const std::filesystem::path& path);
+
+// Hashes of the canonical JSON of a model or a cluster, for provenance.
+std::string model_spec_hash(const ModelSpec& model);
+std::string cluster_spec_hash(const ClusterSpec& cluster);
+
+}  // namespace cpt::spec

@@ -1,0 +1,125 @@
+#include "spec/rank_layout.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/check.h"
+
+namespace cpt::spec {
+
+int RankCoord::get(Axis a) const {
+  switch (a) {
+    case Axis::kTp:
+      return tp;
+    case Axis::kCp:
+      return cp;
+    case Axis::kDp:
+      return dp;
+    case Axis::kPp:
+      return pp;
+  }
+  CPT_UNREACHABLE("axis");
+}
+
+void RankCoord::set(Axis a, int v) {
+  switch (a) {
+    case Axis::kTp:
+      tp = v;
+      return;
+    case Axis::kCp:
+      cp = v;
+      return;
+    case Axis::kDp:
+      dp = v;
+      return;
+    case Axis::kPp:
+      pp = v;
+      return;
+  }
+}
+
+RankLayout::RankLayout(const ParallelConfig& config, int gpus_per_node)
+    : order_(config.axis_order), gpus_per_node_(gpus_per_node), hybrid_shard_(config.hybrid_shard) {
+  CPT_CHECK(gpus_per_node >= 1, "gpus_per_node ", gpus_per_node);
+  int stride = 1;
+  std::set<Axis> seen;
+  for (Axis a : order_) {
+    CPT_CHECK(seen.insert(a).second, "axis ", to_string(a), " appears twice in axis_order");
+    const int d = config.degree(a);
+    CPT_CHECK(d >= 1, "degree of ", to_string(a), " is ", d);
+    degree_[index(a)] = d;
+    stride_[index(a)] = stride;
+    stride *= d;
+  }
+  world_size_ = stride;
+}
+
+RankCoord RankLayout::coord_of(int rank) const {
+  CPT_CHECK(rank >= 0 && rank < world_size_, "rank ", rank, " of ", world_size_);
+  RankCoord c;
+  for (Axis a : order_) c.set(a, (rank / stride(a)) % degree(a));
+  return c;
+}
+
+int RankLayout::rank_of(const RankCoord& coord) const {
+  int rank = 0;
+  for (Axis a : order_) {
+    const int v = coord.get(a);
+    CPT_CHECK(v >= 0 && v < degree(a), to_string(a), " coordinate ", v, " of ", degree(a));
+    rank += v * stride(a);
+  }
+  return rank;
+}
+
+std::vector<int> RankLayout::group_of(int rank, Axis axis) const {
+  RankCoord c = coord_of(rank);
+  std::vector<int> group;
+  group.reserve(static_cast<std::size_t>(degree(axis)));
+  for (int i = 0; i < degree(axis); ++i) {
+    c.set(axis, i);
+    group.push_back(rank_of(c));
+  }
+  return group;
+}
+
+std::vector<std::vector<int>> RankLayout::groups(Axis axis) const {
+  std::vector<std::vector<int>> out;
+  for (int r = 0; r < world_size_; ++r) {
+    if (coord_of(r).get(axis) == 0) out.push_back(group_of(r, axis));
+  }
+  return out;  // ascending smallest rank: the coordinate-0 member is the smallest of its group
+}
+
+int RankLayout::nodes_spanned(int rank, Axis axis) const {
+  std::set<int> nodes;
+  for (int r : group_of(rank, axis)) nodes.insert(node_of(r));
+  return static_cast<int>(nodes.size());
+}
+
+int RankLayout::max_nodes_spanned(Axis axis) const {
+  int worst = 0;
+  for (const auto& g : groups(axis)) worst = std::max(worst, nodes_spanned(g.front(), axis));
+  return worst;
+}
+
+std::vector<int> RankLayout::dp_shard_group(int rank) const {
+  auto group = group_of(rank, Axis::kDp);
+  if (!hybrid_shard_) return group;
+  const int node = node_of(rank);
+  std::erase_if(group, [&](int r) { return node_of(r) != node; });
+  return group;
+}
+
+std::vector<int> RankLayout::dp_replicate_group(int rank) const {
+  if (!hybrid_shard_) return {rank};
+  const auto shard = dp_shard_group(rank);
+  const auto pos = std::find(shard.begin(), shard.end(), rank) - shard.begin();
+  std::vector<int> out;
+  for (int r : group_of(rank, Axis::kDp)) {
+    const auto other = dp_shard_group(r);
+    if (other.size() == shard.size() && other[static_cast<std::size_t>(pos)] == r) out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace cpt::spec

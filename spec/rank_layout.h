@@ -1,0 +1,81 @@
+#pragma once
+// RankLayout: global rank <-> (tp, cp, dp, pp) coordinates, and the communication groups of each
+// axis. The cost model places each group on the fabric with it, the executor builds its process
+// groups from it; both call this one implementation.
+//
+// Algorithm (Megatron-LM's generate_masked_orthogonal_rank_groups, as a value type):
+//   The axes are ordered fastest-varying first, `axis_order` (default tp, cp, dp, pp). With
+//   degrees d_0, d_1, d_2, d_3 in that order, the stride of axis k is d_0·…·d_{k−1} and
+//       rank = Σ_k coord_k · stride_k,     coord_k = (rank / stride_k) mod d_k.
+//   The group of `rank` along axis k is every rank that shares all coordinates but coord_k.
+//
+// Worked example: tp = 2, dp = 2, pp = 2 (cp = 1), 8 ranks, order (tp, cp, dp, pp):
+//   strides tp 1, cp 2, dp 2, pp 4.
+//   rank 5 = 1·1 + 0·2 + 1·4, so rank 5 is (tp 1, dp 0, pp 1); rank 6 = 0·1 + 1·2 + 1·4 is (tp 0, dp 1, pp 1).
+//   tp groups {0,1} {2,3} {4,5} {6,7}; dp groups {0,2} {1,3} {4,6} {5,7}; pp groups {0,4} {1,5} {2,6} {3,7}.
+//   With 4 GPUs per node, nodes are {0..3} and {4..7}: tp and dp groups stay inside a node, pp
+//   groups cross nodes.
+//
+// Hybrid sharding (HSDP, ParallelConfig::hybrid_shard): the dp group is split by node. The shard
+// group of a rank is the members of its dp group on its own node; the replicate group is the
+// members of its dp group with the same index within their shard groups. In the example above,
+// dp groups lie inside one node, so each shard group is the whole dp group and each replicate
+// group a single rank.
+
+#include <array>
+#include <vector>
+
+#include "spec/parallel_config.h"
+
+namespace cpt::spec {
+
+struct RankCoord {
+  int tp = 0;
+  int cp = 0;
+  int dp = 0;
+  int pp = 0;
+  [[nodiscard]] int get(Axis a) const;
+  void set(Axis a, int v);
+  bool operator==(const RankCoord&) const = default;
+};
+
+class RankLayout {
+ public:
+  // REQUIRES: every degree >= 1, axis_order a permutation, gpus_per_node >= 1.
+  RankLayout(const ParallelConfig& config, int gpus_per_node);
+
+  [[nodiscard]] int world_size() const { return world_size_; }
+  [[nodiscard]] int gpus_per_node() const { return gpus_per_node_; }
+  [[nodiscard]] int degree(Axis a) const { return degree_[index(a)]; }
+  [[nodiscard]] int stride(Axis a) const { return stride_[index(a)]; }
+
+  [[nodiscard]] RankCoord coord_of(int rank) const;
+  [[nodiscard]] int rank_of(const RankCoord& coord) const;
+  [[nodiscard]] int node_of(int rank) const { return rank / gpus_per_node_; }
+
+  // Ranks that share every coordinate of `rank` but `axis`, ordered by their coordinate on `axis`.
+  [[nodiscard]] std::vector<int> group_of(int rank, Axis axis) const;
+  // Every group along `axis`, ordered by their smallest rank; together they partition the ranks.
+  [[nodiscard]] std::vector<std::vector<int>> groups(Axis axis) const;
+  // Number of distinct nodes the group of `rank` along `axis` spans.
+  [[nodiscard]] int nodes_spanned(int rank, Axis axis) const;
+  // Largest nodes_spanned over all groups of `axis` (1 = every group is inside a node).
+  [[nodiscard]] int max_nodes_spanned(Axis axis) const;
+
+  // ZeRO shard group of `rank`: its dp group, or with hybrid_shard the part of it on its node.
+  [[nodiscard]] std::vector<int> dp_shard_group(int rank) const;
+  // With hybrid_shard: the ranks holding the same shard on the other nodes; {rank} otherwise.
+  [[nodiscard]] std::vector<int> dp_replicate_group(int rank) const;
+
+ private:
+  [[nodiscard]] static std::size_t index(Axis a) { return static_cast<std::size_t>(a); }
+
+  std::array<Axis, kNumAxes> order_;
+  std::array<int, kNumAxes> degree_{};  // indexed by Axis
+  std::array<int, kNumAxes> stride_{};  // indexed by Axis
+  int world_size_ = 0;
+  int gpus_per_node_ = 1;
+  bool hybrid_shard_ = false;
+};
+
+}  // namespace cpt::spec

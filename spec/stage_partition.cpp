@@ -1,0 +1,88 @@
+#include "spec/stage_partition.h"
+
+#include <numeric>
+
+#include "core/check.h"
+#include "core/str_cat.h"
+
+namespace cpt::spec {
+
+using core::str_cat;
+
+StagePartition::StagePartition(std::vector<int> layers_per_stage, int pp, int virtual_stages)
+    : layers_per_stage_(std::move(layers_per_stage)), pp_(pp), virtual_stages_(virtual_stages) {}
+
+StagePartition StagePartition::balanced(int layers, int pp, int virtual_stages) {
+  const int stages = pp * virtual_stages;
+  CPT_CHECK(pp >= 1 && virtual_stages >= 1 && stages <= layers, "pp ", pp, " virtual_stages ", virtual_stages,
+            " layers ", layers);
+  std::vector<int> per(static_cast<std::size_t>(stages), layers / stages);
+  int extra = layers % stages;
+  std::vector<int> order;
+  for (int s = 1; s + 1 < stages; ++s) order.push_back(s);
+  order.push_back(0);
+  if (stages > 1) order.push_back(stages - 1);
+  for (int s : order) {
+    if (extra == 0) break;
+    ++per[static_cast<std::size_t>(s)];
+    --extra;
+  }
+  return StagePartition(std::move(per), pp, virtual_stages);
+}
+
+std::optional<std::string> StagePartition::find_error(const std::vector<int>& per, int layers, int pp,
+                                                      int virtual_stages) {
+  const int stages = pp * virtual_stages;
+  if (static_cast<int>(per.size()) != stages) {
+    return str_cat("expected pp (", pp, ") * virtual_stages (", virtual_stages, ") = ", stages, " entries, got ",
+                   per.size());
+  }
+  for (std::size_t i = 0; i < per.size(); ++i) {
+    if (per[i] < 1) return str_cat("stage ", i, " must hold >= 1 layer, got ", per[i]);
+  }
+  const int sum = std::accumulate(per.begin(), per.end(), 0);
+  if (sum != layers) return str_cat("layers per stage sum to ", sum, ", the model has ", layers);
+  return std::nullopt;
+}
+
+StagePartition StagePartition::from_list(std::vector<int> per, int pp, int virtual_stages) {
+  const auto error = find_error(per, std::accumulate(per.begin(), per.end(), 0), pp, virtual_stages);
+  CPT_CHECK(!error, *error);
+  return StagePartition(std::move(per), pp, virtual_stages);
+}
+
+int StagePartition::num_layers() const { return std::accumulate(layers_per_stage_.begin(), layers_per_stage_.end(), 0); }
+
+int StagePartition::layers_in(int stage) const {
+  CPT_CHECK(stage >= 0 && stage < num_stages(), "stage ", stage, " of ", num_stages());
+  return layers_per_stage_[static_cast<std::size_t>(stage)];
+}
+
+int StagePartition::first_layer(int stage) const {
+  CPT_CHECK(stage >= 0 && stage < num_stages(), "stage ", stage, " of ", num_stages());
+  return std::accumulate(layers_per_stage_.begin(), layers_per_stage_.begin() + stage, 0);
+}
+
+int StagePartition::stage_of_layer(int layer) const {
+  int end = 0;
+  for (int s = 0; s < num_stages(); ++s) {
+    end += layers_per_stage_[static_cast<std::size_t>(s)];
+    if (layer < end) return s;
+  }
+  CPT_UNREACHABLE("layer ", layer, " beyond ", end, " layers");
+}
+
+std::vector<int> StagePartition::stages_of_rank(int pp_rank) const {
+  CPT_CHECK(pp_rank >= 0 && pp_rank < pp_, "pp_rank ", pp_rank, " of ", pp_);
+  std::vector<int> out;
+  for (int c = 0; c < virtual_stages_; ++c) out.push_back(stage_of(pp_rank, c));
+  return out;
+}
+
+int StagePartition::layers_of_rank(int pp_rank) const {
+  int n = 0;
+  for (int s : stages_of_rank(pp_rank)) n += layers_in(s);
+  return n;
+}
+
+}  // namespace cpt::spec
