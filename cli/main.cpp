@@ -3,11 +3,13 @@
 // Exit codes (core/error.h): 0 ok, 1 internal error (a bug), 2 bad input, 3 runtime failure.
 // Every error is one line on stderr: "cpt: error: <message>".
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <exception>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json_reader.h"
 #include "core/log.h"
 #include "core/version.h"
 
@@ -57,6 +59,17 @@ int main(int argc, char** argv) {
   cli::register_profiles_command(app);
 
   try {
+    // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.
+    if (argc > 1 && argv[1][0] != '-') {
+      std::vector<std::string> names;
+      for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+      if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+        const auto hint = core::closest_match(argv[1], names);
+        return fail(core::kExitBadInput, std::string("unknown subcommand \"") + argv[1] + "\"" +
+                                             (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
+                                             " (see `cpt --help`)");
+      }
+    }
     app.parse(argc, argv);
     return core::kExitOk;
   } catch (const CLI::CallForHelp& e) {

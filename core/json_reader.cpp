@@ -18,7 +18,8 @@ JsonDocument::~JsonDocument() = default;
 
 JsonDocument parse_json_text(std::string_view text, std::string origin) {
   try {
-    return JsonDocument(std::make_unique<Json>(Json::parse(text.begin(), text.end())), std::move(origin));
+    auto root = std::make_unique<Json>(Json::parse(text.begin(), text.end()));
+    return JsonDocument(std::move(root), std::move(origin));
   } catch (const nlohmann::json::parse_error& e) {
     // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
     std::string what = e.what();
@@ -182,21 +183,25 @@ JsonObjectReader JsonObjectReader::object(std::string_view key) {
 
 std::optional<std::int64_t> JsonObjectReader::optional_integer(std::string_view key, std::int64_t min,
                                                                std::int64_t max) {
+  seen_.emplace(key);  // a known key even when absent (for "did you mean" hints)
   if (!has(key)) return std::nullopt;
   return integer(key, min, max);
 }
 
 std::optional<double> JsonObjectReader::optional_positive_number(std::string_view key) {
+  seen_.emplace(key);  // a known key even when absent (for "did you mean" hints)
   if (!has(key)) return std::nullopt;
   return positive_number(key);
 }
 
 std::optional<bool> JsonObjectReader::optional_boolean(std::string_view key) {
+  seen_.emplace(key);  // a known key even when absent (for "did you mean" hints)
   if (!has(key)) return std::nullopt;
   return boolean(key);
 }
 
 std::optional<std::string> JsonObjectReader::optional_string(std::string_view key) {
+  seen_.emplace(key);  // a known key even when absent (for "did you mean" hints)
   if (!has(key)) return std::nullopt;
   return string(key);
 }

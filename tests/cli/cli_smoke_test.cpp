@@ -1,0 +1,140 @@
+// Runs the real `cpt` binary: --help of every subcommand, one real invocation of each built one,
+// and the bad inputs of the foundation issue, each of which must give exactly one line on stderr
+// and exit code 2.
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result cpt(const std::string& args) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto out = dir / "cpt_cli_test.out";
+  const auto err = dir / "cpt_cli_test.err";
+  const std::string cmd = std::string(CPT_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  return Result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST(CliSmoke, HelpOfEverySubcommand) {
+  const auto top = cpt("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  for (const char* sub : {"plan", "whatif", "estimate", "simulate", "train", "run", "calibrate", "data", "models",
+                          "profiles"}) {
+    EXPECT_NE(top.out.find(std::string("  ") + sub + " "), std::string::npos) << sub;
+    const auto r = cpt(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub << ": " << r.err;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
+  }
+  EXPECT_EQ(cpt("--version").exit_code, 0);
+}
+
+TEST(CliSmoke, UnbuiltSubcommandsSaySoAndFail) {
+  const auto r = cpt("plan --model llama3-8b --gpu h100 --gpus 8");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.err, "cpt: error: `cpt plan` is not built yet: it needs the planner (issue #4, on the cost model of "
+                   "issue #3).\n");
+}
+
+TEST(CliSmoke, ModelsListAndShow) {
+  const auto list = cpt("models list");
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_NE(list.out.find("llama3.1-405b"), std::string::npos);
+  const auto json = nlohmann::json::parse(cpt("models list --json").out);
+  EXPECT_GE(json.size(), 25u);
+  const auto show = nlohmann::json::parse(cpt("models show llama3-8b --json").out);
+  EXPECT_EQ(show["params"]["total"], 8'030'261'248);
+  EXPECT_EQ(show["model"]["kv_heads"], 8);
+  const auto file = cpt(std::string("models show ") + CPT_TEST_DATA_DIR + "/hf_llama2_7b/config.json");
+  EXPECT_EQ(file.exit_code, 0);
+  EXPECT_NE(file.out.find("6738415616"), std::string::npos);
+}
+
+TEST(CliSmoke, ProfilesListAndShow) {
+  const auto list = nlohmann::json::parse(cpt("profiles list --json").out);
+  EXPECT_EQ(list["gpus"].size(), 7u);
+  const auto h200 = nlohmann::json::parse(cpt("profiles show h200 --json").out);
+  EXPECT_EQ(h200["kind"], "gpu");
+  EXPECT_EQ(h200["profile"]["name"], "h200_sxm_141gb");
+  const auto cluster = nlohmann::json::parse(cpt("profiles show h100_256gpu_ndr --json").out);
+  EXPECT_EQ(cluster["profile"]["num_gpus"], 256);
+  EXPECT_EQ(cpt("profiles show dgx_a100_80gb").exit_code, 0);
+  EXPECT_EQ(cpt("profiles list").exit_code, 0);
+}
+
+TEST(CliSmoke, RunPrintsTheDefault) {
+  const auto r = cpt("run");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cpt-25m"), std::string::npos);
+  EXPECT_NE(r.out.find("Not built yet"), std::string::npos);
+}
+
+// Each bad input: exit 2, one line on stderr naming the flag or the file and JSON path.
+TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
+  const auto unknown_key = write_temp("cpt_cli_unknown_key.json", R"({"name": "c", "node": "dgx_h100", "num_nodes": 2,
+      "fabric": "ib_ndr_400g", "gpus_per_nod": 8})");
+  const auto wrong_unit = write_temp("cpt_cli_wrong_unit.json", R"({"name": "g", "display_name": "g", "aliases": [],
+      "hbm_capacity_TB": 80, "hbm_bandwidth_GB_per_s": 1, "dense_bf16_TFLOPs_per_s": 1,
+      "nvlink_bandwidth_GB_per_s_per_direction": 0})");
+  const auto wrong_unit_cluster = write_temp("cpt_cli_wrong_unit_cluster.json",
+      std::string(R"({"name": "c", "num_nodes": 1, "fabric": "ib_ndr_400g", "node": {"name": "n", "display_name": "n",
+      "gpu": )") + slurp(wrong_unit) + R"(, "gpus_per_node": 8, "intra_node": {"kind": "nvswitch",
+      "bandwidth_GB_per_s_per_direction": 450, "latency_us": 3}, "nics_per_node": 8, "nic_bandwidth_Gbit_per_s": 400}})");
+  const auto negative = write_temp("cpt_cli_negative.json", R"({"name": "x", "layers": 2, "hidden": -64, "heads": 4,
+      "kv_heads": 2, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+      "tied_embeddings": false, "max_seq_len": 128})");
+  const auto broken = write_temp("cpt_cli_broken.json", "{\"name\": ");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"profiles show " + unknown_key.string(), unknown_key.string() + ": $.gpus_per_nod: unknown key"},
+      {"profiles show " + wrong_unit_cluster.string(),
+       wrong_unit_cluster.string() + ": $.node.gpu.hbm_capacity_*: expected exactly one of hbm_capacity_GiB or "
+                                     "hbm_capacity_GB, got none"},
+      {"models show " + negative.string(), negative.string() + ": $.hidden: expected an integer in [1, 1073741824], got -64"},
+      {"models show " + broken.string(), broken.string() + ": invalid JSON"},
+      {"models show /no/such/model.json", "/no/such/model.json: file not found"},
+      {"models show llama9-1t", "models show NAME: expected a model name"},
+      {"run --gpu h1000", "--gpu: expected a GPU name (see `cpt profiles list`), got \"h1000\" (did you mean \"h100\"?)"},
+      {"run --model nope-7b", "--model: expected a model name"},
+      {"run --gpus -4", "--gpus"},
+      {"run --gpus 12", "--gpus: expected a count that fills whole dgx_h100 nodes"},
+      {"profiles show nvlink9", "profiles show NAME: expected a GPU, node, fabric or cluster name"},
+      {"frobnicate", "frobnicate"},
+      {"--log-level loud models list", "--log-level: expected one of debug|info|warn|error|off, got \"loud\""}};
+  for (const auto& [args, expected] : cases) {
+    const auto r = cpt(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("cpt: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,116 @@
+#include "spec/hardware_catalog.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace cpt::spec {
+namespace {
+
+const HardwareCatalog& cat() { return HardwareCatalog::builtin(); }
+
+TEST(HardwareCatalog, EveryProfileLoads) {
+  EXPECT_EQ(cat().gpus().size(), 7u);
+  EXPECT_EQ(cat().nodes().size(), 7u);
+  EXPECT_EQ(cat().fabrics().size(), 3u);
+  EXPECT_EQ(cat().clusters().size(), 4u);
+  EXPECT_EQ(cat().sources().size(), 21u);
+  for (const auto& [name, c] : cat().clusters()) EXPECT_TRUE(find_cluster_errors(c).empty()) << name;
+}
+
+TEST(HardwareCatalog, DatasheetNumbersConvertOnce) {
+  const auto h100 = cat().gpu("h100", "--gpu");
+  EXPECT_EQ(h100.name, "h100_sxm5_80gb");
+  EXPECT_EQ(h100.hbm_capacity, core::gibibytes(80));
+  EXPECT_DOUBLE_EQ(h100.hbm_bandwidth.value(), 3350e9);
+  EXPECT_DOUBLE_EQ(h100.peak(Precision::kBf16)->value(), 989.4e12);  // dense, not the 1979 sparse figure
+  EXPECT_DOUBLE_EQ(h100.nvlink_bandwidth.value(), 450e9);           // 900 GB/s bidirectional, halved
+  const auto h200 = cat().gpu("h200", "--gpu");
+  EXPECT_EQ(h200.hbm_capacity.value(), 141'000'000'000);  // "141 GB" is decimal
+  const auto a100 = cat().gpu("a100-40g", "--gpu");
+  EXPECT_FALSE(a100.peak(Precision::kFp8).has_value());  // no fp8 engine on Ampere
+}
+
+TEST(HardwareCatalog, CommandLineNamesResolve) {
+  for (const char* n : {"a100-40g", "a100-80g", "a100-pcie-80g", "h100", "h100-pcie", "h200", "b200", "H100"}) {
+    EXPECT_NO_THROW(cat().gpu(n, "--gpu")) << n;
+  }
+}
+
+TEST(HardwareCatalog, GpuNameAloneImpliesNodeAndFabric) {
+  const auto a100 = cat().cluster_for_gpu("a100-80g", 64, "--gpu");
+  EXPECT_EQ(a100.node.name, "dgx_a100_80gb");
+  EXPECT_EQ(a100.fabric.name, "ib_hdr_200g");
+  EXPECT_EQ(a100.num_nodes, 8);
+  EXPECT_DOUBLE_EQ(a100.inter_node_bandwidth_per_gpu().value(), 25e9);  // HDR 200 Gb/s per GPU
+  const auto h100 = cat().cluster_for_gpu("h100", 16384, "--gpu");
+  EXPECT_EQ(h100.fabric.name, "ib_ndr_400g");
+  EXPECT_EQ(h100.num_nodes, 2048);
+  EXPECT_DOUBLE_EQ(h100.inter_node_bandwidth_per_gpu().value(), 50e9);  // NDR 400 Gb/s per GPU
+  const auto part = cat().cluster_for_gpu("h200", 4, "--gpu");
+  EXPECT_EQ(part.num_nodes, 1);
+  EXPECT_EQ(part.num_gpus, 4);
+  EXPECT_THROW(cat().cluster_for_gpu("h100", 12, "--gpus"), core::ConfigError);
+}
+
+TEST(HardwareCatalog, UnknownNamesHint) {
+  try {
+    (void)cat().gpu("h10", "--gpu");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--gpu: expected a GPU name (see `cpt profiles list`), got \"h10\" (did you mean \"h100\"?)");
+  }
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(HardwareCatalog, ClusterFileWithReferencesAndInlineParts) {
+  const auto path = write_temp("cpt_test_cluster.json", R"({
+    "name": "mine", "node": "dgx_h100", "num_nodes": 4,
+    "fabric": {"name": "slow", "display_name": "slow IB", "topology": "fat_tree",
+               "link_bandwidth_Gbit_per_s": 100, "latency_us": 8, "rail_optimized": false,
+               "oversubscription": 2, "switch_radix": 32}})");
+  const auto c = cat().load_cluster(path.string(), "--cluster");
+  EXPECT_EQ(c.num_gpus, 32);
+  EXPECT_EQ(c.node.gpu.name, "h100_sxm5_80gb");
+  EXPECT_DOUBLE_EQ(c.inter_node_bandwidth_per_gpu().value(), 12.5e9);  // fabric link caps the NIC
+  std::filesystem::remove(path);
+}
+
+TEST(HardwareCatalog, BadClusterFilesNameFileAndPath) {
+  const auto bad_node = write_temp("cpt_test_bad1.json", R"({"name": "x", "node": "dgx_h1000", "num_nodes": 2, "fabric": "ib_ndr_400g"})");
+  try {
+    (void)cat().load_cluster(bad_node.string(), "--cluster");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), bad_node.string() +
+                                         ": $.node: expected a node name (see `cpt profiles list`), got \"dgx_h1000\" "
+                                         "(did you mean \"dgx_h100\"?)");
+  }
+  const auto negative = write_temp("cpt_test_bad2.json", R"({"name": "x", "node": "dgx_h100", "num_nodes": -1, "fabric": "ib_ndr_400g"})");
+  try {
+    (void)cat().load_cluster(negative.string(), "--cluster");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), negative.string() + ": $.num_nodes: expected an integer in [1, 1000000], got -1");
+  }
+  std::filesystem::remove(bad_node);
+  std::filesystem::remove(negative);
+}
+
+TEST(HardwareCatalog, ProfileNameMustMatchFileName) {
+  const std::vector<std::pair<std::string_view, std::string_view>> files = {
+      {"fabrics/a.json", R"({"name": "b", "display_name": "", "topology": "fat_tree", "link_bandwidth_Gbit_per_s": 1,
+                            "latency_us": 1, "rail_optimized": true, "oversubscription": 1, "switch_radix": 8})"}};
+  EXPECT_THROW(HardwareCatalog{files}, core::ConfigError);
+}
+
+}  // namespace
+}  // namespace cpt::spec

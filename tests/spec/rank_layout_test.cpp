@@ -1,0 +1,91 @@
+#include "spec/rank_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace cpt::spec {
+namespace {
+
+// The worked example of rank_layout.h: tp 2, dp 2, pp 2 on nodes of 4 GPUs.
+TEST(RankLayout, WorkedExample) {
+  const RankLayout l(ParallelConfig{.tp = 2, .dp = 2, .pp = 2}, 4);
+  EXPECT_EQ(l.world_size(), 8);
+  EXPECT_EQ(l.coord_of(5), (RankCoord{.tp = 1, .dp = 0, .pp = 1}));
+  EXPECT_EQ(l.coord_of(6), (RankCoord{.tp = 0, .dp = 1, .pp = 1}));
+  EXPECT_EQ(l.groups(Axis::kTp), (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(l.groups(Axis::kDp), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(l.groups(Axis::kPp), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(l.max_nodes_spanned(Axis::kTp), 1);
+  EXPECT_EQ(l.max_nodes_spanned(Axis::kDp), 1);
+  EXPECT_EQ(l.max_nodes_spanned(Axis::kPp), 2);
+}
+
+// Over a sweep of degrees and axis orders: coord_of and rank_of are inverse, the groups of every
+// axis partition the ranks, every group has size = degree, and members differ only on that axis.
+TEST(RankLayout, GroupsPartitionTheRanks) {
+  const std::vector<std::array<Axis, 4>> orders = {{Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp},
+                                                   {Axis::kTp, Axis::kCp, Axis::kPp, Axis::kDp},
+                                                   {Axis::kPp, Axis::kDp, Axis::kCp, Axis::kTp}};
+  int cases = 0;
+  for (int tp : {1, 2, 4})
+    for (int cp : {1, 2})
+      for (int dp : {1, 3, 4})
+        for (int pp : {1, 2, 5})
+          for (const auto& order : orders) {
+            const ParallelConfig c{.tp = tp, .cp = cp, .dp = dp, .pp = pp, .axis_order = order};
+            const RankLayout l(c, 8);
+            ASSERT_EQ(l.world_size(), tp * cp * dp * pp);
+            for (int r = 0; r < l.world_size(); ++r) ASSERT_EQ(l.rank_of(l.coord_of(r)), r);
+            for (Axis a : {Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp}) {
+              std::vector<int> seen(static_cast<std::size_t>(l.world_size()), 0);
+              for (const auto& g : l.groups(a)) {
+                ASSERT_EQ(static_cast<int>(g.size()), c.degree(a));
+                for (int r : g) {
+                  ++seen[static_cast<std::size_t>(r)];
+                  RankCoord x = l.coord_of(r), y = l.coord_of(g.front());
+                  x.set(a, 0);
+                  y.set(a, 0);
+                  ASSERT_EQ(x, y);
+                }
+              }
+              ASSERT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+            }
+            ++cases;
+          }
+  EXPECT_EQ(cases, 162);
+}
+
+TEST(RankLayout, DefaultOrderKeepsTensorParallelInsideANode) {
+  const RankLayout l(ParallelConfig{.tp = 8, .dp = 16, .pp = 4}, 8);
+  EXPECT_EQ(l.max_nodes_spanned(Axis::kTp), 1);
+  EXPECT_EQ(l.max_nodes_spanned(Axis::kDp), 16);
+  const RankLayout bad(ParallelConfig{.tp = 8, .dp = 16, .pp = 4, .axis_order = {Axis::kDp, Axis::kTp, Axis::kCp, Axis::kPp}}, 8);
+  EXPECT_EQ(bad.max_nodes_spanned(Axis::kTp), 8);
+}
+
+// HSDP: tp 2 x dp 8 on nodes of 4 GPUs -> each dp group spans 4 nodes with 2 members per node.
+TEST(RankLayout, HybridShardGroupsStayInsideNodesAndReplicateAcross) {
+  const RankLayout l(ParallelConfig{.tp = 2, .dp = 8, .zero_stage = 3, .hybrid_shard = true}, 4);
+  for (int r = 0; r < l.world_size(); ++r) {
+    const auto shard = l.dp_shard_group(r);
+    ASSERT_EQ(shard.size(), 2u);
+    for (int s : shard) EXPECT_EQ(l.node_of(s), l.node_of(r));
+    const auto rep = l.dp_replicate_group(r);
+    ASSERT_EQ(rep.size(), 4u);
+    std::set<int> nodes;
+    for (int s : rep) nodes.insert(l.node_of(s));
+    EXPECT_EQ(nodes.size(), 4u);
+    EXPECT_NE(std::find(rep.begin(), rep.end(), r), rep.end());
+  }
+  EXPECT_EQ(l.dp_shard_group(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(l.dp_replicate_group(0), (std::vector<int>{0, 4, 8, 12}));
+  // Without hybrid sharding the shard group is the whole dp group.
+  const RankLayout flat(ParallelConfig{.tp = 2, .dp = 8, .zero_stage = 3}, 4);
+  EXPECT_EQ(flat.dp_shard_group(0).size(), 8u);
+  EXPECT_EQ(flat.dp_replicate_group(0), std::vector<int>{0});
+}
+
+}  // namespace
+}  // namespace cpt::spec

@@ -1,0 +1,49 @@
+#include "spec/stage_partition.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace cpt::spec {
+namespace {
+
+TEST(StagePartition, EvenSplit) {
+  const auto p = StagePartition::balanced(32, 4, 1);
+  EXPECT_EQ(p.layers_per_stage(), (std::vector<int>{8, 8, 8, 8}));
+  EXPECT_EQ(p.first_layer(2), 16);
+  EXPECT_EQ(p.stage_of_layer(31), 3);
+}
+
+TEST(StagePartition, ExtraLayersGoToInnerStagesFirst) {
+  // Llama 3.1 405B: 126 layers over 16 stages -> 14 stages of 8 and 2 of 7; the ends get 7.
+  const auto p = StagePartition::balanced(126, 16, 1);
+  EXPECT_EQ(p.layers_in(0), 7);
+  EXPECT_EQ(p.layers_in(15), 7);
+  for (int s = 1; s < 15; ++s) EXPECT_EQ(p.layers_in(s), 8);
+  EXPECT_EQ(p.num_layers(), 126);
+  EXPECT_EQ(StagePartition::balanced(5, 2, 1).layers_per_stage(), (std::vector<int>{3, 2}));
+}
+
+TEST(StagePartition, InterleavedStagesMapToRanksRoundRobin) {
+  // The example in stage_partition.h: pp 2, v 2, 8 layers.
+  const auto p = StagePartition::balanced(8, 2, 2);
+  EXPECT_EQ(p.num_stages(), 4);
+  EXPECT_EQ(p.stages_of_rank(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(p.stages_of_rank(1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(p.first_layer(2), 4);
+  EXPECT_EQ(p.pp_rank_of(3), 1);
+  EXPECT_EQ(p.chunk_of(3), 1);
+  EXPECT_EQ(p.layers_of_rank(0), 4);
+}
+
+TEST(StagePartition, ExplicitListsAreChecked) {
+  EXPECT_FALSE(StagePartition::find_error({3, 5}, 8, 2, 1));
+  EXPECT_EQ(*StagePartition::find_error({3, 5}, 8, 4, 1), "expected pp (4) * virtual_stages (1) = 4 entries, got 2");
+  EXPECT_EQ(*StagePartition::find_error({0, 8}, 8, 2, 1), "stage 0 must hold >= 1 layer, got 0");
+  EXPECT_EQ(*StagePartition::find_error({4, 5}, 8, 2, 1), "layers per stage sum to 9, the model has 8");
+  EXPECT_EQ(StagePartition::from_list({3, 5}, 2, 1).layers_in(1), 5);
+  EXPECT_THROW(StagePartition::balanced(2, 4, 1), core::InternalError);
+}
+
+}  // namespace
+}  // namespace cpt::spec
