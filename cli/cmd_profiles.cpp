@@ -34,18 +34,12 @@ std::string peak(const spec::GpuSpec& g, spec::Precision p) {
   return v ? fixed(core::to_teraflops_per_second(*v), 1) : "-";
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
 core::TextTable gpu_table(const std::vector<spec::GpuSpec>& gpus) {
   core::TextTable t({"gpu", "aliases", "HBM GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "NVLink GB/s/dir"},
                     {Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
                      Align::kRight});
   for (const auto& g : gpus) {
-    t.add_row({g.name, join(g.aliases), fixed(core::to_gibibytes(g.hbm_capacity), 1),
+    t.add_row({g.name, core::join(g.aliases, ", "), fixed(core::to_gibibytes(g.hbm_capacity), 1),
                fixed(core::to_gigabytes_per_second(g.hbm_bandwidth), 0), peak(g, spec::Precision::kBf16),
                peak(g, spec::Precision::kFp8), fixed(core::to_gigabytes_per_second(g.nvlink_bandwidth), 0)});
   }

@@ -65,9 +65,9 @@ int main(int argc, char** argv) {
       for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
       if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
         const auto hint = core::closest_match(argv[1], names);
-        return fail(core::kExitBadInput, std::string("unknown subcommand \"") + argv[1] + "\"" +
-                                             (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
-                                             " (see `cpt --help`)");
+        std::string message = std::string("unknown subcommand \"") + argv[1] + "\"";
+        if (!hint.empty()) message += " (did you mean \"" + hint + "\"?)";
+        return fail(core::kExitBadInput, message + " (see `cpt --help`)");
       }
     }
     app.parse(argc, argv);

@@ -138,8 +138,7 @@ std::string JsonObjectReader::string(std::string_view key) {
 
 std::string JsonObjectReader::one_of(std::string_view key, const std::vector<std::string>& choices) {
   const Json& v = field(key);
-  std::string list;
-  for (const auto& c : choices) list += (list.empty() ? "" : "|") + c;
+  const std::string list = join(choices, "|");
   if (!v.is_string()) fail(key, str_cat("one of ", list), describe_json(v));
   auto s = v.get<std::string>();
   if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
@@ -209,12 +208,12 @@ std::optional<std::string> JsonObjectReader::optional_string(std::string_view ke
 std::pair<std::string, double> JsonObjectReader::positive_number_with_unit(
     std::string_view stem, const std::vector<std::string>& unit_suffixes) {
   std::vector<std::string> present;
-  std::string names;
+  std::vector<std::string> keys;
   for (const auto& u : unit_suffixes) {
-    const auto k = str_cat(stem, "_", u);
-    names += (names.empty() ? "" : " or ") + k;
-    if (has(k)) present.push_back(u);
+    keys.push_back(str_cat(stem, "_", u));
+    if (has(keys.back())) present.push_back(u);
   }
+  const std::string names = join(keys, " or ");
   if (present.size() != 1) {
     throw ConfigError(str_cat(origin_, ": ", path_of(stem), "_*: expected exactly one of ", names, ", got ",
                               present.empty() ? std::string("none") : str_cat(present.size(), " of them")));

@@ -136,15 +136,15 @@ int max_in_flight(const PipelineSchedule& schedule, int pp_rank) {
 std::string to_csv(const PipelineSchedule& schedule) {
   std::string out;
   for (const auto& rank : schedule.per_rank) {
-    std::string row;
+    std::vector<std::string> row;
     for (const Action& a : rank) {
       if (a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvActivation ||
           a.kind == ActionKind::kSendGrad || a.kind == ActionKind::kRecvGrad) {
         continue;
       }
-      row += (row.empty() ? "" : ",") + to_string(a);
+      row.push_back(to_string(a));
     }
-    out += row + "\n";
+    out += core::join(row, ",") + "\n";
   }
   return out;
 }

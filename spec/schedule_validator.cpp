@@ -129,13 +129,13 @@ std::optional<std::string> find_schedule_error(const PipelineSchedule& s) {
       }
     }
     if (!progress) {
-      std::string stuck;
+      std::vector<std::string> stuck;
       for (int r = 0; r < pp; ++r) {
         const auto& list = s.per_rank[static_cast<std::size_t>(r)];
         const auto i = next[static_cast<std::size_t>(r)];
-        if (i < list.size()) stuck += str_cat(stuck.empty() ? "" : ", ", at_rank(r, list[i]));
+        if (i < list.size()) stuck.push_back(at_rank(r, list[i]));
       }
-      return str_cat("deadlock: every unfinished rank waits on a receive whose send never comes: ", stuck);
+      return str_cat("deadlock: every unfinished rank waits on a receive whose send never comes: ", core::join(stuck, ", "));
     }
   }
   return std::nullopt;
