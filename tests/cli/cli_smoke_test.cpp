@@ -89,6 +89,18 @@ TEST(CliSmoke, ProfilesListAndShow) {
   EXPECT_EQ(cpt("profiles list").exit_code, 0);
 }
 
+TEST(CliSmoke, ExamplesLoad) {
+  const std::string examples = std::string(CPT_SOURCE_DIR) + "/examples";
+  for (const char* model : {"/models/tiny.json", "/models/my_llama_1b.json"}) {
+    const auto r = cpt("models show " + examples + model + " --json");
+    ASSERT_EQ(r.exit_code, 0) << model << ": " << r.err;
+    EXPECT_GT(nlohmann::json::parse(r.out)["params"]["total"].get<long long>(), 0);
+  }
+  const auto c = cpt("profiles show " + examples + "/clusters/h100_2nodes_custom_fabric.json --json");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(nlohmann::json::parse(c.out)["profile"]["num_gpus"], 16);
+}
+
 TEST(CliSmoke, RunPrintsTheDefault) {
   const auto r = cpt("run");
   EXPECT_EQ(r.exit_code, 0) << r.err;
