@@ -15,6 +15,7 @@
 #include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
 #include "spec/model_io.h"
+#include "spec/rank_layout.h"
 
 namespace cpt::spec {
 
@@ -88,9 +89,18 @@ std::string cluster_spec_hash(const ClusterSpec& cluster) {
   return core::stable_hash_hex(cluster_to_json(cluster).dump());
 }
 
+std::vector<std::string> find_plan_errors(const ModelSpec& model, const ClusterSpec& cluster, const Workload& workload,
+                                          const ParallelConfig& parallel) {
+  auto errors = find_parallel_config_errors(parallel, model, workload.seq_len, cluster.num_gpus);
+  if (errors.empty() && parallel.hybrid_shard) {
+    if (auto e = RankLayout(parallel, cluster.node.gpus_per_node).find_hybrid_shard_error()) errors.push_back(*e);
+  }
+  return errors;
+}
+
 Plan make_plan(const ModelSpec& model, const ClusterSpec& cluster, const Workload& workload,
                const ParallelConfig& parallel) {
-  const auto errors = find_parallel_config_errors(parallel, model, workload.seq_len, cluster.num_gpus);
+  const auto errors = find_plan_errors(model, cluster, workload, parallel);
   if (!errors.empty()) throw ConfigError(str_cat("parallel configuration: ", errors.front()));
   Plan p;
   p.provenance = Provenance{str_cat(core::kVersion, "+g", core::kGitSha), utc_now_iso8601(), model_spec_hash(model),
@@ -198,7 +208,7 @@ Plan plan_from_json(JsonObjectReader& r) {
   work.finish();
   auto par = r.object("parallel");
   p.parallel = parallel_config_from_json(par);
-  fail_if(find_parallel_config_errors(p.parallel, p.model, p.workload.seq_len, p.cluster.num_gpus), r, "parallel");
+  fail_if(find_plan_errors(p.model, p.cluster, p.workload, p.parallel), r, "parallel");
   auto pipe = r.object("pipeline");
   const auto list64 = pipe.integer_array("layers_per_stage", 1);
   std::vector<int> list(list64.begin(), list64.end());

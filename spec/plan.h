@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/json_reader.h"
 #include "spec/hardware_spec.h"
@@ -56,6 +57,11 @@ struct Plan {
   std::optional<Prediction> predicted;
   bool operator==(const Plan&) const = default;
 };
+
+// Every violated constraint of running `parallel` for `model` on `cluster`: the ParallelConfig
+// rules, plus hybrid-shard groups that the node size cannot split evenly.
+std::vector<std::string> find_plan_errors(const ModelSpec& model, const ClusterSpec& cluster, const Workload& workload,
+                                          const ParallelConfig& parallel);
 
 // Builds a plan for (model, cluster, workload, parallel) with a balanced stage partition and fresh
 // provenance. ConfigError listing the first violated constraint when the parallel config does not

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/str_cat.h"
 
 namespace cpt::spec {
 
@@ -120,6 +121,20 @@ std::vector<int> RankLayout::dp_replicate_group(int rank) const {
     if (other.size() == shard.size() && other[static_cast<std::size_t>(pos)] == r) out.push_back(r);
   }
   return out;
+}
+
+std::optional<std::string> RankLayout::find_hybrid_shard_error() const {
+  for (const auto& group : groups(Axis::kDp)) {
+    const auto size = dp_shard_group(group.front()).size();
+    for (int r : group) {
+      if (dp_shard_group(r).size() != size) {
+        return core::str_cat("hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of rank ",
+                             group.front(), " has ", size, " on node ", node_of(group.front()), " and ",
+                             dp_shard_group(r).size(), " on node ", node_of(r));
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace cpt::spec

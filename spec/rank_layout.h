@@ -23,6 +23,8 @@
 // group a single rank.
 
 #include <array>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "spec/parallel_config.h"
@@ -66,6 +68,9 @@ class RankLayout {
   [[nodiscard]] std::vector<int> dp_shard_group(int rank) const;
   // With hybrid_shard: the ranks holding the same shard on the other nodes; {rank} otherwise.
   [[nodiscard]] std::vector<int> dp_replicate_group(int rank) const;
+  // Why this layout cannot shard hybridly, or std::nullopt: every dp group must split into
+  // shard groups of one size (the same number of its members on each node it touches).
+  [[nodiscard]] std::optional<std::string> find_hybrid_shard_error() const;
 
  private:
   [[nodiscard]] static std::size_t index(Axis a) { return static_cast<std::size_t>(a); }

@@ -85,6 +85,15 @@ TEST(RankLayout, HybridShardGroupsStayInsideNodesAndReplicateAcross) {
   const RankLayout flat(ParallelConfig{.tp = 2, .dp = 8, .zero_stage = 3}, 4);
   EXPECT_EQ(flat.dp_shard_group(0).size(), 8u);
   EXPECT_EQ(flat.dp_replicate_group(0), std::vector<int>{0});
+  EXPECT_FALSE(l.find_hybrid_shard_error());
+}
+
+// dp 3 on nodes of 2 GPUs: dp group {0,1,2} has 2 ranks on node 0 and 1 on node 1.
+TEST(RankLayout, HybridShardNeedsEvenSplits) {
+  const RankLayout l(ParallelConfig{.dp = 3, .zero_stage = 3, .hybrid_shard = true}, 2);
+  EXPECT_EQ(*l.find_hybrid_shard_error(),
+            "hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of rank 0 has 2 on "
+            "node 0 and 1 on node 1");
 }
 
 }  // namespace
