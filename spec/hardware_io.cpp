@@ -123,7 +123,12 @@ Json gpu_to_json(const GpuSpec& g) {
   j["name"] = g.name;
   j["display_name"] = g.display_name;
   j["aliases"] = g.aliases;
-  j["hbm_capacity_GiB"] = core::to_gibibytes(g.hbm_capacity);
+  // The unit the number is whole in (80 GiB, 141 GB), so written profiles read like datasheets.
+  if (g.hbm_capacity.value() % core::kGiB != 0 && g.hbm_capacity.value() % 1'000'000'000 == 0) {
+    j["hbm_capacity_GB"] = g.hbm_capacity.value() / 1'000'000'000;
+  } else {
+    j["hbm_capacity_GiB"] = core::to_gibibytes(g.hbm_capacity);
+  }
   j["hbm_bandwidth_GB_per_s"] = core::to_gigabytes_per_second(g.hbm_bandwidth);
   for (auto p : kAllPrecisions) {
     if (auto peak = g.peak(p)) j[dense_key(p)] = core::to_teraflops_per_second(*peak);

@@ -85,9 +85,17 @@ TEST(Plan, BadPlansNameThePath) {
             "got layers per stage sum to 81, the model has 80");
   EXPECT_EQ(error_after([](core::Json& j) { j["parallel"]["schedule"] = "zb"; }),
             "plan.json: $.parallel.schedule: expected one of gpipe|1f1b|interleaved_1f1b, got string \"zb\"");
-  EXPECT_EQ(error_after([](core::Json& j) { j["cluster"]["node"]["gpu"]["hbm_capacity_GiB"] = -80; }),
-            "plan.json: $.cluster.node.gpu.hbm_capacity_GiB: expected a number > 0, got -80");
+  EXPECT_EQ(error_after([](core::Json& j) { j["cluster"]["node"]["gpu"]["hbm_capacity_GB"] = -80; }),
+            "plan.json: $.cluster.node.gpu.hbm_capacity_GB: expected a number > 0, got -80");
   EXPECT_EQ(error_after([](core::Json& j) { j["extra"] = 1; }), "plan.json: $.extra: unknown key");
+}
+
+TEST(Plan, ExampleInTheDocsLoads) {
+  const Plan p = load_plan(std::string(CPT_SOURCE_DIR) + "/examples/plans/llama3-70b_h200x64.json");
+  EXPECT_EQ(p.model, find_catalog_model("llama3-70b")->spec);
+  EXPECT_EQ(p.cluster, HardwareCatalog::builtin().cluster_for_gpu("h200", 64, "--gpu"));
+  EXPECT_EQ(p.parallel.grad_accum(), 32);
+  EXPECT_EQ(p.stages.layers_of_rank(0), 20);
 }
 
 TEST(Plan, MakePlanRejectsConfigsThatDoNotFit) {
