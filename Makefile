@@ -20,7 +20,7 @@ test: build
 
 # The main job on the embedded default.
 run: build
-	@$(BUILD)/cli/cpt run
+	@$(BUILD)/bin/cpt run
 
 clean:
 	rm -rf $(BUILD)

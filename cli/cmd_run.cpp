@@ -13,10 +13,8 @@
 #include "core/units.h"
 #include "core/version.h"
 #include "spec/hardware_catalog.h"
+#include "cli/executor_process.h"
 #include "spec/model_io.h"
-#ifdef CPT_HAVE_TORCH
-#include "executor/torch_compat.h"
-#endif
 
 namespace cpt::cli {
 namespace {
@@ -33,19 +31,11 @@ struct RunOptions {
 };
 
 std::string executor_status() {
-#ifdef CPT_HAVE_TORCH
-  const auto info = exec::torch_build_info();
-  std::string s = str_cat("LibTorch ", info.torch_version, ", ", info.cpu_threads, " CPU threads");
-  if (info.cuda_compiled) {
-    s += str_cat(", CUDA build with NCCL ", info.nccl_version, " (", info.cuda_devices, " CUDA devices visible)");
-  } else {
-    s += ", CPU build";
-  }
-  s += str_cat("; smoke matmul ", exec::torch_smoke_compute() == 54.0 ? "ok" : "WRONG");
-  return s;
-#else
-  return "not built (LibTorch not found at configure time; run scripts/setup)";
-#endif
+  if (!find_executor()) return "not built (LibTorch not found at configure time; run scripts/setup)";
+  auto r = run_executor({"info"});
+  while (!r.out.empty() && r.out.back() == '\n') r.out.pop_back();
+  if (r.exit_code != 0) return str_cat("cpt-exec failed (exit ", r.exit_code, ")");
+  return str_cat("cpt-exec: ", r.out);
 }
 
 void run(const RunOptions& o) {

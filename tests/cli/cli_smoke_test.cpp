@@ -106,6 +106,12 @@ TEST(CliSmoke, RunPrintsTheDefault) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("cpt-25m"), std::string::npos);
   EXPECT_NE(r.out.find("Not built yet"), std::string::npos);
+#ifdef CPT_HAVE_TORCH
+  EXPECT_NE(r.out.find("cpt-exec: LibTorch "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("smoke matmul ok"), std::string::npos) << r.out;
+#else
+  EXPECT_NE(r.out.find("executor      not built"), std::string::npos) << r.out;
+#endif
 }
 
 // Each bad input: exit 2, one line on stderr naming the flag or the file and JSON path.

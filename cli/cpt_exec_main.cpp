@@ -1,0 +1,54 @@
+// cpt-exec: the LibTorch side of cpt, started by `cpt` for the subcommands that train or measure
+// (cli/executor_process.h says why it is a separate binary). Today: `cpt-exec info [--json]`, the
+// LibTorch build and a CPU smoke computation. Exit codes as for `cpt` (core/error.h).
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/output.h"
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "executor/torch_compat.h"
+
+int main(int argc, char** argv) {
+  using namespace cpt;
+  CLI::App app("cpt-exec: the LibTorch executor of cpt (normally started by `cpt`)", "cpt-exec");
+  app.require_subcommand(1);
+  bool json = false;
+  auto* info = app.add_subcommand("info", "The LibTorch this executor was built with, and a smoke computation");
+  info->add_flag("--json", json, "Print JSON");
+  info->callback([&] {
+    const auto b = exec::torch_build_info();
+    const bool smoke_ok = exec::torch_smoke_compute() == 54.0;
+    if (json) {
+      cli::print_json({{"torch_version", b.torch_version},
+                       {"cuda_compiled", b.cuda_compiled},
+                       {"cuda_devices", b.cuda_devices},
+                       {"nccl_version", b.nccl_version},
+                       {"cpu_threads", b.cpu_threads},
+                       {"smoke_ok", smoke_ok}});
+      return;
+    }
+    std::cout << core::str_cat("LibTorch ", b.torch_version, ", ", b.cpu_threads, " CPU threads",
+                               b.cuda_compiled ? core::str_cat(", CUDA build with NCCL ", b.nccl_version, " (",
+                                                               b.cuda_devices, " CUDA devices visible)")
+                                               : std::string(", CPU build"),
+                               "; smoke matmul ", smoke_ok ? "ok" : "WRONG")
+              << "\n";
+  });
+  try {
+    app.parse(argc, argv);
+    return core::kExitOk;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "cpt-exec: error: " << e.what() << "\n";
+    return core::kExitBadInput;
+  } catch (const core::Error& e) {
+    std::cerr << "cpt-exec: error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "cpt-exec: error: internal error: " << e.what() << "\n";
+    return core::kExitInternal;
+  }
+}

@@ -1,0 +1,63 @@
+#include "cli/executor_process.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/str_cat.h"
+
+namespace cpt::cli {
+
+std::optional<std::filesystem::path> find_executor() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::nullopt;
+  auto candidate = self.parent_path() / "cpt-exec";
+  if (std::filesystem::is_regular_file(candidate, ec)) return candidate;
+  return std::nullopt;
+}
+
+ProcessOutput run_executor(const std::vector<std::string>& args) {
+  const auto exe = find_executor();
+  CPT_CHECK(exe.has_value(), "cpt-exec not found");
+  int pipe_fd[2];
+  if (::pipe(pipe_fd) != 0) throw core::RuntimeError(core::str_cat("cannot create a pipe: ", std::strerror(errno)));
+  const pid_t pid = ::fork();
+  if (pid < 0) throw core::RuntimeError(core::str_cat("cannot fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    ::dup2(pipe_fd[1], STDOUT_FILENO);
+    ::close(pipe_fd[0]);
+    ::close(pipe_fd[1]);
+    std::vector<std::string> storage = {exe->string()};
+    storage.insert(storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : storage) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    ::execv(exe->c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(pipe_fd[1]);
+  ProcessOutput result;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(pipe_fd[0], buf, sizeof buf);
+    if (n > 0) {
+      result.out.append(buf, static_cast<std::size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(pipe_fd[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status)) throw core::RuntimeError(core::str_cat(exe->string(), " was killed by signal ", WTERMSIG(status)));
+  result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+}  // namespace cpt::cli

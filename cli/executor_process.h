@@ -1,0 +1,27 @@
+#pragma once
+// The executor runs in its own binary, `cpt-exec`, beside `cpt`. Linking LibTorch (with CUDA,
+// cuDNN and NCCL) into `cpt` would cost every command ~0.4 s of library loading and static
+// initialisation, including `plan`, which must answer in well under a second; so `cpt` links no
+// LibTorch and starts `cpt-exec` only for the subcommands that train or measure.
+// (`cpt models list`: 2 ms without LibTorch, 430 ms with it, on the 2-core development machine.)
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cpt::cli {
+
+// `cpt-exec` in the directory of the running `cpt`, if it exists (it is not built without LibTorch).
+std::optional<std::filesystem::path> find_executor();
+
+struct ProcessOutput {
+  int exit_code = -1;
+  std::string out;  // standard output; standard error passes through to ours
+};
+
+// Runs `cpt-exec args...` and captures its standard output. REQUIRES: find_executor().
+// RuntimeError when it cannot be started or is killed by a signal.
+ProcessOutput run_executor(const std::vector<std::string>& args);
+
+}  // namespace cpt::cli
