@@ -44,8 +44,7 @@ int main(int argc, char** argv) {
                                 "the planner (issue #4, on the cost model of issue #3)");
   cli::register_unbuilt_command(app, "whatif", "Re-evaluate a plan under other hardware or workload",
                                 "what-if analysis (issue #4)");
-  cli::register_unbuilt_command(app, "estimate", "Memory and step time of one explicit configuration",
-                                "the cost model (issue #3)");
+  cli::register_estimate_command(app);
   cli::register_unbuilt_command(app, "simulate", "Discrete-event replay of a plan's training step",
                                 "the simulator (issue #5)");
   cli::register_unbuilt_command(app, "train", "Run the training job a plan describes",

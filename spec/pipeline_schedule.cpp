@@ -120,17 +120,25 @@ PipelineSchedule make_schedule(ScheduleKind kind, int pp, int v, int m) {
   return s;
 }
 
-int max_in_flight(const PipelineSchedule& schedule, int pp_rank) {
+double max_live_weight(const PipelineSchedule& schedule, int pp_rank, std::span<const double> weight_of_stage) {
   CPT_CHECK(pp_rank >= 0 && pp_rank < schedule.pp, "pp_rank ", pp_rank, " of ", schedule.pp);
-  int live = 0;
-  int peak = 0;
+  CPT_CHECK(static_cast<int>(weight_of_stage.size()) == schedule.num_stages(), "weights for ",
+            weight_of_stage.size(), " stages, schedule has ", schedule.num_stages());
+  double live = 0;
+  double peak = 0;
   for (const Action& a : schedule.per_rank[static_cast<std::size_t>(pp_rank)]) {
-    if (a.kind == ActionKind::kForward) peak = std::max(peak, ++live);
+    const double w = weight_of_stage[static_cast<std::size_t>(a.stage)];
+    if (a.kind == ActionKind::kForward) peak = std::max(peak, live += w);
     // Activations are released by the backward (or by its input part, for split backward; the
     // weight part keeps only what it needs, which the memory model accounts separately).
-    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) --live;
+    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) live -= w;
   }
   return peak;
+}
+
+int max_in_flight(const PipelineSchedule& schedule, int pp_rank) {
+  const std::vector<double> ones(static_cast<std::size_t>(schedule.num_stages()), 1.0);
+  return static_cast<int>(max_live_weight(schedule, pp_rank, ones) + 0.5);
 }
 
 std::string to_csv(const PipelineSchedule& schedule) {

@@ -19,6 +19,7 @@
 // matching send has been posted.
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,12 @@ std::optional<std::string> find_schedule_error(const PipelineSchedule& schedule)
 // The largest number of microbatches whose activations a pipeline rank holds at once (forwards
 // done whose backward has not yet run, over all its chunks). 1F1B: min(pp − rank, m).
 int max_in_flight(const PipelineSchedule& schedule, int pp_rank);
+
+// The largest total weight of live microbatches on a pipeline rank, where a (stage, microbatch)
+// is live from its forward to its backward (or input-gradient part) and weighs
+// weight_of_stage[stage] (e.g. the activation bytes of that stage's layers). With all weights 1 this
+// is max_in_flight. REQUIRES: weight_of_stage.size() == num_stages().
+double max_live_weight(const PipelineSchedule& schedule, int pp_rank, std::span<const double> weight_of_stage);
 
 // Compute actions only, one CSV row per rank: "F0.0,F0.1,B0.0,...".
 std::string to_csv(const PipelineSchedule& schedule);

@@ -1,0 +1,61 @@
+#include "costmodel/collective_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cpt::cost {
+
+using core::Seconds;
+
+namespace {
+
+// One level: a ring (or a tree for all-reduce) of n ranks over `link`.
+double one_level(Collective kind, double S, int n, const LinkCost& link, double eff) {
+  if (n <= 1 || S <= 0) return 0.0;
+  const double B = link.bandwidth.value() * eff;
+  const double a = link.latency.value();
+  const double frac = static_cast<double>(n - 1) / n;
+  switch (kind) {
+    case Collective::kAllReduce: {
+      const double ring = 2 * frac * S / B + 2 * (n - 1) * a;
+      const double tree = 2 * S / B + 2 * std::ceil(std::log2(n)) * a;
+      return std::min(ring, tree);
+    }
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+      return frac * S / B + (n - 1) * a;
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+Seconds collective_time(Collective kind, core::Bytes bytes, const GroupPlacement& g, double eff) {
+  const double S = static_cast<double>(bytes.value());
+  if (g.size <= 1 || S <= 0) return Seconds(0);
+  if (g.nodes <= 1) return Seconds(one_level(kind, S, g.size, g.intra, eff));
+  if (g.ranks_per_node <= 1) return Seconds(one_level(kind, S, g.size, g.inter, eff));
+  // Two levels: k ranks in each of N nodes.
+  const int k = g.ranks_per_node;
+  const int N = g.nodes;
+  switch (kind) {
+    case Collective::kAllReduce:
+      return Seconds(one_level(Collective::kReduceScatter, S, k, g.intra, eff) +
+                     one_level(Collective::kAllReduce, S / k, N, g.inter, eff) +
+                     one_level(Collective::kAllGather, S, k, g.intra, eff));
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      return Seconds(one_level(kind, S / k, N, g.inter, eff) + one_level(kind, S, k, g.intra, eff));
+    case Collective::kAllToAll:
+      return Seconds(one_level(kind, S, k, g.intra, eff) + one_level(kind, S * (N - 1) / N, N, g.inter, eff));
+  }
+  return Seconds(0);
+}
+
+Seconds p2p_time(core::Bytes bytes, const LinkCost& link, double eff) {
+  if (bytes.value() <= 0) return Seconds(0);
+  return Seconds(link.latency.value() + static_cast<double>(bytes.value()) / (link.bandwidth.value() * eff));
+}
+
+}  // namespace cpt::cost

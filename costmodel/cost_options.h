@@ -1,0 +1,75 @@
+#pragma once
+// CostModelOptions: every constant of the cost model that is not a property of the model, the
+// cluster or the parallel configuration, with its default and why (docs/costmodel.md lists them
+// with their sources). A user overrides them with flags of `cpt estimate`; `cpt calibrate`
+// (issue #9) fits the efficiency curves and latencies to the machine at hand.
+
+#include <vector>
+
+#include "core/units.h"
+#include "spec/hardware_spec.h"
+
+namespace cpt::cost {
+
+// Efficiency (achieved / dense peak) of a matrix-engine op as a function of its size in FLOPs:
+// piecewise linear in log10(FLOPs) between the points, constant beyond the ends.
+struct EfficiencyCurve {
+  struct Point {
+    double gflops;      // op size, 10^9 FLOPs
+    double efficiency;  // in (0, 1]
+  };
+  std::vector<Point> points;  // REQUIRES: gflops strictly increasing
+  [[nodiscard]] double at(double flops) const;
+};
+
+struct CostModelOptions {
+  // Precision of the matrix engines; activations and weights are 16-bit for bf16/fp16/fp8 (fp8
+  // GEMMs keep 16-bit master activations, as Transformer Engine does) and 32-bit for fp32.
+  spec::Precision precision = spec::Precision::kBf16;
+  // FlashAttention: no s² score matrix is stored, and causal attention does half the work.
+  // Megatron-LM and torchtitan both default to fused attention today; Korthikanti et al. 2022
+  // predates it (their Table 2 and Table 5 set this to false).
+  bool flash_attention = true;
+  // Megatron keeps fp32 "main" gradients (18 bytes per parameter with Adam); DeepSpeed's ZeRO paper
+  // counts 16-bit gradients (16 bytes per parameter, Rajbhandari et al. 2020 Table 1).
+  bool fp32_main_grads = true;
+
+  // GEMM efficiency over GEMM size. The shape (0.10 at 10 MFLOP rising to 0.80 above 100 GFLOP,
+  // log-linear) is an assumption in the spirit of Calculon's A100 table; its level was fitted once,
+  // as a single scale factor (0.96, RMS error 6.1%), to the ten per-layer times of Korthikanti et
+  // al. 2022 Table 4 (22B layer, A100, TP 8) and is held fixed for every other check
+  // (docs/costmodel.md, "Calibration"). `cpt calibrate` (issue #9) refits it per machine.
+  EfficiencyCurve gemm_efficiency{{{0.01, 0.096}, {0.1, 0.336}, {1.0, 0.576}, {10.0, 0.72}, {100.0, 0.768}}};
+  // Fused attention kernels reach a lower fraction of peak than plain GEMMs (FlashAttention-2
+  // paper: 50-73% of A100 peak forward, lower backward).
+  EfficiencyCurve attention_efficiency{{{0.1, 0.25}, {1.0, 0.45}, {10.0, 0.55}, {100.0, 0.60}}};
+  // Fraction of HBM bandwidth that element-wise kernels reach (STREAM-like kernels on A100/H100).
+  double hbm_efficiency = 0.80;
+  // Fraction of link bandwidth that large collectives reach (NCCL busBW vs link rate).
+  double network_efficiency = 0.85;
+  // Fixed cost of each kernel launch and framework step, charged per kernel on the critical path.
+  core::Seconds kernel_overhead = core::microseconds(6.0);
+
+  // HBM bytes the optimizer step moves per parameter of the local shard: fused Adam reads the fp32
+  // parameter, gradient and two moments and writes three back (28), the gradient norm for clipping
+  // reads the gradients (4), and the 16-bit copy of the parameter is refreshed (6). fp16 adds the
+  // loss-scale unscale and inf check (8 more).
+  double optimizer_bytes_per_param = 38.0;
+
+  // DP gradient buckets (Megatron/DDP default 40 M elements; torch DDP 25 MiB).
+  std::int64_t bucket_elements = 40'000'000;
+  // ZeRO-3 gathers this many blocks ahead of use (FSDP's forward prefetch of one, plus the block
+  // in use).
+  int zero3_prefetch_blocks = 2;
+  // While communication overlaps compute, compute slows by this fraction of the overlapped time
+  // (SM and HBM contention; Calculon's processor_usage: 0.15 NVLink, 0.02 InfiniBand).
+  double overlap_slowdown_nvlink = 0.15;
+  double overlap_slowdown_network = 0.02;
+
+  // Memory that is not model state or activations.
+  core::Bytes cuda_context = core::gibibytes(0.75);   // CUDA context, cuBLAS and cuDNN workspaces
+  core::Bytes comm_buffer_per_group = core::gibibytes(0.125);  // NCCL buffers per group of size > 1
+  double fragmentation = 0.05;  // caching-allocator slack, as a fraction of activations + buffers
+};
+
+}  // namespace cpt::cost

@@ -1,0 +1,43 @@
+#include "costmodel/estimate_json.h"
+
+#include <nlohmann/json.hpp>
+
+namespace cpt::cost {
+
+using core::Json;
+
+Json memory_to_json(const MemoryBreakdown& m) {
+  return {{"weights", core::to_gibibytes(m.weights)},     {"grads", core::to_gibibytes(m.grads)},
+          {"optimizer", core::to_gibibytes(m.optimizer)}, {"activations", core::to_gibibytes(m.activations)},
+          {"other", core::to_gibibytes(m.other)},         {"total", core::to_gibibytes(m.total())}};
+}
+
+Json time_to_json(const StepTimeBreakdown& t) {
+  return {{"compute", t.compute.value()},     {"recompute", t.recompute.value()}, {"tp_comm", t.tp_comm.value()},
+          {"cp_comm", t.cp_comm.value()},     {"pp_comm", t.pp_comm.value()},     {"pp_bubble", t.pp_bubble.value()},
+          {"dp_comm", t.dp_comm.value()},     {"optimizer", t.optimizer.value()}, {"other", t.other.value()}};
+}
+
+Json evaluation_to_json(const Evaluation& ev) {
+  if (const auto* inf = std::get_if<Infeasible>(&ev)) {
+    return {{"feasible", false}, {"infeasible_reason", to_string(inf->reason)}, {"infeasible_detail", inf->detail}};
+  }
+  const auto& e = std::get<Estimate>(ev);
+  Json per_rank = Json::array();
+  for (const auto& m : e.memory_per_pp_rank) per_rank.push_back(memory_to_json(m));
+  return {{"feasible", true},
+          {"infeasible_reason", nullptr},
+          {"step_time_s", e.time.total().value()},
+          {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
+          {"model_tflops_per_gpu", e.model_tflops_per_gpu},
+          {"mfu", e.mfu},
+          {"hfu", e.hfu},
+          {"flop_convention", "Korthikanti et al. 2022 eq. (7) for MFU, eq. (8) for HFU (non-causal attention)"},
+          {"peak_memory_GiB", core::to_gibibytes(e.peak_memory().total())},
+          {"worst_pp_rank", e.worst_pp_rank},
+          {"memory_GiB", memory_to_json(e.peak_memory())},
+          {"memory_GiB_per_pp_rank", per_rank},
+          {"time_s", time_to_json(e.time)}};
+}
+
+}  // namespace cpt::cost

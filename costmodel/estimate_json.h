@@ -1,0 +1,18 @@
+#pragma once
+// The JSON of an evaluation: the keys of `cpt estimate --json` (a stable contract; other tools and
+// plan.predicted read them). Memory in GiB, time in seconds, rates per GPU.
+
+#include "core/json_reader.h"
+#include "costmodel/step_estimator.h"
+
+namespace cpt::cost {
+
+// {feasible, infeasible_reason, infeasible_detail, step_time_s, tokens_per_s_per_gpu,
+//  model_tflops_per_gpu, mfu, hfu, flop_convention, peak_memory_GiB, worst_pp_rank,
+//  memory_GiB {weights, grads, optimizer, activations, other}, memory_GiB_per_pp_rank [...],
+//  time_s {compute, recompute, tp_comm, cp_comm, pp_comm, pp_bubble, dp_comm, optimizer, other}}
+core::Json evaluation_to_json(const Evaluation& evaluation);
+core::Json memory_to_json(const MemoryBreakdown& m);
+core::Json time_to_json(const StepTimeBreakdown& t);
+
+}  // namespace cpt::cost

@@ -1,0 +1,159 @@
+#include "costmodel/layer_costs.h"
+
+#include <algorithm>
+
+namespace cpt::cost {
+
+using core::Seconds;
+
+int activation_bytes(spec::Precision p) { return p == spec::Precision::kFp32 ? 4 : 2; }
+
+namespace {
+
+// The matrix-engine peak for the options' precision; bf16 when the part lacks it (documented:
+// e.g. fp8 on A100 falls back to bf16).
+double peak(const spec::GpuSpec& gpu, spec::Precision p) {
+  if (auto v = gpu.peak(p)) return v->value();
+  return gpu.peak(spec::Precision::kBf16)->value();
+}
+
+Seconds memory_time(double bytes, const spec::GpuSpec& gpu, const CostModelOptions& o) {
+  return Seconds(bytes / (gpu.hbm_bandwidth.value() * o.hbm_efficiency));
+}
+
+struct Shape {
+  double T;   // tokens per rank
+  double h, f, d, a, g, s, V;
+  double tp, cp;
+  bool sp;
+  double e;   // bytes per activation element
+  bool gated;
+  bool dropout;  // GPT family
+};
+
+Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const CostModelOptions& o) {
+  Shape x{};
+  x.T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
+  x.h = m.hidden;
+  x.f = m.ffn_hidden;
+  x.d = m.head_dim();
+  x.a = m.heads;
+  x.g = m.kv_heads;
+  x.s = seq_len;
+  x.V = static_cast<double>(m.padded_vocab(128LL * p.tp));
+  x.tp = p.tp;
+  x.cp = p.cp;
+  x.sp = p.sequence_parallel;
+  x.e = activation_bytes(o.precision);
+  x.gated = m.mlp == spec::MlpKind::kSwiGLU;
+  x.dropout = m.mlp == spec::MlpKind::kGelu;
+  return x;
+}
+
+}  // namespace
+
+Seconds gemm_time(double flops, const spec::GpuSpec& gpu, const CostModelOptions& o) {
+  if (flops <= 0) return Seconds(0);
+  return Seconds(flops / (peak(gpu, o.precision) * o.gemm_efficiency.at(flops)));
+}
+
+BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len,
+                       const spec::GpuSpec& gpu, const CostModelOptions& o) {
+  const Shape x = shape_of(m, p, seq_len, o);
+  BlockCosts c;
+  // GEMMs: 2·m·n·k each.
+  const double qkv = 2 * x.T * x.h * (x.a + 2 * x.g) * x.d / x.tp;
+  const double out = 2 * x.T * (x.a * x.d / x.tp) * x.h;
+  const double up = 2 * x.T * x.h * (x.gated ? 2 : 1) * x.f / x.tp;
+  const double down = 2 * x.T * (x.f / x.tp) * x.h;
+  const double gemm_flops = qkv + out + up + down;
+  const Seconds gemm_fwd = gemm_time(qkv, gpu, o) + gemm_time(out, gpu, o) + gemm_time(up, gpu, o) +
+                           gemm_time(down, gpu, o);
+
+  // Attention core: QK^T and AV, each 2·T·s·d per head; causal with a fused kernel does half.
+  const double attn_full = 4 * x.T * x.s * x.d * (x.a / x.tp);
+  const double attn_fwd_flops = o.flash_attention ? attn_full / 2 : attn_full;
+  const double attn_bwd_flops = o.flash_attention ? 2.5 * attn_fwd_flops : 2 * attn_full;  // FA2 recomputes P
+  Seconds attn_fwd;
+  Seconds attn_bwd;
+  double score_bytes = 0;
+  if (o.flash_attention) {
+    const double pk = peak(gpu, o.precision);
+    attn_fwd = Seconds(attn_fwd_flops / (pk * o.attention_efficiency.at(attn_fwd_flops)));
+    attn_bwd = Seconds(attn_bwd_flops / (pk * o.attention_efficiency.at(attn_bwd_flops)));
+  } else {
+    // Materialised scores [b, a/tp, T, s]: written by QK^T, softmax read + write, dropout read +
+    // write + 1-byte mask, read by AV (Korthikanti et al. 2022 §4.1 lists the stored tensors).
+    const double scores = x.T * x.s * (x.a / x.tp);
+    score_bytes = scores * (5 * x.e + 1);
+    attn_fwd = gemm_time(attn_full, gpu, o) + memory_time(score_bytes, gpu, o);
+    attn_bwd = gemm_time(2 * attn_full, gpu, o) + memory_time(2 * score_bytes, gpu, o);
+  }
+
+  // Element-wise traffic (bytes): norms read + write, residual adds read 2 write 1, activation,
+  // RoPE on q and k, dropout masks (GPT). Norm/residual work is split over tp under SP.
+  const double sp_div = x.sp ? x.tp : 1.0;
+  double elementwise = (2 * 2 + 2 * 3) * x.T * x.h * x.e / sp_div;
+  elementwise += (x.gated ? 3 : 2) * x.T * x.f / x.tp * x.e;
+  if (!x.dropout) elementwise += 2 * x.T * (x.a + x.g) * x.d / x.tp * x.e;  // RoPE (LLaMA family)
+  if (x.dropout) elementwise += 2 * x.T * x.h / sp_div;                  // dropout masks, 1 byte
+  const Seconds mem_fwd = memory_time(elementwise, gpu, o);
+
+  const int kernels_fwd = o.flash_attention ? 12 : 15;
+  c.forward = {gemm_fwd, attn_fwd, mem_fwd, o.kernel_overhead * kernels_fwd};
+  c.backward = {gemm_fwd * 2.0, attn_bwd, mem_fwd * 2.0, o.kernel_overhead * (2 * kernels_fwd)};
+
+  c.tp_bytes = core::Bytes(static_cast<std::int64_t>(x.T * x.h * x.e));
+  const int tp_coll = p.tp > 1 ? 2 : 0;  // after attention and after the MLP (Megatron f/g)
+  c.tp_collectives_forward = tp_coll;
+  c.tp_collectives_backward = tp_coll;
+  switch (p.recompute) {
+    case spec::Recompute::kNone:
+      break;
+    case spec::Recompute::kSelective:  // the attention core only (Korthikanti et al. 2022 §4.2)
+      c.recompute = {Seconds(0), attn_fwd, Seconds(0), o.kernel_overhead * (o.flash_attention ? 1 : 4)};
+      break;
+    case spec::Recompute::kFull:
+      c.recompute = c.forward;
+      c.tp_collectives_recompute = tp_coll;
+      break;
+  }
+  if (p.cp > 1) {
+    // Ring attention: each rank passes its K and V blocks cp − 1 times forward; backward passes
+    // K, V and their gradients.
+    const double kv = 2 * x.T * x.g * x.d / x.tp * x.e;
+    c.cp_bytes_forward = core::Bytes(static_cast<std::int64_t>(kv * (x.cp - 1)));
+    c.cp_bytes_backward = core::Bytes(static_cast<std::int64_t>(2 * kv * (x.cp - 1)));
+  }
+  const double model_attn = attn_full;  // non-causal, the published-MFU convention
+  c.model_flops = core::Flops(3 * (gemm_flops + model_attn));
+  double recompute_flops = 0;
+  if (p.recompute == spec::Recompute::kFull) recompute_flops = gemm_flops + attn_fwd_flops;
+  if (p.recompute == spec::Recompute::kSelective) recompute_flops = attn_fwd_flops;
+  c.hardware_flops = core::Flops(3 * gemm_flops + attn_fwd_flops + attn_bwd_flops + recompute_flops);
+  return c;
+}
+
+HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const spec::GpuSpec& gpu,
+                     const CostModelOptions& o) {
+  const Shape x = shape_of(m, p, seq_len, o);
+  HeadCosts c;
+  // Embedding: a gather (write T·h) forward, a scatter-add of the gradient backward.
+  const double emb_bytes = 2 * x.T * x.h * x.e;
+  c.embedding_forward = {Seconds(0), Seconds(0), memory_time(emb_bytes, gpu, o), o.kernel_overhead * 2};
+  c.embedding_backward = {Seconds(0), Seconds(0), memory_time(2 * emb_bytes, gpu, o), o.kernel_overhead * 2};
+  // LM head [T, h] x [h, V/tp], then the vocab-parallel cross-entropy: logits in fp32, softmax
+  // read + write, gradient write.
+  const double head = 2 * x.T * x.h * x.V / x.tp;
+  const double logits = x.T * x.V / x.tp;
+  const double ce_bytes = logits * (x.e + 4 * 3);
+  const double norm_bytes = 2 * x.T * x.h * x.e / (x.sp ? x.tp : 1.0);
+  c.head_forward = {gemm_time(head, gpu, o), Seconds(0), memory_time(ce_bytes + norm_bytes, gpu, o),
+                    o.kernel_overhead * 6};
+  c.head_backward = {gemm_time(head, gpu, o) * 2.0, Seconds(0), memory_time(logits * (4 + x.e) + 2 * norm_bytes, gpu, o),
+                     o.kernel_overhead * 6};
+  c.model_flops = core::Flops(3 * head);
+  return c;
+}
+
+}  // namespace cpt::cost

@@ -1,0 +1,68 @@
+#pragma once
+// FLOPs, bytes and compute time of one transformer block, and of the embedding and LM head, for
+// one microbatch on one rank after tensor, sequence and context parallelism.
+//
+// Shapes (per rank; T = micro_batch · seq_len / cp tokens, d = head_dim):
+//   qkv   [T, h] x [h, (a + 2g)·d / tp]        out   [T, a·d / tp] x [a·d / tp, h]
+//   up    [T, h] x [h, f / tp] (x2 for SwiGLU) down  [T, f / tp] x [f / tp, h]
+//   attention core per rank: a / tp heads, T queries against seq_len keys (causal)
+// Backward runs two GEMMs (input and weight gradient) per forward GEMM.
+// Sources: Narayanan et al. 2021 §3.1 / Korthikanti et al. 2022 §3 for the GPT block; the SwiGLU
+// and GQA widths follow the model (docs/costmodel.md, "FLOPs").
+
+#include "core/units.h"
+#include "costmodel/cost_options.h"
+#include "spec/hardware_spec.h"
+#include "spec/model_spec.h"
+#include "spec/parallel_config.h"
+
+namespace cpt::cost {
+
+// The time of one pass split by kind, so that the step breakdown can name each.
+struct PassTime {
+  core::Seconds gemm;       // matrix-engine GEMMs
+  core::Seconds attention;  // attention core (fused kernel, or batched GEMMs + softmax)
+  core::Seconds memory;     // memory-bound element-wise kernels (norms, activations, residuals)
+  core::Seconds overhead;   // kernel launches
+  [[nodiscard]] core::Seconds total() const { return gemm + attention + memory + overhead; }
+};
+
+struct BlockCosts {
+  PassTime forward;
+  PassTime backward;
+  PassTime recompute;  // extra forward work in backward: full block, attention core, or none
+  // FLOPs of one block (per rank, per microbatch): the model convention (non-causal attention,
+  // no recompute; Korthikanti et al. 2022 eq. 7) and what the hardware really executes.
+  core::Flops model_flops;
+  core::Flops hardware_flops;
+  // Tensor-parallel traffic: each collective moves `tp_bytes` (an all-reduce, or a reduce-scatter
+  // plus an all-gather under sequence parallelism); `tp_collectives_*` per pass.
+  core::Bytes tp_bytes;
+  int tp_collectives_forward = 0;
+  int tp_collectives_backward = 0;
+  int tp_collectives_recompute = 0;
+  // Context-parallel traffic per pass: K and V blocks passed around the cp ring.
+  core::Bytes cp_bytes_forward;
+  core::Bytes cp_bytes_backward;
+};
+
+struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
+  PassTime embedding_forward;
+  PassTime embedding_backward;
+  PassTime head_forward;
+  PassTime head_backward;
+  core::Flops model_flops;  // LM head GEMMs, forward + backward
+};
+
+// Bytes per element of activations and of weights in the compute precision.
+int activation_bytes(spec::Precision p);
+
+BlockCosts block_costs(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
+                       const spec::GpuSpec& gpu, const CostModelOptions& options);
+HeadCosts head_costs(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
+                     const spec::GpuSpec& gpu, const CostModelOptions& options);
+
+// Time of one GEMM of `flops` on `gpu` at the options' precision and efficiency curve.
+core::Seconds gemm_time(double flops, const spec::GpuSpec& gpu, const CostModelOptions& options);
+
+}  // namespace cpt::cost

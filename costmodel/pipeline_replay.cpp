@@ -1,0 +1,78 @@
+#include "costmodel/pipeline_replay.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace cpt::cost {
+
+using K = spec::ActionKind;
+
+ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const double> fwd, std::span<const double> bwd,
+                             std::span<const double> p2p) {
+  const int stages = s.num_stages();
+  const int m = s.num_microbatches;
+  CPT_CHECK(static_cast<int>(fwd.size()) == stages && static_cast<int>(bwd.size()) == stages &&
+                static_cast<int>(p2p.size()) == stages,
+            "durations for ", fwd.size(), "/", bwd.size(), "/", p2p.size(), " stages, schedule has ", stages);
+  const auto idx = [m](int stage, int mb) { return static_cast<std::size_t>(stage * m + mb); };
+  constexpr double kUnknown = -1.0;
+  std::vector<double> act_arrives(static_cast<std::size_t>(stages * m), kUnknown);   // input of (s, mb)
+  std::vector<double> grad_arrives(static_cast<std::size_t>(stages * m), kUnknown);  // output grad of (s, mb)
+  std::vector<double> fwd_end(static_cast<std::size_t>(stages * m), 0.0);
+  std::vector<double> bwd_end(static_cast<std::size_t>(stages * m), 0.0);
+
+  const auto pp = static_cast<std::size_t>(s.pp);
+  std::vector<std::size_t> next(pp, 0);
+  std::vector<double> clock(pp, 0.0);
+  std::vector<double> busy(pp, 0.0);
+  std::size_t remaining = 0;
+  for (const auto& l : s.per_rank) remaining += l.size();
+  while (remaining > 0) {
+    bool progress = false;
+    for (std::size_t r = 0; r < pp; ++r) {
+      const auto& list = s.per_rank[r];
+      while (next[r] < list.size()) {
+        const auto& a = list[next[r]];
+        const auto su = static_cast<std::size_t>(a.stage);
+        double& t = clock[r];
+        if (a.kind == K::kRecvActivation) {
+          const double at = act_arrives[idx(a.stage, a.microbatch)];
+          if (at == kUnknown) break;
+          t = std::max(t, at);
+        } else if (a.kind == K::kRecvGrad) {
+          const double at = grad_arrives[idx(a.stage, a.microbatch)];
+          if (at == kUnknown) break;
+          t = std::max(t, at);
+        } else if (a.kind == K::kForward) {
+          t += fwd[su];
+          busy[r] += fwd[su];
+          fwd_end[idx(a.stage, a.microbatch)] = t;
+        } else if (a.kind == K::kBackward) {
+          t += bwd[su];
+          busy[r] += bwd[su];
+          bwd_end[idx(a.stage, a.microbatch)] = t;
+        } else if (a.kind == K::kSendActivation) {
+          act_arrives[idx(a.stage + 1, a.microbatch)] = fwd_end[idx(a.stage, a.microbatch)] + p2p[su];
+        } else if (a.kind == K::kSendGrad) {
+          grad_arrives[idx(a.stage - 1, a.microbatch)] = bwd_end[idx(a.stage, a.microbatch)] + p2p[su - 1];
+        } else {
+          CPT_CHECK(false, "split backward is not replayed yet: ", spec::to_string(a));
+        }
+        ++next[r];
+        --remaining;
+        progress = true;
+      }
+    }
+    CPT_CHECK(progress, "schedule deadlocks; run find_schedule_error first");
+  }
+  ReplayResult out;
+  for (std::size_t r = 0; r < pp; ++r) {
+    out.busy.emplace_back(busy[r]);
+    out.finish.emplace_back(clock[r]);
+    out.makespan = std::max(out.makespan, core::Seconds(clock[r]));
+  }
+  return out;
+}
+
+}  // namespace cpt::cost

@@ -1,0 +1,29 @@
+#pragma once
+// Replays a spec::PipelineSchedule with per-stage durations and returns when each rank finishes:
+// the list scheduling that makes the bubble exact for any (pp, v, m), uneven stages and heavier
+// first and last stages, where closed forms such as (p−1)/(m+p−1) only hold for uniform stages.
+//
+// Each rank runs its actions in order on one compute stream. A forward (backward) starts when the
+// rank is free and its input activation (output gradient) has arrived; a send is asynchronous and
+// its data arrives `p2p_after[s]` after the producing compute ends (stage s -> s+1, and back).
+
+#include <span>
+#include <vector>
+
+#include "core/units.h"
+#include "spec/pipeline_schedule.h"
+
+namespace cpt::cost {
+
+struct ReplayResult {
+  core::Seconds makespan;                // last action of any rank
+  std::vector<core::Seconds> busy;       // compute time of each rank
+  std::vector<core::Seconds> finish;     // finish time of each rank
+};
+
+// REQUIRES: find_schedule_error(schedule) is empty; one entry per stage in each span (seconds);
+// the schedule has no split backward (I/W).
+ReplayResult replay_schedule(const spec::PipelineSchedule& schedule, std::span<const double> forward_s,
+                             std::span<const double> backward_s, std::span<const double> p2p_after_s);
+
+}  // namespace cpt::cost

@@ -1,0 +1,72 @@
+#pragma once
+// evaluate(): memory and time of one training step of a ParallelConfig, or why it cannot run.
+// An infeasible configuration is a value, not an exception: the planner meets millions of them.
+//
+// Step time = replay of the pipeline schedule with per-stage forward/backward durations (compute,
+// recompute, exposed TP/CP communication, ZeRO-3 gathers) and point-to-point transfers, + the
+// exposed part of the data-parallel gradient reduction, + the optimizer step. Each term names the
+// configuration that enables it (docs/costmodel.md, "Time").
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/units.h"
+#include "costmodel/cost_options.h"
+#include "costmodel/memory_model.h"
+#include "spec/hardware_spec.h"
+#include "spec/model_spec.h"
+#include "spec/parallel_config.h"
+
+namespace cpt::cost {
+
+// Serialized as the strings of to_string. DO NOT CHANGE them.
+enum class InfeasibleReason { kInvalidConfig, kUnsupportedCombination, kOutOfMemory };
+std::string to_string(InfeasibleReason r);
+
+struct Infeasible {
+  InfeasibleReason reason = InfeasibleReason::kInvalidConfig;
+  std::string detail;  // the numbers, e.g. "91.2 GiB > 80.0 GiB on pp rank 0 (weights 40.1, ...)"
+};
+
+// Seconds of one step on the critical pipeline rank, by cause; total() is the step time.
+struct StepTimeBreakdown {
+  core::Seconds compute;    // forward + backward of blocks, embedding, head
+  core::Seconds recompute;  // activation recomputation
+  core::Seconds tp_comm;    // tensor-parallel collectives (not overlapped)
+  core::Seconds cp_comm;    // context-parallel K/V exchange not hidden behind attention
+  core::Seconds pp_comm;    // point-to-point transfers on the critical path
+  core::Seconds pp_bubble;  // idle time of the critical rank in the schedule
+  core::Seconds dp_comm;    // exposed data-parallel / ZeRO communication
+  core::Seconds optimizer;  // optimizer step
+  core::Seconds other;      // compute slowdown while communication overlaps it
+  [[nodiscard]] core::Seconds total() const {
+    return compute + recompute + tp_comm + cp_comm + pp_comm + pp_bubble + dp_comm + optimizer + other;
+  }
+};
+
+struct Estimate {
+  StepTimeBreakdown time;
+  double tokens_per_s_per_gpu = 0;
+  double model_tflops_per_gpu = 0;
+  // MFU and HFU against the dense peak of the compute precision. FLOP convention: Korthikanti et
+  // al. 2022 eq. (7) (MFU: non-causal attention, no recompute) and eq. (8) (HFU: plus what is
+  // recomputed), generalised to GQA, SwiGLU and the LM head of the model.
+  double mfu = 0;
+  double hfu = 0;
+  core::Flops model_flops_per_step;
+  core::Flops hardware_flops_per_step;
+  std::vector<MemoryBreakdown> memory_per_pp_rank;
+  int worst_pp_rank = 0;  // the rank with the highest memory
+  [[nodiscard]] const MemoryBreakdown& peak_memory() const {
+    return memory_per_pp_rank[static_cast<std::size_t>(worst_pp_rank)];
+  }
+};
+
+using Evaluation = std::variant<Estimate, Infeasible>;
+
+[[nodiscard]] Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                  const spec::ParallelConfig& parallel, int seq_len,
+                                  const CostModelOptions& options = {});
+
+}  // namespace cpt::cost

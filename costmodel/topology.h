@@ -1,0 +1,58 @@
+#pragma once
+// The cluster as a graph, and where each communication group of a RankLayout lands on it.
+//
+// Vertices: every GPU, one switch hub per node (NVSwitch, or the PCIe switch), every NIC, the leaf
+// switches and one aggregated spine. Edges carry a per-direction bandwidth and a latency:
+//   GPU - hub      intra-node bandwidth            GPU - NIC    the NIC's rate (GPUs share NICs
+//   NIC - leaf     min(NIC, fabric link)                        when there are fewer NICs)
+//   leaf - spine   the leaf's downlink capacity / oversubscription
+// Rail-optimised fabrics put NIC i of consecutive nodes on the leaves of rail i; otherwise a leaf
+// takes all NICs of consecutive nodes. The graph is built with Boost.Graph; routes between nodes
+// follow its breadth-first tree from the spine (a fat tree routes up to the lowest common switch).
+//
+// Placement: all groups of one axis communicate at once, so every ring step of every group is
+// routed and each edge's load counted; a flow gets capacity / load on its tightest edge. Groups
+// that span nodes with several ranks per node use the two-level algorithm (inside each node, then k
+// parallel rings across nodes), as NCCL does.
+
+#include <memory>
+
+#include "core/units.h"
+#include "spec/hardware_spec.h"
+#include "spec/rank_layout.h"
+
+namespace cpt::cost {
+
+struct LinkCost {
+  core::BytesPerSecond bandwidth;  // per rank, per direction, under the axis's own contention
+  core::Seconds latency;           // one step of a ring
+};
+
+struct GroupPlacement {
+  int size = 1;            // ranks in a group
+  int nodes = 1;           // nodes a group spans
+  int ranks_per_node = 1;  // members of a group on one node (the largest)
+  LinkCost intra;          // ring inside a node (valid when ranks_per_node > 1)
+  LinkCost inter;          // ring across nodes (valid when nodes > 1)
+};
+
+class Topology {
+ public:
+  explicit Topology(const spec::ClusterSpec& cluster);
+  ~Topology();
+  Topology(Topology&&) noexcept;
+  Topology& operator=(Topology&&) noexcept;
+
+  [[nodiscard]] int num_vertices() const;
+  // The worst placement over all groups of `axis` (all of them communicating at once).
+  [[nodiscard]] GroupPlacement place(const spec::RankLayout& layout, spec::Axis axis) const;
+  // Point-to-point between two ranks, alone on the fabric.
+  [[nodiscard]] LinkCost p2p(int rank_a, int rank_b, int gpus_per_node) const;
+
+  struct Graph;  // opaque: Boost.Graph stays inside topology.cpp
+
+ private:
+  std::unique_ptr<Graph> graph_;
+};
+
+}  // namespace cpt::cost
