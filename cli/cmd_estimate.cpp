@@ -115,7 +115,7 @@ void print_table(const cost::Estimate& e, const spec::ModelSpec& m, const spec::
   std::cout << mem.render() << "\n"
             << str_cat("tokens/s per GPU ", fixed(e.tokens_per_s_per_gpu, 1), ", model TFLOP/s per GPU ",
                        fixed(e.model_tflops_per_gpu, 1), ", MFU ", fixed(100 * e.mfu, 1), "%, HFU ",
-                       fixed(100 * e.hfu, 1), "% of the dense peak (Korthikanti et al. 2022 eqs. 7-8)\n");
+                       fixed(100 * e.hfu, 1), "% of the dense peak (FLOPs: Korthikanti et al. 2022 eq. 7, HFU adds recomputation)\n");
 }
 
 void run(const EstimateOptions& o) {

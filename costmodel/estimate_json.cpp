@@ -32,7 +32,9 @@ Json evaluation_to_json(const Evaluation& ev) {
           {"model_tflops_per_gpu", e.model_tflops_per_gpu},
           {"mfu", e.mfu},
           {"hfu", e.hfu},
-          {"flop_convention", "Korthikanti et al. 2022 eq. (7) for MFU, eq. (8) for HFU (non-causal attention)"},
+          {"flop_convention",
+           "MFU: Korthikanti et al. 2022 eq. (7), non-causal attention, backward = 2x forward; HFU: the same plus "
+           "the recomputed forward work"},
           {"peak_memory_GiB", core::to_gibibytes(e.peak_memory().total())},
           {"worst_pp_rank", e.worst_pp_rank},
           {"memory_GiB", memory_to_json(e.peak_memory())},

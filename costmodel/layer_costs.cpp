@@ -125,12 +125,13 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
     c.cp_bytes_forward = core::Bytes(static_cast<std::int64_t>(kv * (x.cp - 1)));
     c.cp_bytes_backward = core::Bytes(static_cast<std::int64_t>(2 * kv * (x.cp - 1)));
   }
-  const double model_attn = attn_full;  // non-causal, the published-MFU convention
-  c.model_flops = core::Flops(3 * (gemm_flops + model_attn));
+  // The published convention: non-causal attention, forward + 2x backward (Korthikanti et al. 2022
+  // eq. 7); hardware FLOPs add the recomputed forward work in the same convention.
+  c.model_flops = core::Flops(3 * (gemm_flops + attn_full));
   double recompute_flops = 0;
-  if (p.recompute == spec::Recompute::kFull) recompute_flops = gemm_flops + attn_fwd_flops;
-  if (p.recompute == spec::Recompute::kSelective) recompute_flops = attn_fwd_flops;
-  c.hardware_flops = core::Flops(3 * gemm_flops + attn_fwd_flops + attn_bwd_flops + recompute_flops);
+  if (p.recompute == spec::Recompute::kFull) recompute_flops = gemm_flops + attn_full;
+  if (p.recompute == spec::Recompute::kSelective) recompute_flops = attn_full;
+  c.hardware_flops = core::Flops(3 * (gemm_flops + attn_full) + recompute_flops);
   return c;
 }
 

@@ -31,8 +31,9 @@ struct BlockCosts {
   PassTime forward;
   PassTime backward;
   PassTime recompute;  // extra forward work in backward: full block, attention core, or none
-  // FLOPs of one block (per rank, per microbatch): the model convention (non-causal attention,
-  // no recompute; Korthikanti et al. 2022 eq. 7) and what the hardware really executes.
+  // FLOPs of one block (per rank, per microbatch) in the published convention (non-causal
+  // attention, backward = 2 x forward; Korthikanti et al. 2022 eq. 7): without recomputation
+  // (model, for MFU) and with the recomputed forward work added (hardware, for HFU).
   core::Flops model_flops;
   core::Flops hardware_flops;
   // Tensor-parallel traffic: each collective moves `tp_bytes` (an all-reduce, or a reduce-scatter

@@ -50,8 +50,10 @@ struct Estimate {
   double tokens_per_s_per_gpu = 0;
   double model_tflops_per_gpu = 0;
   // MFU and HFU against the dense peak of the compute precision. FLOP convention: Korthikanti et
-  // al. 2022 eq. (7) (MFU: non-causal attention, no recompute) and eq. (8) (HFU: plus what is
-  // recomputed), generalised to GQA, SwiGLU and the LM head of the model.
+  // al. 2022 eq. (7) (non-causal attention, backward = 2 x forward), generalised to GQA, SwiGLU and
+  // the model's LM head; HFU adds the recomputed forward work in the same convention. (Their
+  // eq. (8) adds 12·b·s²·h per layer for selective recompute; cpt adds the 4·b·s²·h actually
+  // recomputed.)
   double mfu = 0;
   double hfu = 0;
   core::Flops model_flops_per_step;

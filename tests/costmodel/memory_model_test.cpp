@@ -1,0 +1,117 @@
+#include "costmodel/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "spec/model_catalog.h"
+
+namespace cpt::cost {
+namespace {
+
+nlohmann::json golden() {
+  std::ifstream in(std::string(CPT_SOURCE_DIR) + "/tests/golden/published.json");
+  return nlohmann::json::parse(in);
+}
+
+// Rajbhandari et al. 2020 Table 1, to the paper's 0.1 GB (16-bit gradients, as the paper counts).
+TEST(MemoryModel, ZeroPaperTableOne) {
+  const auto g = golden()["zero_table1"];
+  CostModelOptions o;
+  o.fp32_main_grads = false;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const auto m = model_state_bytes(g["params"].get<double>(), stage, g["dp"].get<int>(), o);
+    const double gb = static_cast<double>((m.weights + m.grads + m.optimizer).value()) / 1e9;
+    EXPECT_NEAR(std::round(gb * 10) / 10, g["GB_by_stage"][static_cast<std::size_t>(stage)].get<double>(), 1e-9)
+        << "stage " << stage << ": " << gb;
+  }
+}
+
+TEST(MemoryModel, MegatronCountsEighteenBytesPerParameter) {
+  const auto m = model_state_bytes(1e9, 0, 8, CostModelOptions{});
+  EXPECT_EQ((m.weights + m.grads + m.optimizer).value(), 18'000'000'000);
+  const auto z1 = model_state_bytes(1e9, 1, 8, CostModelOptions{});  // 6 + 12/N
+  EXPECT_EQ((z1.weights + z1.grads + z1.optimizer).value(), 7'500'000'000);
+}
+
+// Korthikanti et al. 2022 Table 2, bytes per layer for a GPT layer (b 1, s 2048, h 6144, a 64, t 8),
+// 16-bit activations, attention scores materialised (their setting: no flash attention).
+TEST(MemoryModel, KorthikantiTableTwoEveryCase) {
+  const spec::ModelSpec m = spec::find_catalog_model("megatron-22b")->spec;
+  const double s = 2048, b = 1, h = 6144, a = 64, t = 8;
+  const double sbh = s * b * h;
+  CostModelOptions o;
+  o.flash_attention = false;
+  struct Case {
+    const char* name;
+    int tp;
+    bool sp;
+    spec::Recompute rc;
+    double expected;
+  };
+  const Case cases[] = {
+      {"no parallelism", 1, false, spec::Recompute::kNone, sbh * (34 + 5 * a * s / h)},
+      {"TP", 8, false, spec::Recompute::kNone, sbh * (10 + 24 / t + 5 * a * s / (h * t))},
+      {"TP + SP", 8, true, spec::Recompute::kNone, sbh / t * (34 + 5 * a * s / h)},
+      {"TP + selective", 8, false, spec::Recompute::kSelective, sbh * (10 + 24 / t)},
+      {"TP + SP + selective", 8, true, spec::Recompute::kSelective, 34 * sbh / t},
+      {"full recompute", 8, false, spec::Recompute::kFull, 2 * sbh},
+      {"full recompute + SP (cpt: checkpoints split by tp)", 8, true, spec::Recompute::kFull, 2 * sbh / t},
+  };
+  for (const Case& c : cases) {
+    spec::ParallelConfig p{.tp = c.tp, .micro_batch = 1, .recompute = c.rc, .sequence_parallel = c.sp};
+    EXPECT_NEAR(static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value()), c.expected, 1.0) << c.name;
+  }
+  // FlashAttention stores no s² scores: only a 4-byte log-sum-exp per query and head remains.
+  o.flash_attention = true;
+  spec::ParallelConfig p{.tp = 8, .micro_batch = 1};
+  EXPECT_NEAR(static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value()), sbh * (10 + 24 / t) + 4 * (a / t) * s,
+              1.0);
+}
+
+// LLaMA layer (GQA, SwiGLU, no dropout), by hand: tiny model, b 2, s 128, tp 2:
+// T = 256 tokens; norms 2·2·T·64, QKV input 2·T·64, Q+K 2·T·(4+2)·16/2, V 2·T·2·16/2, attention out
+// 2·T·4·16/2, MLP input 2·T·64, gate/up/product 3·2·T·176/2, flash LSE 4·2·T.
+TEST(MemoryModel, LlamaLayerByHand) {
+  const spec::ModelSpec m = spec::find_catalog_model("tiny")->spec;
+  const double T = 256;
+  const double expected = 4 * T * 64 + 2 * T * 64 + 2 * T * 48 + 2 * T * 16 + 2 * T * 32 + 2 * T * 64 +
+                          3 * 2 * T * 88 + 4 * 2 * T;
+  spec::ParallelConfig p{.tp = 2, .micro_batch = 2};
+  EXPECT_EQ(activation_bytes_per_layer(m, p, 128, CostModelOptions{}).value(), static_cast<std::int64_t>(expected));
+}
+
+// The first 1F1B stage holds p microbatches of L/p layers (Korthikanti §4.2.3: L layers' worth);
+// interleaving multiplies that by 1 + (p − 1)/(p·v).
+TEST(MemoryModel, InFlightActivationsFollowTheSchedule) {
+  const spec::ModelSpec m = spec::find_catalog_model("megatron-175b")->spec;  // 96 layers
+  CostModelOptions o;
+  o.flash_attention = false;
+  for (int v : {1, 3}) {
+    const spec::ParallelConfig p{.tp = 8, .pp = 8, .virtual_stages = v, .micro_batch = 1, .global_batch = 64,
+                                 .recompute = spec::Recompute::kSelective, .sequence_parallel = true,
+                                 .schedule = v > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B};
+    const auto stages = spec::StagePartition::balanced(96, 8, v);
+    const auto schedule = spec::make_schedule(p.schedule, 8, v, 64);
+    const spec::RankLayout layout(p, 8);
+    const auto mem = memory_per_pp_rank(m, p, 2048, stages, schedule, layout, o);
+    const double per_layer = static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value());
+    const double factor = v == 1 ? 1.0 : 1.0 + 7.0 / (8.0 * v);
+    EXPECT_NEAR(static_cast<double>(mem[0].activations.value()), 96 * per_layer * factor, 1.0) << "v " << v;
+    EXPECT_LT(mem[4].activations, mem[0].activations);  // later stages hold fewer microbatches
+  }
+}
+
+TEST(MemoryModel, ParametersOfEachPipelineRank) {
+  const spec::ModelSpec m = spec::find_catalog_model("llama3-8b")->spec;
+  const spec::ParallelConfig p{.tp = 1, .pp = 4};
+  const auto stages = spec::StagePartition::balanced(32, 4, 1);
+  double total = 0;
+  for (int r = 0; r < 4; ++r) total += params_of_pp_rank(m, p, stages, r);
+  EXPECT_EQ(static_cast<std::int64_t>(total), m.num_params());  // untied, vocab already a multiple of 128
+}
+
+}  // namespace
+}  // namespace cpt::cost

@@ -1,0 +1,42 @@
+#include "costmodel/pipeline_replay.h"
+
+#include <gtest/gtest.h>
+
+namespace cpt::cost {
+namespace {
+
+// Uniform stages, forward 1, backward 2 (readable units): 1F1B takes (m + p − 1)·(f + b), so the
+// bubble is (p − 1)/(m + p − 1) of the step (Narayanan et al. 2021, §2.2).
+TEST(PipelineReplay, OneFOneBMatchesTheClosedForm) {
+  for (int p : {1, 2, 4, 8}) {
+    for (int m : {1, 3, 8, 32}) {
+      const auto s = spec::make_schedule(spec::ScheduleKind::k1F1B, p, 1, m);
+      const std::vector<double> f(static_cast<std::size_t>(p), 1.0), b(static_cast<std::size_t>(p), 2.0),
+          z(static_cast<std::size_t>(p), 0.0);
+      const auto r = replay_schedule(s, f, b, z);
+      EXPECT_DOUBLE_EQ(r.makespan.value(), (m + p - 1) * 3.0) << p << " " << m;
+      EXPECT_DOUBLE_EQ(r.busy[0].value(), m * 3.0);
+      const auto g = replay_schedule(spec::make_schedule(spec::ScheduleKind::kGPipe, p, 1, m), f, b, z);
+      EXPECT_DOUBLE_EQ(g.makespan.value(), (m + p - 1) * 3.0);  // same bubble, more memory
+    }
+  }
+}
+
+// Interleaving with v chunks of time f/v and b/v divides the bubble by v: (p − 1)·(f + b)/v.
+TEST(PipelineReplay, InterleavingDividesTheBubble) {
+  const int p = 4, v = 2, m = 8;
+  const auto s = spec::make_schedule(spec::ScheduleKind::kInterleaved1F1B, p, v, m);
+  const std::vector<double> f(8, 0.5), b(8, 1.0), z(8, 0.0);
+  const auto r = replay_schedule(s, f, b, z);
+  EXPECT_DOUBLE_EQ(r.makespan.value(), m * 3.0 + (p - 1) * 3.0 / v);
+}
+
+// A transfer time on every boundary delays the pipeline fill and drain.
+TEST(PipelineReplay, TransfersDelayFillAndDrain) {
+  const auto s = spec::make_schedule(spec::ScheduleKind::k1F1B, 2, 1, 1);
+  const std::vector<double> f{1, 1}, b{2, 2}, x{10, 0};
+  EXPECT_DOUBLE_EQ(replay_schedule(s, f, b, x).makespan.value(), 1 + 10 + 1 + 2 + 10 + 2);
+}
+
+}  // namespace
+}  // namespace cpt::cost
