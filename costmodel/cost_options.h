@@ -56,6 +56,9 @@ struct CostModelOptions {
   // loss-scale unscale and inf check (8 more).
   double optimizer_bytes_per_param = 38.0;
 
+  // Data-parallel gradient reduction in buckets overlapped with the last backward (Megatron and
+  // torch DDP); false when the framework reduces only after backward (vTrain's setting).
+  bool overlap_dp_with_backward = true;
   // DP gradient buckets (Megatron/DDP default 40 M elements; torch DDP 25 MiB).
   std::int64_t bucket_elements = 40'000'000;
   // ZeRO-3 gathers this many blocks ahead of use (FSDP's forward prefetch of one, plus the block

@@ -211,7 +211,8 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
       overlappable.value() > 0
           ? overlappable * std::min(1.0, static_cast<double>(o.bucket_elements) * grad_b / static_cast<double>(grad_bytes.value()))
           : Seconds(0);
-  const Seconds hidden = std::min(overlappable - bucket_time, Seconds(last_bwd));
+  const Seconds hidden =
+      o.overlap_dp_with_backward ? std::min(overlappable - bucket_time, Seconds(last_bwd)) : Seconds(0);
   t.dp_comm = overlappable - std::max(Seconds(0), hidden) + exposed_after + zero3_exposed;
   t.other = std::max(Seconds(0), hidden) * slow_dp + z3_overlapped * (rank_layers * mm) * slow_dp;
 
