@@ -6,11 +6,12 @@
 // Assumptions, from the data set's README (anything else is unknown): GPT models (GeLU MLP of 4h,
 // LayerNorm, learned positions, tied embeddings, vocabulary 51,200), Megatron-DeepSpeed in fp16,
 // full recomputation, no sequence parallelism, no FlashAttention, 1F1B, gradients reduced after
-// backward (no bucketing), A100-SXM4-80GB in nodes of 8 with 150 GB/s per GPU inside a node and
-// 800 Gb/s per node across nodes (8 NICs of 100 Gb/s).
+// backward (no bucketing), A100-SXM4-80GB in nodes of 8 (NVLink 3 from the profile) and 800 Gb/s
+// per node across nodes (8 NICs of 100 Gb/s).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -71,7 +72,10 @@ std::vector<Row> read_csv(const std::string& path, bool has_params) {
 
 spec::ClusterSpec vtrain_cluster(int gpus) {
   auto c = spec::HardwareCatalog::builtin().cluster_for_gpu("a100-80g", gpus <= 8 ? gpus : (gpus + 7) / 8 * 8, "--gpu");
-  c.node.intra_bandwidth = core::gigabytes_per_second(150);
+  // The README's 150 GB/s intra-node figure is vTrain's simulator parameter; cpt uses the A100's
+  // NVLink 3 rate from its profile (300 GB/s per direction). CPT_VTRAIN_INTRA_GBPS=150 reproduces
+  // the other assumption (docs/benchmarks.md reports both).
+  if (const char* v = std::getenv("CPT_VTRAIN_INTRA_GBPS")) c.node.intra_bandwidth = core::gigabytes_per_second(std::atof(v));
   c.node.nics_per_node = 8;
   c.node.nic_bandwidth = core::gigabits_per_second(100);
   c.fabric.link_bandwidth = core::gigabits_per_second(100);
@@ -80,7 +84,7 @@ spec::ClusterSpec vtrain_cluster(int gpus) {
 
 struct Knobs {
   double kernel_overhead_us = -1;  // < 0: the CostModelOptions default
-  double intra_latency_us = -1;    // < 0: the profile's
+  double collective_overhead_us = -1;  // < 0: the CostModelOptions default
   double eff_small[3] = {-1, -1, -1};  // GEMM efficiency at 0.1, 1 and 10 GFLOP; < 0: default
 };
 Knobs g_knobs;
@@ -99,7 +103,7 @@ void predict(Row& r) {
     if (g_knobs.eff_small[i] >= 0) o.gemm_efficiency.points[static_cast<std::size_t>(i + 1)].efficiency = g_knobs.eff_small[i];
   }
   auto cluster = vtrain_cluster(r.gpus);
-  if (g_knobs.intra_latency_us >= 0) cluster.node.intra_latency = core::microseconds(g_knobs.intra_latency_us);
+  if (g_knobs.collective_overhead_us >= 0) o.collective_overhead = core::microseconds(g_knobs.collective_overhead_us);
   const auto ev = cost::evaluate(m, cluster, p, r.seq, o);
   if (const auto* inf = std::get_if<cost::Infeasible>(&ev)) {
     r.feasible = false;
@@ -192,14 +196,15 @@ double mape_of(std::vector<Row>& rows) {
   return sum / static_cast<double>(rows.size());
 }
 
-// The calibration behind CostModelOptions::kernel_overhead and the nodes' intra-node latency: a
+// The calibration behind CostModelOptions::kernel_overhead, collective_overhead and the low end of
+// gemm_efficiency: a
 // grid search on the even rows of the single-node set only; the odd rows and the whole multi-node
 // set stay held out.
 void fit(std::vector<Row> even) {
   double best = 1e9;
   Knobs best_knobs;
-  for (double k : {2.5, 5.0, 7.5, 10.0, 15.0, 20.0}) {
-    for (double a : {3.0, 10.0, 20.0, 30.0}) {
+  for (double k : {5.0, 10.0, 15.0, 20.0, 25.0, 30.0}) {
+    for (double a : {0.0, 25.0, 50.0, 75.0, 100.0, 150.0}) {
       for (double e1 : {0.10, 0.15, 0.20, 0.25, 0.30, 0.336}) {
         for (double e2 : {0.30, 0.35, 0.40, 0.45, 0.50, 0.576}) {
           for (double e3 : {0.55, 0.60, 0.65, 0.72}) {
@@ -214,9 +219,9 @@ void fit(std::vector<Row> even) {
       }
     }
   }
-  std::printf("fit on the even single-node rows: kernel_overhead %.1f us, intra-node latency %.1f us, GEMM "
+  std::printf("fit on the even single-node rows: kernel_overhead %.1f us, collective_overhead %.1f us, GEMM "
               "efficiency %.3f / %.3f / %.3f at 0.1 / 1 / 10 GFLOP: MAPE %.1f%%\n",
-              best_knobs.kernel_overhead_us, best_knobs.intra_latency_us, best_knobs.eff_small[0],
+              best_knobs.kernel_overhead_us, best_knobs.collective_overhead_us, best_knobs.eff_small[0],
               best_knobs.eff_small[1], best_knobs.eff_small[2], 100 * best);
   g_knobs = best_knobs;  // the reports below use the fitted values
 }

@@ -1,6 +1,7 @@
 #include "costmodel/step_estimator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/str_cat.h"
@@ -89,13 +90,14 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   // 4. Per-layer costs and the communication inside a stage.
   const BlockCosts blk = block_costs(model, p, seq_len, cluster.gpu(), o);
   const HeadCosts head = head_costs(model, p, seq_len, cluster.gpu(), o);
-  const Seconds tp_one = collective_time(Collective::kAllReduce, blk.tp_bytes, tp_g, eff);
+  const Seconds call = o.collective_overhead;
+  const Seconds tp_one = p.tp > 1 ? collective_time(Collective::kAllReduce, blk.tp_bytes, tp_g, eff) + call : Seconds(0);
   auto cp_exposed = [&](Bytes bytes, Seconds attention) {
     if (p.cp <= 1) return Seconds(0);
     // cp − 1 ring steps, each a transfer of one block to the next rank of the ring.
     const Bytes per_step = Bytes(bytes.value() / (p.cp - 1));
     const LinkCost link = cp_g.nodes > 1 ? cp_g.inter : cp_g.intra;
-    const Seconds comm = p2p_time(per_step, link, eff) * static_cast<double>(p.cp - 1);
+    const Seconds comm = (p2p_time(per_step, link, eff) + call) * static_cast<double>(p.cp - 1);
     return std::max(Seconds(0), comm - attention);
   };
   const Seconds cp_fwd = cp_exposed(blk.cp_bytes_forward, blk.forward.attention);
@@ -117,8 +119,8 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   if (p.zero_stage == 3 && n_shard > 1) {
     const Bytes gathered(static_cast<std::int64_t>(block_params * e));
     const Bytes grads(static_cast<std::int64_t>(block_params * (o.fp32_main_grads ? 4 : 2)));
-    const Seconds ag = collective_time(Collective::kAllGather, gathered, shard_g, eff);
-    const Seconds rs = collective_time(Collective::kReduceScatter, grads, shard_g, eff);
+    const Seconds ag = collective_time(Collective::kAllGather, gathered, shard_g, eff) + call;
+    const Seconds rs = collective_time(Collective::kReduceScatter, grads, shard_g, eff) + call;
     z3_fwd_exposed = std::max(Seconds(0), ag - blk.forward.total());
     z3_bwd_exposed = std::max(Seconds(0), ag + rs - blk.backward.total() - blk.recompute.total());
     z3_overlapped = (ag - z3_fwd_exposed) + (ag + rs - z3_bwd_exposed);
@@ -154,7 +156,9 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
       spec::RankCoord a{}, b{};
       a.pp = s % p.pp;
       b.pp = (s + 1) % p.pp;
-      p2p[i] = p2p_time(boundary, topo.p2p(layout.rank_of(a), layout.rank_of(b), cluster.node.gpus_per_node), eff).value();
+      p2p[i] = (p2p_time(boundary, topo.p2p(layout.rank_of(a), layout.rank_of(b), cluster.node.gpus_per_node), eff) +
+                call)
+                   .value();
     }
   }
   const std::vector<double> no_p2p(static_cast<std::size_t>(S), 0.0);
@@ -195,14 +199,16 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   const Bytes param_bytes(static_cast<std::int64_t>(psi * e));
   Seconds overlappable, exposed_after;
   if (n_shard > 1 || (p.hybrid_shard && replicate_g.size > 1)) {
+    const double buckets = std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements)));
     if (p.zero_stage == 0) {
-      overlappable = collective_time(Collective::kAllReduce, grad_bytes, dp_g, eff);
+      overlappable = collective_time(Collective::kAllReduce, grad_bytes, dp_g, eff) + call * buckets;
     } else if (p.zero_stage <= 2) {
-      overlappable = collective_time(Collective::kReduceScatter, grad_bytes, dp_g, eff);
-      exposed_after = collective_time(Collective::kAllGather, param_bytes, dp_g, eff);
+      overlappable = collective_time(Collective::kReduceScatter, grad_bytes, dp_g, eff) + call * buckets;
+      exposed_after = collective_time(Collective::kAllGather, param_bytes, dp_g, eff) + call * buckets;
     } else if (p.hybrid_shard) {
       exposed_after = collective_time(Collective::kAllReduce, Bytes(grad_bytes.value() / std::max(1, shard_g.size)),
-                                      replicate_g, eff);
+                                      replicate_g, eff) +
+                      call * buckets;
     }
   }
   double last_bwd = 0;
