@@ -41,7 +41,7 @@ struct CostModelOptions {
   // the even rows of vTrain's single-node measurements (bench/vtrain_accuracy.cpp --fit). Held out:
   // Korthikanti Table 5, vTrain's odd single-node rows and its multi-node set. `cpt calibrate`
   // (issue #9) refits it per machine.
-  EfficiencyCurve gemm_efficiency{{{0.01, 0.05}, {0.1, 0.10}, {1.0, 0.30}, {10.0, 0.72}, {100.0, 0.768}}};
+  EfficiencyCurve gemm_efficiency{{{0.01, 0.096}, {0.1, 0.10}, {1.0, 0.30}, {10.0, 0.72}, {100.0, 0.768}}};
   // Fused attention kernels reach a lower fraction of peak than plain GEMMs (FlashAttention-2
   // paper: 50-73% of A100 peak forward, lower backward).
   EfficiencyCurve attention_efficiency{{{0.1, 0.25}, {1.0, 0.45}, {10.0, 0.55}, {100.0, 0.60}}};

@@ -101,6 +101,52 @@ TEST(CliSmoke, ExamplesLoad) {
   EXPECT_EQ(nlohmann::json::parse(c.out)["profile"]["num_gpus"], 16);
 }
 
+// The stable contract of `cpt estimate --json` (issue #3).
+TEST(CliSmoke, EstimateJsonContract) {
+  const auto r = cpt("estimate --model llama3-8b --gpu h100 --gpus 16 --tp 2 --pp 2 --micro-batch 1 --global-batch 64 "
+                     "--seq-len 4096 --zero 1 --recompute selective --sequence-parallel --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"feasible", "infeasible_reason", "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                          "mfu", "hfu", "peak_memory_GiB", "memory_GiB", "time_s"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* key : {"weights", "grads", "optimizer", "activations", "other"}) {
+    EXPECT_TRUE(j["memory_GiB"].contains(key)) << key;
+  }
+  double sum = 0;
+  for (const char* key : {"compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer",
+                          "other"}) {
+    ASSERT_TRUE(j["time_s"].contains(key)) << key;
+    sum += j["time_s"][key].get<double>();
+  }
+  EXPECT_TRUE(j["feasible"].get<bool>());
+  EXPECT_NEAR(sum, j["step_time_s"].get<double>(), 1e-9);
+  EXPECT_GT(j["time_s"]["pp_bubble"].get<double>(), 0);
+  const auto table = cpt("estimate --model llama3-8b --gpu h100 --gpus 8 --tp 8 --micro-batch 1 --global-batch 8 "
+                         "--seq-len 8192");
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("pp_bubble"), std::string::npos);
+}
+
+TEST(CliSmoke, EstimateOutOfMemoryIsAnAnswerAndBadConfigsAreBadInput) {
+  const auto oom = cpt("estimate --model llama3-70b --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 "
+                       "--json");
+  ASSERT_EQ(oom.exit_code, 0) << oom.err;
+  const auto j = nlohmann::json::parse(oom.out);
+  EXPECT_FALSE(j["feasible"].get<bool>());
+  EXPECT_EQ(j["infeasible_reason"], "out_of_memory");
+  const auto bad = cpt("estimate --model llama3-8b --gpu h100 --gpus 6 --tp 3 --micro-batch 1 --global-batch 8 "
+                       "--seq-len 4096");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(lines(bad.err), 1);
+  EXPECT_NE(bad.err.find("heads (32) must be divisible by tp (3)"), std::string::npos) << bad.err;
+  const auto fp8 = cpt("estimate --model llama3-8b --gpu a100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 "
+                       "--precision fp8");
+  EXPECT_EQ(fp8.exit_code, 2);
+  EXPECT_NE(fp8.err.find("--precision"), std::string::npos);
+}
+
 TEST(CliSmoke, RunPrintsTheDefault) {
   const auto r = cpt("run");
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -1,0 +1,49 @@
+// bench/evaluate_speed: wall time of one cost-model evaluation (cost::evaluate) for representative
+// configurations. Usage: build/bin/cpt_bench_evaluate [repetitions]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "costmodel/step_estimator.h"
+#include "spec/hardware_catalog.h"
+#include "spec/model_catalog.h"
+
+int main(int argc, char** argv) {
+  using namespace cpt;
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  struct Case {
+    const char* name;
+    const char* model;
+    const char* gpu;
+    int gpus;
+    spec::ParallelConfig p;
+    int seq;
+  };
+  const Case cases[] = {
+      {"22B, 8 A100, TP8", "megatron-22b", "a100", 8,
+       {.tp = 8, .micro_batch = 4, .global_batch = 4, .recompute = spec::Recompute::kSelective, .sequence_parallel = true},
+       2048},
+      {"175B, 64 A100, TP8 PP8 v3", "megatron-175b", "a100", 64,
+       {.tp = 8, .pp = 8, .virtual_stages = 3, .global_batch = 64, .recompute = spec::Recompute::kSelective,
+        .sequence_parallel = true, .schedule = spec::ScheduleKind::kInterleaved1F1B},
+       2048},
+      {"Llama 3.1 405B, 16384 H100, TP8 PP16 DP128", "llama3.1-405b", "h100", 16384,
+       {.tp = 8, .dp = 128, .pp = 16, .global_batch = 2048, .zero_stage = 1, .recompute = spec::Recompute::kFull,
+        .sequence_parallel = true},
+       8192},
+  };
+  for (const auto& c : cases) {
+    const auto model = spec::find_catalog_model(c.model)->spec;
+    const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu(c.gpu, c.gpus, "--gpu");
+    const auto t0 = std::chrono::steady_clock::now();
+    double sink = 0;
+    for (int i = 0; i < reps; ++i) {
+      const auto ev = cost::evaluate(model, cluster, c.p, c.seq);
+      if (const auto* e = std::get_if<cost::Estimate>(&ev)) sink += e->mfu;
+    }
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+    std::printf("%-45s %10.1f us per evaluation (checksum %.3f)\n", c.name, us, sink / reps);
+  }
+  return 0;
+}
