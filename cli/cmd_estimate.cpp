@@ -38,6 +38,8 @@ struct EstimateOptions {
   bool flash_attention = true;
   std::string precision = "bf16";
   std::string offload = "none";
+  double cuda_context_gib = -1;
+  double fragmentation = -1;
   bool json = false;
 };
 
@@ -149,6 +151,8 @@ void run(const EstimateOptions& o) {
                                     " throughput in its profile"));
   }
   opts.flash_attention = o.flash_attention;
+  if (o.cuda_context_gib >= 0) opts.cuda_context = core::gibibytes(o.cuda_context_gib);
+  if (o.fragmentation >= 0) opts.fragmentation = o.fragmentation;
   const auto ev = cost::evaluate(model, cluster, p, o.seq_len, opts);
   if (const auto* inf = std::get_if<cost::Infeasible>(&ev); inf && inf->reason == cost::InfeasibleReason::kInvalidConfig) {
     throw core::ConfigError(str_cat("parallel configuration: ", inf->detail));
@@ -199,6 +203,12 @@ void register_estimate_command(CLI::App& app) {
   cmd->add_option("--offload", o->offload, "none|optimizer|params")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "optimizer", "params"}));
+  cmd->add_option("--cuda-context-GiB", o->cuda_context_gib,
+                  "Memory per GPU for the CUDA context and library workspaces (default 0.75)")
+      ->check(CLI::Range(0.0, 64.0));
+  cmd->add_option("--fragmentation", o->fragmentation,
+                  "Allocator slack as a fraction of activations and buffers (default 0.05)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--json", o->json, "Print the JSON contract instead of tables");
   cmd->callback([o] { run(*o); });
 }

@@ -50,8 +50,10 @@ std::string describe_json(const Json& value) {
       return "null";
     case Json::value_t::object:
       return "an object";
-    case Json::value_t::array:
-      return "an array";
+    case Json::value_t::array: {
+      const auto text = value.dump();  // short arrays are shown: [0.1,0.2]
+      return text.size() <= 40 ? text : std::string("an array");
+    }
     case Json::value_t::string:
       return str_cat("string ", value.dump());
     case Json::value_t::boolean:

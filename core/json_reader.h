@@ -42,7 +42,8 @@ class JsonDocument {
 JsonDocument parse_json_file(const std::filesystem::path& path);
 JsonDocument parse_json_text(std::string_view text, std::string origin);
 
-// One line describing a JSON value for an error message: `string "abc"`, `-3`, `null`, `an array`.
+// One line describing a JSON value for an error message: `string "abc"`, `-3`, `null`, `[1,2]`,
+// `an array` (when long), `an object`.
 std::string describe_json(const Json& value);
 
 class JsonObjectReader {

@@ -63,7 +63,8 @@ BlockCosts block_costs(const spec::ModelSpec& model, const spec::ParallelConfig&
 HeadCosts head_costs(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                      const spec::GpuSpec& gpu, const CostModelOptions& options);
 
-// Time of one GEMM of `flops` on `gpu` at the options' precision and efficiency curve.
+// Time of one GEMM of `flops` on `gpu` at the options' precision: the GPU profile's measured curve
+// for that precision when it has one, else CostModelOptions::gemm_efficiency.
 core::Seconds gemm_time(double flops, const spec::GpuSpec& gpu, const CostModelOptions& options);
 
 }  // namespace cpt::cost

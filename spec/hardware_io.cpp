@@ -65,6 +65,26 @@ GpuSpec gpu_from_json(JsonObjectReader& r) {
   }
   g.nvlink_bandwidth = core::gigabytes_per_second(r.number("nvlink_bandwidth_GB_per_s_per_direction", 0.0));
   g.default_node = r.optional_string("default_node").value_or("");
+  if (r.has("gemm_efficiency")) {
+    auto curves = r.object("gemm_efficiency");
+    for (auto p : kAllPrecisions) {
+      const auto key = to_string(p);
+      if (!curves.has(key)) continue;
+      const Json& arr = curves.raw(key);
+      const auto expected = "an array of [GFLOP > 0, efficiency in (0, 1]] pairs with increasing GFLOP";
+      if (!arr.is_array() || arr.empty()) curves.fail(key, expected, core::describe_json(arr));
+      auto& curve = g.gemm_efficiency[static_cast<std::size_t>(p)];
+      for (std::size_t i = 0; i < arr.size(); ++i) {
+        const Json& pt = arr[i];
+        const bool ok = pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number() &&
+                        pt[0].get<double>() > 0 && pt[1].get<double>() > 0 && pt[1].get<double>() <= 1 &&
+                        (curve.empty() || pt[0].get<double>() > curve.back().gflops);
+        if (!ok) curves.fail(str_cat(key, "[", i, "]"), expected, core::describe_json(pt));
+        curve.push_back({pt[0].get<double>(), pt[1].get<double>()});
+      }
+    }
+    curves.finish();
+  }
   r.finish();
   return g;
 }
@@ -135,6 +155,15 @@ Json gpu_to_json(const GpuSpec& g) {
   }
   j["nvlink_bandwidth_GB_per_s_per_direction"] = core::to_gigabytes_per_second(g.nvlink_bandwidth);
   if (!g.default_node.empty()) j["default_node"] = g.default_node;
+  Json curves = Json::object();
+  for (auto p : kAllPrecisions) {
+    const auto& curve = g.gemm_efficiency[static_cast<std::size_t>(p)];
+    if (curve.empty()) continue;
+    Json arr = Json::array();
+    for (const auto& pt : curve) arr.push_back({pt.gflops, pt.efficiency});
+    curves[to_string(p)] = arr;
+  }
+  if (!curves.empty()) j["gemm_efficiency"] = curves;
   return j;
 }
 

@@ -20,6 +20,14 @@ inline constexpr std::array<Precision, 5> kAllPrecisions = {Precision::kBf16, Pr
                                                            Precision::kTf32, Precision::kFp32};
 std::string to_string(Precision p);
 
+// One point of a matrix-engine efficiency curve: at `gflops` (10^9 FLOPs per GEMM) the engine
+// reaches `efficiency` of its dense peak. Curves are log-linear between points (costmodel/).
+struct EfficiencyPoint {
+  double gflops = 0;
+  double efficiency = 0;
+  bool operator==(const EfficiencyPoint&) const = default;
+};
+
 struct GpuSpec {
   std::string name;                  // profile id, e.g. "h100_sxm5_80gb"
   std::string display_name;          // e.g. "NVIDIA H100 SXM5 80GB"
@@ -31,6 +39,9 @@ struct GpuSpec {
   std::array<std::optional<core::FlopsPerSecond>, 5> dense_peak{};
   core::BytesPerSecond nvlink_bandwidth;  // per GPU, per direction; zero for none
   std::string default_node;               // node profile implied by the GPU name alone
+  // Measured GEMM efficiency per precision (index = Precision); empty = the cost model's default
+  // curve. Written by `cpt calibrate`, or by hand from benchmarks.
+  std::array<std::vector<EfficiencyPoint>, 5> gemm_efficiency{};
 
   [[nodiscard]] std::optional<core::FlopsPerSecond> peak(Precision p) const {
     return dense_peak[static_cast<std::size_t>(p)];

@@ -85,7 +85,7 @@ TEST(JsonReader, SyntaxErrorsCarryLineAndColumn) {
 }
 
 TEST(JsonReader, RootMustBeAnObject) {
-  EXPECT_EQ(error_of("[1, 2]", [](JsonObjectReader&) {}), "f.json: $: expected an object, got an array");
+  EXPECT_EQ(error_of("[1, 2]", [](JsonObjectReader&) {}), "f.json: $: expected an object, got [1,2]");
 }
 
 TEST(JsonReader, FilesThatAreMissingOrDirectories) {

@@ -37,6 +37,17 @@ TEST(LayerCosts, GemmTimeUsesTheEfficiencyCurve) {
   EXPECT_DOUBLE_EQ(o.gemm_efficiency.at(1e6), 0.5);
 }
 
+TEST(LayerCosts, AProfileCurveForThePrecisionWins) {
+  auto h100 = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
+  CostModelOptions o;
+  const double before = gemm_time(989.4e12, h100, o).value();
+  h100.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kBf16)] = {{1.0, 0.25}, {1000.0, 0.5}};
+  EXPECT_DOUBLE_EQ(gemm_time(989.4e12, h100, o).value(), 2.0);  // 989.4 TFLOP at half the peak
+  EXPECT_NE(before, 2.0);
+  o.precision = spec::Precision::kFp8;  // no fp8 curve in the profile: the default applies
+  EXPECT_DOUBLE_EQ(gemm_time(1978.9e12, h100, o).value(), 1.0 / o.gemm_efficiency.at(1978.9e12));
+}
+
 TEST(LayerCosts, FlashAttentionHalvesCausalWorkAndNoTensorParallelTrafficWithoutTp) {
   const spec::ModelSpec m = spec::find_catalog_model("llama3-8b")->spec;
   const auto h100 = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");

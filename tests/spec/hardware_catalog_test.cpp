@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "spec/hardware_io.h"
+#include <nlohmann/json.hpp>
 
 namespace cpt::spec {
 namespace {
@@ -103,6 +105,30 @@ TEST(HardwareCatalog, BadClusterFilesNameFileAndPath) {
   }
   std::filesystem::remove(bad_node);
   std::filesystem::remove(negative);
+}
+
+TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
+  const std::string base = R"({"name": "g", "display_name": "g", "hbm_capacity_GiB": 80, "hbm_bandwidth_GB_per_s": 1,
+      "dense_bf16_TFLOPs_per_s": 1, "nvlink_bandwidth_GB_per_s_per_direction": 0, "gemm_efficiency": )";
+  auto parse = [&](const std::string& curve) {
+    const auto doc = core::parse_json_text(base + curve + "}", "g.json");
+    auto r = core::JsonObjectReader::root_of(doc);
+    return gpu_from_json(r);
+  };
+  const GpuSpec g = parse(R"({"bf16": [[0.1, 0.2], [100, 0.75]]})");
+  ASSERT_EQ(g.gemm_efficiency[0].size(), 2u);
+  EXPECT_EQ(g.gemm_efficiency[0][1], (EfficiencyPoint{100, 0.75}));
+  const auto doc = core::parse_json_text(gpu_to_json(g).dump(), "x");
+  auto r = core::JsonObjectReader::root_of(doc);
+  EXPECT_EQ(gpu_from_json(r), g);
+  try {
+    parse(R"({"bf16": [[100, 0.75], [0.1, 0.2]]})");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "g.json: $.gemm_efficiency.bf16[1]: expected an array of [GFLOP > 0, efficiency in (0, 1]] "
+                           "pairs with increasing GFLOP, got [0.1,0.2]");
+  }
+  EXPECT_THROW(parse(R"({"bf17": [[1, 0.5]]})"), core::ConfigError);
 }
 
 TEST(HardwareCatalog, ProfileNameMustMatchFileName) {
