@@ -49,6 +49,15 @@ constexpr double kCpuAdamParamsPerSecond = 1e9;
 
 Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
                     int seq_len, const CostModelOptions& o) {
+  // Invalid configurations need no graph.
+  if (auto errors = spec::find_parallel_config_errors(p, model, seq_len, cluster.num_gpus); !errors.empty()) {
+    return Infeasible{InfeasibleReason::kInvalidConfig, errors.front()};
+  }
+  return evaluate(model, cluster, p, seq_len, o, Topology(cluster));
+}
+
+Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
+                    int seq_len, const CostModelOptions& o, const Topology& topo) {
   // 1. Validity: every rule of ParallelConfig, then combinations this model does not cover.
   if (auto errors = spec::find_parallel_config_errors(p, model, seq_len, cluster.num_gpus); !errors.empty()) {
     return Infeasible{InfeasibleReason::kInvalidConfig, errors.front()};
@@ -81,7 +90,6 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   }
 
   // 3. Where each group runs.
-  const Topology topo(cluster);
   const GroupPlacement tp_g = topo.place(layout, spec::Axis::kTp);
   const GroupPlacement cp_g = topo.place(layout, spec::Axis::kCp);
   GroupPlacement dp_g = topo.place(layout, spec::Axis::kDp);

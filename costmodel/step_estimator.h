@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "costmodel/cost_options.h"
 #include "costmodel/memory_model.h"
+#include "costmodel/topology.h"
 #include "spec/hardware_spec.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
@@ -70,5 +71,10 @@ using Evaluation = std::variant<Estimate, Infeasible>;
 [[nodiscard]] Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                   const spec::ParallelConfig& parallel, int seq_len,
                                   const CostModelOptions& options = {});
+// The same with the cluster's topology graph built once by the caller (a search evaluates many
+// configurations on one cluster). REQUIRES: `topology` was built from `cluster`.
+[[nodiscard]] Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                  const spec::ParallelConfig& parallel, int seq_len, const CostModelOptions& options,
+                                  const Topology& topology);
 
 }  // namespace cpt::cost
