@@ -66,6 +66,10 @@ struct CostModelOptions {
   // Data-parallel gradient reduction in buckets overlapped with the last backward (Megatron and
   // torch DDP); false when the framework reduces only after backward (vTrain's setting).
   bool overlap_dp_with_backward = true;
+  // true: build the pipeline schedule and replay it (exact for any stage durations; what
+  // `cpt estimate` uses). false: closed forms for the in-flight microbatches and the makespan,
+  // exact for uniform stages and within a few percent otherwise, for searches over many candidates.
+  bool exact_pipeline = true;
   // DP gradient buckets (Megatron/DDP default 40 M elements; torch DDP 25 MiB).
   std::int64_t bucket_elements = 40'000'000;
   // ZeRO-3 gathers this many blocks ahead of use (FSDP's forward prefetch of one, plus the block

@@ -88,7 +88,7 @@ int shard_group_size(const spec::ParallelConfig& p, const spec::RankLayout& layo
 
 std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len,
                                                 const spec::StagePartition& stages,
-                                                const spec::PipelineSchedule& schedule, const spec::RankLayout& layout,
+                                                const spec::PipelineSchedule* schedule, const spec::RankLayout& layout,
                                                 const CostModelOptions& o) {
   const int n = shard_group_size(p, layout);
   const double per_layer = static_cast<double>(activation_bytes_per_layer(m, p, seq_len, o).value());
@@ -113,8 +113,16 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
     if (p.offload != spec::Offload::kNone) mb.optimizer = Bytes(0);
     if (p.offload == spec::Offload::kOptimizerAndParams) mb.weights = bytes(e * block * o.zero3_prefetch_blocks);
 
-    double act = spec::max_live_weight(schedule, r, stage_weight);
     const auto rank_stages = stages.stages_of_rank(r);
+    double act = 0;
+    if (schedule != nullptr) {
+      act = spec::max_live_weight(*schedule, r, stage_weight);
+    } else {
+      double mean_chunk = 0;
+      for (int s : rank_stages) mean_chunk += stage_weight[static_cast<std::size_t>(s)];
+      mean_chunk /= static_cast<double>(rank_stages.size());
+      act = mean_chunk * spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), r);
+    }
     if (std::find(rank_stages.begin(), rank_stages.end(), stages.num_stages() - 1) != rank_stages.end()) act += logits;
     if (p.recompute == spec::Recompute::kFull) {
       spec::ParallelConfig none = p;

@@ -51,10 +51,12 @@ double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfi
 // ZeRO shard-group size of the ranks at pipeline coordinate 0 (every pp rank has the same).
 int shard_group_size(const spec::ParallelConfig& parallel, const spec::RankLayout& layout);
 
-// The peak memory of every pipeline rank, index = pp rank.
+// The peak memory of every pipeline rank, index = pp rank. With a schedule the live microbatches are
+// replayed from it; with `schedule == nullptr` they come from spec::in_flight_closed_form with each
+// rank's mean chunk weight (exact for uniform chunks).
 std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                                                 int seq_len, const spec::StagePartition& stages,
-                                                const spec::PipelineSchedule& schedule, const spec::RankLayout& layout,
+                                                const spec::PipelineSchedule* schedule, const spec::RankLayout& layout,
                                                 const CostModelOptions& options);
 
 }  // namespace cpt::cost

@@ -75,4 +75,30 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const do
   return out;
 }
 
+ReplayResult closed_form_makespan(int pp, int v, int m, std::span<const double> fwd, std::span<const double> bwd,
+                                  std::span<const double> p2p) {
+  const auto stages = static_cast<std::size_t>(pp * v);
+  CPT_CHECK(fwd.size() == stages && bwd.size() == stages && p2p.size() == stages, "durations for ", fwd.size(),
+            " stages, expected ", stages);
+  std::vector<double> w(static_cast<std::size_t>(pp), 0.0);
+  for (std::size_t s = 0; s < stages; ++s) w[s % static_cast<std::size_t>(pp)] += fwd[s] + bwd[s];
+  std::size_t crit = 0;
+  for (std::size_t r = 1; r < w.size(); ++r) {
+    if (w[r] > w[crit]) crit = r;
+  }
+  double others = 0;
+  for (std::size_t r = 0; r < w.size(); ++r) {
+    if (r != crit) others += w[r];
+  }
+  double transfers = 0;
+  for (std::size_t s = 0; s + 1 < stages; ++s) transfers += p2p[s];
+  ReplayResult out;
+  out.makespan = core::Seconds(m * w[crit] + others / v + 2 * transfers / v);
+  for (std::size_t r = 0; r < w.size(); ++r) {
+    out.busy.emplace_back(m * w[r]);
+    out.finish.emplace_back(r == crit ? out.makespan.value() : m * w[r]);
+  }
+  return out;
+}
+
 }  // namespace cpt::cost

@@ -26,4 +26,15 @@ struct ReplayResult {
 ReplayResult replay_schedule(const spec::PipelineSchedule& schedule, std::span<const double> forward_s,
                              std::span<const double> backward_s, std::span<const double> p2p_after_s);
 
+// The closed form of the replay, for fast evaluation in a search: with W_r the forward + backward
+// time of pipeline rank r over its chunks (one microbatch) and r* the busiest rank,
+//   makespan = m·W_{r*} + Σ_{r ≠ r*} W_r / v + 2·Σ_s p2p_after[s] / v
+// which is exact for uniform stages without transfers ((m + p − 1)·W for 1F1B, the bubble divided
+// by v when interleaved; Narayanan et al. 2021 §2.2) and approximates uneven stages
+// (pipeline_replay_test.cpp bounds the difference). busy and finish have one entry per rank:
+// m·W_r and, for r*, the makespan (others: their busy time; the closed form does not place them).
+// REQUIRES: pp·virtual_stages entries in each span; stage s runs on rank s mod pp.
+ReplayResult closed_form_makespan(int pp, int virtual_stages, int num_microbatches, std::span<const double> forward_s,
+                                  std::span<const double> backward_s, std::span<const double> p2p_after_s);
+
 }  // namespace cpt::cost

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "core/str_cat.h"
 #include "costmodel/collective_model.h"
@@ -72,11 +73,12 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   }
   const int m = p.grad_accum();
   const auto stages = spec::StagePartition::balanced(model.layers, p.pp, p.virtual_stages);
-  const auto schedule = spec::make_schedule(p.schedule, p.pp, p.virtual_stages, m);
+  std::optional<spec::PipelineSchedule> schedule;
+  if (o.exact_pipeline) schedule = spec::make_schedule(p.schedule, p.pp, p.virtual_stages, m);
 
   // 2. Memory of every pipeline rank.
   Estimate est;
-  est.memory_per_pp_rank = memory_per_pp_rank(model, p, seq_len, stages, schedule, layout, o);
+  est.memory_per_pp_rank = memory_per_pp_rank(model, p, seq_len, stages, schedule ? &*schedule : nullptr, layout, o);
   for (int r = 0; r < p.pp; ++r) {
     if (est.memory_per_pp_rank[static_cast<std::size_t>(r)].total() > est.peak_memory().total()) est.worst_pp_rank = r;
   }
@@ -170,8 +172,10 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     }
   }
   const std::vector<double> no_p2p(static_cast<std::size_t>(S), 0.0);
-  const ReplayResult with_p2p = replay_schedule(schedule, fwd, bwd, p2p);
-  const ReplayResult without_p2p = replay_schedule(schedule, fwd, bwd, no_p2p);
+  const ReplayResult with_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, p2p)
+                                         : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, p2p);
+  const ReplayResult without_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, no_p2p)
+                                            : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, no_p2p);
   // The critical rank: the one that finishes last.
   int crit = 0;
   for (int r = 0; r < p.pp; ++r) {

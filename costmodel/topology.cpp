@@ -5,7 +5,9 @@
 #include <boost/graph/breadth_first_search.hpp>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "core/check.h"
@@ -49,7 +51,14 @@ struct Loads {
 
 }  // namespace
 
-Topology::Topology(const spec::ClusterSpec& c) : graph_(std::make_unique<Graph>()) {
+struct Topology::Cache {
+  using PlaceKey = std::tuple<int, int, int, int, int, int, int, int, int>;  // degrees, order, axis
+  std::mutex mutex;
+  std::map<PlaceKey, GroupPlacement> placements;
+  std::map<std::pair<int, int>, LinkCost> links;
+};
+
+Topology::Topology(const spec::ClusterSpec& c) : graph_(std::make_unique<Graph>()), cache_(std::make_unique<Cache>()) {
   auto& G = *graph_;
   G.num_nodes = c.num_nodes;
   G.gpus_per_node = c.node.gpus_per_node;
@@ -211,6 +220,17 @@ LinkCost route_rings(const Topology::Graph& G, const Rings& rings) {
 }  // namespace
 
 GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) const {
+  using spec::Axis;
+  // The layout is determined by its degrees and axis order (strides grow along the order).
+  std::array<int, 4> order_rank{};
+  for (Axis a : {Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp}) order_rank[static_cast<std::size_t>(a)] = layout.stride(a);
+  const Cache::PlaceKey key{layout.degree(Axis::kTp), layout.degree(Axis::kCp), layout.degree(Axis::kDp),
+                            layout.degree(Axis::kPp), order_rank[0], order_rank[1], order_rank[2], order_rank[3],
+                            static_cast<int>(axis)};
+  {
+    std::lock_guard lock(cache_->mutex);
+    if (auto it = cache_->placements.find(key); it != cache_->placements.end()) return it->second;
+  }
   const auto& G = *graph_;
   CPT_CHECK(layout.gpus_per_node() == G.gpus_per_node, "layout with ", layout.gpus_per_node(),
             " GPUs per node on a cluster with ", G.gpus_per_node);
@@ -244,14 +264,23 @@ GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) 
   }
   if (!intra_rings.empty()) p.intra = route_rings(G, intra_rings);
   if (!inter_rings.empty()) p.inter = route_rings(G, inter_rings);
+  std::lock_guard lock(cache_->mutex);
+  cache_->placements.emplace(key, p);
   return p;
 }
 
 LinkCost Topology::p2p(int a, int b, int gpus_per_node) const {
   CPT_CHECK(gpus_per_node == graph_->gpus_per_node, "gpus_per_node ", gpus_per_node);
+  {
+    std::lock_guard lock(cache_->mutex);
+    if (auto it = cache_->links.find({a, b}); it != cache_->links.end()) return it->second;
+  }
   Router router(*graph_);
   router.add(a, b, 1);
-  return router.cost(a, b);
+  const LinkCost link = router.cost(a, b);
+  std::lock_guard lock(cache_->mutex);
+  cache_->links.emplace(std::make_pair(a, b), link);
+  return link;
 }
 
 }  // namespace cpt::cost

@@ -44,15 +44,18 @@ class Topology {
   Topology& operator=(Topology&&) noexcept;
 
   [[nodiscard]] int num_vertices() const;
-  // The worst placement over all groups of `axis` (all of them communicating at once).
+  // The worst placement over all groups of `axis` (all of them communicating at once). Memoised
+  // per (degrees, axis order, axis): a search meets the same layouts many times. Thread-safe.
   [[nodiscard]] GroupPlacement place(const spec::RankLayout& layout, spec::Axis axis) const;
-  // Point-to-point between two ranks, alone on the fabric.
+  // Point-to-point between two ranks, alone on the fabric. Memoised per pair. Thread-safe.
   [[nodiscard]] LinkCost p2p(int rank_a, int rank_b, int gpus_per_node) const;
 
   struct Graph;  // opaque: Boost.Graph stays inside topology.cpp
+  struct Cache;
 
  private:
   std::unique_ptr<Graph> graph_;
+  std::unique_ptr<Cache> cache_;
 };
 
 }  // namespace cpt::cost

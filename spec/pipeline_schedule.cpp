@@ -141,6 +141,21 @@ int max_in_flight(const PipelineSchedule& schedule, int pp_rank) {
   return static_cast<int>(max_live_weight(schedule, pp_rank, ones) + 0.5);
 }
 
+int in_flight_closed_form(ScheduleKind kind, int pp, int v, int m, int r) {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return m;
+    case ScheduleKind::k1F1B:
+      return std::min(pp - r, m);
+    case ScheduleKind::kInterleaved1F1B: {
+      const int total = m * v;
+      if (m == pp) return total;
+      return std::min(total, (pp - r - 1) * 2 + (v - 1) * pp + 1);
+    }
+  }
+  return m;
+}
+
 std::string to_csv(const PipelineSchedule& schedule) {
   std::string out;
   for (const auto& rank : schedule.per_rank) {

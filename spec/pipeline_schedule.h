@@ -87,6 +87,11 @@ int max_in_flight(const PipelineSchedule& schedule, int pp_rank);
 // is max_in_flight. REQUIRES: weight_of_stage.size() == num_stages().
 double max_live_weight(const PipelineSchedule& schedule, int pp_rank, std::span<const double> weight_of_stage);
 
+// max_in_flight without building the schedule, for fast evaluation: GPipe m; 1F1B min(pp − rank,
+// m); interleaved 1F1B its warm-up (pp − rank − 1)·2 + (v − 1)·pp (all m·v when m == pp) plus one,
+// capped at m·v. Equal to max_in_flight(make_schedule(...), rank) (pipeline_schedule_test.cpp).
+int in_flight_closed_form(ScheduleKind kind, int pp, int virtual_stages, int num_microbatches, int pp_rank);
+
 // Compute actions only, one CSV row per rank: "F0.0,F0.1,B0.0,...".
 std::string to_csv(const PipelineSchedule& schedule);
 

@@ -96,7 +96,9 @@ TEST(MemoryModel, InFlightActivationsFollowTheSchedule) {
     const auto stages = spec::StagePartition::balanced(96, 8, v);
     const auto schedule = spec::make_schedule(p.schedule, 8, v, 64);
     const spec::RankLayout layout(p, 8);
-    const auto mem = memory_per_pp_rank(m, p, 2048, stages, schedule, layout, o);
+    const auto mem = memory_per_pp_rank(m, p, 2048, stages, &schedule, layout, o);
+    const auto fast = memory_per_pp_rank(m, p, 2048, stages, nullptr, layout, o);
+    EXPECT_EQ(fast[0].activations, mem[0].activations);  // uniform chunks: the closed form is exact
     const double per_layer = static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value());
     const double factor = v == 1 ? 1.0 : 1.0 + 7.0 / (8.0 * v);
     EXPECT_NEAR(static_cast<double>(mem[0].activations.value()), 96 * per_layer * factor, 1.0) << "v " << v;

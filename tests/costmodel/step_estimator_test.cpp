@@ -55,6 +55,32 @@ TEST(StepEstimator, KorthikantiTableFiveWithinTenPercent) {
   EXPECT_LT(sum_abs / n, 0.06);  // mean absolute error (Calculon reports 3.65% on the same rows)
 }
 
+// The closed-form pipeline of a search agrees with the replayed schedule on real configurations.
+TEST(StepEstimator, FastPipelineAgreesWithTheReplay) {
+  const auto model = spec::find_catalog_model("llama3-70b")->spec;
+  const auto cluster = cat().cluster_for_gpu("h100", 256, "--gpu");
+  int checked = 0;
+  for (int pp : {2, 4, 8}) {
+    for (int v : {1, 2}) {
+      for (int gb : {64, 256}) {
+        spec::ParallelConfig p{.tp = 8, .dp = 256 / (8 * pp), .pp = pp, .virtual_stages = v, .micro_batch = 1,
+                               .global_batch = gb, .zero_stage = 1, .recompute = spec::Recompute::kSelective,
+                               .sequence_parallel = true};
+        p.schedule = v > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B;
+        CostModelOptions exact;
+        CostModelOptions fast;
+        fast.exact_pipeline = false;
+        const Estimate a = expect_feasible(evaluate(model, cluster, p, 8192, exact));
+        const Estimate b = expect_feasible(evaluate(model, cluster, p, 8192, fast));
+        EXPECT_NEAR(b.time.total() / a.time.total(), 1.0, 0.03) << "pp " << pp << " v " << v << " gb " << gb;
+        EXPECT_NEAR(b.peak_memory().total() / a.peak_memory().total(), 1.0, 0.01);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 12);
+}
+
 TEST(StepEstimator, OutOfMemoryIsAValueWithTheNumbers) {
   const auto model = spec::find_catalog_model("llama3-70b")->spec;
   const auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");

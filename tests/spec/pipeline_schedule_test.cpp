@@ -59,6 +59,27 @@ TEST(PipelineSchedule, InFlightMicrobatches) {
   EXPECT_EQ(max_in_flight(make_schedule(ScheduleKind::kInterleaved1F1B, 4, 2, 8), 0), 11);
 }
 
+TEST(PipelineSchedule, ClosedFormInFlightEqualsTheSchedule) {
+  int checked = 0;
+  for (int pp = 1; pp <= 8; ++pp) {
+    for (int m = 1; m <= 24; ++m) {
+      for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+        const bool inter = kind == ScheduleKind::kInterleaved1F1B;
+        if (inter && (pp < 2 || m % pp != 0)) continue;
+        for (int v = inter ? 2 : 1; v <= (inter ? 4 : 1); ++v) {
+          const auto s = make_schedule(kind, pp, v, m);
+          for (int r = 0; r < pp; ++r) {
+            ASSERT_EQ(in_flight_closed_form(kind, pp, v, m, r), max_in_flight(s, r))
+                << to_string(kind) << " pp " << pp << " v " << v << " m " << m << " rank " << r;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
 TEST(PipelineSchedule, InterleavedRanksHoldTheirChunks) {
   const auto s = make_schedule(ScheduleKind::kInterleaved1F1B, 2, 2, 4);
   for (int r = 0; r < 2; ++r) {
