@@ -40,8 +40,7 @@ int main(int argc, char** argv) {
   app.footer("Run `cpt SUBCOMMAND --help` for the options of each subcommand.");
 
   // In the order of the user's journey: decide, check, replay, do, measure; then the catalogs.
-  cli::register_unbuilt_command(app, "plan", "Search parallel configurations for a model on a cluster",
-                                "the planner (issue #4, on the cost model of issue #3)");
+  cli::register_plan_command(app);
   cli::register_unbuilt_command(app, "whatif", "Re-evaluate a plan under other hardware or workload",
                                 "what-if analysis (issue #4)");
   cli::register_estimate_command(app);

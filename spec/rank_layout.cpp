@@ -1,6 +1,7 @@
 #include "spec/rank_layout.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/check.h"
@@ -124,14 +125,29 @@ std::vector<int> RankLayout::dp_replicate_group(int rank) const {
 }
 
 std::optional<std::string> RankLayout::find_hybrid_shard_error() const {
-  for (const auto& group : groups(Axis::kDp)) {
-    const auto size = dp_shard_group(group.front()).size();
-    for (int r : group) {
-      if (dp_shard_group(r).size() != size) {
-        return core::str_cat("hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of rank ",
-                             group.front(), " has ", size, " on node ", node_of(group.front()), " and ",
-                             dp_shard_group(r).size(), " on node ", node_of(r));
+  // O(world size), no allocation: the members of a dp group are r + i·stride(dp), so their nodes
+  // are non-decreasing in i and the group is a sequence of runs of equal nodes; every run must be
+  // as long as the first.
+  const int stride = this->stride(Axis::kDp);
+  const int d = degree(Axis::kDp);
+  for (int r = 0; r < world_size_; ++r) {
+    if ((r / stride) % d != 0) continue;  // r is the first member of its dp group
+    int first_node = node_of(r);
+    int first_count = 0;
+    int node = first_node;
+    int count = 0;
+    for (int i = 0; i <= d; ++i) {
+      const int n = i < d ? node_of(r + i * stride) : -1;  // -1 closes the last run
+      if (n != node) {
+        if (node == first_node) first_count = count;
+        if (count != first_count) {
+          return core::str_cat("hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of "
+                               "rank ", r, " has ", first_count, " on node ", first_node, " and ", count, " on node ", node);
+        }
+        node = n;
+        count = 0;
       }
+      ++count;
     }
   }
   return std::nullopt;

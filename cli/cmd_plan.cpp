@@ -1,0 +1,246 @@
+// cpt plan: search the parallel configurations of a model on a cluster (the planner, issue #4).
+// stdout: the ranking table, or with --json the contract of docs/planner.md; --out DIR writes
+// plan.json (the best plan, read by simulate/train/run), candidates.csv and report.md.
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "core/text_table.h"
+#include "costmodel/estimate_json.h"
+#include "planner/planner.h"
+#include "spec/hardware_catalog.h"
+#include "spec/model_io.h"
+#include "spec/plan.h"
+
+namespace cpt::cli {
+namespace {
+
+using core::str_cat;
+
+struct PlanOptions {
+  std::string model, gpu, cluster, objective = "throughput", fix, out;
+  int gpus = 0;
+  int global_batch = 0;
+  int seq_len = 0;
+  std::int64_t tokens = 0;
+  int top = 10;
+  double price = 0;
+  double headroom = 0.10;
+  bool flash_attention = true;
+  bool json = false;
+};
+
+core::Json config_json(const spec::ParallelConfig& p) {
+  return {{"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"cp", p.cp},
+          {"vp", p.virtual_stages},
+          {"micro_batch", p.micro_batch},
+          {"grad_accum", p.grad_accum()},
+          {"zero", p.zero_stage},
+          {"hsdp", p.hybrid_shard},
+          {"recompute", spec::to_string(p.recompute)},
+          {"sequence_parallel", p.sequence_parallel},
+          {"offload", spec::to_string(p.offload)},
+          {"schedule", spec::to_string(p.schedule)},
+          {"axis_order", str_cat(spec::to_string(p.axis_order[0]), "-", spec::to_string(p.axis_order[1]), "-",
+                                 spec::to_string(p.axis_order[2]), "-", spec::to_string(p.axis_order[3]))}};
+}
+
+std::string config_text(const spec::ParallelConfig& p) {
+  return str_cat("tp", p.tp, " cp", p.cp, " pp", p.pp, p.virtual_stages > 1 ? str_cat("v", p.virtual_stages) : "",
+                 " dp", p.dp, " mb", p.micro_batch, " ga", p.grad_accum(), " z", p.zero_stage,
+                 p.hybrid_shard ? "-hsdp" : "", " ", spec::to_string(p.recompute), p.sequence_parallel ? " sp" : "",
+                 p.offload != spec::Offload::kNone ? " offload" : "",
+                 p.axis_order[2] == spec::Axis::kPp ? " (pp before dp)" : "");
+}
+
+core::Json candidates_json(const std::vector<planner::Candidate>& list) {
+  core::Json out = core::Json::array();
+  for (const auto& c : list) {
+    out.push_back({{"config", config_json(c.config)}, {"estimate", cost::evaluation_to_json(c.estimate)}});
+  }
+  return out;
+}
+
+core::Json result_json(const planner::PlannerResult& r, bool with_seconds) {
+  core::Json rejected = core::Json::object();
+  for (int i = 0; i < planner::kNumRejectReasons; ++i) {
+    if (r.rejected[static_cast<std::size_t>(i)] > 0) {
+      rejected[planner::to_string(static_cast<planner::RejectReason>(i))] = r.rejected[static_cast<std::size_t>(i)];
+    }
+  }
+  core::Json j = {{"enumerated", r.enumerated}, {"evaluated", r.evaluated}, {"feasible", r.feasible}};
+  if (with_seconds) j["seconds"] = r.seconds;
+  j["rejected"] = rejected;
+  j["top"] = candidates_json(r.top);
+  j["pareto"] = candidates_json(r.pareto);
+  return j;
+}
+
+spec::Prediction prediction_of(const cost::Estimate& e) {
+  spec::Prediction p;
+  p.step_time_s = e.time.total().value();
+  p.tokens_per_s_per_gpu = e.tokens_per_s_per_gpu;
+  p.mfu = e.mfu;
+  const auto t = cost::time_to_json(e.time);
+  for (const auto& [k, v] : t.items()) p.step_time_breakdown_s[k] = v.get<double>();
+  const auto m = cost::memory_to_json(e.peak_memory());
+  for (const auto& [k, v] : m.items()) p.peak_memory_GiB_per_rank[k] = v.get<double>();
+  return p;
+}
+
+std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const PlanOptions& o,
+                      const planner::PlannerResult& r) {
+  std::ostringstream md;
+  md << "# cpt plan: " << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().display_name << "\n\n"
+     << "Global batch " << o.global_batch << " sequences of " << o.seq_len << " tokens; objective " << o.objective
+     << ". " << r.enumerated << " candidates, " << r.evaluated << " evaluated, " << r.feasible << " feasible.\n\n"
+     << "| # | configuration | step s | tokens/s/GPU | MFU | peak GiB |\n|---|---|---|---|---|---|\n";
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const auto& c = r.top[i];
+    md << "| " << i + 1 << " | " << config_text(c.config) << " | " << fixed(c.estimate.time.total().value(), 3) << " | "
+       << fixed(c.estimate.tokens_per_s_per_gpu, 0) << " | " << fixed(100 * c.estimate.mfu, 1) << "% | "
+       << fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1) << " |\n";
+  }
+  md << "\n## Rejected\n\n| reason | candidates |\n|---|---|\n";
+  for (int i = 0; i < planner::kNumRejectReasons; ++i) {
+    if (r.rejected[static_cast<std::size_t>(i)] > 0) {
+      md << "| " << planner::to_string(static_cast<planner::RejectReason>(i)) << " | "
+         << r.rejected[static_cast<std::size_t>(i)] << " |\n";
+    }
+  }
+  if (o.tokens > 0 && !r.top.empty()) {
+    const double hours = static_cast<double>(o.tokens) / (r.top.front().estimate.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
+    md << "\nTime to train " << o.tokens << " tokens with the best plan: " << fixed(hours, 1) << " h ("
+       << fixed(hours * cluster.num_gpus, 0) << " GPU-hours";
+    if (o.price > 0) md << ", " << fixed(hours * cluster.num_gpus * o.price, 0) << " USD";
+    md << ").\n";
+  }
+  return md.str();
+}
+
+void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                   const PlanOptions& o, const planner::PlannerResult& r) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw core::RuntimeError(str_cat(dir.string(), ": cannot create: ", ec.message()));
+  if (!r.top.empty()) {
+    spec::Plan plan = spec::make_plan(model, cluster, spec::Workload{o.seq_len, o.tokens}, r.top.front().config);
+    plan.predicted = prediction_of(r.top.front().estimate);
+    spec::save_plan(plan, dir / "plan.json");
+  }
+  std::ostringstream csv;
+  csv << "rank,tp,cp,pp,vp,dp,micro_batch,grad_accum,zero,hsdp,recompute,sequence_parallel,offload,axis_order,"
+         "step_time_s,tokens_per_s_per_gpu,mfu,peak_memory_GiB\n";
+  for (std::size_t i = 0; i < r.all_feasible.size(); ++i) {
+    const auto& c = r.all_feasible[i];
+    const auto& p = c.config;
+    const auto j = config_json(p);
+    csv << i + 1 << "," << p.tp << "," << p.cp << "," << p.pp << "," << p.virtual_stages << "," << p.dp << ","
+        << p.micro_batch << "," << p.grad_accum() << "," << p.zero_stage << "," << (p.hybrid_shard ? 1 : 0) << ","
+        << spec::to_string(p.recompute) << "," << (p.sequence_parallel ? 1 : 0) << "," << spec::to_string(p.offload)
+        << "," << j["axis_order"].get<std::string>() << "," << c.estimate.time.total().value() << ","
+        << c.estimate.tokens_per_s_per_gpu << "," << c.estimate.mfu << ","
+        << core::to_gibibytes(c.estimate.peak_memory().total()) << "\n";
+  }
+  core::write_file_atomic(dir / "candidates.csv", csv.str());
+  core::write_file_atomic(dir / "report.md", report_md(model, cluster, o, r));
+}
+
+planner::Objective objective_of(const std::string& s) {
+  if (s == "throughput") return planner::Objective::kThroughput;
+  if (s == "time") return planner::Objective::kTime;
+  if (s == "cost") return planner::Objective::kCost;
+  return planner::Objective::kHeadroom;
+}
+
+void run(const PlanOptions& o) {
+  const auto model = spec::load_model(o.model, "--model");
+  const auto& cat = spec::HardwareCatalog::builtin();
+  spec::ClusterSpec cluster;
+  if (!o.cluster.empty()) {
+    cluster = cat.load_cluster(o.cluster, "--cluster");
+  } else if (!o.gpu.empty() && o.gpus > 0) {
+    cluster = cat.cluster_for_gpu(o.gpu, o.gpus, "--gpu");
+  } else {
+    throw core::ConfigError("--gpu and --gpus, or --cluster: expected one of them, got neither");
+  }
+  planner::SearchOptions so;
+  so.global_batch = o.global_batch;
+  so.seq_len = o.seq_len;
+  so.tokens = o.tokens;
+  so.objective = objective_of(o.objective);
+  so.price_per_gpu_hour = o.price;
+  so.headroom = o.headroom;
+  so.top_k = o.top;
+  so.fixed = planner::parse_fixed(o.fix);
+  so.cost.flash_attention = o.flash_attention;
+  const auto r = planner::search(model, cluster, so);
+  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r);
+  if (o.json) {
+    print_json(result_json(r, true));
+    return;
+  }
+  std::cout << str_cat(model.name, " on ", cluster.num_gpus, " x ", cluster.gpu().name, ", global batch ",
+                       o.global_batch, " x ", o.seq_len, " tokens, objective ", o.objective, "\n\n");
+  using core::Align;
+  core::TextTable t({"#", "configuration", "step s", "tokens/s/GPU", "MFU", "peak GiB"},
+                    {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const auto& c = r.top[i];
+    t.add_row({std::to_string(i + 1), config_text(c.config), fixed(c.estimate.time.total().value(), 3),
+               fixed(c.estimate.tokens_per_s_per_gpu, 0), fixed(100 * c.estimate.mfu, 1) + "%",
+               fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
+  }
+  std::cout << (r.top.empty() ? std::string("no feasible configuration\n") : t.render()) << "\n";
+  core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
+  for (int i = 0; i < planner::kNumRejectReasons; ++i) {
+    if (r.rejected[static_cast<std::size_t>(i)] > 0) {
+      rej.add_row({planner::to_string(static_cast<planner::RejectReason>(i)),
+                   std::to_string(r.rejected[static_cast<std::size_t>(i)])});
+    }
+  }
+  std::cout << rej.render() << "\n"
+            << str_cat(r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ",
+                       r.pareto.size(), " on the throughput/memory Pareto front, in ", fixed(r.seconds, 2), " s\n");
+  if (!o.out.empty()) std::cout << "wrote " << o.out << "/plan.json, candidates.csv, report.md\n";
+}
+
+}  // namespace
+
+void register_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  auto* cmd = app.add_subcommand("plan", "Search parallel configurations for a model on a cluster");
+  cmd->add_option("--model", o->model, "Catalog name, model JSON or Hugging Face config.json")->required();
+  cmd->add_option("--gpu", o->gpu, "GPU name (implies its node and fabric)");
+  cmd->add_option("--gpus", o->gpus, "Number of GPUs")->check(CLI::PositiveNumber);
+  cmd->add_option("--cluster", o->cluster, "Cluster profile name or JSON file (instead of --gpu/--gpus)");
+  cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--objective", o->objective, "throughput|time|cost|headroom")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"throughput", "time", "cost", "headroom"}));
+  cmd->add_option("--tokens", o->tokens, "Token budget of the run (time and cost)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--price-per-gpu-hour", o->price, "USD per GPU-hour (objective cost)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--headroom", o->headroom, "HBM fraction to keep free (objective headroom)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
+  cmd->add_option("--top", o->top, "How many plans to list")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--fix", o->fix, "Pin fields: tp=8,pp=4,zero=1,recompute=selective,...");
+  cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention, "Fused attention (default on)");
+  cmd->add_option("--out", o->out, "Write plan.json, candidates.csv and report.md into this directory");
+  cmd->add_flag("--json", o->json, "Print the JSON contract instead of tables");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace cpt::cli

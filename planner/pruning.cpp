@@ -1,0 +1,120 @@
+#include "planner/pruning.h"
+
+#include <algorithm>
+
+#include "costmodel/memory_model.h"
+#include "spec/rank_layout.h"
+#include "spec/stage_partition.h"
+
+namespace cpt::planner {
+
+std::string to_string(RejectReason r) {
+  switch (r) {
+    case RejectReason::kHeadsNotDivisible:
+      return "heads_not_divisible_by_tp";
+    case RejectReason::kKvHeadsNotDivisible:
+      return "kv_heads_not_divisible_by_tp";
+    case RejectReason::kFfnNotDivisible:
+      return "ffn_not_divisible_by_tp";
+    case RejectReason::kStagesExceedLayers:
+      return "stages_exceed_layers";
+    case RejectReason::kInterleaveShape:
+      return "interleave_needs_pp2_and_microbatches_multiple_of_pp";
+    case RejectReason::kBatchNotDivisible:
+      return "global_batch_not_divisible";
+    case RejectReason::kTpCpAcrossNodes:
+      return "tp_cp_across_nodes";
+    case RejectReason::kSeqNotDivisible:
+      return "seq_len_not_divisible_by_2cp";
+    case RejectReason::kRedundant:
+      return "redundant";
+    case RejectReason::kHybridShardSplit:
+      return "hybrid_shard_uneven";
+    case RejectReason::kModelStateMemory:
+      return "model_state_exceeds_memory";
+    case RejectReason::kOutOfMemory:
+      return "out_of_memory";
+    case RejectReason::kUnsupported:
+      return "unsupported_combination";
+  }
+  return "?";
+}
+
+LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node) {
+  // One pass over the ranks, no allocation: the members of a dp group are r + i·stride(dp), so
+  // their nodes are non-decreasing in i and a group is a sequence of runs of equal nodes. It spans
+  // several nodes when it has several runs, and splits evenly (HSDP) when all runs are equally long.
+  spec::ParallelConfig plain = config;
+  plain.hybrid_shard = false;
+  const spec::RankLayout layout(plain, gpus_per_node);
+  const int stride = layout.stride(spec::Axis::kDp);
+  const int d = layout.degree(spec::Axis::kDp);
+  LayoutFacts f;
+  int run_length = d;  // members of a dp group on one node (for the hybrid shard group)
+  for (int r = 0; r < layout.world_size(); ++r) {
+    if ((r / stride) % d != 0) continue;  // r is the first member of its dp group
+    int runs = 0;
+    int first_run = -1;
+    int current = 0;
+    int node = -1;
+    for (int i = 0; i < d; ++i) {
+      const int n = (r + i * stride) / gpus_per_node;
+      if (n != node) {
+        if (node >= 0) {
+          if (first_run < 0) first_run = current;
+          if (current != first_run) f.hybrid_shard_uneven = true;
+        }
+        node = n;
+        current = 0;
+        ++runs;
+      }
+      ++current;
+    }
+    if (first_run < 0) first_run = current;
+    if (current != first_run) f.hybrid_shard_uneven = true;
+    if (runs > 1) f.dp_spans_nodes = true;
+    run_length = std::min(run_length, first_run);
+  }
+  f.shard_group = d * config.cp;
+  f.hybrid_shard_group = run_length * config.cp;
+  return f;
+}
+
+std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const PruneContext& ctx) {
+  const auto& m = ctx.model;
+  using R = RejectReason;
+  if (m.heads % p.tp != 0) return R::kHeadsNotDivisible;
+  if (m.kv_heads % p.tp != 0) return R::kKvHeadsNotDivisible;
+  if (m.ffn_hidden % p.tp != 0) return R::kFfnNotDivisible;
+  if (p.tp * p.cp > ctx.cluster.node.gpus_per_node) return R::kTpCpAcrossNodes;
+  if (p.cp > 1 && ctx.seq_len % (2 * p.cp) != 0) return R::kSeqNotDivisible;
+  if (p.pp * p.virtual_stages > m.layers) return R::kStagesExceedLayers;
+  if (p.global_batch % (p.micro_batch * p.dp) != 0) return R::kBatchNotDivisible;
+  if (p.virtual_stages > 1 && (p.pp < 2 || p.grad_accum() % p.pp != 0)) return R::kInterleaveShape;
+  // Redundant: these run exactly like another candidate that stays in the space.
+  if (p.sequence_parallel && p.tp == 1) return R::kRedundant;
+  if (p.zero_stage > 0 && p.dp * p.cp == 1) return R::kRedundant;
+  if (p.offload != spec::Offload::kNone && p.zero_stage == 0) return R::kRedundant;  // offload shards with ZeRO
+  return std::nullopt;
+}
+
+std::optional<RejectReason> prune_layout(const spec::ParallelConfig& p, const PruneContext& ctx,
+                                         const LayoutFacts& facts) {
+  using R = RejectReason;
+  const auto& m = ctx.model;
+  if (p.hybrid_shard) {
+    if (facts.hybrid_shard_uneven) return R::kHybridShardSplit;
+    if (!facts.dp_spans_nodes) return R::kRedundant;  // the same as plain ZeRO-3
+  }
+  // Lower bound: the model state of the heaviest pipeline rank, before activations.
+  const auto stages = spec::StagePartition::balanced(m.layers, p.pp, p.virtual_stages);
+  const int n = p.hybrid_shard ? facts.hybrid_shard_group : facts.shard_group;
+  for (int r : {0, p.pp - 1}) {
+    auto ms = cost::model_state_bytes(cost::params_of_pp_rank(m, p, stages, r), p.zero_stage, n, ctx.options);
+    if (p.offload != spec::Offload::kNone) ms.optimizer = core::Bytes(0);
+    if ((ms.weights + ms.grads + ms.optimizer) > ctx.cluster.gpu().hbm_capacity) return R::kModelStateMemory;
+  }
+  return std::nullopt;
+}
+
+}  // namespace cpt::planner

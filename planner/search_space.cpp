@@ -1,0 +1,164 @@
+#include "planner/search_space.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+#include "core/str_cat.h"
+
+namespace cpt::planner {
+
+using core::ConfigError;
+using core::str_cat;
+
+namespace {
+
+const std::vector<std::string> kKeys = {"tp",        "cp",        "pp",       "dp",
+                                        "vp",        "micro_batch", "zero",   "hsdp",
+                                        "recompute", "sequence_parallel", "offload", "schedule"};
+
+int to_int(const std::string& key, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    const int x = std::stoi(v, &used);
+    if (used == v.size() && x >= 0) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(str_cat("--fix: ", key, ": expected a whole number, got \"", v, "\""));
+}
+
+bool to_bool(const std::string& key, const std::string& v) {
+  if (v == "true" || v == "1" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "off") return false;
+  throw ConfigError(str_cat("--fix: ", key, ": expected true or false, got \"", v, "\""));
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+template <class T>
+void pin(std::vector<T>& values, T v) {
+  values = {v};
+}
+
+}  // namespace
+
+Fixed parse_fixed(const std::string& text) {
+  Fixed f;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw ConfigError(str_cat("--fix: expected key=value, got \"", item, "\""));
+    const auto key = item.substr(0, eq);
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
+      const auto hint = core::closest_match(key, kKeys);
+      throw ConfigError(str_cat("--fix: unknown key \"", key, "\"",
+                                hint.empty() ? std::string() : str_cat(" (did you mean \"", hint, "\"?)"),
+                                "; expected one of ", core::join(kKeys, " ")));
+    }
+    f.values[key] = item.substr(eq + 1);
+  }
+  return f;
+}
+
+SearchSpace::SearchSpace(const spec::ModelSpec& m, const spec::ClusterSpec& c, int global_batch, const Fixed& fixed)
+    : gpus_(c.num_gpus), global_batch_(global_batch) {
+  const auto& fx = fixed.values;
+  auto fixed_int = [&](const char* key) -> std::optional<int> {
+    if (auto it = fx.find(key); it != fx.end()) return to_int(key, it->second);
+    return std::nullopt;
+  };
+  std::vector<int> tps = divisors(std::min(c.node.gpus_per_node, c.num_gpus));
+  std::vector<int> cps = {1, 2, 4, 8};
+  if (auto v = fixed_int("tp")) tps = {*v};
+  if (auto v = fixed_int("cp")) cps = {*v};
+  const auto fixed_pp = fixed_int("pp");
+  const auto fixed_dp = fixed_int("dp");
+  for (int tp : tps) {
+    for (int cp : cps) {
+      if (tp < 1 || cp < 1 || c.num_gpus % (tp * cp) != 0) continue;
+      for (int pp : divisors(c.num_gpus / (tp * cp))) {
+        if (pp > m.layers) continue;
+        if (fixed_pp && pp != *fixed_pp) continue;
+        if (fixed_dp && c.num_gpus / (tp * cp * pp) != *fixed_dp) continue;
+        triples_.push_back({tp, cp, pp});
+      }
+    }
+  }
+  vp_ = {1, 2, 3, 4, 6, 8};
+  if (auto v = fixed_int("vp")) vp_ = {*v};
+  for (int mb = 1; mb <= std::min(64, global_batch); mb *= 2) micro_batch_.push_back(mb);
+  if (auto v = fixed_int("micro_batch")) micro_batch_ = {*v};
+  zero_ = {{0, false}, {1, false}, {2, false}, {3, false}, {3, true}};
+  if (auto v = fixed_int("zero")) {
+    std::erase_if(zero_, [&](const auto& z) { return z.first != *v; });
+  }
+  if (auto it = fx.find("hsdp"); it != fx.end()) {
+    const bool h = to_bool("hsdp", it->second);
+    std::erase_if(zero_, [&](const auto& z) { return z.second != h; });
+  }
+  recompute_ = {spec::Recompute::kNone, spec::Recompute::kSelective, spec::Recompute::kFull};
+  if (auto it = fx.find("recompute"); it != fx.end()) {
+    const auto& v = it->second;
+    if (v == "none") pin(recompute_, spec::Recompute::kNone);
+    else if (v == "selective") pin(recompute_, spec::Recompute::kSelective);
+    else if (v == "full") pin(recompute_, spec::Recompute::kFull);
+    else throw ConfigError(str_cat("--fix: recompute: expected none|selective|full, got \"", v, "\""));
+  }
+  sequence_parallel_ = {false, true};
+  if (auto it = fx.find("sequence_parallel"); it != fx.end()) sequence_parallel_ = {to_bool("sequence_parallel", it->second)};
+  offload_ = {spec::Offload::kNone, spec::Offload::kOptimizer};
+  if (auto it = fx.find("offload"); it != fx.end()) {
+    const auto& v = it->second;
+    if (v == "none") pin(offload_, spec::Offload::kNone);
+    else if (v == "optimizer") pin(offload_, spec::Offload::kOptimizer);
+    else if (v == "params") pin(offload_, spec::Offload::kOptimizerAndParams);
+    else throw ConfigError(str_cat("--fix: offload: expected none|optimizer|params, got \"", v, "\""));
+  }
+  if (auto it = fx.find("schedule"); it != fx.end()) {
+    const auto& v = it->second;
+    if (v == "1f1b") pin(vp_, 1);
+    else if (v == "interleaved_1f1b") std::erase_if(vp_, [](int x) { return x == 1; });
+    else throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b, got \"", v, "\""));
+  }
+  using spec::Axis;
+  orders_ = {{Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp}, {Axis::kTp, Axis::kCp, Axis::kPp, Axis::kDp}};
+  size_ = static_cast<std::uint64_t>(triples_.size()) * vp_.size() * micro_batch_.size() * zero_.size() *
+          recompute_.size() * sequence_parallel_.size() * offload_.size() * orders_.size();
+}
+
+spec::ParallelConfig SearchSpace::at(std::uint64_t i) const {
+  auto digit = [&i](std::size_t radix) {
+    const auto d = static_cast<std::size_t>(i % radix);
+    i /= radix;
+    return d;
+  };
+  spec::ParallelConfig p;
+  p.axis_order = orders_[digit(orders_.size())];
+  p.offload = offload_[digit(offload_.size())];
+  p.sequence_parallel = sequence_parallel_[digit(sequence_parallel_.size())];
+  p.recompute = recompute_[digit(recompute_.size())];
+  const auto z = zero_[digit(zero_.size())];
+  p.zero_stage = z.first;
+  p.hybrid_shard = z.second;
+  p.micro_batch = micro_batch_[digit(micro_batch_.size())];
+  p.virtual_stages = vp_[digit(vp_.size())];
+  const auto t = triples_[digit(triples_.size())];
+  p.tp = t.tp;
+  p.cp = t.cp;
+  p.pp = t.pp;
+  p.dp = gpus_ / (t.tp * t.cp * t.pp);
+  p.global_batch = global_batch_;
+  p.schedule = p.virtual_stages > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B;
+  return p;
+}
+
+}  // namespace cpt::planner
