@@ -73,7 +73,7 @@ LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node) 
     if (first_run < 0) first_run = current;
     if (current != first_run) f.hybrid_shard_uneven = true;
     if (runs > 1) f.dp_spans_nodes = true;
-    run_length = std::min(run_length, first_run);
+    if (r == 0) run_length = first_run;  // the cost model sizes shards by rank 0's group
   }
   f.shard_group = d * config.cp;
   f.hybrid_shard_group = run_length * config.cp;

@@ -64,7 +64,26 @@ Fixed parse_fixed(const std::string& text) {
                                 hint.empty() ? std::string() : str_cat(" (did you mean \"", hint, "\"?)"),
                                 "; expected one of ", core::join(kKeys, " ")));
     }
-    f.values[key] = item.substr(eq + 1);
+    const auto value = item.substr(eq + 1);
+    // Check the value now, so that a typo is reported before any search.
+    if (key == "hsdp" || key == "sequence_parallel") {
+      (void)to_bool(key, value);
+    } else if (key == "recompute") {
+      if (value != "none" && value != "selective" && value != "full") {
+        throw ConfigError(str_cat("--fix: recompute: expected none|selective|full, got \"", value, "\""));
+      }
+    } else if (key == "offload") {
+      if (value != "none" && value != "optimizer" && value != "params") {
+        throw ConfigError(str_cat("--fix: offload: expected none|optimizer|params, got \"", value, "\""));
+      }
+    } else if (key == "schedule") {
+      if (value != "1f1b" && value != "interleaved_1f1b") {
+        throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b, got \"", value, "\""));
+      }
+    } else {
+      (void)to_int(key, value);
+    }
+    f.values[key] = value;
   }
   return f;
 }

@@ -57,10 +57,9 @@ TEST(CliSmoke, HelpOfEverySubcommand) {
 }
 
 TEST(CliSmoke, UnbuiltSubcommandsSaySoAndFail) {
-  const auto r = cpt("plan --model llama3-8b --gpu h100 --gpus 8");
+  const auto r = cpt("simulate plan.json");
   EXPECT_EQ(r.exit_code, 3);
-  EXPECT_EQ(r.err, "cpt: error: `cpt plan` is not built yet: it needs the planner (issue #4, on the cost model of "
-                   "issue #3).\n");
+  EXPECT_EQ(r.err, "cpt: error: `cpt simulate` is not built yet: it needs the simulator (issue #5).\n");
 }
 
 TEST(CliSmoke, ModelsListAndShow) {
@@ -145,6 +144,43 @@ TEST(CliSmoke, EstimateOutOfMemoryIsAnAnswerAndBadConfigsAreBadInput) {
                        "--precision fp8");
   EXPECT_EQ(fp8.exit_code, 2);
   EXPECT_NE(fp8.err.find("--precision"), std::string::npos);
+}
+
+// The stable contract of `cpt plan --json` and the files of --out (issue #4).
+TEST(CliSmoke, PlanJsonAndOutputs) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_plan_out";
+  std::filesystem::remove_all(dir);
+  const auto r = cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --top 3 --json --out " +
+                     dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"evaluated", "feasible", "seconds", "rejected", "top"}) EXPECT_TRUE(j.contains(key)) << key;
+  ASSERT_EQ(j["top"].size(), 3u);
+  for (const char* key : {"tp", "pp", "dp", "cp", "vp", "micro_batch", "grad_accum", "zero", "hsdp", "recompute",
+                          "sequence_parallel", "offload", "schedule"}) {
+    EXPECT_TRUE(j["top"][0]["config"].contains(key)) << key;
+  }
+  EXPECT_TRUE(j["top"][0]["estimate"]["feasible"].get<bool>());
+  EXPECT_GE(j["top"][0]["estimate"]["tokens_per_s_per_gpu"].get<double>(),
+            j["top"][1]["estimate"]["tokens_per_s_per_gpu"].get<double>());
+  EXPECT_TRUE(std::filesystem::exists(dir / "plan.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "report.md"));
+  EXPECT_EQ(slurp(dir / "candidates.csv").rfind("rank,tp,cp,pp,vp,dp,micro_batch", 0), 0u);
+  const auto plan = nlohmann::json::parse(slurp(dir / "plan.json"));
+  EXPECT_EQ(plan["parallel"]["tp"], j["top"][0]["config"]["tp"]);
+  EXPECT_EQ(plan["parallel"]["micro_batch"], j["top"][0]["config"]["micro_batch"]);
+  EXPECT_NEAR(plan["predicted"]["step_time_s"].get<double>(), j["top"][0]["estimate"]["step_time_s"].get<double>(), 1e-9);
+  // Deterministic: the same input gives the same answer (wall time aside).
+  auto again = nlohmann::json::parse(
+      cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --top 3 --json").out);
+  auto first = j;
+  first.erase("seconds");
+  again.erase("seconds");
+  EXPECT_EQ(first.dump(), again.dump());
+  const auto bad = cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --fix tpp=2");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--fix: unknown key \"tpp\" (did you mean \"tp\"?)"), std::string::npos) << bad.err;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliSmoke, RunPrintsTheDefault) {
