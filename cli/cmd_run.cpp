@@ -1,5 +1,6 @@
-// cpt run: plan and train in one shot. Until the planner (#4) and the executor (#6, #7) exist it
-// resolves its inputs, reports what this machine and this build can do, and says what is missing.
+// cpt run: plan and train in one shot. Until the executor (#6, #7) and the CPU profile of this
+// machine (#9) exist it resolves its inputs, reports what this machine and this build can do, and
+// says what is missing.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -55,9 +56,9 @@ void run(const RunOptions& o) {
   t.add_row({"executor", executor_status()});
   t.add_row({"cpt", str_cat(core::kVersion, "+g", core::kGitSha)});
   std::cout << "cpt run: one-shot plan and train\n\n" << t.render() << "\n"
-            << "Not built yet: the planner that picks the configuration (issues #3, #4) and the executor\n"
-            << "that trains it (issues #6, #7). When they land, this command plans the model above for\n"
-            << "this machine, writes plan.json, reads it back and trains on local text.\n";
+            << "Not built yet: the executor that trains (issues #6, #7) and the profile of this machine's\n"
+            << "CPU (issue #9). When they land, this command plans the model above for this machine with\n"
+            << "the planner (`cpt plan`, built), writes plan.json, reads it back and trains on local text.\n";
 }
 
 }  // namespace
