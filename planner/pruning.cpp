@@ -1,7 +1,5 @@
 #include "planner/pruning.h"
 
-#include <algorithm>
-
 #include "costmodel/memory_model.h"
 #include "spec/rank_layout.h"
 #include "spec/stage_partition.h"
@@ -41,42 +39,14 @@ std::string to_string(RejectReason r) {
 }
 
 LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node) {
-  // One pass over the ranks, no allocation: the members of a dp group are r + i·stride(dp), so
-  // their nodes are non-decreasing in i and a group is a sequence of runs of equal nodes. It spans
-  // several nodes when it has several runs, and splits evenly (HSDP) when all runs are equally long.
   spec::ParallelConfig plain = config;
   plain.hybrid_shard = false;
-  const spec::RankLayout layout(plain, gpus_per_node);
-  const int stride = layout.stride(spec::Axis::kDp);
-  const int d = layout.degree(spec::Axis::kDp);
+  const auto runs = spec::RankLayout(plain, gpus_per_node).dp_node_runs();
   LayoutFacts f;
-  int run_length = d;  // members of a dp group on one node (for the hybrid shard group)
-  for (int r = 0; r < layout.world_size(); ++r) {
-    if ((r / stride) % d != 0) continue;  // r is the first member of its dp group
-    int runs = 0;
-    int first_run = -1;
-    int current = 0;
-    int node = -1;
-    for (int i = 0; i < d; ++i) {
-      const int n = (r + i * stride) / gpus_per_node;
-      if (n != node) {
-        if (node >= 0) {
-          if (first_run < 0) first_run = current;
-          if (current != first_run) f.hybrid_shard_uneven = true;
-        }
-        node = n;
-        current = 0;
-        ++runs;
-      }
-      ++current;
-    }
-    if (first_run < 0) first_run = current;
-    if (current != first_run) f.hybrid_shard_uneven = true;
-    if (runs > 1) f.dp_spans_nodes = true;
-    if (r == 0) run_length = first_run;  // the cost model sizes shards by rank 0's group
-  }
-  f.shard_group = d * config.cp;
-  f.hybrid_shard_group = run_length * config.cp;
+  f.hybrid_shard_uneven = runs.uneven;
+  f.dp_spans_nodes = runs.spans_nodes;
+  f.shard_group = config.dp * config.cp;
+  f.hybrid_shard_group = runs.rank0_run * config.cp;
   return f;
 }
 

@@ -42,8 +42,8 @@ struct PruneContext {
   const cost::CostModelOptions& options;
 };
 
-// What pruning needs of a rank layout; it depends only on the degrees and the axis order, so a
-// search computes it once per layout (O(world size) work on large clusters).
+// What pruning needs of a rank layout (from spec::RankLayout::dp_node_runs); it depends only on the
+// degrees and the axis order, so a search computes it once per layout (O(world size) work).
 struct LayoutFacts {
   bool hybrid_shard_uneven = false;  // RankLayout::find_hybrid_shard_error with hybrid sharding
   bool dp_spans_nodes = false;       // some dp group spans more than one node

@@ -124,33 +124,45 @@ std::vector<int> RankLayout::dp_replicate_group(int rank) const {
   return out;
 }
 
-std::optional<std::string> RankLayout::find_hybrid_shard_error() const {
-  // O(world size), no allocation: the members of a dp group are r + i·stride(dp), so their nodes
-  // are non-decreasing in i and the group is a sequence of runs of equal nodes; every run must be
-  // as long as the first.
+RankLayout::DpNodeRuns RankLayout::dp_node_runs() const {
   const int stride = this->stride(Axis::kDp);
   const int d = degree(Axis::kDp);
+  DpNodeRuns out;
   for (int r = 0; r < world_size_; ++r) {
     if ((r / stride) % d != 0) continue;  // r is the first member of its dp group
-    int first_node = node_of(r);
-    int first_count = 0;
+    const int first_node = node_of(r);
+    int first_count = -1;
     int node = first_node;
     int count = 0;
     for (int i = 0; i <= d; ++i) {
       const int n = i < d ? node_of(r + i * stride) : -1;  // -1 closes the last run
       if (n != node) {
-        if (node == first_node) first_count = count;
-        if (count != first_count) {
-          return core::str_cat("hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of "
-                               "rank ", r, " has ", first_count, " on node ", first_node, " and ", count, " on node ", node);
+        if (first_count < 0) first_count = count;
+        if (n >= 0) out.spans_nodes = true;
+        if (count != first_count && !out.uneven) {
+          out.uneven = true;
+          out.uneven_group = r;
+          out.first_node = first_node;
+          out.first_count = first_count;
+          out.other_node = node;
+          out.other_count = count;
         }
         node = n;
         count = 0;
       }
       ++count;
     }
+    if (r == 0) out.rank0_run = first_count;
   }
-  return std::nullopt;
+  return out;
+}
+
+std::optional<std::string> RankLayout::find_hybrid_shard_error() const {
+  const DpNodeRuns runs = dp_node_runs();
+  if (!runs.uneven) return std::nullopt;
+  return core::str_cat("hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of rank ",
+                       runs.uneven_group, " has ", runs.first_count, " on node ", runs.first_node, " and ",
+                       runs.other_count, " on node ", runs.other_node);
 }
 
 }  // namespace cpt::spec

@@ -68,6 +68,17 @@ class RankLayout {
   [[nodiscard]] std::vector<int> dp_shard_group(int rank) const;
   // With hybrid_shard: the ranks holding the same shard on the other nodes; {rank} otherwise.
   [[nodiscard]] std::vector<int> dp_replicate_group(int rank) const;
+  // How the dp groups lie on the nodes, in one O(world size) pass without allocation: the members
+  // of a dp group are r + i·stride(dp), so their nodes are non-decreasing in i and each group is a
+  // sequence of runs of members on one node.
+  struct DpNodeRuns {
+    bool spans_nodes = false;  // some dp group has members on several nodes
+    int rank0_run = 0;         // members of rank 0's dp group on rank 0's node (its HSDP shard group)
+    bool uneven = false;       // some group has runs of different lengths; the first case found:
+    int uneven_group = 0;      //   the group's first rank,
+    int first_node = 0, first_count = 0, other_node = 0, other_count = 0;  // two runs that differ
+  };
+  [[nodiscard]] DpNodeRuns dp_node_runs() const;
   // Why this layout cannot shard hybridly, or std::nullopt: every dp group must split into
   // shard groups of one size (the same number of its members on each node it touches).
   [[nodiscard]] std::optional<std::string> find_hybrid_shard_error() const;
