@@ -15,6 +15,7 @@
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "costmodel/estimate_json.h"
+#include "planner/handoff.h"
 #include "planner/planner.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_io.h"
@@ -138,6 +139,7 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
     spec::Plan plan = spec::make_plan(model, cluster, spec::Workload{o.seq_len, o.tokens}, r.top.front().config);
     plan.predicted = prediction_of(r.top.front().estimate);
     spec::save_plan(plan, dir / "plan.json");
+    planner::write_handoff(plan, dir);
   }
   std::ostringstream csv;
   csv << "rank,tp,cp,pp,vp,dp,micro_batch,grad_accum,zero,hsdp,recompute,sequence_parallel,offload,axis_order,"
@@ -213,7 +215,11 @@ void run(const PlanOptions& o) {
   std::cout << rej.render() << "\n"
             << str_cat(r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ",
                        r.pareto.size(), " on the throughput/memory Pareto front, in ", fixed(r.seconds, 2), " s\n");
-  if (!o.out.empty()) std::cout << "wrote " << o.out << "/plan.json, candidates.csv, report.md\n";
+  if (!o.out.empty()) {
+    std::cout << "wrote " << o.out
+              << "/: plan.json, candidates.csv, report.md, megatron_args.sh, ds_config.json, torchtitan.toml, "
+                 "torchrun.sh, slurm.sbatch\n";
+  }
 }
 
 }  // namespace

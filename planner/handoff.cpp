@@ -1,0 +1,193 @@
+#include "planner/handoff.h"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/str_cat.h"
+
+namespace cpt::planner {
+
+using core::str_cat;
+
+namespace {
+
+bool bf16(const spec::Plan&) { return true; }  // cpt plans in bf16 (CostModelOptions default)
+
+int nodes(const spec::Plan& p) { return p.cluster.num_nodes; }
+int gpus_per_node(const spec::Plan& p) { return std::min(p.cluster.num_gpus, p.cluster.node.gpus_per_node); }
+
+}  // namespace
+
+std::string megatron_args(const spec::Plan& plan) {
+  const auto& m = plan.model;
+  const auto& c = plan.parallel;
+  std::ostringstream s;
+  s << "# Megatron-LM arguments for pretrain_gpt.py, from cpt plan (" << plan.provenance.tool_version << ").\n";
+  if (c.zero_stage >= 2) {
+    s << "# Megatron-LM shards optimizer state only (--use-distributed-optimizer); ZeRO-" << c.zero_stage
+      << (c.hybrid_shard ? " with hybrid sharding" : "")
+      << " is expressed as ZeRO-1 here; use DeepSpeed or torchtitan for the exact plan.\n";
+  }
+  if (c.offload != spec::Offload::kNone) s << "# CPU offload is not expressed in these arguments.\n";
+  s << "MEGATRON_ARGS=(\n";
+  auto arg = [&](const std::string& a) { s << "  " << a << "\n"; };
+  arg(str_cat("--num-layers ", m.layers));
+  arg(str_cat("--hidden-size ", m.hidden));
+  arg(str_cat("--num-attention-heads ", m.heads));
+  if (m.kv_heads != m.heads) {
+    arg("--group-query-attention");
+    arg(str_cat("--num-query-groups ", m.kv_heads));
+  }
+  arg(str_cat("--ffn-hidden-size ", m.ffn_hidden));
+  arg(str_cat("--seq-length ", plan.workload.seq_len));
+  arg(str_cat("--max-position-embeddings ", m.max_seq_len));
+  if (m.mlp == spec::MlpKind::kSwiGLU) arg("--swiglu");
+  if (m.norm == spec::NormKind::kRMSNorm) arg("--normalization RMSNorm");
+  if (m.position == spec::PositionKind::kRoPE) arg("--position-embedding-type rope");
+  if (!m.tied_embeddings) arg("--untie-embeddings-and-output-weights");
+  if (m.mlp == spec::MlpKind::kSwiGLU) arg("--disable-bias-linear");
+  arg(str_cat("--tensor-model-parallel-size ", c.tp));
+  arg(str_cat("--pipeline-model-parallel-size ", c.pp));
+  if (c.virtual_stages > 1) arg(str_cat("--num-virtual-stages-per-pipeline-rank ", c.virtual_stages));
+  if (c.cp > 1) arg(str_cat("--context-parallel-size ", c.cp));
+  if (c.sequence_parallel) arg("--sequence-parallel");
+  arg(str_cat("--micro-batch-size ", c.micro_batch));
+  arg(str_cat("--global-batch-size ", c.global_batch));
+  if (c.zero_stage >= 1) arg("--use-distributed-optimizer");
+  if (c.recompute == spec::Recompute::kSelective) arg("--recompute-granularity selective");
+  if (c.recompute == spec::Recompute::kFull) {
+    arg("--recompute-granularity full");
+    arg("--recompute-method uniform");
+    arg("--recompute-num-layers 1");
+  }
+  if (bf16(plan)) arg("--bf16");
+  arg("--attention-backend flash");
+  arg("--overlap-grad-reduce");
+  s << ")\n";
+  return s.str();
+}
+
+core::Json deepspeed_config(const spec::Plan& plan) {
+  const auto& c = plan.parallel;
+  core::Json zero = {{"stage", c.zero_stage},
+                     {"overlap_comm", true},
+                     {"contiguous_gradients", true},
+                     {"reduce_bucket_size", 40'000'000},
+                     {"allgather_bucket_size", 40'000'000}};
+  if (c.zero_stage == 3) {
+    zero["stage3_prefetch_bucket_size"] = 40'000'000;
+    zero["stage3_param_persistence_threshold"] = 100'000;
+  }
+  if (c.offload != spec::Offload::kNone) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  if (c.offload == spec::Offload::kOptimizerAndParams) zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  if (c.hybrid_shard) zero["zero_hpz_partition_size"] = gpus_per_node(plan) / (c.tp * c.cp);
+  core::Json j = {{"train_batch_size", c.global_batch},
+                  {"train_micro_batch_size_per_gpu", c.micro_batch},
+                  {"gradient_accumulation_steps", c.grad_accum()},
+                  {"gradient_clipping", 1.0},
+                  {"bf16", {{"enabled", bf16(plan)}}},
+                  {"zero_optimization", zero},
+                  {"activation_checkpointing",
+                   {{"partition_activations", c.sequence_parallel}, {"contiguous_memory_optimization", false}}},
+                  {"wall_clock_breakdown", false}};
+  core::Json notes = core::Json::array();
+  if (c.tp > 1 || c.pp > 1) {
+    notes.push_back(str_cat("tensor parallel ", c.tp, " and pipeline parallel ", c.pp,
+                            " come from the model code (Megatron-DeepSpeed: --tensor-model-parallel-size, "
+                            "--pipeline-model-parallel-size), not from this file"));
+  }
+  if (c.cp > 1) notes.push_back(str_cat("context parallel ", c.cp, " (Ulysses: sequence_parallel_size in the model code)"));
+  if (!notes.empty()) j["cpt_notes"] = notes;
+  return j;
+}
+
+std::string torchtitan_toml(const spec::Plan& plan) {
+  const auto& m = plan.model;
+  const auto& c = plan.parallel;
+  std::ostringstream s;
+  s << "# torchtitan job config from cpt plan (" << plan.provenance.tool_version << ").\n";
+  s << "# FSDP: ZeRO-3 shards over dp (data_parallel_shard_degree); HSDP replicates across nodes;\n";
+  s << "# ZeRO 0-2 map to replicate-only or to FSDP with reshard_after_forward = false (SHARD_GRAD_OP).\n\n";
+  s << "[job]\ndescription = \"" << m.name << " on " << plan.cluster.num_gpus << " x " << plan.cluster.gpu().name
+    << "\"\n\n";
+  s << "[training]\n";
+  s << "local_batch_size = " << c.micro_batch << "\n";
+  s << "global_batch_size = " << c.global_batch << "\n";
+  s << "seq_len = " << plan.workload.seq_len << "\n";
+  s << "mixed_precision_param = \"bfloat16\"\n\n";
+  int shard = 1;
+  int replicate = c.dp;
+  if (c.zero_stage >= 1) {
+    shard = c.dp;
+    replicate = 1;
+    if (c.hybrid_shard) {
+      shard = std::max(1, gpus_per_node(plan) / (c.tp * c.cp));
+      replicate = c.dp / shard;
+    }
+  }
+  s << "[parallelism]\n";
+  s << "data_parallel_replicate_degree = " << replicate << "\n";
+  s << "data_parallel_shard_degree = " << shard << "\n";
+  s << "fsdp_reshard_after_forward = \"" << (c.zero_stage == 3 ? "always" : "never") << "\"\n";
+  s << "tensor_parallel_degree = " << c.tp << "\n";
+  s << "context_parallel_degree = " << c.cp << "\n";
+  s << "pipeline_parallel_degree = " << c.pp << "\n";
+  s << "pipeline_parallel_schedule = \"" << (c.virtual_stages > 1 ? "Interleaved1F1B" : "1F1B") << "\"\n";
+  s << "pipeline_parallel_microbatch_size = " << c.micro_batch << "\n";
+  s << "enable_async_tensor_parallel = false\n\n";
+  s << "[activation_checkpoint]\n";
+  s << "mode = \""
+    << (c.recompute == spec::Recompute::kFull ? "full" : c.recompute == spec::Recompute::kSelective ? "selective" : "none")
+    << "\"\n";
+  if (c.recompute == spec::Recompute::kSelective) s << "selective_ac_option = \"op\"\n";
+  return s.str();
+}
+
+std::string torchrun_script(const spec::Plan& plan) {
+  std::ostringstream s;
+  s << "#!/usr/bin/env bash\n"
+    << "# Launch cpt's executor for this plan with torchrun (one process per GPU). Multi-node: run on\n"
+    << "# every node with NNODES, NODE_RANK and MASTER_ADDR set.\n"
+    << "set -euo pipefail\n"
+    << "NNODES=\"${NNODES:-" << nodes(plan) << "}\"\n"
+    << "NODE_RANK=\"${NODE_RANK:-0}\"\n"
+    << "MASTER_ADDR=\"${MASTER_ADDR:-127.0.0.1}\"\n"
+    << "MASTER_PORT=\"${MASTER_PORT:-29500}\"\n"
+    << "torchrun --nnodes \"$NNODES\" --node-rank \"$NODE_RANK\" --nproc-per-node " << gpus_per_node(plan)
+    << " \\\n  --master-addr \"$MASTER_ADDR\" --master-port \"$MASTER_PORT\" \\\n"
+    << "  --no-python cpt train \"$(dirname \"$0\")/plan.json\" \"$@\"\n";
+  return s.str();
+}
+
+std::string slurm_script(const spec::Plan& plan) {
+  std::ostringstream s;
+  s << "#!/usr/bin/env bash\n"
+    << "#SBATCH --job-name=cpt-" << plan.model.name << "\n"
+    << "#SBATCH --nodes=" << nodes(plan) << "\n"
+    << "#SBATCH --ntasks-per-node=" << gpus_per_node(plan) << "\n"
+    << "#SBATCH --gpus-per-node=" << gpus_per_node(plan) << "\n"
+    << "#SBATCH --exclusive\n"
+    << "# cpt train joins the job from SLURM_PROCID / SLURM_NTASKS (one task per GPU).\n"
+    << "set -euo pipefail\n"
+    << "export MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\"\n"
+    << "export MASTER_PORT=\"${MASTER_PORT:-29500}\"\n"
+    << "srun cpt train \"${SLURM_SUBMIT_DIR}/plan.json\" \"$@\"\n";
+  return s.str();
+}
+
+std::vector<std::string> write_handoff(const spec::Plan& plan, const std::filesystem::path& dir) {
+  core::write_file_atomic(dir / "megatron_args.sh", megatron_args(plan));
+  core::write_file_atomic(dir / "ds_config.json", deepspeed_config(plan).dump(2) + "\n");
+  core::write_file_atomic(dir / "torchtitan.toml", torchtitan_toml(plan));
+  core::write_file_atomic(dir / "torchrun.sh", torchrun_script(plan));
+  core::write_file_atomic(dir / "slurm.sbatch", slurm_script(plan));
+  std::error_code ec;
+  for (const char* f : {"torchrun.sh", "slurm.sbatch"}) {
+    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec,
+                                 std::filesystem::perm_options::add, ec);
+  }
+  return {"megatron_args.sh", "ds_config.json", "torchtitan.toml", "torchrun.sh", "slurm.sbatch"};
+}
+
+}  // namespace cpt::planner

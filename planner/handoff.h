@@ -1,0 +1,33 @@
+#pragma once
+// The hand-off: a plan written as the inputs of the frameworks people already run, so that a plan
+// made by cpt can be executed by Megatron-LM, DeepSpeed or torchtitan as well as by cpt's own
+// executor. Each function is a pure rendering of spec::Plan; what a framework cannot express is
+// said in a comment at the top of the file it writes (e.g. ZeRO-3 in Megatron-LM, context
+// parallelism in DeepSpeed). Names follow the frameworks' documented options (versions in
+// docs/planner.md, "Hand-off").
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/json_reader.h"
+#include "spec/plan.h"
+
+namespace cpt::planner {
+
+// Megatron-LM (pretrain_gpt.py) arguments, one per line, as a sourceable bash array MEGATRON_ARGS.
+std::string megatron_args(const spec::Plan& plan);
+// DeepSpeed ds_config.json.
+core::Json deepspeed_config(const spec::Plan& plan);
+// torchtitan job TOML ([parallelism], [training], [activation_checkpoint] sections).
+std::string torchtitan_toml(const spec::Plan& plan);
+// A torchrun launcher for one node (multi-node: set NNODES, NODE_RANK, MASTER_ADDR) and a Slurm
+// batch script, both starting `cpt train plan.json` on every GPU.
+std::string torchrun_script(const spec::Plan& plan);
+std::string slurm_script(const spec::Plan& plan);
+
+// Writes megatron_args.sh, ds_config.json, torchtitan.toml, torchrun.sh and slurm.sbatch into `dir`
+// (atomically each); returns the file names.
+std::vector<std::string> write_handoff(const spec::Plan& plan, const std::filesystem::path& dir);
+
+}  // namespace cpt::planner
