@@ -41,8 +41,7 @@ int main(int argc, char** argv) {
 
   // In the order of the user's journey: decide, check, replay, do, measure; then the catalogs.
   cli::register_plan_command(app);
-  cli::register_unbuilt_command(app, "whatif", "Re-evaluate a plan under other hardware or workload",
-                                "what-if analysis (issue #4)");
+  cli::register_whatif_command(app);
   cli::register_estimate_command(app);
   cli::register_unbuilt_command(app, "simulate", "Discrete-event replay of a plan's training step",
                                 "the simulator (issue #5)");

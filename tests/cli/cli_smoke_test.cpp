@@ -183,6 +183,34 @@ TEST(CliSmoke, PlanJsonAndOutputs) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CliSmoke, WhatIfOnAPlanAndASweepWithChart) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_whatif";
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --out " + dir.string())
+                .exit_code,
+            0);
+  const auto r = cpt("whatif " + (dir / "plan.json").string() + " --gpu h200 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["before"]["feasible"].get<bool>());
+  EXPECT_TRUE(j["after"]["feasible"].get<bool>());
+  EXPECT_LT(j["after"]["step_time_s"].get<double>(), j["before"]["step_time_s"].get<double>());  // faster HBM
+  const auto svg = dir / "sweep.svg";
+  const auto s = cpt("whatif " + (dir / "plan.json").string() + " --gpu h100,a100 --sweep gpus=16,32 --svg " +
+                     svg.string() + " --tokens 1000000000 --price-per-gpu-hour 2");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("a100_sxm4_80gb"), std::string::npos);
+  const auto chart = slurp(svg);
+  EXPECT_EQ(chart.rfind("<svg", 0), 0u);
+  EXPECT_EQ(static_cast<int>(std::count(chart.begin(), chart.end(), '\n') > 10), 1);
+  std::size_t polylines = 0;
+  for (auto at = chart.find("<polyline"); at != std::string::npos; at = chart.find("<polyline", at + 1)) ++polylines;
+  EXPECT_EQ(polylines, 6u);  // 2 GPUs x 3 panels
+  const auto bad = cpt("whatif " + (dir / "plan.json").string() + " --sweep bandwidth=1,2");
+  EXPECT_EQ(bad.exit_code, 2);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSmoke, RunPrintsTheDefault) {
   const auto r = cpt("run");
   EXPECT_EQ(r.exit_code, 0) << r.err;
