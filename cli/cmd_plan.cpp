@@ -57,14 +57,6 @@ core::Json config_json(const spec::ParallelConfig& p) {
                                  spec::to_string(p.axis_order[2]), "-", spec::to_string(p.axis_order[3]))}};
 }
 
-std::string config_text(const spec::ParallelConfig& p) {
-  return str_cat("tp", p.tp, " cp", p.cp, " pp", p.pp, p.virtual_stages > 1 ? str_cat("v", p.virtual_stages) : "",
-                 " dp", p.dp, " mb", p.micro_batch, " ga", p.grad_accum(), " z", p.zero_stage,
-                 p.hybrid_shard ? "-hsdp" : "", " ", spec::to_string(p.recompute), p.sequence_parallel ? " sp" : "",
-                 p.offload != spec::Offload::kNone ? " offload" : "",
-                 p.axis_order[2] == spec::Axis::kPp ? " (pp before dp)" : "");
-}
-
 core::Json candidates_json(const std::vector<planner::Candidate>& list) {
   core::Json out = core::Json::array();
   for (const auto& c : list) {
@@ -109,7 +101,7 @@ std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& clu
      << "| # | configuration | step s | tokens/s/GPU | MFU | peak GiB |\n|---|---|---|---|---|---|\n";
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& c = r.top[i];
-    md << "| " << i + 1 << " | " << config_text(c.config) << " | " << fixed(c.estimate.time.total().value(), 3) << " | "
+    md << "| " << i + 1 << " | " << config_summary(c.config) << " | " << fixed(c.estimate.time.total().value(), 3) << " | "
        << fixed(c.estimate.tokens_per_s_per_gpu, 0) << " | " << fixed(100 * c.estimate.mfu, 1) << "% | "
        << fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1) << " |\n";
   }
@@ -200,7 +192,7 @@ void run(const PlanOptions& o) {
                     {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& c = r.top[i];
-    t.add_row({std::to_string(i + 1), config_text(c.config), fixed(c.estimate.time.total().value(), 3),
+    t.add_row({std::to_string(i + 1), config_summary(c.config), fixed(c.estimate.time.total().value(), 3),
                fixed(c.estimate.tokens_per_s_per_gpu, 0), fixed(100 * c.estimate.mfu, 1) + "%",
                fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
   }

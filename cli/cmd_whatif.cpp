@@ -44,12 +44,6 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-std::string cfg(const spec::ParallelConfig& p) {
-  return str_cat("tp", p.tp, " cp", p.cp, " pp", p.pp, p.virtual_stages > 1 ? str_cat("v", p.virtual_stages) : "", " dp",
-                 p.dp, " mb", p.micro_batch, " z", p.zero_stage, p.hybrid_shard ? "-hsdp" : "", " ",
-                 spec::to_string(p.recompute), p.sequence_parallel ? " sp" : "");
-}
-
 void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec::ClusterSpec& base, int seq_len,
                int global_batch) {
   const auto [key, values] = planner::parse_sweep(o.sweep);
@@ -65,7 +59,7 @@ void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec:
     for (const auto& pt : points) {
       core::Json j = {{"gpu", pt.gpu}, {planner::to_string(key), pt.value}, {"gpus", pt.gpus}};
       if (pt.best) {
-        j["config"] = cfg(pt.best->config);
+        j["config"] = config_summary(pt.best->config);
         j["estimate"] = cost::evaluation_to_json(pt.best->estimate);
         if (o.tokens > 0) j["hours"] = pt.hours;
         if (o.price > 0) j["cost_usd"] = pt.cost_usd;
@@ -87,7 +81,7 @@ void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec:
         continue;
       }
       const auto& e = pt.best->estimate;
-      t.add_row({pt.gpu, fixed(pt.value, pt.value < 10 ? 2 : 0), std::to_string(pt.gpus), cfg(pt.best->config),
+      t.add_row({pt.gpu, fixed(pt.value, pt.value < 10 ? 2 : 0), std::to_string(pt.gpus), config_summary(pt.best->config),
                  fixed(e.time.total().value(), 3), fixed(e.tokens_per_s_per_gpu, 0), fixed(100 * e.mfu, 1) + "%",
                  fixed(core::to_gibibytes(e.peak_memory().total()), 1), o.tokens > 0 ? fixed(pt.hours, 1) : "-",
                  o.price > 0 ? fixed(pt.cost_usd, 0) : "-"});
@@ -175,12 +169,12 @@ void run(const WhatIfOptions& o) {
   if (o.json) {
     print_json({{"before", cost::evaluation_to_json(before)},
                 {"after", cost::evaluation_to_json(*after)},
-                {"after_config", cfg(*config)},
+                {"after_config", config_summary(*config)},
                 {"after_is", how}});
     return;
   }
-  std::cout << str_cat("before: ", plan->cluster.num_gpus, " x ", plan->cluster.gpu().name, ", ", cfg(plan->parallel),
-                       "\nafter:  ", cluster.num_gpus, " x ", cluster.gpu().name, ", ", cfg(*config), " (", how,
+  std::cout << str_cat("before: ", plan->cluster.num_gpus, " x ", plan->cluster.gpu().name, ", ", config_summary(plan->parallel),
+                       "\nafter:  ", cluster.num_gpus, " x ", cluster.gpu().name, ", ", config_summary(*config), " (", how,
                        ")\n\n");
   auto value = [](const cost::Evaluation& ev, auto get) -> std::string {
     if (const auto* e = std::get_if<cost::Estimate>(&ev)) return get(*e);

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
                                 "calibration (issue #9)");
   cli::register_unbuilt_command(app, "data", "Prepare token shards from text, directories or JSONL",
                                 "the data pipeline (issue #6)");
+  cli::register_advise_command(app);
   cli::register_models_command(app);
   cli::register_profiles_command(app);
 

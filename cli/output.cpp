@@ -1,5 +1,7 @@
 #include "cli/output.h"
 
+#include "core/str_cat.h"
+
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,15 @@ std::string format_count(std::int64_t n) {
   if (n >= 1'000'000) return fixed(v / 1e6, 1) + " M";
   if (n >= 1'000) return fixed(v / 1e3, 1) + " K";
   return std::to_string(n);
+}
+
+std::string config_summary(const spec::ParallelConfig& p) {
+  using core::str_cat;
+  return str_cat("tp", p.tp, " cp", p.cp, " pp", p.pp, p.virtual_stages > 1 ? str_cat("v", p.virtual_stages) : "",
+                 " dp", p.dp, " mb", p.micro_batch, " ga", p.grad_accum(), " z", p.zero_stage,
+                 p.hybrid_shard ? "-hsdp" : "", " ", spec::to_string(p.recompute), p.sequence_parallel ? " sp" : "",
+                 p.offload != spec::Offload::kNone ? str_cat(" offload-", spec::to_string(p.offload)) : "",
+                 p.axis_order[2] == spec::Axis::kPp ? " (pp before dp)" : "");
 }
 
 }  // namespace cpt::cli

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/json_reader.h"
+#include "spec/parallel_config.h"
 
 namespace cpt::cli {
 
@@ -14,5 +15,7 @@ void print_json(const core::Json& j);
 std::string format_count(std::int64_t n);
 // A number with a fixed number of decimals.
 std::string fixed(double v, int decimals);
+// One line describing a parallel configuration: "tp2 cp1 pp4v2 dp8 mb1 ga16 z1 selective sp offload".
+std::string config_summary(const spec::ParallelConfig& p);
 
 }  // namespace cpt::cli

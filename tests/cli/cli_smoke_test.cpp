@@ -46,8 +46,8 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 TEST(CliSmoke, HelpOfEverySubcommand) {
   const auto top = cpt("--help");
   EXPECT_EQ(top.exit_code, 0);
-  for (const char* sub : {"plan", "whatif", "estimate", "simulate", "train", "run", "calibrate", "data", "models",
-                          "profiles"}) {
+  for (const char* sub : {"plan", "whatif", "estimate", "simulate", "train", "run", "calibrate", "data", "advise",
+                          "models", "profiles"}) {
     EXPECT_NE(top.out.find(std::string("  ") + sub + " "), std::string::npos) << sub;
     const auto r = cpt(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub << ": " << r.err;
@@ -209,6 +209,15 @@ TEST(CliSmoke, WhatIfOnAPlanAndASweepWithChart) {
   const auto bad = cpt("whatif " + (dir / "plan.json").string() + " --sweep bandwidth=1,2");
   EXPECT_EQ(bad.exit_code, 2);
   std::filesystem::remove_all(dir);
+}
+
+TEST(CliSmoke, AdviseNamesAWinner) {
+  const auto r = cpt("advise --model llama2-7b --gpu a100 --gpus 16 --global-batch 64 --seq-len 4096 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["families"].size(), 4u);
+  EXPECT_TRUE(j["winner"].is_string());
+  EXPECT_FALSE(j["reason"].get<std::string>().empty());
 }
 
 TEST(CliSmoke, RunPrintsTheDefault) {

@@ -67,3 +67,41 @@ TEST(WhatIf, BestPlanImprovesWithBandwidth) {
 
 }  // namespace
 }  // namespace cpt::planner
+
+#include "planner/advise.h"
+
+namespace cpt::planner {
+namespace {
+
+TEST(Advise, FamiliesAreSearchedAndTheWinnerIsTheFastest) {
+  const auto model = spec::find_catalog_model("llama2-7b")->spec;
+  const auto cluster = cat().cluster_for_gpu("a100", 16, "--gpu");
+  SearchOptions o;
+  o.global_batch = 64;
+  o.seq_len = 4096;
+  const auto a = advise(model, cluster, o);
+  ASSERT_EQ(a.families.size(), 4u);
+  EXPECT_EQ(a.families[0].family, "ZeRO-2");
+  EXPECT_EQ(a.families[3].family, "3D (Megatron)");
+  ASSERT_GE(a.winner, 0);
+  for (const auto& f : a.families) {
+    if (!f.best) continue;
+    EXPECT_LE(f.best->estimate.tokens_per_s_per_gpu,
+              a.families[static_cast<std::size_t>(a.winner)].best->estimate.tokens_per_s_per_gpu);
+  }
+  ASSERT_TRUE(a.families[0].best);
+  EXPECT_EQ(a.families[0].best->config.zero_stage, 2);
+  EXPECT_EQ(a.families[0].best->config.tp * a.families[0].best->config.pp, 1);
+  if (a.families[3].best) {
+    const auto& p = a.families[3].best->config;
+    EXPECT_GT(p.tp * p.pp * p.cp, 1);
+  }
+  EXPECT_FALSE(a.reason.empty());
+  // On one node, HSDP is the same as ZeRO-3 and is not offered.
+  const auto one = advise(model, cat().cluster_for_gpu("a100", 8, "--gpu"), o);
+  EXPECT_FALSE(one.families[2].best);
+  EXPECT_EQ(one.families[2].why_not, "redundant");
+}
+
+}  // namespace
+}  // namespace cpt::planner
