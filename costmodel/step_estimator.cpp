@@ -204,7 +204,8 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   t.pp_bubble = without_p2p.makespan - without_p2p.busy[static_cast<std::size_t>(crit)];
   if (t.pp_bubble < Seconds(0)) t.pp_bubble = Seconds(0);
 
-  // 6. Data parallelism after the last backward (per step), overlapped with that backward.
+  // 6. Data parallelism: gradient reduction overlapped with the (last) backward, the ZeRO-1/2
+  // parameter all-gather after the optimizer, the HSDP cross-node all-reduce.
   const double psi = params_of_pp_rank(model, p, stages, crit);
   const double grad_b = o.fp32_main_grads || o.precision == spec::Precision::kFp32 ? 4 : 2;
   const Bytes grad_bytes(static_cast<std::int64_t>(psi * grad_b));
@@ -231,8 +232,11 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
           : Seconds(0);
   const Seconds hidden =
       o.overlap_dp_with_backward ? std::min(overlappable - bucket_time, Seconds(last_bwd)) : Seconds(0);
-  t.dp_comm = overlappable - std::max(Seconds(0), hidden) + exposed_after + zero3_exposed;
-  t.other = std::max(Seconds(0), hidden) * slow_dp + z3_overlapped * (rank_layers * mm) * slow_dp;
+  // ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every microbatch's backward
+  // (DeepSpeed's micro-step reduction), not once per step; ZeRO 0/1 accumulate full gradients.
+  const double reductions = p.zero_stage == 2 ? mm : 1.0;
+  t.dp_comm = (overlappable - std::max(Seconds(0), hidden)) * reductions + exposed_after + zero3_exposed;
+  t.other = std::max(Seconds(0), hidden) * (reductions * slow_dp) + z3_overlapped * (rank_layers * mm) * slow_dp;
 
   // 7. Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param).
   const double local = psi / (p.zero_stage >= 1 ? n_shard : 1);

@@ -122,6 +122,25 @@ TEST(StepEstimator, EveryTermIsOffWhenItsAxisIsOff) {
   EXPECT_GT(pp.time.pp_bubble.value(), 0.0);
 }
 
+// ZeRO-2 reduce-scatters after every microbatch: with gradient accumulation it communicates more
+// than ZeRO-1 (which reduces once per step), and holds less gradient memory.
+TEST(StepEstimator, ZeroTwoReducesEveryMicrobatch) {
+  const auto model = spec::find_catalog_model("llama3-8b")->spec;
+  const auto cluster = cat().cluster_for_gpu("h100", 64, "--gpu");
+  CostModelOptions no_overlap;
+  no_overlap.overlap_dp_with_backward = false;
+  auto run = [&](int zero, int gb) {
+    return expect_feasible(evaluate(
+        model, cluster, spec::ParallelConfig{.tp = 2, .dp = 32, .micro_batch = 1, .global_batch = gb, .zero_stage = zero},
+        4096, no_overlap));
+  };
+  const Estimate z1 = run(1, 32 * 8), z2 = run(2, 32 * 8);  // 8 microbatches
+  EXPECT_GT(z2.time.dp_comm.value(), z1.time.dp_comm.value() * 3);
+  EXPECT_LT(z2.peak_memory().grads, z1.peak_memory().grads);
+  const Estimate z1one = run(1, 32), z2one = run(2, 32);  // 1 microbatch: the same traffic
+  EXPECT_NEAR(z2one.time.dp_comm.value(), z1one.time.dp_comm.value(), 1e-12);
+}
+
 // ZeRO-3 gathers parameters every microbatch (hidden behind compute here, but slowing it); ZeRO-1
 // gathers once per step after the optimizer, exposed, and needs more memory.
 TEST(StepEstimator, ZeroStagesTradeMemoryForCommunication) {
