@@ -65,7 +65,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   }
   const spec::RankLayout layout(p, cluster.node.gpus_per_node);
   if (p.hybrid_shard) {
-    if (auto e = layout.find_hybrid_shard_error()) return Infeasible{InfeasibleReason::kInvalidConfig, *e};
+    if (auto e = topo.hybrid_shard_error(layout)) return Infeasible{InfeasibleReason::kInvalidConfig, *e};
   }
   if (p.cp > 1 && !o.flash_attention) {
     return Infeasible{InfeasibleReason::kUnsupportedCombination,

@@ -56,6 +56,7 @@ struct Topology::Cache {
   std::mutex mutex;
   std::map<PlaceKey, GroupPlacement> placements;
   std::map<std::pair<int, int>, LinkCost> links;
+  std::map<PlaceKey, std::optional<std::string>> hybrid_errors;
 };
 
 Topology::Topology(const spec::ClusterSpec& c) : graph_(std::make_unique<Graph>()), cache_(std::make_unique<Cache>()) {
@@ -219,14 +220,32 @@ LinkCost route_rings(const Topology::Graph& G, const Rings& rings) {
 
 }  // namespace
 
-GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) const {
+namespace {
+
+// A layout is determined by its degrees and axis order (strides grow along the order).
+std::tuple<int, int, int, int, int, int, int, int, int> layout_key(const spec::RankLayout& layout, int extra) {
   using spec::Axis;
-  // The layout is determined by its degrees and axis order (strides grow along the order).
-  std::array<int, 4> order_rank{};
-  for (Axis a : {Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp}) order_rank[static_cast<std::size_t>(a)] = layout.stride(a);
-  const Cache::PlaceKey key{layout.degree(Axis::kTp), layout.degree(Axis::kCp), layout.degree(Axis::kDp),
-                            layout.degree(Axis::kPp), order_rank[0], order_rank[1], order_rank[2], order_rank[3],
-                            static_cast<int>(axis)};
+  return {layout.degree(Axis::kTp), layout.degree(Axis::kCp), layout.degree(Axis::kDp), layout.degree(Axis::kPp),
+          layout.stride(Axis::kTp), layout.stride(Axis::kCp), layout.stride(Axis::kDp), layout.stride(Axis::kPp),
+          extra};
+}
+
+}  // namespace
+
+std::optional<std::string> Topology::hybrid_shard_error(const spec::RankLayout& layout) const {
+  const auto key = layout_key(layout, -1);
+  {
+    std::lock_guard lock(cache_->mutex);
+    if (auto it = cache_->hybrid_errors.find(key); it != cache_->hybrid_errors.end()) return it->second;
+  }
+  auto error = layout.find_hybrid_shard_error();
+  std::lock_guard lock(cache_->mutex);
+  cache_->hybrid_errors.emplace(key, error);
+  return error;
+}
+
+GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) const {
+  const Cache::PlaceKey key = layout_key(layout, static_cast<int>(axis));
   {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->placements.find(key); it != cache_->placements.end()) return it->second;

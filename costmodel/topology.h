@@ -16,6 +16,8 @@
 // parallel rings across nodes), as NCCL does.
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "core/units.h"
 #include "spec/hardware_spec.h"
@@ -47,6 +49,8 @@ class Topology {
   // The worst placement over all groups of `axis` (all of them communicating at once). Memoised
   // per (degrees, axis order, axis): a search meets the same layouts many times. Thread-safe.
   [[nodiscard]] GroupPlacement place(const spec::RankLayout& layout, spec::Axis axis) const;
+  // RankLayout::find_hybrid_shard_error, memoised per layout (it is O(world size)). Thread-safe.
+  [[nodiscard]] std::optional<std::string> hybrid_shard_error(const spec::RankLayout& layout) const;
   // Point-to-point between two ranks, alone on the fabric. Memoised per pair. Thread-safe.
   [[nodiscard]] LinkCost p2p(int rank_a, int rank_b, int gpus_per_node) const;
 
