@@ -140,7 +140,6 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   // 5. Per-stage durations of one microbatch, and the point-to-point transfer after each stage.
   const int S = stages.num_stages();
   std::vector<double> fwd(static_cast<std::size_t>(S)), bwd(static_cast<std::size_t>(S)), p2p(static_cast<std::size_t>(S));
-  std::vector<double> fwd_nocomm(static_cast<std::size_t>(S));
   const Seconds layer_fwd = blk.forward.total() + tp_one * static_cast<double>(blk.tp_collectives_forward) + cp_fwd +
                             z3_fwd_exposed;
   const Seconds layer_bwd = blk.backward.total() + blk.recompute.total() +
@@ -237,6 +236,15 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   const double reductions = p.zero_stage == 2 ? mm : 1.0;
   t.dp_comm = (overlappable - std::max(Seconds(0), hidden)) * reductions + exposed_after + zero3_exposed;
   t.other = std::max(Seconds(0), hidden) * (reductions * slow_dp) + z3_overlapped * (rank_layers * mm) * slow_dp;
+  est.stages.forward_s = fwd;
+  est.stages.backward_s = bwd;
+  est.stages.p2p_after_s = p2p;
+  est.stages.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);
+  est.stages.dp_buckets = static_cast<int>(std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements))));
+  est.stages.dp_reductions = static_cast<int>(reductions);
+  // Without overlap the reduction runs after backward: it joins the terms after the reductions.
+  est.stages.dp_after = exposed_after + (o.overlap_dp_with_backward ? Seconds(0) : overlappable * reductions);
+  est.stages.overlap_slowdown = slow_dp;
 
   // 7. Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param).
   const double local = psi / (p.zero_stage >= 1 ? n_shard : 1);
@@ -247,6 +255,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   } else {
     t.optimizer = Seconds(local * (grad_b + e) / kPcieBytesPerSecond + local / kCpuAdamParamsPerSecond);
   }
+  est.stages.optimizer = t.optimizer;
 
   // 8. Rates.
   const double step = t.total().value();

@@ -46,8 +46,23 @@ struct StepTimeBreakdown {
   }
 };
 
+// The per-stage durations and step-end terms an estimate was built from, so that the simulator
+// (costmodel/sim/) replays exactly the same costs: one source of truth for every formula.
+struct StageDurations {
+  std::vector<double> forward_s;    // per stage, one microbatch: compute + exposed TP/CP/ZeRO-3
+  std::vector<double> backward_s;   // per stage, one microbatch: + recomputation
+  std::vector<double> p2p_after_s;  // per stage: transfer to the next stage (and of the gradient back)
+  core::Seconds dp_reduce;          // one gradient reduction of the critical rank (bucketed, overlappable)
+  int dp_buckets = 1;               // buckets of that reduction
+  int dp_reductions = 1;            // reductions per step: 1, or the microbatches for ZeRO-2
+  core::Seconds dp_after;           // after the reductions: ZeRO-1/2 all-gather, HSDP all-reduce
+  core::Seconds optimizer;
+  double overlap_slowdown = 0;      // compute slowdown per second of overlapped DP communication
+};
+
 struct Estimate {
   StepTimeBreakdown time;
+  StageDurations stages;
   double tokens_per_s_per_gpu = 0;
   double model_tflops_per_gpu = 0;
   // MFU and HFU against the dense peak of the compute precision. FLOP convention: Korthikanti et

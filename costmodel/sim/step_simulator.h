@@ -1,0 +1,63 @@
+#pragma once
+// simulate_step(): a discrete-event replay of one training step of one data-parallel replica's
+// pipeline (tensor and context parallelism are folded into the durations; every replica is the same,
+// so one replica stands for all: a 1,024-GPU plan simulates in milliseconds).
+//
+// Each pipeline rank has a compute stream, which runs its schedule's actions in order, and a
+// communication stream, which runs point-to-point sends and the data-parallel gradient buckets in
+// order. A send is queued on the sender's communication stream when its forward (backward) ends;
+// the receiver's compute stream waits in its receive action until the transfer has finished. The
+// gradients of a reduction become ready bucket by bucket during the backward that produces them
+// (the last microbatch's, or every microbatch's for ZeRO-2) and are reduced on the communication
+// stream while compute continues. After the last reduction come the all-gather (ZeRO-1/2) or the
+// cross-node all-reduce (HSDP), then the optimizer step on the compute stream.
+//
+// Every duration comes from the cost model (cost::StageDurations): the simulator adds the order,
+// the waiting and the overlap, never a second formula. Not simulated yet: the compute slowdown
+// while communication overlaps (the analytical model's `other`), stragglers and failures.
+
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+#include "costmodel/step_estimator.h"
+#include "spec/pipeline_schedule.h"
+
+namespace cpt::cost::sim {
+
+enum class Stream { kCompute = 0, kComm = 1 };
+
+struct Interval {
+  int pp_rank = 0;
+  Stream stream = Stream::kCompute;
+  double start_s = 0;
+  double end_s = 0;
+  std::string name;  // "F2.5", "B2.5", "send act 2.5", "dp bucket 3/12", "optimizer"
+};
+
+struct MemorySample {
+  int pp_rank = 0;
+  double time_s = 0;
+  double bytes = 0;  // static model state + live activations
+};
+
+struct SimulationResult {
+  core::Seconds step_time;
+  int critical_rank = 0;                 // the rank that finishes last
+  double bubble_fraction = 0;            // idle compute of the critical rank before its optimizer / step
+  core::Seconds exposed_comm;            // the critical rank waiting on communication after its last backward
+  std::vector<double> compute_busy_s;    // per rank
+  std::vector<double> peak_bytes;        // per rank: static + peak live activations
+  std::vector<Interval> intervals;       // every task, in completion order
+  std::vector<MemorySample> memory;      // every change of a rank's memory
+  std::uint64_t events = 0;
+};
+
+// `activation_bytes_per_stage[s]`: activations one microbatch leaves on stage s until its backward;
+// `static_bytes_per_rank[r]`: everything else on pp rank r (weights, gradients, optimizer, other).
+// REQUIRES: find_schedule_error(schedule) is empty; per-stage vectors have num_stages() entries.
+SimulationResult simulate_step(const spec::PipelineSchedule& schedule, const StageDurations& durations,
+                               const std::vector<double>& activation_bytes_per_stage,
+                               const std::vector<double>& static_bytes_per_rank);
+
+}  // namespace cpt::cost::sim
