@@ -16,6 +16,7 @@ void register_estimate_command(CLI::App& app);
 void register_plan_command(CLI::App& app);
 void register_whatif_command(CLI::App& app);
 void register_advise_command(CLI::App& app);
+void register_simulate_command(CLI::App& app);
 // A subcommand whose implementation is not built yet: it accepts any arguments, says what is
 // missing and which issue builds it, and exits 3.
 void register_unbuilt_command(CLI::App& app, const char* name, const char* description, const char* missing);

@@ -43,8 +43,7 @@ int main(int argc, char** argv) {
   cli::register_plan_command(app);
   cli::register_whatif_command(app);
   cli::register_estimate_command(app);
-  cli::register_unbuilt_command(app, "simulate", "Discrete-event replay of a plan's training step",
-                                "the simulator (issue #5)");
+  cli::register_simulate_command(app);
   cli::register_unbuilt_command(app, "train", "Run the training job a plan describes",
                                 "the executor (issues #6 and #7)");
   cli::register_run_command(app);

@@ -12,7 +12,8 @@ core::Json chrome_trace(const SimulationResult& r) {
   for (int p = 0; p < ranks; ++p) {
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", p}, {"args", {{"name", "pp rank " + std::to_string(p)}}}});
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", p}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", p}, {"tid", 1}, {"args", {{"name", "comm"}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", p}, {"tid", 1}, {"args", {{"name", "p2p"}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", p}, {"tid", 2}, {"args", {{"name", "collective"}}}});
   }
   for (const auto& i : r.intervals) {
     events.push_back({{"ph", "X"},

@@ -1,6 +1,6 @@
 #pragma once
 // A simulated step as a Chrome trace (chrome://tracing, https://ui.perfetto.dev): one process per
-// pipeline rank, one thread per stream (compute, comm), complete events ("ph": "X", microseconds)
+// pipeline rank, one thread per stream (compute, p2p, collective), complete events ("ph": "X", microseconds)
 // for every task and a counter track ("ph": "C") for each rank's memory in GiB.
 
 #include "core/json_reader.h"

@@ -76,7 +76,8 @@ class StepSimulation {
     bool waiting = false;  // an advance() is scheduled for a future arrival
     bool finished = false;
     bool tail_scheduled = false;
-    double comm_free = 0;
+    double p2p_free = 0;
+    double comm_free = 0;  // the collective stream
     double busy_s = 0;
     double live = 0;
     double static_bytes = 0;
@@ -93,13 +94,14 @@ class StepSimulation {
     result_.intervals.push_back(Interval{static_cast<int>(r), stream, start, end, std::move(name)});
   }
 
-  // Queues a task on rank r's communication stream; returns its end.
-  double comm(std::size_t r, double ready, double duration, std::string name) {
+  // Queues a task on one of rank r's communication streams; returns its end.
+  double comm(std::size_t r, Stream stream, double ready, double duration, std::string name) {
     auto& rk = ranks_[r];
-    const double start = std::max(ready, rk.comm_free);
-    rk.comm_free = start + duration;
-    record(r, Stream::kComm, start, rk.comm_free, std::move(name));
-    return rk.comm_free;
+    double& free = stream == Stream::kP2p ? rk.p2p_free : rk.comm_free;
+    const double start = std::max(ready, free);
+    free = start + duration;
+    record(r, stream, start, free, std::move(name));
+    return free;
   }
 
   void memory(std::size_t r, double delta) {
@@ -132,13 +134,13 @@ class StepSimulation {
         if (at > now) return wait_until(r, at);
         ++rk.next;
       } else if (a.kind == K::kSendActivation) {
-        const double end = comm(r, now, d_.p2p_after_s[su], str_cat("send act ", spec::to_string(a)));
+        const double end = comm(r, Stream::kP2p, now, d_.p2p_after_s[su], str_cat("send act ", spec::to_string(a)));
         act_arrival_[idx(a.stage + 1, a.microbatch)] = end;
         const auto to = static_cast<std::size_t>((a.stage + 1) % s_.pp);
         q_.schedule(end, [this, to] { advance(to); });
         ++rk.next;
       } else if (a.kind == K::kSendGrad) {
-        const double end = comm(r, now, d_.p2p_after_s[su - 1], str_cat("send grad ", spec::to_string(a)));
+        const double end = comm(r, Stream::kP2p, now, d_.p2p_after_s[su - 1], str_cat("send grad ", spec::to_string(a)));
         grad_arrival_[idx(a.stage - 1, a.microbatch)] = end;
         const auto to = static_cast<std::size_t>((a.stage - 1) % s_.pp);
         q_.schedule(end, [this, to] { advance(to); });
@@ -160,7 +162,7 @@ class StepSimulation {
           for (int b = 0; b < nb; ++b) {
             const double ready = now + dur * (b + 1) / nb;
             q_.schedule(ready, [this, r, b, nb] {
-              comm(r, q_.now(), d_.dp_reduce.value() / nb, str_cat("dp bucket ", b + 1, "/", nb));
+              comm(r, Stream::kCollective, q_.now(), d_.dp_reduce.value() / nb, str_cat("dp bucket ", b + 1, "/", nb));
             });
           }
         }
@@ -192,7 +194,9 @@ class StepSimulation {
     }
     rk.tail_start = q_.now();
     double t = rk.tail_start;
-    if (d_.dp_after.value() > 0) t = comm(r, t, d_.dp_after.value(), "dp after (all-gather / all-reduce)");
+    if (d_.dp_after.value() > 0) {
+      t = comm(r, Stream::kCollective, t, d_.dp_after.value(), "dp after (all-gather / all-reduce)");
+    }
     record(r, Stream::kCompute, t, t + d_.optimizer.value(), "optimizer");
     rk.busy_s += d_.optimizer.value();
     rk.finish = t + d_.optimizer.value();

@@ -3,12 +3,12 @@
 // pipeline (tensor and context parallelism are folded into the durations; every replica is the same,
 // so one replica stands for all: a 1,024-GPU plan simulates in milliseconds).
 //
-// Each pipeline rank has a compute stream, which runs its schedule's actions in order, and a
-// communication stream, which runs point-to-point sends and the data-parallel gradient buckets in
-// order. A send is queued on the sender's communication stream when its forward (backward) ends;
+// Each pipeline rank has a compute stream, which runs its schedule's actions in order, a
+// point-to-point stream for its sends and a collective stream for the data-parallel gradient
+// buckets. A send is queued on the sender's point-to-point stream when its forward (backward) ends;
 // the receiver's compute stream waits in its receive action until the transfer has finished. The
 // gradients of a reduction become ready bucket by bucket during the backward that produces them
-// (the last microbatch's, or every microbatch's for ZeRO-2) and are reduced on the communication
+// (the last microbatch's, or every microbatch's for ZeRO-2) and are reduced on the collective
 // stream while compute continues. After the last reduction come the all-gather (ZeRO-1/2) or the
 // cross-node all-reduce (HSDP), then the optimizer step on the compute stream.
 //
@@ -25,7 +25,10 @@
 
 namespace cpt::cost::sim {
 
-enum class Stream { kCompute = 0, kComm = 1 };
+// kP2p carries pipeline sends, kCollective the data-parallel buckets and the step-end collective:
+// separate NCCL communicators and streams, as in Megatron-LM and DDP (the link bandwidth they share
+// is not modelled).
+enum class Stream { kCompute = 0, kP2p = 1, kCollective = 2 };
 
 struct Interval {
   int pp_rank = 0;

@@ -57,9 +57,9 @@ TEST(CliSmoke, HelpOfEverySubcommand) {
 }
 
 TEST(CliSmoke, UnbuiltSubcommandsSaySoAndFail) {
-  const auto r = cpt("simulate plan.json");
+  const auto r = cpt("calibrate");
   EXPECT_EQ(r.exit_code, 3);
-  EXPECT_EQ(r.err, "cpt: error: `cpt simulate` is not built yet: it needs the simulator (issue #5).\n");
+  EXPECT_EQ(r.err, "cpt: error: `cpt calibrate` is not built yet: it needs calibration (issue #9).\n");
 }
 
 TEST(CliSmoke, ModelsListAndShow) {
@@ -218,6 +218,30 @@ TEST(CliSmoke, AdviseNamesAWinner) {
   EXPECT_EQ(j["families"].size(), 4u);
   EXPECT_TRUE(j["winner"].is_string());
   EXPECT_FALSE(j["reason"].get<std::string>().empty());
+}
+
+TEST(CliSmoke, SimulateAPlanWithATrace) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_simulate";
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(cpt("plan --model llama3-8b --gpu h100 --gpus 32 --global-batch 64 --seq-len 4096 --fix pp=4 --out " +
+                dir.string())
+                .exit_code,
+            0);
+  const auto trace = dir / "trace.json";
+  const auto r = cpt("simulate " + (dir / "plan.json").string() + " --json --trace " + trace.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_GiB", "time_s", "bubble_fraction",
+                          "exposed_comm_s", "analytical_step_time_s"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_GT(j["bubble_fraction"].get<double>(), 0.0);
+  EXPECT_NEAR(j["step_time_s"].get<double>() / j["analytical_step_time_s"].get<double>(), 1.0, 0.05);
+  const auto t = nlohmann::json::parse(slurp(trace));
+  EXPECT_GT(t["traceEvents"].size(), 100u);
+  EXPECT_EQ(cpt("simulate " + (dir / "plan.json").string()).exit_code, 0);
+  EXPECT_EQ(cpt("simulate /no/plan.json").exit_code, 2);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliSmoke, RunPrintsTheDefault) {

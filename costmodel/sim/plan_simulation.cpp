@@ -1,0 +1,56 @@
+#include "costmodel/sim/plan_simulation.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "costmodel/estimate_json.h"
+#include "costmodel/memory_model.h"
+
+namespace cpt::cost::sim {
+
+PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& options) {
+  CostModelOptions o = options;
+  o.exact_pipeline = true;
+  const auto ev = evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, o);
+  if (const auto* inf = std::get_if<Infeasible>(&ev)) {
+    throw core::RuntimeError(core::str_cat("the plan does not run: ", to_string(inf->reason), ": ", inf->detail));
+  }
+  PlanSimulation out;
+  out.estimate = std::get<Estimate>(ev);
+  const auto& p = plan.parallel;
+  const auto schedule = spec::make_schedule(p.schedule, p.pp, p.virtual_stages, p.grad_accum());
+  const double per_layer =
+      static_cast<double>(activation_bytes_per_layer(plan.model, p, plan.workload.seq_len, o).value());
+  std::vector<double> act;
+  for (int s = 0; s < plan.stages.num_stages(); ++s) act.push_back(per_layer * plan.stages.layers_in(s));
+  std::vector<double> stat;
+  for (const auto& m : out.estimate.memory_per_pp_rank) {
+    stat.push_back(static_cast<double>((m.weights + m.grads + m.optimizer + m.other).value()));
+  }
+  out.result = simulate_step(schedule, out.estimate.stages, act, stat);
+  return out;
+}
+
+core::Json simulation_to_json(const PlanSimulation& sim, const spec::Plan& plan) {
+  core::Json j = evaluation_to_json(sim.estimate);
+  const double step = sim.result.step_time.value();
+  const double gpus = plan.cluster.num_gpus;
+  j["analytical_step_time_s"] = j["step_time_s"];
+  j["step_time_s"] = step;
+  j["tokens_per_s_per_gpu"] = static_cast<double>(plan.parallel.global_batch) * plan.workload.seq_len / step / gpus;
+  j["mfu"] = sim.estimate.mfu * sim.estimate.time.total().value() / step;  // same FLOPs, simulated time
+  j["model_tflops_per_gpu"] = sim.estimate.model_tflops_per_gpu * sim.estimate.time.total().value() / step;
+  j["hfu"] = sim.estimate.hfu * sim.estimate.time.total().value() / step;
+  j["time_s"]["pp_bubble"] = sim.result.bubble_fraction * step;
+  j["bubble_fraction"] = sim.result.bubble_fraction;
+  j["exposed_comm_s"] = sim.result.exposed_comm.value();
+  j["critical_pp_rank"] = sim.result.critical_rank;
+  j["events"] = sim.result.events;
+  core::Json peaks = core::Json::array();
+  for (double b : sim.result.peak_bytes) peaks.push_back(b / static_cast<double>(core::kGiB));
+  j["simulated_peak_memory_GiB_per_pp_rank"] = peaks;
+  return j;
+}
+
+}  // namespace cpt::cost::sim
