@@ -11,6 +11,7 @@
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "costmodel/sim/chrome_trace.h"
+#include "costmodel/sim/failures.h"
 #include "costmodel/sim/plan_simulation.h"
 #include "spec/plan.h"
 
@@ -21,14 +22,44 @@ struct SimulateOptions {
   std::string plan;
   std::string trace;
   bool json = false;
+  cost::sim::SimulationOptions what_if;
+  std::int64_t tokens = 0;
+  double mtbf_gpu_hours = 0;
+  double checkpoint_write_gbps = 50;
+  double restart_minutes = 10;
 };
+
+// Expected time to train `tokens` with failures, at the optimal checkpoint interval.
+core::Json failure_report(const SimulateOptions& o, const spec::Plan& plan, double step_s) {
+  const double tokens_per_step = static_cast<double>(plan.parallel.global_batch) * plan.workload.seq_len;
+  const core::Seconds solve(static_cast<double>(o.tokens) / tokens_per_step * step_s);
+  // A checkpoint holds the 16-bit weights, the fp32 master copy and two Adam moments: 14 bytes
+  // per parameter, written by all ranks at the aggregate storage bandwidth.
+  const double ckpt_bytes = 14.0 * static_cast<double>(plan.model.num_params());
+  const cost::sim::FailureModel f{core::Seconds(o.mtbf_gpu_hours * 3600 / plan.cluster.num_gpus),
+                                  core::Seconds(ckpt_bytes / (o.checkpoint_write_gbps * 1e9)),
+                                  core::Seconds(o.restart_minutes * 60)};
+  const auto best = cost::sim::optimal_checkpoint_interval(solve, f);
+  return {{"tokens", o.tokens},
+          {"failure_free_hours", solve.value() / 3600},
+          {"job_mtbf_hours", f.mtbf_job.value() / 3600},
+          {"checkpoint_GB", ckpt_bytes / 1e9},
+          {"checkpoint_write_s", f.checkpoint_write.value()},
+          {"optimal_checkpoint_interval_minutes", best.interval.value() / 60},
+          {"daly_first_order_interval_minutes", best.daly_first_order.value() / 60},
+          {"expected_hours", best.wall_time.value() / 3600},
+          {"failure_overhead", best.overhead}};
+}
 
 void run(const SimulateOptions& o) {
   const auto plan = spec::load_plan(o.plan);
-  const auto sim = cost::sim::simulate_plan(plan);
+  const auto sim = cost::sim::simulate_plan(plan, cost::CostModelOptions{}, o.what_if);
   if (!o.trace.empty()) core::write_file_atomic(o.trace, cost::sim::chrome_trace(sim.result).dump() + "\n");
+  const bool failures = o.tokens > 0 && o.mtbf_gpu_hours > 0;
   if (o.json) {
-    print_json(cost::sim::simulation_to_json(sim, plan));
+    auto j = cost::sim::simulation_to_json(sim, plan);
+    if (failures) j["failures"] = failure_report(o, plan, sim.result.step_time.value());
+    print_json(j);
     return;
   }
   const auto& r = sim.result;
@@ -49,6 +80,17 @@ void run(const SimulateOptions& o) {
                fixed(core::to_gibibytes(sim.estimate.memory_per_pp_rank[i].total()), 2)});
   }
   std::cout << m.render() << core::str_cat("\n", r.events, " events, critical pp rank ", r.critical_rank, "\n");
+  if (failures) {
+    const auto f = failure_report(o, plan, r.step_time.value());
+    std::cout << core::str_cat("\n", o.tokens, " tokens: ", fixed(f["failure_free_hours"].get<double>(), 1),
+                               " h without failures; job MTBF ", fixed(f["job_mtbf_hours"].get<double>(), 2),
+                               " h; checkpoint ", fixed(f["checkpoint_GB"].get<double>(), 0), " GB in ",
+                               fixed(f["checkpoint_write_s"].get<double>(), 0), " s; best interval ",
+                               fixed(f["optimal_checkpoint_interval_minutes"].get<double>(), 1), " min (Daly: ",
+                               fixed(f["daly_first_order_interval_minutes"].get<double>(), 1), " min); expected ",
+                               fixed(f["expected_hours"].get<double>(), 1), " h (+",
+                               fixed(100 * f["failure_overhead"].get<double>(), 1), "%)\n");
+  }
   if (!o.trace.empty()) std::cout << "wrote " << o.trace << " (open in https://ui.perfetto.dev)\n";
 }
 
@@ -60,6 +102,21 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("PLAN", o->plan, "plan.json (from cpt plan --out)")->required();
   cmd->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace JSON");
   cmd->add_flag("--json", o->json, "Print JSON (the keys of cpt estimate --json, simulated)");
+  cmd->add_option("--straggler-rank", o->what_if.straggler_pp_rank, "Pipeline rank holding a slow GPU")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--straggler-slowdown", o->what_if.straggler_slowdown, "How much slower, e.g. 0.2 for 20%")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--link-slowdown", o->what_if.link_slowdown, "Transfers and collectives take this many times longer")
+      ->check(CLI::Range(1.0, 1000.0));
+  cmd->add_option("--tokens", o->tokens, "Token budget: expected time to train with failures")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--mtbf-gpu-hours", o->mtbf_gpu_hours, "Mean time between failures of one GPU, hours")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--checkpoint-write-GBps", o->checkpoint_write_gbps, "Aggregate checkpoint write bandwidth, GB/s")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--restart-minutes", o->restart_minutes, "Time to detect a failure, restart and reload")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([o] { run(*o); });
 }
 

@@ -9,7 +9,7 @@
 
 namespace cpt::cost::sim {
 
-PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& options) {
+PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& options, const SimulationOptions& w) {
   CostModelOptions o = options;
   o.exact_pipeline = true;
   const auto ev = evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, o);
@@ -28,7 +28,21 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
   for (const auto& m : out.estimate.memory_per_pp_rank) {
     stat.push_back(static_cast<double>((m.weights + m.grads + m.optimizer + m.other).value()));
   }
-  out.result = simulate_step(schedule, out.estimate.stages, act, stat);
+  StageDurations d = out.estimate.stages;
+  if (w.straggler_pp_rank >= 0) {
+    if (w.straggler_pp_rank >= p.pp) {
+      throw core::ConfigError(core::str_cat("--straggler-rank: expected a pipeline rank below ", p.pp, ", got ",
+                                            w.straggler_pp_rank));
+    }
+    for (int s : plan.stages.stages_of_rank(w.straggler_pp_rank)) {
+      d.forward_s[static_cast<std::size_t>(s)] *= 1 + w.straggler_slowdown;
+      d.backward_s[static_cast<std::size_t>(s)] *= 1 + w.straggler_slowdown;
+    }
+  }
+  for (double& x : d.p2p_after_s) x *= w.link_slowdown;
+  d.dp_reduce = d.dp_reduce * w.link_slowdown;
+  d.dp_after = d.dp_after * w.link_slowdown;
+  out.result = simulate_step(schedule, d, act, stat);
   return out;
 }
 

@@ -241,6 +241,15 @@ TEST(CliSmoke, SimulateAPlanWithATrace) {
   EXPECT_GT(t["traceEvents"].size(), 100u);
   EXPECT_EQ(cpt("simulate " + (dir / "plan.json").string()).exit_code, 0);
   EXPECT_EQ(cpt("simulate /no/plan.json").exit_code, 2);
+  // What-ifs: a 50% slower GPU on pipeline rank 1 slows the step; failures add time.
+  const auto slow = nlohmann::json::parse(
+      cpt("simulate " + (dir / "plan.json").string() + " --json --straggler-rank 1 --straggler-slowdown 0.5").out);
+  EXPECT_GT(slow["step_time_s"].get<double>(), j["step_time_s"].get<double>() * 1.2);
+  const auto fail = nlohmann::json::parse(cpt("simulate " + (dir / "plan.json").string() +
+                                              " --json --tokens 100000000000 --mtbf-gpu-hours 20000")
+                                              .out);
+  EXPECT_GT(fail["failures"]["expected_hours"].get<double>(), fail["failures"]["failure_free_hours"].get<double>());
+  EXPECT_EQ(cpt("simulate " + (dir / "plan.json").string() + " --straggler-rank 9 --straggler-slowdown 0.5").exit_code, 2);
   std::filesystem::remove_all(dir);
 }
 
