@@ -17,6 +17,7 @@
 #include "costmodel/estimate_json.h"
 #include "planner/handoff.h"
 #include "planner/planner.h"
+#include "planner/refine.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_io.h"
 #include "spec/plan.h"
@@ -33,6 +34,7 @@ struct PlanOptions {
   int seq_len = 0;
   std::int64_t tokens = 0;
   int top = 10;
+  int refine = 0;
   double price = 0;
   double headroom = 0.10;
   bool flash_attention = true;
@@ -179,22 +181,37 @@ void run(const PlanOptions& o) {
   so.top_k = o.top;
   so.fixed = planner::parse_fixed(o.fix);
   so.cost.flash_attention = o.flash_attention;
-  const auto r = planner::search(model, cluster, so);
+  auto r = planner::search(model, cluster, so);
+  std::vector<double> simulated;
+  if (o.refine > 0) {
+    // Re-rank the first K with the simulator; the rest keep their places after them.
+    const auto refined = planner::refine(r, model, cluster, so, o.refine);
+    std::vector<planner::Candidate> top;
+    for (const auto& x : refined) {
+      top.push_back(x.candidate);
+      simulated.push_back(x.simulated_step_s);
+    }
+    for (std::size_t i = refined.size(); i < r.top.size(); ++i) top.push_back(r.top[i]);
+    r.top = top;
+  }
   if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r);
   if (o.json) {
-    print_json(result_json(r, true));
+    auto j = result_json(r, true);
+    for (std::size_t i = 0; i < simulated.size(); ++i) j["top"][i]["simulated_step_time_s"] = simulated[i];
+    print_json(j);
     return;
   }
   std::cout << str_cat(model.name, " on ", cluster.num_gpus, " x ", cluster.gpu().name, ", global batch ",
                        o.global_batch, " x ", o.seq_len, " tokens, objective ", o.objective, "\n\n");
   using core::Align;
-  core::TextTable t({"#", "configuration", "step s", "tokens/s/GPU", "MFU", "peak GiB"},
-                    {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
+  core::TextTable t({"#", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
+                    {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+                     Align::kRight});
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& c = r.top[i];
     t.add_row({std::to_string(i + 1), config_summary(c.config), fixed(c.estimate.time.total().value(), 3),
-               fixed(c.estimate.tokens_per_s_per_gpu, 0), fixed(100 * c.estimate.mfu, 1) + "%",
-               fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
+               i < simulated.size() ? fixed(simulated[i], 3) : "-", fixed(c.estimate.tokens_per_s_per_gpu, 0),
+               fixed(100 * c.estimate.mfu, 1) + "%", fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
   }
   std::cout << (r.top.empty() ? std::string("no feasible configuration\n") : t.render()) << "\n";
   core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
@@ -235,6 +252,8 @@ void register_plan_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.9));
   cmd->add_option("--top", o->top, "How many plans to list")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--fix", o->fix, "Pin fields: tp=8,pp=4,zero=1,recompute=selective,...");
+  cmd->add_option("--refine", o->refine, "Re-rank the top K with the discrete-event simulator")
+      ->check(CLI::Range(0, 1000));
   cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention, "Fused attention (default on)");
   cmd->add_option("--out", o->out, "Write plan.json, candidates.csv and report.md into this directory");
   cmd->add_flag("--json", o->json, "Print the JSON contract instead of tables");

@@ -26,7 +26,8 @@ enum class RejectReason {
   kTpCpAcrossNodes,        // tp·cp > GPUs per node: TP and CP stay inside a node
   kSeqNotDivisible,        // seq_len % (2·cp) with cp > 1
   kRedundant,              // the same execution as another candidate (SP without TP, ZeRO without a shard
-                           // group, HSDP whose shard group is the whole dp group)
+                           // group, HSDP whose shard group is the whole dp group, offload without ZeRO,
+                           // the second axis order when dp or pp is 1)
   kHybridShardSplit,       // HSDP shard groups of unequal size
   kModelStateMemory,       // weights + grads + optimizer alone exceed the HBM (lower bound)
   kOutOfMemory,            // the full memory model exceeds the HBM

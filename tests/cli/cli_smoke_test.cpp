@@ -250,6 +250,15 @@ TEST(CliSmoke, SimulateAPlanWithATrace) {
                                               .out);
   EXPECT_GT(fail["failures"]["expected_hours"].get<double>(), fail["failures"]["failure_free_hours"].get<double>());
   EXPECT_EQ(cpt("simulate " + (dir / "plan.json").string() + " --straggler-rank 9 --straggler-slowdown 0.5").exit_code, 2);
+  // --refine K: the top K re-ranked by simulated step time.
+  const auto refined = nlohmann::json::parse(
+      cpt("plan --model llama3-8b --gpu h100 --gpus 32 --global-batch 64 --seq-len 4096 --fix pp=4 --top 5 --refine 3 "
+          "--json")
+          .out);
+  ASSERT_EQ(refined["top"].size(), 5u);
+  EXPECT_LE(refined["top"][0]["simulated_step_time_s"].get<double>(), refined["top"][1]["simulated_step_time_s"].get<double>());
+  EXPECT_LE(refined["top"][1]["simulated_step_time_s"].get<double>(), refined["top"][2]["simulated_step_time_s"].get<double>());
+  EXPECT_FALSE(refined["top"][3].contains("simulated_step_time_s"));
   std::filesystem::remove_all(dir);
 }
 
