@@ -13,6 +13,7 @@
 #include "core/text_table.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/step_estimator.h"
+#include "planner/what_if.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_io.h"
 
@@ -45,31 +46,21 @@ struct EstimateOptions {
 
 spec::ClusterSpec resolve_cluster(const EstimateOptions& o) {
   const auto& cat = spec::HardwareCatalog::builtin();
+  if (o.cluster.empty() && o.gpu.empty()) throw core::ConfigError("--gpu or --cluster: expected one of them, got neither");
   spec::ClusterSpec c;
   if (!o.cluster.empty()) {
     c = cat.load_cluster(o.cluster, "--cluster");
-  } else if (!o.gpu.empty()) {
-    if (o.gpus < 1) throw core::ConfigError("--gpus: expected the number of GPUs (>= 1) with --gpu");
-    if (o.gpus_per_node > 0) {
-      // A custom node size: the GPU's default node with another GPU count.
-      spec::ClusterSpec base = cat.cluster_for_gpu(o.gpu, o.gpus_per_node, "--gpu");
-      base.node.gpus_per_node = o.gpus_per_node;
-      base.node.nics_per_node = std::max(1, base.node.nics_per_node * o.gpus_per_node / 8);
-      base.num_gpus = o.gpus;
-      base.num_nodes = (o.gpus + o.gpus_per_node - 1) / o.gpus_per_node;
-      if (o.gpus > o.gpus_per_node && o.gpus % o.gpus_per_node != 0) {
-        throw core::ConfigError(str_cat("--gpus: expected a multiple of --gpus-per-node (", o.gpus_per_node, "), got ",
-                                        o.gpus));
-      }
-      c = base;
-    } else {
-      c = cat.cluster_for_gpu(o.gpu, o.gpus, "--gpu");
+    if (o.gpus > 0 && o.gpus != c.num_gpus) {
+      throw core::ConfigError(str_cat("--gpus: the cluster file has ", c.num_gpus, " GPUs, got --gpus ", o.gpus));
     }
   } else {
-    throw core::ConfigError("--gpu or --cluster: expected one of them, got neither");
-  }
-  if (!o.cluster.empty() && o.gpus > 0 && o.gpus != c.num_gpus) {
-    throw core::ConfigError(str_cat("--gpus: the cluster file has ", c.num_gpus, " GPUs, got --gpus ", o.gpus));
+    if (o.gpus < 1) throw core::ConfigError("--gpus: expected the number of GPUs (>= 1) with --gpu");
+    // The GPU's default cluster, reshaped like `cpt whatif` does (one implementation).
+    planner::HardwareChange change;
+    change.gpu = o.gpu;
+    change.gpus = o.gpus;
+    if (o.gpus_per_node > 0) change.gpus_per_node = o.gpus_per_node;
+    c = planner::apply_change(cat.cluster_for_gpu(o.gpu, 1, "--gpu"), change, cat);
   }
   return c;
 }

@@ -11,6 +11,7 @@
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "costmodel/sim/chrome_trace.h"
+#include "costmodel/memory_model.h"
 #include "costmodel/sim/failures.h"
 #include "costmodel/sim/plan_simulation.h"
 #include "spec/plan.h"
@@ -33,9 +34,11 @@ struct SimulateOptions {
 core::Json failure_report(const SimulateOptions& o, const spec::Plan& plan, double step_s) {
   const double tokens_per_step = static_cast<double>(plan.parallel.global_batch) * plan.workload.seq_len;
   const core::Seconds solve(static_cast<double>(o.tokens) / tokens_per_step * step_s);
-  // A checkpoint holds the 16-bit weights, the fp32 master copy and two Adam moments: 14 bytes
-  // per parameter, written by all ranks at the aggregate storage bandwidth.
-  const double ckpt_bytes = 14.0 * static_cast<double>(plan.model.num_params());
+  // A checkpoint holds the weights and the optimizer state (fp32 master copy and two Adam
+  // moments) of the memory model — 14 bytes per parameter in bf16 — written by all ranks at the
+  // aggregate storage bandwidth.
+  const auto state = cost::model_state_bytes(static_cast<double>(plan.model.num_params()), 0, 1, cost::CostModelOptions{});
+  const double ckpt_bytes = static_cast<double>((state.weights + state.optimizer).value());
   const cost::sim::FailureModel f{core::Seconds(o.mtbf_gpu_hours * 3600 / plan.cluster.num_gpus),
                                   core::Seconds(ckpt_bytes / (o.checkpoint_write_gbps * 1e9)),
                                   core::Seconds(o.restart_minutes * 60)};

@@ -13,29 +13,27 @@ using core::str_cat;
 
 spec::ClusterSpec apply_change(const spec::ClusterSpec& base, const HardwareChange& ch,
                                const spec::HardwareCatalog& catalog) {
+  // The node first (another GPU brings its default node and fabric; a node size reshapes it), then
+  // the GPU count, checked against the final node size.
   spec::ClusterSpec c = base;
-  const int gpus = ch.gpus.value_or(base.num_gpus);
   if (ch.gpu) {
-    c = catalog.cluster_for_gpu(*ch.gpu, gpus, "--gpu");
-  } else if (ch.gpus) {
-    const int per_node = c.node.gpus_per_node;
-    if (gpus < 1 || (gpus > per_node && gpus % per_node != 0)) {
-      throw ConfigError(str_cat("--gpus: expected whole ", c.node.name, " nodes (a multiple of ", per_node,
-                                ") or at most one node, got ", gpus));
-    }
-    c.num_gpus = gpus;
-    c.num_nodes = std::max(1, (gpus + per_node - 1) / per_node);
+    const auto g = catalog.gpu(*ch.gpu, "--gpu");
+    c = catalog.cluster_for_gpu(*ch.gpu, catalog.node(g.default_node, "--gpu").gpus_per_node, "--gpu");
   }
   if (ch.gpus_per_node) {
     const int k = *ch.gpus_per_node;
     if (k < 1) throw ConfigError(str_cat("--gpus-per-node: expected >= 1, got ", k));
+    // NICs scale with the node, keeping the GPUs per NIC.
     c.node.nics_per_node = std::max(1, c.node.nics_per_node * k / std::max(1, c.node.gpus_per_node));
     c.node.gpus_per_node = k;
-    if (c.num_gpus > k && c.num_gpus % k != 0) {
-      throw ConfigError(str_cat("--gpus-per-node: ", c.num_gpus, " GPUs do not fill nodes of ", k));
-    }
-    c.num_nodes = std::max(1, (c.num_gpus + k - 1) / k);
   }
+  const int gpus = ch.gpus.value_or(base.num_gpus);
+  const int per_node = c.node.gpus_per_node;
+  if (gpus < 1 || (gpus > per_node && gpus % per_node != 0)) {
+    throw ConfigError(str_cat("--gpus: expected whole nodes of ", per_node, " GPUs or at most one node, got ", gpus));
+  }
+  c.num_gpus = gpus;
+  c.num_nodes = std::max(1, (gpus + per_node - 1) / per_node);
   if (ch.nic_gbit_per_s) {
     if (*ch.nic_gbit_per_s <= 0) throw ConfigError(str_cat("--nic-gbps: expected > 0, got ", *ch.nic_gbit_per_s));
     c.node.nic_bandwidth = core::gigabits_per_second(*ch.nic_gbit_per_s);

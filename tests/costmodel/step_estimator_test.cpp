@@ -52,7 +52,9 @@ TEST(StepEstimator, KorthikantiTableFiveWithinTenPercent) {
     }
   }
   EXPECT_EQ(n, 8);
-  EXPECT_LT(sum_abs / n, 0.06);  // mean absolute error (Calculon reports 3.65% on the same rows)
+  // A regression guard, not a goal of the issue: the mean error measured when the model was
+  // calibrated was 2.6% (Calculon reports 3.65% on the same rows); 6% leaves room for refinements.
+  EXPECT_LT(sum_abs / n, 0.06);
 }
 
 // The closed-form pipeline of a search agrees with the replayed schedule on real configurations.
