@@ -118,10 +118,11 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
     if (schedule != nullptr) {
       act = spec::max_live_weight(*schedule, r, stage_weight);
     } else {
-      double mean_chunk = 0;
-      for (int s : rank_stages) mean_chunk += stage_weight[static_cast<std::size_t>(s)];
-      mean_chunk /= static_cast<double>(rank_stages.size());
-      act = mean_chunk * spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), r);
+      // The heaviest chunk times the live count: exact for uniform chunks and never below the
+      // schedule's value otherwise, so a search never keeps a plan the exact model rejects.
+      double heaviest = 0;
+      for (int s : rank_stages) heaviest = std::max(heaviest, stage_weight[static_cast<std::size_t>(s)]);
+      act = heaviest * spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), r);
     }
     if (std::find(rank_stages.begin(), rank_stages.end(), stages.num_stages() - 1) != rank_stages.end()) act += logits;
     if (p.recompute == spec::Recompute::kFull) {

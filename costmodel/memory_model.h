@@ -52,8 +52,8 @@ double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfi
 int shard_group_size(const spec::ParallelConfig& parallel, const spec::RankLayout& layout);
 
 // The peak memory of every pipeline rank, index = pp rank. With a schedule the live microbatches are
-// replayed from it; with `schedule == nullptr` they come from spec::in_flight_closed_form with each
-// rank's mean chunk weight (exact for uniform chunks).
+// replayed from it; with `schedule == nullptr` they come from spec::in_flight_closed_form times the
+// rank's heaviest chunk (exact for uniform chunks, an upper bound otherwise).
 std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                                                 int seq_len, const spec::StagePartition& stages,
                                                 const spec::PipelineSchedule* schedule, const spec::RankLayout& layout,

@@ -27,7 +27,6 @@ using Vertex = boost::graph_traits<BoostGraph>::vertex_descriptor;
 
 struct Topology::Graph {
   BoostGraph g;
-  int num_nodes = 0;
   int gpus_per_node = 0;
   std::vector<Vertex> gpu;      // by global GPU index
   std::vector<Vertex> hub;      // by node
@@ -61,7 +60,6 @@ struct Topology::Cache {
 
 Topology::Topology(const spec::ClusterSpec& c) : graph_(std::make_unique<Graph>()), cache_(std::make_unique<Cache>()) {
   auto& G = *graph_;
-  G.num_nodes = c.num_nodes;
   G.gpus_per_node = c.node.gpus_per_node;
   const int nics = std::max(1, c.node.nics_per_node);
   const double intra_bw = c.node.intra_bandwidth.value();

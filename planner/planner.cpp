@@ -111,8 +111,8 @@ PlannerResult search(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   std::sort(result.all_feasible.begin(), result.all_feasible.end(), better);
 
   // Re-rank the best candidates with the exact pipeline (schedule replay): walk the search-mode
-  // ranking until 3·K of them are exactly feasible (the closed form can misorder near-ties, and
-  // its in-flight memory is a mean over uneven chunks), or 50·K have been tried.
+  // ranking until 3·K of them are re-evaluated (the closed-form makespan can misorder near-ties;
+  // its memory is an upper bound of the exact one, so none is lost to memory), or 50·K tried.
   const auto k = static_cast<std::size_t>(std::max(1, o.top_k));
   for (std::size_t j = 0; j < result.all_feasible.size() && result.top.size() < 3 * k && j < 50 * k; ++j) {
     Candidate c = result.all_feasible[j];
