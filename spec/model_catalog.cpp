@@ -19,6 +19,13 @@ ModelSpec llama(const char* name, int layers, int hidden, int heads, int kv_head
   return ModelSpec{name, layers, hidden, heads, kv_heads, ffn, vocab, kSwiGLU, kRMS, kRoPE, tied, seq};
 }
 
+// RoPE base and norm epsilon of the released config.json (they do not change the parameter count).
+ModelSpec numerics(ModelSpec s, double rope_theta, double norm_eps) {
+  s.rope_theta = rope_theta;
+  s.norm_eps = norm_eps;
+  return s;
+}
+
 // GPT-style as in Megatron-LM: f = 4h, MHA, learned positions, tied embeddings.
 ModelSpec gpt(const char* name, int layers, int hidden, int heads, std::int64_t vocab, int seq) {
   return ModelSpec{name, layers, hidden, heads, heads, 4 * hidden, vocab, kGelu, kLN, kLearned, true, seq};
@@ -50,24 +57,24 @@ std::vector<CatalogModel> build() {
   add(llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096), {"llama-2-70b"},
       std::string("meta-llama/Llama-2-70b-hf ") + kHf, 68'976'648'192, 1);
   // Meta Llama 3 / 3.1 (Grattafiori et al. 2024, The Llama 3 Herd of Models, Table 3).
-  add(llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192), {"llama-3-8b"},
+  add(numerics(llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192), 500000.0, 1e-5), {"llama-3-8b"},
       std::string("meta-llama/Meta-Llama-3-8B ") + kHf, 8'030'261'248, 1);
-  add(llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192), {"llama-3-70b"},
+  add(numerics(llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192), 500000.0, 1e-5), {"llama-3-70b"},
       std::string("meta-llama/Meta-Llama-3-70B ") + kHf, 70'553'706'496, 1);
-  add(llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072), {"llama-3.1-8b", "llama31-8b"},
+  add(numerics(llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072), 500000.0, 1e-5), {"llama-3.1-8b", "llama31-8b"},
       std::string("meta-llama/Llama-3.1-8B ") + kHf, 8'030'261'248, 1);
-  add(llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072), {"llama-3.1-70b", "llama31-70b"},
+  add(numerics(llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072), 500000.0, 1e-5), {"llama-3.1-70b", "llama31-70b"},
       std::string("meta-llama/Llama-3.1-70B ") + kHf, 70'553'706'496, 1);
-  add(llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072),
+  add(numerics(llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072), 500000.0, 1e-5),
       {"llama3-405b", "llama-3.1-405b", "llama31-405b"},
       std::string("meta-llama/Llama-3.1-405B ") + kHf, 405'853'388'800, 1);
   // Mistral 7B v0.1 (Jiang et al. 2023, Table 1).
   add(llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768), {"mistral-7b-v0.1"},
       std::string("mistralai/Mistral-7B-v0.1 ") + kHf, 7'241'732'096, 1);
   // Qwen2.5 (Qwen team 2024). Published counts include q/k/v biases, not modelled (< 0.01%).
-  add(llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072), {"qwen25-7b"},
+  add(numerics(llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072), 1000000.0, 1e-6), {"qwen25-7b"},
       std::string("Qwen/Qwen2.5-7B ") + kHf, 7'615'616'512, 1);
-  add(llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072), {"qwen25-72b"},
+  add(numerics(llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072), 1000000.0, 1e-6), {"qwen25-72b"},
       std::string("Qwen/Qwen2.5-72B ") + kHf, 72'706'203'648, 1);
   // GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12288, 96 heads, context 2048,
   // GPT-2 BPE vocabulary of 50,257.

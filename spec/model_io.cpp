@@ -41,6 +41,8 @@ ModelSpec model_from_json(JsonObjectReader& r) {
   m.position = r.one_of("position", {"rope", "learned"}) == "rope" ? PositionKind::kRoPE : PositionKind::kLearned;
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.max_seq_len = dim(r, "max_seq_len");
+  if (r.has("rope_theta")) m.rope_theta = r.positive_number("rope_theta");
+  if (r.has("norm_eps")) m.norm_eps = r.number("norm_eps", 1e-12, 1e-1);
   r.finish();
   check_spec(m, r.origin());
   return m;
@@ -60,6 +62,8 @@ Json model_to_json(const ModelSpec& m) {
   j["position"] = to_string(m.position);
   j["tied_embeddings"] = m.tied_embeddings;
   j["max_seq_len"] = m.max_seq_len;
+  j["rope_theta"] = m.rope_theta;
+  j["norm_eps"] = m.norm_eps;
   return j;
 }
 
@@ -77,6 +81,9 @@ ModelSpec model_from_hf_config(JsonObjectReader& r, const std::string& fallback_
   m.max_seq_len = dim(r, "max_position_embeddings");
   // LlamaConfig, MistralConfig and Qwen2Config all default tie_word_embeddings to false.
   m.tied_embeddings = r.optional_boolean("tie_word_embeddings").value_or(false);
+  if (r.has("rope_theta")) m.rope_theta = r.positive_number("rope_theta");
+  // LlamaConfig, MistralConfig and Qwen2Config default rms_norm_eps to 1e-6.
+  m.norm_eps = r.has("rms_norm_eps") ? r.number("rms_norm_eps", 1e-12, 1e-1) : 1e-6;
   m.mlp = MlpKind::kSwiGLU;
   m.norm = NormKind::kRMSNorm;
   m.position = PositionKind::kRoPE;
@@ -95,7 +102,7 @@ ModelSpec model_from_hf_config(JsonObjectReader& r, const std::string& fallback_
              str_cat(head_dim));
     }
   }
-  // Every other key (token ids, dtype, rope_theta, rope_scaling, rms_norm_eps, ...) leaves the
+  // Every other key (token ids, dtype, rope_scaling, ...) leaves the
   // parameter layout unchanged and is ignored on purpose: no finish() here.
   check_spec(m, r.origin());
   return m;

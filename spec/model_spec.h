@@ -54,6 +54,10 @@ struct ModelSpec {
   PositionKind position = PositionKind::kRoPE;
   bool tied_embeddings = false;  // LM head shares the embedding matrix
   int max_seq_len = 0;           // longest sequence the positions support
+  // Numerics that leave the parameter layout (and so the cost model) unchanged but that the
+  // executor needs to compute the same function as the released checkpoint.
+  double rope_theta = 10000.0;   // RoPE base frequency (Llama 2: 1e4, Llama 3: 5e5)
+  double norm_eps = 1e-5;        // epsilon inside RMSNorm / LayerNorm
 
   [[nodiscard]] int head_dim() const { return hidden / heads; }
   [[nodiscard]] bool has_linear_biases() const { return mlp == MlpKind::kGelu; }

@@ -1,0 +1,101 @@
+#include "executor/model/llama_blocks.h"
+
+namespace cpt::exec {
+
+namespace {
+torch::nn::Linear linear(std::int64_t in, std::int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+}  // namespace
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  const auto xf = x.to(torch::kFloat32);
+  const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * normed.to(x.scalar_type());
+}
+
+RotaryTables::RotaryTables(int head_dim, int max_positions, double theta) : max_positions_(max_positions) {
+  // inv_freq[i] = theta^(-2i/D), i < D/2; angle[p, i] = p · inv_freq[i]; channels [i] and [i + D/2] share it.
+  const auto exponents = torch::arange(0, head_dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(head_dim);
+  const auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat32), exponents);
+  const auto positions = torch::arange(max_positions, torch::kInt64).to(torch::kFloat32);
+  const auto angles = torch::outer(positions, inv_freq);
+  const auto both = torch::cat({angles, angles}, -1);
+  cos_ = both.cos();
+  sin_ = both.sin();
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryTables::lookup(const torch::Tensor& positions,
+                                                             torch::ScalarType dtype) const {
+  if (!device_cos_.defined() || device_cos_.device() != positions.device()) {
+    device_cos_ = cos_.to(positions.device());
+    device_sin_ = sin_.to(positions.device());
+  }
+  const auto cos = device_cos_.index({positions}).unsqueeze(1).to(dtype);
+  const auto sin = device_sin_.index({positions}).unsqueeze(1).to(dtype);
+  return {cos, sin};
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& q, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const auto half = q.size(-1) / 2;
+  const auto rotated = torch::cat({-q.narrow(-1, half, half), q.narrow(-1, 0, half)}, -1);
+  return q * cos + rotated * sin;
+}
+
+AttentionImpl::AttentionImpl(const spec::ModelSpec& m)
+    : heads_(m.heads), kv_heads_(m.kv_heads), head_dim_(m.head_dim()) {
+  q_proj = register_module("q_proj", linear(m.hidden, std::int64_t{m.heads} * m.head_dim()));
+  k_proj = register_module("k_proj", linear(m.hidden, std::int64_t{m.kv_heads} * m.head_dim()));
+  v_proj = register_module("v_proj", linear(m.hidden, std::int64_t{m.kv_heads} * m.head_dim()));
+  o_proj = register_module("o_proj", linear(std::int64_t{m.heads} * m.head_dim(), m.hidden));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                     const torch::Tensor& mask) {
+  const auto b = x.size(0);
+  const auto s = x.size(1);
+  // [B, S, heads·D] -> [B, heads, S, D]
+  auto q = q_proj(x).view({b, s, heads_, head_dim_}).transpose(1, 2);
+  auto k = k_proj(x).view({b, s, kv_heads_, head_dim_}).transpose(1, 2);
+  auto v = v_proj(x).view({b, s, kv_heads_, head_dim_}).transpose(1, 2);
+  q = apply_rotary(q, cos, sin);
+  k = apply_rotary(k, cos, sin);
+  const bool gqa = kv_heads_ != heads_;
+  torch::Tensor out;
+  if (mask.defined()) {
+    out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, std::nullopt, gqa);
+  } else {
+    out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+  }
+  return o_proj(out.transpose(1, 2).reshape({b, s, std::int64_t{heads_} * head_dim_}));
+}
+
+SwiGluMlpImpl::SwiGluMlpImpl(const spec::ModelSpec& m) {
+  gate_proj = register_module("gate_proj", linear(m.hidden, m.ffn_hidden));
+  up_proj = register_module("up_proj", linear(m.hidden, m.ffn_hidden));
+  down_proj = register_module("down_proj", linear(m.ffn_hidden, m.hidden));
+}
+
+torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m) {
+  // Registration order = Hugging Face's attribute order, so parameters() lists them alike.
+  self_attn = register_module("self_attn", Attention(m));
+  mlp = register_module("mlp", SwiGluMlp(m));
+  input_layernorm = register_module("input_layernorm", RMSNorm(m.hidden, m.norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(m.hidden, m.norm_eps));
+}
+
+torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                        const torch::Tensor& mask) {
+  const auto h = x + self_attn(input_layernorm(x), cos, sin, mask);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+}  // namespace cpt::exec

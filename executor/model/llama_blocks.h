@@ -1,0 +1,83 @@
+#pragma once
+// The single-device building blocks of a LLaMA-family decoder (RMSNorm, RoPE, grouped-query
+// attention, SwiGLU MLP, the pre-norm block), written as plain LibTorch modules so that the
+// parallel executor can later swap their linears for tensor-parallel ones (design.md: model code
+// first, parallelism applied in separate steps).
+//
+// Submodule names follow Hugging Face's LlamaForCausalLM (self_attn.q_proj, mlp.gate_proj,
+// input_layernorm, ...), so a state dict maps to a Hugging Face checkpoint by adding "model.".
+//
+// Shapes: B batch, S sequence, H hidden, A query heads, G key/value heads, D head_dim = H / A.
+#include <torch/torch.h>
+
+#include "spec/model_spec.h"
+
+namespace cpt::exec {
+
+// y = x / sqrt(mean(x^2) + eps) * weight, computed in fp32 and returned in x's dtype (as HF does).
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(std::int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary position embedding with HF's "rotate half" layout (not the interleaved one of the Meta
+// reference code): the first D/2 channels pair with the last D/2.
+class RotaryTables {
+ public:
+  RotaryTables(int head_dim, int max_positions, double theta);
+  // cos and sin for `positions` [B, S] (int64): each [B, 1, S, D], in `dtype` on positions' device.
+  std::pair<torch::Tensor, torch::Tensor> lookup(const torch::Tensor& positions, torch::ScalarType dtype) const;
+  [[nodiscard]] int max_positions() const { return max_positions_; }
+
+ private:
+  int max_positions_;
+  torch::Tensor cos_, sin_;  // [max_positions, D], fp32, on the CPU until first use on another device
+  mutable torch::Tensor device_cos_, device_sin_;
+};
+
+// q·cos + rotate_half(q)·sin, for q [B, heads, S, D] and cos/sin [B, 1, S, D].
+torch::Tensor apply_rotary(const torch::Tensor& q, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// Multi-head attention with G key/value heads shared by A/G query heads each.
+// `mask`: undefined for plain causal attention, or bool [B, 1, S, S] (true = may attend) for
+// packed sequences whose documents must not see each other.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const spec::ModelSpec& m);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+// down(silu(gate(x)) * up(x)).
+class SwiGluMlpImpl : public torch::nn::Module {
+ public:
+  explicit SwiGluMlpImpl(const spec::ModelSpec& m);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(SwiGluMlp);
+
+// x + attn(norm(x)), then + mlp(norm(.)).
+class DecoderBlockImpl : public torch::nn::Module {
+ public:
+  explicit DecoderBlockImpl(const spec::ModelSpec& m);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask);
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  SwiGluMlp mlp{nullptr};
+};
+TORCH_MODULE(DecoderBlock);
+
+}  // namespace cpt::exec

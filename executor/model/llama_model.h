@@ -1,0 +1,65 @@
+#pragma once
+// LlamaModel: a LLaMA-family decoder built from spec::ModelSpec, or a pipeline stage of one
+// (an optional embedding, blocks [first_layer, last_layer), an optional final norm and LM head).
+// Parameter names are Hugging Face's without the "model." prefix: embed_tokens.weight,
+// layers.<i>.self_attn.q_proj.weight, ..., norm.weight, lm_head.weight (absent when tied).
+// The number of parameters of the whole model equals spec::ModelSpec::num_params() exactly
+// (tests/executor/llama_model_test.cpp).
+#include <torch/torch.h>
+
+#include <optional>
+
+#include "executor/data/batch.h"
+#include "executor/model/llama_blocks.h"
+#include "spec/model_spec.h"
+
+namespace cpt::exec {
+
+// Which part of the model this process holds. The default is the whole model.
+struct StageShape {
+  bool embedding = true;
+  int first_layer = 0;
+  int last_layer = -1;  // exclusive; -1 = all layers
+  bool head = true;     // final norm + LM head
+};
+
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  // ConfigError when `spec` is not LLaMA-family (SwiGLU, RMSNorm, RoPE, no biases): the executor
+  // builds only those; GPT-style specs exist for the cost model's validation.
+  explicit LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape = {});
+
+  // Whole model: tokens [B, S] -> logits [B, S, vocab] (fp32 accumulation is the caller's choice).
+  torch::Tensor forward(const Batch& batch);
+  // Sum of the token cross-entropies of `batch` (ignoring kIgnoreIndex) as an fp32 scalar; divide
+  // by the loss tokens of the whole step to get the mean.
+  torch::Tensor loss_sum(const Batch& batch);
+
+  // Stage pieces, for the pipeline executor: embed -> blocks -> head.
+  torch::Tensor embed(const torch::Tensor& tokens);
+  torch::Tensor blocks(torch::Tensor hidden, const Batch& batch);
+  torch::Tensor head(const torch::Tensor& hidden);
+
+  // N(0, 0.02) for embeddings and linears, scaled by 1/sqrt(2·layers) for the two linears that
+  // write into the residual stream (o_proj, down_proj; GPT-2), ones for norms. Deterministic in `seed`.
+  void init_weights(std::uint64_t seed);
+
+  [[nodiscard]] const spec::ModelSpec& spec() const { return spec_; }
+  [[nodiscard]] const StageShape& shape() const { return shape_; }
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when the embeddings are tied
+
+ private:
+  spec::ModelSpec spec_;
+  StageShape shape_;
+  RotaryTables rotary_;
+};
+TORCH_MODULE(LlamaModel);
+
+// Parameter names that take no weight decay (norm weights; biases if any).
+bool is_no_decay_parameter(const std::string& name);
+
+}  // namespace cpt::exec

@@ -1,0 +1,115 @@
+#include "executor/model/llama_model.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "spec/model_catalog.h"
+
+namespace cpt::exec {
+namespace {
+
+spec::ModelSpec catalog(const std::string& name) { return spec::find_catalog_model(name).value().spec; }
+
+Batch causal_batch(std::int64_t b, std::int64_t s, std::int64_t vocab, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  auto tokens = torch::randint(vocab, {b, s}, torch::kInt64);
+  auto targets = torch::roll(tokens, -1, 1);
+  targets.index_put_({torch::indexing::Slice(), s - 1}, kIgnoreIndex);
+  auto positions = torch::arange(s, torch::kInt64).unsqueeze(0).expand({b, s}).contiguous();
+  return Batch{tokens, targets, positions, {}, b * (s - 1)};
+}
+
+std::int64_t count(torch::nn::Module& m) {
+  std::int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+TEST(LlamaModel, ParameterCountEqualsModelSpecExactly) {
+  for (const char* name : {"tiny", "cpt-25m"}) {
+    const auto spec = catalog(name);
+    LlamaModel model(spec);
+    EXPECT_EQ(count(*model), spec.num_params()) << name;
+  }
+  auto tied = catalog("tiny");
+  tied.tied_embeddings = true;
+  LlamaModel model(tied);
+  EXPECT_EQ(count(*model), tied.num_params());
+}
+
+TEST(LlamaModel, ParameterNamesAreHuggingFacesWithoutModelPrefix) {
+  LlamaModel model(catalog("tiny"));
+  std::vector<std::string> names;
+  for (const auto& p : model->named_parameters()) names.push_back(p.key());
+  ASSERT_EQ(names.size(), 1u + 2u * 9u + 2u);
+  EXPECT_EQ(names.front(), "embed_tokens.weight");
+  EXPECT_EQ(names[1], "layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(names[9], "layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(names[names.size() - 2], "norm.weight");
+  EXPECT_EQ(names.back(), "lm_head.weight");
+}
+
+TEST(LlamaModel, StagesHoldTheirLayersWithGlobalNamesAndTheSameInitialWeights) {
+  const auto spec = catalog("tiny");
+  LlamaModel whole(spec);
+  whole->init_weights(7);
+  LlamaModel second(spec, StageShape{false, 1, 2, true});
+  second->init_weights(7);
+  const auto whole_params = whole->named_parameters();
+  for (const auto& p : second->named_parameters()) {
+    ASSERT_NE(whole_params.find(p.key()), nullptr) << p.key();
+    EXPECT_TRUE(torch::equal(p.value(), whole_params[p.key()])) << p.key();
+  }
+  EXPECT_EQ(second->named_parameters().find("embed_tokens.weight"), nullptr);
+  EXPECT_EQ(second->named_parameters().find("layers.0.mlp.up_proj.weight"), nullptr);
+}
+
+TEST(LlamaModel, InitialLossIsNearLogVocab) {
+  const auto spec = catalog("tiny");
+  LlamaModel model(spec);
+  model->init_weights(1);
+  const auto batch = causal_batch(2, 32, spec.vocab, 3);
+  const double loss = model->loss_sum(batch).item<double>() / static_cast<double>(batch.loss_tokens);
+  EXPECT_NEAR(loss, std::log(static_cast<double>(spec.vocab)), 0.1);
+}
+
+TEST(LlamaModel, IsCausalAndADocumentMaskIsolatesDocuments) {
+  const auto spec = catalog("tiny");
+  LlamaModel model(spec);
+  model->init_weights(2);
+  torch::NoGradGuard no_grad;
+  auto batch = causal_batch(1, 16, spec.vocab, 4);
+  const auto logits = model->forward(batch);
+  // Changing token 10 changes no logit before position 10.
+  auto changed = batch;
+  changed.tokens = batch.tokens.clone();
+  changed.tokens.index_put_({0, 10}, (batch.tokens.index({0, 10}).item<std::int64_t>() + 1) % spec.vocab);
+  const auto logits2 = model->forward(changed);
+  EXPECT_TRUE(torch::allclose(logits.narrow(1, 0, 10), logits2.narrow(1, 0, 10)));
+  EXPECT_FALSE(torch::allclose(logits.narrow(1, 10, 1), logits2.narrow(1, 10, 1)));
+
+  // Two documents [0, 6) and [6, 16) packed in one row, with positions restarting at 6: the second
+  // document's logits equal those of the same tokens run alone.
+  auto packed = batch;
+  auto doc = torch::tensor({0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, torch::kInt64);
+  packed.positions = torch::cat({torch::arange(6, torch::kInt64), torch::arange(10, torch::kInt64)}).unsqueeze(0);
+  packed.mask = (doc.unsqueeze(0) == doc.unsqueeze(1)).logical_and(torch::ones({16, 16}, torch::kBool).tril())
+                    .view({1, 1, 16, 16});
+  Batch alone{batch.tokens.narrow(1, 6, 10), batch.targets.narrow(1, 6, 10),
+              torch::arange(10, torch::kInt64).unsqueeze(0), {}, 9};
+  const auto packed_logits = model->forward(packed);
+  const auto alone_logits = model->forward(alone);
+  EXPECT_TRUE(torch::allclose(packed_logits.narrow(1, 6, 10), alone_logits, 1e-5, 1e-5));
+}
+
+TEST(LlamaModel, RejectsGptStyleSpecsWithAClearError) {
+  try {
+    LlamaModel model(catalog("gpt3-175b"));
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LLaMA-family"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace cpt::exec
