@@ -19,6 +19,8 @@ void register_advise_command(CLI::App& app);
 void register_simulate_command(CLI::App& app);
 // A subcommand whose implementation is not built yet: it accepts any arguments, says what is
 // missing and which issue builds it, and exits 3.
+// A subcommand carried out by cpt-exec with the same arguments.
+void register_executor_command(CLI::App& app, const char* name, const char* description);
 void register_unbuilt_command(CLI::App& app, const char* name, const char* description, const char* missing);
 
 }  // namespace cpt::cli

@@ -1,10 +1,11 @@
 // cpt-exec: the LibTorch side of cpt, started by `cpt` for the subcommands that train or measure
-// (cli/executor_process.h says why it is a separate binary). Today: `cpt-exec info [--json]`, the
-// LibTorch build and a CPU smoke computation. Exit codes as for `cpt` (core/error.h).
+// (cli/executor_process.h says why it is a separate binary): info, train, data, checkpoint. Exit codes as for `cpt` (core/error.h).
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/exec_commands.h"
 #include "cli/output.h"
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
                                "; smoke matmul ", smoke_ok ? "ok" : "WRONG")
               << "\n";
   });
+  cli::register_exec_train_command(app);
+  cli::register_exec_data_command(app);
+  cli::register_exec_checkpoint_command(app);
   try {
     app.parse(argc, argv);
     return core::kExitOk;
@@ -47,6 +51,9 @@ int main(int argc, char** argv) {
   } catch (const core::Error& e) {
     std::cerr << "cpt-exec: error: " << e.what() << "\n";
     return e.exit_code();
+  } catch (const c10::Error& e) {
+    std::cerr << "cpt-exec: error: internal error in LibTorch: " << e.what_without_backtrace() << "\n";
+    return core::kExitInternal;
   } catch (const std::exception& e) {
     std::cerr << "cpt-exec: error: internal error: " << e.what() << "\n";
     return core::kExitInternal;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "core/check.h"
@@ -58,6 +59,19 @@ ProcessOutput run_executor(const std::vector<std::string>& args) {
   if (!WIFEXITED(status)) throw core::RuntimeError(core::str_cat(exe->string(), " was killed by signal ", WTERMSIG(status)));
   result.exit_code = WEXITSTATUS(status);
   return result;
+}
+
+void exec_executor(const std::vector<std::string>& args) {
+  const auto exe = find_executor();
+  CPT_CHECK(exe.has_value(), "cpt-exec not found");
+  std::vector<std::string> storage = {exe->string()};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execv(exe->c_str(), argv.data());
+  throw core::RuntimeError(core::str_cat("cannot start ", exe->string(), ": ", std::strerror(errno)));
 }
 
 }  // namespace cpt::cli

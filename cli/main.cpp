@@ -44,13 +44,12 @@ int main(int argc, char** argv) {
   cli::register_whatif_command(app);
   cli::register_estimate_command(app);
   cli::register_simulate_command(app);
-  cli::register_unbuilt_command(app, "train", "Run the training job a plan describes",
-                                "the executor (issues #6 and #7)");
+  cli::register_executor_command(app, "train", "Run the training job a plan describes (cpt train --help)");
   cli::register_run_command(app);
   cli::register_unbuilt_command(app, "calibrate", "Measure this machine and fit a hardware profile",
                                 "calibration (issue #9)");
-  cli::register_unbuilt_command(app, "data", "Prepare token shards from text, directories or JSONL",
-                                "the data pipeline (issue #6)");
+  cli::register_executor_command(app, "data", "Train tokenizers; prepare token shards from text, directories or JSONL");
+  cli::register_executor_command(app, "checkpoint", "Verify checkpoints; export to and import from Hugging Face format");
   cli::register_advise_command(app);
   cli::register_models_command(app);
   cli::register_profiles_command(app);

@@ -1,0 +1,87 @@
+// cpt data prepare | train-tokenizer
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli/exec_commands.h"
+#include "core/str_cat.h"
+#include "executor/data/prepare_dataset.h"
+#include "executor/data/tokenizer.h"
+
+namespace cpt::cli {
+
+namespace {
+
+std::string skipped_text(const exec::CorpusStats& s) {
+  std::vector<std::string> parts;
+  for (const auto& [reason, n] : s.skipped) parts.push_back(core::str_cat(n, " ", reason));
+  return parts.empty() ? "none skipped" : core::str_cat("skipped: ", core::join(parts, ", "));
+}
+
+}  // namespace
+
+void register_exec_data_command(CLI::App& app) {
+  auto* data = app.add_subcommand("data", "Prepare token shards from text, directories or JSONL");
+  data->require_subcommand(1);
+
+  struct PrepareArgs {
+    std::vector<std::string> inputs, extensions;
+    std::string tokenizer, out;
+    std::int64_t shard_tokens = 256ll << 20;
+    double max_doc_mib = 64;
+    bool no_eos = false;
+  };
+  auto p = std::make_shared<PrepareArgs>();
+  auto* prepare = data->add_subcommand("prepare", "Tokenize text into Megatron-format shards plus manifest.json");
+  prepare->add_option("inputs", p->inputs, "Text files, directories (recursive) and .jsonl files (\"text\" field)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  prepare->add_option("--tokenizer", p->tokenizer, "SentencePiece .model file")->required()->check(CLI::ExistingFile);
+  prepare->add_option("--out", p->out, "Output dataset directory (must not exist)")->required();
+  prepare->add_option("--ext", p->extensions, "In directories, take only files ending so (repeatable), e.g. .py");
+  prepare->add_option("--shard-tokens", p->shard_tokens, "Start a new shard past this many tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  prepare->add_option("--max-doc-mib", p->max_doc_mib, "Skip larger documents")->check(CLI::PositiveNumber)->capture_default_str();
+  prepare->add_flag("--no-eos", p->no_eos, "Do not end documents with the tokenizer's end-of-sequence token");
+  prepare->callback([p] {
+    const auto tok = exec::Tokenizer::load(p->tokenizer);
+    exec::PrepareOptions o;
+    o.corpus.extensions = p->extensions;
+    o.corpus.max_document_bytes = static_cast<std::uint64_t>(p->max_doc_mib * 1024 * 1024);
+    o.max_tokens_per_shard = p->shard_tokens;
+    o.append_eos = !p->no_eos;
+    std::vector<std::filesystem::path> sources(p->inputs.begin(), p->inputs.end());
+    const auto r = exec::prepare_dataset(sources, tok, p->out, o);
+    std::cout << core::str_cat("prepared ", p->out, ": ", r.corpus.files, " files, ", r.corpus.documents,
+                               " documents, ", r.tokens, " tokens in ", r.shards, " shard(s); ", skipped_text(r.corpus),
+                               "\n");
+  });
+
+  struct TokArgs {
+    std::vector<std::string> inputs, extensions;
+    std::string out, model_type = "bpe";
+    std::int64_t vocab = 32000;
+    double max_mib = 64;
+  };
+  auto t = std::make_shared<TokArgs>();
+  auto* tok = data->add_subcommand("train-tokenizer", "Train a SentencePiece tokenizer (LLaMA-style: BPE, byte fallback)");
+  tok->add_option("inputs", t->inputs, "Text files, directories and .jsonl files")->required()->check(CLI::ExistingPath);
+  tok->add_option("--vocab-size", t->vocab, "Vocabulary size")->required()->check(CLI::Range(260, 1000000));
+  tok->add_option("--out", t->out, "Output prefix: writes PREFIX.model and PREFIX.vocab")->required();
+  tok->add_option("--ext", t->extensions, "In directories, take only files ending so (repeatable)");
+  tok->add_option("--model-type", t->model_type, "bpe or unigram")->check(CLI::IsMember({"bpe", "unigram"}))->capture_default_str();
+  tok->add_option("--max-mib", t->max_mib, "Read at most this much text")->check(CLI::PositiveNumber)->capture_default_str();
+  tok->callback([t] {
+    exec::CorpusOptions corpus;
+    corpus.extensions = t->extensions;
+    std::vector<std::filesystem::path> sources(t->inputs.begin(), t->inputs.end());
+    const auto docs = exec::sample_documents(sources, corpus, static_cast<std::uint64_t>(t->max_mib * 1024 * 1024));
+    exec::TokenizerTrainOptions o;
+    o.vocab_size = t->vocab;
+    o.model_type = t->model_type;
+    exec::train_tokenizer(docs, o, t->out);
+    std::cout << core::str_cat("trained ", t->out, ".model (", t->vocab, " pieces) on ", docs.size(), " documents\n");
+  });
+}
+
+}  // namespace cpt::cli

@@ -1,0 +1,14 @@
+#pragma once
+// Subcommands of cpt-exec (the LibTorch side). `cpt train|data|checkpoint ...` hands its
+// arguments to these unchanged (cli/executor_process.h).
+namespace CLI {
+class App;
+}
+
+namespace cpt::cli {
+
+void register_exec_train_command(CLI::App& app);
+void register_exec_data_command(CLI::App& app);
+void register_exec_checkpoint_command(CLI::App& app);
+
+}  // namespace cpt::cli

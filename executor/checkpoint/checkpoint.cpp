@@ -1,0 +1,203 @@
+#include "executor/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/str_cat.h"
+#include "spec/model_io.h"
+
+namespace cpt::exec {
+
+using core::str_cat;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "cpt-checkpoint-v1";
+
+void fsync_path(const fs::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) throw core::RuntimeError(str_cat(p.string(), ": cannot open for fsync: ", std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw core::RuntimeError(str_cat(p.string(), ": fsync failed: ", std::strerror(errno)));
+}
+
+std::int64_t step_of(const fs::path& dir) {
+  const auto name = dir.filename().string();
+  if (!name.starts_with("step_") || name.size() <= 5) return -1;
+  try {
+    std::size_t used = 0;
+    const auto s = std::stoll(name.substr(5), &used);
+    return used == name.size() - 5 ? s : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+std::vector<fs::path> step_dirs(const fs::path& root) {
+  std::vector<fs::path> dirs;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return dirs;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (e.is_directory() && step_of(e.path()) >= 0) dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end(), [](const fs::path& a, const fs::path& b) { return step_of(a) > step_of(b); });
+  return dirs;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::string file_checksum(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw core::ConfigError(str_cat(path.string(), ": cannot read"));
+  std::uint64_t h = 14695981039346656037ull;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= static_cast<unsigned char>(buf[i]);
+      h *= 1099511628211ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+void write_checkpoint_dir(const fs::path& dir, const CheckpointContents& c) {
+  if (fs::exists(dir)) throw core::ConfigError(str_cat(dir.string(), ": already exists"));
+  const auto parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  const auto tmp = parent / str_cat(".tmp-", dir.filename().string(), "-", ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    std::vector<std::string> files{"model.safetensors"};
+    write_safetensors(tmp / "model.safetensors", c.weights, {{"format", "pt"}});
+    if (!c.optimizer.empty()) {
+      write_safetensors(tmp / "optimizer.safetensors", c.optimizer);
+      files.emplace_back("optimizer.safetensors");
+    }
+    if (!c.rng.empty()) {
+      write_safetensors(tmp / "rng.safetensors", c.rng);
+      files.emplace_back("rng.safetensors");
+    }
+    core::write_file_atomic(tmp / "trainer_state.json", c.trainer_state.dump(2) + "\n");
+    files.emplace_back("trainer_state.json");
+    nlohmann::ordered_json m;
+    m["format"] = kFormat;
+    m["step"] = c.step;
+    m["model"] = spec::model_to_json(c.model);
+    for (const auto& f : files) {
+      m["files"][f] = {{"bytes", fs::file_size(tmp / f)}, {"fnv1a64", file_checksum(tmp / f)}};
+    }
+    core::write_file_atomic(tmp / "manifest.json", m.dump(2) + "\n");
+    for (const auto& f : files) fsync_path(tmp / f, false);
+    fsync_path(tmp / "manifest.json", false);
+    fsync_path(tmp, true);
+    fs::rename(tmp, dir);
+    fsync_path(parent, true);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+fs::path write_checkpoint(const fs::path& root, const CheckpointContents& c) {
+  const auto dir = root / checkpoint_dir_name(c.step);
+  if (!fs::exists(dir)) {
+    write_checkpoint_dir(dir, c);
+    return dir;
+  }
+  // Replace: write beside, then swap, so the old one stays valid until the new one is complete.
+  const auto fresh = root / str_cat(".new-", checkpoint_dir_name(c.step), "-", ::getpid());
+  fs::remove_all(fresh);
+  write_checkpoint_dir(fresh, c);
+  const auto old = root / str_cat(".old-", checkpoint_dir_name(c.step), "-", ::getpid());
+  fs::rename(dir, old);
+  fs::rename(fresh, dir);
+  fs::remove_all(old);
+  return dir;
+}
+
+Checkpoint Checkpoint::open(const fs::path& dir) {
+  const auto where = dir.string();
+  if (!fs::is_directory(dir)) throw core::ConfigError(str_cat(where, ": no such checkpoint directory"));
+  const auto manifest = dir / "manifest.json";
+  if (!fs::exists(manifest)) {
+    throw core::ConfigError(str_cat(where, ": not a complete cpt checkpoint (no manifest.json; half-written?)"));
+  }
+  const auto doc = core::parse_json_file(manifest);
+  auto r = core::JsonObjectReader::root_of(doc);
+  const auto format = r.string("format");
+  if (format != kFormat) r.fail("format", str_cat("\"", kFormat, "\""), str_cat("\"", format, "\""));
+  Checkpoint c;
+  c.dir_ = dir;
+  c.step_ = r.integer("step", 0);
+  auto model = r.object("model");
+  c.model_ = spec::model_from_json(model);
+  const auto& files = r.raw("files");
+  if (!files.is_object() || !files.contains("model.safetensors")) {
+    r.fail("files", "an object listing model.safetensors", core::describe_json(files));
+  }
+  r.finish();
+  for (const auto& [name, entry] : files.items()) {
+    const auto path = dir / name;
+    if (!fs::exists(path)) throw core::ConfigError(str_cat(where, ": ", name, " is missing"));
+    const auto bytes = fs::file_size(path);
+    if (bytes != entry.at("bytes").get<std::uint64_t>()) {
+      throw core::ConfigError(str_cat(where, ": ", name, " has ", bytes, " bytes, the manifest says ",
+                                      entry.at("bytes").get<std::uint64_t>(), " (truncated or replaced)"));
+    }
+    if (file_checksum(path) != entry.at("fnv1a64").get<std::string>()) {
+      throw core::ConfigError(str_cat(where, ": ", name, " does not match its checksum in manifest.json (corrupted)"));
+    }
+  }
+  const auto state = core::parse_json_file(dir / "trainer_state.json");
+  c.trainer_state_ = state.root();
+  return c;
+}
+
+std::optional<SafetensorsFile> Checkpoint::rng() const {
+  if (!fs::exists(dir_ / "rng.safetensors")) return std::nullopt;
+  return SafetensorsFile::open(dir_ / "rng.safetensors");
+}
+
+std::optional<Checkpoint> latest_valid_checkpoint(const fs::path& root) {
+  for (const auto& dir : step_dirs(root)) {
+    try {
+      return Checkpoint::open(dir);
+    } catch (const core::ConfigError& e) {
+      core::warn("checkpoint skipped: ", e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+void prune_checkpoints(const fs::path& root, int keep, const fs::path& protect) {
+  const auto dirs = step_dirs(root);
+  for (std::size_t i = static_cast<std::size_t>(std::max(keep, 0)); i < dirs.size(); ++i) {
+    if (fs::equivalent(dirs[i], protect)) continue;
+    std::error_code ec;
+    fs::remove_all(dirs[i], ec);
+  }
+}
+
+}  // namespace cpt::exec

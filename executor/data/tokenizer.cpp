@@ -1,0 +1,133 @@
+#include "executor/data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/str_cat.h"
+
+namespace cpt::exec {
+
+using core::str_cat;
+
+namespace {
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw core::ConfigError(str_cat(p.string(), ": cannot read the tokenizer model"));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Feeds SentencePiece the non-empty lines of the documents, in order.
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::vector<std::string>& docs) : docs_(docs) { advance(); }
+  bool done() const override { return doc_ >= docs_.size(); }
+  void Next() override { advance(); }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void advance() {
+    while (doc_ < docs_.size()) {
+      const auto& d = docs_[doc_];
+      if (pos_ >= d.size()) {
+        ++doc_;
+        pos_ = 0;
+        continue;
+      }
+      auto end = d.find('\n', pos_);
+      if (end == std::string::npos) end = d.size();
+      line_.assign(d, pos_, end - pos_);
+      pos_ = end + 1;
+      if (!line_.empty()) return;
+    }
+  }
+  const std::vector<std::string>& docs_;
+  std::size_t doc_ = 0, pos_ = 0;
+  std::string line_;
+};
+
+}  // namespace
+
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::load(const std::filesystem::path& model_file) {
+  const auto bytes = read_bytes(model_file);
+  Tokenizer t;
+  t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = t.sp_->LoadFromSerializedProto(bytes);
+  if (!status.ok()) {
+    throw core::ConfigError(str_cat(model_file.string(), ": not a SentencePiece model: ", status.ToString()));
+  }
+  t.path_ = model_file;
+  t.fingerprint_ = core::stable_hash_hex(bytes);
+  return t;
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = sp_->Encode(absl::string_view(text.data(), text.size()), &ids);
+  if (!status.ok()) throw core::RuntimeError(str_cat("tokenizer ", path_.string(), ": ", status.ToString()));
+  return {ids.begin(), ids.end()};
+}
+
+std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  std::string out;
+  const std::vector<int> v(ids.begin(), ids.end());
+  const auto status = sp_->Decode(v, &out);
+  if (!status.ok()) throw core::RuntimeError(str_cat("tokenizer ", path_.string(), ": ", status.ToString()));
+  return out;
+}
+
+std::int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
+std::int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+
+void train_tokenizer(const std::vector<std::string>& documents, const TokenizerTrainOptions& options,
+                     const std::filesystem::path& out_prefix) {
+  if (options.model_type != "bpe" && options.model_type != "unigram") {
+    throw core::ConfigError(str_cat("tokenizer model_type: expected \"bpe\" or \"unigram\", got \"", options.model_type, "\""));
+  }
+  const std::unordered_map<std::string, std::string> args{
+      {"model_type", options.model_type},
+      {"vocab_size", str_cat(options.vocab_size)},
+      {"byte_fallback", "true"},
+      {"split_digits", "true"},
+      {"remove_extra_whitespaces", "false"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"normalization_rule_name", "identity"},
+      {"character_coverage", "0.9995"},
+      {"input_sentence_size", str_cat(options.max_sentences)},
+      {"shuffle_input_sentence", "true"},
+      {"max_sentence_length", "16384"},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"num_threads", "2"},
+      {"minloglevel", "2"},
+  };
+  LineIterator lines(documents);
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
+  if (!status.ok()) throw core::ConfigError(str_cat("tokenizer training: ", status.ToString()));
+  core::write_file_atomic(out_prefix.string() + ".model", model);
+  // The human-readable vocabulary, one "piece<TAB>id" per line.
+  sentencepiece::SentencePieceProcessor sp;
+  if (!sp.LoadFromSerializedProto(model).ok()) throw core::InternalError("tokenizer training produced an unloadable model");
+  std::string vocab;
+  for (int i = 0; i < sp.GetPieceSize(); ++i) vocab += str_cat(sp.IdToPiece(i), "\t", i, "\n");
+  core::write_file_atomic(out_prefix.string() + ".vocab", vocab);
+}
+
+}  // namespace cpt::exec

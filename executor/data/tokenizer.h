@@ -1,0 +1,54 @@
+#pragma once
+// A SentencePiece tokenizer (the library Debian ships): load an existing .model file (LLaMA-2
+// style) or train one on a corpus. LibTorch-free.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace cpt::exec {
+
+class Tokenizer {
+ public:
+  // ConfigError naming the file when it is missing or not a SentencePiece model.
+  static Tokenizer load(const std::filesystem::path& model_file);
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text) const;
+  [[nodiscard]] std::string decode(const std::vector<std::int32_t>& ids) const;
+  [[nodiscard]] std::int64_t vocab_size() const;
+  [[nodiscard]] std::int32_t bos_id() const;  // -1 when the model has none
+  [[nodiscard]] std::int32_t eos_id() const;  // -1 when the model has none
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+  // Stable hash of the model file's bytes: data shards record it, training checks it.
+  [[nodiscard]] const std::string& fingerprint() const { return fingerprint_; }
+
+ private:
+  Tokenizer() = default;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::filesystem::path path_;
+  std::string fingerprint_;
+};
+
+struct TokenizerTrainOptions {
+  std::int64_t vocab_size = 32000;
+  std::string model_type = "bpe";            // "bpe" or "unigram"
+  std::int64_t max_sentences = 2'000'000;    // lines sampled for training
+  // LLaMA-style defaults: byte fallback (every byte encodable), digits split, whitespace kept
+  // verbatim (code), no Unicode normalisation; ids 0 unk, 1 bos, 2 eos.
+};
+
+// Trains on the lines of `documents` and writes `<out_prefix>.model` (atomically) and
+// `<out_prefix>.vocab`. ConfigError for an impossible vocabulary size (SentencePiece's message).
+void train_tokenizer(const std::vector<std::string>& documents, const TokenizerTrainOptions& options,
+                     const std::filesystem::path& out_prefix);
+
+}  // namespace cpt::exec

@@ -1,0 +1,36 @@
+#pragma once
+// The training device and the few device-specific facilities the trainer needs: choosing the
+// device, bf16 autocast on CUDA (fp32 master weights stay fp32), and peak memory.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace cpt::exec {
+
+// "cpu", "cuda" or "auto" (CUDA when a device is visible). ConfigError for "cuda" without one.
+torch::Device pick_device(const std::string& want);
+
+// bf16 autocast for CUDA devices while alive; nothing on the CPU, where bf16 matmuls are slow on
+// the machines cpt tests on and fp32 keeps the CPU runs exactly comparable.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(const torch::Device& device);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool active_ = false;
+  bool previous_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kHalf;
+};
+
+// Peak memory of this process on `device` since the start (CPU: the peak resident set size from
+// getrusage, which includes LibTorch itself; CUDA: the caching allocator's peak allocated bytes).
+std::int64_t peak_memory_bytes(const torch::Device& device);
+
+// Waits for queued device work (timing); nothing on the CPU.
+void synchronize(const torch::Device& device);
+
+}  // namespace cpt::exec

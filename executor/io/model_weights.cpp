@@ -1,0 +1,169 @@
+#include "executor/io/model_weights.h"
+
+#include <unistd.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/json_reader.h"
+#include "core/str_cat.h"
+#include "executor/io/safetensors.h"
+#include "spec/model_io.h"
+
+namespace cpt::exec {
+
+using core::str_cat;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string to_cpt_name(const std::string& hf) { return hf.starts_with("model.") ? hf.substr(6) : hf; }
+std::string to_hf_name(const std::string& cpt) { return cpt.starts_with("lm_head.") ? cpt : "model." + cpt; }
+
+// Safetensors files of a Hugging Face directory, in a stable order.
+std::vector<fs::path> hf_weight_files(const fs::path& dir) {
+  const auto index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const auto doc = core::parse_json_file(index);
+    const auto& map = doc.root().at("weight_map");
+    std::set<std::string> files;
+    for (const auto& [name, file] : map.items()) files.insert(file.get<std::string>());
+    std::vector<fs::path> out;
+    for (const auto& f : files) out.push_back(dir / f);
+    return out;
+  }
+  if (fs::exists(dir / "model.safetensors")) return {dir / "model.safetensors"};
+  throw core::ConfigError(str_cat(dir.string(), ": no model.safetensors or model.safetensors.index.json ",
+                                  "(PyTorch .bin checkpoints are not read; save with safe_serialization=True)"));
+}
+
+}  // namespace
+
+bool is_hf_directory(const fs::path& dir) {
+  return fs::exists(dir / "config.json") && !fs::exists(dir / "manifest.json");
+}
+
+spec::ModelSpec read_hf_model_spec(const fs::path& dir) {
+  const auto config = dir / "config.json";
+  const auto doc = core::parse_json_file(config);
+  const auto& j = doc.root();
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    throw core::ConfigError(str_cat(config.string(), ": $.rope_scaling: expected null (the executor implements plain ",
+                                    "RoPE), got ", core::describe_json(j["rope_scaling"])));
+  }
+  if (j.value("model_type", "") == "qwen2") {
+    throw core::ConfigError(str_cat(config.string(), ": $.model_type: Qwen2's q/k/v biases are not implemented by ",
+                                    "the executor yet (llama and mistral are)"));
+  }
+  auto m = spec::load_model_file(config);
+  m.name = dir.filename().string();
+  if (m.name.empty()) m.name = dir.parent_path().filename().string();
+  return m;
+}
+
+NamedTensors read_hf_weights(const fs::path& dir) {
+  NamedTensors out;
+  for (const auto& file : hf_weight_files(dir)) {
+    const auto st = SafetensorsFile::open(file);
+    for (const auto& name : st.names()) {
+      if (name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older exports include
+      out.emplace_back(to_cpt_name(name), st.load(name, torch::kFloat32));
+    }
+  }
+  return out;
+}
+
+std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
+  NamedTensors tensors;
+  std::string what;
+  if (is_hf_directory(source)) {
+    tensors = read_hf_weights(source);
+    what = "Hugging Face";
+  } else {
+    const auto ckpt = Checkpoint::open(source);
+    const auto st = ckpt.weights();
+    for (const auto& name : st.names()) tensors.emplace_back(name, st.load(name, torch::kFloat32));
+    what = str_cat("cpt checkpoint, step ", ckpt.step());
+  }
+  auto params = model.named_parameters();
+  std::set<std::string> filled;
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : tensors) {
+    // Some tied checkpoints store the shared matrix twice.
+    if (model.spec().tied_embeddings && name == "lm_head.weight") continue;
+    auto* p = params.find(name);
+    if (p == nullptr) {
+      throw core::ConfigError(str_cat(source.string(), ": tensor ", name, " has no place in model ", model.spec().name,
+                                      " (a checkpoint of another architecture?)"));
+    }
+    if (!p->sizes().equals(t.sizes())) {
+      throw core::ConfigError(str_cat(source.string(), ": tensor ", name, " has shape ", t.sizes(), ", model ",
+                                      model.spec().name, " needs ", p->sizes()));
+    }
+    p->copy_(t);
+    filled.insert(name);
+  }
+  for (const auto& p : params) {
+    if (!filled.count(p.key())) {
+      throw core::ConfigError(str_cat(source.string(), ": no tensor ", p.key(), " (model ", model.spec().name, " needs it)"));
+    }
+  }
+  return str_cat(what, ", ", filled.size(), " tensors");
+}
+
+void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
+  if (fs::exists(out_dir)) throw core::ConfigError(str_cat(out_dir.string(), ": already exists"));
+  const auto ckpt = Checkpoint::open(checkpoint_dir);
+  const auto& m = ckpt.model();
+  const auto st = ckpt.weights();
+  NamedTensors tensors;
+  for (const auto& name : st.names()) tensors.emplace_back(to_hf_name(name), st.load(name, torch::kFloat32));
+  nlohmann::ordered_json config{{"architectures", {"LlamaForCausalLM"}},
+                                {"model_type", "llama"},
+                                {"hidden_size", m.hidden},
+                                {"intermediate_size", m.ffn_hidden},
+                                {"num_hidden_layers", m.layers},
+                                {"num_attention_heads", m.heads},
+                                {"num_key_value_heads", m.kv_heads},
+                                {"head_dim", m.head_dim()},
+                                {"vocab_size", m.vocab},
+                                {"max_position_embeddings", m.max_seq_len},
+                                {"rms_norm_eps", m.norm_eps},
+                                {"rope_theta", m.rope_theta},
+                                {"rope_scaling", nullptr},
+                                {"tie_word_embeddings", m.tied_embeddings},
+                                {"hidden_act", "silu"},
+                                {"attention_bias", false},
+                                {"mlp_bias", false},
+                                {"torch_dtype", "float32"},
+                                {"bos_token_id", 1},
+                                {"eos_token_id", 2}};
+  const auto tmp = fs::path(str_cat(out_dir.string(), ".tmp-", ::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    write_safetensors(tmp / "model.safetensors", tensors, {{"format", "pt"}});
+    core::write_file_atomic(tmp / "config.json", config.dump(2) + "\n");
+    fs::rename(tmp, out_dir);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+void import_hf(const fs::path& hf_dir, const fs::path& out_dir) {
+  CheckpointContents c;
+  c.model = read_hf_model_spec(hf_dir);
+  // Build the model to check names and shapes exactly as training will.
+  LlamaModel model(c.model);
+  load_model_weights(*model, hf_dir);
+  for (const auto& p : model->named_parameters()) c.weights.emplace_back(p.key(), p.value());
+  c.trainer_state = {{"step", 0}, {"imported_from", fs::absolute(hf_dir).string()}};
+  write_checkpoint_dir(out_dir, c);
+}
+
+}  // namespace cpt::exec

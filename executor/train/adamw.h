@@ -1,0 +1,47 @@
+#pragma once
+// AdamW (Loshchilov & Hutter 2019: decoupled weight decay) over named parameters, with no decay on
+// norm weights and biases (is_no_decay_parameter). The update is LibTorch's fused kernel
+// (at::_fused_adamw_, the one behind torch.optim.AdamW(fused=True)), so it computes what PyTorch
+// computes. State is kept per parameter name, so checkpoints are independent of module order and
+// the ZeRO optimizer (issue #7) can shard the same names.
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cpt::exec {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, AdamWOptions options);
+  // One update with learning rate `lr` from the parameters' .grad().
+  void step(double lr);
+  void zero_grad();
+  // Named state tensors for checkpoints: "<param>/exp_avg", "<param>/exp_avg_sq", "<param>/step".
+  [[nodiscard]] std::vector<std::pair<std::string, torch::Tensor>> state() const;
+  // Copies `state` back; ConfigError (naming `origin`) when a name or shape is missing or differs.
+  void load_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin);
+  [[nodiscard]] const AdamWOptions& options() const { return options_; }
+  // Bytes of optimizer state (exp_avg + exp_avg_sq + step), for the memory report.
+  [[nodiscard]] std::int64_t state_bytes() const;
+
+ private:
+  struct Group {
+    double weight_decay;
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> params, exp_avg, exp_avg_sq, steps;
+  };
+  AdamWOptions options_;
+  Group decay_, no_decay_;
+  void step_group(Group& g, double lr);
+};
+
+}  // namespace cpt::exec

@@ -1,0 +1,138 @@
+#include "executor/train/train_config.h"
+
+#include "core/error.h"
+#include "core/json_reader.h"
+#include "core/str_cat.h"
+
+namespace cpt::exec {
+
+using core::JsonObjectReader;
+using core::str_cat;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path resolve(const fs::path& base, const std::string& p) {
+  const fs::path path(p);
+  return path.is_absolute() ? path : base / path;
+}
+
+std::vector<fs::path> paths(JsonObjectReader& r, std::string_view key, const fs::path& base) {
+  std::vector<fs::path> out;
+  for (const auto& s : r.string_array(key)) out.push_back(resolve(base, s));
+  return out;
+}
+
+DataSetConfig data_set(JsonObjectReader r, const fs::path& base, bool eval) {
+  DataSetConfig d;
+  d.name = r.string("name");
+  if (d.name.empty() || d.name.find_first_of("/\\ ") != std::string::npos) {
+    r.fail("name", "a non-empty name without '/', '\\' or spaces", str_cat("\"", d.name, "\""));
+  }
+  const bool has_path = r.has("path");
+  const bool has_sources = r.has("sources");
+  if (has_path == has_sources) r.fail("path", "exactly one of \"path\" (prepared shards) or \"sources\" (raw text)",
+                                      has_path ? "both" : "neither");
+  if (has_path) d.path = resolve(base, r.string("path"));
+  if (has_sources) {
+    d.sources = paths(r, "sources", base);
+    if (d.sources.empty()) r.fail("sources", "at least one file or directory", "[]");
+    if (r.has("extensions")) d.extensions = r.string_array("extensions");
+  }
+  if (eval) {
+    d.eval_batches = r.optional_integer("batches", 1, 1'000'000).value_or(8);
+  } else if (r.has("weight")) {
+    d.weight = r.positive_number("weight");
+  }
+  r.finish();
+  return d;
+}
+
+std::vector<DataSetConfig> data_sets(JsonObjectReader& r, std::string_view key, const fs::path& base, bool eval) {
+  const auto& arr = r.raw(key);
+  if (!arr.is_array()) r.fail(key, "an array of data sets", core::describe_json(arr));
+  std::vector<DataSetConfig> out;
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    out.push_back(data_set(JsonObjectReader(arr[i], r.origin(), str_cat(r.path_of(key), "[", i, "]")), base, eval));
+    for (std::size_t j = 0; j + 1 < out.size(); ++j) {
+      if (out[j].name == out.back().name) r.fail(key, "data sets with distinct names", str_cat("\"", out[j].name, "\" twice"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TrainConfig load_train_config(const fs::path& path) {
+  const auto doc = core::parse_json_file(path);
+  auto r = JsonObjectReader::root_of(doc);
+  const auto base = fs::absolute(path).parent_path();
+  TrainConfig c;
+  c.origin = path;
+  c.data = data_sets(r, "data", base, false);
+  if (c.data.empty()) r.fail("data", "at least one training data set", "[]");
+  if (r.has("eval")) c.eval = data_sets(r, "eval", base, true);
+  c.eval_interval_steps = r.optional_integer("eval_interval_steps", 0).value_or(0);
+  if (r.has("tokenizer")) {
+    auto t = r.object("tokenizer");
+    TokenizerConfig tc;
+    if (t.has("model") == t.has("train")) {
+      t.fail("model", "exactly one of \"model\" (a SentencePiece .model) or \"train\"", t.has("model") ? "both" : "neither");
+    }
+    if (t.has("model")) tc.model = resolve(base, t.string("model"));
+    if (t.has("train")) {
+      auto tr = t.object("train");
+      tc.train_vocab_size = tr.integer("vocab_size", 260, 1'000'000);
+      tc.train_sources = paths(tr, "sources", base);
+      if (tr.has("extensions")) tc.train_extensions = tr.string_array("extensions");
+      if (auto mb = tr.optional_integer("max_bytes", 1)) tc.train_max_bytes = static_cast<std::uint64_t>(*mb);
+      tr.finish();
+    }
+    t.finish();
+    c.tokenizer = tc;
+  }
+  for (const auto& d : c.data) {
+    if (!d.sources.empty() && !c.tokenizer) r.fail("tokenizer", str_cat("a tokenizer (data set \"", d.name, "\" is raw text)"), "none");
+  }
+  for (const auto& d : c.eval) {
+    if (!d.sources.empty() && !c.tokenizer) r.fail("tokenizer", str_cat("a tokenizer (eval set \"", d.name, "\" is raw text)"), "none");
+  }
+  c.steps = r.optional_integer("steps", 1);
+  c.tokens = r.optional_integer("tokens", 1);
+  if (c.steps && c.tokens) r.fail("tokens", "one of \"steps\" or \"tokens\"", "both");
+  if (r.has("lr")) {
+    auto l = r.object("lr");
+    const auto kind = l.one_of("schedule", {"cosine", "constant", "wsd"});
+    c.lr.kind = kind == "cosine" ? LrScheduleKind::kCosine : kind == "constant" ? LrScheduleKind::kConstant : LrScheduleKind::kWsd;
+    c.lr.peak = l.positive_number("peak");
+    c.lr.warmup_steps = l.optional_integer("warmup_steps", 0).value_or(0);
+    if (l.has("min_ratio")) c.lr.min_ratio = l.number("min_ratio", 0.0, 1.0);
+    if (l.has("decay_fraction")) c.lr.decay_fraction = l.number("decay_fraction", 0.0, 1.0);
+    l.finish();
+  }
+  if (r.has("optimizer")) {
+    auto o = r.object("optimizer");
+    if (o.has("beta1")) c.optimizer.beta1 = o.number("beta1", 0.0, 0.999999);
+    if (o.has("beta2")) c.optimizer.beta2 = o.number("beta2", 0.0, 0.999999);
+    if (o.has("eps")) c.optimizer.eps = o.positive_number("eps");
+    if (o.has("weight_decay")) c.optimizer.weight_decay = o.number("weight_decay", 0.0, 10.0);
+    if (o.has("grad_clip")) c.grad_clip = o.number("grad_clip", 0.0);
+    o.finish();
+  }
+  if (r.has("checkpoint")) {
+    auto k = r.object("checkpoint");
+    c.checkpoint.interval_steps = k.optional_integer("interval_steps", 0).value_or(0);
+    c.checkpoint.keep_last = static_cast<int>(k.optional_integer("keep_last", 1, 1000).value_or(2));
+    k.finish();
+  }
+  if (r.has("packing")) c.packing = r.one_of("packing", {"packed", "padded"}) == "packed" ? Packing::kPacked : Packing::kPadded;
+  if (r.has("seed")) c.seed = static_cast<std::uint64_t>(r.integer("seed", 0));
+  if (r.has("init_from")) c.init_from = resolve(base, r.string("init_from"));
+  if (r.has("device")) c.device = r.one_of("device", {"auto", "cpu", "cuda"});
+  c.threads = static_cast<int>(r.optional_integer("threads", 0, 4096).value_or(0));
+  c.log_interval_steps = r.optional_integer("log_interval_steps", 1).value_or(1);
+  r.finish();
+  return c;
+}
+
+}  // namespace cpt::exec

@@ -1,0 +1,65 @@
+#pragma once
+// TRAIN.json: what to train on and how, everything the plan does not say (the plan gives the model,
+// the parallel layout, the sequence length and the batch). Keys and defaults: docs/train_config.md.
+// Relative paths are relative to the directory of TRAIN.json.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "executor/data/data_loader.h"
+#include "executor/train/adamw.h"
+#include "executor/train/lr_schedule.h"
+
+namespace cpt::exec {
+
+// A data set: either prepared shards (`path`, from `cpt data prepare`) or raw text (`sources`,
+// prepared into OUT/data/<name>/ on first use with the run's tokenizer).
+struct DataSetConfig {
+  std::string name;
+  std::optional<std::filesystem::path> path;
+  std::vector<std::filesystem::path> sources;
+  std::vector<std::string> extensions;  // filter for directories in `sources`
+  double weight = 1.0;                  // training mixture share
+  std::int64_t eval_batches = 0;        // evaluation sets: microbatches evaluated
+};
+
+struct TokenizerConfig {
+  std::optional<std::filesystem::path> model;  // an existing SentencePiece .model
+  // Or train one into OUT/tokenizer.model on first use:
+  std::int64_t train_vocab_size = 0;
+  std::vector<std::filesystem::path> train_sources;
+  std::vector<std::string> train_extensions;
+  std::uint64_t train_max_bytes = 64ull << 20;
+};
+
+struct CheckpointConfig {
+  std::int64_t interval_steps = 0;  // 0: only the final checkpoint
+  int keep_last = 2;                // interval checkpoints kept (the newest ones)
+};
+
+struct TrainConfig {
+  std::filesystem::path origin;  // the file, for messages
+  std::vector<DataSetConfig> data;
+  std::vector<DataSetConfig> eval;
+  std::int64_t eval_interval_steps = 0;  // 0: evaluate only at the end
+  std::optional<TokenizerConfig> tokenizer;  // required when a data set has `sources`
+  std::optional<std::int64_t> steps;
+  std::optional<std::int64_t> tokens;
+  LrSchedule lr;
+  AdamWOptions optimizer;
+  double grad_clip = 1.0;  // max global gradient L2 norm; 0 disables clipping
+  CheckpointConfig checkpoint;
+  Packing packing = Packing::kPacked;
+  std::uint64_t seed = 1234;
+  std::optional<std::filesystem::path> init_from;  // a cpt checkpoint or a Hugging Face directory
+  std::string device = "auto";  // auto | cpu | cuda
+  int threads = 0;              // intra-op CPU threads; 0 = LibTorch's default
+  std::int64_t log_interval_steps = 1;
+};
+
+// Strict: unknown keys, wrong types and out-of-range values are ConfigErrors naming the file and key.
+TrainConfig load_train_config(const std::filesystem::path& path);
+
+}  // namespace cpt::exec

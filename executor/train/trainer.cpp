@@ -1,0 +1,300 @@
+#include "executor/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/str_cat.h"
+#include "executor/checkpoint/checkpoint.h"
+#include "executor/device.h"
+#include "executor/io/model_weights.h"
+#include "executor/model/llama_model.h"
+#include "executor/train/adamw.h"
+#include "executor/train/run_inputs.h"
+#include "spec/model_io.h"
+
+namespace cpt::exec {
+
+using core::str_cat;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
+  if (options.steps) return *options.steps;
+  if (config.steps) return *config.steps;
+  const auto tokens_per_step = std::int64_t{plan.parallel.global_batch} * plan.workload.seq_len;
+  if (config.tokens) return (*config.tokens + tokens_per_step - 1) / tokens_per_step;
+  if (plan.workload.train_tokens > 0) return (plan.workload.train_tokens + tokens_per_step - 1) / tokens_per_step;
+  throw core::ConfigError(str_cat(config.origin.string(), ": $: expected \"steps\" or \"tokens\" (the plan has no token ",
+                                  "budget either), got neither"));
+}
+
+// Keeps only the lines of a JSONL file whose "step" is below `step` (after a resume).
+void truncate_jsonl(const fs::path& path, std::int64_t step) {
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("step", std::int64_t{0}) < step) kept += line + "\n";
+  }
+  core::write_file_atomic(path, kept);
+}
+
+class JsonlWriter {
+ public:
+  explicit JsonlWriter(const fs::path& path) : out_(path, std::ios::app), path_(path) {
+    if (!out_) throw core::RuntimeError(str_cat(path.string(), ": cannot open for writing"));
+  }
+  void write(const nlohmann::ordered_json& j) {
+    out_ << j.dump() << "\n";
+    out_.flush();
+    if (!out_) throw core::RuntimeError(str_cat(path_.string(), ": write failed"));
+  }
+
+ private:
+  std::ofstream out_;
+  fs::path path_;
+};
+
+std::string duration_text(double s) {
+  const auto t = static_cast<long long>(std::llround(std::max(0.0, s)));
+  if (t >= 3600) return str_cat(t / 3600, "h", (t % 3600) / 60, "m");
+  if (t >= 60) return str_cat(t / 60, "m", t % 60, "s");
+  return str_cat(t, "s");
+}
+
+double evaluate_set(LlamaModel& model, const DataSource& source, std::int64_t batches, const LoaderOptions& base,
+                    const torch::Device& device, std::int64_t* tokens_out) {
+  torch::NoGradGuard no_grad;
+  AutocastGuard autocast(device);
+  LoaderOptions o = base;
+  o.shuffle = false;
+  DataLoader loader({source}, o);
+  batches = std::min(batches, (loader.units(0) + o.micro_batch - 1) / o.micro_batch);
+  double loss = 0;
+  std::int64_t tokens = 0;
+  for (std::int64_t i = 0; i < batches; ++i) {
+    const auto b = loader.next().to(device);
+    loss += model->loss_sum(b).item<double>();
+    tokens += b.loss_tokens;
+  }
+  *tokens_out = tokens;
+  return tokens > 0 ? loss / static_cast<double>(tokens) : 0.0;
+}
+
+}  // namespace
+
+TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
+  const auto& par = plan.parallel;
+  if (par.world_size() != 1) {
+    throw core::ConfigError(str_cat("plan: tp ", par.tp, " · cp ", par.cp, " · dp ", par.dp, " · pp ", par.pp, " = ",
+                                    par.world_size(), " processes; this executor runs single-process plans ",
+                                    "(the distributed executor is issue #7)"));
+  }
+  if (config.threads > 0) at::set_num_threads(config.threads);
+  const auto device = pick_device(options.device.value_or(config.device));
+  const auto& spec = plan.model;
+  const int seq_len = plan.workload.seq_len;
+  if (seq_len > spec.max_seq_len) {
+    throw core::ConfigError(str_cat("plan: sequence length ", seq_len, " exceeds model ", spec.name, "'s max_seq_len ",
+                                    spec.max_seq_len));
+  }
+  const auto total_steps = resolve_steps(plan, config, options);
+  fs::create_directories(options.out_dir);
+  spec::save_plan(plan, options.out_dir / "plan.json");
+
+  auto inputs = prepare_run_inputs(config, spec, options.out_dir);
+
+  LlamaModel model(spec);
+  model->init_weights(config.seed);
+  if (config.init_from) {
+    const auto loaded = load_model_weights(*model, *config.init_from);
+    core::info0("init: weights from ", config.init_from->string(), " (", loaded, ")");
+  }
+  model->to(device);
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
+  AdamW optimizer(named, config.optimizer);
+
+  LrSchedule schedule = config.lr;
+  schedule.total_steps = total_steps;
+  LoaderOptions loader_options;
+  loader_options.seq_len = seq_len;
+  loader_options.micro_batch = par.micro_batch;
+  loader_options.seed = config.seed;
+  loader_options.packing = config.packing;
+  DataLoader loader(inputs.train, loader_options);
+
+  const auto ckpt_root = options.out_dir / "checkpoints";
+  std::int64_t step = 0, tokens_seen = 0, skipped = 0;
+  if (options.resume) {
+    if (auto ckpt = latest_valid_checkpoint(ckpt_root)) {
+      if (!(ckpt->model() == spec)) {
+        throw core::ConfigError(str_cat(ckpt->dir().string(), ": a checkpoint of model ", ckpt->model().name,
+                                        ", which differs from the plan's model ", spec.name));
+      }
+      load_model_weights(*model, ckpt->dir());
+      if (!ckpt->has_optimizer()) throw core::ConfigError(str_cat(ckpt->dir().string(), ": no optimizer state to resume"));
+      const auto opt = ckpt->optimizer();
+      optimizer.load_state([&](const std::string& n) { return opt.load(n, torch::kFloat32).to(device); },
+                           ckpt->dir().string());
+      const auto& st = ckpt->trainer_state();
+      step = st.at("step").get<std::int64_t>();
+      tokens_seen = st.at("tokens").get<std::int64_t>();
+      skipped = st.value("skipped_steps", std::int64_t{0});
+      loader.restore(st.at("data"), ckpt->dir().string());
+      if (auto rng = ckpt->rng(); rng && rng->contains("cpu")) {
+        auto gen = at::detail::getDefaultCPUGenerator();
+        gen.set_state(rng->load("cpu", torch::kUInt8));
+      }
+      core::info0("resume: from ", ckpt->dir().string(), " at step ", step);
+    } else {
+      core::info0("resume: no valid checkpoint in ", ckpt_root.string(), "; starting at step 0");
+    }
+  }
+  const auto first_step = step;
+  truncate_jsonl(options.out_dir / "metrics.jsonl", step);
+  truncate_jsonl(options.out_dir / "eval.jsonl", step);
+  JsonlWriter metrics(options.out_dir / "metrics.jsonl");
+  JsonlWriter eval_log(options.out_dir / "eval.jsonl");
+
+  auto save = [&](std::int64_t at_step) {
+    CheckpointContents c;
+    c.step = at_step;
+    c.model = spec;
+    for (const auto& p : model->named_parameters()) c.weights.emplace_back(p.key(), p.value());
+    c.optimizer = optimizer.state();
+    c.rng.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
+    c.trainer_state = {{"step", at_step},       {"tokens", tokens_seen},       {"skipped_steps", skipped},
+                       {"data", loader.state()}, {"seed", config.seed},        {"lr_schedule", to_string(schedule.kind)}};
+    const auto dir = write_checkpoint(ckpt_root, c);
+    prune_checkpoints(ckpt_root, config.checkpoint.keep_last, dir);
+    return dir;
+  };
+  auto evaluate = [&](std::int64_t at_step) {
+    for (std::size_t i = 0; i < inputs.eval.size(); ++i) {
+      std::int64_t tokens = 0;
+      const double loss = evaluate_set(model, inputs.eval[i], inputs.eval_batches[i], loader_options, device, &tokens);
+      nlohmann::ordered_json row{{"step", at_step}, {"set", inputs.eval[i].name}, {"loss", loss},
+                                 {"perplexity", std::exp(loss)}, {"tokens", tokens}};
+      eval_log.write(row);
+      core::info0("eval step ", at_step, " ", inputs.eval[i].name, ": loss ", loss, ", perplexity ", std::exp(loss));
+    }
+  };
+
+  const bool bar = options.progress && ::isatty(STDOUT_FILENO) != 0;
+  const int accum = par.grad_accum();
+  TrainSummary summary;
+  summary.first_step = first_step;
+  double timed_seconds = 0;
+  std::int64_t timed_tokens = 0;
+  const auto run_start = Clock::now();
+  core::info0("train: ", spec.name, " (", spec.num_params(), " parameters) on ", device.str(), ", steps ", first_step,
+              " -> ", total_steps, ", ", par.global_batch, " x ", seq_len, " tokens per step (micro-batch ",
+              par.micro_batch, " x ", accum, ")");
+  const auto end_step = std::min(total_steps, options.stop_at.value_or(total_steps));
+  while (step < end_step) {
+    const auto t0 = Clock::now();
+    const double lr = schedule.at(step);
+    std::vector<Batch> micro;
+    std::int64_t loss_tokens = 0;
+    for (int m = 0; m < accum; ++m) {
+      micro.push_back(loader.next());
+      loss_tokens += micro.back().loss_tokens;
+    }
+    double loss_sum = 0;
+    {
+      AutocastGuard autocast(device);
+      for (const auto& b : micro) {
+        const auto l = model->loss_sum(b.to(device));
+        (l / static_cast<double>(std::max<std::int64_t>(loss_tokens, 1))).backward();
+        loss_sum += l.item<double>();
+      }
+    }
+    const double loss = loss_sum / static_cast<double>(std::max<std::int64_t>(loss_tokens, 1));
+    const double max_norm = config.grad_clip > 0 ? config.grad_clip : std::numeric_limits<double>::infinity();
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
+    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    if (finite) {
+      optimizer.step(lr);
+    } else {
+      ++skipped;
+      core::warn("step ", step, ": loss ", loss, ", gradient norm ", grad_norm, ": not finite, update skipped");
+    }
+    optimizer.zero_grad();
+    synchronize(device);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    const std::int64_t step_tokens = std::int64_t{par.global_batch} * seq_len;
+    tokens_seen += step_tokens;
+    if (step > first_step) {  // the first step of a process pays one-off allocation costs
+      timed_seconds += dt;
+      timed_tokens += step_tokens;
+    }
+    ++step;
+    nlohmann::ordered_json row{{"step", step - 1},
+                               {"loss", loss},
+                               {"lr", lr},
+                               {"grad_norm", grad_norm},
+                               {"tokens", tokens_seen},
+                               {"tokens_per_s", static_cast<double>(step_tokens) / dt},
+                               {"step_time_s", dt},
+                               {"peak_memory_bytes", peak_memory_bytes(device)},
+                               {"skipped", !finite}};
+    nlohmann::ordered_json consumed;
+    for (std::size_t i = 0; i < loader.sources().size(); ++i) consumed[loader.sources()[i].name] = loader.consumed()[i];
+    row["samples_by_source"] = consumed;
+    metrics.write(row);
+    summary.final_loss = loss;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+    const double eta = elapsed / static_cast<double>(step - first_step) * static_cast<double>(end_step - step);
+    if (bar) {
+      const int width = 30;
+      const int filled = static_cast<int>(width * step / total_steps);
+      std::printf("\rstep %lld/%lld [%s%s] loss %.4f lr %.2e %.0f tok/s ETA %s   ", static_cast<long long>(step),
+                  static_cast<long long>(total_steps), std::string(static_cast<std::size_t>(filled), '=').c_str(),
+                  std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), loss, lr,
+                  static_cast<double>(step_tokens) / dt, duration_text(eta).c_str());
+      std::fflush(stdout);
+    } else if (config.log_interval_steps > 0 && ((step - 1) % config.log_interval_steps == 0 || step == total_steps)) {
+      std::printf("step %lld/%lld loss %.4f lr %.3e grad_norm %.3f %.0f tok/s ETA %s\n", static_cast<long long>(step),
+                  static_cast<long long>(total_steps), loss, lr, grad_norm, static_cast<double>(step_tokens) / dt,
+                  duration_text(eta).c_str());
+      std::fflush(stdout);
+    }
+    if (config.eval_interval_steps > 0 && step % config.eval_interval_steps == 0 && step < end_step) evaluate(step);
+    if (config.checkpoint.interval_steps > 0 && step % config.checkpoint.interval_steps == 0 && step < end_step) {
+      save(step);
+    }
+  }
+  if (bar) std::printf("\n");
+  if (!inputs.eval.empty()) evaluate(step);
+  summary.checkpoint = save(step);
+  summary.last_step = step;
+  summary.skipped_steps = skipped;
+  summary.tokens_per_s = timed_seconds > 0 ? static_cast<double>(timed_tokens) / timed_seconds : 0.0;
+  nlohmann::ordered_json measured{{"steps", step - first_step},
+                                  {"tokens_per_s", summary.tokens_per_s},
+                                  {"tokens_per_s_per_gpu", summary.tokens_per_s},
+                                  {"step_time_s", timed_tokens > 0 ? timed_seconds * static_cast<double>(par.global_batch * seq_len) /
+                                                                          static_cast<double>(timed_tokens)
+                                                                    : 0.0},
+                                  {"peak_memory_bytes", peak_memory_bytes(device)},
+                                  {"device", device.str()},
+                                  {"final_loss", summary.final_loss},
+                                  {"skipped_steps", skipped}};
+  core::write_file_atomic(options.out_dir / "measured.json", measured.dump(2) + "\n");
+  return summary;
+}
+
+}  // namespace cpt::exec

@@ -1,0 +1,41 @@
+#pragma once
+// The single-process training run: a plan (model, batch, sequence length) plus TRAIN.json ->
+// OUT/metrics.jsonl, OUT/eval.jsonl, OUT/checkpoints/step_*/ and OUT/measured.json.
+//
+// Per step: grad_accum microbatches, each loss summed over its tokens and divided by the loss
+// tokens of the whole step (so the step's loss is the per-token mean however the tokens fall into
+// microbatches); gradient L2 norm, clipped; a step whose loss or gradient norm is not finite is
+// skipped (no update) and counted; AdamW at lr(step).
+#include <filesystem>
+#include <optional>
+
+#include "executor/train/train_config.h"
+#include "spec/plan.h"
+
+namespace cpt::exec {
+
+struct TrainOptions {
+  std::filesystem::path out_dir;
+  bool resume = false;                  // continue from the newest valid checkpoint in OUT/checkpoints
+  std::optional<std::int64_t> steps;    // overrides TRAIN.json's steps/tokens
+  std::optional<std::int64_t> stop_at;  // stop (with a checkpoint) after this step; the schedule still
+                                        // spans all steps (for time-limited jobs that resume)
+  std::optional<std::string> device;    // overrides TRAIN.json's device
+  bool progress = true;                 // progress bar when stdout is a terminal
+};
+
+struct TrainSummary {
+  std::int64_t first_step = 0;     // 0, or the resumed step
+  std::int64_t last_step = 0;      // steps completed in total
+  std::int64_t skipped_steps = 0;  // non-finite loss or gradient
+  double final_loss = 0;
+  double tokens_per_s = 0;         // mean over the steps of this run, after the first
+  std::filesystem::path checkpoint;
+};
+
+// ConfigError for a plan that needs more than one process (the distributed executor is issue #7),
+// for inputs that disagree (vocabulary, model vs checkpoint), and for bad files; RuntimeError when
+// writing fails. Everything written before a failure stays valid (checkpoints are atomic).
+TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options);
+
+}  // namespace cpt::exec

@@ -1,0 +1,124 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "executor/checkpoint/checkpoint.h"
+#include "executor/io/safetensors.h"
+#include "executor/train/lr_schedule.h"
+#include "executor_test_support.h"
+#include "spec/model_catalog.h"
+
+namespace cpt::exec {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ScratchDir;
+
+TEST(Safetensors, RoundTripsDtypesShapesAndMetadata) {
+  ScratchDir dir("st");
+  const auto f32 = torch::arange(6, torch::kFloat32).reshape({2, 3});
+  const auto bf16 = torch::tensor({1.5, -2.0, 3.25}, torch::kBFloat16);
+  const auto i64 = torch::tensor({7}, torch::kInt64);
+  write_safetensors(dir.path() / "a.safetensors", {{"w", f32}, {"b", bf16}, {"n", i64}}, {{"format", "pt"}});
+  const auto st = SafetensorsFile::open(dir.path() / "a.safetensors");
+  EXPECT_EQ(st.names(), (std::vector<std::string>{"w", "b", "n"}));
+  EXPECT_EQ(st.metadata().at("format"), "pt");
+  EXPECT_EQ(st.info("b").dtype, "BF16");
+  EXPECT_TRUE(torch::equal(st.load("w", torch::kFloat32), f32));
+  EXPECT_TRUE(torch::equal(st.load("b", torch::kFloat32), bf16.to(torch::kFloat32)));
+  EXPECT_EQ(st.load("n", torch::kInt64).item<std::int64_t>(), 7);
+  // Header length is a multiple of 8 (the format's alignment rule).
+  std::ifstream in(dir.path() / "a.safetensors", std::ios::binary);
+  std::uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  EXPECT_EQ(n % 8, 0u);
+}
+
+TEST(Safetensors, TruncatedFileIsRefused) {
+  ScratchDir dir("st-trunc");
+  write_safetensors(dir.path() / "a.safetensors", {{"w", torch::ones({100})}});
+  fs::resize_file(dir.path() / "a.safetensors", fs::file_size(dir.path() / "a.safetensors") - 4);
+  try {
+    (void)SafetensorsFile::open(dir.path() / "a.safetensors");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+CheckpointContents contents(std::int64_t step) {
+  CheckpointContents c;
+  c.step = step;
+  c.model = spec::find_catalog_model("tiny").value().spec;
+  c.weights = {{"embed_tokens.weight", torch::full({4, 2}, static_cast<float>(step))}};
+  c.optimizer = {{"embed_tokens.weight/exp_avg", torch::zeros({4, 2})}};
+  c.trainer_state = {{"step", step}};
+  return c;
+}
+
+TEST(Checkpoint, WritesAtomicallyAndReadsBackVerified) {
+  ScratchDir dir("ckpt");
+  const auto path = write_checkpoint(dir.path(), contents(10));
+  EXPECT_EQ(path.filename(), "step_00000010");
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_FALSE(e.path().filename().string().starts_with(".tmp")) << "temporary directory left behind";
+  }
+  const auto c = Checkpoint::open(path);
+  EXPECT_EQ(c.step(), 10);
+  EXPECT_EQ(c.model().name, "tiny");
+  EXPECT_TRUE(c.has_optimizer());
+  EXPECT_EQ(c.weights().load("embed_tokens.weight", torch::kFloat32)[0][0].item<float>(), 10.0f);
+}
+
+TEST(Checkpoint, CorruptedOrHalfWrittenCheckpointsAreRefusedAndSkipped) {
+  ScratchDir dir("ckpt-bad");
+  write_checkpoint(dir.path(), contents(10));
+  const auto newest = write_checkpoint(dir.path(), contents(20));
+  // Flip one byte of the newest checkpoint's weights: its checksum no longer matches.
+  {
+    std::fstream f(newest / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  try {
+    (void)Checkpoint::open(newest);
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  // A half-written one (no manifest) is refused too.
+  fs::create_directories(dir.path() / "step_00000030");
+  EXPECT_THROW((void)Checkpoint::open(dir.path() / "step_00000030"), core::ConfigError);
+  const auto latest = latest_valid_checkpoint(dir.path());
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step(), 10);
+}
+
+TEST(Checkpoint, PruneKeepsTheNewest) {
+  ScratchDir dir("ckpt-prune");
+  for (int s : {1, 2, 3, 4}) write_checkpoint(dir.path(), contents(s));
+  prune_checkpoints(dir.path(), 2, dir.path() / "step_00000004");
+  EXPECT_FALSE(fs::exists(dir.path() / "step_00000001"));
+  EXPECT_FALSE(fs::exists(dir.path() / "step_00000002"));
+  EXPECT_TRUE(fs::exists(dir.path() / "step_00000003"));
+  EXPECT_TRUE(fs::exists(dir.path() / "step_00000004"));
+}
+
+TEST(LrSchedule, WarmupCosineConstantAndWsd) {
+  LrSchedule s{LrScheduleKind::kCosine, 1.0, 10, 0.1, 0.2, 110};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway: floor + (peak - floor)/2
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+  s.kind = LrScheduleKind::kConstant;
+  EXPECT_DOUBLE_EQ(s.at(100), 1.0);
+  s.kind = LrScheduleKind::kWsd;  // decay over the last 22 steps
+  EXPECT_DOUBLE_EQ(s.at(87), 1.0);
+  EXPECT_NEAR(s.at(99), 1.0 - 0.9 * 11.0 / 22.0, 1e-12);
+  EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+}
+
+}  // namespace
+}  // namespace cpt::exec

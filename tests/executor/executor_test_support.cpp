@@ -1,0 +1,52 @@
+#include "executor_test_support.h"
+
+#include <unistd.h>
+
+#include <optional>
+
+#include "core/str_cat.h"
+
+namespace cpt::exec::testing {
+
+namespace fs = std::filesystem;
+
+ScratchDir::ScratchDir(const std::string& name)
+    : path_(fs::temp_directory_path() / core::str_cat("cpt-test-", name, "-", ::getpid())) {
+  fs::remove_all(path_);
+  fs::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+fs::path python_json_package() {
+  for (const char* v : {"3.13", "3.12", "3.11", "3.10", "3.9"}) {
+    const fs::path p = core::str_cat("/usr/lib/python", v, "/json");
+    if (fs::exists(p / "decoder.py")) return p;
+  }
+  throw std::runtime_error("no /usr/lib/python3.X/json: install python3 (scripts/setup does)");
+}
+
+const Tokenizer& small_tokenizer() {
+  static const std::optional<Tokenizer> tok = [] {
+    static const ScratchDir scratch("tokenizer");  // removed at exit; the tokenizer lives in memory
+    const auto& dir = scratch.path();
+    CorpusOptions corpus;
+    corpus.extensions = {".py"};
+    TokenizerTrainOptions o;
+    o.vocab_size = 512;
+    train_tokenizer(sample_documents({python_json_package()}, corpus, 1 << 20), o, dir / "tok");
+    return std::optional<Tokenizer>(Tokenizer::load(dir / "tok.model"));
+  }();
+  return *tok;
+}
+
+void prepare_small_dataset(const fs::path& dir) {
+  PrepareOptions o;
+  o.corpus.extensions = {".py"};
+  prepare_dataset({python_json_package()}, small_tokenizer(), dir, o);
+}
+
+}  // namespace cpt::exec::testing

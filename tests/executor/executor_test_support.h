@@ -1,0 +1,35 @@
+#pragma once
+// Shared fixtures of the executor tests: a scratch directory and a small tokenizer and dataset
+// built from text every machine with Python 3 has (the standard library's json package), never
+// from text committed to this repository.
+#include <filesystem>
+#include <string>
+
+#include "executor/data/prepare_dataset.h"
+#include "executor/data/tokenizer.h"
+
+namespace cpt::exec::testing {
+
+// A fresh directory under the system temp dir, removed by the destructor.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name);
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// /usr/lib/python3.X/json: about 60 kB of Python source in a handful of files.
+std::filesystem::path python_json_package();
+
+// A 512-piece tokenizer trained once per test binary on python_json_package() (cached in the temp dir).
+const Tokenizer& small_tokenizer();
+
+// Prepares python_json_package() with small_tokenizer() into `dir`.
+void prepare_small_dataset(const std::filesystem::path& dir);
+
+}  // namespace cpt::exec::testing
