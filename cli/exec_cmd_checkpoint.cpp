@@ -2,10 +2,15 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "core/error.h"
+
 #include "cli/exec_commands.h"
 #include "core/str_cat.h"
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/io/model_weights.h"
+#include "executor/io/safetensors.h"
+#include "executor/model/llama_model.h"
+#include "spec/model_io.h"
 
 namespace cpt::cli {
 
@@ -31,6 +36,47 @@ void register_exec_checkpoint_command(CLI::App& app) {
   imp->callback([a] {
     exec::import_hf(a->src, a->dst);
     std::cout << core::str_cat("imported ", a->src, " -> ", a->dst, "\n");
+  });
+  struct InitArgs {
+    std::string model, out;
+    std::uint64_t seed = 1234;
+  };
+  auto i = std::make_shared<InitArgs>();
+  auto* init = ckpt->add_subcommand("init", "A freshly initialised model as a weights-only checkpoint (step 0)");
+  init->add_option("--model", i->model, "Catalog name or model JSON / Hugging Face config.json")->required();
+  init->add_option("--seed", i->seed, "Initialisation seed (the trainer's scheme)")->capture_default_str();
+  init->add_option("out", i->out, "Output checkpoint directory (must not exist)")->required();
+  init->callback([i] {
+    exec::CheckpointContents c;
+    c.model = spec::load_model(i->model, "--model");
+    exec::LlamaModel model(c.model);
+    model->init_weights(i->seed);
+    for (const auto& p : model->named_parameters()) c.weights.emplace_back(p.key(), p.value());
+    c.trainer_state = {{"step", 0}, {"seed", i->seed}};
+    exec::write_checkpoint_dir(i->out, c);
+    std::cout << core::str_cat("initialised ", c.model.name, " (", c.model.num_params(), " parameters) -> ", i->out, "\n");
+  });
+
+  struct ForwardArgs {
+    std::string checkpoint, tokens, out;
+  };
+  auto f = std::make_shared<ForwardArgs>();
+  auto* fwd = ckpt->add_subcommand("forward", "Logits of a checkpoint for given tokens (fp32, CPU; for checks)");
+  fwd->add_option("checkpoint", f->checkpoint, "cpt checkpoint or Hugging Face directory")->required();
+  fwd->add_option("--tokens", f->tokens, "safetensors file with an int64 tensor \"tokens\" [batch, seq]")->required();
+  fwd->add_option("--out", f->out, "safetensors file to write: \"logits\" [batch, seq, vocab] fp32")->required();
+  fwd->callback([f] {
+    const bool hf = exec::is_hf_directory(f->checkpoint);
+    const auto spec = hf ? exec::read_hf_model_spec(f->checkpoint) : exec::Checkpoint::open(f->checkpoint).model();
+    exec::LlamaModel model(spec);
+    exec::load_model_weights(*model, f->checkpoint);
+    const auto tokens = exec::SafetensorsFile::open(f->tokens).load("tokens", torch::kInt64);
+    if (tokens.dim() != 2) throw core::ConfigError(core::str_cat(f->tokens, ": tokens: expected [batch, seq], got ", tokens.dim(), " dims"));
+    torch::NoGradGuard no_grad;
+    model->eval();
+    const auto s = tokens.size(1);
+    exec::Batch b{tokens, {}, torch::arange(s, torch::kInt64).unsqueeze(0).expand({tokens.size(0), s}).contiguous(), {}, 0};
+    exec::write_safetensors(f->out, {{"logits", model->forward(b).to(torch::kFloat32)}});
   });
   auto* ver = ckpt->add_subcommand("verify", "Check a checkpoint's files against its manifest");
   ver->add_option("checkpoint", a->src, "cpt checkpoint directory")->required();
