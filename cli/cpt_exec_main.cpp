@@ -1,6 +1,7 @@
 // cpt-exec: the LibTorch side of cpt, started by `cpt` for the subcommands that train or measure
 // (cli/executor_process.h says why it is a separate binary): info, train, data, checkpoint. Exit codes as for `cpt` (core/error.h).
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -13,7 +14,10 @@
 
 int main(int argc, char** argv) {
   using namespace cpt;
-  CLI::App app("cpt-exec: the LibTorch executor of cpt (normally started by `cpt`)", "cpt-exec");
+  // Started by `cpt train|data|checkpoint`, it answers as `cpt` (usage lines, error prefixes).
+  const char* invoked_as = std::getenv("CPT_EXEC_INVOKED_AS");
+  const std::string name = invoked_as != nullptr ? invoked_as : "cpt-exec";
+  CLI::App app("cpt-exec: the LibTorch executor of cpt (normally started by `cpt`)", name);
   app.require_subcommand(1);
   bool json = false;
   auto* info = app.add_subcommand("info", "The LibTorch this executor was built with, and a smoke computation");
@@ -46,16 +50,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "cpt-exec: error: " << e.what() << "\n";
+    std::cerr << name << ": error: " << e.what() << "\n";
     return core::kExitBadInput;
   } catch (const core::Error& e) {
-    std::cerr << "cpt-exec: error: " << e.what() << "\n";
+    std::cerr << name << ": error: " << e.what() << "\n";
     return e.exit_code();
   } catch (const c10::Error& e) {
-    std::cerr << "cpt-exec: error: internal error in LibTorch: " << e.what_without_backtrace() << "\n";
+    std::cerr << name << ": error: internal error in LibTorch: " << e.what_without_backtrace() << "\n";
     return core::kExitInternal;
   } catch (const std::exception& e) {
-    std::cerr << "cpt-exec: error: internal error: " << e.what() << "\n";
+    std::cerr << name << ": error: internal error: " << e.what() << "\n";
     return core::kExitInternal;
   }
 }

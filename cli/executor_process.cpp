@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -70,6 +71,7 @@ void exec_executor(const std::vector<std::string>& args) {
   for (auto& s : storage) argv.push_back(s.data());
   argv.push_back(nullptr);
   std::fflush(nullptr);
+  ::setenv("CPT_EXEC_INVOKED_AS", "cpt", 1);  // so that its help and errors speak as `cpt`
   ::execv(exe->c_str(), argv.data());
   throw core::RuntimeError(core::str_cat("cannot start ", exe->string(), ": ", std::strerror(errno)));
 }

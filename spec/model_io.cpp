@@ -41,8 +41,12 @@ ModelSpec model_from_json(JsonObjectReader& r) {
   m.position = r.one_of("position", {"rope", "learned"}) == "rope" ? PositionKind::kRoPE : PositionKind::kLearned;
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.max_seq_len = dim(r, "max_seq_len");
-  if (r.has("rope_theta")) m.rope_theta = r.positive_number("rope_theta");
-  if (r.has("norm_eps")) m.norm_eps = r.number("norm_eps", 1e-12, 1e-1);
+  if (auto theta = r.optional_positive_number("rope_theta")) m.rope_theta = *theta;
+  if (r.has("norm_eps")) {
+    m.norm_eps = r.number("norm_eps", 1e-12, 1e-1);
+  } else {
+    r.accept("norm_eps");  // known (for "did you mean") though absent
+  }
   r.finish();
   check_spec(m, r.origin());
   return m;

@@ -46,9 +46,12 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 TEST(CliSmoke, HelpOfEverySubcommand) {
   const auto top = cpt("--help");
   EXPECT_EQ(top.exit_code, 0);
-  for (const char* sub : {"plan", "whatif", "estimate", "simulate", "train", "run", "calibrate", "data", "advise",
-                          "models", "profiles"}) {
+  for (const char* sub : {"plan", "whatif", "estimate", "simulate", "train", "run", "calibrate", "data", "checkpoint",
+                          "advise", "models", "profiles"}) {
     EXPECT_NE(top.out.find(std::string("  ") + sub + " "), std::string::npos) << sub;
+#ifndef CPT_HAVE_TORCH
+    if (std::string(sub) == "train" || std::string(sub) == "data" || std::string(sub) == "checkpoint") continue;
+#endif
     const auto r = cpt(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub << ": " << r.err;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
@@ -328,5 +331,37 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
     EXPECT_EQ(r.err.find("terminate"), std::string::npos);
   }
 }
+
+#ifdef CPT_HAVE_TORCH
+// The executor's subcommands run in cpt-exec; their bad inputs follow the same contract.
+TEST(CliSmoke, ExecutorCommandsAnswerAsCptAndRejectBadInputsInOneLine) {
+  const auto help = cpt("train --help");
+  EXPECT_NE(help.out.find("Usage: cpt train"), std::string::npos) << help.out;
+
+  const auto plan = std::string(CPT_SOURCE_DIR) + "/examples/tiny/plan.json";
+  const auto missing = cpt("train --plan " + plan + " --config /nonexistent/train.json --out /tmp/cpt_cli_train");
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_EQ(lines(missing.err), 1) << missing.err;
+  EXPECT_NE(missing.err.find("/nonexistent/train.json"), std::string::npos) << missing.err;
+
+  const auto typo = write_temp("cpt_cli_train_typo.json", R"({"data": [{"name": "a", "path": "/tmp"}], "step": 3})");
+  const auto t = cpt("train --plan " + plan + " --config " + typo.string() + " --out /tmp/cpt_cli_train");
+  EXPECT_EQ(t.exit_code, 2) << t.err;
+  EXPECT_EQ(lines(t.err), 1) << t.err;
+  EXPECT_NE(t.err.find("$.step"), std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("steps"), std::string::npos) << "did-you-mean hint: " << t.err;
+
+  const auto no_data = write_temp("cpt_cli_train_nodata.json", R"({"data": [{"name": "a", "path": "/nonexistent/shards"}], "steps": 3})");
+  const auto d = cpt("train --plan " + plan + " --config " + no_data.string() + " --out /tmp/cpt_cli_train");
+  EXPECT_EQ(d.exit_code, 2) << d.err;
+  EXPECT_EQ(lines(d.err), 1) << d.err;
+  EXPECT_NE(d.err.find("/nonexistent/shards"), std::string::npos) << d.err;
+
+  const auto not_ckpt = cpt("checkpoint verify /tmp");
+  EXPECT_EQ(not_ckpt.exit_code, 2) << not_ckpt.err;
+  EXPECT_EQ(lines(not_ckpt.err), 1) << not_ckpt.err;
+  EXPECT_NE(not_ckpt.err.find("not a complete cpt checkpoint"), std::string::npos) << not_ckpt.err;
+}
+#endif
 
 }  // namespace

@@ -89,7 +89,8 @@ TEST(ModelIo, BadInputsSayWhereAndWhat) {
       R"("name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 176, "vocab": 512,
          "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "tied_embeddings": false, "max_seq_len": 128)";
   EXPECT_EQ(load_error("{" + ok + "}"), "");
-  EXPECT_EQ(load_error("{" + ok + R"(, "rope_theta": 10000})"), "m.json: $.rope_theta: unknown key");
+  EXPECT_EQ(load_error("{" + ok + R"(, "rope_theat": 10000})"), "m.json: $.rope_theat: unknown key (did you mean \"rope_theta\"?)");
+  EXPECT_EQ(load_error("{" + ok + R"(, "norm_eps": 0})"), "m.json: $.norm_eps: expected a number in [1e-12, 0.1], got 0");
   EXPECT_EQ(load_error(R"({"name": "x", "layers": -2})"), "m.json: $.layers: expected an integer in [1, 1073741824], got -2");
   std::string bad_heads = "{" + ok + "}";
   bad_heads.replace(bad_heads.find("\"kv_heads\": 2"), 13, "\"kv_heads\": 3");
