@@ -19,6 +19,7 @@
 #include "executor/model/llama_model.h"
 #include "executor/train/adamw.h"
 #include "executor/train/run_inputs.h"
+#include "executor/train/train_step.h"
 #include "spec/model_io.h"
 
 namespace cpt::exec {
@@ -208,31 +209,15 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     const auto t0 = Clock::now();
     const double lr = schedule.at(step);
     std::vector<Batch> micro;
-    std::int64_t loss_tokens = 0;
-    for (int m = 0; m < accum; ++m) {
-      micro.push_back(loader.next());
-      loss_tokens += micro.back().loss_tokens;
-    }
-    double loss_sum = 0;
-    {
-      AutocastGuard autocast(device);
-      for (const auto& b : micro) {
-        const auto l = model->loss_sum(b.to(device));
-        (l / static_cast<double>(std::max<std::int64_t>(loss_tokens, 1))).backward();
-        loss_sum += l.item<double>();
-      }
-    }
-    const double loss = loss_sum / static_cast<double>(std::max<std::int64_t>(loss_tokens, 1));
-    const double max_norm = config.grad_clip > 0 ? config.grad_clip : std::numeric_limits<double>::infinity();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm);
-    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-    if (finite) {
-      optimizer.step(lr);
-    } else {
+    for (int m = 0; m < accum; ++m) micro.push_back(loader.next());
+    const auto r = train_step(*model, optimizer, micro, lr, config.grad_clip, device);
+    const double loss = r.loss;
+    const double grad_norm = r.grad_norm;
+    const bool finite = r.applied;
+    if (!finite) {
       ++skipped;
       core::warn("step ", step, ": loss ", loss, ", gradient norm ", grad_norm, ": not finite, update skipped");
     }
-    optimizer.zero_grad();
     synchronize(device);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     const std::int64_t step_tokens = std::int64_t{par.global_batch} * seq_len;
