@@ -35,6 +35,7 @@ struct EstimateOptions {
   int zero = 0;
   bool hsdp = false;
   std::string recompute = "none";
+  std::string schedule = "1f1b";
   bool sequence_parallel = false;
   bool flash_attention = true;
   std::string precision = "bf16";
@@ -134,7 +135,13 @@ void run(const EstimateOptions& o) {
   p.sequence_parallel = o.sequence_parallel;
   p.offload = o.offload == "params" ? spec::Offload::kOptimizerAndParams
                                     : (o.offload == "optimizer" ? spec::Offload::kOptimizer : spec::Offload::kNone);
-  p.schedule = o.vp > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B;
+  if (o.schedule == "zb_h1") {
+    p.schedule = spec::ScheduleKind::kZeroBubbleH1;
+  } else if (o.schedule == "gpipe") {
+    p.schedule = spec::ScheduleKind::kGPipe;
+  } else {
+    p.schedule = o.vp > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B;
+  }
   cost::CostModelOptions opts;
   opts.precision = precision_of(o.precision);
   if (!cluster.gpu().peak(opts.precision)) {
@@ -176,6 +183,10 @@ void register_estimate_command(CLI::App& app) {
   cmd->add_option("--vp", o->vp, "Virtual stages per pipeline rank (> 1: interleaved 1F1B)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", o->schedule,
+                  "Pipeline schedule: 1f1b (interleaved when --vp > 1), zb_h1 (zero bubble, split backward), gpipe")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"1f1b", "zb_h1", "gpipe"}));
   cmd->add_option("--cp", o->cp, "Context-parallel degree")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--micro-batch", o->micro_batch, "Sequences per microbatch per dp rank")
       ->required()

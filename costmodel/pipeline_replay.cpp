@@ -9,7 +9,7 @@ namespace cpt::cost {
 using K = spec::ActionKind;
 
 ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const double> fwd, std::span<const double> bwd,
-                             std::span<const double> p2p) {
+                             std::span<const double> p2p, std::span<const double> wgrad) {
   const int stages = s.num_stages();
   const int m = s.num_microbatches;
   CPT_CHECK(static_cast<int>(fwd.size()) == stages && static_cast<int>(bwd.size()) == stages &&
@@ -52,12 +52,17 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const do
           t += bwd[su];
           busy[r] += bwd[su];
           bwd_end[idx(a.stage, a.microbatch)] = t;
+        } else if (a.kind == K::kBackwardInput || a.kind == K::kBackwardWeight) {
+          CPT_CHECK(static_cast<int>(wgrad.size()) == stages, "split backward ", spec::to_string(a),
+                    " needs weight-gradient durations for ", stages, " stages, got ", wgrad.size());
+          const double d = a.kind == K::kBackwardInput ? bwd[su] - wgrad[su] : wgrad[su];
+          t += d;
+          busy[r] += d;
+          if (a.kind == K::kBackwardInput) bwd_end[idx(a.stage, a.microbatch)] = t;
         } else if (a.kind == K::kSendActivation) {
           act_arrives[idx(a.stage + 1, a.microbatch)] = fwd_end[idx(a.stage, a.microbatch)] + p2p[su];
         } else if (a.kind == K::kSendGrad) {
           grad_arrives[idx(a.stage - 1, a.microbatch)] = bwd_end[idx(a.stage, a.microbatch)] + p2p[su - 1];
-        } else {
-          CPT_CHECK(false, "split backward is not replayed yet: ", spec::to_string(a));
         }
         ++next[r];
         --remaining;
@@ -76,7 +81,7 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const do
 }
 
 ReplayResult closed_form_makespan(int pp, int v, int m, std::span<const double> fwd, std::span<const double> bwd,
-                                  std::span<const double> p2p) {
+                                  std::span<const double> p2p, std::span<const double> wgrad) {
   const auto stages = static_cast<std::size_t>(pp * v);
   CPT_CHECK(fwd.size() == stages && bwd.size() == stages && p2p.size() == stages, "durations for ", fwd.size(),
             " stages, expected ", stages);
@@ -86,9 +91,19 @@ ReplayResult closed_form_makespan(int pp, int v, int m, std::span<const double> 
   for (std::size_t r = 1; r < w.size(); ++r) {
     if (w[r] > w[crit]) crit = r;
   }
+  // A rank's contribution to the bubble: its forward + backward, or under zero bubble that less
+  // twice its weight-gradient part (never below its forward).
+  std::vector<double> fill(w.size(), 0.0), fwd_r(w.size(), 0.0);
+  if (!wgrad.empty()) {
+    CPT_CHECK(wgrad.size() == stages, "weight-gradient durations for ", wgrad.size(), " stages, expected ", stages);
+    for (std::size_t s = 0; s < stages; ++s) {
+      fill[s % static_cast<std::size_t>(pp)] += 2 * wgrad[s];
+      fwd_r[s % static_cast<std::size_t>(pp)] += fwd[s];
+    }
+  }
   double others = 0;
   for (std::size_t r = 0; r < w.size(); ++r) {
-    if (r != crit) others += w[r];
+    if (r != crit) others += std::max(w[r] - fill[r], wgrad.empty() ? 0.0 : fwd_r[r]);
   }
   double transfers = 0;
   for (std::size_t s = 0; s + 1 < stages; ++s) transfers += p2p[s];

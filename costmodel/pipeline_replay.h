@@ -21,10 +21,13 @@ struct ReplayResult {
   std::vector<core::Seconds> finish;     // finish time of each rank
 };
 
+// A split backward (zero-bubble schedules) runs as I, taking backward_s − weight_grad_s and
+// sending the input gradient when it ends, and W, taking weight_grad_s.
 // REQUIRES: find_schedule_error(schedule) is empty; one entry per stage in each span (seconds);
-// the schedule has no split backward (I/W).
+// weight_grad_s has one entry per stage when the schedule has split backwards (else may be empty).
 ReplayResult replay_schedule(const spec::PipelineSchedule& schedule, std::span<const double> forward_s,
-                             std::span<const double> backward_s, std::span<const double> p2p_after_s);
+                             std::span<const double> backward_s, std::span<const double> p2p_after_s,
+                             std::span<const double> weight_grad_s = {});
 
 // The closed form of the replay, for fast evaluation in a search: with W_r the forward + backward
 // time of pipeline rank r over its chunks (one microbatch) and r* the busiest rank,
@@ -33,8 +36,12 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& schedule, std::span<c
 // by v when interleaved; Narayanan et al. 2021 §2.2) and approximates uneven stages
 // (pipeline_replay_test.cpp bounds the difference). busy and finish have one entry per rank:
 // m·W_r and, for r*, the makespan (others: their busy time; the closed form does not place them).
+// Zero bubble (ZB-H1, `weight_grad_s` non-empty): each other rank's term is W_r − 2·Wgrad_r (its
+// weight-gradient parts fill the bubble; Qi et al. 2024: (p − 1)(F + B − 2W)), floored at the
+// forward time; exact for uniform stages without transfers (pipeline_replay_test.cpp).
 // REQUIRES: pp·virtual_stages entries in each span; stage s runs on rank s mod pp.
 ReplayResult closed_form_makespan(int pp, int virtual_stages, int num_microbatches, std::span<const double> forward_s,
-                                  std::span<const double> backward_s, std::span<const double> p2p_after_s);
+                                  std::span<const double> backward_s, std::span<const double> p2p_after_s,
+                                  std::span<const double> weight_grad_s = {});
 
 }  // namespace cpt::cost

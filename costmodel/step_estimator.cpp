@@ -139,7 +139,8 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
 
   // 5. Per-stage durations of one microbatch, and the point-to-point transfer after each stage.
   const int S = stages.num_stages();
-  std::vector<double> fwd(static_cast<std::size_t>(S)), bwd(static_cast<std::size_t>(S)), p2p(static_cast<std::size_t>(S));
+  std::vector<double> fwd(static_cast<std::size_t>(S)), bwd(static_cast<std::size_t>(S)), p2p(static_cast<std::size_t>(S)),
+      wgrad(static_cast<std::size_t>(S));
   const Seconds layer_fwd = blk.forward.total() + tp_one * static_cast<double>(blk.tp_collectives_forward) + cp_fwd +
                             z3_fwd_exposed;
   const Seconds layer_bwd = blk.backward.total() + blk.recompute.total() +
@@ -152,6 +153,8 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     const double L = stages.layers_in(s);
     fwd[i] = L * layer_fwd.value();
     bwd[i] = L * layer_bwd.value();
+    // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).
+    wgrad[i] = L * blk.forward.gemm.value();
     if (s == 0) {
       fwd[i] += head.embedding_forward.total().value();
       bwd[i] += head.embedding_backward.total().value();
@@ -159,6 +162,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     if (s == S - 1) {
       fwd[i] += head.head_forward.total().value();
       bwd[i] += head.head_backward.total().value();
+      wgrad[i] += head.head_forward.gemm.value();
     }
     // Stage s -> s+1 runs from pp rank s mod pp to (s+1) mod pp, same tp/cp/dp coordinates.
     if (s < S - 1 && p.pp > 1) {
@@ -171,10 +175,12 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     }
   }
   const std::vector<double> no_p2p(static_cast<std::size_t>(S), 0.0);
-  const ReplayResult with_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, p2p)
-                                         : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, p2p);
-  const ReplayResult without_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, no_p2p)
-                                            : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, no_p2p);
+  const std::span<const double> split =
+      p.schedule == spec::ScheduleKind::kZeroBubbleH1 ? std::span<const double>(wgrad) : std::span<const double>();
+  const ReplayResult with_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, p2p, split)
+                                         : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, p2p, split);
+  const ReplayResult without_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, no_p2p, split)
+                                            : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, no_p2p, split);
   // The critical rank: the one that finishes last.
   int crit = 0;
   for (int r = 0; r < p.pp; ++r) {
@@ -238,6 +244,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   t.other = std::max(Seconds(0), hidden) * (reductions * slow_dp) + z3_overlapped * (rank_layers * mm) * slow_dp;
   est.stages.forward_s = fwd;
   est.stages.backward_s = bwd;
+  est.stages.weight_grad_s = wgrad;
   est.stages.p2p_after_s = p2p;
   est.stages.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);
   est.stages.dp_buckets = static_cast<int>(std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements))));

@@ -51,6 +51,9 @@ struct StepTimeBreakdown {
 struct StageDurations {
   std::vector<double> forward_s;    // per stage, one microbatch: compute + exposed TP/CP/ZeRO-3
   std::vector<double> backward_s;   // per stage, one microbatch: + recomputation
+  // Per stage, one microbatch: the weight-gradient GEMMs inside backward_s (the W part of a split
+  // backward; the input-gradient part I is the rest, including recomputation and TP traffic).
+  std::vector<double> weight_grad_s;
   std::vector<double> p2p_after_s;  // per stage: transfer to the next stage (and of the gradient back)
   core::Seconds dp_reduce;          // one gradient reduction of the critical rank (bucketed, overlappable)
   int dp_buckets = 1;               // buckets of that reduction

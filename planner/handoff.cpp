@@ -30,6 +30,10 @@ std::string megatron_args(const spec::Plan& plan) {
       << " is expressed as ZeRO-1 here; use DeepSpeed or torchtitan for the exact plan.\n";
   }
   if (c.offload != spec::Offload::kNone) s << "# CPU offload is not expressed in these arguments.\n";
+  if (c.schedule == spec::ScheduleKind::kZeroBubbleH1) {
+    s << "# The plan's ZB-H1 schedule is not in upstream Megatron-LM (the fork\n"
+         "# sail-sg/zero-bubble-pipeline-parallelism adds it); these arguments run 1F1B.\n";
+  }
   s << "MEGATRON_ARGS=(\n";
   auto arg = [&](const std::string& a) { s << "  " << a << "\n"; };
   arg(str_cat("--num-layers ", m.layers));
@@ -133,6 +137,10 @@ std::string torchtitan_toml(const spec::Plan& plan) {
   s << "tensor_parallel_degree = " << c.tp << "\n";
   s << "context_parallel_degree = " << c.cp << "\n";
   s << "pipeline_parallel_degree = " << c.pp << "\n";
+  if (c.schedule == spec::ScheduleKind::kZeroBubbleH1) {
+    s << "# The plan's ZB-H1 (split backward, v = 1) has no torch.distributed.pipelining class;\n"
+         "# its zero-bubble schedules need virtual stages (ZBVZeroBubble, InterleavedZeroBubble). 1F1B here.\n";
+  }
   s << "pipeline_parallel_schedule = \"" << (c.virtual_stages > 1 ? "Interleaved1F1B" : "1F1B") << "\"\n";
   s << "pipeline_parallel_microbatch_size = " << c.micro_batch << "\n";
   s << "enable_async_tensor_parallel = false\n\n";

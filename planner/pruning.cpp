@@ -65,6 +65,8 @@ std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const Pru
   if (p.sequence_parallel && p.tp == 1) return R::kRedundant;
   if (p.zero_stage > 0 && p.dp * p.cp == 1) return R::kRedundant;
   if (p.offload != spec::Offload::kNone && p.zero_stage == 0) return R::kRedundant;  // offload shards with ZeRO
+  // Without a pipeline (or one microbatch) ZB-H1 runs exactly 1F1B's work with nothing to fill.
+  if (p.schedule == spec::ScheduleKind::kZeroBubbleH1 && (p.pp == 1 || p.grad_accum() == 1)) return R::kRedundant;
   // The two axis orders differ only in whether dp or pp varies faster: the same layout when either is 1.
   if (p.axis_order[2] == spec::Axis::kPp && (p.dp == 1 || p.pp == 1)) return R::kRedundant;
   return std::nullopt;

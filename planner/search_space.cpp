@@ -77,8 +77,8 @@ Fixed parse_fixed(const std::string& text) {
         throw ConfigError(str_cat("--fix: offload: expected none|optimizer|params, got \"", value, "\""));
       }
     } else if (key == "schedule") {
-      if (value != "1f1b" && value != "interleaved_1f1b") {
-        throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b, got \"", value, "\""));
+      if (value != "1f1b" && value != "interleaved_1f1b" && value != "zb_h1") {
+        throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b|zb_h1, got \"", value, "\""));
       }
     } else {
       (void)to_int(key, value);
@@ -112,8 +112,13 @@ SearchSpace::SearchSpace(const spec::ModelSpec& m, const spec::ClusterSpec& c, i
       }
     }
   }
-  vp_ = {1, 2, 3, 4, 6, 8};
-  if (auto v = fixed_int("vp")) vp_ = {*v};
+  using spec::ScheduleKind;
+  pipelines_ = {{1, ScheduleKind::k1F1B}, {1, ScheduleKind::kZeroBubbleH1}};
+  for (int v : {2, 3, 4, 6, 8}) pipelines_.push_back({v, ScheduleKind::kInterleaved1F1B});
+  if (auto v = fixed_int("vp")) {
+    std::erase_if(pipelines_, [&](const Pipeline& x) { return x.vp != *v; });
+    if (pipelines_.empty()) pipelines_ = {{*v, ScheduleKind::kInterleaved1F1B}};  // rejected with a reason later
+  }
   for (int mb = 1; mb <= std::min(64, global_batch); mb *= 2) micro_batch_.push_back(mb);
   if (auto v = fixed_int("micro_batch")) micro_batch_ = {*v};
   zero_ = {{0, false}, {1, false}, {2, false}, {3, false}, {3, true}};
@@ -144,13 +149,17 @@ SearchSpace::SearchSpace(const spec::ModelSpec& m, const spec::ClusterSpec& c, i
   }
   if (auto it = fx.find("schedule"); it != fx.end()) {
     const auto& v = it->second;
-    if (v == "1f1b") pin(vp_, 1);
-    else if (v == "interleaved_1f1b") std::erase_if(vp_, [](int x) { return x == 1; });
-    else throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b, got \"", v, "\""));
+    ScheduleKind kind = ScheduleKind::k1F1B;
+    if (v == "1f1b") kind = ScheduleKind::k1F1B;
+    else if (v == "interleaved_1f1b") kind = ScheduleKind::kInterleaved1F1B;
+    else if (v == "zb_h1") kind = ScheduleKind::kZeroBubbleH1;
+    else throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b|zb_h1, got \"", v, "\""));
+    std::erase_if(pipelines_, [&](const Pipeline& x) { return x.schedule != kind; });
+    if (pipelines_.empty()) throw ConfigError(str_cat("--fix: schedule=", v, " contradicts the fixed vp"));
   }
   using spec::Axis;
   orders_ = {{Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp}, {Axis::kTp, Axis::kCp, Axis::kPp, Axis::kDp}};
-  size_ = static_cast<std::uint64_t>(triples_.size()) * vp_.size() * micro_batch_.size() * zero_.size() *
+  size_ = static_cast<std::uint64_t>(triples_.size()) * pipelines_.size() * micro_batch_.size() * zero_.size() *
           recompute_.size() * sequence_parallel_.size() * offload_.size() * orders_.size();
 }
 
@@ -169,14 +178,15 @@ spec::ParallelConfig SearchSpace::at(std::uint64_t i) const {
   p.zero_stage = z.first;
   p.hybrid_shard = z.second;
   p.micro_batch = micro_batch_[digit(micro_batch_.size())];
-  p.virtual_stages = vp_[digit(vp_.size())];
+  const auto& pipe = pipelines_[digit(pipelines_.size())];
+  p.virtual_stages = pipe.vp;
+  p.schedule = pipe.schedule;
   const auto t = triples_[digit(triples_.size())];
   p.tp = t.tp;
   p.cp = t.cp;
   p.pp = t.pp;
   p.dp = gpus_ / (t.tp * t.cp * t.pp);
   p.global_batch = global_batch_;
-  p.schedule = p.virtual_stages > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B;
   return p;
 }
 

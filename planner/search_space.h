@@ -7,7 +7,8 @@
 // Values per field (before pruning, which rejects the combinations that cannot run, with reasons):
 //   tp           divisors of gpus_per_node          cp        1, 2, 4, 8 (dividing the GPUs)
 //   pp           divisors of GPUs/(tp·cp), <= layers dp        derived: GPUs / (tp·cp·pp)
-//   vp           1, 2, 3, 4, 6, 8                    micro_batch 1, 2, 4, ..., 64
+//   pipeline     (vp, schedule): (1, 1f1b), (1, zb_h1), (2..8, interleaved_1f1b) for vp in 2, 3, 4, 6, 8
+//                                                    micro_batch 1, 2, 4, ..., 64
 //   zero         0..3, and 3 + HSDP                   recompute none, selective, full
 //   sequence_parallel false, true                   offload   none, optimizer
 //   axis order   tp-cp-dp-pp, tp-cp-pp-dp
@@ -50,7 +51,12 @@ class SearchSpace {
     int tp, cp, pp;
   };
   std::vector<ParallelTriple> triples_;  // (tp, cp, pp) whose product divides the GPUs
-  std::vector<int> vp_, micro_batch_;
+  struct Pipeline {
+    int vp;
+    spec::ScheduleKind schedule;
+  };
+  std::vector<Pipeline> pipelines_;
+  std::vector<int> micro_batch_;
   std::vector<std::pair<int, bool>> zero_;  // (stage, hsdp)
   std::vector<spec::Recompute> recompute_;
   std::vector<bool> sequence_parallel_;

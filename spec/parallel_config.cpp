@@ -16,6 +16,8 @@ std::string to_string(ScheduleKind k) {
       return "1f1b";
     case ScheduleKind::kInterleaved1F1B:
       return "interleaved_1f1b";
+    case ScheduleKind::kZeroBubbleH1:
+      return "zb_h1";
   }
   return "?";
 }

@@ -13,8 +13,10 @@
 
 namespace cpt::spec {
 
-// Serialized as "gpipe", "1f1b", "interleaved_1f1b". DO NOT CHANGE the strings.
-enum class ScheduleKind { kGPipe, k1F1B, kInterleaved1F1B };
+// Serialized as "gpipe", "1f1b", "interleaved_1f1b", "zb_h1". DO NOT CHANGE the strings.
+// kZeroBubbleH1: 1F1B with the backward split into input- and weight-gradient parts, the weight
+// parts delayed to fill the bubble (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ZB-H1).
+enum class ScheduleKind { kGPipe, k1F1B, kInterleaved1F1B, kZeroBubbleH1 };
 // Serialized as "none", "selective", "full". DO NOT CHANGE the strings.
 enum class Recompute { kNone, kSelective, kFull };
 // Serialized as "none", "optimizer", "optimizer+params". DO NOT CHANGE the strings.

@@ -42,9 +42,10 @@ void emit_forward(std::vector<Action>& out, int stage, int mb, int num_stages) {
   if (stage < num_stages - 1) out.push_back({ActionKind::kSendActivation, stage, mb});
 }
 
-void emit_backward(std::vector<Action>& out, int stage, int mb, int num_stages) {
+void emit_backward(std::vector<Action>& out, int stage, int mb, int num_stages,
+                   ActionKind kind = ActionKind::kBackward) {
   if (stage < num_stages - 1) out.push_back({ActionKind::kRecvGrad, stage, mb});
-  out.push_back({ActionKind::kBackward, stage, mb});
+  out.push_back({kind, stage, mb});
   if (stage > 0) out.push_back({ActionKind::kSendGrad, stage, mb});
 }
 
@@ -72,6 +73,7 @@ std::vector<Unit> interleaved_order(int pp, int v, int m, bool backward) {
 PipelineSchedule make_schedule(ScheduleKind kind, int pp, int v, int m) {
   CPT_CHECK(pp >= 1 && m >= 1 && v >= 1, "pp ", pp, " virtual_stages ", v, " microbatches ", m);
   CPT_CHECK(kind == ScheduleKind::kInterleaved1F1B || v == 1, to_string(kind), " takes virtual_stages 1, got ", v);
+  // (ZB-H1 with pp == 1 is F, I, W per microbatch: valid, and the same work as 1F1B.)
   CPT_CHECK(kind != ScheduleKind::kInterleaved1F1B || (pp >= 2 && v >= 2 && m % pp == 0),
             "interleaved_1f1b needs pp >= 2, v >= 2, m % pp == 0; got pp ", pp, " v ", v, " m ", m);
   PipelineSchedule s{kind, pp, v, m, std::vector<std::vector<Action>>(static_cast<std::size_t>(pp))};
@@ -115,6 +117,20 @@ PipelineSchedule make_schedule(ScheduleKind kind, int pp, int v, int m) {
         }
         break;
       }
+      case ScheduleKind::kZeroBubbleH1:
+        // At step x, rank r runs F(x), I(x − (pp − 1 − r)), W(x − (pp − 1)), each when its index is in
+        // [0, m): 1F1B's forward/input-gradient order, with rank r's weight-gradient parts running r
+        // microbatches behind its input-gradient parts (rank 0 runs W right after I, the last rank
+        // pp − 1 behind), so that they fill the bubbles of the drain. Every rank has at most pp
+        // microbatches whose W is pending (rank 0's 1F1B peak).
+        for (int x = 0; x < m + pp - 1; ++x) {
+          if (x < m) emit_forward(out, r, x, stages);
+          if (const int i = x - (pp - 1 - r); i >= 0 && i < m) {
+            emit_backward(out, r, i, stages, ActionKind::kBackwardInput);
+          }
+          if (const int w = x - (pp - 1); w >= 0 && w < m) out.push_back({ActionKind::kBackwardWeight, r, w});
+        }
+        break;
     }
   }
   return s;
@@ -129,9 +145,10 @@ double max_live_weight(const PipelineSchedule& schedule, int pp_rank, std::span<
   for (const Action& a : schedule.per_rank[static_cast<std::size_t>(pp_rank)]) {
     const double w = weight_of_stage[static_cast<std::size_t>(a.stage)];
     if (a.kind == ActionKind::kForward) peak = std::max(peak, live += w);
-    // Activations are released by the backward (or by its input part, for split backward; the
-    // weight part keeps only what it needs, which the memory model accounts separately).
-    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) live -= w;
+    // Activations are released by the backward, or for a split backward by its weight part: the
+    // weight gradients need the inputs of every linear layer, most of a block's activations, so
+    // the whole is counted until W (an upper bound by the input gradients' share).
+    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) live -= w;
   }
   return peak;
 }
@@ -147,6 +164,8 @@ int in_flight_closed_form(ScheduleKind kind, int pp, int v, int m, int r) {
       return m;
     case ScheduleKind::k1F1B:
       return std::min(pp - r, m);
+    case ScheduleKind::kZeroBubbleH1:
+      return std::min(pp, m);
     case ScheduleKind::kInterleaved1F1B: {
       const int total = m * v;
       if (m == pp) return total;

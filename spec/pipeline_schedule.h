@@ -66,6 +66,9 @@ struct PipelineSchedule {
 //                    then the remaining backwards (Narayanan et al. 2021, §2.2; PipeDream-Flush).
 //   interleaved 1F1B Megatron's schedule: microbatches in rounds of pp, each round through every
 //                    chunk; warm-up of (pp − rank − 1)·2 + (v − 1)·pp (Narayanan et al. 2021, §2.2).
+//   ZB-H1            1F1B with split backward (I, W): at step x rank r runs F(x), I(x − (pp − 1 − r)),
+//                    W(x − (pp − 1)) (Qi et al. 2024, ZB-H1); bubble (pp − 1)(F + B − 2W) instead
+//                    of (pp − 1)(F + B), every rank holding pp microbatches as 1F1B's rank 0 does.
 // REQUIRES: pp >= 1, num_microbatches >= 1; virtual_stages == 1 unless kInterleaved1F1B; for
 // kInterleaved1F1B pp >= 2, virtual_stages >= 2 and num_microbatches % pp == 0.
 PipelineSchedule make_schedule(ScheduleKind kind, int pp, int virtual_stages, int num_microbatches);
@@ -82,13 +85,13 @@ std::optional<std::string> find_schedule_error(const PipelineSchedule& schedule)
 int max_in_flight(const PipelineSchedule& schedule, int pp_rank);
 
 // The largest total weight of live microbatches on a pipeline rank, where a (stage, microbatch)
-// is live from its forward to its backward (or input-gradient part) and weighs
+// is live from its forward to its backward (or, split, to its weight-gradient part) and weighs
 // weight_of_stage[stage] (e.g. the activation bytes of that stage's layers). With all weights 1 this
 // is max_in_flight. REQUIRES: weight_of_stage.size() == num_stages().
 double max_live_weight(const PipelineSchedule& schedule, int pp_rank, std::span<const double> weight_of_stage);
 
 // max_in_flight without building the schedule, for fast evaluation: GPipe m; 1F1B min(pp − rank,
-// m); interleaved 1F1B its warm-up (pp − rank − 1)·2 + (v − 1)·pp (all m·v when m == pp) plus one,
+// m); ZB-H1 min(pp, m); interleaved 1F1B its warm-up (pp − rank − 1)·2 + (v − 1)·pp (all m·v when m == pp) plus one,
 // capped at m·v. Equal to max_in_flight(make_schedule(...), rank) (pipeline_schedule_test.cpp).
 int in_flight_closed_form(ScheduleKind kind, int pp, int virtual_stages, int num_microbatches, int pp_rank);
 

@@ -149,7 +149,8 @@ ParallelConfig parallel_config_from_json(JsonObjectReader& r) {
   c.recompute = enum_from(r, "recompute", {Recompute::kNone, Recompute::kSelective, Recompute::kFull});
   c.sequence_parallel = r.boolean("sequence_parallel");
   c.offload = enum_from(r, "offload", {Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams});
-  c.schedule = enum_from(r, "schedule", {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B});
+  c.schedule = enum_from(r, "schedule", {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+                                                 ScheduleKind::kZeroBubbleH1});
   const auto order = r.string_array("axis_order");
   const std::vector<std::string> axes = {"tp", "cp", "dp", "pp"};
   if (order.size() != axes.size()) r.fail("axis_order", "a permutation of [tp, cp, dp, pp]", str_cat(order.size(), " entries"));

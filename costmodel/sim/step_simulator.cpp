@@ -35,7 +35,8 @@ class StepSimulation {
       for (const auto& a : list) lowest = std::min(lowest, a.stage);
       std::vector<std::size_t> backwards, lowest_backwards;
       for (std::size_t i = 0; i < list.size(); ++i) {
-        if (list[i].kind != K::kBackward) continue;
+        // The weight gradients exist after the full backward, or after the W part of a split one.
+        if (list[i].kind != K::kBackward && list[i].kind != K::kBackwardWeight) continue;
         backwards.push_back(i);
         if (list[i].stage == lowest) lowest_backwards.push_back(i);
       }
@@ -146,10 +147,16 @@ class StepSimulation {
         q_.schedule(end, [this, to] { advance(to); });
         ++rk.next;
       } else {
-        CPT_CHECK(a.kind == K::kForward || a.kind == K::kBackward, "split backward is not simulated yet: ",
-                  spec::to_string(a));
         const bool fwd = a.kind == K::kForward;
-        const double dur = (fwd ? d_.forward_s : d_.backward_s)[su];
+        double dur = (fwd ? d_.forward_s : d_.backward_s)[su];
+        if (a.kind == K::kBackwardInput || a.kind == K::kBackwardWeight) {
+          CPT_CHECK(d_.weight_grad_s.size() == d_.backward_s.size(), "split backward ", spec::to_string(a),
+                    " needs weight-gradient durations");
+          const double w = d_.weight_grad_s[su];
+          dur = a.kind == K::kBackwardInput ? dur - w : w;
+        }
+        // Activations are freed by the (full or weight-gradient) backward: spec::max_live_weight's rule.
+        const double freed = fwd ? 1 : (a.kind == K::kBackwardInput ? 0 : -1);
         const double end = now + dur;
         rk.busy = true;
         const std::size_t at = rk.next;
@@ -166,12 +173,12 @@ class StepSimulation {
             });
           }
         }
-        q_.schedule(end, [this, r, a, now, end, fwd] {
+        q_.schedule(end, [this, r, a, now, end, freed] {
           auto& k = ranks_[r];
           record(r, Stream::kCompute, now, end, spec::to_string(a));
           k.busy_s += end - now;
           k.busy = false;
-          memory(r, (fwd ? 1 : -1) * act_[static_cast<std::size_t>(a.stage)]);
+          if (freed != 0) memory(r, freed * act_[static_cast<std::size_t>(a.stage)]);
           advance(r);
         });
         return;

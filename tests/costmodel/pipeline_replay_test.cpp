@@ -31,6 +31,30 @@ TEST(PipelineReplay, InterleavingDividesTheBubble) {
   EXPECT_DOUBLE_EQ(r.makespan.value(), m * 3.0 + (p - 1) * 3.0 / v);
 }
 
+// ZB-H1 with forward, input gradient and weight gradient 1 each (backward 2): the weight parts fill
+// the bubble, which shrinks from (p − 1)·3 to (p − 1)·(3 − 2·1), a third (Qi et al. 2024, ZB-H1);
+// the closed form says the same.
+TEST(PipelineReplay, ZeroBubbleH1CutsTheBubbleToAThird) {
+  for (int p : {2, 4, 8}) {
+    for (int m : {1, 4, 8, 32}) {
+      const auto S = static_cast<std::size_t>(p);
+      const std::vector<double> f(S, 1.0), b(S, 2.0), w(S, 1.0), z(S, 0.0);
+      const auto zb = spec::make_schedule(spec::ScheduleKind::kZeroBubbleH1, p, 1, m);
+      const double one_f_one_b = (m + p - 1) * 3.0;
+      const double expected = m >= p ? m * 3.0 + (p - 1) * 1.0 : -1;
+      const auto r = replay_schedule(zb, f, b, z, w);
+      if (expected > 0) {
+        EXPECT_DOUBLE_EQ(r.makespan.value(), expected) << p << " " << m;
+      }
+      EXPECT_LE(r.makespan.value(), one_f_one_b) << p << " " << m;
+      EXPECT_DOUBLE_EQ(r.busy[0].value(), m * 3.0);
+      if (expected > 0) {
+        EXPECT_DOUBLE_EQ(closed_form_makespan(p, 1, m, f, b, z, w).makespan.value(), expected) << p << " " << m;
+      }
+    }
+  }
+}
+
 // A transfer time on every boundary delays the pipeline fill and drain.
 TEST(PipelineReplay, TransfersDelayFillAndDrain) {
   const auto s = spec::make_schedule(spec::ScheduleKind::k1F1B, 2, 1, 1);

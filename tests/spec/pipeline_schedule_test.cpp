@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/str_cat.h"
 
 namespace cpt::spec {
 namespace {
@@ -15,7 +16,7 @@ TEST(PipelineSchedule, EveryGeneratedScheduleIsValid) {
   int checked = 0;
   for (int pp = 1; pp <= 8; ++pp) {
     for (int m = 1; m <= 17; ++m) {
-      for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
+      for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZeroBubbleH1}) {
         const auto s = make_schedule(kind, pp, 1, m);
         const auto error = find_schedule_error(s);
         ASSERT_FALSE(error) << to_string(kind) << " pp " << pp << " m " << m << ": " << *error;
@@ -30,7 +31,7 @@ TEST(PipelineSchedule, EveryGeneratedScheduleIsValid) {
       }
     }
   }
-  EXPECT_EQ(checked, 2 * 8 * 17 + 3 * 26);  // 26 (pp, m) pairs with pp >= 2 and m % pp == 0
+  EXPECT_EQ(checked, 3 * 8 * 17 + 3 * 26);  // 26 (pp, m) pairs with pp >= 2 and m % pp == 0
 }
 
 TEST(PipelineSchedule, OneFOneBMatchesThePaperTable) {
@@ -63,7 +64,8 @@ TEST(PipelineSchedule, ClosedFormInFlightEqualsTheSchedule) {
   int checked = 0;
   for (int pp = 1; pp <= 8; ++pp) {
     for (int m = 1; m <= 24; ++m) {
-      for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+      for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+                                ScheduleKind::kZeroBubbleH1}) {
         const bool inter = kind == ScheduleKind::kInterleaved1F1B;
         if (inter && (pp < 2 || m % pp != 0)) continue;
         for (int v = inter ? 2 : 1; v <= (inter ? 4 : 1); ++v) {
@@ -78,6 +80,28 @@ TEST(PipelineSchedule, ClosedFormInFlightEqualsTheSchedule) {
     }
   }
   EXPECT_GT(checked, 1000);
+}
+
+// ZB-H1 for pp 4, m 8 (Qi et al. 2024, ZB-H1's pattern): at step x rank r runs F(x),
+// I(x − (3 − r)), W(x − 3). Rank 0 has 1F1B's warm-up of three forwards and runs each W right after
+// its I; the last rank runs F and I alternately and its W's three microbatches behind.
+TEST(PipelineSchedule, ZeroBubbleH1MatchesThePattern) {
+  const auto s = make_schedule(ScheduleKind::kZeroBubbleH1, 4, 1, 8);
+  const auto csv = to_csv(s);
+  const auto first_line = csv.substr(0, csv.find('\n'));
+  EXPECT_EQ(first_line, "F0.0,F0.1,F0.2,F0.3,I0.0,W0.0,F0.4,I0.1,W0.1,F0.5,I0.2,W0.2,F0.6,I0.3,W0.3,F0.7,I0.4,W0.4,"
+                        "I0.5,W0.5,I0.6,W0.6,I0.7,W0.7");
+  const auto last = s.per_rank[3];
+  std::vector<std::string> compute;
+  for (const auto& a : last) {
+    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight) {
+      compute.push_back(to_string(a));
+    }
+  }
+  EXPECT_EQ(core::join(std::vector<std::string>(compute.begin(), compute.begin() + 10), ","),
+            "F3.0,I3.0,F3.1,I3.1,F3.2,I3.2,F3.3,I3.3,W3.0,F3.4");
+  // Every rank holds at most pp microbatches whose weight gradient is pending.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(max_in_flight(s, r), 4) << r;
 }
 
 TEST(PipelineSchedule, InterleavedRanksHoldTheirChunks) {

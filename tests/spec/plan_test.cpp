@@ -84,7 +84,7 @@ TEST(Plan, BadPlansNameThePath) {
             "plan.json: $.pipeline.layers_per_stage: expected one entry >= 1 per stage summing to the model's layers, "
             "got layers per stage sum to 81, the model has 80");
   EXPECT_EQ(error_after([](core::Json& j) { j["parallel"]["schedule"] = "zb"; }),
-            "plan.json: $.parallel.schedule: expected one of gpipe|1f1b|interleaved_1f1b, got string \"zb\"");
+            "plan.json: $.parallel.schedule: expected one of gpipe|1f1b|interleaved_1f1b|zb_h1, got string \"zb\"");
   EXPECT_EQ(error_after([](core::Json& j) { j["cluster"]["node"]["gpu"]["hbm_capacity_GB"] = -80; }),
             "plan.json: $.cluster.node.gpu.hbm_capacity_GB: expected a number > 0, got -80");
   EXPECT_EQ(error_after([](core::Json& j) { j["extra"] = 1; }), "plan.json: $.extra: unknown key");
