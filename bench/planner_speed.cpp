@@ -28,11 +28,12 @@ int main() {
     const auto r = planner::search(model, cluster, o);
     const auto& best = r.top.front();
     std::printf("%-32s %8.2f s  %7llu candidates (%9.0f/s)  %6llu evaluated (%8.0f/s)  %6llu feasible  best: tp%d cp%d pp%d "
-                "v%d dp%d mb%d z%d, %.0f tokens/s/GPU, MFU %.1f%%\n",
+                "v%d %s dp%d mb%d z%d, %.0f tokens/s/GPU, MFU %.1f%%\n",
                 c.name, r.seconds, static_cast<unsigned long long>(r.enumerated),
                 static_cast<double>(r.enumerated) / r.seconds, static_cast<unsigned long long>(r.evaluated),
                 static_cast<double>(r.evaluated) / r.seconds, static_cast<unsigned long long>(r.feasible), best.config.tp,
-                best.config.cp, best.config.pp, best.config.virtual_stages, best.config.dp, best.config.micro_batch,
+                best.config.cp, best.config.pp, best.config.virtual_stages, spec::to_string(best.config.schedule).c_str(),
+                best.config.dp, best.config.micro_batch,
                 best.config.zero_stage, best.estimate.tokens_per_s_per_gpu, 100 * best.estimate.mfu);
   }
   return 0;
