@@ -82,7 +82,11 @@ void run(const SimulateOptions& o) {
     m.add_row({std::to_string(i), fixed(r.compute_busy_s[i], 3), fixed(r.peak_bytes[i] / static_cast<double>(core::kGiB), 2),
                fixed(core::to_gibibytes(sim.estimate.memory_per_pp_rank[i].total()), 2)});
   }
-  std::cout << m.render() << core::str_cat("\n", r.events, " events, critical pp rank ", r.critical_rank, "\n");
+  std::cout << m.render()
+            << core::str_cat("\n", r.events, " events, critical pp rank ", r.critical_rank,
+                             o.what_if.per_rank() ? core::str_cat(" of replica ", r.critical_replica, " (every data-parallel replica simulated)")
+                                                  : std::string(),
+                             "\n");
   if (failures) {
     const auto f = failure_report(o, plan, r.step_time.value());
     std::cout << core::str_cat("\n", o.tokens, " tokens: ", fixed(f["failure_free_hours"].get<double>(), 1),
@@ -110,6 +114,14 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--straggler-slowdown", o->what_if.straggler_slowdown, "How much slower, e.g. 0.2 for 20%")
       ->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--link-slowdown", o->what_if.link_slowdown, "Transfers and collectives take this many times longer")
+      ->check(CLI::Range(1.0, 1000.0));
+  cmd->add_option("--straggler-gpu", o->what_if.straggler_gpu,
+                  "Per-rank mode: the global rank of a slow GPU (every data-parallel replica is simulated)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--slow-nic-gpu", o->what_if.slow_nic_gpu,
+                  "Per-rank mode: the global rank of a GPU whose network link is degraded")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--nic-slowdown", o->what_if.nic_slowdown, "Its inter-node transfers take this many times longer")
       ->check(CLI::Range(1.0, 1000.0));
   cmd->add_option("--tokens", o->tokens, "Token budget: expected time to train with failures")->check(CLI::NonNegativeNumber);
   cmd->add_option("--mtbf-gpu-hours", o->mtbf_gpu_hours, "Mean time between failures of one GPU, hours")

@@ -61,6 +61,9 @@ struct StageDurations {
   core::Seconds dp_after;           // after the reductions: ZeRO-1/2 all-gather, HSDP all-reduce
   core::Seconds optimizer;
   double overlap_slowdown = 0;      // compute slowdown per second of overlapped DP communication
+  // What-if only (the simulator's per-rank mode; never set by the cost model): per pipeline rank,
+  // a multiplier of its data-parallel collectives. Empty: 1 everywhere.
+  std::vector<double> dp_slowdown;
 };
 
 struct Estimate {

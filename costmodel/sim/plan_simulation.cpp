@@ -6,8 +6,23 @@
 #include "core/str_cat.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/memory_model.h"
+#include "spec/rank_layout.h"
 
 namespace cpt::cost::sim {
+
+namespace {
+
+// Every stage in `stages` computes `slowdown` (0.2 = 20%) longer.
+void slow_down(StageDurations& d, const std::vector<int>& stages, double slowdown) {
+  for (int s : stages) {
+    const auto i = static_cast<std::size_t>(s);
+    d.forward_s[i] *= 1 + slowdown;
+    d.backward_s[i] *= 1 + slowdown;
+    if (!d.weight_grad_s.empty()) d.weight_grad_s[i] *= 1 + slowdown;
+  }
+}
+
+}  // namespace
 
 PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& options, const SimulationOptions& w) {
   CostModelOptions o = options;
@@ -34,15 +49,54 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
       throw core::ConfigError(core::str_cat("--straggler-rank: expected a pipeline rank below ", p.pp, ", got ",
                                             w.straggler_pp_rank));
     }
-    for (int s : plan.stages.stages_of_rank(w.straggler_pp_rank)) {
-      d.forward_s[static_cast<std::size_t>(s)] *= 1 + w.straggler_slowdown;
-      d.backward_s[static_cast<std::size_t>(s)] *= 1 + w.straggler_slowdown;
-    }
+    slow_down(d, plan.stages.stages_of_rank(w.straggler_pp_rank), w.straggler_slowdown);
   }
   for (double& x : d.p2p_after_s) x *= w.link_slowdown;
   d.dp_reduce = d.dp_reduce * w.link_slowdown;
   d.dp_after = d.dp_after * w.link_slowdown;
-  out.result = simulate_step(schedule, d, act, stat);
+  if (!w.per_rank()) {
+    out.result = simulate_step(schedule, d, act, stat);
+    return out;
+  }
+  // Per-rank mode: every data-parallel replica, each with its own durations.
+  const spec::RankLayout layout(p, plan.cluster.node.gpus_per_node);
+  auto coord = [&](int rank, const char* flag) {
+    if (rank >= plan.cluster.num_gpus) {
+      throw core::ConfigError(core::str_cat(flag, ": expected a GPU rank below ", plan.cluster.num_gpus, ", got ", rank));
+    }
+    return layout.coord_of(rank);
+  };
+  std::vector<StageDurations> replicas(static_cast<std::size_t>(p.dp), d);
+  if (w.straggler_gpu >= 0) {
+    const auto c = coord(w.straggler_gpu, "--straggler-gpu");
+    slow_down(replicas[static_cast<std::size_t>(c.dp)], plan.stages.stages_of_rank(c.pp), w.straggler_slowdown);
+  }
+  if (w.slow_nic_gpu >= 0 && w.nic_slowdown != 1) {
+    const int g = w.slow_nic_gpu;
+    const auto c = coord(g, "--slow-nic-gpu");
+    auto& rd = replicas[static_cast<std::size_t>(c.dp)];
+    const int S = plan.stages.num_stages();
+    // Pipeline transfers into and out of the GPU that cross nodes.
+    for (int s = 0; s + 1 < S && p.pp > 1; ++s) {
+      const int from = s % p.pp, to = (s + 1) % p.pp;
+      if (from != c.pp && to != c.pp) continue;
+      auto peer = c;
+      peer.pp = from == c.pp ? to : from;
+      if (layout.node_of(layout.rank_of(peer)) != layout.node_of(g)) rd.p2p_after_s[static_cast<std::size_t>(s)] *= w.nic_slowdown;
+    }
+    // The data-parallel group of the GPU, when it crosses nodes: its ring runs at the slow link.
+    bool crosses = false;
+    for (int r = 0; r < p.dp; ++r) {
+      auto peer = c;
+      peer.dp = r;
+      crosses = crosses || layout.node_of(layout.rank_of(peer)) != layout.node_of(g);
+    }
+    if (crosses) {
+      rd.dp_slowdown.assign(static_cast<std::size_t>(p.pp), 1.0);
+      rd.dp_slowdown[static_cast<std::size_t>(c.pp)] = w.nic_slowdown;
+    }
+  }
+  out.result = simulate_replicas(schedule, replicas, act, stat);
   return out;
 }
 
@@ -60,6 +114,7 @@ core::Json simulation_to_json(const PlanSimulation& sim, const spec::Plan& plan)
   j["bubble_fraction"] = sim.result.bubble_fraction;
   j["exposed_comm_s"] = sim.result.exposed_comm.value();
   j["critical_pp_rank"] = sim.result.critical_rank;
+  j["critical_replica"] = sim.result.critical_replica;
   j["events"] = sim.result.events;
   core::Json peaks = core::Json::array();
   for (double b : sim.result.peak_bytes) peaks.push_back(b / static_cast<double>(core::kGiB));

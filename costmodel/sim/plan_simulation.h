@@ -13,12 +13,24 @@ struct PlanSimulation {
   SimulationResult result;   // the simulated step
 };
 
-// What-ifs of the simulated step. The job runs at the pace of its slowest replica, so a slow GPU
-// is simulated in the replica that holds it: every stage of its pipeline rank slows down.
+// What-ifs of the simulated step.
+//   Symmetric (one replica stands for all): straggler_pp_rank slows every stage of that pipeline
+//   rank (the job runs at its slowest replica's pace); link_slowdown slows every transfer and
+//   data-parallel collective.
+//   Per rank (every data-parallel replica simulated, sim::simulate_replicas): straggler_gpu is one
+//   GPU by global rank, whose tensor/context-parallel group runs at its pace (their collectives
+//   synchronise every layer) while the other replicas wait for it only at the gradient
+//   reductions; slow_nic_gpu is one GPU whose network link is degraded: its inter-node pipeline
+//   transfers and the data-parallel collectives of its group (a ring runs at its slowest link)
+//   take nic_slowdown times longer, intra-node (NVLink) traffic is untouched.
 struct SimulationOptions {
   int straggler_pp_rank = -1;       // -1: none
-  double straggler_slowdown = 0;    // 0.2 = that rank's compute takes 20% longer
+  double straggler_slowdown = 0;    // 0.2 = the straggler's compute takes 20% longer
   double link_slowdown = 1;         // transfers and data-parallel collectives take this many times longer
+  int straggler_gpu = -1;           // -1: none; else a global rank (per-rank mode)
+  int slow_nic_gpu = -1;            // -1: none; else a global rank (per-rank mode)
+  double nic_slowdown = 1;          // its network transfers take this many times longer
+  [[nodiscard]] bool per_rank() const { return straggler_gpu >= 0 || slow_nic_gpu >= 0; }
 };
 
 // RuntimeError when the plan's configuration does not fit (the cost model says why).

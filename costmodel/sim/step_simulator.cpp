@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <tuple>
 
 #include "core/check.h"
 #include "core/str_cat.h"
@@ -16,19 +18,22 @@ namespace {
 
 class StepSimulation {
  public:
-  StepSimulation(const spec::PipelineSchedule& s, const StageDurations& d, const std::vector<double>& act,
+  // One entry of `d` per simulated replica (one: the symmetric mode).
+  StepSimulation(const spec::PipelineSchedule& s, const std::vector<StageDurations>& d, const std::vector<double>& act,
                  const std::vector<double>& stat)
-      : s_(s), d_(d), act_(act), pp_(static_cast<std::size_t>(s.pp)), m_(s.num_microbatches) {
-    const auto n = static_cast<std::size_t>(s.num_stages() * m_);
+      : s_(s),
+        d_(d),
+        act_(act),
+        pp_(static_cast<std::size_t>(s.pp)),
+        replicas_(d.size()),
+        m_(s.num_microbatches) {
+    const auto n = replicas_ * static_cast<std::size_t>(s.num_stages() * m_);
     act_arrival_.assign(n, kUnknown);
     grad_arrival_.assign(n, kUnknown);
-    ranks_.resize(pp_);
+    ranks_.resize(replicas_ * pp_);
     for (std::size_t r = 0; r < pp_; ++r) {
-      ranks_[r].live = 0;
-      ranks_[r].static_bytes = stat[r];
-      ranks_[r].peak = stat[r];
-      // The backward that completes a reduction: the rank's last backward, or for ZeRO-2 the
-      // backward of its lowest stage in every microbatch (when all its gradients of that
+      // The backwards that complete a reduction: the rank's last (weight-gradient) backward, or
+      // for ZeRO-2 the one of its lowest stage in every microbatch (when all its gradients of that
       // microbatch exist).
       const auto& list = s.per_rank[r];
       int lowest = s.num_stages();
@@ -40,31 +45,52 @@ class StepSimulation {
         backwards.push_back(i);
         if (list[i].stage == lowest) lowest_backwards.push_back(i);
       }
-      if (d.dp_reductions > 1) {
-        ranks_[r].reductions = lowest_backwards;
+      std::vector<std::size_t> reductions;
+      if (d.front().dp_reductions > 1) {
+        reductions = lowest_backwards;
       } else if (!backwards.empty()) {
-        ranks_[r].reductions = {backwards.back()};
+        reductions = {backwards.back()};
       }
-      result_.memory.push_back({static_cast<int>(r), 0.0, stat[r]});
+      for (std::size_t rep = 0; rep < replicas_; ++rep) {
+        auto& rk = ranks_[rep * pp_ + r];
+        rk.replica = rep;
+        rk.pp_rank = r;
+        rk.static_bytes = stat[r];
+        rk.peak = stat[r];
+        rk.reductions = reductions;
+        result_.memory.push_back({static_cast<int>(r), 0.0, stat[r], static_cast<int>(rep)});
+      }
     }
   }
 
   SimulationResult run() {
-    for (std::size_t r = 0; r < pp_; ++r) q_.schedule(0, [this, r] { advance(r); });
+    for (std::size_t g = 0; g < ranks_.size(); ++g) q_.schedule(0, [this, g] { advance(g); });
     result_.events = q_.run();
-    for (std::size_t r = 0; r < pp_; ++r) {
-      CPT_CHECK(ranks_[r].finished, "pp rank ", r, " did not finish its step (the schedule deadlocks)");
-      result_.compute_busy_s.push_back(ranks_[r].busy_s);
-      result_.peak_bytes.push_back(ranks_[r].peak);
-      if (ranks_[r].finish > result_.step_time.value()) {
-        result_.step_time = core::Seconds(ranks_[r].finish);
-        result_.critical_rank = static_cast<int>(r);
+    result_.compute_busy_s.assign(pp_, 0.0);
+    result_.peak_bytes.assign(pp_, 0.0);
+    for (std::size_t g = 0; g < ranks_.size(); ++g) {
+      const auto& rk = ranks_[g];
+      CPT_CHECK(rk.finished, "pp rank ", rk.pp_rank, " of replica ", rk.replica,
+                " did not finish its step (the schedule deadlocks)");
+      result_.compute_busy_s[rk.pp_rank] = std::max(result_.compute_busy_s[rk.pp_rank], rk.busy_s);
+      result_.peak_bytes[rk.pp_rank] = std::max(result_.peak_bytes[rk.pp_rank], rk.peak);
+      // The critical rank finishes last; among ranks that the step-end collective releases together,
+      // the one whose compute ended last (the one the others waited for).
+      const auto& best = ranks_[static_cast<std::size_t>(result_.critical_replica) * pp_ +
+                                static_cast<std::size_t>(result_.critical_rank)];
+      if (rk.finish > result_.step_time.value() ||
+          (rk.finish == result_.step_time.value() && rk.compute_end > best.compute_end)) {
+        result_.step_time = core::Seconds(rk.finish);
+        result_.critical_rank = static_cast<int>(rk.pp_rank);
+        result_.critical_replica = static_cast<int>(rk.replica);
       }
     }
-    const auto& c = ranks_[static_cast<std::size_t>(result_.critical_rank)];
+    const auto& c = ranks_[static_cast<std::size_t>(result_.critical_replica) * pp_ +
+                           static_cast<std::size_t>(result_.critical_rank)];
+    const auto& d = d_[c.replica];
     const double step = result_.step_time.value();
-    result_.bubble_fraction = step > 0 ? (c.compute_end - (c.busy_s - d_.optimizer.value())) / step : 0;
-    result_.exposed_comm = core::Seconds(c.tail_start + d_.dp_after.value() - c.compute_end);
+    result_.bubble_fraction = step > 0 ? (c.compute_end - (c.busy_s - d.optimizer.value())) / step : 0;
+    result_.exposed_comm = core::Seconds(c.tail_start + c.after_s - c.compute_end);
     return result_;
   }
 
@@ -72,6 +98,7 @@ class StepSimulation {
   static constexpr double kUnknown = -1;
 
   struct Rank {
+    std::size_t replica = 0, pp_rank = 0;
     std::size_t next = 0;
     bool busy = false;
     bool waiting = false;  // an advance() is scheduled for a future arrival
@@ -85,74 +112,107 @@ class StepSimulation {
     double peak = 0;
     double compute_end = 0;
     double tail_start = 0;
+    double after_s = 0;  // the step-end collective
     double finish = 0;
     std::vector<std::size_t> reductions;  // action indices of the backwards that release a reduction
   };
 
-  std::size_t idx(int stage, int mb) const { return static_cast<std::size_t>(stage * m_ + mb); }
+  // A collective of every replica's pipeline rank r: it starts when the last replica arrives.
+  struct Barrier {
+    std::size_t arrived = 0;
+  };
 
-  void record(std::size_t r, Stream stream, double start, double end, std::string name) {
-    result_.intervals.push_back(Interval{static_cast<int>(r), stream, start, end, std::move(name)});
+  std::size_t idx(std::size_t rep, int stage, int mb) const {
+    return (rep * static_cast<std::size_t>(s_.num_stages()) + static_cast<std::size_t>(stage)) *
+               static_cast<std::size_t>(m_) +
+           static_cast<std::size_t>(mb);
   }
 
-  // Queues a task on one of rank r's communication streams; returns its end.
-  double comm(std::size_t r, Stream stream, double ready, double duration, std::string name) {
-    auto& rk = ranks_[r];
+  void record(std::size_t g, Stream stream, double start, double end, std::string name) {
+    const auto& rk = ranks_[g];
+    result_.intervals.push_back(
+        Interval{static_cast<int>(rk.pp_rank), stream, start, end, std::move(name), static_cast<int>(rk.replica)});
+  }
+
+  // Queues a task on one of rank g's communication streams; returns its end.
+  double comm(std::size_t g, Stream stream, double ready, double duration, std::string name) {
+    auto& rk = ranks_[g];
     double& free = stream == Stream::kP2p ? rk.p2p_free : rk.comm_free;
     const double start = std::max(ready, free);
     free = start + duration;
-    record(r, stream, start, free, std::move(name));
+    record(g, stream, start, free, std::move(name));
     return free;
   }
 
-  void memory(std::size_t r, double delta) {
-    auto& rk = ranks_[r];
+  void memory(std::size_t g, double delta) {
+    auto& rk = ranks_[g];
     rk.live += delta;
     rk.peak = std::max(rk.peak, rk.static_bytes + rk.live);
-    result_.memory.push_back({static_cast<int>(r), q_.now(), rk.static_bytes + rk.live});
+    result_.memory.push_back(
+        {static_cast<int>(rk.pp_rank), q_.now(), rk.static_bytes + rk.live, static_cast<int>(rk.replica)});
   }
 
-  void wait_until(std::size_t r, double t) {
-    auto& rk = ranks_[r];
+  void wait_until(std::size_t g, double t) {
+    auto& rk = ranks_[g];
     if (rk.waiting) return;
     rk.waiting = true;
-    q_.schedule(t, [this, r] {
-      ranks_[r].waiting = false;
-      advance(r);
+    q_.schedule(t, [this, g] {
+      ranks_[g].waiting = false;
+      advance(g);
     });
   }
 
-  void advance(std::size_t r) {
-    auto& rk = ranks_[r];
-    const auto& list = s_.per_rank[r];
+  // Bucket `b` of reduction `k` of pipeline rank r is ready on one replica. The all-reduce /
+  // reduce-scatter spans every replica, so it runs once all have it, on every replica's collective
+  // stream, for the longest of their durations (a ring runs at its slowest link).
+  void bucket_ready(std::size_t g, std::size_t k, int b, int nb) {
+    const auto r = ranks_[g].pp_rank;
+    auto& barrier = buckets_[{r, k, b}];
+    if (++barrier.arrived < replicas_) return;
+    double start = q_.now(), dur = 0;
+    for (std::size_t rep = 0; rep < replicas_; ++rep) {
+      start = std::max(start, ranks_[rep * pp_ + r].comm_free);
+      const auto& dd = d_[rep];
+      dur = std::max(dur, dd.dp_reduce.value() / nb * (dd.dp_slowdown.empty() ? 1.0 : dd.dp_slowdown[r]));
+    }
+    for (std::size_t rep = 0; rep < replicas_; ++rep) {
+      comm(rep * pp_ + r, Stream::kCollective, start, dur, str_cat("dp bucket ", b + 1, "/", nb));
+    }
+  }
+
+  void advance(std::size_t g) {
+    auto& rk = ranks_[g];
+    const auto rep = rk.replica;
+    const auto& d = d_[rep];
+    const auto& list = s_.per_rank[rk.pp_rank];
     while (!rk.busy && rk.next < list.size()) {
       const spec::Action a = list[rk.next];
       const auto su = static_cast<std::size_t>(a.stage);
       const double now = q_.now();
       if (a.kind == K::kRecvActivation || a.kind == K::kRecvGrad) {
-        const double at = (a.kind == K::kRecvActivation ? act_arrival_ : grad_arrival_)[idx(a.stage, a.microbatch)];
+        const double at = (a.kind == K::kRecvActivation ? act_arrival_ : grad_arrival_)[idx(rep, a.stage, a.microbatch)];
         if (at == kUnknown) return;  // the sender has not posted it; its send will wake us
-        if (at > now) return wait_until(r, at);
+        if (at > now) return wait_until(g, at);
         ++rk.next;
       } else if (a.kind == K::kSendActivation) {
-        const double end = comm(r, Stream::kP2p, now, d_.p2p_after_s[su], str_cat("send act ", spec::to_string(a)));
-        act_arrival_[idx(a.stage + 1, a.microbatch)] = end;
-        const auto to = static_cast<std::size_t>((a.stage + 1) % s_.pp);
+        const double end = comm(g, Stream::kP2p, now, d.p2p_after_s[su], str_cat("send act ", spec::to_string(a)));
+        act_arrival_[idx(rep, a.stage + 1, a.microbatch)] = end;
+        const auto to = rep * pp_ + static_cast<std::size_t>((a.stage + 1) % s_.pp);
         q_.schedule(end, [this, to] { advance(to); });
         ++rk.next;
       } else if (a.kind == K::kSendGrad) {
-        const double end = comm(r, Stream::kP2p, now, d_.p2p_after_s[su - 1], str_cat("send grad ", spec::to_string(a)));
-        grad_arrival_[idx(a.stage - 1, a.microbatch)] = end;
-        const auto to = static_cast<std::size_t>((a.stage - 1) % s_.pp);
+        const double end = comm(g, Stream::kP2p, now, d.p2p_after_s[su - 1], str_cat("send grad ", spec::to_string(a)));
+        grad_arrival_[idx(rep, a.stage - 1, a.microbatch)] = end;
+        const auto to = rep * pp_ + static_cast<std::size_t>((a.stage - 1) % s_.pp);
         q_.schedule(end, [this, to] { advance(to); });
         ++rk.next;
       } else {
         const bool fwd = a.kind == K::kForward;
-        double dur = (fwd ? d_.forward_s : d_.backward_s)[su];
+        double dur = (fwd ? d.forward_s : d.backward_s)[su];
         if (a.kind == K::kBackwardInput || a.kind == K::kBackwardWeight) {
-          CPT_CHECK(d_.weight_grad_s.size() == d_.backward_s.size(), "split backward ", spec::to_string(a),
+          CPT_CHECK(d.weight_grad_s.size() == d.backward_s.size(), "split backward ", spec::to_string(a),
                     " needs weight-gradient durations");
-          const double w = d_.weight_grad_s[su];
+          const double w = d.weight_grad_s[su];
           dur = a.kind == K::kBackwardInput ? dur - w : w;
         }
         // Activations are freed by the (full or weight-gradient) backward: spec::max_live_weight's rule.
@@ -163,76 +223,100 @@ class StepSimulation {
         ++rk.next;
         // Gradient buckets of a reduction become ready through this backward (before its end event,
         // so that they are queued when the rank looks at its tail).
-        if (!fwd && d_.dp_reduce.value() > 0 &&
-            std::find(rk.reductions.begin(), rk.reductions.end(), at) != rk.reductions.end()) {
-          const int nb = std::max(1, d_.dp_buckets);
+        const auto red = std::find(rk.reductions.begin(), rk.reductions.end(), at);
+        if (!fwd && d.dp_reduce.value() > 0 && red != rk.reductions.end()) {
+          const auto k = static_cast<std::size_t>(red - rk.reductions.begin());
+          const int nb = std::max(1, d.dp_buckets);
           for (int b = 0; b < nb; ++b) {
             const double ready = now + dur * (b + 1) / nb;
-            q_.schedule(ready, [this, r, b, nb] {
-              comm(r, Stream::kCollective, q_.now(), d_.dp_reduce.value() / nb, str_cat("dp bucket ", b + 1, "/", nb));
-            });
+            q_.schedule(ready, [this, g, k, b, nb] { bucket_ready(g, k, b, nb); });
           }
         }
-        q_.schedule(end, [this, r, a, now, end, freed] {
-          auto& k = ranks_[r];
-          record(r, Stream::kCompute, now, end, spec::to_string(a));
+        q_.schedule(end, [this, g, a, now, end, freed] {
+          auto& k = ranks_[g];
+          record(g, Stream::kCompute, now, end, spec::to_string(a));
           k.busy_s += end - now;
           k.busy = false;
-          if (freed != 0) memory(r, freed * act_[static_cast<std::size_t>(a.stage)]);
-          advance(r);
+          if (freed != 0) memory(g, freed * act_[static_cast<std::size_t>(a.stage)]);
+          advance(g);
         });
         return;
       }
     }
     if (!rk.busy && rk.next == list.size() && !rk.finished && !rk.tail_scheduled) {
-      // All compute done: wait for the communication stream, run the step-end collective, then the
-      // optimizer.
+      // All compute done: wait for the communication stream, then the step-end collective (with
+      // every replica) and the optimizer.
       rk.tail_scheduled = true;
       rk.compute_end = q_.now();
-      q_.schedule(std::max(q_.now(), rk.comm_free), [this, r] { tail(r); });
+      q_.schedule(std::max(q_.now(), rk.comm_free), [this, g] { tail(g); });
     }
   }
 
-  void tail(std::size_t r) {
-    auto& rk = ranks_[r];
+  void tail(std::size_t g) {
+    auto& rk = ranks_[g];
     if (rk.comm_free > q_.now()) {  // buckets queued after we looked
-      q_.schedule(rk.comm_free, [this, r] { tail(r); });
+      q_.schedule(rk.comm_free, [this, g] { tail(g); });
       return;
     }
-    rk.tail_start = q_.now();
-    double t = rk.tail_start;
-    if (d_.dp_after.value() > 0) {
-      t = comm(r, Stream::kCollective, t, d_.dp_after.value(), "dp after (all-gather / all-reduce)");
+    const auto r = rk.pp_rank;
+    if (++tails_[r].arrived < replicas_) return;
+    // The last replica of pipeline rank r is here: the step-end collective spans them all.
+    double start = q_.now();
+    for (std::size_t rep = 0; rep < replicas_; ++rep) start = std::max(start, ranks_[rep * pp_ + r].comm_free);
+    double after = 0;
+    for (const auto& dd : d_) after = std::max(after, dd.dp_after.value() * (dd.dp_slowdown.empty() ? 1.0 : dd.dp_slowdown[r]));
+    for (std::size_t rep = 0; rep < replicas_; ++rep) {
+      const auto h = rep * pp_ + r;
+      auto& k = ranks_[h];
+      k.tail_start = start;
+      k.after_s = after;
+      double t = start;
+      if (after > 0) t = comm(h, Stream::kCollective, t, after, "dp after (all-gather / all-reduce)");
+      const double opt = d_[rep].optimizer.value();
+      record(h, Stream::kCompute, t, t + opt, "optimizer");
+      k.busy_s += opt;
+      k.finish = t + opt;
+      k.finished = true;
     }
-    record(r, Stream::kCompute, t, t + d_.optimizer.value(), "optimizer");
-    rk.busy_s += d_.optimizer.value();
-    rk.finish = t + d_.optimizer.value();
-    rk.finished = true;
   }
 
   const spec::PipelineSchedule& s_;
-  const StageDurations& d_;
+  const std::vector<StageDurations>& d_;
   const std::vector<double>& act_;
   std::size_t pp_;
+  std::size_t replicas_;
   int m_;
   EventQueue q_;
   std::vector<double> act_arrival_, grad_arrival_;
-  std::vector<Rank> ranks_;
+  std::vector<Rank> ranks_;  // replica-major: ranks_[replica · pp + pp_rank]
+  std::map<std::tuple<std::size_t, std::size_t, int>, Barrier> buckets_;
+  std::map<std::size_t, Barrier> tails_;
   SimulationResult result_;
 };
 
 }  // namespace
 
+SimulationResult simulate_replicas(const spec::PipelineSchedule& schedule, const std::vector<StageDurations>& replicas,
+                                   const std::vector<double>& activation_bytes_per_stage,
+                                   const std::vector<double>& static_bytes_per_rank) {
+  const auto stages = static_cast<std::size_t>(schedule.num_stages());
+  CPT_CHECK(!replicas.empty(), "no replica to simulate");
+  for (const auto& d : replicas) {
+    CPT_CHECK(d.forward_s.size() == stages && d.backward_s.size() == stages && d.p2p_after_s.size() == stages &&
+                  d.dp_reductions == replicas.front().dp_reductions,
+              "per-stage durations do not match the schedule's ", stages, " stages");
+  }
+  CPT_CHECK(activation_bytes_per_stage.size() == stages &&
+                static_bytes_per_rank.size() == static_cast<std::size_t>(schedule.pp),
+            "per-stage inputs do not match the schedule's ", stages, " stages");
+  StepSimulation sim(schedule, replicas, activation_bytes_per_stage, static_bytes_per_rank);
+  return sim.run();
+}
+
 SimulationResult simulate_step(const spec::PipelineSchedule& schedule, const StageDurations& durations,
                                const std::vector<double>& activation_bytes_per_stage,
                                const std::vector<double>& static_bytes_per_rank) {
-  const auto stages = static_cast<std::size_t>(schedule.num_stages());
-  CPT_CHECK(durations.forward_s.size() == stages && durations.backward_s.size() == stages &&
-                durations.p2p_after_s.size() == stages && activation_bytes_per_stage.size() == stages &&
-                static_bytes_per_rank.size() == static_cast<std::size_t>(schedule.pp),
-            "per-stage inputs do not match the schedule's ", stages, " stages");
-  StepSimulation sim(schedule, durations, activation_bytes_per_stage, static_bytes_per_rank);
-  return sim.run();
+  return simulate_replicas(schedule, {durations}, activation_bytes_per_stage, static_bytes_per_rank);
 }
 
 }  // namespace cpt::cost::sim

@@ -13,8 +13,9 @@
 // cross-node all-reduce (HSDP), then the optimizer step on the compute stream.
 //
 // Every duration comes from the cost model (cost::StageDurations): the simulator adds the order,
-// the waiting and the overlap, never a second formula. Not simulated yet: the compute slowdown
-// while communication overlaps (the analytical model's `other`), stragglers and failures.
+// the waiting and the overlap, never a second formula. Not simulated: the compute slowdown while
+// communication overlaps (the analytical model's `other`), bandwidth shared between the p2p and
+// collective streams. Failures are a separate model (failures.h).
 
 #include <string>
 #include <vector>
@@ -36,21 +37,24 @@ struct Interval {
   double start_s = 0;
   double end_s = 0;
   std::string name;  // "F2.5", "B2.5", "send act 2.5", "dp bucket 3/12", "optimizer"
+  int replica = 0;   // data-parallel replica (always 0 in the symmetric mode)
 };
 
 struct MemorySample {
   int pp_rank = 0;
   double time_s = 0;
   double bytes = 0;  // static model state + live activations
+  int replica = 0;
 };
 
 struct SimulationResult {
   core::Seconds step_time;
-  int critical_rank = 0;                 // the rank that finishes last
+  int critical_rank = 0;                 // the pipeline rank that finishes last
+  int critical_replica = 0;              // and its data-parallel replica
   double bubble_fraction = 0;            // idle compute of the critical rank before its optimizer / step
   core::Seconds exposed_comm;            // the critical rank waiting on communication after its last backward
-  std::vector<double> compute_busy_s;    // per rank
-  std::vector<double> peak_bytes;        // per rank: static + peak live activations
+  std::vector<double> compute_busy_s;    // per pipeline rank (the largest over replicas)
+  std::vector<double> peak_bytes;        // per pipeline rank: static + peak live activations (largest over replicas)
   std::vector<Interval> intervals;       // every task, in completion order
   std::vector<MemorySample> memory;      // every change of a rank's memory
   std::uint64_t events = 0;
@@ -62,5 +66,15 @@ struct SimulationResult {
 SimulationResult simulate_step(const spec::PipelineSchedule& schedule, const StageDurations& durations,
                                const std::vector<double>& activation_bytes_per_stage,
                                const std::vector<double>& static_bytes_per_rank);
+
+// The full per-rank mode: every data-parallel replica's pipeline, each with its own durations (a
+// straggler slows one replica's stages, a degraded link one replica's transfers or one pipeline
+// rank's data-parallel collective). A gradient bucket's reduction and the step-end collective span
+// all replicas of a pipeline rank: they start when the last replica reaches them and take the
+// longest of the replicas' durations. With identical replicas it equals simulate_step.
+// REQUIRES: as simulate_step, for every replica; all replicas have the same dp_reductions.
+SimulationResult simulate_replicas(const spec::PipelineSchedule& schedule, const std::vector<StageDurations>& replicas,
+                                   const std::vector<double>& activation_bytes_per_stage,
+                                   const std::vector<double>& static_bytes_per_rank);
 
 }  // namespace cpt::cost::sim

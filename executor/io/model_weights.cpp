@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/log.h"
 #include "core/str_cat.h"
 #include "executor/io/safetensors.h"
 #include "spec/model_io.h"
@@ -57,6 +58,10 @@ spec::ModelSpec read_hf_model_spec(const fs::path& dir) {
   if (j.value("model_type", "") == "qwen2") {
     throw core::ConfigError(str_cat(config.string(), ": $.model_type: Qwen2's q/k/v biases are not implemented by ",
                                     "the executor yet (llama and mistral are)"));
+  }
+  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
+    core::warn(config.string(), ": sliding_window ", j["sliding_window"].get<long long>(),
+               " is not implemented (full causal attention): identical only for sequences up to that length");
   }
   auto m = spec::load_model_file(config);
   m.name = dir.filename().string();

@@ -264,6 +264,14 @@ TEST(CliSmoke, SimulateAPlanWithATrace) {
                                               .out);
   EXPECT_GT(fail["failures"]["expected_hours"].get<double>(), fail["failures"]["failure_free_hours"].get<double>());
   EXPECT_EQ(cpt("simulate " + (dir / "plan.json").string() + " --straggler-rank 9 --straggler-slowdown 0.5").exit_code, 2);
+  // The per-rank mode: one slow GPU by global rank; its replica is the critical one.
+  const auto per_rank = nlohmann::json::parse(
+      cpt("simulate " + (dir / "plan.json").string() + " --json --straggler-gpu 5 --straggler-slowdown 0.5").out);
+  EXPECT_GT(per_rank["step_time_s"].get<double>(), j["step_time_s"].get<double>() * 1.1);
+  EXPECT_TRUE(per_rank.contains("critical_replica"));
+  const auto bad_gpu = cpt("simulate " + (dir / "plan.json").string() + " --straggler-gpu 100000 --straggler-slowdown 0.5");
+  EXPECT_EQ(bad_gpu.exit_code, 2);
+  EXPECT_EQ(lines(bad_gpu.err), 1) << bad_gpu.err;
   // --refine K: the top K re-ranked by simulated step time.
   const auto refined = nlohmann::json::parse(
       cpt("plan --model llama3-8b --gpu h100 --gpus 32 --global-batch 64 --seq-len 4096 --fix pp=4 --top 5 --refine 3 "

@@ -6,7 +6,9 @@
 
 #include "costmodel/memory_model.h"
 #include "costmodel/pipeline_replay.h"
+#include "core/error.h"
 #include "costmodel/sim/chrome_trace.h"
+#include "costmodel/sim/plan_simulation.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_catalog.h"
 #include "spec/rank_layout.h"
@@ -129,6 +131,79 @@ TEST(StepSimulator, DataParallelBucketsOverlapTheLastBackward) {
   EXPECT_NEAR(run(s, d).step_time.value(), 1 + 3.2 + 0.25 + 0.5, 1e-12);
 }
 
+// Per-rank mode. Identical replicas: the same step as the symmetric simulation, every task once per
+// replica. A straggler in one replica: its buckets and the step-end collective hold the other
+// replicas back, so the step is the straggler replica's (the symmetric answer), but the healthy
+// replicas finish their compute early and wait.
+TEST(StepSimulator, PerRankModeSynchronisesReplicasAtTheReductions) {
+  const auto s = spec::make_schedule(spec::ScheduleKind::k1F1B, 2, 1, 4);
+  StageDurations d = uniform(2, 1, 2);
+  d.dp_buckets = 4;
+  d.dp_reduce = core::Seconds(2.0);
+  d.dp_after = core::Seconds(0.3);
+  d.optimizer = core::Seconds(0.1);
+  const std::vector<double> act = {1, 1}, stat = {0, 0};
+  const auto one = simulate_step(s, d, act, stat);
+  const auto three = simulate_replicas(s, {d, d, d}, act, stat);
+  EXPECT_DOUBLE_EQ(three.step_time.value(), one.step_time.value());
+  EXPECT_EQ(three.intervals.size(), 3 * one.intervals.size());
+
+  StageDurations slow = d;
+  for (double* x : {&slow.forward_s[1], &slow.backward_s[1]}) *x *= 1.5;  // pp rank 1 of replica 2
+  const auto sym = simulate_step(s, slow, act, stat);
+  const auto full = simulate_replicas(s, {d, d, slow}, act, stat);
+  EXPECT_DOUBLE_EQ(full.step_time.value(), sym.step_time.value());
+  EXPECT_EQ(full.critical_replica == 2 || full.critical_rank == 0, true);
+  double healthy_end = 0, slow_end = 0;
+  for (const auto& i : full.intervals) {
+    if (i.stream != Stream::kCompute || i.name == "optimizer" || i.pp_rank != 1) continue;
+    (i.replica == 2 ? slow_end : healthy_end) = std::max(i.replica == 2 ? slow_end : healthy_end, i.end_s);
+  }
+  EXPECT_LT(healthy_end, slow_end - 1.0);
+  // Every replica's optimizer starts after the same step-end collective.
+  std::vector<double> optimizer_starts;
+  for (const auto& i : full.intervals) {
+    if (i.name == "optimizer" && i.pp_rank == 0) optimizer_starts.push_back(i.start_s);
+  }
+  ASSERT_EQ(optimizer_starts.size(), 3u);
+  EXPECT_DOUBLE_EQ(optimizer_starts[0], optimizer_starts[2]);
+}
+
+// A degraded link on one replica's pipeline transfer slows that replica, and through the reductions
+// the step; a slower data-parallel collective of one pipeline rank runs slower on every replica,
+// and costs time only where it is not hidden (pp rank 0 finishes last in 1F1B; rank 1 has slack).
+TEST(StepSimulator, PerRankModeSlowLinks) {
+  const auto s = spec::make_schedule(spec::ScheduleKind::k1F1B, 2, 1, 4);
+  StageDurations d = uniform(2, 1, 2);
+  d.p2p_after_s = {0.1, 0.0};
+  d.dp_buckets = 1;
+  d.dp_reduce = core::Seconds(0.5);
+  const std::vector<double> act = {1, 1}, stat = {0, 0};
+  const double base = simulate_replicas(s, {d, d}, act, stat).step_time.value();
+  StageDurations slow_p2p = d;
+  slow_p2p.p2p_after_s[0] = 1.0;
+  EXPECT_GT(simulate_replicas(s, {d, slow_p2p}, act, stat).step_time.value(), base + 1.0);
+  for (std::size_t slow_rank : {0u, 1u}) {
+    StageDurations slow_dp = d;
+    slow_dp.dp_slowdown = {1.0, 1.0};
+    slow_dp.dp_slowdown[slow_rank] = 4.0;  // that pp rank's ring runs at a 4x slower link
+    const auto r = simulate_replicas(s, {d, slow_dp}, act, stat);
+    int slow_buckets = 0;
+    for (const auto& i : r.intervals) {
+      if (i.stream == Stream::kCollective && i.pp_rank == static_cast<int>(slow_rank)) {
+        EXPECT_NEAR(i.end_s - i.start_s, 2.0, 1e-12);
+        ++slow_buckets;
+      }
+    }
+    EXPECT_EQ(slow_buckets, 2);  // one bucket, on both replicas
+    if (slow_rank == 0) {
+      EXPECT_NEAR(r.step_time.value(), base + 1.5, 1e-12);  // the exposed bucket grows from 0.5 to 2.0
+    } else {
+      EXPECT_DOUBLE_EQ(r.step_time.value(), base);  // hidden behind rank 0's drain
+    }
+  }
+}
+
 // The simulated peak equals the memory model's live-microbatch accounting.
 TEST(StepSimulator, PeakMemoryMatchesTheSchedule) {
   const auto s = spec::make_schedule(spec::ScheduleKind::kInterleaved1F1B, 4, 3, 8);
@@ -166,6 +241,53 @@ TEST(StepSimulator, AgreesWithTheEstimateOnARealPlan) {
   }
   EXPECT_EQ(compute, 4 * 16 * 2);  // 4 ranks, 16 microbatches, a forward and a backward each
   EXPECT_EQ(trace["traceEvents"][0]["ph"], "M");
+}
+
+}  // namespace
+}  // namespace cpt::cost::sim
+
+namespace cpt::cost::sim {
+namespace {
+
+spec::Plan per_rank_plan() {
+  const auto model = spec::find_catalog_model("llama3-8b")->spec;
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 32, "--gpu");
+  const spec::ParallelConfig p{.tp = 2, .dp = 4, .pp = 4, .micro_batch = 1, .global_batch = 64, .zero_stage = 1,
+                               .recompute = spec::Recompute::kSelective, .sequence_parallel = true};
+  return spec::make_plan(model, cluster, spec::Workload{4096, 0}, p);
+}
+
+// A plan in per-rank mode: a slow GPU slows its whole tensor-parallel group (the same step whichever
+// tp rank it is), costs the step what the symmetric straggler costs, and a degraded network link
+// of a GPU whose data-parallel ring crosses nodes slows the step.
+TEST(PlanSimulation, PerRankStragglerAndSlowNic) {
+  const auto plan = per_rank_plan();
+  const spec::RankLayout layout(plan.parallel, plan.cluster.node.gpus_per_node);
+  const double healthy = simulate_plan(plan).result.step_time.value();
+  spec::RankCoord c{};
+  c.pp = 2;
+  c.dp = 3;
+  SimulationOptions w;
+  w.straggler_slowdown = 0.3;
+  w.straggler_gpu = layout.rank_of(c);
+  const auto a = simulate_plan(plan, {}, w);
+  c.tp = 1;
+  w.straggler_gpu = layout.rank_of(c);
+  const auto b = simulate_plan(plan, {}, w);
+  EXPECT_DOUBLE_EQ(a.result.step_time.value(), b.result.step_time.value());
+  EXPECT_GT(a.result.step_time.value(), healthy * 1.05);
+  SimulationOptions sym;
+  sym.straggler_slowdown = 0.3;
+  sym.straggler_pp_rank = 2;
+  EXPECT_NEAR(a.result.step_time.value() / simulate_plan(plan, {}, sym).result.step_time.value(), 1.0, 0.01);
+  EXPECT_EQ(a.result.critical_replica, 3);
+
+  SimulationOptions nic;
+  nic.slow_nic_gpu = layout.rank_of(c);
+  nic.nic_slowdown = 20;
+  EXPECT_GT(simulate_plan(plan, {}, nic).result.step_time.value(), healthy);
+  nic.straggler_gpu = plan.cluster.num_gpus;  // out of range
+  EXPECT_THROW(simulate_plan(plan, {}, nic), core::ConfigError);
 }
 
 }  // namespace
