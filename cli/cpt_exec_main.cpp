@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     return core::kExitOk;
+  } catch (const cli::ExitWith& e) {
+    return e.code;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

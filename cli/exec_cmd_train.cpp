@@ -1,9 +1,12 @@
 // cpt train --plan PLAN --config TRAIN.json [--out DIR] [--resume] [--steps N] [--device D]
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/exec_commands.h"
 #include "core/str_cat.h"
+#include "core/error.h"
+#include "executor/dist/local_launcher.h"
 #include "executor/train/trainer.h"
 #include "spec/plan.h"
 
@@ -14,6 +17,7 @@ void register_exec_train_command(CLI::App& app) {
     std::string plan, config, out = "runs/train", device;
     bool resume = false;
     std::int64_t steps = 0, stop_at = 0;
+    exec::LocalLaunch launch;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("train", "Run the training job a plan describes (single process; see issue #7)");
@@ -29,7 +33,31 @@ void register_exec_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--device", args->device, "auto, cpu or cuda (overrides TRAIN.json)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--nproc-per-node", args->launch.nproc_per_node,
+                  "Start this many ranks on this node (the plan's tp · cp · dp · pp over all nodes)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--nnodes", args->launch.nnodes, "Nodes in the job (run the same command on each)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--node-rank", args->launch.node_rank, "This node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--master-addr", args->launch.master_addr, "Address of node 0 (rendezvous)")->capture_default_str();
+  cmd->add_option("--master-port", args->launch.master_port, "Rendezvous port on node 0 (default: a free port, one node)")
+      ->check(CLI::Range(1, 65535));
   cmd->callback([args] {
+    const bool inside_job = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
+    if (!inside_job && (args->launch.nproc_per_node > 1 || args->launch.nnodes > 1)) {
+      // The launcher: start this node's ranks with the same arguments, minus the launch flags.
+      std::vector<std::string> a{"train", "--plan", args->plan, "--config", args->config, "--out", args->out};
+      if (args->resume) a.emplace_back("--resume");
+      if (args->steps > 0) a.insert(a.end(), {"--steps", std::to_string(args->steps)});
+      if (args->stop_at > 0) a.insert(a.end(), {"--stop-at", std::to_string(args->stop_at)});
+      if (!args->device.empty()) a.insert(a.end(), {"--device", args->device});
+      // Bad input is reported once, here, not by every rank.
+      (void)spec::load_plan(args->plan);
+      (void)exec::load_train_config(args->config);
+      const int code = exec::run_local_ranks(a, args->launch);
+      if (code != 0) throw ExitWith{code};
+      return;
+    }
     const auto plan = spec::load_plan(args->plan);
     const auto config = exec::load_train_config(args->config);
     exec::TrainOptions o;
@@ -39,6 +67,7 @@ void register_exec_train_command(CLI::App& app) {
     if (args->stop_at > 0) o.stop_at = args->stop_at;
     if (!args->device.empty()) o.device = args->device;
     const auto s = exec::train(plan, config, o);
+    if (const char* rank = std::getenv("RANK"); rank != nullptr && std::string(rank) != "0") return;
     std::cout << core::str_cat("trained steps ", s.first_step, " -> ", s.last_step, ": final loss ", s.final_loss, ", ",
                                static_cast<long long>(s.tokens_per_s), " tokens/s",
                                s.skipped_steps > 0 ? core::str_cat(", ", s.skipped_steps, " steps skipped") : "",

@@ -7,6 +7,11 @@ class App;
 
 namespace cpt::cli {
 
+// Ends cpt-exec with `code` and no message of its own (the launcher's ranks printed theirs).
+struct ExitWith {
+  int code = 0;
+};
+
 void register_exec_train_command(CLI::App& app);
 void register_exec_data_command(CLI::App& app);
 void register_exec_checkpoint_command(CLI::App& app);

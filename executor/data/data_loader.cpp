@@ -159,6 +159,10 @@ Batch DataLoader::next() {
   return batch;
 }
 
+void DataLoader::skip(std::int64_t samples) {
+  for (std::int64_t i = 0; i < samples; ++i) ++consumed_[pick_source()];
+}
+
 core::Json DataLoader::state() const {
   core::Json s = core::Json::object();
   for (std::size_t i = 0; i < sources_.size(); ++i) s["sources"][sources_[i].name] = consumed_[i];

@@ -53,6 +53,9 @@ class DataLoader {
 
   // The next microbatch (CPU tensors).
   Batch next();
+  // Advances past `samples` samples without reading them (the samples other data-parallel ranks
+  // take): the position afterwards is the one next() would have reached.
+  void skip(std::int64_t samples);
 
   // Samples consumed per source, in source order.
   [[nodiscard]] const std::vector<std::int64_t>& consumed() const { return consumed_; }

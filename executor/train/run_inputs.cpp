@@ -91,7 +91,7 @@ RunInputs prepare_run_inputs(const TrainConfig& config, const spec::ModelSpec& m
     auto data = ready_dataset(d, in.tokenizer, out_dir);
     check_vocab(d, *data, in.tokenizer, model);
     in.eval.push_back(DataSource{d.name, data, 1.0});
-    in.eval_batches.push_back(d.eval_batches);
+    in.eval_sequences.push_back(d.eval_sequences);
   }
   return in;
 }

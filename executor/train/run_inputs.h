@@ -19,7 +19,7 @@ struct RunInputs {
   std::optional<Tokenizer> tokenizer;
   std::vector<DataSource> train;
   std::vector<DataSource> eval;
-  std::vector<std::int64_t> eval_batches;  // per eval set
+  std::vector<std::int64_t> eval_sequences;  // per eval set
 };
 
 // ConfigError naming the data set and both numbers when a vocabulary does not fit the model or

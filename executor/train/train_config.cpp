@@ -40,7 +40,7 @@ DataSetConfig data_set(JsonObjectReader r, const fs::path& base, bool eval) {
     if (r.has("extensions")) d.extensions = r.string_array("extensions");
   }
   if (eval) {
-    d.eval_batches = r.optional_integer("batches", 1, 1'000'000).value_or(8);
+    d.eval_sequences = r.optional_integer("sequences", 1, 100'000'000).value_or(64);
   } else if (r.has("weight")) {
     d.weight = r.positive_number("weight");
   }
@@ -130,7 +130,9 @@ TrainConfig load_train_config(const fs::path& path) {
   if (r.has("init_from")) c.init_from = resolve(base, r.string("init_from"));
   if (r.has("device")) c.device = r.one_of("device", {"auto", "cpu", "cuda"});
   c.threads = static_cast<int>(r.optional_integer("threads", 0, 4096).value_or(0));
-  c.log_interval_steps = r.optional_integer("log_interval_steps", 1).value_or(1);
+  c.log_interval_steps = r.optional_integer("log_interval_steps", 0).value_or(1);
+  c.collective_timeout_s = static_cast<int>(r.optional_integer("collective_timeout_s", 1, 86400).value_or(300));
+  if (auto mib = r.optional_positive_number("dp_bucket_mib")) c.dp_bucket_mib = *mib;
   r.finish();
   return c;
 }

@@ -22,7 +22,7 @@ struct DataSetConfig {
   std::vector<std::filesystem::path> sources;
   std::vector<std::string> extensions;  // filter for directories in `sources`
   double weight = 1.0;                  // training mixture share
-  std::int64_t eval_batches = 0;        // evaluation sets: microbatches evaluated
+  std::int64_t eval_sequences = 0;      // evaluation sets: sequences evaluated (the first ones, in order)
 };
 
 struct TokenizerConfig {
@@ -56,6 +56,8 @@ struct TrainConfig {
   std::optional<std::filesystem::path> init_from;  // a cpt checkpoint or a Hugging Face directory
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // intra-op CPU threads; 0 = LibTorch's default
+  int collective_timeout_s = 300;  // a collective slower than this ends the job (all ranks)
+  double dp_bucket_mib = 25;       // data-parallel gradient bucket size
   std::int64_t log_interval_steps = 1;
 };
 

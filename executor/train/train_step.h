@@ -7,6 +7,8 @@
 
 #include "executor/data/batch.h"
 #include "executor/model/llama_model.h"
+#include "executor/dist/communicator.h"
+#include "executor/parallel/data_parallel.h"
 #include "executor/train/adamw.h"
 
 namespace cpt::exec {
@@ -18,8 +20,16 @@ struct StepResult {
   std::int64_t loss_tokens = 0;
 };
 
-// `micro`: CPU or device batches (moved to `device` here). grad_clip <= 0 disables clipping.
+// Data parallelism: `dp` is the data-parallel group and `dp_grads` its gradient reduction; the loss
+// tokens and the loss are summed over the group, so every replica computes the same step.
+struct DataParallel {
+  Communicator* dp = nullptr;
+  DataParallelGrads* grads = nullptr;
+};
+
+// `micro`: CPU or device batches (moved to `device` here), this rank's share of the step.
+// grad_clip <= 0 disables clipping.
 StepResult train_step(LlamaModelImpl& model, AdamW& optimizer, const std::vector<Batch>& micro, double lr,
-                      double grad_clip, const torch::Device& device);
+                      double grad_clip, const torch::Device& device, const DataParallel& dp = {});
 
 }  // namespace cpt::exec

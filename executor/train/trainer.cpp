@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -15,6 +16,10 @@
 #include "core/str_cat.h"
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/device.h"
+#include "executor/dist/launch_info.h"
+#include "executor/dist/process_groups.h"
+#include "executor/parallel/data_parallel.h"
+#include "spec/rank_layout.h"
 #include "executor/io/model_weights.h"
 #include "executor/model/llama_model.h"
 #include "executor/train/adamw.h"
@@ -75,20 +80,31 @@ std::string duration_text(double s) {
   return str_cat(t, "s");
 }
 
-double evaluate_set(LlamaModel& model, const DataSource& source, std::int64_t batches, const LoaderOptions& base,
+// Mean loss over the first `sequences` sequences of `source`, in order, in microbatches of the
+// plan's size (and one smaller for the remainder): the same sequences whatever the layout.
+double evaluate_set(LlamaModel& model, const DataSource& source, std::int64_t sequences, const LoaderOptions& base,
                     const torch::Device& device, std::int64_t* tokens_out) {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device);
   LoaderOptions o = base;
   o.shuffle = false;
   DataLoader loader({source}, o);
-  batches = std::min(batches, (loader.units(0) + o.micro_batch - 1) / o.micro_batch);
+  sequences = std::min(sequences, loader.units(0));
   double loss = 0;
   std::int64_t tokens = 0;
-  for (std::int64_t i = 0; i < batches; ++i) {
-    const auto b = loader.next().to(device);
+  auto add = [&](const Batch& cpu) {
+    const auto b = cpu.to(device);
     loss += model->loss_sum(b).item<double>();
     tokens += b.loss_tokens;
+  };
+  const std::int64_t full = sequences / o.micro_batch;
+  for (std::int64_t i = 0; i < full; ++i) add(loader.next());
+  if (const auto rest = sequences - full * o.micro_batch; rest > 0) {
+    LoaderOptions r = o;
+    r.micro_batch = static_cast<int>(rest);
+    DataLoader tail({source}, r);
+    tail.skip(full * o.micro_batch);
+    add(tail.next());
   }
   *tokens_out = tokens;
   return tokens > 0 ? loss / static_cast<double>(tokens) : 0.0;
@@ -98,12 +114,23 @@ double evaluate_set(LlamaModel& model, const DataSource& source, std::int64_t ba
 
 TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   const auto& par = plan.parallel;
-  if (par.world_size() != 1) {
-    throw core::ConfigError(str_cat("plan: tp ", par.tp, " · cp ", par.cp, " · dp ", par.dp, " · pp ", par.pp, " = ",
-                                    par.world_size(), " processes; this executor runs single-process plans ",
-                                    "(the distributed executor is issue #7)"));
+  if (par.tp != 1 || par.cp != 1 || par.pp != 1 || par.zero_stage != 0) {
+    throw core::ConfigError(str_cat("plan: tp ", par.tp, ", cp ", par.cp, ", pp ", par.pp, ", ZeRO ", par.zero_stage,
+                                    ": the executor runs data parallelism without sharding so far (tp = cp = pp = 1, ",
+                                    "ZeRO 0); tensor, pipeline and sharded layouts are issue #7"));
   }
-  if (config.threads > 0) at::set_num_threads(config.threads);
+  const auto launch = launch_info_from_env();
+  const bool rank0 = launch.rank == 0;
+  if (launch.distributed()) core::set_log_prefix(str_cat("r", launch.rank), rank0);
+  const spec::RankLayout layout(par, plan.cluster.node.gpus_per_node);
+  const auto groups = make_process_groups(layout, launch, std::chrono::seconds(config.collective_timeout_s));
+  if (config.threads > 0) {
+    at::set_num_threads(config.threads);
+  } else if (launch.local_world_size > 1) {
+    // Ranks on one host share its cores: without this each would start one thread per core.
+    const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+    at::set_num_threads(std::max(1, cores / launch.local_world_size));
+  }
   const auto device = pick_device(options.device.value_or(config.device));
   const auto& spec = plan.model;
   const int seq_len = plan.workload.seq_len;
@@ -112,10 +139,16 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                     spec.max_seq_len));
   }
   const auto total_steps = resolve_steps(plan, config, options);
-  fs::create_directories(options.out_dir);
-  spec::save_plan(plan, options.out_dir / "plan.json");
-
-  auto inputs = prepare_run_inputs(config, spec, options.out_dir);
+  // Rank 0 writes the run's files and prepares its inputs; the others wait, then reuse them.
+  if (rank0) {
+    fs::create_directories(options.out_dir);
+    spec::save_plan(plan, options.out_dir / "plan.json");
+  }
+  std::optional<RunInputs> prepared;
+  if (rank0) prepared = prepare_run_inputs(config, spec, options.out_dir);
+  groups.world->barrier();
+  if (!rank0) prepared = prepare_run_inputs(config, spec, options.out_dir);
+  auto& inputs = *prepared;
 
   LlamaModel model(spec);
   model->init_weights(config.seed);
@@ -127,6 +160,14 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
   AdamW optimizer(named, config.optimizer);
+  std::vector<torch::Tensor> params;
+  for (const auto& [name, p] : named) params.push_back(p);
+  DataParallelGrads dp_grads(params, *groups.dp,
+                             static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024));
+  const DataParallel data_parallel{groups.dp.get(), &dp_grads};
+  // Each step's global batch is split in dp contiguous shares, in sample order.
+  const int dp_rank = groups.dp->rank();
+  const std::int64_t per_rank = std::int64_t{par.micro_batch} * par.grad_accum();
 
   LrSchedule schedule = config.lr;
   schedule.total_steps = total_steps;
@@ -165,12 +206,16 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     }
   }
   const auto first_step = step;
-  truncate_jsonl(options.out_dir / "metrics.jsonl", step);
-  truncate_jsonl(options.out_dir / "eval.jsonl", step);
-  JsonlWriter metrics(options.out_dir / "metrics.jsonl");
-  JsonlWriter eval_log(options.out_dir / "eval.jsonl");
+  std::optional<JsonlWriter> metrics, eval_log;  // rank 0 only
+  if (rank0) {
+    truncate_jsonl(options.out_dir / "metrics.jsonl", step);
+    truncate_jsonl(options.out_dir / "eval.jsonl", step);
+    metrics.emplace(options.out_dir / "metrics.jsonl");
+    eval_log.emplace(options.out_dir / "eval.jsonl");
+  }
 
-  auto save = [&](std::int64_t at_step) {
+  auto save = [&](std::int64_t at_step) -> fs::path {
+    if (!rank0) return ckpt_root / checkpoint_dir_name(at_step);  // replicas are identical
     CheckpointContents c;
     c.step = at_step;
     c.model = spec;
@@ -184,17 +229,18 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     return dir;
   };
   auto evaluate = [&](std::int64_t at_step) {
+    if (!rank0) return;  // replicas are identical
     for (std::size_t i = 0; i < inputs.eval.size(); ++i) {
       std::int64_t tokens = 0;
-      const double loss = evaluate_set(model, inputs.eval[i], inputs.eval_batches[i], loader_options, device, &tokens);
+      const double loss = evaluate_set(model, inputs.eval[i], inputs.eval_sequences[i], loader_options, device, &tokens);
       nlohmann::ordered_json row{{"step", at_step}, {"set", inputs.eval[i].name}, {"loss", loss},
                                  {"perplexity", std::exp(loss)}, {"tokens", tokens}};
-      eval_log.write(row);
+      eval_log->write(row);
       core::info0("eval step ", at_step, " ", inputs.eval[i].name, ": loss ", loss, ", perplexity ", std::exp(loss));
     }
   };
 
-  const bool bar = options.progress && ::isatty(STDOUT_FILENO) != 0;
+  const bool bar = rank0 && options.progress && ::isatty(STDOUT_FILENO) != 0;
   const int accum = par.grad_accum();
   TrainSummary summary;
   summary.first_step = first_step;
@@ -209,8 +255,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     const auto t0 = Clock::now();
     const double lr = schedule.at(step);
     std::vector<Batch> micro;
+    loader.skip(dp_rank * per_rank);
     for (int m = 0; m < accum; ++m) micro.push_back(loader.next());
-    const auto r = train_step(*model, optimizer, micro, lr, config.grad_clip, device);
+    loader.skip((par.dp - 1 - dp_rank) * per_rank);
+    const auto r = train_step(*model, optimizer, micro, lr, config.grad_clip, device, data_parallel);
     const double loss = r.loss;
     const double grad_norm = r.grad_norm;
     const bool finite = r.applied;
@@ -239,7 +287,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     nlohmann::ordered_json consumed;
     for (std::size_t i = 0; i < loader.sources().size(); ++i) consumed[loader.sources()[i].name] = loader.consumed()[i];
     row["samples_by_source"] = consumed;
-    metrics.write(row);
+    if (rank0) metrics->write(row);
     summary.final_loss = loss;
     const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
     const double eta = elapsed / static_cast<double>(step - first_step) * static_cast<double>(end_step - step);
@@ -251,7 +299,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                   std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), loss, lr,
                   static_cast<double>(step_tokens) / dt, duration_text(eta).c_str());
       std::fflush(stdout);
-    } else if (config.log_interval_steps > 0 && ((step - 1) % config.log_interval_steps == 0 || step == total_steps)) {
+    } else if (rank0 && config.log_interval_steps > 0 &&
+               ((step - 1) % config.log_interval_steps == 0 || step == total_steps)) {
       std::printf("step %lld/%lld loss %.4f lr %.3e grad_norm %.3f %.0f tok/s ETA %s\n", static_cast<long long>(step),
                   static_cast<long long>(total_steps), loss, lr, grad_norm, static_cast<double>(step_tokens) / dt,
                   duration_text(eta).c_str());
@@ -270,7 +319,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   summary.tokens_per_s = timed_seconds > 0 ? static_cast<double>(timed_tokens) / timed_seconds : 0.0;
   nlohmann::ordered_json measured{{"steps", step - first_step},
                                   {"tokens_per_s", summary.tokens_per_s},
-                                  {"tokens_per_s_per_gpu", summary.tokens_per_s},
+                                  {"tokens_per_s_per_gpu", summary.tokens_per_s / par.world_size()},
+                                  {"processes", par.world_size()},
                                   {"step_time_s", timed_tokens > 0 ? timed_seconds * static_cast<double>(par.global_batch * seq_len) /
                                                                           static_cast<double>(timed_tokens)
                                                                     : 0.0},
@@ -278,7 +328,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                   {"device", device.str()},
                                   {"final_loss", summary.final_loss},
                                   {"skipped_steps", skipped}};
-  core::write_file_atomic(options.out_dir / "measured.json", measured.dump(2) + "\n");
+  if (rank0) core::write_file_atomic(options.out_dir / "measured.json", measured.dump(2) + "\n");
+  groups.world->barrier();  // every rank returns after the final checkpoint exists
   return summary;
 }
 

@@ -44,7 +44,7 @@ class TrainTest : public ::testing::Test {
     c.data = {d};
     DataSetConfig e = d;
     e.name = "py-eval";
-    e.eval_batches = 2;
+    e.eval_sequences = 8;
     c.eval = {e};
     c.steps = steps;
     c.lr = LrSchedule{LrScheduleKind::kCosine, 3e-3, 2, 0.1, 0.2, 1};
@@ -160,12 +160,20 @@ TEST_F(TrainTest, VocabularyThatDoesNotFitTheModelIsAConfigError) {
   }
 }
 
-TEST_F(TrainTest, MultiProcessPlansAreRefusedUntilTheDistributedExecutorExists) {
+TEST_F(TrainTest, MultiProcessPlansNeedALaunchAndUnbuiltLayoutsAreRefused) {
   auto plan = tiny_plan(8, 2, 32);
   plan.parallel.dp = 2;
   ScratchDir out("train-dp");
   TrainOptions o;
   o.out_dir = out.path();
+  try {
+    train(plan, config(1), o);
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the plan needs 2 processes"), std::string::npos) << e.what();
+  }
+  plan.parallel.dp = 1;
+  plan.parallel.tp = 2;
   EXPECT_THROW(train(plan, config(1), o), core::ConfigError);
 }
 

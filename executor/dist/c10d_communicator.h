@@ -1,0 +1,35 @@
+#pragma once
+// Communicators over LibTorch's c10d: one TCPStore per job (rank 0 serves it), one PrefixStore per
+// group ("dp/3", "tp/0", ...), ProcessGroupGloo for CPU tensors (ProcessGroupNCCL for CUDA tensors is
+// issue #7's GPU part). The only file that includes c10d headers is c10d_communicator.cpp.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/dist/communicator.h"
+#include "executor/dist/launch_info.h"
+
+namespace cpt::exec {
+
+// The job's rendezvous. connect() blocks until every rank has joined (or the timeout passes:
+// RuntimeError naming MASTER_ADDR:MASTER_PORT and how many joined).
+class JobStore {
+ public:
+  static std::shared_ptr<JobStore> connect(const LaunchInfo& launch, std::chrono::seconds timeout);
+  ~JobStore();
+  struct Impl;
+  [[nodiscard]] Impl& impl() const { return *impl_; }
+
+ private:
+  explicit JobStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The group `name` of the global `ranks` (in group order); this process is global rank `self`,
+// which must be one of them. COLLECTIVE over those ranks: each of them must create the group with
+// the same name and ranks. Operations slower than `timeout` fail with RuntimeError.
+std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name,
+                                              const std::vector<int>& ranks, int self, std::chrono::seconds timeout);
+
+}  // namespace cpt::exec

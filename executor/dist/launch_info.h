@@ -1,0 +1,26 @@
+#pragma once
+// Who this process is in a multi-process job, read once from the launcher's environment: cpt's own
+// launcher (`cpt train --nproc-per-node N`) and torchrun set RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT; under Slurm (srun) SLURM_PROCID,
+// SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID stand in for the first four (MASTER_ADDR/PORT must
+// still be exported, as for torchrun). This is the only place the executor reads the environment.
+#include <string>
+
+namespace cpt::exec {
+
+struct LaunchInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  [[nodiscard]] bool distributed() const { return world_size > 1; }
+};
+
+// ConfigError naming the variable when a value is malformed, or when WORLD_SIZE > 1 comes without
+// MASTER_ADDR / MASTER_PORT.
+LaunchInfo launch_info_from_env();
+
+}  // namespace cpt::exec

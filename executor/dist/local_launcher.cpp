@@ -1,0 +1,129 @@
+#include "executor/dist/local_launcher.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/str_cat.h"
+
+namespace cpt::exec {
+
+using core::str_cat;
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw core::RuntimeError(str_cat("cannot open a socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw core::RuntimeError(str_cat("cannot find a free port: ", std::strerror(errno)));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : core::kExitRuntime; }
+
+}  // namespace
+
+int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) {
+  if (l.nproc_per_node < 1 || l.nnodes < 1 || l.node_rank < 0 || l.node_rank >= l.nnodes) {
+    throw core::ConfigError(str_cat("--node-rank ", l.node_rank, " must be below --nnodes ", l.nnodes));
+  }
+  if (l.nnodes > 1 && l.master_port == 0) {
+    throw core::ConfigError("--master-port: expected the rendezvous port of node 0 (every node must name the same), got none");
+  }
+  const int port = l.master_port != 0 ? l.master_port : free_port();
+  const int world = l.nnodes * l.nproc_per_node;
+  std::vector<pid_t> children;
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  for (int local = 0; local < l.nproc_per_node; ++local) {
+    const int rank = l.node_rank * l.nproc_per_node + local;
+    const pid_t pid = ::fork();
+    if (pid < 0) throw core::RuntimeError(str_cat("cannot fork rank ", rank, ": ", std::strerror(errno)));
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(l.nproc_per_node).c_str(), 1);
+      ::setenv("NODE_RANK", std::to_string(l.node_rank).c_str(), 1);
+      ::setenv("MASTER_ADDR", l.master_addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::vector<std::string> storage{"/proc/self/exe"};
+      storage.insert(storage.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& s : storage) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      std::_Exit(127);
+    }
+    children.push_back(pid);
+  }
+  int result = 0;
+  std::size_t running = children.size();
+  bool stopping = false;
+  auto stop_all = [&](int sig) {
+    for (const pid_t c : children) {
+      if (c > 0) ::kill(c, sig);
+    }
+  };
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      const auto it = std::find(children.begin(), children.end(), pid);
+      if (it == children.end()) continue;
+      const int rank = l.node_rank * l.nproc_per_node + static_cast<int>(it - children.begin());
+      *it = -1;
+      --running;
+      const int code = exit_code_of(status);
+      if (code != 0 && result == 0) {
+        result = code;
+        if (running > 0) {
+          core::warn("launcher: rank ", rank,
+                     WIFSIGNALED(status) ? str_cat(" was killed by signal ", WTERMSIG(status)) : str_cat(" exited with code ", code),
+                     "; stopping the other ", running, " rank(s)");
+        }
+        stopping = true;
+        stop_all(SIGTERM);
+        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      }
+      continue;
+    }
+    if (g_signal != 0 && !stopping) {
+      stopping = true;
+      result = result != 0 ? result : core::kExitRuntime;
+      stop_all(g_signal);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_all(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
+
+}  // namespace cpt::exec

@@ -1,0 +1,40 @@
+#include "executor/dist/process_groups.h"
+
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "executor/dist/c10d_communicator.h"
+
+namespace cpt::exec {
+
+using core::str_cat;
+
+ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchInfo& launch, std::chrono::seconds timeout) {
+  if (layout.world_size() != launch.world_size) {
+    throw core::ConfigError(str_cat("the plan needs ", layout.world_size(), " processes (tp · cp · dp · pp), the launch has ",
+                                    launch.world_size,
+                                    launch.world_size == 1 ? " (use cpt train --nproc-per-node N, torchrun or srun)" : ""));
+  }
+  ProcessGroups g;
+  g.rank = launch.rank;
+  g.coord = layout.coord_of(launch.rank);
+  if (!launch.distributed()) {
+    for (auto* c : {&g.world, &g.tp, &g.cp, &g.dp, &g.pp}) *c = make_solo_communicator("solo");
+    g.world = make_solo_communicator("world");
+    return g;
+  }
+  const auto store = JobStore::connect(launch, timeout);
+  std::vector<int> all(static_cast<std::size_t>(launch.world_size));
+  for (int r = 0; r < launch.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
+  g.world = make_gloo_group(*store, "world", all, launch.rank, timeout);
+  auto group = [&](spec::Axis axis, const char* name) {
+    const auto ranks = layout.group_of(launch.rank, axis);
+    return make_gloo_group(*store, str_cat(name, "/", ranks.front()), ranks, launch.rank, timeout);
+  };
+  g.tp = group(spec::Axis::kTp, "tp");
+  g.cp = group(spec::Axis::kCp, "cp");
+  g.dp = group(spec::Axis::kDp, "dp");
+  g.pp = group(spec::Axis::kPp, "pp");
+  return g;
+}
+
+}  // namespace cpt::exec

@@ -1,0 +1,27 @@
+#pragma once
+// The communicators of one process, built from the plan's spec::RankLayout: the process's group
+// along each parallel axis (named "<axis>/<smallest global rank>") and the whole world. Built once
+// and passed explicitly (design.md: never a global). A single-process run gets groups of one.
+#include <chrono>
+#include <memory>
+
+#include "executor/dist/communicator.h"
+#include "executor/dist/launch_info.h"
+#include "spec/rank_layout.h"
+
+namespace cpt::exec {
+
+class JobStore;
+
+struct ProcessGroups {
+  int rank = 0;  // global
+  spec::RankCoord coord;
+  std::unique_ptr<Communicator> world, tp, cp, dp, pp;
+};
+
+// COLLECTIVE over the job: every rank calls it with the same layout. ConfigError when the layout's
+// world size is not the launch's.
+ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchInfo& launch,
+                                  std::chrono::seconds timeout);
+
+}  // namespace cpt::exec

@@ -1,0 +1,163 @@
+// The data-parallel executor against the single-process one, through the real `cpt train` with
+// its own launcher (two ranks, Gloo on the CPU): the same losses every step and the same final
+// weights (relative difference <= 1e-4); a rank that dies takes the job down; a rank whose peers
+// never come gives up after the collective timeout with a clear message.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Run sh(const std::string& command, const fs::path& dir) {
+  const auto out = dir / "stdout", err = dir / "stderr";
+  const std::string cmd = "(" + command + ") >" + out.string() + " 2>" + err.string() + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+std::string cpt() { return CPT_BINARY; }
+
+fs::path python_json_package() {
+  for (const char* v : {"3.13", "3.12", "3.11", "3.10", "3.9"}) {
+    const fs::path p = std::string("/usr/lib/python") + v + "/json";
+    if (fs::exists(p / "decoder.py")) return p;
+  }
+  return {};
+}
+
+// fp32 tensors of a safetensors file (the checkpoints hold only fp32 weights).
+std::map<std::string, std::vector<float>> read_f32(const fs::path& file) {
+  const auto bytes = slurp(file);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const auto header = nlohmann::json::parse(bytes.substr(8, n));
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    const auto b = info["data_offsets"][0].get<std::size_t>(), e = info["data_offsets"][1].get<std::size_t>();
+    std::vector<float> v((e - b) / 4);
+    std::memcpy(v.data(), bytes.data() + 8 + n + b, e - b);
+    out[name] = std::move(v);
+  }
+  return out;
+}
+
+std::vector<double> losses(const fs::path& metrics) {
+  std::vector<double> v;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return v;
+}
+
+class DistributedTrain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("cpt-dist-test-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const auto src = python_json_package().string();
+    ASSERT_FALSE(src.empty()) << "needs /usr/lib/python3.X/json (scripts/setup installs python3)";
+    const auto d = dir_.string();
+    ASSERT_EQ(sh(cpt() + " data train-tokenizer " + src + " --ext .py --vocab-size 512 --out " + d + "/tok", dir_).exit_code, 0);
+    ASSERT_EQ(sh(cpt() + " data prepare " + src + " --ext .py --tokenizer " + d + "/tok.model --out " + d + "/data", dir_).exit_code, 0);
+    std::ofstream(dir_ / "train.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
+      "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
+      "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
+    std::ofstream(dir_ / "long.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 100000,
+      "seed": 5, "threads": 1, "log_interval_steps": 0})";
+    for (const auto& [name, fix, gpus] : {std::tuple{"single", "micro_batch=2", 1}, std::tuple{"dp2", "dp=2,zero=0,micro_batch=2", 2}}) {
+      ASSERT_EQ(sh(cpt() + " plan --model tiny --gpu h100 --gpus " + std::to_string(gpus) +
+                       " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
+                   dir_)
+                    .exit_code,
+                0);
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static fs::path dir_;
+};
+fs::path DistributedTrain::dir_;
+
+TEST_F(DistributedTrain, DataParallelMatchesTheSingleProcessRun) {
+  const auto d = dir_.string();
+  const auto single = sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + d + "/o1", dir_);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const auto dp2 = sh(cpt() + " train --plan " + d + "/dp2/plan.json --config " + d + "/train.json --out " + d +
+                          "/o2 --nproc-per-node 2",
+                      dir_);
+  ASSERT_EQ(dp2.exit_code, 0) << dp2.err;
+  const auto a = losses(dir_ / "o1/metrics.jsonl"), b = losses(dir_ / "o2/metrics.jsonl");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i] / a[i], 1.0, 1e-4) << "step " << i;
+  const auto wa = read_f32(dir_ / "o1/checkpoints/step_00000020/model.safetensors");
+  const auto wb = read_f32(dir_ / "o2/checkpoints/step_00000020/model.safetensors");
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, x] : wa) {
+    const auto& y = wb.at(name);
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>(x[i]) - y[i]));
+      norm = std::max(norm, std::abs(static_cast<double>(x[i])));
+    }
+    EXPECT_LE(diff / norm, 1e-4) << name;
+  }
+  // One summary line (rank 0's), one metrics file.
+  EXPECT_EQ(std::count(dp2.out.begin(), dp2.out.end(), '\n'), 1) << dp2.out;
+}
+
+TEST_F(DistributedTrain, ADeadRankTakesTheJobDown) {
+  const auto d = dir_.string();
+  // Start a long job, kill one of its two ranks, expect the launcher to stop the other and fail.
+  const auto r = sh(cpt() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d +
+                        "/o3 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
+                        "[ -s " + d + "/o3/metrics.jsonl ] && break; done; "
+                        "kill -9 $(pgrep -P $L | head -1); wait $L; echo exit=$?; pgrep -P $L | wc -l",
+                    dir_);
+  EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
+}
+
+TEST_F(DistributedTrain, AMissingPeerEndsInATimeoutNotAHang) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "timeout.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2,
+    "collective_timeout_s": 3})";
+  // Rank 0 of a two-rank job whose rank 1 never starts.
+  const auto r = sh("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 timeout 60 " + cpt() +
+                        " train --plan " + d + "/dp2/plan.json --config " + d + "/timeout.json --out " + d + "/o4",
+                    dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("rank 0: rendezvous at 127.0.0.1:29731 failed"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // one line, no backtrace
+}
+
+}  // namespace
