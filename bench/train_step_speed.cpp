@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
   model->init_weights(1);
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
-  exec::AdamW optimizer(named, {});
+  auto solo = exec::make_solo_communicator("dp");
+  const auto optimizer = exec::make_replicated_optimizer(named, {}, *solo, 25 << 20);
   torch::manual_seed(0);
   auto tokens = torch::randint(spec.vocab, {batch, seq + 1}, torch::kInt64);
   exec::Batch b{tokens.narrow(1, 0, seq).contiguous(), tokens.narrow(1, 1, seq).contiguous(),
@@ -57,9 +58,9 @@ int main(int argc, char** argv) {
   const std::vector<exec::Batch> micro{b};
   const torch::Device cpu(torch::kCPU);
   double loss = 0;
-  for (int i = 0; i < warmup; ++i) loss = exec::train_step(*model, optimizer, micro, 1e-4, 1.0, cpu).loss;
+  for (int i = 0; i < warmup; ++i) loss = exec::train_step(*model, *optimizer, micro, 1e-4, 1.0, cpu, *solo).loss;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) loss = exec::train_step(*model, optimizer, micro, 1e-4, 1.0, cpu).loss;
+  for (int i = 0; i < steps; ++i) loss = exec::train_step(*model, *optimizer, micro, 1e-4, 1.0, cpu, *solo).loss;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tps = static_cast<double>(steps) * batch * seq / s;
   if (json) {

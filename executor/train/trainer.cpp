@@ -18,7 +18,7 @@
 #include "executor/device.h"
 #include "executor/dist/launch_info.h"
 #include "executor/dist/process_groups.h"
-#include "executor/parallel/data_parallel.h"
+#include "executor/train/step_optimizer.h"
 #include "spec/rank_layout.h"
 #include "executor/io/model_weights.h"
 #include "executor/model/llama_model.h"
@@ -114,10 +114,11 @@ double evaluate_set(LlamaModel& model, const DataSource& source, std::int64_t se
 
 TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   const auto& par = plan.parallel;
-  if (par.tp != 1 || par.cp != 1 || par.pp != 1 || par.zero_stage != 0) {
+  if (par.tp != 1 || par.cp != 1 || par.pp != 1 || par.zero_stage == 3 || par.offload != spec::Offload::kNone) {
     throw core::ConfigError(str_cat("plan: tp ", par.tp, ", cp ", par.cp, ", pp ", par.pp, ", ZeRO ", par.zero_stage,
-                                    ": the executor runs data parallelism without sharding so far (tp = cp = pp = 1, ",
-                                    "ZeRO 0); tensor, pipeline and sharded layouts are issue #7"));
+                                    ", offload ", spec::to_string(par.offload),
+                                    ": the executor runs data parallelism with ZeRO 0-2 so far (tp = cp = pp = 1, no ",
+                                    "offload); tensor, pipeline, ZeRO-3 and offloaded layouts are issue #7"));
   }
   const auto launch = launch_info_from_env();
   const bool rank0 = launch.rank == 0;
@@ -159,12 +160,12 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   model->to(device);
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
-  AdamW optimizer(named, config.optimizer);
-  std::vector<torch::Tensor> params;
-  for (const auto& [name, p] : named) params.push_back(p);
-  DataParallelGrads dp_grads(params, *groups.dp,
-                             static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024));
-  const DataParallel data_parallel{groups.dp.get(), &dp_grads};
+  // ZeRO-0: every rank updates everything; ZeRO-1/2: each rank its slice (step_optimizer.h).
+  const auto optimizer =
+      par.zero_stage == 0
+          ? make_replicated_optimizer(named, config.optimizer, *groups.dp,
+                                      static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024))
+          : make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage);
   // Each step's global batch is split in dp contiguous shares, in sample order.
   const int dp_rank = groups.dp->rank();
   const std::int64_t per_rank = std::int64_t{par.micro_batch} * par.grad_accum();
@@ -189,8 +190,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
       load_model_weights(*model, ckpt->dir());
       if (!ckpt->has_optimizer()) throw core::ConfigError(str_cat(ckpt->dir().string(), ": no optimizer state to resume"));
       const auto opt = ckpt->optimizer();
-      optimizer.load_state([&](const std::string& n) { return opt.load(n, torch::kFloat32).to(device); },
-                           ckpt->dir().string());
+      optimizer->load_full_state([&](const std::string& n) { return opt.load(n, torch::kFloat32).to(device); },
+                                 ckpt->dir().string());
       const auto& st = ckpt->trainer_state();
       step = st.at("step").get<std::int64_t>();
       tokens_seen = st.at("tokens").get<std::int64_t>();
@@ -215,12 +216,14 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   }
 
   auto save = [&](std::int64_t at_step) -> fs::path {
-    if (!rank0) return ckpt_root / checkpoint_dir_name(at_step);  // replicas are identical
+    // COLLECTIVE: a sharded optimizer gathers its state; rank 0 writes (weights are replicated).
+    auto state = optimizer->full_state();
+    if (!rank0) return ckpt_root / checkpoint_dir_name(at_step);
     CheckpointContents c;
     c.step = at_step;
     c.model = spec;
     for (const auto& p : model->named_parameters()) c.weights.emplace_back(p.key(), p.value());
-    c.optimizer = optimizer.state();
+    c.optimizer = std::move(state);
     c.rng.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
     c.trainer_state = {{"step", at_step},       {"tokens", tokens_seen},       {"skipped_steps", skipped},
                        {"data", loader.state()}, {"seed", config.seed},        {"lr_schedule", to_string(schedule.kind)}};
@@ -258,7 +261,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     loader.skip(dp_rank * per_rank);
     for (int m = 0; m < accum; ++m) micro.push_back(loader.next());
     loader.skip((par.dp - 1 - dp_rank) * per_rank);
-    const auto r = train_step(*model, optimizer, micro, lr, config.grad_clip, device, data_parallel);
+    const auto r = train_step(*model, *optimizer, micro, lr, config.grad_clip, device, *groups.dp);
     const double loss = r.loss;
     const double grad_norm = r.grad_norm;
     const bool finite = r.applied;

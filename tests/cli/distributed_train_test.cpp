@@ -94,7 +94,10 @@ class DistributedTrain : public ::testing::Test {
       "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
     std::ofstream(dir_ / "long.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 100000,
       "seed": 5, "threads": 1, "log_interval_steps": 0})";
-    for (const auto& [name, fix, gpus] : {std::tuple{"single", "micro_batch=2", 1}, std::tuple{"dp2", "dp=2,zero=0,micro_batch=2", 2}}) {
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "micro_batch=2", 1}, std::tuple{"dp2", "dp=2,zero=0,micro_batch=2", 2},
+          std::tuple{"zero1-dp2", "dp=2,zero=1,offload=none,micro_batch=2", 2},
+          std::tuple{"zero2-dp2", "dp=2,zero=2,offload=none,micro_batch=2", 2}}) {
       ASSERT_EQ(sh(cpt() + " plan --model tiny --gpu h100 --gpus " + std::to_string(gpus) +
                        " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
                    dir_)
@@ -107,21 +110,14 @@ class DistributedTrain : public ::testing::Test {
 };
 fs::path DistributedTrain::dir_;
 
-TEST_F(DistributedTrain, DataParallelMatchesTheSingleProcessRun) {
-  const auto d = dir_.string();
-  const auto single = sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + d + "/o1", dir_);
-  ASSERT_EQ(single.exit_code, 0) << single.err;
-  const auto dp2 = sh(cpt() + " train --plan " + d + "/dp2/plan.json --config " + d + "/train.json --out " + d +
-                          "/o2 --nproc-per-node 2",
-                      dir_);
-  ASSERT_EQ(dp2.exit_code, 0) << dp2.err;
-  const auto a = losses(dir_ / "o1/metrics.jsonl"), b = losses(dir_ / "o2/metrics.jsonl");
-  ASSERT_EQ(a.size(), 20u);
-  ASSERT_EQ(b.size(), 20u);
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i] / a[i], 1.0, 1e-4) << "step " << i;
-  const auto wa = read_f32(dir_ / "o1/checkpoints/step_00000020/model.safetensors");
-  const auto wb = read_f32(dir_ / "o2/checkpoints/step_00000020/model.safetensors");
-  ASSERT_EQ(wa.size(), wb.size());
+void expect_same_run(const fs::path& a_dir, const fs::path& b_dir, const std::string& what) {
+  const auto a = losses(a_dir / "metrics.jsonl"), b = losses(b_dir / "metrics.jsonl");
+  ASSERT_EQ(a.size(), 20u) << what;
+  ASSERT_EQ(b.size(), 20u) << what;
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i] / a[i], 1.0, 1e-4) << what << ": step " << i;
+  const auto wa = read_f32(a_dir / "checkpoints/step_00000020/model.safetensors");
+  const auto wb = read_f32(b_dir / "checkpoints/step_00000020/model.safetensors");
+  ASSERT_EQ(wa.size(), wb.size()) << what;
   for (const auto& [name, x] : wa) {
     const auto& y = wb.at(name);
     double diff = 0, norm = 0;
@@ -129,10 +125,44 @@ TEST_F(DistributedTrain, DataParallelMatchesTheSingleProcessRun) {
       diff = std::max(diff, std::abs(static_cast<double>(x[i]) - y[i]));
       norm = std::max(norm, std::abs(static_cast<double>(x[i])));
     }
-    EXPECT_LE(diff / norm, 1e-4) << name;
+    EXPECT_LE(diff / norm, 1e-4) << what << ": " << name;
   }
-  // One summary line (rank 0's), one metrics file.
-  EXPECT_EQ(std::count(dp2.out.begin(), dp2.out.end(), '\n'), 1) << dp2.out;
+}
+
+// DP2 with replicated (ZeRO-0), sharded-optimizer (ZeRO-1) and sharded-gradient (ZeRO-2) updates:
+// each the single-process run, step by step and in the final weights.
+TEST_F(DistributedTrain, DataParallelLayoutsMatchTheSingleProcessRun) {
+  const auto d = dir_.string();
+  const auto single = sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + d + "/o1", dir_);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  for (const char* layout : {"dp2", "zero1-dp2", "zero2-dp2"}) {
+    const auto out = d + "/o-" + layout;
+    const auto r = sh(cpt() + " train --plan " + d + "/" + layout + "/plan.json --config " + d + "/train.json --out " + out +
+                          " --nproc-per-node 2",
+                      dir_);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    expect_same_run(dir_ / "o1", out, layout);
+    // One summary line (rank 0's).
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+}
+
+// Checkpoints do not depend on the layout: a ZeRO-2 run stopped at step 10 resumes as a single
+// process and ends where the single-process run ends (the sharded optimizer state is gathered).
+TEST_F(DistributedTrain, ShardedCheckpointsResumeInAnotherLayout) {
+  const auto d = dir_.string();
+  if (!fs::exists(dir_ / "o1/metrics.jsonl")) {
+    ASSERT_EQ(sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + d + "/o1", dir_).exit_code, 0);
+  }
+  const auto out = d + "/o-moved";
+  const auto first = sh(cpt() + " train --plan " + d + "/zero2-dp2/plan.json --config " + d + "/train.json --out " + out +
+                            " --nproc-per-node 2 --stop-at 10",
+                        dir_);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto second =
+      sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + out + " --resume", dir_);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  expect_same_run(dir_ / "o1", out, "zero2-dp2 then single");
 }
 
 TEST_F(DistributedTrain, ADeadRankTakesTheJobDown) {

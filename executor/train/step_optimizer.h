@@ -1,0 +1,54 @@
+#pragma once
+// What happens to the gradients of a step between backward and the next forward, for every data
+// layout: reduce them over the data-parallel group (or not), measure their global norm, clip, and
+// apply AdamW — replicated (every rank updates everything; ZeRO-0) or sharded (ZeRO-1/2: each
+// rank updates its slice of the flat parameter vector, spec::ShardLayout's slice, and the slices
+// are all-gathered). Both give the single-process step, and both save and load the same full
+// optimizer state (AdamW::state()'s names), so checkpoints move between layouts.
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "executor/dist/communicator.h"
+#include "executor/train/adamw.h"
+
+namespace cpt::exec {
+
+using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
+
+class StepOptimizer {
+ public:
+  virtual ~StepOptimizer() = default;
+  // Called around the backward of microbatch i of the step's n.
+  virtual void before_backward(int i, int n) = 0;
+  virtual void after_backward(int i, int n) = 0;
+  // After the last backward: the global L2 norm of the step's (summed) gradient. COLLECTIVE.
+  virtual double grad_norm() = 0;
+  // Multiplies the gradient by `scale` (clipping), applies AdamW at `lr`, clears the gradients.
+  // COLLECTIVE.
+  virtual void step(double lr, double scale) = 0;
+  // Drops the step's gradients without an update (a skipped step).
+  virtual void zero_grad() = 0;
+  // The whole optimizer state, named as AdamW::state(). COLLECTIVE (sharded: an all-gather).
+  virtual NamedParams full_state() = 0;
+  // Loads a whole state (each rank keeps its part). ConfigError naming `origin` on a mismatch.
+  virtual void load_full_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin) = 0;
+  // Bytes of optimizer state this rank holds.
+  [[nodiscard]] virtual std::int64_t state_bytes() const = 0;
+};
+
+// ZeRO-0: AdamW on every rank; gradients all-reduced in buckets during the last backward.
+std::unique_ptr<StepOptimizer> make_replicated_optimizer(const NamedParams& params, const AdamWOptions& options,
+                                                         Communicator& dp, std::int64_t bucket_bytes);
+
+// ZeRO-1 (stage 1: the accumulated gradient is reduce-scattered once per step) or ZeRO-2 (stage 2:
+// every microbatch's gradient is reduce-scattered into this rank's gradient shard and the full
+// gradient dropped). Optimizer state and fp32 master weights exist only for this rank's slice.
+std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
+                                                   Communicator& dp, int stage);
+
+}  // namespace cpt::exec

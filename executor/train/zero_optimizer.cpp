@@ -1,0 +1,191 @@
+// ZeRO-1/2 over the data-parallel group (Rajbhandari et al. 2020, P_os and P_os+g). The parameters
+// are seen as one flat vector in registration order, padded and split by spec::ShardLayout; rank i
+// owns slice i. Per step: the gradient is reduce-scattered into this rank's gradient shard (stage 1:
+// once, after the last microbatch; stage 2: after every microbatch, the full gradient dropped
+// each time), the global norm is the square root of the all-reduced shard norms², AdamW (the same
+// fused kernel as the replicated path) updates this rank's fp32 master slice segment by segment
+// (a segment = the part of one parameter inside the slice, so weight decay follows the parameter),
+// and the updated slices are all-gathered back into every parameter.
+#include <cmath>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "executor/model/llama_model.h"
+#include "executor/train/step_optimizer.h"
+#include "spec/shard_layout.h"
+
+namespace cpt::exec {
+
+namespace {
+
+using core::str_cat;
+
+class ZeroOptimizer : public StepOptimizer {
+ public:
+  ZeroOptimizer(const NamedParams& params, const AdamWOptions& options, Communicator& dp, int stage)
+      : options_(options), dp_(dp), stage_(stage), layout_(total(params), dp.size()) {
+    CPT_CHECK(stage == 1 || stage == 2, "ZeRO stage ", stage, " is not this optimizer's");
+    std::int64_t at = 0;
+    for (const auto& [name, p] : params) {
+      params_.push_back({name, p, at});
+      at += p.numel();
+    }
+    const auto mine = layout_.slice(dp_.rank());
+    const auto opts = torch::TensorOptions(torch::kFloat32).device(params.front().second.device());
+    master_ = torch::zeros({mine.size}, opts);
+    exp_avg_ = torch::zeros({mine.size}, opts);
+    exp_avg_sq_ = torch::zeros({mine.size}, opts);
+    grad_shard_ = torch::zeros({mine.size}, opts);
+    flat_ = torch::zeros({layout_.padded_size()}, opts);
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const auto& p = params_[k];
+      const auto begin = std::max(p.offset, mine.offset);
+      const auto end = std::min(p.offset + p.tensor.numel(), mine.offset + mine.size);
+      if (begin >= end) continue;
+      segments_.push_back({k, begin - p.offset, begin - mine.offset, end - begin, !is_no_decay_parameter(p.name),
+                           torch::zeros({}, opts)});
+    }
+    torch::NoGradGuard no_grad;
+    for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
+  }
+
+  void before_backward(int, int) override {}
+
+  void after_backward(int i, int n) override {
+    if (stage_ == 1 && i + 1 < n) return;  // stage 1 accumulates full gradients until the last
+    torch::NoGradGuard no_grad;
+    flat_.zero_();
+    for (auto& p : params_) {
+      if (p.tensor.grad().defined()) flat_.narrow(0, p.offset, p.tensor.numel()).copy_(p.tensor.grad().reshape({-1}));
+    }
+    auto part = torch::empty_like(grad_shard_);
+    dp_.reduce_scatter_sum(flat_, part)->wait();
+    grad_shard_.add_(part);
+    for (auto& p : params_) p.tensor.mutable_grad() = torch::Tensor();
+  }
+
+  double grad_norm() override {
+    auto sq = grad_shard_.to(torch::kFloat64).pow(2).sum().reshape({1});
+    dp_.all_reduce_sum(sq)->wait();
+    return std::sqrt(sq.item<double>());
+  }
+
+  void step(double lr, double scale) override {
+    torch::NoGradGuard no_grad;
+    if (scale != 1.0) grad_shard_.mul_(scale);
+    for (const bool decay : {true, false}) {
+      std::vector<torch::Tensor> w, g, m, v, steps;
+      for (auto& s : segments_) {
+        if (s.decay != decay) continue;
+        w.push_back(master_.narrow(0, s.shard_offset, s.length));
+        g.push_back(grad_shard_.narrow(0, s.shard_offset, s.length));
+        m.push_back(exp_avg_.narrow(0, s.shard_offset, s.length));
+        v.push_back(exp_avg_sq_.narrow(0, s.shard_offset, s.length));
+        s.step.add_(1);  // the fused kernel reads the count but does not advance it
+        steps.push_back(s.step);
+      }
+      if (w.empty()) continue;
+      at::_fused_adamw_(w, g, m, v, {}, steps, lr, options_.beta1, options_.beta2, decay ? options_.weight_decay : 0.0,
+                        options_.eps, false, false);
+    }
+    ++steps_done_;
+    // Every rank's updated slice, back into every parameter.
+    auto gathered = torch::empty({layout_.padded_size()}, master_.options());
+    dp_.all_gather(master_, gathered)->wait();
+    for (auto& p : params_) p.tensor.copy_(gathered.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor));
+    zero_grad();
+  }
+
+  void zero_grad() override {
+    grad_shard_.zero_();
+    for (auto& p : params_) p.tensor.mutable_grad() = torch::Tensor();
+  }
+
+  NamedParams full_state() override {
+    auto m = torch::empty({layout_.padded_size()}, exp_avg_.options());
+    auto v = torch::empty({layout_.padded_size()}, exp_avg_.options());
+    dp_.all_gather(exp_avg_, m)->wait();
+    dp_.all_gather(exp_avg_sq_, v)->wait();
+    NamedParams out;
+    for (const auto& p : params_) {
+      out.emplace_back(p.name + "/exp_avg", m.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor).clone());
+      out.emplace_back(p.name + "/exp_avg_sq", v.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor).clone());
+      out.emplace_back(p.name + "/step", torch::full({}, static_cast<float>(steps_done_), torch::kFloat32));
+    }
+    return out;
+  }
+
+  void load_full_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin) override {
+    torch::NoGradGuard no_grad;
+    float count = -1;
+    for (const auto& s : segments_) {
+      const auto& p = params_[s.param];
+      for (auto [suffix, target] : {std::pair{"/exp_avg", &exp_avg_}, std::pair{"/exp_avg_sq", &exp_avg_sq_}}) {
+        const auto t = get(p.name + suffix);
+        if (!t.sizes().equals(p.tensor.sizes())) {
+          throw core::ConfigError(str_cat(origin, ": optimizer state ", p.name, suffix, " has shape ", t.sizes(),
+                                          ", the model needs ", p.tensor.sizes()));
+        }
+        target->narrow(0, s.shard_offset, s.length).copy_(t.reshape({-1}).narrow(0, s.param_offset, s.length));
+      }
+      const float c = get(p.name + "/step").item<float>();
+      if (count >= 0 && c != count) {
+        throw core::ConfigError(str_cat(origin, ": optimizer steps differ between parameters (", count, " and ", c, ")"));
+      }
+      count = c;
+      s.step.fill_(c);
+    }
+    // Every rank must agree on the count even when it owns no segment.
+    auto t = torch::full({1}, static_cast<double>(std::max(count, 0.0f)), torch::kFloat64);
+    dp_.all_reduce_sum(t)->wait();
+    steps_done_ = static_cast<std::int64_t>(std::llround(t.item<double>() / dp_.size()));
+    for (auto& s : segments_) s.step.fill_(static_cast<float>(steps_done_));
+    for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
+  }
+
+  std::int64_t state_bytes() const override {
+    return (exp_avg_.numel() + exp_avg_sq_.numel() + master_.numel()) * static_cast<std::int64_t>(sizeof(float));
+  }
+
+ private:
+  struct Param {
+    std::string name;
+    torch::Tensor tensor;
+    std::int64_t offset;  // in the flat vector
+  };
+  struct Segment {
+    std::size_t param;
+    std::int64_t param_offset;  // first element inside the parameter
+    std::int64_t shard_offset;  // first element inside this rank's slice
+    std::int64_t length;
+    bool decay;
+    torch::Tensor step;
+  };
+  static std::int64_t total(const NamedParams& params) {
+    std::int64_t n = 0;
+    for (const auto& [name, p] : params) n += p.numel();
+    return n;
+  }
+  torch::Tensor piece(const Segment& s) const {
+    return params_[s.param].tensor.detach().reshape({-1}).narrow(0, s.param_offset, s.length);
+  }
+
+  AdamWOptions options_;
+  Communicator& dp_;
+  int stage_;
+  spec::ShardLayout layout_;
+  std::vector<Param> params_;
+  std::vector<Segment> segments_;
+  torch::Tensor master_, exp_avg_, exp_avg_sq_, grad_shard_, flat_;
+  std::int64_t steps_done_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
+                                                   Communicator& dp, int stage) {
+  return std::make_unique<ZeroOptimizer>(params, options, dp, stage);
+}
+
+}  // namespace cpt::exec
