@@ -118,15 +118,16 @@ class GlooCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name, const std::vector<int>& ranks,
-                                              int self, std::chrono::seconds timeout) {
+                                              int self, std::chrono::seconds timeout, const std::string& interface) {
   const auto it = std::find(ranks.begin(), ranks.end(), self);
   CPT_CHECK(it != ranks.end(), "rank ", self, " is not in group ", name);
   if (ranks.size() == 1) return make_solo_communicator(name);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store.impl().store);
   auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
-  // The loopback device for single-host jobs, the host's name otherwise (Gloo resolves it).
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   try {
+    // The named interface, or Gloo's default: the address the host name resolves to, else loopback.
+    opts->devices.push_back(interface.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                              : c10d::ProcessGroupGloo::createDeviceForInterface(interface));
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, static_cast<int>(it - ranks.begin()),
                                                           static_cast<int>(ranks.size()), opts);
     return std::make_unique<GlooCommunicator>(std::move(pg), name, self);

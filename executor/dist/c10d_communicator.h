@@ -29,7 +29,9 @@ class JobStore {
 // The group `name` of the global `ranks` (in group order); this process is global rank `self`,
 // which must be one of them. COLLECTIVE over those ranks: each of them must create the group with
 // the same name and ranks. Operations slower than `timeout` fail with RuntimeError.
+// `interface`: the network interface for Gloo's transport ("" = the default device).
 std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name,
-                                              const std::vector<int>& ranks, int self, std::chrono::seconds timeout);
+                                              const std::vector<int>& ranks, int self, std::chrono::seconds timeout,
+                                              const std::string& interface = "");
 
 }  // namespace cpt::exec

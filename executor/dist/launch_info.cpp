@@ -45,6 +45,7 @@ LaunchInfo launch_info_from_env() {
     throw core::ConfigError(core::str_cat("environment RANK (", l.rank, ") must be below WORLD_SIZE (", l.world_size, ")"));
   }
   if (const char* a = env("MASTER_ADDR")) l.master_addr = a;
+  if (const char* i = env("GLOO_SOCKET_IFNAME")) l.gloo_socket_ifname = i;
   l.master_port = int_env("MASTER_PORT", nullptr, 0);
   if (l.distributed() && (env("MASTER_ADDR") == nullptr || l.master_port == 0)) {
     throw core::ConfigError(core::str_cat("environment: WORLD_SIZE ", l.world_size,

@@ -3,7 +3,8 @@
 // launcher (`cpt train --nproc-per-node N`) and torchrun set RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT; under Slurm (srun) SLURM_PROCID,
 // SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID stand in for the first four (MASTER_ADDR/PORT must
-// still be exported, as for torchrun). This is the only place the executor reads the environment.
+// still be exported, as for torchrun), and GLOO_SOCKET_IFNAME. This is the only place the executor
+// reads the environment.
 #include <string>
 
 namespace cpt::exec {
@@ -16,6 +17,9 @@ struct LaunchInfo {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  // GLOO_SOCKET_IFNAME (as in PyTorch): the network interface Gloo uses; empty: the address the
+  // host name resolves to, or loopback.
+  std::string gloo_socket_ifname;
   [[nodiscard]] bool distributed() const { return world_size > 1; }
 };
 

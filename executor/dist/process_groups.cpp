@@ -25,10 +25,11 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
   const auto store = JobStore::connect(launch, timeout);
   std::vector<int> all(static_cast<std::size_t>(launch.world_size));
   for (int r = 0; r < launch.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
-  g.world = make_gloo_group(*store, "world", all, launch.rank, timeout);
+  const auto& nic = launch.gloo_socket_ifname;
+  g.world = make_gloo_group(*store, "world", all, launch.rank, timeout, nic);
   auto group = [&](spec::Axis axis, const char* name) {
     const auto ranks = layout.group_of(launch.rank, axis);
-    return make_gloo_group(*store, str_cat(name, "/", ranks.front()), ranks, launch.rank, timeout);
+    return make_gloo_group(*store, str_cat(name, "/", ranks.front()), ranks, launch.rank, timeout, nic);
   };
   g.tp = group(spec::Axis::kTp, "tp");
   g.cp = group(spec::Axis::kCp, "cp");
