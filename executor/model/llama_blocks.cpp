@@ -1,5 +1,7 @@
 #include "executor/model/llama_blocks.h"
 
+#include "executor/model/activation_checkpoint.h"
+
 namespace cpt::exec {
 
 namespace {
@@ -65,12 +67,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
   const bool gqa = kv_heads_ != heads_;
-  torch::Tensor out;
-  if (mask.defined()) {
-    out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, std::nullopt, gqa);
-  } else {
-    out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
-  }
+  const bool recompute = recompute_core && is_training() && torch::GradMode::is_enabled();
+  const auto out = recompute ? checkpointed_attention_core(q, k, v, mask, gqa) : attention_core(q, k, v, mask, gqa);
   return o_proj(out.transpose(1, 2).reshape({b, s, std::int64_t{heads_} * head_dim_}));
 }
 

@@ -53,6 +53,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  bool recompute_core = false;  // selective recomputation of the attention core (activation_checkpoint.h)
 
  private:
   int heads_, kv_heads_, head_dim_;

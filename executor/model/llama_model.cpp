@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/str_cat.h"
+#include "executor/model/activation_checkpoint.h"
 
 namespace cpt::exec {
 
@@ -65,8 +66,10 @@ torch::Tensor LlamaModelImpl::embed(const torch::Tensor& tokens) { return embed_
 
 torch::Tensor LlamaModelImpl::blocks(torch::Tensor hidden, const Batch& batch) {
   const auto [cos, sin] = rotary_.lookup(batch.positions, hidden.scalar_type());
+  const bool full = recompute_ == spec::Recompute::kFull && is_training() && torch::GradMode::is_enabled();
   for (int i = shape_.first_layer; i < shape_.last_layer; ++i) {
-    hidden = layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i))->forward(hidden, cos, sin, batch.mask);
+    auto& block = *layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i));
+    hidden = full ? checkpointed_block(block, hidden, cos, sin, batch.mask) : block.forward(hidden, cos, sin, batch.mask);
   }
   return hidden;
 }
@@ -105,6 +108,14 @@ void LlamaModelImpl::init_weights(std::uint64_t seed) {
       values = at::normal(0.0, residual ? residual_std : 0.02, t.sizes(), gen, torch::TensorOptions(torch::kFloat32));
     }
     t.copy_(values);
+  }
+}
+
+void LlamaModelImpl::set_recompute(spec::Recompute recompute) {
+  recompute_ = recompute;
+  for (int i = shape_.first_layer; i < shape_.last_layer; ++i) {
+    layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i))->self_attn->recompute_core =
+        recompute == spec::Recompute::kSelective;
   }
 }
 

@@ -12,6 +12,7 @@
 #include "executor/data/batch.h"
 #include "executor/model/llama_blocks.h"
 #include "spec/model_spec.h"
+#include "spec/parallel_config.h"
 
 namespace cpt::exec {
 
@@ -44,6 +45,10 @@ class LlamaModelImpl : public torch::nn::Module {
   // write into the residual stream (o_proj, down_proj; GPT-2), ones for norms. Deterministic in `seed`.
   void init_weights(std::uint64_t seed);
 
+  // Activation recomputation during training (the plan's `recompute`): none, selective (the
+  // attention core of every block) or full (every block). activation_checkpoint.h.
+  void set_recompute(spec::Recompute recompute);
+
   [[nodiscard]] const spec::ModelSpec& spec() const { return spec_; }
   [[nodiscard]] const StageShape& shape() const { return shape_; }
 
@@ -55,6 +60,7 @@ class LlamaModelImpl : public torch::nn::Module {
  private:
   spec::ModelSpec spec_;
   StageShape shape_;
+  spec::Recompute recompute_ = spec::Recompute::kNone;
   RotaryTables rotary_;
 };
 TORCH_MODULE(LlamaModel);

@@ -158,6 +158,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     core::info0("init: weights from ", config.init_from->string(), " (", loaded, ")");
   }
   model->to(device);
+  model->set_recompute(par.recompute);
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
   // ZeRO-0: every rank updates everything; ZeRO-1/2: each rank its slice (step_optimizer.h).

@@ -97,7 +97,9 @@ class DistributedTrain : public ::testing::Test {
     for (const auto& [name, fix, gpus] :
          {std::tuple{"single", "micro_batch=2", 1}, std::tuple{"dp2", "dp=2,zero=0,micro_batch=2", 2},
           std::tuple{"zero1-dp2", "dp=2,zero=1,offload=none,micro_batch=2", 2},
-          std::tuple{"zero2-dp2", "dp=2,zero=2,offload=none,micro_batch=2", 2}}) {
+          std::tuple{"zero2-dp2", "dp=2,zero=2,offload=none,micro_batch=2", 2},
+          std::tuple{"dp2-full-recompute", "dp=2,zero=0,recompute=full,micro_batch=2", 2},
+          std::tuple{"zero1-dp2-selective", "dp=2,zero=1,offload=none,recompute=selective,micro_batch=2", 2}}) {
       ASSERT_EQ(sh(cpt() + " plan --model tiny --gpu h100 --gpus " + std::to_string(gpus) +
                        " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
                    dir_)
@@ -129,13 +131,14 @@ void expect_same_run(const fs::path& a_dir, const fs::path& b_dir, const std::st
   }
 }
 
-// DP2 with replicated (ZeRO-0), sharded-optimizer (ZeRO-1) and sharded-gradient (ZeRO-2) updates:
-// each the single-process run, step by step and in the final weights.
+// DP2 with replicated (ZeRO-0), sharded-optimizer (ZeRO-1) and sharded-gradient (ZeRO-2) updates,
+// and with full or selective recomputation: each the single-process run, step by step and in the
+// final weights.
 TEST_F(DistributedTrain, DataParallelLayoutsMatchTheSingleProcessRun) {
   const auto d = dir_.string();
   const auto single = sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + d + "/o1", dir_);
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  for (const char* layout : {"dp2", "zero1-dp2", "zero2-dp2"}) {
+  for (const char* layout : {"dp2", "zero1-dp2", "zero2-dp2", "dp2-full-recompute", "zero1-dp2-selective"}) {
     const auto out = d + "/o-" + layout;
     const auto r = sh(cpt() + " train --plan " + d + "/" + layout + "/plan.json --config " + d + "/train.json --out " + out +
                           " --nproc-per-node 2",

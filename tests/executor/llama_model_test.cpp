@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "core/error.h"
 #include "spec/model_catalog.h"
 
@@ -108,6 +111,68 @@ TEST(LlamaModel, RejectsGptStyleSpecsWithAClearError) {
     FAIL();
   } catch (const core::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("LLaMA-family"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace cpt::exec
+
+namespace cpt::exec {
+namespace {
+
+// Names of every node of the autograd graph behind `t`.
+std::string graph_names(const torch::Tensor& t) {
+  std::string names;
+  std::vector<torch::autograd::Node*> stack{t.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!stack.empty()) {
+    auto* n = stack.back();
+    stack.pop_back();
+    if (n == nullptr || !seen.insert(n).second) continue;
+    names += n->name() + " ";
+    for (const auto& e : n->next_edges()) stack.push_back(e.function.get());
+  }
+  return names;
+}
+
+// Recomputation changes memory, never results: full and selective give the gradients of the plain
+// model (on a packed batch with a document mask, and causally), and the graph holds the
+// checkpoint nodes instead of the recomputed work.
+TEST(ActivationCheckpoint, FullAndSelectiveGiveThePlainGradients) {
+  const auto spec = catalog("tiny");
+  auto batch = causal_batch(2, 24, spec.vocab, 9);
+  auto masked = batch;
+  const auto doc = torch::cat({torch::zeros({10}, torch::kInt64), torch::ones({14}, torch::kInt64)});
+  masked.mask = (doc.unsqueeze(0) == doc.unsqueeze(1)).logical_and(torch::ones({24, 24}, torch::kBool).tril())
+                    .view({1, 1, 24, 24})
+                    .expand({2, 1, 24, 24});
+  for (const auto* b : {&batch, &masked}) {
+    std::map<std::string, torch::Tensor> reference;
+    double reference_loss = 0;
+    for (auto mode : {spec::Recompute::kNone, spec::Recompute::kSelective, spec::Recompute::kFull}) {
+      LlamaModel model(spec);
+      model->init_weights(4);
+      model->train();
+      model->set_recompute(mode);
+      const auto loss = model->loss_sum(*b);
+      const auto names = graph_names(loss);
+      EXPECT_EQ(names.find("BlockCheckpoint") != std::string::npos, mode == spec::Recompute::kFull) << names;
+      EXPECT_EQ(names.find("AttentionCoreCheckpoint") != std::string::npos, mode == spec::Recompute::kSelective);
+      EXPECT_EQ(names.find("SwiGLU") == std::string::npos && names.find("Silu") != std::string::npos,
+                mode != spec::Recompute::kFull);  // full recompute keeps no MLP node in the graph
+      loss.backward();
+      if (mode == spec::Recompute::kNone) {
+        reference_loss = loss.item<double>();
+        for (const auto& p : model->named_parameters()) reference[p.key()] = p.value().grad().clone();
+        continue;
+      }
+      EXPECT_DOUBLE_EQ(loss.item<double>(), reference_loss);
+      for (const auto& p : model->named_parameters()) {
+        ASSERT_TRUE(p.value().grad().defined()) << p.key();
+        EXPECT_TRUE(torch::allclose(p.value().grad(), reference[p.key()], 1e-5, 1e-7))
+            << spec::to_string(mode) << " " << p.key();
+      }
+    }
   }
 }
 

@@ -1,0 +1,94 @@
+#include "executor/model/activation_checkpoint.h"
+
+#include <cstdint>
+
+#include "executor/model/llama_blocks.h"
+
+namespace cpt::exec {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Re-enables the graph and computes the gradients of `outputs` w.r.t. the detached copies of the
+// inputs (and, as a side effect, of every parameter used).
+variable_list recompute_and_backward(const std::function<torch::Tensor(const variable_list&)>& fn,
+                                     const variable_list& inputs, const torch::Tensor& grad_output) {
+  variable_list detached;
+  for (const auto& t : inputs) detached.push_back(t.defined() ? t.detach().requires_grad_(t.is_floating_point()) : t);
+  torch::Tensor out;
+  {
+    torch::AutoGradMode enable(true);
+    out = fn(detached);
+  }
+  torch::autograd::backward({out}, {grad_output});
+  variable_list grads;
+  for (const auto& t : detached) grads.push_back(t.defined() && t.requires_grad() ? t.grad() : torch::Tensor());
+  return grads;
+}
+
+struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
+  // `mask` is an empty placeholder when has_mask is false (apply() cannot take undefined tensors).
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, const torch::Tensor& mask, bool has_mask, std::int64_t block) {
+    // The block lives as long as the model, which outlives every step's graph.
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["has_mask"] = has_mask;
+    ctx->save_for_backward({x, cos, sin, mask});
+    return reinterpret_cast<DecoderBlockImpl*>(block)->forward(x, cos, sin, has_mask ? mask : torch::Tensor());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto* block = reinterpret_cast<DecoderBlockImpl*>(ctx->saved_data["block"].toInt());
+    const bool has_mask = ctx->saved_data["has_mask"].toBool();
+    auto saved = ctx->get_saved_variables();
+    const auto cos = saved[1], sin = saved[2];
+    const auto mask = has_mask ? saved[3] : torch::Tensor();
+    const auto grads = recompute_and_backward(
+        [&](const variable_list& in) { return block->forward(in[0], cos, sin, mask); }, {saved[0]}, grad_out[0]);
+    return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct AttentionCoreCheckpoint : public torch::autograd::Function<AttentionCoreCheckpoint> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& mask, bool has_mask, bool gqa) {
+    ctx->saved_data["gqa"] = gqa;
+    ctx->saved_data["has_mask"] = has_mask;
+    ctx->save_for_backward({q, k, v, mask});
+    return attention_core(q, k, v, has_mask ? mask : torch::Tensor(), gqa);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const bool gqa = ctx->saved_data["gqa"].toBool();
+    const bool has_mask = ctx->saved_data["has_mask"].toBool();
+    auto saved = ctx->get_saved_variables();
+    const auto mask = has_mask ? saved[3] : torch::Tensor();
+    const auto grads = recompute_and_backward(
+        [&](const variable_list& in) { return attention_core(in[0], in[1], in[2], mask, gqa); },
+        {saved[0], saved[1], saved[2]}, grad_out[0]);
+    return {grads[0], grads[1], grads[2], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+torch::Tensor placeholder(const torch::Tensor& like) { return torch::empty({0}, like.options().dtype(torch::kBool)); }
+
+}  // namespace
+
+torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& mask, bool gqa) {
+  if (mask.defined()) return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, std::nullopt, gqa);
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+}
+
+torch::Tensor checkpointed_block(DecoderBlockImpl& block, const torch::Tensor& x, const torch::Tensor& cos,
+                                 const torch::Tensor& sin, const torch::Tensor& mask) {
+  return BlockCheckpoint::apply(x, cos, sin, mask.defined() ? mask : placeholder(x), mask.defined(),
+                                reinterpret_cast<std::int64_t>(&block));
+}
+
+torch::Tensor checkpointed_attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                          const torch::Tensor& mask, bool gqa) {
+  return AttentionCoreCheckpoint::apply(q, k, v, mask.defined() ? mask : placeholder(q), mask.defined(), gqa);
+}
+
+}  // namespace cpt::exec
