@@ -83,12 +83,13 @@ torch::Tensor LlamaModelImpl::forward(const Batch& batch) {
   return head(blocks(embed(batch.tokens), batch));
 }
 
-torch::Tensor LlamaModelImpl::loss_sum(const Batch& batch) {
-  const auto logits = forward(batch);
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(
-      logits.view({-1, logits.size(-1)}).to(torch::kFloat32), batch.targets.view({-1}),
+      logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
 }
+
+torch::Tensor LlamaModelImpl::loss_sum(const Batch& batch) { return cross_entropy_sum(forward(batch), batch.targets); }
 
 void LlamaModelImpl::init_weights(std::uint64_t seed) {
   torch::NoGradGuard no_grad;

@@ -65,6 +65,10 @@ class LlamaModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaModel);
 
+// Σ of the token cross-entropies of `logits` [B, S, V] against `targets` [B, S] (kIgnoreIndex
+// skipped), as an fp32 scalar.
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets);
+
 // Parameter names that take no weight decay (norm weights; biases if any).
 bool is_no_decay_parameter(const std::string& name);
 

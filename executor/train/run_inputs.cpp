@@ -93,6 +93,11 @@ RunInputs prepare_run_inputs(const TrainConfig& config, const spec::ModelSpec& m
     in.eval.push_back(DataSource{d.name, data, 1.0});
     in.eval_sequences.push_back(d.eval_sequences);
   }
+  if (config.ewc) {
+    auto data = ready_dataset(config.ewc->data, in.tokenizer, out_dir);
+    check_vocab(config.ewc->data, *data, in.tokenizer, model);
+    in.ewc = DataSource{config.ewc->data.name, data, 1.0};
+  }
   return in;
 }
 

@@ -20,6 +20,7 @@ struct RunInputs {
   std::vector<DataSource> train;
   std::vector<DataSource> eval;
   std::vector<std::int64_t> eval_sequences;  // per eval set
+  std::optional<DataSource> ewc;             // the EWC Fisher estimate's data
 };
 
 // ConfigError naming the data set and both numbers when a vocabulary does not fit the model or

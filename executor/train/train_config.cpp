@@ -128,6 +128,34 @@ TrainConfig load_train_config(const fs::path& path) {
   if (r.has("packing")) c.packing = r.one_of("packing", {"packed", "padded"}) == "packed" ? Packing::kPacked : Packing::kPadded;
   if (r.has("seed")) c.seed = static_cast<std::uint64_t>(r.integer("seed", 0));
   if (r.has("init_from")) c.init_from = resolve(base, r.string("init_from"));
+  if (r.has("distill")) {
+    auto d = r.object("distill");
+    DistillConfig dc;
+    if (d.has("lambda")) dc.lambda = d.positive_number("lambda");
+    if (d.has("teacher")) dc.teacher = resolve(base, d.string("teacher"));
+    if (d.has("guard")) {
+      auto g = d.object("guard");
+      dc.guard_threshold = g.positive_number("threshold");
+      if (g.has("lr_factor")) dc.guard_lr_factor = g.number("lr_factor", 0.0, 1.0);
+      dc.guard_patience = g.optional_integer("patience", 1).value_or(20);
+      g.finish();
+    }
+    d.finish();
+    if (!dc.teacher && !c.init_from) {
+      r.fail("distill", "a teacher: \"distill.teacher\" or \"init_from\" (the base model)", "neither");
+    }
+    c.distill = dc;
+  }
+  if (r.has("ewc")) {
+    auto e = r.object("ewc");
+    EwcConfig ec;
+    if (e.has("lambda")) ec.lambda = e.positive_number("lambda");
+    ec.data = data_set(e.object("data"), base, /*eval=*/false);
+    ec.sequences = e.optional_integer("sequences", 1, 1'000'000).value_or(64);
+    e.finish();
+    if (!ec.data.sources.empty() && !c.tokenizer) r.fail("tokenizer", "a tokenizer (the EWC data set is raw text)", "none");
+    c.ewc = ec;
+  }
   if (r.has("device")) c.device = r.one_of("device", {"auto", "cpu", "cuda"});
   c.threads = static_cast<int>(r.optional_integer("threads", 0, 4096).value_or(0));
   c.log_interval_steps = r.optional_integer("log_interval_steps", 0).value_or(1);

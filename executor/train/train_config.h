@@ -34,6 +34,24 @@ struct TokenizerConfig {
   std::uint64_t train_max_bytes = 64ull << 20;
 };
 
+// KL distillation against the frozen base model (regularizers.h).
+struct DistillConfig {
+  double lambda = 0.1;
+  std::optional<std::filesystem::path> teacher;  // default: init_from
+  // Guard: when the step's KL stays above `guard_threshold` for `guard_patience` steps, the
+  // learning rate is multiplied by `guard_lr_factor` (again after every further `patience` steps).
+  std::optional<double> guard_threshold;
+  double guard_lr_factor = 0.5;
+  std::int64_t guard_patience = 20;
+};
+
+// Elastic weight consolidation around the starting weights (regularizers.h).
+struct EwcConfig {
+  double lambda = 100;
+  DataSetConfig data;            // original-domain text for the Fisher estimate
+  std::int64_t sequences = 64;   // sequences in the estimate
+};
+
 struct CheckpointConfig {
   std::int64_t interval_steps = 0;  // 0: only the final checkpoint
   int keep_last = 2;                // interval checkpoints kept (the newest ones)
@@ -54,6 +72,8 @@ struct TrainConfig {
   Packing packing = Packing::kPacked;
   std::uint64_t seed = 1234;
   std::optional<std::filesystem::path> init_from;  // a cpt checkpoint or a Hugging Face directory
+  std::optional<DistillConfig> distill;
+  std::optional<EwcConfig> ewc;
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // intra-op CPU threads; 0 = LibTorch's default
   int collective_timeout_s = 300;  // a collective slower than this ends the job (all ranks)

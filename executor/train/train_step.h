@@ -9,12 +9,23 @@
 #include "executor/data/batch.h"
 #include "executor/model/llama_model.h"
 #include "executor/dist/communicator.h"
+#include "executor/train/regularizers.h"
 #include "executor/train/step_optimizer.h"
 
 namespace cpt::exec {
 
+// Continual pre-training terms of the objective (regularizers.h); both off by default.
+struct Objective {
+  Teacher* teacher = nullptr;  // KL distillation against this frozen model
+  double kl_lambda = 0;
+  const Ewc* ewc = nullptr;    // elastic weight consolidation around the base weights
+  double ewc_lambda = 0;
+};
+
 struct StepResult {
-  double loss = 0;              // per-token mean over the step (over every data-parallel rank)
+  double loss = 0;              // cross-entropy, per-token mean over the step (over every data-parallel rank)
+  double kl = 0;                // KL(student ‖ teacher), per-token mean (0 without a teacher)
+  double ewc_penalty = 0;       // λ/2·Σ F (θ − θ*)² before the update (0 without EWC)
   double grad_norm = 0;         // before clipping
   bool applied = false;         // false: loss or norm not finite, no update
   std::int64_t loss_tokens = 0; // over every data-parallel rank
@@ -24,7 +35,8 @@ struct StepResult {
 // the data-parallel group (its loss tokens and losses are summed over it; a group of one for a
 // single process); `optimizer` reduces the gradients and updates. grad_clip <= 0 disables
 // clipping (torch's rule: scale by max_norm / (norm + 1e-6) when that is below 1).
+// The objective is CE + kl_lambda·KL per loss token, plus the EWC penalty once per step.
 StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std::vector<Batch>& micro, double lr,
-                      double grad_clip, const torch::Device& device, Communicator& dp);
+                      double grad_clip, const torch::Device& device, Communicator& dp, const Objective& objective = {});
 
 }  // namespace cpt::exec

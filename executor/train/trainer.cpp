@@ -23,6 +23,7 @@
 #include "executor/io/model_weights.h"
 #include "executor/model/llama_model.h"
 #include "executor/train/adamw.h"
+#include "executor/train/regularizers.h"
 #include "executor/train/run_inputs.h"
 #include "executor/train/train_step.h"
 #include "spec/model_io.h"
@@ -180,6 +181,44 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   loader_options.packing = config.packing;
   DataLoader loader(inputs.train, loader_options);
 
+  // Continual pre-training objective: the frozen teacher and the EWC anchor, both from the starting
+  // weights (before any resume).
+  Objective objective;
+  std::optional<Teacher> teacher;
+  if (config.distill) {
+    LlamaModel t(spec);
+    const auto source = config.distill->teacher.value_or(*config.init_from);
+    const auto loaded = load_model_weights(*t, source);
+    t->to(device);
+    teacher.emplace(std::move(t));
+    objective.teacher = &*teacher;
+    objective.kl_lambda = config.distill->lambda;
+    core::info0("distill: teacher from ", source.string(), " (", loaded, "), lambda ", config.distill->lambda);
+  }
+  std::optional<Ewc> ewc;
+  if (config.ewc) {
+    const auto file = options.out_dir / "ewc_fisher.safetensors";
+    if (rank0 && !fs::exists(file)) {
+      LoaderOptions lo;
+      lo.seq_len = seq_len;
+      lo.micro_batch = par.micro_batch;
+      lo.seed = config.seed;
+      lo.packing = config.packing;
+      lo.shuffle = false;
+      DataLoader ewc_loader({*inputs.ewc}, lo);
+      const auto estimate = Ewc::estimate(*model, ewc_loader, config.ewc->sequences, device);
+      estimate.save(file);
+      core::info0("ewc: Fisher of the starting weights from ", config.ewc->sequences, " sequences of \"",
+                  inputs.ewc->name, "\" (mean ", estimate.mean_fisher(), ") -> ", file.string());
+    }
+    groups.world->barrier();
+    ewc = Ewc::load(file, *model, device);
+    objective.ewc = &*ewc;
+    objective.ewc_lambda = config.ewc->lambda;
+  }
+  double lr_scale = 1.0;      // the KL guard's cut of the learning rate
+  std::int64_t kl_over = 0;   // consecutive steps with KL above the guard's threshold
+
   const auto ckpt_root = options.out_dir / "checkpoints";
   std::int64_t step = 0, tokens_seen = 0, skipped = 0;
   if (options.resume) {
@@ -197,6 +236,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
       step = st.at("step").get<std::int64_t>();
       tokens_seen = st.at("tokens").get<std::int64_t>();
       skipped = st.value("skipped_steps", std::int64_t{0});
+      lr_scale = st.value("lr_scale", 1.0);
+      kl_over = st.value("kl_steps_over_threshold", std::int64_t{0});
       loader.restore(st.at("data"), ckpt->dir().string());
       if (auto rng = ckpt->rng(); rng && rng->contains("cpu")) {
         auto gen = at::detail::getDefaultCPUGenerator();
@@ -227,7 +268,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     c.optimizer = std::move(state);
     c.rng.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
     c.trainer_state = {{"step", at_step},       {"tokens", tokens_seen},       {"skipped_steps", skipped},
-                       {"data", loader.state()}, {"seed", config.seed},        {"lr_schedule", to_string(schedule.kind)}};
+                       {"data", loader.state()}, {"seed", config.seed},        {"lr_schedule", to_string(schedule.kind)},
+                       {"lr_scale", lr_scale},   {"kl_steps_over_threshold", kl_over}};
     const auto dir = write_checkpoint(ckpt_root, c);
     prune_checkpoints(ckpt_root, config.checkpoint.keep_last, dir);
     return dir;
@@ -257,12 +299,21 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   const auto end_step = std::min(total_steps, options.stop_at.value_or(total_steps));
   while (step < end_step) {
     const auto t0 = Clock::now();
-    const double lr = schedule.at(step);
+    const double lr = schedule.at(step) * lr_scale;
     std::vector<Batch> micro;
     loader.skip(dp_rank * per_rank);
     for (int m = 0; m < accum; ++m) micro.push_back(loader.next());
     loader.skip((par.dp - 1 - dp_rank) * per_rank);
-    const auto r = train_step(*model, *optimizer, micro, lr, config.grad_clip, device, *groups.dp);
+    const auto r = train_step(*model, *optimizer, micro, lr, config.grad_clip, device, *groups.dp, objective);
+    if (config.distill && config.distill->guard_threshold) {
+      kl_over = r.kl > *config.distill->guard_threshold ? kl_over + 1 : 0;
+      if (kl_over >= config.distill->guard_patience) {
+        lr_scale *= config.distill->guard_lr_factor;
+        kl_over = 0;
+        core::warn("step ", step, ": KL ", r.kl, " above ", *config.distill->guard_threshold, " for ",
+                   config.distill->guard_patience, " steps; learning rate now x", lr_scale, " of the schedule");
+      }
+    }
     const double loss = r.loss;
     const double grad_norm = r.grad_norm;
     const bool finite = r.applied;
@@ -288,6 +339,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                {"step_time_s", dt},
                                {"peak_memory_bytes", peak_memory_bytes(device)},
                                {"skipped", !finite}};
+    if (config.distill) row["kl"] = r.kl;
+    if (config.ewc) row["ewc_penalty"] = r.ewc_penalty;
     nlohmann::ordered_json consumed;
     for (std::size_t i = 0; i < loader.sources().size(); ++i) consumed[loader.sources()[i].name] = loader.consumed()[i];
     row["samples_by_source"] = consumed;

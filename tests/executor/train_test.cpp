@@ -179,3 +179,116 @@ TEST_F(TrainTest, MultiProcessPlansNeedALaunchAndUnbuiltLayoutsAreRefused) {
 
 }  // namespace
 }  // namespace cpt::exec
+
+namespace cpt::exec {
+namespace {
+
+class ContinualTest : public TrainTest {
+ protected:
+  // A short base run whose final checkpoint the continual runs start from.
+  static fs::path base_checkpoint() {
+    static const fs::path ckpt = [] {
+      static ScratchDir base("continual-base");
+      TrainOptions o;
+      o.out_dir = base.path();
+      o.progress = false;
+      return train(tiny_plan(8, 4, 32), config(6), o).checkpoint;
+    }();
+    return ckpt;
+  }
+  static std::vector<nlohmann::json> rows(const fs::path& out) {
+    std::vector<nlohmann::json> v;
+    std::ifstream in(out / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line));
+    return v;
+  }
+  static TrainConfig continual(std::int64_t steps) {
+    auto c = config(steps);
+    c.init_from = base_checkpoint();
+    c.eval.clear();
+    c.lr.peak = 1e-2;  // large steps, so that the regularizers have something to hold back
+    return c;
+  }
+};
+
+// KL(student ‖ teacher) is zero while the student is the teacher, grows as it moves, and a larger
+// λ keeps it smaller.
+TEST_F(ContinualTest, KlDistillationStartsAtZeroAndHoldsTheStudentBack) {
+  double final_kl[2] = {0, 0};
+  int i = 0;
+  for (const double lambda : {0.001, 20.0}) {
+    ScratchDir out("continual-kl");
+    auto c = continual(8);
+    c.distill = DistillConfig{};
+    c.distill->lambda = lambda;
+    TrainOptions o;
+    o.out_dir = out.path();
+    o.progress = false;
+    train(tiny_plan(8, 4, 32), c, o);
+    const auto r = rows(out.path());
+    ASSERT_EQ(r.size(), 8u);
+    EXPECT_NEAR(r.front()["kl"].get<double>(), 0.0, 1e-6);
+    EXPECT_GT(r.back()["kl"].get<double>(), 0.0);
+    final_kl[i++] = r.back()["kl"].get<double>();
+  }
+  EXPECT_LT(final_kl[1], final_kl[0] * 0.5);
+}
+
+// The guard cuts the learning rate once KL has stayed above its threshold for `patience` steps.
+TEST_F(ContinualTest, KlGuardLowersTheLearningRate) {
+  ScratchDir out("continual-guard");
+  auto c = continual(8);
+  c.distill = DistillConfig{};
+  c.distill->guard_threshold = 1e-9;
+  c.distill->guard_patience = 2;
+  c.distill->guard_lr_factor = 0.5;
+  TrainOptions o;
+  o.out_dir = out.path();
+  o.progress = false;
+  train(tiny_plan(8, 4, 32), c, o);
+  const auto r = rows(out.path());
+  // Step 0 has KL 0 (not above); steps 1 and 2 are: from step 3 on the rate is halved.
+  LrSchedule s = c.lr;
+  s.total_steps = 8;
+  EXPECT_DOUBLE_EQ(r[2]["lr"].get<double>(), s.at(2));
+  EXPECT_DOUBLE_EQ(r[3]["lr"].get<double>(), s.at(3) * 0.5);
+}
+
+// EWC: the Fisher estimate is saved, the penalty starts at zero, and a large λ keeps the weights
+// near the starting ones in the Fisher metric Σ F (θ − θ*)², the distance EWC penalises. (Not in
+// plain L2: under Adam every parameter with a nonzero penalty gradient takes steps of about lr.)
+TEST_F(ContinualTest, EwcStartsAtZeroAndAnchorsTheWeights) {
+  double moved[2] = {0, 0};
+  int i = 0;
+  const auto anchor = Checkpoint::open(base_checkpoint()).weights();
+  for (const double lambda : {1e-6, 1e3}) {
+    ScratchDir out("continual-ewc");
+    auto c = continual(8);
+    c.ewc = EwcConfig{};
+    c.ewc->lambda = lambda;
+    c.ewc->data = c.data.front();
+    c.ewc->sequences = 8;
+    TrainOptions o;
+    o.out_dir = out.path();
+    o.progress = false;
+    const auto s = train(tiny_plan(8, 4, 32), c, o);
+    EXPECT_TRUE(fs::exists(out.path() / "ewc_fisher.safetensors"));
+    const auto r = rows(out.path());
+    EXPECT_NEAR(r.front()["ewc_penalty"].get<double>(), 0.0, 1e-12);
+    const auto w = Checkpoint::open(s.checkpoint).weights();
+    const auto fisher = SafetensorsFile::open(out.path() / "ewc_fisher.safetensors");
+    double d = 0;
+    for (const auto& name : w.names()) {
+      d += (fisher.load("fisher/" + name, torch::kFloat32) *
+            (w.load(name, torch::kFloat32) - anchor.load(name, torch::kFloat32)).pow(2))
+               .sum()
+               .item<double>();
+    }
+    moved[i++] = d;
+  }
+  EXPECT_LT(moved[1], moved[0] * 0.5);
+}
+
+}  // namespace
+}  // namespace cpt::exec

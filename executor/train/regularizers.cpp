@@ -1,0 +1,104 @@
+#include "executor/train/regularizers.h"
+
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "executor/io/safetensors.h"
+
+namespace cpt::exec {
+
+using core::str_cat;
+
+torch::Tensor kl_sum(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
+                     const torch::Tensor& targets) {
+  const auto s = torch::log_softmax(student_logits.to(torch::kFloat32), -1);
+  const auto t = torch::log_softmax(teacher_logits.to(torch::kFloat32), -1);
+  const auto per_token = (s.exp() * (s - t)).sum(-1);  // [B, S]
+  return (per_token * (targets != kIgnoreIndex).to(torch::kFloat32)).sum();
+}
+
+Teacher::Teacher(LlamaModel model) : model_(std::move(model)) {
+  model_->eval();
+  for (auto& p : model_->parameters()) p.set_requires_grad(false);
+}
+
+torch::Tensor Teacher::logits(const Batch& batch) {
+  torch::NoGradGuard no_grad;
+  return model_->forward(batch);
+}
+
+Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
+  Ewc e;
+  const auto named = model.named_parameters();
+  for (const auto& p : named) {
+    e.fisher_.emplace_back(p.key(), torch::zeros_like(p.value()));
+    e.anchor_.emplace_back(p.key(), p.value().detach().clone());
+  }
+  std::int64_t used = 0;
+  while (used < sequences) {
+    const auto batch = loader.next().to(device);
+    const auto rows = batch.tokens.size(0);
+    for (std::int64_t r = 0; r < rows && used < sequences; ++r, ++used) {
+      Batch one{batch.tokens.narrow(0, r, 1), batch.targets.narrow(0, r, 1), batch.positions.narrow(0, r, 1),
+                batch.mask.defined() ? batch.mask.narrow(0, r, 1) : torch::Tensor(), 0};
+      const auto tokens = (one.targets != kIgnoreIndex).sum().item<std::int64_t>();
+      if (tokens == 0) continue;
+      model.zero_grad();
+      (model.loss_sum(one) / static_cast<double>(tokens)).backward();
+      torch::NoGradGuard no_grad;
+      std::size_t i = 0;
+      for (const auto& p : named) {
+        if (p.value().grad().defined()) e.fisher_[i].second.add_(p.value().grad().pow(2));
+        ++i;
+      }
+    }
+  }
+  model.zero_grad();
+  torch::NoGradGuard no_grad;
+  for (auto& [name, f] : e.fisher_) f.div_(static_cast<double>(std::max<std::int64_t>(used, 1)));
+  return e;
+}
+
+void Ewc::save(const std::filesystem::path& file) const {
+  std::vector<std::pair<std::string, torch::Tensor>> all;
+  for (const auto& [name, f] : fisher_) all.emplace_back("fisher/" + name, f);
+  for (const auto& [name, a] : anchor_) all.emplace_back("anchor/" + name, a);
+  write_safetensors(file, all, {{"format", "cpt-ewc-v1"}});
+}
+
+Ewc Ewc::load(const std::filesystem::path& file, LlamaModelImpl& model, const torch::Device& device) {
+  const auto st = SafetensorsFile::open(file);
+  Ewc e;
+  for (const auto& p : model.named_parameters()) {
+    for (auto [prefix, out] : {std::pair{"fisher/", &e.fisher_}, std::pair{"anchor/", &e.anchor_}}) {
+      const auto name = prefix + p.key();
+      if (!st.contains(name)) throw core::ConfigError(str_cat(file.string(), ": no tensor ", name, " for this model"));
+      const auto t = st.load(name, torch::kFloat32);
+      if (!t.sizes().equals(p.value().sizes())) {
+        throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", t.sizes(), ", the model needs ", p.value().sizes()));
+      }
+      out->emplace_back(p.key(), t.to(device));
+    }
+  }
+  return e;
+}
+
+torch::Tensor Ewc::penalty(LlamaModelImpl& model, double lambda) const {
+  auto params = model.named_parameters();
+  torch::Tensor sum = torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(fisher_.front().second.device()));
+  for (std::size_t i = 0; i < fisher_.size(); ++i) {
+    const auto& p = params[fisher_[i].first];
+    sum = sum + (fisher_[i].second * (p - anchor_[i].second).pow(2)).sum();
+  }
+  return sum * (lambda / 2);
+}
+
+double Ewc::mean_fisher() const {
+  double s = 0, n = 0;
+  for (const auto& [name, f] : fisher_) {
+    s += f.sum().item<double>();
+    n += static_cast<double>(f.numel());
+  }
+  return n > 0 ? s / n : 0;
+}
+
+}  // namespace cpt::exec
