@@ -8,7 +8,10 @@
 #include "core/str_cat.h"
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/io/model_weights.h"
+#include "executor/data/tokenizer.h"
 #include "executor/io/safetensors.h"
+#include "executor/io/vocab_extension.h"
+#include "core/atomic_file.h"
 #include "executor/model/llama_model.h"
 #include "spec/model_io.h"
 
@@ -77,6 +80,38 @@ void register_exec_checkpoint_command(CLI::App& app) {
     const auto s = tokens.size(1);
     exec::Batch b{tokens, {}, torch::arange(s, torch::kInt64).unsqueeze(0).expand({tokens.size(0), s}).contiguous(), {}, 0};
     exec::write_safetensors(f->out, {{"logits", model->forward(b).to(torch::kFloat32)}});
+  });
+  struct ExtendArgs {
+    std::string checkpoint, tokenizer, out;
+    std::int64_t vocab = 0, pad_to = 1;
+    double noise_std = 0;
+    std::uint64_t seed = 0;
+  };
+  auto x = std::make_shared<ExtendArgs>();
+  auto* ext = ckpt->add_subcommand("extend-vocab", "Grow embedding and LM head for an extended tokenizer (new rows = mean)");
+  ext->add_option("checkpoint", x->checkpoint, "Base cpt checkpoint (or import a Hugging Face model first)")->required();
+  auto* by_tok = ext->add_option("--tokenizer", x->tokenizer, "The extended SentencePiece model: its size is the new vocabulary");
+  auto* by_n = ext->add_option("--vocab", x->vocab, "The new vocabulary size")->check(CLI::PositiveNumber);
+  by_tok->excludes(by_n);
+  ext->add_option("--pad-to-multiple", x->pad_to, "Round the vocabulary up to a multiple (e.g. 128 x TP)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  ext->add_option("--noise-std", x->noise_std, "Standard deviation of noise added to the new rows")->check(CLI::NonNegativeNumber);
+  ext->add_option("--seed", x->seed, "Noise seed");
+  ext->add_option("out", x->out, "Output checkpoint directory (must not exist); also writes OUT/model.json")->required();
+  ext->callback([x] {
+    const auto base = exec::Checkpoint::open(x->checkpoint);
+    std::int64_t n = x->vocab;
+    if (!x->tokenizer.empty()) n = exec::Tokenizer::load(x->tokenizer).vocab_size();
+    if (n == 0) throw core::ConfigError("checkpoint extend-vocab: expected --tokenizer or --vocab, got neither");
+    n = (n + x->pad_to - 1) / x->pad_to * x->pad_to;
+    const auto c = exec::extend_vocabulary(base, {n, x->noise_std, x->seed});
+    exec::write_checkpoint_dir(x->out, c);
+    auto model = spec::model_to_json(c.model);
+    model["name"] = c.model.name + "-ext" + std::to_string(n);
+    core::write_file_atomic(std::filesystem::path(x->out) / "model.json", model.dump(2) + "\n");
+    std::cout << core::str_cat("extended ", base.model().name, " from ", base.model().vocab, " to ", n, " tokens -> ", x->out,
+                               " (plan with --model ", x->out, "/model.json)\n");
   });
   auto* ver = ckpt->add_subcommand("verify", "Check a checkpoint's files against its manifest");
   ver->add_option("checkpoint", a->src, "cpt checkpoint directory")->required();

@@ -1,6 +1,9 @@
 // cpt data prepare | train-tokenizer
 #include <CLI/CLI.hpp>
+#include <fstream>
 #include <iostream>
+
+#include "core/error.h"
 
 #include "cli/exec_commands.h"
 #include "core/str_cat.h"
@@ -55,6 +58,45 @@ void register_exec_data_command(CLI::App& app) {
     std::cout << core::str_cat("prepared ", p->out, ": ", r.corpus.files, " files, ", r.corpus.documents,
                                " documents, ", r.tokens, " tokens in ", r.shards, " shard(s); ", skipped_text(r.corpus),
                                "\n");
+  });
+
+  struct ExtendTokArgs {
+    std::string base, tokens_file, out;
+    std::vector<std::string> learn, extensions;
+    std::int64_t count = 256, domain_vocab = 0;
+    double max_mib = 64;
+  };
+  auto e = std::make_shared<ExtendTokArgs>();
+  auto* ext = data->add_subcommand("extend-tokenizer",
+                                   "Add domain tokens to a tokenizer (existing ids unchanged), from a list or learned");
+  ext->add_option("base", e->base, "Base SentencePiece .model")->required()->check(CLI::ExistingFile);
+  ext->add_option("--out", e->out, "Output .model file")->required();
+  auto* list = ext->add_option("--tokens", e->tokens_file, "File with one token per line")->check(CLI::ExistingFile);
+  auto* learn = ext->add_option("--learn", e->learn, "Learn tokens from this domain text (files, directories, JSONL)")
+                    ->check(CLI::ExistingPath);
+  list->excludes(learn);
+  ext->add_option("--ext", e->extensions, "With --learn: in directories, take only files ending so");
+  ext->add_option("--count", e->count, "With --learn: tokens to add at most")->check(CLI::PositiveNumber)->capture_default_str();
+  ext->add_option("--domain-vocab", e->domain_vocab, "With --learn: vocabulary of the domain tokenizer (default: 2 x base)")
+      ->check(CLI::Range(260, 1000000));
+  ext->callback([e] {
+    const auto base = exec::Tokenizer::load(e->base);
+    std::vector<std::string> tokens;
+    if (!e->tokens_file.empty()) {
+      std::ifstream in(e->tokens_file);
+      for (std::string line; std::getline(in, line);) tokens.push_back(line);
+    } else if (!e->learn.empty()) {
+      exec::CorpusOptions corpus;
+      corpus.extensions = e->extensions;
+      std::vector<std::filesystem::path> sources(e->learn.begin(), e->learn.end());
+      const auto docs = exec::sample_documents(sources, corpus, static_cast<std::uint64_t>(e->max_mib * 1024 * 1024));
+      tokens = exec::learn_domain_tokens(docs, base, e->domain_vocab > 0 ? e->domain_vocab : 2 * base.vocab_size(), e->count);
+    } else {
+      throw core::ConfigError("data extend-tokenizer: expected --tokens FILE or --learn TEXT..., got neither");
+    }
+    const auto added = exec::extend_tokenizer(e->base, tokens, e->out);
+    std::cout << core::str_cat("extended ", e->base, " (", base.vocab_size(), " pieces) with ", added.size(), " tokens -> ",
+                               e->out, " (", base.vocab_size() + static_cast<std::int64_t>(added.size()), " pieces)\n");
   });
 
   struct TokArgs {

@@ -3,7 +3,12 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -90,8 +95,87 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
 }
 
 std::int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+
+std::int32_t Tokenizer::piece_id(const std::string& piece) const {
+  const int id = sp_->PieceToId(piece);
+  // PieceToId answers unk_id for unknown pieces; only the unknown piece itself maps there truly.
+  return id == sp_->unk_id() && sp_->IdToPiece(id) != piece ? -1 : id;
+}
+
+std::string Tokenizer::piece(std::int32_t id) const { return sp_->IdToPiece(id); }
 std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
 std::int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+
+namespace {
+
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// A ModelProto.pieces entry (field 1): SentencePiece {piece = 1 (string), score = 2 (float),
+// type = 3 (enum; USER_DEFINED = 4)}.
+std::string user_defined_piece(const std::string& piece) {
+  std::string body;
+  body.push_back('\x0A');
+  put_varint(body, piece.size());
+  body += piece;
+  body.push_back('\x15');
+  const float score = 0.0f;
+  body.append(reinterpret_cast<const char*>(&score), 4);
+  body.push_back('\x18');
+  body.push_back('\x04');
+  std::string entry;
+  entry.push_back('\x0A');
+  put_varint(entry, body.size());
+  return entry + body;
+}
+
+}  // namespace
+
+std::vector<std::string> extend_tokenizer(const std::filesystem::path& base, const std::vector<std::string>& tokens,
+                                          const std::filesystem::path& out_model) {
+  auto proto = read_bytes(base);
+  const auto tok = Tokenizer::load(base);
+  std::vector<std::string> added;
+  std::set<std::string> seen;
+  for (const auto& t : tokens) {
+    if (t.empty() || tok.piece_id(t) >= 0 || !seen.insert(t).second) continue;
+    proto += user_defined_piece(t);
+    added.push_back(t);
+  }
+  sentencepiece::SentencePieceProcessor check;
+  if (!check.LoadFromSerializedProto(proto).ok() ||
+      check.GetPieceSize() != static_cast<int>(tok.vocab_size() + static_cast<std::int64_t>(added.size()))) {
+    throw core::InternalError(str_cat("extending ", base.string(), " produced an unloadable model"));
+  }
+  core::write_file_atomic(out_model, proto);
+  return added;
+}
+
+std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& documents, const Tokenizer& base,
+                                             std::int64_t vocab_size, std::int64_t count) {
+  const auto dir = std::filesystem::temp_directory_path() / str_cat("cpt-domain-tokens-", ::getpid());
+  std::filesystem::create_directories(dir);
+  TokenizerTrainOptions o;
+  o.vocab_size = vocab_size;
+  train_tokenizer(documents, o, dir / "domain");
+  const auto domain = Tokenizer::load(dir / "domain.model");
+  std::filesystem::remove_all(dir);
+  std::vector<std::string> candidates;
+  for (std::int32_t id = 0; id < domain.vocab_size(); ++id) {
+    const auto p = domain.piece(id);
+    const bool special = p.size() >= 2 && p.front() == '<' && p.back() == '>';  // <unk>, <s>, <0x0A>, ...
+    if (special || p.size() < 2 || base.piece_id(p) >= 0) continue;
+    candidates.push_back(p);
+  }
+  // Id order is BPE merge order: the most frequent domain pieces first.
+  if (static_cast<std::int64_t>(candidates.size()) > count) candidates.resize(static_cast<std::size_t>(count));
+  return candidates;
+}
 
 void train_tokenizer(const std::vector<std::string>& documents, const TokenizerTrainOptions& options,
                      const std::filesystem::path& out_prefix) {

@@ -27,6 +27,9 @@ class Tokenizer {
   [[nodiscard]] std::int64_t vocab_size() const;
   [[nodiscard]] std::int32_t bos_id() const;  // -1 when the model has none
   [[nodiscard]] std::int32_t eos_id() const;  // -1 when the model has none
+  // The id of `piece`, or -1 when it is not in the vocabulary.
+  [[nodiscard]] std::int32_t piece_id(const std::string& piece) const;
+  [[nodiscard]] std::string piece(std::int32_t id) const;
   [[nodiscard]] const std::filesystem::path& path() const { return path_; }
   // Stable hash of the model file's bytes: data shards record it, training checks it.
   [[nodiscard]] const std::string& fingerprint() const { return fingerprint_; }
@@ -50,5 +53,19 @@ struct TokenizerTrainOptions {
 // `<out_prefix>.vocab`. ConfigError for an impossible vocabulary size (SentencePiece's message).
 void train_tokenizer(const std::vector<std::string>& documents, const TokenizerTrainOptions& options,
                      const std::filesystem::path& out_prefix);
+
+// Vocabulary extension: `base` plus `tokens` appended as user-defined pieces (matched whole before
+// BPE, as Hugging Face's added tokens), written to `out_model`. Existing ids are unchanged, so text
+// without the new tokens encodes exactly as before. Tokens already in the vocabulary and duplicates
+// are skipped. Returns the pieces added. (The model file is a protobuf ModelProto; a piece is
+// appended as one more `pieces` entry, which protobuf parsers append to the repeated field.)
+std::vector<std::string> extend_tokenizer(const std::filesystem::path& base, const std::vector<std::string>& tokens,
+                                          const std::filesystem::path& out_model);
+
+// Domain tokens for extension: the pieces of a `vocab_size` BPE tokenizer trained on `documents`
+// that `base` lacks, in the domain model's merge order (most frequent first; bytes and control
+// pieces excluded), at most `count`.
+std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& documents, const Tokenizer& base,
+                                             std::int64_t vocab_size, std::int64_t count);
 
 }  // namespace cpt::exec

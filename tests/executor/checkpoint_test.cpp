@@ -122,3 +122,64 @@ TEST(LrSchedule, WarmupCosineConstantAndWsd) {
 
 }  // namespace
 }  // namespace cpt::exec
+
+#include "executor/data/tokenizer.h"
+#include "executor/io/model_weights.h"
+#include "executor/io/vocab_extension.h"
+#include "executor/model/llama_model.h"
+
+namespace cpt::exec {
+namespace {
+
+// Extension keeps every existing id: text without the new tokens encodes as before, and a new token
+// becomes one id past the old vocabulary.
+TEST(VocabExtension, TokenizerKeepsOldIdsAndAddsWholeTokens) {
+  ScratchDir dir("vocab-tok");
+  const auto& base = testing::small_tokenizer();
+  const auto base_file = dir.path() / "base.model";
+  fs::copy_file(base.path(), base_file);
+  const auto added = extend_tokenizer(base_file, {"JSONDecodeError", "JSONDecodeError", "\xe2\x96\x81return"}, dir.path() / "ext.model");
+  ASSERT_GE(added.size(), 1u);
+  EXPECT_EQ(added.front(), "JSONDecodeError");
+  const auto ext = Tokenizer::load(dir.path() / "ext.model");
+  EXPECT_EQ(ext.vocab_size(), base.vocab_size() + static_cast<std::int64_t>(added.size()));
+  const std::string plain = "def scan(s, idx):\n    yield s[idx:]  # no new token here\n";
+  EXPECT_EQ(ext.encode(plain), base.encode(plain));
+  const auto with = ext.encode("raise JSONDecodeError(msg)");
+  EXPECT_NE(std::find(with.begin(), with.end(), ext.piece_id("JSONDecodeError")), with.end());
+  EXPECT_EQ(ext.piece_id("JSONDecodeError"), base.vocab_size());
+  EXPECT_EQ(ext.decode(with), "raise JSONDecodeError(msg)");
+}
+
+// The extended model: old rows bit-identical, new rows the mean; on old tokens its logits over the
+// old vocabulary are exactly the base model's.
+TEST(VocabExtension, ModelKeepsTheBaseLogitsOnOldTokens) {
+  ScratchDir dir("vocab-model");
+  const auto spec = spec::find_catalog_model("tiny").value().spec;
+  LlamaModel base(spec);
+  base->init_weights(3);
+  CheckpointContents c;
+  c.model = spec;
+  for (const auto& p : base->named_parameters()) c.weights.emplace_back(p.key(), p.value());
+  write_checkpoint_dir(dir.path() / "base", c);
+  const auto extended = extend_vocabulary(Checkpoint::open(dir.path() / "base"), {spec.vocab + 40, 0.0, 0});
+  write_checkpoint_dir(dir.path() / "ext", extended);
+  ASSERT_EQ(extended.model.vocab, spec.vocab + 40);
+  LlamaModel ext(extended.model);
+  load_model_weights(*ext, dir.path() / "ext");
+  const auto emb = ext->embed_tokens->weight;
+  EXPECT_TRUE(torch::equal(emb.narrow(0, 0, spec.vocab), base->embed_tokens->weight));
+  EXPECT_TRUE(torch::allclose(emb[spec.vocab + 7], base->embed_tokens->weight.mean(0)));
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(1);
+  const auto tokens = torch::randint(spec.vocab, {2, 20}, torch::kInt64);
+  Batch b{tokens, tokens, torch::arange(20, torch::kInt64).unsqueeze(0).expand({2, 20}).contiguous(), {}, 0};
+  const auto a = base->forward(b);
+  const auto e = ext->forward(b);
+  EXPECT_EQ(e.size(-1), spec.vocab + 40);
+  EXPECT_TRUE(torch::equal(e.narrow(-1, 0, spec.vocab), a));
+  EXPECT_THROW(extend_vocabulary(Checkpoint::open(dir.path() / "base"), {spec.vocab - 1, 0.0, 0}), core::ConfigError);
+}
+
+}  // namespace
+}  // namespace cpt::exec
