@@ -97,6 +97,15 @@ TrainConfig load_train_config(const fs::path& path) {
   for (const auto& d : c.eval) {
     if (!d.sources.empty() && !c.tokenizer) r.fail("tokenizer", str_cat("a tokenizer (eval set \"", d.name, "\" is raw text)"), "none");
   }
+  // Raw-text sets are prepared into OUT/data/<name>: one name, one data set.
+  for (const auto& e : c.eval) {
+    for (const auto& d : c.data) {
+      if (d.name == e.name && (d.path != e.path || d.sources != e.sources)) {
+        r.fail("eval", str_cat("names distinct from the training sets' unless they are the same data"),
+               str_cat("\"", e.name, "\" for other data"));
+      }
+    }
+  }
   c.steps = r.optional_integer("steps", 1);
   c.tokens = r.optional_integer("tokens", 1);
   if (c.steps && c.tokens) r.fail("tokens", "one of \"steps\" or \"tokens\"", "both");
