@@ -82,18 +82,6 @@ core::Json result_json(const planner::PlannerResult& r, bool with_seconds) {
   return j;
 }
 
-spec::Prediction prediction_of(const cost::Estimate& e) {
-  spec::Prediction p;
-  p.step_time_s = e.time.total().value();
-  p.tokens_per_s_per_gpu = e.tokens_per_s_per_gpu;
-  p.mfu = e.mfu;
-  const auto t = cost::time_to_json(e.time);
-  for (const auto& [k, v] : t.items()) p.step_time_breakdown_s[k] = v.get<double>();
-  const auto m = cost::memory_to_json(e.peak_memory());
-  for (const auto& [k, v] : m.items()) p.peak_memory_GiB_per_rank[k] = v.get<double>();
-  return p;
-}
-
 std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const PlanOptions& o,
                       const planner::PlannerResult& r) {
   std::ostringstream md;
@@ -131,7 +119,7 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
   if (ec) throw core::RuntimeError(str_cat(dir.string(), ": cannot create: ", ec.message()));
   if (!r.top.empty()) {
     spec::Plan plan = spec::make_plan(model, cluster, spec::Workload{o.seq_len, o.tokens}, r.top.front().config);
-    plan.predicted = prediction_of(r.top.front().estimate);
+    plan.predicted = cost::prediction_of(r.top.front().estimate);
     spec::save_plan(plan, dir / "plan.json");
     planner::write_handoff(plan, dir);
   }

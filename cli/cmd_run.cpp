@@ -1,75 +1,343 @@
-// cpt run: plan and train in one shot. Until the executor (#6, #7) and the CPU profile of this
-// machine (#9) exist it resolves its inputs, reports what this machine and this build can do, and
-// says what is missing.
+// cpt run: the end-to-end demonstration behind `make run`, on this machine and its own text.
+//   1. measure this machine (cpt-exec probe-host) and describe it as a one-device cluster;
+//   2. pre-train a small base model on English text (Debian packages' copyright files), or reuse
+//      the cached one (~/.cache/cpt/run-base-*);
+//   3. extend its vocabulary with tokens learned from Python source (the standard library);
+//   4. plan the extended model for this machine (the cost model's estimate), write plan.json and
+//      read it back;
+//   5. continually pre-train on Python with 25% English replay and KL distillation against the
+//      base, evaluating held-out English (forgetting) and Python (adaptation) before and after;
+//   6. print the adaptation/forgetting table and write OUT/summary.json.
+// Every step is a `cpt` subcommand a user can run alone; this file only orchestrates them.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
-#include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/executor_process.h"
 #include "cli/output.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/json_reader.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "core/units.h"
-#include "core/version.h"
-#include "spec/hardware_catalog.h"
-#include "cli/executor_process.h"
+#include "costmodel/estimate_json.h"
+#include "costmodel/step_estimator.h"
+#include "spec/model_catalog.h"
 #include "spec/model_io.h"
+#include "spec/plan.h"
 
 namespace cpt::cli {
 namespace {
 
 using core::str_cat;
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
 
-// The embedded default behind `make run`: a ~25M-parameter LLaMA-style model, planned for one
-// 8-GPU H100 node (the CPU profile of this machine arrives with `cpt calibrate`, issue #9).
 struct RunOptions {
-  std::string model = "cpt-25m";
-  std::string gpu = "h100";
-  int gpus = 8;
-  int seq_len = 512;
+  std::string out;
+  int steps = 300;
+  int base_steps = 800;
+  int add_tokens = 64;
 };
 
-std::string executor_status() {
-  if (!find_executor()) return "not built (LibTorch not found at configure time; run scripts/setup)";
-  auto r = run_executor({"info"});
-  while (!r.out.empty() && r.out.back() == '\n') r.out.pop_back();
-  if (r.exit_code != 0) return str_cat("cpt-exec failed (exit ", r.exit_code, ")");
-  return str_cat("cpt-exec: ", r.out);
+// Text a fresh machine has after scripts/setup: English in the copyright files of Debian packages,
+// Python in the standard library. Training and held-out sets are disjoint package ranges.
+struct LocalText {
+  std::vector<std::string> english_train, english_heldout, code_train, code_heldout;
+};
+
+LocalText find_local_text() {
+  LocalText t;
+  std::vector<fs::path> docs;
+  for (const auto& e : fs::directory_iterator("/usr/share/doc")) {
+    if (fs::is_regular_file(e.path() / "copyright")) docs.push_back(e.path());
+  }
+  std::sort(docs.begin(), docs.end());
+  for (const auto& d : docs) {
+    const char c = d.filename().string().front();
+    if (c >= 'd' && c <= 'h') t.english_train.push_back((d / "copyright").string());
+    if (c >= 'p' && c <= 'z') t.english_heldout.push_back((d / "copyright").string());
+  }
+  fs::path python;
+  for (const char* v : {"3.13", "3.12", "3.11", "3.10", "3.9"}) {
+    if (fs::exists(str_cat("/usr/lib/python", v, "/json/decoder.py"))) {
+      python = str_cat("/usr/lib/python", v);
+      break;
+    }
+  }
+  for (const char* p : {"asyncio", "email", "http", "logging", "multiprocessing", "unittest", "xml", "importlib",
+                        "urllib", "concurrent"}) {
+    if (!python.empty() && fs::is_directory(python / p)) t.code_train.push_back((python / p).string());
+  }
+  for (const char* p : {"json", "html", "wsgiref", "tomllib"}) {
+    if (!python.empty() && fs::is_directory(python / p)) t.code_heldout.push_back((python / p).string());
+  }
+  if (t.english_train.empty() || t.english_heldout.empty() || t.code_train.empty() || t.code_heldout.empty()) {
+    throw core::RuntimeError(
+        "cpt run needs English text (/usr/share/doc/*/copyright) and Python source (/usr/lib/python3.X); "
+        "run scripts/setup");
+  }
+  return t;
+}
+
+void exec_step(const std::vector<std::string>& args) {
+  if (const int code = run_executor_passthrough(args); code != 0) {
+    throw core::RuntimeError(str_cat("`cpt ", args.front(), " ", args.size() > 1 ? args[1] : "", "` failed (exit ", code,
+                                     "); the lines above say why"));
+  }
+}
+
+Json executor_json(const std::vector<std::string>& args) {
+  auto r = run_executor(args);
+  if (r.exit_code != 0) throw core::RuntimeError(str_cat("`cpt-exec ", args.front(), "` failed (exit ", r.exit_code, ")"));
+  return Json::parse(r.out);
+}
+
+// This machine as a one-device cluster, from the probe's measurements (not calibrated: issue #9).
+spec::ClusterSpec host_cluster(const Json& probe) {
+  spec::GpuSpec g;
+  g.name = "host_cpu";
+  g.display_name = str_cat("this machine's CPU (", probe["cores"].get<int>(), " cores, measured fp32)");
+  g.aliases = {"host"};
+  g.hbm_capacity = core::Bytes(static_cast<std::int64_t>(probe["memory_bytes"].get<double>()));
+  g.hbm_bandwidth = core::BytesPerSecond(probe["copy_bytes_per_s"].get<double>());
+  const double peak = probe["peak_flops_per_s"].get<double>();
+  g.dense_peak[static_cast<std::size_t>(spec::Precision::kFp32)] = core::FlopsPerSecond(peak);
+  // The profile format requires a bf16 figure; cpt trains in fp32 on CPUs and plans in fp32 here,
+  // so it repeats the fp32 rate rather than inventing one.
+  g.dense_peak[static_cast<std::size_t>(spec::Precision::kBf16)] = core::FlopsPerSecond(peak);
+  for (const auto& s : probe["gemm"]) {
+    g.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kFp32)].push_back(
+        {s["gflop"].get<double>(), s["flops_per_s"].get<double>() / peak});
+  }
+  g.default_node = "host";
+  spec::NodeSpec n;
+  n.name = "host";
+  n.display_name = "this machine";
+  n.gpu = g;
+  n.gpus_per_node = 1;
+  n.intra_kind = spec::IntraNodeKind::kPcie;
+  n.intra_bandwidth = g.hbm_bandwidth;
+  n.intra_latency = core::Seconds(1e-5);
+  n.nics_per_node = 1;
+  n.nic_bandwidth = core::BytesPerSecond(1.25e9);
+  n.default_fabric = "loopback";
+  spec::FabricSpec f;
+  f.name = "loopback";
+  f.display_name = "none (one machine)";
+  f.link_bandwidth = core::BytesPerSecond(1.25e9);
+  f.latency = core::Seconds(5e-5);
+  f.switch_radix = 2;
+  spec::ClusterSpec c{"this-machine", n, f, 1, 1};
+  return c;
+}
+
+// A single-process plan of `model` on this machine, with the cost model's prediction (fp32).
+spec::Plan host_plan(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len, int batch) {
+  spec::ParallelConfig p;
+  p.micro_batch = batch;
+  p.global_batch = batch;
+  auto plan = spec::make_plan(model, cluster, spec::Workload{seq_len, 0}, p);
+  cost::CostModelOptions o;
+  o.precision = spec::Precision::kFp32;
+  o.flash_attention = false;
+  const auto ev = cost::evaluate(model, cluster, p, seq_len, o);
+  if (const auto* e = std::get_if<cost::Estimate>(&ev)) plan.predicted = cost::prediction_of(*e);
+  return plan;
+}
+
+Json train_config(const fs::path& tokenizer, const Json& data, const Json& eval, int steps, double peak,
+                  int warmup) {
+  return Json{{"tokenizer", {{"model", tokenizer.string()}}},
+              {"data", data},
+              {"eval", eval},
+              {"steps", steps},
+              {"lr", {{"schedule", "cosine"}, {"peak", peak}, {"warmup_steps", warmup}, {"min_ratio", 0.1}}},
+              {"seed", 1},
+              {"log_interval_steps", std::max(1, steps / 5)}};
+}
+
+void write_json(const fs::path& p, const Json& j) { core::write_file_atomic(p, j.dump(2) + "\n"); }
+
+// {set: perplexity} of the evaluations at `step` (the last one when step < 0).
+std::map<std::string, double> perplexities(const fs::path& eval_jsonl, std::int64_t step) {
+  std::vector<Json> rows;
+  std::ifstream in(eval_jsonl);
+  for (std::string line; std::getline(in, line);) rows.push_back(Json::parse(line));
+  if (step < 0) {
+    for (const auto& r : rows) step = std::max(step, r["step"].get<std::int64_t>());
+  }
+  std::map<std::string, double> out;
+  for (const auto& r : rows) {
+    if (r["step"].get<std::int64_t>() == step) out[r["set"].get<std::string>()] = r["perplexity"].get<double>();
+  }
+  return out;
+}
+
+fs::path cache_root() {
+  if (const char* d = std::getenv("CPT_DEPS_DIR")) return fs::path(d);
+  if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache/cpt";
+  return fs::temp_directory_path() / "cpt-cache";
 }
 
 void run(const RunOptions& o) {
-  const auto model = spec::load_model(o.model, "--model");
-  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu(o.gpu, o.gpus, "--gpu");
-  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const double mem_gib = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE)) /
-                         static_cast<double>(core::kGiB);
-  core::TextTable t({"what", "resolved"});
-  t.add_row({"model", str_cat(model.name, ": ", model.layers, " layers, hidden ", model.hidden, ", heads ", model.heads,
-                              "/", model.kv_heads, ", vocab ", model.vocab, ", ", format_count(model.num_params()),
-                              " parameters")});
-  t.add_row({"cluster", str_cat(cluster.num_gpus, " x ", cluster.gpu().display_name, " in ", cluster.num_nodes, " ",
-                                cluster.node.name, " node(s), ", cluster.fabric.name)});
-  t.add_row({"workload", str_cat("sequence length ", o.seq_len)});
-  t.add_row({"this machine", str_cat(cores, " CPU cores, ", fixed(mem_gib, 1), " GiB memory")});
-  t.add_row({"executor", executor_status()});
-  t.add_row({"cpt", str_cat(core::kVersion, "+g", core::kGitSha)});
-  std::cout << "cpt run: one-shot plan and train\n\n" << t.render() << "\n"
-            << "Not built yet: the executor that trains (issues #6, #7) and the profile of this machine's\n"
-            << "CPU (issue #9). When they land, this command plans the model above for this machine with\n"
-            << "the planner (`cpt plan`, built), writes plan.json, reads it back and trains on local text.\n";
+  if (!find_executor()) {
+    throw core::RuntimeError("`cpt run` trains, and this build has no executor (LibTorch or SentencePiece was not found "
+                             "at configure time; run scripts/setup and rebuild)");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  fs::path out = o.out;
+  if (out.empty()) {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    out = fs::path("runs") / str_cat("run-", stamp);
+  }
+  fs::create_directories(out);
+  out = fs::absolute(out);
+  const auto text = find_local_text();
+  std::cout << "cpt run: continual pre-training on this machine, from English to Python\nwriting " << out.string()
+            << "\n\n";
+
+  std::cout << "[1/6] measuring this machine\n";
+  const auto probe = executor_json({"probe-host", "--seconds", "1.5"});
+  write_json(out / "host_probe.json", probe);
+  const auto cluster = host_cluster(probe);
+  std::cout << str_cat("  ", probe["cores"].get<int>(), " cores, ", fixed(probe["memory_bytes"].get<double>() / 1073741824.0, 1),
+                       " GiB; fp32 GEMM up to ", fixed(probe["peak_flops_per_s"].get<double>() / 1e9, 1), " GFLOP/s; copy ",
+                       fixed(probe["copy_bytes_per_s"].get<double>() / 1e9, 1), " GB/s\n\n");
+
+  const auto base_model = spec::find_catalog_model("tiny").value().spec;
+  const int seq_len = 128, batch = 16;
+  const Json english_heldout = {{"name", "english-heldout"}, {"sources", text.english_heldout}, {"sequences", 256}};
+  const Json code_heldout = {
+      {"name", "python-heldout"}, {"sources", text.code_heldout}, {"extensions", {".py"}}, {"sequences", 256}};
+
+  // 2. The base model, cached by what defines it.
+  const auto key = core::stable_hash_hex(str_cat(Json(text.english_train).dump(), o.base_steps, "v1"));
+  const auto base_dir = cache_root() / str_cat("run-base-", key);
+  if (fs::exists(base_dir / "done")) {
+    std::cout << "[2/6] base model: reusing " << base_dir.string() << "\n\n";
+  } else {
+    std::cout << "[2/6] base model: tiny (" << base_model.num_params() << " parameters) pre-trained on English ("
+              << text.english_train.size() << " copyright files), " << o.base_steps << " steps\n";
+    const auto tmp = fs::path(str_cat(base_dir.string(), ".tmp-", ::getpid()));
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    exec_step({"data", "train-tokenizer", "/usr/share/doc", "--ext", "copyright", "--vocab-size", "512", "--max-mib", "8",
+               "--out", (tmp / "tokenizer").string()});
+    spec::save_plan(host_plan(base_model, cluster, seq_len, batch), tmp / "plan.json");
+    Json cfg = train_config(tmp / "tokenizer.model", Json::array({{{"name", "english"}, {"sources", text.english_train}}}),
+                            Json::array({english_heldout}), o.base_steps, 3e-3, o.base_steps / 20);
+    write_json(tmp / "train.json", cfg);
+    exec_step({"train", "--plan", (tmp / "plan.json").string(), "--config", (tmp / "train.json").string(), "--out",
+               (tmp / "run").string()});
+    core::write_file_atomic(tmp / "done", "ok\n");
+    fs::remove_all(base_dir);
+    fs::rename(tmp, base_dir);
+    std::cout << "\n";
+  }
+  const auto base_ckpt = base_dir / "run/checkpoints" / str_cat("step_", std::string(8 - std::to_string(o.base_steps).size(), '0'),
+                                                                o.base_steps);
+
+  // 3. Vocabulary extension.
+  std::cout << "[3/6] vocabulary extension: up to " << o.add_tokens << " tokens learned from Python source\n";
+  fs::remove(out / "tokenizer.model");
+  fs::remove_all(out / "base-extended");
+  std::vector<std::string> extend{"data", "extend-tokenizer", (base_dir / "tokenizer.model").string(), "--learn"};
+  extend.insert(extend.end(), text.code_train.begin(), text.code_train.end());
+  extend.insert(extend.end(), {"--ext", ".py", "--count", std::to_string(o.add_tokens), "--out", (out / "tokenizer.model").string()});
+  extend.emplace_back("--avoid");  // keep tokens that are Python's, not English's
+  extend.insert(extend.end(), text.english_train.begin(), text.english_train.end());
+  exec_step(extend);
+  exec_step({"checkpoint", "extend-vocab", base_ckpt.string(), "--tokenizer", (out / "tokenizer.model").string(),
+             (out / "base-extended").string()});
+  std::cout << "\n";
+
+  // 4. The plan, written and read back.
+  const auto extended = spec::load_model((out / "base-extended/model.json").string(), "base-extended/model.json");
+  spec::save_plan(host_plan(extended, cluster, seq_len, batch), out / "plan.json");
+  const auto plan = spec::load_plan(out / "plan.json");
+  std::cout << "[4/6] plan: " << extended.name << " (" << extended.num_params() << " parameters) on "
+            << cluster.gpu().display_name << ": 1 process, batch " << batch << " x " << seq_len;
+  if (plan.predicted) {
+    std::cout << ", predicted " << static_cast<long long>(plan.predicted->tokens_per_s_per_gpu)
+              << " tokens/s (uncalibrated: cpt calibrate is issue #9)";
+  }
+  std::cout << "\n  " << (out / "plan.json").string() << "\n\n";
+
+  // 5. Continual pre-training.
+  std::cout << "[5/6] continual pre-training: " << o.steps
+            << " steps on Python, 25% English replay, KL distillation (lambda 0.1) against the base\n";
+  Json data = Json::array({{{"name", "python"}, {"sources", text.code_train}, {"extensions", {".py"}}, {"weight", 0.75}},
+                           {{"name", "english-replay"}, {"sources", text.english_train}, {"weight", 0.25}}});
+  Json cfg = train_config(out / "tokenizer.model", data, Json::array({english_heldout, code_heldout}), o.steps, 1e-3,
+                          std::max(1, o.steps / 30));
+  cfg["init_from"] = (out / "base-extended").string();
+  cfg["distill"] = {{"lambda", 0.1}};
+  cfg["eval_at_start"] = true;
+  write_json(out / "train.json", cfg);
+  fs::remove_all(out / "train");
+  exec_step({"train", "--plan", (out / "plan.json").string(), "--config", (out / "train.json").string(), "--out",
+             (out / "train").string()});
+
+  // 6. Summary.
+  const auto before = perplexities(out / "train/eval.jsonl", 0);
+  const auto after = perplexities(out / "train/eval.jsonl", -1);
+  const auto measured = core::parse_json_file(out / "train/measured.json");
+  const auto& m = measured.root();
+  const double forgetting = 100 * (after.at("english-heldout") / before.at("english-heldout") - 1);
+  const double adaptation = 100 * (1 - after.at("python-heldout") / before.at("python-heldout"));
+  const auto added = extended.vocab - base_model.vocab;
+  Json summary{{"base_ppl_original", before.at("english-heldout")},
+               {"final_ppl_original", after.at("english-heldout")},
+               {"base_ppl_new", before.at("python-heldout")},
+               {"final_ppl_new", after.at("python-heldout")},
+               {"forgetting_pct", forgetting},
+               {"adaptation_pct", adaptation},
+               {"added_tokens", added},
+               {"mitigations", {"replay 25% English", "KL distillation lambda 0.1", "vocabulary extension"}},
+               {"continual_steps", o.steps},
+               {"predicted_tokens_per_s", plan.predicted ? plan.predicted->tokens_per_s_per_gpu : 0.0},
+               {"measured_tokens_per_s", m.value("tokens_per_s", 0.0)},
+               {"base_model", base_dir.string()},
+               {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+  write_json(out / "summary.json", summary);
+  core::TextTable t({"held-out set", "base perplexity", "after", "change"});
+  t.add_row({"English (original domain)", fixed(before.at("english-heldout"), 2), fixed(after.at("english-heldout"), 2),
+             str_cat(forgetting >= 0 ? "+" : "", fixed(forgetting, 1), "% (forgetting)")});
+  t.add_row({"Python (new domain)", fixed(before.at("python-heldout"), 2), fixed(after.at("python-heldout"), 2),
+             str_cat("-", fixed(adaptation, 1), "% (adaptation)")});
+  std::cout << "\n[6/6] summary (" << added << " tokens added; replay + KL)\n\n" << t.render() << "\n"
+            << str_cat("throughput: predicted ", static_cast<long long>(summary["predicted_tokens_per_s"].get<double>()),
+                       " tokens/s, measured ", static_cast<long long>(summary["measured_tokens_per_s"].get<double>()),
+                       " tokens/s; ", fixed(summary["wall_s"].get<double>(), 0), " s in all\n")
+            << "wrote " << (out / "summary.json").string() << "\n";
 }
 
 }  // namespace
 
 void register_run_command(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
-  auto* cmd = app.add_subcommand("run", "Plan and train in one shot (no arguments: the embedded default)");
-  cmd->add_option("--model", opts->model, "Catalog name or model JSON")->capture_default_str();
-  cmd->add_option("--gpu", opts->gpu, "GPU name (implies node and fabric)")->capture_default_str();
-  cmd->add_option("--gpus", opts->gpus, "Number of GPUs")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", opts->seq_len, "Tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+  auto* cmd = app.add_subcommand(
+      "run", "The end-to-end demo: measure this machine, pre-train a small base model on English (cached), extend "
+             "its vocabulary, plan, continually pre-train on Python with replay and KL, report forgetting/adaptation");
+  cmd->add_option("--out", opts->out, "Output directory (default: a new runs/run-<time>)");
+  cmd->add_option("--steps", opts->steps, "Continual pre-training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--base-steps", opts->base_steps, "Base pre-training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--add-tokens", opts->add_tokens, "Tokens to add to the vocabulary at most")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([opts] { run(*opts); });
 }
 

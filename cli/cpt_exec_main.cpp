@@ -10,6 +10,7 @@
 #include "cli/output.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "executor/measure/host_probe.h"
 #include "executor/torch_compat.h"
 
 int main(int argc, char** argv) {
@@ -40,6 +41,20 @@ int main(int argc, char** argv) {
                                                : std::string(", CPU build"),
                                "; smoke matmul ", smoke_ok ? "ok" : "WRONG")
               << "\n";
+  });
+  auto* probe = app.add_subcommand("probe-host", "Measure this machine: fp32 GEMM throughput, memory bandwidth (JSON)");
+  double probe_seconds = 2.0;
+  probe->add_option("--seconds", probe_seconds, "Time budget")->check(CLI::Range(0.1, 60.0))->capture_default_str();
+  probe->callback([&] {
+    const auto p = exec::probe_host(probe_seconds);
+    nlohmann::ordered_json gemm = nlohmann::ordered_json::array();
+    for (const auto& g : p.gemm) gemm.push_back({{"gflop", g.gflop}, {"flops_per_s", g.flops_per_s}});
+    cli::print_json({{"cores", p.cores},
+                     {"threads", p.threads},
+                     {"memory_bytes", p.memory_bytes},
+                     {"copy_bytes_per_s", p.copy_bytes_per_s},
+                     {"peak_flops_per_s", p.peak_flops_per_s()},
+                     {"gemm", gemm}});
   });
   cli::register_exec_train_command(app);
   cli::register_exec_data_command(app);

@@ -62,7 +62,7 @@ void register_exec_data_command(CLI::App& app) {
 
   struct ExtendTokArgs {
     std::string base, tokens_file, out;
-    std::vector<std::string> learn, extensions;
+    std::vector<std::string> learn, extensions, avoid;
     std::int64_t count = 256, domain_vocab = 0;
     double max_mib = 64;
   };
@@ -76,6 +76,9 @@ void register_exec_data_command(CLI::App& app) {
                     ->check(CLI::ExistingPath);
   list->excludes(learn);
   ext->add_option("--ext", e->extensions, "With --learn: in directories, take only files ending so");
+  ext->add_option("--avoid", e->avoid,
+                  "With --learn: original-domain text; tokens not 10x more frequent in the new text are skipped")
+      ->check(CLI::ExistingPath);
   ext->add_option("--count", e->count, "With --learn: tokens to add at most")->check(CLI::PositiveNumber)->capture_default_str();
   ext->add_option("--domain-vocab", e->domain_vocab, "With --learn: vocabulary of the domain tokenizer (default: 2 x base)")
       ->check(CLI::Range(260, 1000000));
@@ -90,7 +93,13 @@ void register_exec_data_command(CLI::App& app) {
       corpus.extensions = e->extensions;
       std::vector<std::filesystem::path> sources(e->learn.begin(), e->learn.end());
       const auto docs = exec::sample_documents(sources, corpus, static_cast<std::uint64_t>(e->max_mib * 1024 * 1024));
-      tokens = exec::learn_domain_tokens(docs, base, e->domain_vocab > 0 ? e->domain_vocab : 2 * base.vocab_size(), e->count);
+      std::vector<std::string> avoid;
+      if (!e->avoid.empty()) {
+        std::vector<std::filesystem::path> a(e->avoid.begin(), e->avoid.end());
+        avoid = exec::sample_documents(a, exec::CorpusOptions{}, static_cast<std::uint64_t>(e->max_mib * 1024 * 1024));
+      }
+      tokens = exec::learn_domain_tokens(docs, base, e->domain_vocab > 0 ? e->domain_vocab : 2 * base.vocab_size(),
+                                         e->count, avoid);
     } else {
       throw core::ConfigError("data extend-tokenizer: expected --tokens FILE or --learn TEXT..., got neither");
     }

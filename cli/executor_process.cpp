@@ -62,6 +62,29 @@ ProcessOutput run_executor(const std::vector<std::string>& args) {
   return result;
 }
 
+int run_executor_passthrough(const std::vector<std::string>& args) {
+  const auto exe = find_executor();
+  CPT_CHECK(exe.has_value(), "cpt-exec not found");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw core::RuntimeError(core::str_cat("cannot fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    ::setenv("CPT_EXEC_INVOKED_AS", "cpt", 1);
+    std::vector<std::string> storage = {exe->string()};
+    storage.insert(storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : storage) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    ::execv(exe->c_str(), argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status)) throw core::RuntimeError(core::str_cat(exe->string(), " was killed by signal ", WTERMSIG(status)));
+  return WEXITSTATUS(status);
+}
+
 void exec_executor(const std::vector<std::string>& args) {
   const auto exe = find_executor();
   CPT_CHECK(exe.has_value(), "cpt-exec not found");

@@ -24,6 +24,10 @@ struct ProcessOutput {
 // RuntimeError when it cannot be started or is killed by a signal.
 ProcessOutput run_executor(const std::vector<std::string>& args);
 
+// Runs `cpt-exec args...` with this process's standard streams and waits: its exit code.
+// REQUIRES: find_executor(). RuntimeError when it cannot be started or is killed by a signal.
+int run_executor_passthrough(const std::vector<std::string>& args);
+
 // Replaces this process with `cpt-exec args...` (standard streams, terminal and exit code pass
 // through unchanged). REQUIRES: find_executor(). RuntimeError when exec fails.
 [[noreturn]] void exec_executor(const std::vector<std::string>& args);

@@ -42,4 +42,16 @@ Json evaluation_to_json(const Evaluation& ev) {
           {"time_s", time_to_json(e.time)}};
 }
 
+spec::Prediction prediction_of(const Estimate& e) {
+  spec::Prediction p;
+  p.step_time_s = e.time.total().value();
+  p.tokens_per_s_per_gpu = e.tokens_per_s_per_gpu;
+  p.mfu = e.mfu;
+  const auto t = time_to_json(e.time);
+  for (const auto& [k, v] : t.items()) p.step_time_breakdown_s[k] = v.get<double>();
+  const auto m = memory_to_json(e.peak_memory());
+  for (const auto& [k, v] : m.items()) p.peak_memory_GiB_per_rank[k] = v.get<double>();
+  return p;
+}
+
 }  // namespace cpt::cost

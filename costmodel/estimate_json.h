@@ -4,6 +4,7 @@
 
 #include "core/json_reader.h"
 #include "costmodel/step_estimator.h"
+#include "spec/plan.h"
 
 namespace cpt::cost {
 
@@ -14,5 +15,7 @@ namespace cpt::cost {
 core::Json evaluation_to_json(const Evaluation& evaluation);
 core::Json memory_to_json(const MemoryBreakdown& m);
 core::Json time_to_json(const StepTimeBreakdown& t);
+// The prediction a plan file carries (spec::Prediction, same keys as above).
+spec::Prediction prediction_of(const Estimate& e);
 
 }  // namespace cpt::cost

@@ -156,8 +156,32 @@ std::vector<std::string> extend_tokenizer(const std::filesystem::path& base, con
   return added;
 }
 
+namespace {
+
+// Occurrences of `piece` (with "▁" read as a space) per byte of `docs`.
+double frequency(const std::string& piece, const std::vector<std::string>& docs) {
+  std::string needle;
+  for (std::size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, 3, "\xe2\x96\x81") == 0) {
+      needle += ' ';
+      i += 3;
+    } else {
+      needle += piece[i++];
+    }
+  }
+  double hits = 0, bytes = 0;
+  for (const auto& d : docs) {
+    bytes += static_cast<double>(d.size());
+    for (auto at = d.find(needle); at != std::string::npos; at = d.find(needle, at + 1)) ++hits;
+  }
+  return bytes > 0 ? hits / bytes : 0;
+}
+
+}  // namespace
+
 std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& documents, const Tokenizer& base,
-                                             std::int64_t vocab_size, std::int64_t count) {
+                                             std::int64_t vocab_size, std::int64_t count,
+                                             const std::vector<std::string>& avoid) {
   const auto dir = std::filesystem::temp_directory_path() / str_cat("cpt-domain-tokens-", ::getpid());
   std::filesystem::create_directories(dir);
   TokenizerTrainOptions o;
@@ -170,7 +194,9 @@ std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& doc
     const auto p = domain.piece(id);
     const bool special = p.size() >= 2 && p.front() == '<' && p.back() == '>';  // <unk>, <s>, <0x0A>, ...
     if (special || p.size() < 2 || base.piece_id(p) >= 0) continue;
+    if (!avoid.empty() && frequency(p, documents) < 10 * frequency(p, avoid)) continue;
     candidates.push_back(p);
+    if (static_cast<std::int64_t>(candidates.size()) >= count) break;
   }
   // Id order is BPE merge order: the most frequent domain pieces first.
   if (static_cast<std::int64_t>(candidates.size()) > count) candidates.resize(static_cast<std::size_t>(count));

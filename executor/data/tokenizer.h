@@ -64,8 +64,12 @@ std::vector<std::string> extend_tokenizer(const std::filesystem::path& base, con
 
 // Domain tokens for extension: the pieces of a `vocab_size` BPE tokenizer trained on `documents`
 // that `base` lacks, in the domain model's merge order (most frequent first; bytes and control
-// pieces excluded), at most `count`.
+// pieces excluded), at most `count`. With `avoid` (original-domain text), a piece is kept only when
+// it is at least 10 times as frequent per byte in `documents` as in `avoid`: a new token that is
+// common in the original domain would change how that text is tokenized and cost the base model
+// its perplexity there (its embedding starts as a mean row).
 std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& documents, const Tokenizer& base,
-                                             std::int64_t vocab_size, std::int64_t count);
+                                             std::int64_t vocab_size, std::int64_t count,
+                                             const std::vector<std::string>& avoid = {});
 
 }  // namespace cpt::exec

@@ -73,6 +73,7 @@ TrainConfig load_train_config(const fs::path& path) {
   if (c.data.empty()) r.fail("data", "at least one training data set", "[]");
   if (r.has("eval")) c.eval = data_sets(r, "eval", base, true);
   c.eval_interval_steps = r.optional_integer("eval_interval_steps", 0).value_or(0);
+  c.eval_at_start = r.optional_boolean("eval_at_start").value_or(false);
   if (r.has("tokenizer")) {
     auto t = r.object("tokenizer");
     TokenizerConfig tc;

@@ -62,6 +62,7 @@ struct TrainConfig {
   std::vector<DataSetConfig> data;
   std::vector<DataSetConfig> eval;
   std::int64_t eval_interval_steps = 0;  // 0: evaluate only at the end
+  bool eval_at_start = false;            // also evaluate the starting weights (step 0)
   std::optional<TokenizerConfig> tokenizer;  // required when a data set has `sources`
   std::optional<std::int64_t> steps;
   std::optional<std::int64_t> tokens;

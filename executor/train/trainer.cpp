@@ -297,6 +297,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
               " -> ", total_steps, ", ", par.global_batch, " x ", seq_len, " tokens per step (micro-batch ",
               par.micro_batch, " x ", accum, ")");
   const auto end_step = std::min(total_steps, options.stop_at.value_or(total_steps));
+  if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
   while (step < end_step) {
     const auto t0 = Clock::now();
     const double lr = schedule.at(step) * lr_scale;

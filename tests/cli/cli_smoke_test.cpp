@@ -26,11 +26,12 @@ std::string slurp(const std::filesystem::path& p) {
   return s.str();
 }
 
-Result cpt(const std::string& args) {
+Result cpt(const std::string& args, const std::string& env = "") {
   const auto dir = std::filesystem::temp_directory_path();
   const auto out = dir / "cpt_cli_test.out";
   const auto err = dir / "cpt_cli_test.err";
-  const std::string cmd = std::string(CPT_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
+  const std::string cmd =
+      env + " " + std::string(CPT_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
   const int status = std::system(cmd.c_str());
   return Result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
 }
@@ -284,18 +285,35 @@ TEST(CliSmoke, SimulateAPlanWithATrace) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(CliSmoke, RunPrintsTheDefault) {
-  const auto r = cpt("run");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("cpt-25m"), std::string::npos);
-  EXPECT_NE(r.out.find("Not built yet"), std::string::npos);
 #ifdef CPT_HAVE_TORCH
-  EXPECT_NE(r.out.find("cpt-exec: LibTorch "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("smoke matmul ok"), std::string::npos) << r.out;
-#else
-  EXPECT_NE(r.out.find("executor      not built"), std::string::npos) << r.out;
-#endif
+// The demo behind `make run`, shortened: every stage runs (probe, base model into a fresh cache,
+// vocabulary extension, plan written and read back, continual run with replay and KL) and the
+// summary holds the keys with sane values.
+TEST(CliSmoke, RunDemoEndToEnd) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_run_demo";
+  std::filesystem::remove_all(dir);
+  const auto r = cpt("run --out " + (dir / "out").string() + " --steps 12 --base-steps 24 --add-tokens 16",
+                     "CPT_DEPS_DIR=" + (dir / "cache").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* stage : {"[1/6]", "[2/6]", "[3/6]", "[4/6]", "[5/6]", "[6/6]"}) {
+    EXPECT_NE(r.out.find(stage), std::string::npos) << stage;
+  }
+  const auto s = nlohmann::json::parse(slurp(dir / "out/summary.json"));
+  for (const char* k : {"base_ppl_original", "final_ppl_original", "base_ppl_new", "final_ppl_new", "forgetting_pct",
+                        "adaptation_pct", "added_tokens", "mitigations"}) {
+    EXPECT_TRUE(s.contains(k)) << k;
+  }
+  EXPECT_GT(s["added_tokens"].get<int>(), 0);
+  EXPECT_LT(s["final_ppl_new"].get<double>(), s["base_ppl_new"].get<double>());  // it learned Python
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/plan.json"));
+  // A second run reuses the cached base model.
+  const auto again = cpt("run --out " + (dir / "out2").string() + " --steps 4 --base-steps 24 --add-tokens 16",
+                         "CPT_DEPS_DIR=" + (dir / "cache").string());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("reusing"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
+#endif
 
 // Each bad input: exit 2, one line on stderr naming the flag or the file and JSON path.
 TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
@@ -321,10 +339,8 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
       {"models show " + broken.string(), broken.string() + ": invalid JSON"},
       {"models show /no/such/model.json", "/no/such/model.json: file not found"},
       {"models show llama9-1t", "models show NAME: expected a model name"},
-      {"run --gpu h1000", "--gpu: expected a GPU name (see `cpt profiles list`), got \"h1000\" (did you mean \"h100\"?)"},
-      {"run --model nope-7b", "--model: expected a model name"},
-      {"run --gpus -4", "--gpus"},
-      {"run --gpus 12", "--gpus: expected a count that fills whole dgx_h100 nodes"},
+      {"run --steps 0", "--steps"},
+      {"run --base-steps -4", "--base-steps"},
       {"estimate --model tiny --gpu h100 --gpus 12 --micro-batch 1 --global-batch 12 --seq-len 128",
        "--gpus: expected whole nodes of 8 GPUs or at most one node, got 12"},
       {"profiles show nvlink9", "profiles show NAME: expected a GPU, node, fabric or cluster name"},
