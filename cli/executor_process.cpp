@@ -14,6 +14,20 @@
 
 namespace cpt::cli {
 
+namespace {
+
+// execv(exe, [exe, args...]); returns only when exec fails.
+void exec_with(const std::filesystem::path& exe, const std::vector<std::string>& args) {
+  std::vector<std::string> storage = {exe.string()};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  ::execv(exe.c_str(), argv.data());
+}
+
+}  // namespace
+
 std::optional<std::filesystem::path> find_executor() {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -34,12 +48,7 @@ ProcessOutput run_executor(const std::vector<std::string>& args) {
     ::dup2(pipe_fd[1], STDOUT_FILENO);
     ::close(pipe_fd[0]);
     ::close(pipe_fd[1]);
-    std::vector<std::string> storage = {exe->string()};
-    storage.insert(storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : storage) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    ::execv(exe->c_str(), argv.data());
+    exec_with(*exe, args);
     ::_exit(127);
   }
   ::close(pipe_fd[1]);
@@ -70,12 +79,7 @@ int run_executor_passthrough(const std::vector<std::string>& args) {
   if (pid < 0) throw core::RuntimeError(core::str_cat("cannot fork: ", std::strerror(errno)));
   if (pid == 0) {
     ::setenv("CPT_EXEC_INVOKED_AS", "cpt", 1);
-    std::vector<std::string> storage = {exe->string()};
-    storage.insert(storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : storage) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    ::execv(exe->c_str(), argv.data());
+    exec_with(*exe, args);
     ::_exit(127);
   }
   int status = 0;
@@ -88,14 +92,9 @@ int run_executor_passthrough(const std::vector<std::string>& args) {
 void exec_executor(const std::vector<std::string>& args) {
   const auto exe = find_executor();
   CPT_CHECK(exe.has_value(), "cpt-exec not found");
-  std::vector<std::string> storage = {exe->string()};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
   std::fflush(nullptr);
   ::setenv("CPT_EXEC_INVOKED_AS", "cpt", 1);  // so that its help and errors speak as `cpt`
-  ::execv(exe->c_str(), argv.data());
+  exec_with(*exe, args);
   throw core::RuntimeError(core::str_cat("cannot start ", exe->string(), ": ", std::strerror(errno)));
 }
 

@@ -1,8 +1,5 @@
 #include "executor/data/token_shards.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,17 +91,6 @@ void TokenShardWriter::finish() {
   finished_ = true;
 }
 
-struct TokenShard::Mapping {
-  void* address = nullptr;
-  std::size_t size = 0;
-  Mapping(void* a, std::size_t s) : address(a), size(s) {}
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (address != nullptr && size > 0) ::munmap(address, size);
-  }
-};
-
 TokenShard TokenShard::open(const fs::path& prefix) {
   const auto idx = prefix.string() + ".idx";
   const auto bin = prefix.string() + ".bin";
@@ -134,33 +120,18 @@ TokenShard TokenShard::open(const fs::path& prefix) {
     if (len < 0) throw core::ConfigError(str_cat(idx, ": negative sequence length ", len));
     s.tokens_ += len;
   }
-  const int fd = ::open(bin.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw core::ConfigError(str_cat(bin, ": cannot open: ", std::strerror(errno)));
-  struct stat st{};
-  ::fstat(fd, &st);
-  const auto size = static_cast<std::size_t>(st.st_size);
+  s.bin_ = MappedFile::open(bin);
   const auto expected = static_cast<std::size_t>(s.tokens_) * token_bytes(s.dtype_);
-  if (size != expected) {
-    ::close(fd);
-    throw core::ConfigError(str_cat(bin, ": ", size, " bytes, but its index describes ", s.tokens_, " tokens (",
+  if (s.bin_->size() != expected) {
+    throw core::ConfigError(str_cat(bin, ": ", s.bin_->size(), " bytes, but its index describes ", s.tokens_, " tokens (",
                                     expected, " bytes): truncated or not the shard of this index"));
   }
-  void* address = nullptr;
-  if (size > 0) {
-    address = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (address == MAP_FAILED) {
-      ::close(fd);
-      throw core::ConfigError(str_cat(bin, ": mmap failed: ", std::strerror(errno)));
-    }
-  }
-  ::close(fd);
-  s.bin_ = std::make_shared<const Mapping>(address, size);
   return s;
 }
 
 void TokenShard::read(std::int64_t first, std::span<std::int64_t> out) const {
   CPT_CHECK(first >= 0 && first + static_cast<std::int64_t>(out.size()) <= tokens_);
-  const auto* base = static_cast<const std::byte*>(bin_->address);
+  const auto* base = bin_->data();
   if (dtype_ == TokenDtype::kUInt16) {
     const auto* p = reinterpret_cast<const std::uint16_t*>(base) + first;
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = p[i];

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/json_reader.h"
+#include "executor/io/mapped_file.h"
 
 namespace cpt::exec {
 
@@ -58,8 +59,7 @@ class TokenShard {
   void read(std::int64_t first, std::span<std::int64_t> out) const;
 
  private:
-  struct Mapping;
-  std::shared_ptr<const Mapping> bin_;
+  std::shared_ptr<const MappedFile> bin_;
   TokenDtype dtype_ = TokenDtype::kUInt16;
   std::vector<std::int32_t> lengths_;
   std::int64_t tokens_ = 0;

@@ -1,8 +1,6 @@
 #include "executor/io/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -57,38 +55,16 @@ void write_all(int fd, const void* bytes, std::size_t n, const std::filesystem::
 
 }  // namespace
 
-struct SafetensorsFile::Mapping {
-  void* address = nullptr;
-  std::size_t size = 0;
-  Mapping(void* a, std::size_t s) : address(a), size(s) {}
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (address != nullptr) ::munmap(address, size);
-  }
-};
-
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   const auto where = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw core::ConfigError(str_cat(where, ": cannot open: ", std::strerror(errno)));
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw core::ConfigError(str_cat(where, ": cannot stat: ", std::strerror(errno)));
-  }
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size < 8) {
-    ::close(fd);
-    throw core::ConfigError(str_cat(where, ": not a safetensors file: ", size, " bytes, expected at least 8"));
-  }
-  void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (address == MAP_FAILED) throw core::ConfigError(str_cat(where, ": mmap failed: ", std::strerror(errno)));
   SafetensorsFile f;
   f.path_ = path;
-  f.mapping_ = std::make_shared<const Mapping>(address, size);
-  const auto* bytes = static_cast<const std::byte*>(address);
+  f.mapping_ = MappedFile::open(path);
+  const auto size = f.mapping_->size();
+  if (size < 8) {
+    throw core::ConfigError(str_cat(where, ": not a safetensors file: ", size, " bytes, expected at least 8"));
+  }
+  const auto* bytes = f.mapping_->data();
   std::uint64_t header_len = 0;
   std::memcpy(&header_len, bytes, 8);  // little-endian on every platform cpt runs on
   if (header_len > size - 8) {

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "executor/io/mapped_file.h"
+
 namespace cpt::exec {
 
 struct SafetensorInfo {
@@ -40,9 +42,8 @@ class SafetensorsFile {
   [[nodiscard]] torch::ScalarType stored_type(const std::string& name) const;
 
  private:
-  struct Mapping;
   std::filesystem::path path_;
-  std::shared_ptr<const Mapping> mapping_;
+  std::shared_ptr<const MappedFile> mapping_;
   const std::byte* data_ = nullptr;  // start of the data section inside the mapping
   std::map<std::string, SafetensorInfo> tensors_;
   std::vector<std::string> order_;
