@@ -26,6 +26,11 @@ ModelSpec numerics(ModelSpec s, double rope_theta, double norm_eps) {
   return s;
 }
 
+ModelSpec with_qkv_bias(ModelSpec s) {
+  s.qkv_bias = true;
+  return s;
+}
+
 // GPT-style as in Megatron-LM: f = 4h, MHA, learned positions, tied embeddings.
 ModelSpec gpt(const char* name, int layers, int hidden, int heads, std::int64_t vocab, int seq) {
   return ModelSpec{name, layers, hidden, heads, heads, 4 * hidden, vocab, kGelu, kLN, kLearned, true, seq};
@@ -71,10 +76,10 @@ std::vector<CatalogModel> build() {
   // Mistral 7B v0.1 (Jiang et al. 2023, Table 1).
   add(llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768), {"mistral-7b-v0.1"},
       std::string("mistralai/Mistral-7B-v0.1 ") + kHf, 7'241'732'096, 1);
-  // Qwen2.5 (Qwen team 2024). Published counts include q/k/v biases, not modelled (< 0.01%).
-  add(numerics(llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072), 1000000.0, 1e-6), {"qwen25-7b"},
+  // Qwen2.5 (Qwen team 2024), with its q/k/v biases.
+  add(with_qkv_bias(numerics(llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072), 1000000.0, 1e-6)), {"qwen25-7b"},
       std::string("Qwen/Qwen2.5-7B ") + kHf, 7'615'616'512, 1);
-  add(numerics(llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072), 1000000.0, 1e-6), {"qwen25-72b"},
+  add(with_qkv_bias(numerics(llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072), 1000000.0, 1e-6)), {"qwen25-72b"},
       std::string("Qwen/Qwen2.5-72B ") + kHf, 72'706'203'648, 1);
   // GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12288, 96 heads, context 2048,
   // GPT-2 BPE vocabulary of 50,257.

@@ -42,6 +42,7 @@ ModelSpec model_from_json(JsonObjectReader& r) {
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.max_seq_len = dim(r, "max_seq_len");
   if (auto theta = r.optional_positive_number("rope_theta")) m.rope_theta = *theta;
+  m.qkv_bias = r.optional_boolean("qkv_bias").value_or(false);
   if (r.has("norm_eps")) {
     m.norm_eps = r.number("norm_eps", 1e-12, 1e-1);
   } else {
@@ -68,6 +69,7 @@ Json model_to_json(const ModelSpec& m) {
   j["max_seq_len"] = m.max_seq_len;
   j["rope_theta"] = m.rope_theta;
   j["norm_eps"] = m.norm_eps;
+  if (m.qkv_bias) j["qkv_bias"] = true;
   return j;
 }
 
@@ -91,6 +93,7 @@ ModelSpec model_from_hf_config(JsonObjectReader& r, const std::string& fallback_
   m.mlp = MlpKind::kSwiGLU;
   m.norm = NormKind::kRMSNorm;
   m.position = PositionKind::kRoPE;
+  m.qkv_bias = type == "qwen2";  // Qwen2 has biases on q, k and v (and nowhere else)
   if (auto act = r.optional_string("hidden_act"); act && *act != "silu") {
     r.fail("hidden_act", "\"silu\" (SwiGLU MLP)", str_cat("\"", *act, "\""));
   }

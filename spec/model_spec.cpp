@@ -31,6 +31,8 @@ ParamCounts ModelSpec::param_counts() const {
   if (has_linear_biases()) {
     c.attention_per_layer += q_width + 2 * kv_width + h;
     c.mlp_per_layer += ffn_hidden + h;
+  } else if (qkv_bias) {
+    c.attention_per_layer += q_width + 2 * kv_width;
   }
   c.norms_per_layer = 2 * norm_params();
   c.per_layer = c.attention_per_layer + c.mlp_per_layer + c.norms_per_layer;

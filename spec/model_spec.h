@@ -8,8 +8,8 @@
 //   LLaMA style  mlp=swiglu, norm=rmsnorm, position=rope, no linear biases, GQA via kv_heads
 //   GPT style    mlp=gelu,   norm=layernorm, position=learned, linear biases (Megatron's
 //                add_bias_linear default), ffn_hidden usually 4·hidden
-// Linear biases are present exactly when mlp == gelu. Qwen2's q/k/v biases (about 0.002% of its
-// parameters) are not modelled.
+// Linear biases are present exactly when mlp == gelu, except Qwen2's biases on the q, k and v
+// projections only (qkv_bias).
 
 #include <cstdint>
 #include <string>
@@ -54,6 +54,7 @@ struct ModelSpec {
   PositionKind position = PositionKind::kRoPE;
   bool tied_embeddings = false;  // LM head shares the embedding matrix
   int max_seq_len = 0;           // longest sequence the positions support
+  bool qkv_bias = false;         // biases on the q, k and v projections only (Qwen2)
   // Numerics that leave the parameter layout (and so the cost model) unchanged but that the
   // executor needs to compute the same function as the released checkpoint.
   double rope_theta = 10000.0;   // RoPE base frequency (Llama 2: 1e4, Llama 3: 5e5)

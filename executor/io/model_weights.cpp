@@ -55,9 +55,9 @@ spec::ModelSpec read_hf_model_spec(const fs::path& dir) {
     throw core::ConfigError(str_cat(config.string(), ": $.rope_scaling: expected null (the executor implements plain ",
                                     "RoPE), got ", core::describe_json(j["rope_scaling"])));
   }
-  if (j.value("model_type", "") == "qwen2") {
-    throw core::ConfigError(str_cat(config.string(), ": $.model_type: Qwen2's q/k/v biases are not implemented by ",
-                                    "the executor yet (llama and mistral are)"));
+  if (j.value("use_sliding_window", false)) {
+    throw core::ConfigError(str_cat(config.string(), ": $.use_sliding_window: expected false (the executor uses full ",
+                                    "causal attention), got true"));
   }
   if (j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
     core::warn(config.string(), ": sliding_window ", j["sliding_window"].get<long long>(),
@@ -126,8 +126,10 @@ void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
   const auto st = ckpt.weights();
   NamedTensors tensors;
   for (const auto& name : st.names()) tensors.emplace_back(to_hf_name(name), st.load(name, torch::kFloat32));
-  nlohmann::ordered_json config{{"architectures", {"LlamaForCausalLM"}},
-                                {"model_type", "llama"},
+  // LLaMA, or Qwen2 for a model with q/k/v biases (Llama's attention_bias would add one to o_proj too).
+  const bool qwen2 = m.qkv_bias;
+  nlohmann::ordered_json config{{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+                                {"model_type", qwen2 ? "qwen2" : "llama"},
                                 {"hidden_size", m.hidden},
                                 {"intermediate_size", m.ffn_hidden},
                                 {"num_hidden_layers", m.layers},
@@ -141,8 +143,7 @@ void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
                                 {"rope_scaling", nullptr},
                                 {"tie_word_embeddings", m.tied_embeddings},
                                 {"hidden_act", "silu"},
-                                {"attention_bias", false},
-                                {"mlp_bias", false},
+                                {"use_sliding_window", false},
                                 {"torch_dtype", "float32"},
                                 {"bos_token_id", 1},
                                 {"eos_token_id", 2}};

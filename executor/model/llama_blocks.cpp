@@ -5,8 +5,8 @@
 namespace cpt::exec {
 
 namespace {
-torch::nn::Linear linear(std::int64_t in, std::int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+torch::nn::Linear linear(std::int64_t in, std::int64_t out, bool bias = false) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 }  // namespace
 
@@ -50,9 +50,9 @@ torch::Tensor apply_rotary(const torch::Tensor& q, const torch::Tensor& cos, con
 
 AttentionImpl::AttentionImpl(const spec::ModelSpec& m)
     : heads_(m.heads), kv_heads_(m.kv_heads), head_dim_(m.head_dim()) {
-  q_proj = register_module("q_proj", linear(m.hidden, std::int64_t{m.heads} * m.head_dim()));
-  k_proj = register_module("k_proj", linear(m.hidden, std::int64_t{m.kv_heads} * m.head_dim()));
-  v_proj = register_module("v_proj", linear(m.hidden, std::int64_t{m.kv_heads} * m.head_dim()));
+  q_proj = register_module("q_proj", linear(m.hidden, std::int64_t{m.heads} * m.head_dim(), m.qkv_bias));
+  k_proj = register_module("k_proj", linear(m.hidden, std::int64_t{m.kv_heads} * m.head_dim(), m.qkv_bias));
+  v_proj = register_module("v_proj", linear(m.hidden, std::int64_t{m.kv_heads} * m.head_dim(), m.qkv_bias));
   o_proj = register_module("o_proj", linear(std::int64_t{m.heads} * m.head_dim(), m.hidden));
 }
 

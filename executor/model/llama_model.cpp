@@ -102,7 +102,9 @@ void LlamaModelImpl::init_weights(std::uint64_t seed) {
     // the weights the whole model would have.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ core::fnv1a64(name));
     torch::Tensor values;
-    if (is_no_decay_parameter(name)) {
+    if (name.ends_with(".bias")) {
+      values = torch::zeros(t.sizes(), torch::kFloat32);
+    } else if (is_no_decay_parameter(name)) {
       values = torch::ones(t.sizes(), torch::kFloat32);
     } else {
       const bool residual = name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight");

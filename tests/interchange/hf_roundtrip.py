@@ -2,10 +2,12 @@
 scripts/setup installs into cpt's venv):
 
   1. transformers writes a LlamaForCausalLM (random weights, sharded safetensors); `cpt checkpoint
-     import` reads it; `cpt checkpoint forward` gives the same logits as transformers.
+     import` reads it; `cpt checkpoint forward` gives the same logits as transformers; exported
+     again, transformers reads back the same model.
   2. `cpt checkpoint init` makes a cpt-native model; `cpt checkpoint export` writes it; transformers
      loads the export, and its logits equal cpt's.
-Both for an untied GQA model and a tied one. Tolerance: max |difference| <= 1e-4 in fp32.
+For an untied GQA LLaMA, a tied one, and a Qwen2 (q/k/v biases). Tolerance: max |difference| <= 1e-4
+in fp32.
 
 usage: hf_roundtrip.py CPT_EXEC WORK_DIR
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 TOLERANCE = 1e-4
 
@@ -47,8 +49,8 @@ def check(name, a, b):
         sys.exit(f"FAILED: {name}: {diff} > {TOLERANCE}")
 
 
-def case(cpt, work, tied):
-    tag = "tied" if tied else "untied"
+def case(cpt, work, tied, qwen2=False):
+    tag = "qwen2" if qwen2 else ("tied" if tied else "untied")
     work = work / tag
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -56,25 +58,37 @@ def case(cpt, work, tied):
     tokens = torch.randint(0, 512, (2, 48), dtype=torch.int64)
 
     # 1. transformers -> cpt
-    config = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied,
-                         attention_bias=False, mlp_bias=False, torch_dtype="float32")
-    hf = LlamaForCausalLM(config).float().eval()
+    common = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+                  tie_word_embeddings=tied, torch_dtype="float32")
+    if qwen2:
+        hf = Qwen2ForCausalLM(Qwen2Config(use_sliding_window=False, **common)).float().eval()
+        with torch.no_grad():  # random biases, so that a dropped bias shows in the logits
+            for layer in hf.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(0.0, 0.5)
+    else:
+        hf = LlamaForCausalLM(LlamaConfig(attention_bias=False, mlp_bias=False, **common)).float().eval()
     hf.save_pretrained(work / "hf", safe_serialization=True, max_shard_size="100KB")
     assert (work / "hf" / "model.safetensors.index.json").exists(), "expected a sharded checkpoint"
     run(cpt, "checkpoint", "import", "--format", "hf", work / "hf", work / "imported")
     check(f"{tag}: transformers model -> cpt import", cpt_logits(cpt, work / "imported", tokens, work),
           hf_logits(hf, tokens))
+    # ... and back out: every tensor (the random q/k/v biases of Qwen2 included) survives the trip.
+    run(cpt, "checkpoint", "export", "--format", "hf", work / "imported", work / "reexported")
+    back = AutoModelForCausalLM.from_pretrained(work / "reexported", torch_dtype=torch.float32).eval()
+    check(f"{tag}: transformers -> cpt -> transformers", hf_logits(back, tokens), hf_logits(hf, tokens))
 
     # 2. cpt -> transformers
     model_json = {"name": f"interchange-{tag}", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
                   "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
-                  "tied_embeddings": tied, "max_seq_len": 128, "rope_theta": 10000.0, "norm_eps": 1e-5}
+                  "tied_embeddings": tied, "max_seq_len": 128, "rope_theta": 10000.0, "norm_eps": 1e-5,
+                  "qkv_bias": qwen2}
     (work / "model.json").write_text(json.dumps(model_json))
     run(cpt, "checkpoint", "init", "--model", work / "model.json", "--seed", "7", work / "native")
     run(cpt, "checkpoint", "export", "--format", "hf", work / "native", work / "exported")
-    loaded = LlamaForCausalLM.from_pretrained(work / "exported", torch_dtype=torch.float32).eval()
+    loaded = AutoModelForCausalLM.from_pretrained(work / "exported", torch_dtype=torch.float32).eval()
+    assert type(loaded).__name__ == ("Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"), type(loaded).__name__
     check(f"{tag}: cpt model -> export -> transformers", hf_logits(loaded, tokens),
           cpt_logits(cpt, work / "native", tokens, work))
 
@@ -83,6 +97,7 @@ def main():
     cpt, work = sys.argv[1], Path(sys.argv[2])
     for tied in (False, True):
         case(cpt, work, tied)
+    case(cpt, work, False, qwen2=True)
     shutil.rmtree(work, ignore_errors=True)
     print("OK")
 
