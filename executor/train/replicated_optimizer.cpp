@@ -21,11 +21,14 @@ class ReplicatedOptimizer : public StepOptimizer {
   }
   double grad_norm() override {
     torch::NoGradGuard no_grad;
-    double sum = 0;
+    // Per-tensor L2 norms in the gradients' own precision (no copies), combined in double.
+    std::vector<torch::Tensor> norms;
     for (const auto& p : params_) {
-      if (p.grad().defined()) sum += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+      if (p.grad().defined()) norms.push_back(torch::linalg_vector_norm(p.grad()));
     }
-    return std::sqrt(sum);
+    if (norms.empty()) return 0.0;
+    const auto all = torch::stack(norms).to(torch::kFloat64);
+    return std::sqrt(all.pow(2).sum().item<double>());
   }
   void step(double lr, double scale) override {
     if (scale != 1.0) {

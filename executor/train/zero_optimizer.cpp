@@ -66,7 +66,7 @@ class ZeroOptimizer : public StepOptimizer {
   }
 
   double grad_norm() override {
-    auto sq = grad_shard_.to(torch::kFloat64).pow(2).sum().reshape({1});
+    auto sq = torch::linalg_vector_norm(grad_shard_).to(torch::kFloat64).pow(2).reshape({1});
     dp_.all_reduce_sum(sq)->wait();
     return std::sqrt(sq.item<double>());
   }
