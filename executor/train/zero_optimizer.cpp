@@ -136,10 +136,11 @@ class ZeroOptimizer : public StepOptimizer {
       count = c;
       s.step.fill_(c);
     }
-    // Every rank must agree on the count even when it owns no segment.
-    auto t = torch::full({1}, static_cast<double>(std::max(count, 0.0f)), torch::kFloat64);
+    // Every rank must agree on the count, also one that owns no segment (its slice is all padding).
+    auto t = torch::tensor({count >= 0 ? static_cast<double>(count) : 0.0, count >= 0 ? 1.0 : 0.0}, torch::kFloat64);
     dp_.all_reduce_sum(t)->wait();
-    steps_done_ = static_cast<std::int64_t>(std::llround(t.item<double>() / dp_.size()));
+    const double owners = t[1].item<double>();
+    steps_done_ = owners > 0 ? static_cast<std::int64_t>(std::llround(t[0].item<double>() / owners)) : 0;
     for (auto& s : segments_) s.step.fill_(static_cast<float>(steps_done_));
     for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
   }
