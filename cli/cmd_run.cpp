@@ -247,8 +247,13 @@ void run(const RunOptions& o) {
     fs::rename(tmp, base_dir);
     std::cout << "\n";
   }
-  const auto base_ckpt = base_dir / "run/checkpoints" / str_cat("step_", std::string(8 - std::to_string(o.base_steps).size(), '0'),
-                                                                o.base_steps);
+  // The base run's final checkpoint: the newest step directory (the trainer names them).
+  fs::path base_ckpt;
+  for (const auto& e : fs::directory_iterator(base_dir / "run/checkpoints")) {
+    const auto name = e.path().filename().string();
+    if (name.starts_with("step_") && (base_ckpt.empty() || name > base_ckpt.filename().string())) base_ckpt = e.path();
+  }
+  if (base_ckpt.empty()) throw core::RuntimeError(str_cat(base_dir.string(), ": the cached base model has no checkpoint"));
 
   // 3. Vocabulary extension.
   std::cout << "[3/6] vocabulary extension: up to " << o.add_tokens << " tokens learned from Python source\n";

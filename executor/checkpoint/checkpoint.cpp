@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/str_cat.h"
 #include "spec/model_io.h"
@@ -65,19 +66,13 @@ std::string checkpoint_dir_name(std::int64_t step) {
 std::string file_checksum(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw core::ConfigError(str_cat(path.string(), ": cannot read"));
-  std::uint64_t h = 14695981039346656037ull;
+  std::uint64_t h = core::kFnv1a64Offset;
   std::vector<char> buf(1 << 20);
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto n = static_cast<std::size_t>(in.gcount());
-    for (std::size_t i = 0; i < n; ++i) {
-      h ^= static_cast<unsigned char>(buf[i]);
-      h *= 1099511628211ull;
-    }
+    h = core::fnv1a64(std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())), h);
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  return core::hex64(h);
 }
 
 void write_checkpoint_dir(const fs::path& dir, const CheckpointContents& c) {

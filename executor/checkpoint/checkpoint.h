@@ -74,7 +74,7 @@ std::optional<Checkpoint> latest_valid_checkpoint(const std::filesystem::path& r
 // Deletes all but the newest `keep` step directories under `root` (never the one named `protect`).
 void prune_checkpoints(const std::filesystem::path& root, int keep, const std::filesystem::path& protect);
 
-// FNV-1a 64 of a file's bytes, as 16 hex digits (core/hash.h's algorithm, streamed).
+// FNV-1a 64 of a file's bytes, as 16 hex digits (core::fnv1a64, streamed in 1 MiB pieces).
 std::string file_checksum(const std::filesystem::path& path);
 
 }  // namespace cpt::exec

@@ -33,7 +33,6 @@ class DataParallelGrads {
   // Call after that backward: waits for every bucket and writes the summed gradients to .grad.
   void finish();
 
-  [[nodiscard]] int buckets() const { return static_cast<int>(buckets_.size()); }
 
  private:
   struct Bucket {

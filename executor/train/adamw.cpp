@@ -84,10 +84,5 @@ void AdamW::load_state(const std::function<torch::Tensor(const std::string&)>& g
   }
 }
 
-std::int64_t AdamW::state_bytes() const {
-  std::int64_t n = 0;
-  for (const auto& [name, t] : state()) n += t.numel() * static_cast<std::int64_t>(t.element_size());
-  return n;
-}
 
 }  // namespace cpt::exec

@@ -30,8 +30,6 @@ class AdamW {
   // Copies `state` back; ConfigError (naming `origin`) when a name or shape is missing or differs.
   void load_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin);
   [[nodiscard]] const AdamWOptions& options() const { return options_; }
-  // Bytes of optimizer state (exp_avg + exp_avg_sq + step), for the memory report.
-  [[nodiscard]] std::int64_t state_bytes() const;
 
  private:
   struct Group {

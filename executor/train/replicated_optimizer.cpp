@@ -45,7 +45,6 @@ class ReplicatedOptimizer : public StepOptimizer {
   void load_full_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin) override {
     adam_.load_state(get, origin);
   }
-  std::int64_t state_bytes() const override { return adam_.state_bytes(); }
 
  private:
   static std::vector<torch::Tensor> tensors(const NamedParams& params) {

@@ -37,8 +37,6 @@ class StepOptimizer {
   virtual NamedParams full_state() = 0;
   // Loads a whole state (each rank keeps its part). ConfigError naming `origin` on a mismatch.
   virtual void load_full_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin) = 0;
-  // Bytes of optimizer state this rank holds.
-  [[nodiscard]] virtual std::int64_t state_bytes() const = 0;
 };
 
 // ZeRO-0: AdamW on every rank; gradients all-reduced in buckets during the last backward.

@@ -145,10 +145,6 @@ class ZeroOptimizer : public StepOptimizer {
     for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
   }
 
-  std::int64_t state_bytes() const override {
-    return (exp_avg_.numel() + exp_avg_sq_.numel() + master_.numel()) * static_cast<std::int64_t>(sizeof(float));
-  }
-
  private:
   struct Param {
     std::string name;
