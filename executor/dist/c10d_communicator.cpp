@@ -81,13 +81,17 @@ class GlooCommunicator : public Communicator {
     std::vector<at::Tensor> t{inout};
     return handle(pg_->allreduce(t), "all_reduce");
   }
+  // Flat views: c10d wants the output as [size · in.size(0), ...]; the contract is the flat
+  // concatenation, whatever the shapes. REQUIRES: `out` contiguous.
   std::unique_ptr<CommHandle> all_gather(const torch::Tensor& in, torch::Tensor& out) override {
-    auto input = in.contiguous();
-    return handle(pg_->_allgather_base(out, input), "all_gather");
+    auto input = in.contiguous().view({-1});
+    auto output = out.view({-1});
+    return handle(pg_->_allgather_base(output, input), "all_gather");
   }
   std::unique_ptr<CommHandle> reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
-    auto input = in.contiguous();
-    return handle(pg_->_reduce_scatter_base(out, input), "reduce_scatter");
+    auto input = in.contiguous().view({-1});
+    auto output = out.view({-1});
+    return handle(pg_->_reduce_scatter_base(output, input), "reduce_scatter");
   }
   std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) override {
     std::vector<at::Tensor> v{t};

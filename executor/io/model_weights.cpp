@@ -101,14 +101,16 @@ std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
     if (model.spec().tied_embeddings && name == "lm_head.weight") continue;
     auto* p = params.find(name);
     if (p == nullptr) {
+      if (model.is_stage()) continue;  // another pipeline stage's tensor
       throw core::ConfigError(str_cat(source.string(), ": tensor ", name, " has no place in model ", model.spec().name,
                                       " (a checkpoint of another architecture?)"));
     }
-    if (!p->sizes().equals(t.sizes())) {
+    const auto expected = tp_full_shape(name, p->sizes(), model.spec().vocab, model.tp());
+    if (!t.sizes().equals(expected)) {
       throw core::ConfigError(str_cat(source.string(), ": tensor ", name, " has shape ", t.sizes(), ", model ",
-                                      model.spec().name, " needs ", p->sizes()));
+                                      model.spec().name, " needs ", c10::IntArrayRef(expected)));
     }
-    p->copy_(t);
+    p->copy_(model.shard_of_full(name, t));
     filled.insert(name);
   }
   for (const auto& p : params) {

@@ -10,14 +10,16 @@ torch::nn::Linear linear(std::int64_t in, std::int64_t out, bool bias = false) {
 }
 }  // namespace
 
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps, Communicator* sequence_parallel_group)
+    : eps_(eps), sp_group_(sequence_parallel_group) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   const auto xf = x.to(torch::kFloat32);
   const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight * normed.to(x.scalar_type());
+  const auto w = sp_group_ != nullptr ? copy_to_tp(weight, *sp_group_) : weight;
+  return w * normed.to(x.scalar_type());
 }
 
 RotaryTables::RotaryTables(int head_dim, int max_positions, double theta) : max_positions_(max_positions) {
@@ -48,16 +50,17 @@ torch::Tensor apply_rotary(const torch::Tensor& q, const torch::Tensor& cos, con
   return q * cos + rotated * sin;
 }
 
-AttentionImpl::AttentionImpl(const spec::ModelSpec& m)
-    : heads_(m.heads), kv_heads_(m.kv_heads), head_dim_(m.head_dim()) {
-  q_proj = register_module("q_proj", linear(m.hidden, std::int64_t{m.heads} * m.head_dim(), m.qkv_bias));
-  k_proj = register_module("k_proj", linear(m.hidden, std::int64_t{m.kv_heads} * m.head_dim(), m.qkv_bias));
-  v_proj = register_module("v_proj", linear(m.hidden, std::int64_t{m.kv_heads} * m.head_dim(), m.qkv_bias));
-  o_proj = register_module("o_proj", linear(std::int64_t{m.heads} * m.head_dim(), m.hidden));
+AttentionImpl::AttentionImpl(const spec::ModelSpec& m, const TensorParallel& tp)
+    : heads_(m.heads / tp.size()), kv_heads_(m.kv_heads / tp.size()), head_dim_(m.head_dim()), tp_(tp) {
+  q_proj = register_module("q_proj", linear(m.hidden, std::int64_t{heads_} * head_dim_, m.qkv_bias));
+  k_proj = register_module("k_proj", linear(m.hidden, std::int64_t{kv_heads_} * head_dim_, m.qkv_bias));
+  v_proj = register_module("v_proj", linear(m.hidden, std::int64_t{kv_heads_} * head_dim_, m.qkv_bias));
+  o_proj = register_module("o_proj", linear(std::int64_t{heads_} * head_dim_, m.hidden));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& cos, const torch::Tensor& sin,
                                      const torch::Tensor& mask) {
+  const auto x = enter_tp_region(x_in, tp_);  // [B, S, H] on every rank of the group
   const auto b = x.size(0);
   const auto s = x.size(1);
   // [B, S, heads·D] -> [B, heads, S, D]
@@ -69,25 +72,28 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const bool gqa = kv_heads_ != heads_;
   const bool recompute = recompute_core && is_training() && torch::GradMode::is_enabled();
   const auto out = recompute ? checkpointed_attention_core(q, k, v, mask, gqa) : attention_core(q, k, v, mask, gqa);
-  return o_proj(out.transpose(1, 2).reshape({b, s, std::int64_t{heads_} * head_dim_}));
+  return leave_tp_region(o_proj(out.transpose(1, 2).reshape({b, s, std::int64_t{heads_} * head_dim_})), tp_);
 }
 
-SwiGluMlpImpl::SwiGluMlpImpl(const spec::ModelSpec& m) {
-  gate_proj = register_module("gate_proj", linear(m.hidden, m.ffn_hidden));
-  up_proj = register_module("up_proj", linear(m.hidden, m.ffn_hidden));
-  down_proj = register_module("down_proj", linear(m.ffn_hidden, m.hidden));
+SwiGluMlpImpl::SwiGluMlpImpl(const spec::ModelSpec& m, const TensorParallel& tp) : tp_(tp) {
+  const std::int64_t width = m.ffn_hidden / tp.size();
+  gate_proj = register_module("gate_proj", linear(m.hidden, width));
+  up_proj = register_module("up_proj", linear(m.hidden, width));
+  down_proj = register_module("down_proj", linear(width, m.hidden));
 }
 
-torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x_in) {
+  const auto x = enter_tp_region(x_in, tp_);
+  return leave_tp_region(down_proj(torch::silu(gate_proj(x)) * up_proj(x)), tp_);
 }
 
-DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m) {
+DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, const TensorParallel& tp) {
   // Registration order = Hugging Face's attribute order, so parameters() lists them alike.
-  self_attn = register_module("self_attn", Attention(m));
-  mlp = register_module("mlp", SwiGluMlp(m));
-  input_layernorm = register_module("input_layernorm", RMSNorm(m.hidden, m.norm_eps));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(m.hidden, m.norm_eps));
+  self_attn = register_module("self_attn", Attention(m, tp));
+  mlp = register_module("mlp", SwiGluMlp(m, tp));
+  Communicator* sp = tp.sp() ? tp.group : nullptr;
+  input_layernorm = register_module("input_layernorm", RMSNorm(m.hidden, m.norm_eps, sp));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(m.hidden, m.norm_eps, sp));
 }
 
 torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,

@@ -8,21 +8,28 @@
 // input_layernorm, ...), so a state dict maps to a Hugging Face checkpoint by adding "model.".
 //
 // Shapes: B batch, S sequence, H hidden, A query heads, G key/value heads, D head_dim = H / A.
+// With tensor parallelism over t ranks (tensor_parallel.h) each rank holds A/t query heads, G/t
+// key/value heads and F/t of the FFN width; with sequence parallelism the blocks' inputs and
+// outputs are [B, S/t, H] shards.
 #include <torch/torch.h>
 
+#include "executor/parallel/tensor_parallel.h"
 #include "spec/model_spec.h"
 
 namespace cpt::exec {
 
 // y = x / sqrt(mean(x^2) + eps) * weight, computed in fp32 and returned in x's dtype (as HF does).
+// `sequence_parallel_group`: when set, x is a sequence shard and the weight's gradient is summed
+// over that group.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(std::int64_t dim, double eps);
+  RMSNormImpl(std::int64_t dim, double eps, Communicator* sequence_parallel_group = nullptr);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
+  Communicator* sp_group_;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -49,30 +56,34 @@ torch::Tensor apply_rotary(const torch::Tensor& q, const torch::Tensor& cos, con
 // packed sequences whose documents must not see each other.
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const spec::ModelSpec& m);
+  AttentionImpl(const spec::ModelSpec& m, const TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   bool recompute_core = false;  // selective recomputation of the attention core (activation_checkpoint.h)
 
  private:
-  int heads_, kv_heads_, head_dim_;
+  int heads_, kv_heads_, head_dim_;  // heads of this rank
+  TensorParallel tp_;
 };
 TORCH_MODULE(Attention);
 
 // down(silu(gate(x)) * up(x)).
 class SwiGluMlpImpl : public torch::nn::Module {
  public:
-  explicit SwiGluMlpImpl(const spec::ModelSpec& m);
+  SwiGluMlpImpl(const spec::ModelSpec& m, const TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  TensorParallel tp_;
 };
 TORCH_MODULE(SwiGluMlp);
 
 // x + attn(norm(x)), then + mlp(norm(.)).
 class DecoderBlockImpl : public torch::nn::Module {
  public:
-  explicit DecoderBlockImpl(const spec::ModelSpec& m);
+  DecoderBlockImpl(const spec::ModelSpec& m, const TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};

@@ -35,34 +35,57 @@ StageShape resolved(StageShape s, const spec::ModelSpec& m) {
 
 }  // namespace
 
-LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape)
-    : spec_(spec), shape_(resolved(shape, spec)), rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta) {
+LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, TensorParallel tp)
+    : spec_(spec), shape_(resolved(shape, spec)), tp_(tp), rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta) {
   require_llama_family(spec_);
+  const int t = tp_.size();
+  if (spec_.heads % t != 0 || spec_.kv_heads % t != 0 || spec_.ffn_hidden % t != 0) {
+    throw core::ConfigError(str_cat("model ", spec_.name, ": tensor parallelism ", t, " needs heads (", spec_.heads,
+                                    "), key/value heads (", spec_.kv_heads, ") and ffn_hidden (", spec_.ffn_hidden,
+                                    ") divisible by it"));
+  }
+  const std::int64_t vocab_rows = padded_vocab(spec_.vocab, t) / t;
   // Tied embeddings need the embedding on the head's stage too: only single-stage for now.
   if (spec_.tied_embeddings && shape_.embedding != shape_.head) {
     throw core::ConfigError(str_cat("model ", spec_.name, ": tied embeddings need the embedding and the LM head ",
                                     "on the same pipeline stage"));
   }
-  if (shape_.embedding) embed_tokens = register_module("embed_tokens", torch::nn::Embedding(spec_.vocab, spec_.hidden));
+  if (shape_.embedding) embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_rows, spec_.hidden));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int i = 0; i < spec_.layers; ++i) {
     // Absent layers are placeholders so that names keep the global layer index (layers.<i>.*).
     if (i >= shape_.first_layer && i < shape_.last_layer) {
-      layers->push_back(DecoderBlock(spec_));
+      layers->push_back(DecoderBlock(spec_, tp_));
     } else {
       layers->push_back(torch::nn::Identity());
     }
   }
   if (shape_.head) {
-    norm = register_module("norm", RMSNorm(spec_.hidden, spec_.norm_eps));
+    norm = register_module("norm", RMSNorm(spec_.hidden, spec_.norm_eps, tp_.sp() ? tp_.group : nullptr));
     if (!spec_.tied_embeddings) {
       lm_head = register_module(
-          "lm_head", torch::nn::Linear(torch::nn::LinearOptions(spec_.hidden, spec_.vocab).bias(false)));
+          "lm_head", torch::nn::Linear(torch::nn::LinearOptions(spec_.hidden, vocab_rows).bias(false)));
     }
   }
 }
 
-torch::Tensor LlamaModelImpl::embed(const torch::Tensor& tokens) { return embed_tokens(tokens); }
+bool LlamaModelImpl::is_stage() const {
+  return !shape_.embedding || !shape_.head || shape_.first_layer != 0 || shape_.last_layer != spec_.layers;
+}
+
+std::int64_t LlamaModelImpl::vocab_first_row() const {
+  return tp_.rank() * (padded_vocab(spec_.vocab, tp_.size()) / tp_.size());
+}
+
+torch::Tensor LlamaModelImpl::shard_of_full(const std::string& name, const torch::Tensor& full) const {
+  return tp_shard_of_full(name, full, spec_.vocab, tp_);
+}
+
+torch::Tensor LlamaModelImpl::embed(const torch::Tensor& tokens) {
+  if (!tp_.active()) return embed_tokens(tokens);
+  // Each rank looks up its rows; the sum over the group (or its sequence shards) is the embedding.
+  return leave_tp_region(vocab_parallel_embedding_partial(tokens, embed_tokens->weight, vocab_first_row()), tp_);
+}
 
 torch::Tensor LlamaModelImpl::blocks(torch::Tensor hidden, const Batch& batch) {
   const auto [cos, sin] = rotary_.lookup(batch.positions, hidden.scalar_type());
@@ -75,8 +98,13 @@ torch::Tensor LlamaModelImpl::blocks(torch::Tensor hidden, const Batch& batch) {
 }
 
 torch::Tensor LlamaModelImpl::head(const torch::Tensor& hidden) {
-  const auto h = norm(hidden);
-  return spec_.tied_embeddings ? torch::nn::functional::linear(h, embed_tokens->weight) : lm_head(h);
+  const auto h = enter_tp_region(norm(hidden), tp_);
+  auto logits = spec_.tied_embeddings ? torch::nn::functional::linear(h, embed_tokens->weight) : lm_head(h);
+  if (tp_.active()) {  // drop the padding rows' columns
+    const auto real = std::min<std::int64_t>(spec_.vocab - vocab_first_row(), logits.size(-1));
+    if (real < logits.size(-1)) logits = logits.narrow(-1, 0, real);
+  }
+  return logits;
 }
 
 torch::Tensor LlamaModelImpl::forward(const Batch& batch) {
@@ -89,7 +117,12 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
 }
 
-torch::Tensor LlamaModelImpl::loss_sum(const Batch& batch) { return cross_entropy_sum(forward(batch), batch.targets); }
+torch::Tensor LlamaModelImpl::loss_sum(const Batch& batch) { return loss_sum_of_logits(forward(batch), batch.targets); }
+
+torch::Tensor LlamaModelImpl::loss_sum_of_logits(const torch::Tensor& logits, const torch::Tensor& targets) {
+  if (tp_.active()) return vocab_parallel_cross_entropy_sum(logits, targets, vocab_first_row(), *tp_.group);
+  return cross_entropy_sum(logits, targets);
+}
 
 void LlamaModelImpl::init_weights(std::uint64_t seed) {
   torch::NoGradGuard no_grad;
@@ -101,16 +134,18 @@ void LlamaModelImpl::init_weights(std::uint64_t seed) {
     // whichever part of the model this process holds: a pipeline stage or a shard gets exactly
     // the weights the whole model would have.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ core::fnv1a64(name));
+    // A tensor-parallel shard is cut from the whole tensor, drawn the same way.
+    const auto full = tp_full_shape(name, t.sizes(), spec_.vocab, tp_);
     torch::Tensor values;
     if (name.ends_with(".bias")) {
-      values = torch::zeros(t.sizes(), torch::kFloat32);
+      values = torch::zeros(full, torch::kFloat32);
     } else if (is_no_decay_parameter(name)) {
-      values = torch::ones(t.sizes(), torch::kFloat32);
+      values = torch::ones(full, torch::kFloat32);
     } else {
       const bool residual = name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight");
-      values = at::normal(0.0, residual ? residual_std : 0.02, t.sizes(), gen, torch::TensorOptions(torch::kFloat32));
+      values = at::normal(0.0, residual ? residual_std : 0.02, full, gen, torch::TensorOptions(torch::kFloat32));
     }
-    t.copy_(values);
+    t.copy_(shard_of_full(name, values));
   }
 }
 

@@ -5,6 +5,9 @@
 // layers.<i>.self_attn.q_proj.weight, ..., norm.weight, lm_head.weight (absent when tied).
 // The number of parameters of the whole model equals spec::ModelSpec::num_params() exactly
 // (tests/executor/llama_model_test.cpp).
+// With tensor parallelism (tensor_parallel.h) each rank holds its shards under the same names;
+// forward() then returns this rank's vocabulary columns of the logits and loss_sum() reduces the
+// cross-entropy over the group, so every rank of the group computes the same loss.
 #include <torch/torch.h>
 
 #include <optional>
@@ -28,15 +31,21 @@ class LlamaModelImpl : public torch::nn::Module {
  public:
   // ConfigError when `spec` is not LLaMA-family (SwiGLU, RMSNorm, RoPE, no biases): the executor
   // builds only those; GPT-style specs exist for the cost model's validation.
-  explicit LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape = {});
+  // ConfigError too when heads, key/value heads or the FFN width are not divisible by tp.
+  explicit LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape = {}, TensorParallel tp = {});
 
-  // Whole model: tokens [B, S] -> logits [B, S, vocab] (fp32 accumulation is the caller's choice).
+  // Whole model: tokens [B, S] -> logits [B, S, vocab] (fp32 accumulation is the caller's choice);
+  // with tensor parallelism [B, S, vocab columns of this rank] (from vocab_first_row(), padding
+  // columns dropped).
   torch::Tensor forward(const Batch& batch);
   // Sum of the token cross-entropies of `batch` (ignoring kIgnoreIndex) as an fp32 scalar; divide
   // by the loss tokens of the whole step to get the mean.
   torch::Tensor loss_sum(const Batch& batch);
+  // The same from logits of forward() or head() (vocabulary-parallel under tensor parallelism).
+  torch::Tensor loss_sum_of_logits(const torch::Tensor& logits, const torch::Tensor& targets);
 
-  // Stage pieces, for the pipeline executor: embed -> blocks -> head.
+  // Stage pieces, for the pipeline executor: embed -> blocks -> head. With sequence parallelism
+  // the hidden states between them are [B, S/tp, H] shards.
   torch::Tensor embed(const torch::Tensor& tokens);
   torch::Tensor blocks(torch::Tensor hidden, const Batch& batch);
   torch::Tensor head(const torch::Tensor& hidden);
@@ -51,6 +60,13 @@ class LlamaModelImpl : public torch::nn::Module {
 
   [[nodiscard]] const spec::ModelSpec& spec() const { return spec_; }
   [[nodiscard]] const StageShape& shape() const { return shape_; }
+  [[nodiscard]] const TensorParallel& tp() const { return tp_; }
+  // True when this process holds only part of the layers, the embedding or the head.
+  [[nodiscard]] bool is_stage() const;
+  // The first vocabulary id of this rank's embedding / LM-head rows (0 without tensor parallelism).
+  [[nodiscard]] std::int64_t vocab_first_row() const;
+  // This rank's part of the full tensor of parameter `name` (tensor_parallel.h).
+  [[nodiscard]] torch::Tensor shard_of_full(const std::string& name, const torch::Tensor& full) const;
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -60,6 +76,7 @@ class LlamaModelImpl : public torch::nn::Module {
  private:
   spec::ModelSpec spec_;
   StageShape shape_;
+  TensorParallel tp_;
   spec::Recompute recompute_ = spec::Recompute::kNone;
   RotaryTables rotary_;
 };

@@ -9,6 +9,7 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
   bucket_of_.assign(params_.size(), 0);
   slot_of_.assign(params_.size(), 0);
   seen_.assign(params_.size(), false);
+  count_.assign(params_.size(), 0);
   if (dp_.size() == 1) return;
   std::int64_t bytes = 0;
   for (std::size_t k = params_.size(); k-- > 0;) {
@@ -34,7 +35,7 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
   }
   for (std::size_t k = 0; k < params_.size(); ++k) {
     params_[k].register_hook([this, k](torch::Tensor grad) {
-      if (armed_) on_grad(k, grad);
+      if (armed_ && ++count_[k] == expected_) on_grad(k, grad);
       return grad;
     });
   }
@@ -42,15 +43,17 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
 
 DataParallelGrads::~DataParallelGrads() = default;
 
-void DataParallelGrads::arm() {
+void DataParallelGrads::arm(int backwards_per_step) {
   if (dp_.size() == 1) return;
   armed_ = true;
+  expected_ = backwards_per_step;
   std::fill(seen_.begin(), seen_.end(), false);
+  std::fill(count_.begin(), count_.end(), 0);
   for (auto& b : buckets_) b.filled = 0;
 }
 
 void DataParallelGrads::on_grad(std::size_t k, const torch::Tensor& grad) {
-  CPT_CHECK(!seen_[k], "parameter ", k, " produced two gradients in one backward");
+  CPT_CHECK(!seen_[k], "parameter ", k, " produced more gradients than backward passes in one step");
   seen_[k] = true;
   auto& b = buckets_[bucket_of_[k]];
   auto slot = b.flat.narrow(0, b.offsets[slot_of_[k]], params_[k].numel()).view_as(params_[k]);

@@ -9,7 +9,13 @@ namespace cpt::exec {
 using core::str_cat;
 
 torch::Tensor kl_sum(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
-                     const torch::Tensor& targets) {
+                     const torch::Tensor& targets, Communicator* tp) {
+  if (tp != nullptr && tp->size() > 1) {
+    const auto s = vocab_parallel_log_softmax(student_logits, *tp);
+    const auto t = vocab_parallel_log_softmax(teacher_logits, *tp);
+    const auto per_token = reduce_from_tp((s.exp() * (s - t)).sum(-1), *tp);  // [B, S]
+    return (per_token * (targets != kIgnoreIndex).to(torch::kFloat32)).sum();
+  }
   const auto s = torch::log_softmax(student_logits.to(torch::kFloat32), -1);
   const auto t = torch::log_softmax(teacher_logits.to(torch::kFloat32), -1);
   const auto per_token = (s.exp() * (s - t)).sum(-1);  // [B, S]

@@ -24,8 +24,10 @@
 namespace cpt::exec {
 
 // Σ over loss tokens of KL(softmax(student) ‖ softmax(teacher)); logits [B, S, V], fp32 sum.
+// `tp`: with tensor parallelism the logits are this rank's vocabulary columns and the softmax and
+// the sum over the vocabulary are reduced over the group (the result is the same on every rank).
 torch::Tensor kl_sum(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
-                     const torch::Tensor& targets);
+                     const torch::Tensor& targets, Communicator* tp = nullptr);
 
 // The frozen teacher of KL distillation.
 class Teacher {

@@ -1,20 +1,37 @@
 #include <cmath>
 
 #include "executor/parallel/data_parallel.h"
+#include "executor/parallel/tensor_parallel.h"
 #include "executor/train/step_optimizer.h"
 
 namespace cpt::exec {
+
+bool ModelParallelNorm::counts(const std::string& name) const {
+  return tp == nullptr || tp->rank() == 0 || tp_split_of(name) != TpSplit::kReplicated;
+}
+
+double ModelParallelNorm::sum_over_groups(double squares) const {
+  auto t = torch::tensor({squares}, torch::kFloat64);
+  for (auto* g : {tp, pp}) {
+    if (g != nullptr && g->size() > 1) g->all_reduce_sum(t)->wait();
+  }
+  return t.item<double>();
+}
 
 namespace {
 
 class ReplicatedOptimizer : public StepOptimizer {
  public:
-  ReplicatedOptimizer(const NamedParams& params, const AdamWOptions& options, Communicator& dp, std::int64_t bucket_bytes)
-      : adam_(params, options), grads_(tensors(params), dp, bucket_bytes) {
-    for (const auto& [name, p] : params) params_.push_back(p);
+  ReplicatedOptimizer(const NamedParams& params, const AdamWOptions& options, Communicator& dp, std::int64_t bucket_bytes,
+                      const ModelParallelNorm& mp)
+      : adam_(params, options), grads_(tensors(params), dp, bucket_bytes), mp_(mp) {
+    for (const auto& [name, p] : params) {
+      params_.push_back(p);
+      counted_.push_back(mp.counts(name));
+    }
   }
   void before_backward(int i, int n) override {
-    if (i + 1 == n) grads_.arm();
+    if (i == 0) grads_.arm(n);
   }
   void after_backward(int i, int n) override {
     if (i + 1 == n) grads_.finish();
@@ -23,12 +40,11 @@ class ReplicatedOptimizer : public StepOptimizer {
     torch::NoGradGuard no_grad;
     // Per-tensor L2 norms in the gradients' own precision (no copies), combined in double.
     std::vector<torch::Tensor> norms;
-    for (const auto& p : params_) {
-      if (p.grad().defined()) norms.push_back(torch::linalg_vector_norm(p.grad()));
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      if (counted_[k] && params_[k].grad().defined()) norms.push_back(torch::linalg_vector_norm(params_[k].grad()));
     }
-    if (norms.empty()) return 0.0;
-    const auto all = torch::stack(norms).to(torch::kFloat64);
-    return std::sqrt(all.pow(2).sum().item<double>());
+    const double squares = norms.empty() ? 0.0 : torch::stack(norms).to(torch::kFloat64).pow(2).sum().item<double>();
+    return std::sqrt(mp_.sum_over_groups(squares));
   }
   void step(double lr, double scale) override {
     if (scale != 1.0) {
@@ -54,14 +70,17 @@ class ReplicatedOptimizer : public StepOptimizer {
   }
   AdamW adam_;
   DataParallelGrads grads_;
+  ModelParallelNorm mp_;
   std::vector<torch::Tensor> params_;
+  std::vector<bool> counted_;
 };
 
 }  // namespace
 
 std::unique_ptr<StepOptimizer> make_replicated_optimizer(const NamedParams& params, const AdamWOptions& options,
-                                                         Communicator& dp, std::int64_t bucket_bytes) {
-  return std::make_unique<ReplicatedOptimizer>(params, options, dp, bucket_bytes);
+                                                         Communicator& dp, std::int64_t bucket_bytes,
+                                                         const ModelParallelNorm& mp) {
+  return std::make_unique<ReplicatedOptimizer>(params, options, dp, bucket_bytes, mp);
 }
 
 }  // namespace cpt::exec

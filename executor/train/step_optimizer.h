@@ -20,6 +20,19 @@ namespace cpt::exec {
 
 using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// The model-parallel groups over which this rank's parameters are only a part of the model, for
+// the global gradient norm: squares summed over the tensor- and pipeline-parallel groups too, a
+// parameter replicated over the tensor-parallel group (tensor_parallel.h) counted on its rank 0
+// only. Null groups: a group of one.
+struct ModelParallelNorm {
+  Communicator* tp = nullptr;
+  Communicator* pp = nullptr;
+  // Whether parameter `name`'s gradient counts on this rank.
+  [[nodiscard]] bool counts(const std::string& name) const;
+  // Σ of the squares over the groups (identity without them). COLLECTIVE over tp and pp.
+  [[nodiscard]] double sum_over_groups(double squares) const;
+};
+
 class StepOptimizer {
  public:
   virtual ~StepOptimizer() = default;
@@ -41,12 +54,13 @@ class StepOptimizer {
 
 // ZeRO-0: AdamW on every rank; gradients all-reduced in buckets during the last backward.
 std::unique_ptr<StepOptimizer> make_replicated_optimizer(const NamedParams& params, const AdamWOptions& options,
-                                                         Communicator& dp, std::int64_t bucket_bytes);
+                                                         Communicator& dp, std::int64_t bucket_bytes,
+                                                         const ModelParallelNorm& mp = {});
 
 // ZeRO-1 (stage 1: the accumulated gradient is reduce-scattered once per step) or ZeRO-2 (stage 2:
 // every microbatch's gradient is reduce-scattered into this rank's gradient shard and the full
 // gradient dropped). Optimizer state and fp32 master weights exist only for this rank's slice.
 std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
-                                                   Communicator& dp, int stage);
+                                                   Communicator& dp, int stage, const ModelParallelNorm& mp = {});
 
 }  // namespace cpt::exec

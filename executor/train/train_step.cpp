@@ -4,18 +4,65 @@
 #include <limits>
 
 #include "executor/device.h"
+#include "executor/parallel/pipeline_executor.h"
 
 namespace cpt::exec {
+
+namespace {
+
+// Σ of the loss tokens of this rank's microbatches over the data-parallel group.
+std::int64_t step_loss_tokens(const std::vector<Batch>& micro, Communicator& dp) {
+  std::int64_t n = 0;
+  for (const auto& b : micro) n += b.loss_tokens;
+  if (dp.size() > 1) {
+    auto t = torch::tensor({static_cast<double>(n)}, torch::kFloat64);
+    dp.all_reduce_sum(t)->wait();
+    n = static_cast<std::int64_t>(t.item<double>());
+  }
+  return n;
+}
+
+// The norm, clipping and update once the gradients are in.
+void finish_step(StepResult& r, StepOptimizer& optimizer, double lr, double grad_clip) {
+  r.grad_norm = optimizer.grad_norm();
+  r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  if (r.applied) {
+    const double clip = grad_clip > 0 ? std::min(1.0, grad_clip / (r.grad_norm + 1e-6)) : 1.0;
+    optimizer.step(lr, clip);
+  } else {
+    optimizer.zero_grad();
+  }
+}
+
+}  // namespace
+
+StepResult train_step_pipelined(PipelineExecutor& pipeline, const spec::PipelineSchedule& schedule,
+                                StepOptimizer& optimizer, const std::vector<Batch>& micro, double lr, double grad_clip,
+                                const torch::Device& device, Communicator& dp) {
+  StepResult r;
+  r.loss_tokens = step_loss_tokens(micro, dp);
+  const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(r.loss_tokens, 1));
+  std::vector<Batch> on_device;
+  for (const auto& b : micro) on_device.push_back(b.to(device));
+  double loss_sum = 0;
+  {
+    AutocastGuard autocast(device);
+    loss_sum = pipeline.train_step(schedule, on_device, scale, optimizer);
+  }
+  if (dp.size() > 1) {
+    auto t = torch::tensor({loss_sum}, torch::kFloat64);
+    dp.all_reduce_sum(t)->wait();
+    loss_sum = t.item<double>();
+  }
+  r.loss = loss_sum * scale;
+  finish_step(r, optimizer, lr, grad_clip);
+  return r;
+}
 
 StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std::vector<Batch>& micro, double lr,
                       double grad_clip, const torch::Device& device, Communicator& dp, const Objective& objective) {
   StepResult r;
-  for (const auto& b : micro) r.loss_tokens += b.loss_tokens;
-  if (dp.size() > 1) {  // the step's loss tokens over every replica
-    auto t = torch::tensor({static_cast<double>(r.loss_tokens)}, torch::kFloat64);
-    dp.all_reduce_sum(t)->wait();
-    r.loss_tokens = static_cast<std::int64_t>(t.item<double>());
-  }
+  r.loss_tokens = step_loss_tokens(micro, dp);
   const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(r.loss_tokens, 1));
   double loss_sum = 0, kl_total = 0;
   {
@@ -24,10 +71,10 @@ StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std
     for (int i = 0; i < n; ++i) {
       const auto b = micro[static_cast<std::size_t>(i)].to(device);
       const auto logits = model.forward(b);
-      const auto ce = cross_entropy_sum(logits, b.targets);
+      const auto ce = model.loss_sum_of_logits(logits, b.targets);
       auto total = ce;
       if (objective.teacher != nullptr) {
-        const auto kl = kl_sum(logits, objective.teacher->logits(b), b.targets);
+        const auto kl = kl_sum(logits, objective.teacher->logits(b), b.targets, model.tp().group);
         total = total + kl * objective.kl_lambda;
         kl_total += kl.item<double>();
       }
@@ -52,14 +99,7 @@ StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std
   }
   r.loss = loss_sum * scale;
   r.kl = kl_total * scale;
-  r.grad_norm = optimizer.grad_norm();
-  r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
-  if (r.applied) {
-    const double clip = grad_clip > 0 ? std::min(1.0, grad_clip / (r.grad_norm + 1e-6)) : 1.0;
-    optimizer.step(lr, clip);
-  } else {
-    optimizer.zero_grad();
-  }
+  finish_step(r, optimizer, lr, grad_clip);
   return r;
 }
 

@@ -11,8 +11,11 @@
 #include "executor/dist/communicator.h"
 #include "executor/train/regularizers.h"
 #include "executor/train/step_optimizer.h"
+#include "spec/pipeline_schedule.h"
 
 namespace cpt::exec {
+
+class PipelineExecutor;
 
 // Continual pre-training terms of the objective (regularizers.h); both off by default.
 struct Objective {
@@ -38,5 +41,12 @@ struct StepResult {
 // The objective is CE + kl_lambda·KL per loss token, plus the EWC penalty once per step.
 StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std::vector<Batch>& micro, double lr,
                       double grad_clip, const torch::Device& device, Communicator& dp, const Objective& objective = {});
+
+// The same step through a pipeline (pipeline_executor.h): the schedule's forwards and backwards
+// instead of the microbatch loop; the loss is reduced over the pipeline group, then the rest as
+// above. No continual-pre-training terms (KL and EWC run with pp = 1 only).
+StepResult train_step_pipelined(PipelineExecutor& pipeline, const spec::PipelineSchedule& schedule,
+                                StepOptimizer& optimizer, const std::vector<Batch>& micro, double lr, double grad_clip,
+                                const torch::Device& device, Communicator& dp);
 
 }  // namespace cpt::exec

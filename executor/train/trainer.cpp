@@ -18,6 +18,8 @@
 #include "executor/device.h"
 #include "executor/dist/launch_info.h"
 #include "executor/dist/process_groups.h"
+#include "executor/parallel/full_state.h"
+#include "executor/parallel/pipeline_executor.h"
 #include "executor/train/step_optimizer.h"
 #include "spec/rank_layout.h"
 #include "executor/io/model_weights.h"
@@ -83,8 +85,9 @@ std::string duration_text(double s) {
 
 // Mean loss over the first `sequences` sequences of `source`, in order, in microbatches of the
 // plan's size (and one smaller for the remainder): the same sequences whatever the layout.
-double evaluate_set(LlamaModel& model, const DataSource& source, std::int64_t sequences, const LoaderOptions& base,
-                    const torch::Device& device, std::int64_t* tokens_out) {
+double evaluate_set(const std::function<double(const Batch&)>& loss_sum_of, const DataSource& source,
+                    std::int64_t sequences, const LoaderOptions& base, const torch::Device& device,
+                    std::int64_t* tokens_out) {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device);
   LoaderOptions o = base;
@@ -95,7 +98,7 @@ double evaluate_set(LlamaModel& model, const DataSource& source, std::int64_t se
   std::int64_t tokens = 0;
   auto add = [&](const Batch& cpu) {
     const auto b = cpu.to(device);
-    loss += model->loss_sum(b).item<double>();
+    loss += loss_sum_of(b);
     tokens += b.loss_tokens;
   };
   const std::int64_t full = sequences / o.micro_batch;
@@ -111,16 +114,33 @@ double evaluate_set(LlamaModel& model, const DataSource& source, std::int64_t se
   return tokens > 0 ? loss / static_cast<double>(tokens) : 0.0;
 }
 
+// The layouts the executor runs, or a ConfigError saying what it does not run yet.
+void require_supported(const spec::Plan& plan, const TrainConfig& config) {
+  const auto& par = plan.parallel;
+  if (par.cp != 1 || par.zero_stage == 3 || par.offload != spec::Offload::kNone) {
+    throw core::ConfigError(str_cat("plan: cp ", par.cp, ", ZeRO ", par.zero_stage, ", offload ",
+                                    spec::to_string(par.offload), ": the executor runs tensor, pipeline and data ",
+                                    "parallelism with ZeRO 0-2 so far (cp = 1, no ZeRO-3, no offload; issue #7)"));
+  }
+  if (par.sequence_parallel && plan.workload.seq_len % par.tp != 0) {
+    throw core::ConfigError(str_cat("plan: sequence parallelism needs seq_len (", plan.workload.seq_len,
+                                    ") divisible by tp (", par.tp, ")"));
+  }
+  if (par.pp > 1 && (config.distill || config.ewc)) {
+    throw core::ConfigError(str_cat(config.origin.string(), ": KL distillation and EWC run with pp = 1 only so far; ",
+                                    "the plan has pp ", par.pp));
+  }
+  if (par.tp > 1 && config.ewc) {
+    throw core::ConfigError(str_cat(config.origin.string(), ": EWC runs with tp = 1 only so far; the plan has tp ",
+                                    par.tp));
+  }
+}
+
 }  // namespace
 
 TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   const auto& par = plan.parallel;
-  if (par.tp != 1 || par.cp != 1 || par.pp != 1 || par.zero_stage == 3 || par.offload != spec::Offload::kNone) {
-    throw core::ConfigError(str_cat("plan: tp ", par.tp, ", cp ", par.cp, ", pp ", par.pp, ", ZeRO ", par.zero_stage,
-                                    ", offload ", spec::to_string(par.offload),
-                                    ": the executor runs data parallelism with ZeRO 0-2 so far (tp = cp = pp = 1, no ",
-                                    "offload); tensor, pipeline, ZeRO-3 and offloaded layouts are issue #7"));
-  }
+  require_supported(plan, config);
   const auto launch = launch_info_from_env();
   const bool rank0 = launch.rank == 0;
   if (launch.distributed()) core::set_log_prefix(str_cat("r", launch.rank), rank0);
@@ -152,22 +172,50 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   if (!rank0) prepared = prepare_run_inputs(config, spec, options.out_dir);
   auto& inputs = *prepared;
 
-  LlamaModel model(spec);
-  model->init_weights(config.seed);
-  if (config.init_from) {
-    const auto loaded = load_model_weights(*model, *config.init_from);
-    core::info0("init: weights from ", config.init_from->string(), " (", loaded, ")");
+  // This rank's part of the model: its pipeline stages (chunk c = stage c·pp + pp rank), each
+  // split over the tensor-parallel group (tensor_parallel.h).
+  const TensorParallel tp{groups.tp.get(), par.sequence_parallel};
+  const int pp_rank = groups.coord.pp;
+  std::vector<LlamaModel> chunks;
+  for (const int stage : plan.stages.stages_of_rank(pp_rank)) {
+    StageShape shape;
+    shape.embedding = stage == 0;
+    shape.first_layer = plan.stages.first_layer(stage);
+    shape.last_layer = shape.first_layer + plan.stages.layers_in(stage);
+    shape.head = stage == plan.stages.num_stages() - 1;
+    chunks.emplace_back(spec, shape, tp);
   }
-  model->to(device);
-  model->set_recompute(par.recompute);
+  for (auto& chunk : chunks) {
+    chunk->init_weights(config.seed);
+    if (config.init_from) {
+      const auto loaded = load_model_weights(*chunk, *config.init_from);
+      if (&chunk == &chunks.front()) core::info0("init: weights from ", config.init_from->string(), " (", loaded, ")");
+    }
+    chunk->to(device);
+    chunk->set_recompute(par.recompute);
+  }
+  auto& model = chunks.front();  // the whole model when pp = 1
+  std::optional<PipelineExecutor> pipeline;
+  std::optional<spec::PipelineSchedule> pipeline_schedule;
+  if (par.pp > 1) {
+    pipeline.emplace(chunks, plan.stages.num_stages(), *groups.pp);
+    pipeline_schedule = spec::make_schedule(par.schedule, par.pp, par.virtual_stages, par.grad_accum());
+    if (par.schedule == spec::ScheduleKind::kZeroBubbleH1) {
+      core::info0("pipeline: zb_h1 runs its schedule with the backward unsplit (each I does B, each W nothing)");
+    }
+  }
   std::vector<std::pair<std::string, torch::Tensor>> named;
-  for (const auto& p : model->named_parameters()) named.emplace_back(p.key(), p.value());
+  for (auto& chunk : chunks) {
+    for (const auto& p : chunk->named_parameters()) named.emplace_back(p.key(), p.value());
+  }
+  const ModelParallelNorm norm_groups{groups.tp.get(), groups.pp.get()};
   // ZeRO-0: every rank updates everything; ZeRO-1/2: each rank its slice (step_optimizer.h).
   const auto optimizer =
       par.zero_stage == 0
           ? make_replicated_optimizer(named, config.optimizer, *groups.dp,
-                                      static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024))
-          : make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage);
+                                      static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024), norm_groups)
+          : make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage, norm_groups);
+  const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
   // Each step's global batch is split in dp contiguous shares, in sample order.
   const int dp_rank = groups.dp->rank();
   const std::int64_t per_rank = std::int64_t{par.micro_batch} * par.grad_accum();
@@ -186,7 +234,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   Objective objective;
   std::optional<Teacher> teacher;
   if (config.distill) {
-    LlamaModel t(spec);
+    LlamaModel t(spec, StageShape{}, tp);
     const auto source = config.distill->teacher.value_or(*config.init_from);
     const auto loaded = load_model_weights(*t, source);
     t->to(device);
@@ -227,11 +275,14 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
         throw core::ConfigError(str_cat(ckpt->dir().string(), ": a checkpoint of model ", ckpt->model().name,
                                         ", which differs from the plan's model ", spec.name));
       }
-      load_model_weights(*model, ckpt->dir());
+      for (auto& chunk : chunks) load_model_weights(*chunk, ckpt->dir());
       if (!ckpt->has_optimizer()) throw core::ConfigError(str_cat(ckpt->dir().string(), ": no optimizer state to resume"));
       const auto opt = ckpt->optimizer();
-      optimizer->load_full_state([&](const std::string& n) { return opt.load(n, torch::kFloat32).to(device); },
-                                 ckpt->dir().string());
+      optimizer->load_full_state(
+          [&](const std::string& n) {
+            return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), spec.vocab, tp).contiguous().to(device);
+          },
+          ckpt->dir().string());
       const auto& st = ckpt->trainer_state();
       step = st.at("step").get<std::int64_t>();
       tokens_seen = st.at("tokens").get<std::int64_t>();
@@ -258,13 +309,15 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   }
 
   auto save = [&](std::int64_t at_step) -> fs::path {
-    // COLLECTIVE: a sharded optimizer gathers its state; rank 0 writes (weights are replicated).
-    auto state = optimizer->full_state();
+    // COLLECTIVE: a sharded optimizer gathers its state over dp; tensor-parallel shards and
+    // pipeline stages are gathered to rank 0, which writes whole tensors (full_state.h).
+    auto state = gather_full_tensors(optimizer->full_state(), spec.vocab, full_state_groups);
+    auto weights = gather_full_tensors(named, spec.vocab, full_state_groups);
     if (!rank0) return ckpt_root / checkpoint_dir_name(at_step);
     CheckpointContents c;
     c.step = at_step;
     c.model = spec;
-    for (const auto& p : model->named_parameters()) c.weights.emplace_back(p.key(), p.value());
+    c.weights = std::move(weights);
     c.optimizer = std::move(state);
     c.rng.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
     c.trainer_state = {{"step", at_step},       {"tokens", tokens_seen},       {"skipped_steps", skipped},
@@ -274,11 +327,18 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     prune_checkpoints(ckpt_root, config.checkpoint.keep_last, dir);
     return dir;
   };
+  // Evaluation runs on data-parallel replica 0 (its tensor- and pipeline-parallel ranks together);
+  // rank 0 writes.
+  auto loss_sum_of = [&](const Batch& b) {
+    return pipeline ? pipeline->loss_sum(b) : model->loss_sum(b).item<double>();
+  };
   auto evaluate = [&](std::int64_t at_step) {
-    if (!rank0) return;  // replicas are identical
+    if (!full_state_groups.holds_replica_zero) return;  // replicas are identical
     for (std::size_t i = 0; i < inputs.eval.size(); ++i) {
       std::int64_t tokens = 0;
-      const double loss = evaluate_set(model, inputs.eval[i], inputs.eval_sequences[i], loader_options, device, &tokens);
+      const double loss =
+          evaluate_set(loss_sum_of, inputs.eval[i], inputs.eval_sequences[i], loader_options, device, &tokens);
+      if (!rank0) continue;
       nlohmann::ordered_json row{{"step", at_step}, {"set", inputs.eval[i].name}, {"loss", loss},
                                  {"perplexity", std::exp(loss)}, {"tokens", tokens}};
       eval_log->write(row);
@@ -305,7 +365,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     loader.skip(dp_rank * per_rank);
     for (int m = 0; m < accum; ++m) micro.push_back(loader.next());
     loader.skip((par.dp - 1 - dp_rank) * per_rank);
-    const auto r = train_step(*model, *optimizer, micro, lr, config.grad_clip, device, *groups.dp, objective);
+    const auto r = pipeline ? train_step_pipelined(*pipeline, *pipeline_schedule, *optimizer, micro, lr, config.grad_clip,
+                                                   device, *groups.dp)
+                            : train_step(*model, *optimizer, micro, lr, config.grad_clip, device, *groups.dp, objective);
     if (config.distill && config.distill->guard_threshold) {
       kl_over = r.kl > *config.distill->guard_threshold ? kl_over + 1 : 0;
       if (kl_over >= config.distill->guard_patience) {

@@ -23,8 +23,9 @@ using core::str_cat;
 
 class ZeroOptimizer : public StepOptimizer {
  public:
-  ZeroOptimizer(const NamedParams& params, const AdamWOptions& options, Communicator& dp, int stage)
-      : options_(options), dp_(dp), stage_(stage), layout_(total(params), dp.size()) {
+  ZeroOptimizer(const NamedParams& params, const AdamWOptions& options, Communicator& dp, int stage,
+                const ModelParallelNorm& mp)
+      : options_(options), dp_(dp), stage_(stage), mp_(mp), layout_(total(params), dp.size()) {
     CPT_CHECK(stage == 1 || stage == 2, "ZeRO stage ", stage, " is not this optimizer's");
     std::int64_t at = 0;
     for (const auto& [name, p] : params) {
@@ -44,7 +45,7 @@ class ZeroOptimizer : public StepOptimizer {
       const auto end = std::min(p.offset + p.tensor.numel(), mine.offset + mine.size);
       if (begin >= end) continue;
       segments_.push_back({k, begin - p.offset, begin - mine.offset, end - begin, !is_no_decay_parameter(p.name),
-                           torch::zeros({}, opts)});
+                           mp.counts(p.name), torch::zeros({}, opts)});
     }
     torch::NoGradGuard no_grad;
     for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
@@ -66,9 +67,14 @@ class ZeroOptimizer : public StepOptimizer {
   }
 
   double grad_norm() override {
-    auto sq = torch::linalg_vector_norm(grad_shard_).to(torch::kFloat64).pow(2).reshape({1});
+    std::vector<torch::Tensor> norms;
+    for (const auto& s : segments_) {
+      if (s.counted) norms.push_back(torch::linalg_vector_norm(grad_shard_.narrow(0, s.shard_offset, s.length)));
+    }
+    auto sq = norms.empty() ? torch::zeros({1}, torch::kFloat64)
+                            : torch::stack(norms).to(torch::kFloat64).pow(2).sum().reshape({1}).cpu();
     dp_.all_reduce_sum(sq)->wait();
-    return std::sqrt(sq.item<double>());
+    return std::sqrt(mp_.sum_over_groups(sq.item<double>()));
   }
 
   void step(double lr, double scale) override {
@@ -157,6 +163,7 @@ class ZeroOptimizer : public StepOptimizer {
     std::int64_t shard_offset;  // first element inside this rank's slice
     std::int64_t length;
     bool decay;
+    bool counted;  // in the global gradient norm (ModelParallelNorm::counts)
     torch::Tensor step;
   };
   static std::int64_t total(const NamedParams& params) {
@@ -171,6 +178,7 @@ class ZeroOptimizer : public StepOptimizer {
   AdamWOptions options_;
   Communicator& dp_;
   int stage_;
+  ModelParallelNorm mp_;
   spec::ShardLayout layout_;
   std::vector<Param> params_;
   std::vector<Segment> segments_;
@@ -181,8 +189,8 @@ class ZeroOptimizer : public StepOptimizer {
 }  // namespace
 
 std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
-                                                   Communicator& dp, int stage) {
-  return std::make_unique<ZeroOptimizer>(params, options, dp, stage);
+                                                   Communicator& dp, int stage, const ModelParallelNorm& mp) {
+  return std::make_unique<ZeroOptimizer>(params, options, dp, stage, mp);
 }
 
 }  // namespace cpt::exec

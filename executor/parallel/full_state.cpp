@@ -1,0 +1,83 @@
+#include "executor/parallel/full_state.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+
+namespace cpt::exec {
+
+namespace {
+
+// The parameter a name belongs to, and whether it is split like that parameter.
+std::pair<std::string, bool> parameter_of(const std::string& name) {
+  const auto slash = name.rfind('/');
+  if (slash == std::string::npos) return {name, true};
+  return {name.substr(0, slash), name.substr(slash + 1) != "step"};
+}
+
+constexpr int kHeaderTag = 1;
+constexpr int kTensorTag = 2;
+
+// A list of fp32 tensors to `peer`: a JSON header (names, shapes) as bytes, then each tensor.
+void send_tensors(Communicator& c, int peer, const NamedParams& tensors) {
+  nlohmann::json header = nlohmann::json::array();
+  for (const auto& [name, t] : tensors) header.push_back({{"name", name}, {"shape", t.sizes().vec()}});
+  const auto text = header.dump();
+  auto size = torch::tensor({static_cast<std::int64_t>(text.size())}, torch::kInt64);
+  c.send(size, peer, kHeaderTag)->wait();
+  auto bytes = torch::empty({static_cast<std::int64_t>(text.size())}, torch::kUInt8);
+  std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  c.send(bytes, peer, kHeaderTag)->wait();
+  for (const auto& [name, t] : tensors) {
+    auto x = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    c.send(x, peer, kTensorTag)->wait();
+  }
+}
+
+NamedParams recv_tensors(Communicator& c, int peer) {
+  auto size = torch::empty({1}, torch::kInt64);
+  c.recv(size, peer, kHeaderTag)->wait();
+  auto bytes = torch::empty({size.item<std::int64_t>()}, torch::kUInt8);
+  c.recv(bytes, peer, kHeaderTag)->wait();
+  const auto header = nlohmann::json::parse(std::string(static_cast<const char*>(bytes.data_ptr()),
+                                                        static_cast<std::size_t>(bytes.numel())));
+  NamedParams out;
+  for (const auto& entry : header) {
+    auto t = torch::empty(entry.at("shape").get<std::vector<std::int64_t>>(), torch::kFloat32);
+    c.recv(t, peer, kTensorTag)->wait();
+    out.emplace_back(entry.at("name").get<std::string>(), t);
+  }
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor shard_of_full_tensor(const std::string& name, const torch::Tensor& full, std::int64_t vocab,
+                                   const TensorParallel& tp) {
+  const auto [param, split] = parameter_of(name);
+  return split ? tp_shard_of_full(param, full, vocab, tp) : full;
+}
+
+NamedParams gather_full_tensors(const NamedParams& local, std::int64_t vocab, const FullStateGroups& groups) {
+  if (!groups.holds_replica_zero) return {};
+  NamedParams full;
+  for (const auto& [name, t] : local) {
+    const auto [param, split] = parameter_of(name);
+    full.emplace_back(name, split ? tp_full_from_shards(param, t, vocab, groups.tp) : t);
+  }
+  if (groups.tp.rank() != 0) return {};
+  if (groups.pp == nullptr || groups.pp->size() == 1) return full;
+  auto& pp = *groups.pp;
+  if (pp.rank() != 0) {
+    send_tensors(pp, 0, full);
+    return {};
+  }
+  for (int r = 1; r < pp.size(); ++r) {
+    auto more = recv_tensors(pp, r);
+    for (auto& x : more) full.push_back(std::move(x));
+  }
+  return full;
+}
+
+}  // namespace cpt::exec

@@ -1,0 +1,157 @@
+#include "executor/parallel/pipeline_executor.h"
+
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "core/check.h"
+
+namespace cpt::exec {
+
+namespace {
+constexpr int kActivation = 0;
+constexpr int kGradient = 1;
+
+struct PendingSend {
+  torch::Tensor tensor;  // kept alive until the send completes
+  std::unique_ptr<CommHandle> handle;
+};
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::vector<LlamaModel> chunks, int num_stages, Communicator& pp)
+    : chunks_(std::move(chunks)), num_stages_(num_stages), pp_(pp) {
+  CPT_CHECK(static_cast<int>(chunks_.size()) * pp_.size() == num_stages_, chunks_.size(), " chunks on ", pp_.size(),
+            " pipeline ranks for ", num_stages_, " stages");
+}
+
+LlamaModelImpl& PipelineExecutor::chunk_of_stage(int stage) {
+  CPT_CHECK(stage % pp_.size() == pp_.rank(), "stage ", stage, " is not on pipeline rank ", pp_.rank());
+  return *chunks_[static_cast<std::size_t>(stage / pp_.size())];
+}
+
+int PipelineExecutor::peer_of(int stage) const { return ((stage % pp_.size()) + pp_.size()) % pp_.size(); }
+
+int PipelineExecutor::tag(int to_stage, int microbatch, int direction) const {
+  return (microbatch * num_stages_ + to_stage) * 2 + direction;
+}
+
+torch::Tensor PipelineExecutor::hidden_like(const Batch& b) const {
+  const auto& m = *chunks_.front();
+  const auto s = m.tp().sp() ? b.tokens.size(1) / m.tp().size() : b.tokens.size(1);
+  return torch::empty({b.tokens.size(0), s, std::int64_t{m.spec().hidden}},
+                      torch::TensorOptions(torch::kFloat32).device(b.tokens.device()));
+}
+
+double PipelineExecutor::train_step(const spec::PipelineSchedule& schedule, const std::vector<Batch>& micro,
+                                    double scale, StepOptimizer& optimizer) {
+  CPT_CHECK(schedule.num_stages() == num_stages_ && schedule.pp == pp_.size(), "schedule of ", schedule.num_stages(),
+            " stages on ", schedule.pp, " ranks for a pipeline of ", num_stages_, " on ", pp_.size());
+  CPT_CHECK(schedule.num_microbatches == static_cast<int>(micro.size()), "schedule of ", schedule.num_microbatches,
+            " microbatches for ", micro.size());
+  const int n = static_cast<int>(micro.size());
+  const int last = num_stages_ - 1;
+  // Per (stage, microbatch): the received input (stage > 0), the output or the scaled loss, and
+  // the gradient received for the output.
+  std::map<std::pair<int, int>, torch::Tensor> inputs, outputs, output_grads;
+  std::vector<PendingSend> sends;
+  double loss = 0;
+  bool first_backward = true;
+  for (const auto& a : schedule.per_rank[static_cast<std::size_t>(pp_.rank())]) {
+    const auto key = std::make_pair(a.stage, a.microbatch);
+    const auto& batch = micro[static_cast<std::size_t>(a.microbatch)];
+    switch (a.kind) {
+      case spec::ActionKind::kRecvActivation: {
+        auto t = hidden_like(batch);
+        pp_.recv(t, peer_of(a.stage - 1), tag(a.stage, a.microbatch, kActivation))->wait();
+        inputs[key] = t.requires_grad_(true);
+        break;
+      }
+      case spec::ActionKind::kForward: {
+        auto& model = chunk_of_stage(a.stage);
+        auto h = a.stage == 0 ? model.embed(batch.tokens) : inputs.at(key);
+        h = model.blocks(h, batch);
+        if (a.stage == last) {
+          const auto ce = model.loss_sum_of_logits(model.head(h), batch.targets);
+          loss += ce.item<double>();
+          outputs[key] = ce * scale;
+        } else {
+          outputs[key] = h.to(torch::kFloat32);
+        }
+        break;
+      }
+      case spec::ActionKind::kSendActivation: {
+        auto t = outputs.at(key).detach().contiguous();
+        auto h = pp_.send(t, peer_of(a.stage + 1), tag(a.stage + 1, a.microbatch, kActivation));
+        sends.push_back({t, std::move(h)});
+        break;
+      }
+      case spec::ActionKind::kRecvGrad: {
+        auto t = hidden_like(batch);
+        pp_.recv(t, peer_of(a.stage + 1), tag(a.stage, a.microbatch, kGradient))->wait();
+        output_grads[key] = t;
+        break;
+      }
+      case spec::ActionKind::kBackward:
+      case spec::ActionKind::kBackwardInput: {
+        if (first_backward) optimizer.before_backward(0, n);
+        first_backward = false;
+        const auto out = outputs.at(key);
+        if (a.stage == last) {
+          torch::autograd::backward({out});
+        } else {
+          torch::autograd::backward({out}, {output_grads.at(key)});
+          output_grads.erase(key);
+        }
+        outputs.erase(key);
+        break;
+      }
+      case spec::ActionKind::kBackwardWeight:
+        break;  // done whole at kBackwardInput
+      case spec::ActionKind::kSendGrad: {
+        auto t = inputs.at(key).grad().contiguous();
+        inputs.erase(key);
+        auto h = pp_.send(t, peer_of(a.stage - 1), tag(a.stage - 1, a.microbatch, kGradient));
+        sends.push_back({t, std::move(h)});
+        break;
+      }
+    }
+  }
+  for (auto& s : sends) s.handle->wait();
+  optimizer.after_backward(n - 1, n);
+  // The loss lives on the last stage's rank; every rank reports it.
+  auto t = torch::tensor({loss}, torch::kFloat64);
+  pp_.all_reduce_sum(t)->wait();
+  return t.item<double>();
+}
+
+double PipelineExecutor::loss_sum(const Batch& batch) {
+  torch::NoGradGuard no_grad;
+  const int last = num_stages_ - 1;
+  double loss = 0;
+  std::vector<PendingSend> sends;
+  // Stages in order: each rank waits for its input, so the chain runs stage after stage.
+  for (int stage = pp_.rank(); stage < num_stages_; stage += pp_.size()) {
+    auto& model = chunk_of_stage(stage);
+    torch::Tensor h;
+    if (stage == 0) {
+      h = model.embed(batch.tokens);
+    } else {
+      h = hidden_like(batch);
+      pp_.recv(h, peer_of(stage - 1), tag(stage, 0, kActivation))->wait();
+    }
+    h = model.blocks(h, batch);
+    if (stage == last) {
+      loss = model.loss_sum_of_logits(model.head(h), batch.targets).item<double>();
+    } else {
+      auto t = h.to(torch::kFloat32).contiguous();
+      auto handle = pp_.send(t, peer_of(stage + 1), tag(stage + 1, 0, kActivation));
+      sends.push_back({t, std::move(handle)});
+    }
+  }
+  for (auto& s : sends) s.handle->wait();
+  auto t = torch::tensor({loss}, torch::kFloat64);
+  pp_.all_reduce_sum(t)->wait();
+  return t.item<double>();
+}
+
+}  // namespace cpt::exec

@@ -1,0 +1,58 @@
+#pragma once
+// Pipeline parallelism: this rank's model chunks (stages c·pp + pp_rank of the plan's
+// spec::StagePartition, chunk c) run one step by interpreting spec::PipelineSchedule, the same
+// action lists the simulator replays and the cost model counts (design.md: one source of truth).
+//
+// Per action (pipeline_schedule.h's conventions): RecvActivation / RecvGrad post a receive from the
+// neighbouring stage's rank and wait for it (the schedule is proven deadlock-free under "sends do
+// not block, receives do"); Forward runs the chunk (stage 0 from the tokens, the last stage to the
+// summed cross-entropy); Send* post an asynchronous send whose tensor is kept until the step ends;
+// Backward back-propagates the stage's output with the received gradient (the last stage: its
+// loss). Zero-bubble schedules' split backward runs whole at BackwardInput (BackwardWeight is then
+// empty): the same gradients, without ZB-H1's smaller bubble.
+//
+// Hidden states between stages are fp32 [B, S, H] (with sequence parallelism [B, S/tp, H], each
+// tensor-parallel rank exchanging its shard with the same tensor-parallel rank of the next stage).
+// Every rank reads the step's microbatches (the embedding needs the tokens, every block the
+// positions and mask, the last stage the targets).
+#include <vector>
+
+#include "executor/data/batch.h"
+#include "executor/dist/communicator.h"
+#include "executor/model/llama_model.h"
+#include "executor/train/step_optimizer.h"
+#include "spec/pipeline_schedule.h"
+
+namespace cpt::exec {
+
+class PipelineExecutor {
+ public:
+  // `chunks[c]` is stage c·pp + pp.rank(); `pp` the pipeline group (rank = pipeline rank).
+  PipelineExecutor(std::vector<LlamaModel> chunks, int num_stages, Communicator& pp);
+
+  // Forward and backward of every microbatch of the step (already on the device) in `schedule`'s
+  // order, each loss multiplied by `scale`; gradients accumulate in the chunks' parameters, with
+  // `optimizer`'s hooks called as for one accumulation of micro.size() microbatches. Returns Σ of
+  // the cross-entropy over the step's loss tokens, the same on every pipeline rank. COLLECTIVE.
+  double train_step(const spec::PipelineSchedule& schedule, const std::vector<Batch>& micro, double scale,
+                    StepOptimizer& optimizer);
+
+  // Σ of the cross-entropy of `batch` (forward only, no graph), the same on every pipeline rank.
+  // COLLECTIVE.
+  double loss_sum(const Batch& batch);
+
+  [[nodiscard]] std::vector<LlamaModel>& chunks() { return chunks_; }
+
+ private:
+  LlamaModelImpl& chunk_of_stage(int stage);
+  [[nodiscard]] int peer_of(int stage) const;
+  torch::Tensor hidden_like(const Batch& b) const;
+  // Tags: unique per (receiving stage, microbatch, direction) within a step.
+  [[nodiscard]] int tag(int to_stage, int microbatch, int direction) const;
+
+  std::vector<LlamaModel> chunks_;
+  int num_stages_;
+  Communicator& pp_;
+};
+
+}  // namespace cpt::exec
