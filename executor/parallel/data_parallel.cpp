@@ -1,14 +1,30 @@
 #include "executor/parallel/data_parallel.h"
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include "core/check.h"
 
 namespace cpt::exec {
 
+namespace {
+
+// Runs after autograd has added a gradient into the parameter's .grad.
+class BucketHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  BucketHook(DataParallelGrads* owner, std::size_t param) : owner_(owner), param_(param) {}
+  void operator()(const torch::autograd::Variable&) override { owner_->on_accumulated(param_); }
+
+ private:
+  DataParallelGrads* owner_;
+  std::size_t param_;
+};
+
+}  // namespace
+
 DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communicator& dp, std::int64_t bucket_bytes)
     : params_(std::move(params)), dp_(dp) {
   bucket_of_.assign(params_.size(), 0);
-  slot_of_.assign(params_.size(), 0);
-  seen_.assign(params_.size(), false);
   count_.assign(params_.size(), 0);
   if (dp_.size() == 1) return;
   std::int64_t bytes = 0;
@@ -19,89 +35,80 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
       buckets_.emplace_back();
       bytes = 0;
     }
-    auto& bucket = buckets_.back();
     bucket_of_[k] = buckets_.size() - 1;
-    slot_of_[k] = bucket.params.size();
-    bucket.params.push_back(k);
+    buckets_.back().params.push_back(k);
     bytes += b;
   }
+  torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
     std::int64_t n = 0;
-    for (const auto k : bucket.params) {
-      bucket.offsets.push_back(n);
-      n += params_[k].numel();
-    }
+    for (const auto k : bucket.params) n += params_[k].numel();
     bucket.flat = torch::zeros({n}, params_[bucket.params.front()].options());
+    std::int64_t at = 0;
+    for (const auto k : bucket.params) {
+      auto& p = params_[k];
+      // Accumulated gradients so far (a resumed or half-done step) move into the bucket.
+      auto view = bucket.flat.narrow(0, at, p.numel()).view_as(p);
+      if (p.grad().defined()) view.copy_(p.grad());
+      p.mutable_grad() = view;
+      at += p.numel();
+    }
   }
   for (std::size_t k = 0; k < params_.size(); ++k) {
-    params_[k].register_hook([this, k](torch::Tensor grad) {
-      if (armed_ && ++count_[k] == expected_) on_grad(k, grad);
-      return grad;
-    });
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<BucketHook>(this, k));
   }
 }
 
-DataParallelGrads::~DataParallelGrads() = default;
+DataParallelGrads::~DataParallelGrads() {
+  for (auto& p : params_) {
+    if (dp_.size() > 1) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  }
+}
 
 void DataParallelGrads::arm(int backwards_per_step) {
   if (dp_.size() == 1) return;
   armed_ = true;
   expected_ = backwards_per_step;
-  std::fill(seen_.begin(), seen_.end(), false);
   std::fill(count_.begin(), count_.end(), 0);
   for (auto& b : buckets_) b.filled = 0;
 }
 
-void DataParallelGrads::on_grad(std::size_t k, const torch::Tensor& grad) {
-  CPT_CHECK(!seen_[k], "parameter ", k, " produced more gradients than backward passes in one step");
-  seen_[k] = true;
+void DataParallelGrads::on_accumulated(std::size_t k) {
+  if (!armed_) return;
+  CPT_CHECK(count_[k] < expected_, "parameter ", k, " produced more gradients than backward passes in one step");
+  CPT_CHECK(params_[k].grad().data_ptr() != nullptr &&
+                params_[k].grad().storage().is_alias_of(buckets_[bucket_of_[k]].flat.storage()),
+            "parameter ", k, "'s gradient left its bucket");
+  if (++count_[k] < expected_) return;
   auto& b = buckets_[bucket_of_[k]];
-  auto slot = b.flat.narrow(0, b.offsets[slot_of_[k]], params_[k].numel()).view_as(params_[k]);
-  torch::NoGradGuard no_grad;
-  // The gradient this backward produces plus what earlier microbatches accumulated in .grad.
-  const auto& acc = params_[k].grad();
-  if (acc.defined()) {
-    torch::add_out(slot, acc, grad);
-  } else {
-    slot.copy_(grad);
-  }
   if (++b.filled == b.params.size()) b.pending = dp_.all_reduce_sum(b.flat);
 }
 
 void DataParallelGrads::finish() {
   if (dp_.size() == 1) return;
   armed_ = false;
-  torch::NoGradGuard no_grad;
+  // A bucket with a parameter that got fewer gradients (unused) still joins the reduction with
+  // what it holds, so every replica reduces the same buckets.
   for (auto& b : buckets_) {
-    // A parameter without a gradient in this backward (unused) still joins the reduction, as zeros
-    // or what it accumulated, so every replica reduces the same buckets.
-    if (!b.pending) {
-      for (std::size_t i = 0; i < b.params.size(); ++i) {
-        const auto k = b.params[i];
-        if (seen_[k]) continue;
-        auto slot = b.flat.narrow(0, b.offsets[i], params_[k].numel()).view_as(params_[k]);
-        if (params_[k].grad().defined()) {
-          slot.copy_(params_[k].grad());
-        } else {
-          slot.zero_();
-        }
-      }
-      b.pending = dp_.all_reduce_sum(b.flat);
-    }
+    if (!b.pending) b.pending = dp_.all_reduce_sum(b.flat);
   }
   for (auto& b : buckets_) {
     b.pending->wait();
     b.pending.reset();
-    for (std::size_t i = 0; i < b.params.size(); ++i) {
-      const auto k = b.params[i];
-      auto reduced = b.flat.narrow(0, b.offsets[i], params_[k].numel()).view_as(params_[k]);
-      if (params_[k].grad().defined()) {
-        params_[k].mutable_grad().copy_(reduced);
-      } else {
-        params_[k].mutable_grad() = reduced.clone();
-      }
-    }
   }
+}
+
+bool DataParallelGrads::zero_grad() {
+  if (dp_.size() == 1) return false;
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) b.flat.zero_();
+  return true;
+}
+
+std::vector<torch::Tensor> DataParallelGrads::buffers() const {
+  std::vector<torch::Tensor> v;
+  for (const auto& b : buckets_) v.push_back(b.flat);
+  return v;
 }
 
 }  // namespace cpt::exec

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "executor/data/batch.h"
+#include "spec/model_spec.h"
 
 namespace cpt::exec {
 
@@ -98,7 +99,11 @@ TpSplit tp_split_of(const std::string& name) {
   return TpSplit::kReplicated;
 }
 
-std::int64_t padded_vocab(std::int64_t vocab, int tp) { return (vocab + tp - 1) / tp * tp; }
+std::int64_t padded_vocab(std::int64_t vocab, int tp) {
+  spec::ModelSpec m;
+  m.vocab = vocab;
+  return m.tp_padded_vocab(tp);
+}
 
 torch::Tensor tp_shard_of_full(const std::string& name, const torch::Tensor& full, std::int64_t vocab,
                                const TensorParallel& tp) {

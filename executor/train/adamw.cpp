@@ -55,6 +55,21 @@ void AdamW::zero_grad() {
   }
 }
 
+std::vector<torch::Tensor> AdamW::moments() const {
+  std::vector<torch::Tensor> v;
+  for (const auto* g : {&decay_, &no_decay_}) {
+    v.insert(v.end(), g->exp_avg.begin(), g->exp_avg.end());
+    v.insert(v.end(), g->exp_avg_sq.begin(), g->exp_avg_sq.end());
+  }
+  return v;
+}
+
+std::vector<torch::Tensor> AdamW::counters() const {
+  std::vector<torch::Tensor> v;
+  for (const auto* g : {&decay_, &no_decay_}) v.insert(v.end(), g->steps.begin(), g->steps.end());
+  return v;
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto* g : {&decay_, &no_decay_}) {

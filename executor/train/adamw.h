@@ -30,6 +30,9 @@ class AdamW {
   // Copies `state` back; ConfigError (naming `origin`) when a name or shape is missing or differs.
   void load_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin);
   [[nodiscard]] const AdamWOptions& options() const { return options_; }
+  // The two moments of every parameter, and the step counters (one fp32 scalar per parameter).
+  [[nodiscard]] std::vector<torch::Tensor> moments() const;
+  [[nodiscard]] std::vector<torch::Tensor> counters() const;
 
  private:
   struct Group {

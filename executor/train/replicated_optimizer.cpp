@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "executor/measure/storage_bytes.h"
 #include "executor/parallel/data_parallel.h"
 #include "executor/parallel/tensor_parallel.h"
 #include "executor/train/step_optimizer.h"
@@ -54,9 +55,16 @@ class ReplicatedOptimizer : public StepOptimizer {
       }
     }
     adam_.step(lr);
-    adam_.zero_grad();
+    zero_grad();
   }
-  void zero_grad() override { adam_.zero_grad(); }
+  void zero_grad() override {
+    if (!grads_.zero_grad()) adam_.zero_grad();
+  }
+  ModelStateBytes state_bytes() const override {
+    auto grads = grads_.buffers();
+    for (const auto& p : params_) grads.push_back(p.grad());
+    return {storage_bytes(grads), storage_bytes(adam_.moments()), storage_bytes(adam_.counters())};
+  }
   NamedParams full_state() override { return adam_.state(); }
   void load_full_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin) override {
     adam_.load_state(get, origin);

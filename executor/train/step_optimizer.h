@@ -33,6 +33,14 @@ struct ModelParallelNorm {
   [[nodiscard]] double sum_over_groups(double squares) const;
 };
 
+// Storage held once a step's gradients are in (after its last backward, before the update), by
+// category, each storage counted once (measure/storage_bytes.h).
+struct ModelStateBytes {
+  std::int64_t grads = 0;               // the parameters' .grad and the optimizer's gradient buffers
+  std::int64_t optimizer = 0;           // Adam moments (and master weights where kept)
+  std::int64_t optimizer_counters = 0;  // step counters, one fp32 scalar per parameter (or segment)
+};
+
 class StepOptimizer {
  public:
   virtual ~StepOptimizer() = default;
@@ -46,6 +54,8 @@ class StepOptimizer {
   virtual void step(double lr, double scale) = 0;
   // Drops the step's gradients without an update (a skipped step).
   virtual void zero_grad() = 0;
+  // What this rank holds now (call between the last backward and step()).
+  [[nodiscard]] virtual ModelStateBytes state_bytes() const = 0;
   // The whole optimizer state, named as AdamW::state(). COLLECTIVE (sharded: an all-gather).
   virtual NamedParams full_state() = 0;
   // Loads a whole state (each rank keeps its part). ConfigError naming `origin` on a mismatch.

@@ -24,6 +24,7 @@ std::int64_t step_loss_tokens(const std::vector<Batch>& micro, Communicator& dp)
 
 // The norm, clipping and update once the gradients are in.
 void finish_step(StepResult& r, StepOptimizer& optimizer, double lr, double grad_clip) {
+  r.state = optimizer.state_bytes();
   r.grad_norm = optimizer.grad_norm();
   r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   if (r.applied) {

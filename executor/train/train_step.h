@@ -32,6 +32,7 @@ struct StepResult {
   double grad_norm = 0;         // before clipping
   bool applied = false;         // false: loss or norm not finite, no update
   std::int64_t loss_tokens = 0; // over every data-parallel rank
+  ModelStateBytes state;        // gradient and optimizer storage once the gradients were in
 };
 
 // `micro`: CPU or device batches (moved to `device` here), this rank's share of the step. `dp`:

@@ -23,6 +23,7 @@
 #include "executor/train/step_optimizer.h"
 #include "spec/rank_layout.h"
 #include "executor/io/model_weights.h"
+#include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
 #include "executor/train/adamw.h"
 #include "executor/train/regularizers.h"
@@ -346,6 +347,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     }
   };
 
+  ModelStateBytes last_state;  // of the latest step
   const bool bar = rank0 && options.progress && ::isatty(STDOUT_FILENO) != 0;
   const int accum = par.grad_accum();
   TrainSummary summary;
@@ -377,6 +379,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                    config.distill->guard_patience, " steps; learning rate now x", lr_scale, " of the schedule");
       }
     }
+    last_state = r.state;
     const double loss = r.loss;
     const double grad_norm = r.grad_norm;
     const bool finite = r.applied;
@@ -448,6 +451,30 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                   {"device", device.str()},
                                   {"final_loss", summary.final_loss},
                                   {"skipped_steps", skipped}};
+  // Model-state storage of every rank (measure/storage_bytes.h), gathered to rank 0.
+  std::vector<torch::Tensor> weights;
+  for (const auto& [name, t] : named) weights.push_back(t);
+  auto mine = torch::tensor({storage_bytes(weights), last_state.grads, last_state.optimizer,
+                             last_state.optimizer_counters, peak_memory_bytes(device)},
+                            torch::kInt64);
+  auto all = torch::empty({par.world_size(), mine.numel()}, torch::kInt64);
+  groups.world->all_gather(mine, all)->wait();
+  auto ranks = nlohmann::ordered_json::array();
+  for (int r = 0; r < par.world_size(); ++r) {
+    const auto c = layout.coord_of(r);
+    const auto row = all[r];
+    ranks.push_back({{"rank", r},
+                     {"tp", c.tp},
+                     {"cp", c.cp},
+                     {"dp", c.dp},
+                     {"pp", c.pp},
+                     {"weights_bytes", row[0].item<std::int64_t>()},
+                     {"grads_bytes", row[1].item<std::int64_t>()},
+                     {"optimizer_bytes", row[2].item<std::int64_t>()},
+                     {"optimizer_counters_bytes", row[3].item<std::int64_t>()},
+                     {"peak_memory_bytes", row[4].item<std::int64_t>()}});
+  }
+  measured["memory_per_rank"] = ranks;
   if (rank0) core::write_file_atomic(options.out_dir / "measured.json", measured.dump(2) + "\n");
   groups.world->barrier();  // every rank returns after the final checkpoint exists
   return summary;

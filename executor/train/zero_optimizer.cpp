@@ -1,16 +1,22 @@
 // ZeRO-1/2 over the data-parallel group (Rajbhandari et al. 2020, P_os and P_os+g). The parameters
 // are seen as one flat vector in registration order, padded and split by spec::ShardLayout; rank i
-// owns slice i. Per step: the gradient is reduce-scattered into this rank's gradient shard (stage 1:
-// once, after the last microbatch; stage 2: after every microbatch, the full gradient dropped
-// each time), the global norm is the square root of the all-reduced shard norms², AdamW (the same
-// fused kernel as the replicated path) updates this rank's fp32 master slice segment by segment
-// (a segment = the part of one parameter inside the slice, so weight decay follows the parameter),
-// and the updated slices are all-gathered back into every parameter.
+// owns slice i. Every parameter's .grad is a view into one flat gradient buffer, so autograd
+// accumulates straight into it. Per step: the buffer is reduce-scattered (stage 1: once, after the
+// last microbatch, the result written back into this rank's slice of the buffer; stage 2: after
+// every microbatch, added into a separate gradient shard and the buffer zeroed), the global norm is
+// the square root of the all-reduced shard norms², AdamW (the same fused kernel as the replicated
+// path) updates this rank's slice of the parameters in place, segment by segment (a segment = the
+// part of one parameter inside the slice, so weight decay follows the parameter; the parameters
+// are fp32, so no separate master copy), and the updated slices are all-gathered through the
+// gradient buffer, which the step no longer needs, back into every parameter.
+// Weaker than ZeRO-2 proper: the flat buffer is full size, so stage 2 holds 4Ψ + 4Ψ/N gradient
+// bytes where bucketed reduce-scatter would hold 4Ψ/N plus one bucket.
 #include <cmath>
 
 #include "core/check.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
 #include "executor/train/step_optimizer.h"
 #include "spec/shard_layout.h"
@@ -34,11 +40,11 @@ class ZeroOptimizer : public StepOptimizer {
     }
     const auto mine = layout_.slice(dp_.rank());
     const auto opts = torch::TensorOptions(torch::kFloat32).device(params.front().second.device());
-    master_ = torch::zeros({mine.size}, opts);
     exp_avg_ = torch::zeros({mine.size}, opts);
     exp_avg_sq_ = torch::zeros({mine.size}, opts);
-    grad_shard_ = torch::zeros({mine.size}, opts);
     flat_ = torch::zeros({layout_.padded_size()}, opts);
+    // Stage 1 reduces once, into its own slice of the buffer; stage 2 accumulates reduced shards.
+    grad_shard_ = stage_ == 1 ? flat_.narrow(0, mine.offset, mine.size) : torch::zeros({mine.size}, opts);
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const auto& p = params_[k];
       const auto begin = std::max(p.offset, mine.offset);
@@ -48,7 +54,11 @@ class ZeroOptimizer : public StepOptimizer {
                            mp.counts(p.name), torch::zeros({}, opts)});
     }
     torch::NoGradGuard no_grad;
-    for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
+    for (auto& p : params_) {
+      auto view = flat_.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor);
+      if (p.tensor.grad().defined()) view.copy_(p.tensor.grad());
+      p.tensor.mutable_grad() = view;
+    }
   }
 
   void before_backward(int, int) override {}
@@ -56,14 +66,14 @@ class ZeroOptimizer : public StepOptimizer {
   void after_backward(int i, int n) override {
     if (stage_ == 1 && i + 1 < n) return;  // stage 1 accumulates full gradients until the last
     torch::NoGradGuard no_grad;
-    flat_.zero_();
-    for (auto& p : params_) {
-      if (p.tensor.grad().defined()) flat_.narrow(0, p.offset, p.tensor.numel()).copy_(p.tensor.grad().reshape({-1}));
-    }
-    auto part = torch::empty_like(grad_shard_);
+    auto part = torch::empty({grad_shard_.numel()}, grad_shard_.options());
     dp_.reduce_scatter_sum(flat_, part)->wait();
-    grad_shard_.add_(part);
-    for (auto& p : params_) p.tensor.mutable_grad() = torch::Tensor();
+    if (stage_ == 1) {
+      grad_shard_.copy_(part);
+    } else {
+      grad_shard_.add_(part);
+      flat_.zero_();
+    }
   }
 
   double grad_norm() override {
@@ -84,7 +94,7 @@ class ZeroOptimizer : public StepOptimizer {
       std::vector<torch::Tensor> w, g, m, v, steps;
       for (auto& s : segments_) {
         if (s.decay != decay) continue;
-        w.push_back(master_.narrow(0, s.shard_offset, s.length));
+        w.push_back(piece(s));
         g.push_back(grad_shard_.narrow(0, s.shard_offset, s.length));
         m.push_back(exp_avg_.narrow(0, s.shard_offset, s.length));
         v.push_back(exp_avg_sq_.narrow(0, s.shard_offset, s.length));
@@ -96,16 +106,25 @@ class ZeroOptimizer : public StepOptimizer {
                         options_.eps, false, false);
     }
     ++steps_done_;
-    // Every rank's updated slice, back into every parameter.
-    auto gathered = torch::empty({layout_.padded_size()}, master_.options());
-    dp_.all_gather(master_, gathered)->wait();
-    for (auto& p : params_) p.tensor.copy_(gathered.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor));
+    // Every rank's updated slice, back into every parameter, through the gradient buffer.
+    auto mine = torch::zeros({grad_shard_.numel()}, flat_.options());
+    for (const auto& s : segments_) mine.narrow(0, s.shard_offset, s.length).copy_(piece(s));
+    dp_.all_gather(mine, flat_)->wait();
+    for (auto& p : params_) p.tensor.detach().copy_(flat_.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor));
     zero_grad();
   }
 
   void zero_grad() override {
-    grad_shard_.zero_();
-    for (auto& p : params_) p.tensor.mutable_grad() = torch::Tensor();
+    torch::NoGradGuard no_grad;
+    flat_.zero_();
+    if (stage_ == 2) grad_shard_.zero_();
+  }
+
+  ModelStateBytes state_bytes() const override {
+    std::vector<torch::Tensor> grads{flat_, grad_shard_}, counters;
+    for (const auto& p : params_) grads.push_back(p.tensor.grad());
+    for (const auto& s : segments_) counters.push_back(s.step);
+    return {storage_bytes(grads), storage_bytes({exp_avg_, exp_avg_sq_}), storage_bytes(counters)};
   }
 
   NamedParams full_state() override {
@@ -148,7 +167,6 @@ class ZeroOptimizer : public StepOptimizer {
     const double owners = t[1].item<double>();
     steps_done_ = owners > 0 ? static_cast<std::int64_t>(std::llround(t[0].item<double>() / owners)) : 0;
     for (auto& s : segments_) s.step.fill_(static_cast<float>(steps_done_));
-    for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
   }
 
  private:
@@ -172,7 +190,7 @@ class ZeroOptimizer : public StepOptimizer {
     return n;
   }
   torch::Tensor piece(const Segment& s) const {
-    return params_[s.param].tensor.detach().reshape({-1}).narrow(0, s.param_offset, s.length);
+    return params_[s.param].tensor.detach().view({-1}).narrow(0, s.param_offset, s.length);  // a view: updated in place
   }
 
   AdamWOptions options_;
@@ -182,7 +200,7 @@ class ZeroOptimizer : public StepOptimizer {
   spec::ShardLayout layout_;
   std::vector<Param> params_;
   std::vector<Segment> segments_;
-  torch::Tensor master_, exp_avg_, exp_avg_sq_, grad_shard_, flat_;
+  torch::Tensor exp_avg_, exp_avg_sq_, grad_shard_, flat_;
   std::int64_t steps_done_ = 0;
 };
 

@@ -119,7 +119,7 @@ class DistributedTrain : public ::testing::Test {
                 0);
     }
     // Tensor and pipeline layouts of tiny (2 layers) and of a 4-layer variant with an odd
-    // vocabulary (515: tp = 2 pads it to 516, so one padding row lives on tp rank 1).
+    // vocabulary (515: tp = 2 pads it to 768, so tp rank 1 holds 131 real rows and 253 padding).
     std::ofstream(dir_ / "tiny4.json") << R"({"name": "tiny4", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2,
       "ffn_hidden": 176, "vocab": 515, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
       "tied_embeddings": false, "max_seq_len": 128})";
@@ -205,6 +205,41 @@ TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
         std::tuple{"pp2-interleaved", 2, "o1-4"}, std::tuple{"tp2-zero2-dp2", 4, "o1-4"},
         std::tuple{"pp2-zero1-dp2", 4, "o1-4"}, std::tuple{"pp2-tp2-sp", 4, "o1-4"}}) {
     if (train(layout, std::string("o-") + layout, procs)) expect_same_run(dir_ / reference, dir_ / (std::string("o-") + layout), layout);
+  }
+}
+
+// Model-state storage per rank, as measured.json reports it (each storage counted once), equals the
+// cost model's weights, gradients and optimizer state for the same layout in its fp32 regime
+// (4 + 4 + 8 bytes per parameter held), exactly: replicated data parallelism (gradients live in
+// the all-reduce buckets), ZeRO-1, tensor and pipeline parallelism.
+TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "short.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
+    "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
+  for (const auto& [layout, procs, flags] :
+       {std::tuple{"single", 1, "--gpus 1"}, std::tuple{"dp2", 2, "--gpus 2 --dp 2"},
+        std::tuple{"zero1-dp2", 2, "--gpus 2 --dp 2 --zero 1"}, std::tuple{"tp2", 2, "--gpus 2 --tp 2"},
+        std::tuple{"pp2", 2, "--gpus 2 --pp 2"}}) {
+    const auto out = d + "/mem-" + layout;
+    const auto r = sh(cpt() + " train --plan " + d + "/" + layout + "/plan.json --config " + d + "/short.json --out " + out +
+                          (procs > 1 ? " --nproc-per-node " + std::to_string(procs) : ""),
+                      dir_);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    const auto e = sh(cpt() + " estimate --model tiny --gpu h100 " + flags +
+                          " --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
+                      dir_);
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    const auto predicted = nlohmann::json::parse(e.out)["memory_GiB_per_pp_rank"];
+    const auto measured = nlohmann::json::parse(slurp(out + "/measured.json"))["memory_per_rank"];
+    ASSERT_EQ(measured.size(), static_cast<std::size_t>(procs)) << layout;
+    for (const auto& rank : measured) {
+      const auto& p = predicted.at(rank["pp"].get<std::size_t>());
+      for (const auto& [key, field] : {std::pair{"weights", "weights_bytes"}, std::pair{"grads", "grads_bytes"},
+                                       std::pair{"optimizer", "optimizer_bytes"}}) {
+        const auto bytes = std::llround(p[key].get<double>() * 1024.0 * 1024.0 * 1024.0);
+        EXPECT_EQ(rank[field].get<std::int64_t>(), bytes) << layout << ", rank " << rank["rank"] << ": " << key;
+      }
+    }
   }
 }
 
