@@ -35,6 +35,14 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
   g.cp = group(spec::Axis::kCp, "cp");
   g.dp = group(spec::Axis::kDp, "dp");
   g.pp = group(spec::Axis::kPp, "pp");
+  if (layout.degree(spec::Axis::kDp) > 1 && launch.world_size > 1) {
+    const auto shard = layout.dp_shard_group(launch.rank), replicate = layout.dp_replicate_group(launch.rank);
+    if (shard.size() != layout.group_of(launch.rank, spec::Axis::kDp).size()) {
+      g.dp_shard = make_gloo_group(*store, str_cat("dp_shard/", shard.front()), shard, launch.rank, timeout, nic);
+      g.dp_replicate =
+          make_gloo_group(*store, str_cat("dp_replicate/", replicate.front()), replicate, launch.rank, timeout, nic);
+    }
+  }
   return g;
 }
 

@@ -17,6 +17,9 @@ struct ProcessGroups {
   int rank = 0;  // global
   spec::RankCoord coord;
   std::unique_ptr<Communicator> world, tp, cp, dp, pp;
+  // Hybrid sharding only (null otherwise): the dp group's members on this node (ZeRO-3 shards over
+  // them) and this rank's peers holding the same shard on the other nodes.
+  std::unique_ptr<Communicator> dp_shard, dp_replicate;
 };
 
 // COLLECTIVE over the job: every rank calls it with the same layout. ConfigError when the layout's

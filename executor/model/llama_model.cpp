@@ -92,7 +92,9 @@ torch::Tensor LlamaModelImpl::blocks(torch::Tensor hidden, const Batch& batch) {
   const bool full = recompute_ == spec::Recompute::kFull && is_training() && torch::GradMode::is_enabled();
   for (int i = shape_.first_layer; i < shape_.last_layer; ++i) {
     auto& block = *layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i));
+    if (residency_ != nullptr) residency_->before_forward(i);
     hidden = full ? checkpointed_block(block, hidden, cos, sin, batch.mask) : block.forward(hidden, cos, sin, batch.mask);
+    if (residency_ != nullptr) hidden = residency_->after_forward(i, hidden);
   }
   return hidden;
 }
@@ -108,7 +110,9 @@ torch::Tensor LlamaModelImpl::head(const torch::Tensor& hidden) {
 }
 
 torch::Tensor LlamaModelImpl::forward(const Batch& batch) {
-  return head(blocks(embed(batch.tokens), batch));
+  if (residency_ == nullptr) return head(blocks(embed(batch.tokens), batch));
+  residency_->before_forward(ParameterResidency::kRoot);
+  return residency_->after_forward(ParameterResidency::kRoot, head(blocks(embed(batch.tokens), batch)));
 }
 
 torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets) {

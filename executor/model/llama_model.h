@@ -14,6 +14,7 @@
 
 #include "executor/data/batch.h"
 #include "executor/model/llama_blocks.h"
+#include "executor/model/parameter_residency.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
 
@@ -58,6 +59,10 @@ class LlamaModelImpl : public torch::nn::Module {
   // attention core of every block) or full (every block). activation_checkpoint.h.
   void set_recompute(spec::Recompute recompute);
 
+  // ZeRO-3: who gathers and releases the parameters around each unit (parameter_residency.h);
+  // null (the default) for whole parameters. Only forward() and loss_sum() consult it.
+  void set_parameter_residency(ParameterResidency* residency) { residency_ = residency; }
+
   [[nodiscard]] const spec::ModelSpec& spec() const { return spec_; }
   [[nodiscard]] const StageShape& shape() const { return shape_; }
   [[nodiscard]] const TensorParallel& tp() const { return tp_; }
@@ -78,6 +83,7 @@ class LlamaModelImpl : public torch::nn::Module {
   StageShape shape_;
   TensorParallel tp_;
   spec::Recompute recompute_ = spec::Recompute::kNone;
+  ParameterResidency* residency_ = nullptr;
   RotaryTables rotary_;
 };
 TORCH_MODULE(LlamaModel);

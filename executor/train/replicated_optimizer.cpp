@@ -63,7 +63,7 @@ class ReplicatedOptimizer : public StepOptimizer {
   ModelStateBytes state_bytes() const override {
     auto grads = grads_.buffers();
     for (const auto& p : params_) grads.push_back(p.grad());
-    return {storage_bytes(grads), storage_bytes(adam_.moments()), storage_bytes(adam_.counters())};
+    return {storage_bytes(params_), storage_bytes(grads), storage_bytes(adam_.moments()), storage_bytes(adam_.counters())};
   }
   NamedParams full_state() override { return adam_.state(); }
   void load_full_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin) override {

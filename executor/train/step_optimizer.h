@@ -36,6 +36,7 @@ struct ModelParallelNorm {
 // Storage held once a step's gradients are in (after its last backward, before the update), by
 // category, each storage counted once (measure/storage_bytes.h).
 struct ModelStateBytes {
+  std::int64_t weights = 0;             // the parameters (ZeRO-3: this rank's shards, and any gathered unit)
   std::int64_t grads = 0;               // the parameters' .grad and the optimizer's gradient buffers
   std::int64_t optimizer = 0;           // Adam moments (and master weights where kept)
   std::int64_t optimizer_counters = 0;  // step counters, one fp32 scalar per parameter (or segment)

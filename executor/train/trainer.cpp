@@ -19,6 +19,7 @@
 #include "executor/dist/launch_info.h"
 #include "executor/dist/process_groups.h"
 #include "executor/parallel/full_state.h"
+#include "executor/parallel/fully_sharded.h"
 #include "executor/parallel/pipeline_executor.h"
 #include "executor/train/step_optimizer.h"
 #include "spec/rank_layout.h"
@@ -118,10 +119,18 @@ double evaluate_set(const std::function<double(const Batch&)>& loss_sum_of, cons
 // The layouts the executor runs, or a ConfigError saying what it does not run yet.
 void require_supported(const spec::Plan& plan, const TrainConfig& config) {
   const auto& par = plan.parallel;
-  if (par.cp != 1 || par.zero_stage == 3 || par.offload != spec::Offload::kNone) {
-    throw core::ConfigError(str_cat("plan: cp ", par.cp, ", ZeRO ", par.zero_stage, ", offload ",
-                                    spec::to_string(par.offload), ": the executor runs tensor, pipeline and data ",
-                                    "parallelism with ZeRO 0-2 so far (cp = 1, no ZeRO-3, no offload; issue #7)"));
+  if (par.cp != 1 || par.offload != spec::Offload::kNone) {
+    throw core::ConfigError(str_cat("plan: cp ", par.cp, ", offload ", spec::to_string(par.offload),
+                                    ": the executor runs tensor, pipeline and data parallelism with ZeRO 0-3 so far ",
+                                    "(cp = 1, no offload; issue #7)"));
+  }
+  if (par.zero_stage == 3 && par.pp > 1) {
+    throw core::ConfigError(str_cat("plan: ZeRO-3 with pp ", par.pp,
+                                    ": the executor runs ZeRO-3 without pipeline parallelism (as Megatron-LM and FSDP do)"));
+  }
+  if (par.zero_stage == 3 && config.ewc) {
+    throw core::ConfigError(str_cat(config.origin.string(), ": EWC with ZeRO-3 is not built (the penalty reads whole ",
+                                    "parameters outside forward)"));
   }
   if (par.sequence_parallel && plan.workload.seq_len % par.tp != 0) {
     throw core::ConfigError(str_cat("plan: sequence parallelism needs seq_len (", plan.workload.seq_len,
@@ -210,13 +219,32 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     for (const auto& p : chunk->named_parameters()) named.emplace_back(p.key(), p.value());
   }
   const ModelParallelNorm norm_groups{groups.tp.get(), groups.pp.get()};
-  // ZeRO-0: every rank updates everything; ZeRO-1/2: each rank its slice (step_optimizer.h).
-  const auto optimizer =
-      par.zero_stage == 0
-          ? make_replicated_optimizer(named, config.optimizer, *groups.dp,
-                                      static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024), norm_groups)
-          : make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage, norm_groups);
+  // ZeRO-0: every rank updates everything; ZeRO-1/2: each rank its slice (step_optimizer.h);
+  // ZeRO-3: each rank holds its slice of everything, parameters gathered per block
+  // (parallel/fully_sharded.h), over the node's part of the dp group with hybrid sharding.
+  std::unique_ptr<StepOptimizer> optimizer;
+  FullyShardedModel* zero3 = nullptr;
+  if (par.zero_stage == 3) {
+    auto fs = par.hybrid_shard && groups.dp_shard
+                  ? make_fully_sharded(named, config.optimizer, *groups.dp_shard, groups.dp_replicate.get(), norm_groups)
+                  : make_fully_sharded(named, config.optimizer, *groups.dp, nullptr, norm_groups);
+    zero3 = fs.get();
+    model->set_parameter_residency(zero3);
+    if (par.hybrid_shard && groups.dp_shard) {
+      core::info0("zero3: hybrid sharding, parameters sharded over ", groups.dp_shard->size(), " ranks (",
+                  groups.dp_shard->name(), "), replicated over ", groups.dp_replicate->size(), " (",
+                  groups.dp_replicate->name(), ")");
+    }
+    optimizer = std::move(fs);
+  } else if (par.zero_stage == 0) {
+    optimizer = make_replicated_optimizer(named, config.optimizer, *groups.dp,
+                                          static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024), norm_groups);
+  } else {
+    optimizer = make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage, norm_groups);
+  }
   const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
+  // Evaluation runs on replica 0, or on every rank under ZeRO-3 (its gathers span the dp group).
+  const bool evaluates = zero3 != nullptr || full_state_groups.holds_replica_zero;
   // Each step's global batch is split in dp contiguous shares, in sample order.
   const int dp_rank = groups.dp->rank();
   const std::int64_t per_rank = std::int64_t{par.micro_batch} * par.grad_accum();
@@ -276,7 +304,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
         throw core::ConfigError(str_cat(ckpt->dir().string(), ": a checkpoint of model ", ckpt->model().name,
                                         ", which differs from the plan's model ", spec.name));
       }
+      if (zero3 != nullptr) zero3->gather_all();
       for (auto& chunk : chunks) load_model_weights(*chunk, ckpt->dir());
+      if (zero3 != nullptr) zero3->reshard_from_params();
       if (!ckpt->has_optimizer()) throw core::ConfigError(str_cat(ckpt->dir().string(), ": no optimizer state to resume"));
       const auto opt = ckpt->optimizer();
       optimizer->load_full_state(
@@ -313,7 +343,12 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     // COLLECTIVE: a sharded optimizer gathers its state over dp; tensor-parallel shards and
     // pipeline stages are gathered to rank 0, which writes whole tensors (full_state.h).
     auto state = gather_full_tensors(optimizer->full_state(), spec.vocab, full_state_groups);
+    if (zero3 != nullptr) zero3->gather_all();
     auto weights = gather_full_tensors(named, spec.vocab, full_state_groups);
+    if (zero3 != nullptr) {
+      for (auto& [name, t] : weights) t = t.detach().clone();  // released next: keep a copy
+      zero3->release_all();
+    }
     if (!rank0) return ckpt_root / checkpoint_dir_name(at_step);
     CheckpointContents c;
     c.step = at_step;
@@ -334,7 +369,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     return pipeline ? pipeline->loss_sum(b) : model->loss_sum(b).item<double>();
   };
   auto evaluate = [&](std::int64_t at_step) {
-    if (!full_state_groups.holds_replica_zero) return;  // replicas are identical
+    if (!evaluates) return;  // replicas are identical
     for (std::size_t i = 0; i < inputs.eval.size(); ++i) {
       std::int64_t tokens = 0;
       const double loss =
@@ -452,9 +487,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                   {"final_loss", summary.final_loss},
                                   {"skipped_steps", skipped}};
   // Model-state storage of every rank (measure/storage_bytes.h), gathered to rank 0.
-  std::vector<torch::Tensor> weights;
-  for (const auto& [name, t] : named) weights.push_back(t);
-  auto mine = torch::tensor({storage_bytes(weights), last_state.grads, last_state.optimizer,
+  auto mine = torch::tensor({last_state.weights, last_state.grads, last_state.optimizer,
                              last_state.optimizer_counters, peak_memory_bytes(device)},
                             torch::kInt64);
   auto all = torch::empty({par.world_size(), mine.numel()}, torch::kInt64);

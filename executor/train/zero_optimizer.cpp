@@ -121,10 +121,13 @@ class ZeroOptimizer : public StepOptimizer {
   }
 
   ModelStateBytes state_bytes() const override {
-    std::vector<torch::Tensor> grads{flat_, grad_shard_}, counters;
-    for (const auto& p : params_) grads.push_back(p.tensor.grad());
+    std::vector<torch::Tensor> weights, grads{flat_, grad_shard_}, counters;
+    for (const auto& p : params_) {
+      weights.push_back(p.tensor);
+      grads.push_back(p.tensor.grad());
+    }
     for (const auto& s : segments_) counters.push_back(s.step);
-    return {storage_bytes(grads), storage_bytes({exp_avg_, exp_avg_sq_}), storage_bytes(counters)};
+    return {storage_bytes(weights), storage_bytes(grads), storage_bytes({exp_avg_, exp_avg_sq_}), storage_bytes(counters)};
   }
 
   NamedParams full_state() override {

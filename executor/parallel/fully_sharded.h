@@ -1,0 +1,53 @@
+#pragma once
+// ZeRO-3 (Rajbhandari et al. 2020, P_os+g+p; PyTorch FSDP's FULL_SHARD) and hybrid sharding
+// (FSDP's HYBRID_SHARD, the plan's `hsdp`): every parameter, gradient and optimizer state is split
+// over the shard group, and a unit's parameters are whole only while the unit runs.
+//
+// Units: each decoder block, and a root unit (embedding, final norm, LM head). A unit's parameters
+// are one flat vector (registration order) split by spec::ShardLayout; this rank keeps its slice
+// (fp32, updated in place by AdamW) and the slices of the gradient and of the two moments.
+//   forward   before a block: all-gather its slices and point its parameters at the whole vector;
+//             after it: release them (the parameters become empty), and hook the block's output so
+//             that its gradient, when it arrives, first gathers the block again. The root unit is
+//             gathered for the whole forward and backward of a microbatch.
+//   backward  the gathered unit's parameters get .grad views into one flat gradient buffer;
+//             once all of a unit's gradients are in (post-accumulate-grad hooks), the buffer is
+//             reduce-scattered asynchronously and the parameters released. After the microbatch's
+//             backward each reduced slice is added into the gradient shard (with hybrid sharding
+//             first all-reduced over the replicate group: the same shard on the other nodes).
+//   step      global norm from the gradient shards, fused AdamW on the slices.
+// Memory between steps: 4Ψ/N weights + 4Ψ/N gradients + 8Ψ/N moments; during a step, plus the
+// root unit and one block whole, and in backward up to two whole gradient buffers (one reducing,
+// one filling). state_bytes() reports the step's peak of weights and of gradients.
+// Not built: prefetching the next block's all-gather while the current one computes.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/dist/communicator.h"
+#include "executor/model/parameter_residency.h"
+#include "executor/train/adamw.h"
+#include "executor/train/step_optimizer.h"
+
+namespace cpt::exec {
+
+class FullyShardedModel;
+
+// Shards `params` (a whole model's, HF names "layers.<i>.*" for blocks) over `shard`; `replicate`:
+// the hybrid-sharding replicate group, or null. The parameters are released on return (their data
+// empty) until a forward gathers them. Install the result as the model's ParameterResidency and use
+// it as its StepOptimizer.
+std::unique_ptr<FullyShardedModel> make_fully_sharded(const NamedParams& params, const AdamWOptions& options,
+                                                      Communicator& shard, Communicator* replicate,
+                                                      const ModelParallelNorm& mp);
+
+class FullyShardedModel : public ParameterResidency, public StepOptimizer {
+ public:
+  // Gathers every unit (COLLECTIVE over the shard group): the parameters are whole, e.g. to save
+  // or load them; then release_all(), or reshard_from_params() after writing new values into them.
+  virtual void gather_all() = 0;
+  virtual void release_all() = 0;
+  virtual void reshard_from_params() = 0;
+};
+
+}  // namespace cpt::exec
