@@ -67,15 +67,19 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
 
 double params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p, const spec::StagePartition& stages,
                          int pp_rank) {
+  return stages.layers_of_rank(pp_rank) * block_params_per_tp(m, p.tp) + root_params_of_pp_rank(m, p, stages, pp_rank);
+}
+
+double root_params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p,
+                              const spec::StagePartition& stages, int pp_rank) {
   const auto c = m.param_counts();
   const double vocab_rows = static_cast<double>(m.padded_vocab(128LL * p.tp)) / p.tp;
-  double psi = stages.layers_of_rank(pp_rank) * block_params_per_tp(m, p.tp);
   const int last = stages.num_stages() - 1;
+  double psi = 0;
   for (int s : stages.stages_of_rank(pp_rank)) {
     if (s == 0) psi += vocab_rows * m.hidden + static_cast<double>(c.position);
     if (s == last) {
       psi += static_cast<double>(c.final_norm);
-      // An untied head, or with pp > 1 the last stage's copy of a tied embedding (Megatron).
       if (!m.tied_embeddings || last != 0) psi += vocab_rows * m.hidden;
     }
   }
@@ -109,7 +113,15 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
     const double block = static_cast<double>(m.param_counts().attention_per_layer + m.param_counts().mlp_per_layer) / p.tp;
     const double grad_b = (o.precision == spec::Precision::kFp32 || o.fp32_main_grads) ? 4 : 2;
     if (p.zero_stage >= 2) mb.grads += bytes(grad_b * std::min(psi, static_cast<double>(o.bucket_elements)));
-    if (p.zero_stage == 3) mb.weights += bytes(e * block * o.zero3_prefetch_blocks);
+    if (p.zero_stage == 3) {
+      mb.weights += bytes(e * block * o.zero3_prefetch_blocks);
+      // The root unit (embedding, final norm, LM head) is whole for a whole microbatch, forward
+      // and backward, with its whole gradient until its backward ends (FSDP's root; cpt's
+      // executor, parallel/fully_sharded.h): its unsharded part on top of the shards.
+      const double root = root_params_of_pp_rank(m, p, stages, r) * (1.0 - 1.0 / n);
+      mb.weights += bytes(e * root);
+      mb.grads += bytes(grad_b * root);
+    }
     if (p.offload != spec::Offload::kNone) mb.optimizer = Bytes(0);
     if (p.offload == spec::Offload::kOptimizerAndParams) mb.weights = bytes(e * block * o.zero3_prefetch_blocks);
 

@@ -5,8 +5,10 @@
 //   Ψ = parameters this rank holds after tp (its stages' layers, plus the embedding on the first
 //   stage and the final norm and LM head on the last), N = ZeRO shard-group size (dp·cp, or under
 //   HSDP the part of it on one node).
-//   weights     2Ψ (4Ψ fp32);          ZeRO-3: 2Ψ/N + prefetch_blocks gathered blocks
-//   gradients   4Ψ fp32 main grads (2Ψ 16-bit); ZeRO-2/3: /N + one bucket
+//   weights     2Ψ (4Ψ fp32);          ZeRO-3: 2Ψ/N + prefetch_blocks gathered blocks + the root
+//               unit (embedding, final norm, LM head) whole, as FSDP's root is for a microbatch
+//   gradients   4Ψ fp32 main grads (2Ψ 16-bit); ZeRO-2/3: /N + one bucket (ZeRO-3: + the root
+//               unit's whole gradient)
 //   optimizer   12Ψ (fp32 master + two Adam moments; 8Ψ when training in fp32); ZeRO-1+: /N;
 //               0 on the GPU with optimizer offload
 // Activations: bytes per layer per microbatch (Korthikanti et al. 2022 Table 2, generalised to GQA,
@@ -43,6 +45,12 @@ MemoryBreakdown model_state_bytes(double params, int zero_stage, int shard_group
 // Stored activation bytes of one layer for one microbatch on one rank.
 core::Bytes activation_bytes_per_layer(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                                        const CostModelOptions& options);
+
+// Parameters outside the decoder blocks held by one pipeline rank, per tp rank: the embedding on
+// the first stage, the final norm and LM head on the last (an untied head, or with pp > 1 the last
+// stage's copy of a tied embedding, as Megatron keeps).
+double root_params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
+                              const spec::StagePartition& stages, int pp_rank);
 
 // Parameters held by one pipeline rank, per tp rank.
 double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,

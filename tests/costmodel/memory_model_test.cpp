@@ -135,5 +135,25 @@ TEST(MemoryModel, ParametersOfEachPipelineRank) {
   EXPECT_EQ(static_cast<std::int64_t>(total), m.num_params());  // untied, vocab already a multiple of 128
 }
 
+// ZeRO-3 keeps the root unit (embedding, final norm, LM head) whole for a microbatch, as FSDP's root
+// and cpt's executor do: on top of the shards and the prefetched blocks, its unsharded part of the
+// weights (16-bit) and of the gradients (fp32 main grads).
+TEST(MemoryModel, ZeroThreeCountsTheWholeRootUnit) {
+  const spec::ModelSpec m = spec::find_catalog_model("llama3-8b")->spec;
+  const spec::ParallelConfig p{.dp = 64, .micro_batch = 1, .global_batch = 64, .zero_stage = 3};
+  const spec::RankLayout layout(p, 8);
+  const auto stages = spec::StagePartition::balanced(32, 1, 1);
+  CostModelOptions o;
+  const auto mem = memory_per_pp_rank(m, p, 8192, stages, nullptr, layout, o).at(0);
+  const double psi = params_of_pp_rank(m, p, stages, 0);
+  const double root = root_params_of_pp_rank(m, p, stages, 0);
+  EXPECT_EQ(root, 2.0 * 128256 * 4096 + 4096);  // embedding + untied head + final norm
+  const double block = static_cast<double>(m.param_counts().attention_per_layer + m.param_counts().mlp_per_layer);
+  EXPECT_NEAR(static_cast<double>(mem.weights.value()), 2 * psi / 64 + 2 * block * o.zero3_prefetch_blocks + 2 * root * 63 / 64,
+              2.0);
+  EXPECT_NEAR(static_cast<double>(mem.grads.value()),
+              4 * psi / 64 + 4 * std::min(psi, static_cast<double>(o.bucket_elements)) + 4 * root * 63 / 64, 2.0);
+}
+
 }  // namespace
 }  // namespace cpt::cost
