@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
                                 "calibration (issue #9)");
   cli::register_executor_command(app, "data", "Train tokenizers; prepare token shards from text, directories or JSONL");
   cli::register_executor_command(app, "checkpoint", "Verify checkpoints; export to and import from Hugging Face format");
+  cli::register_executor_command(app, "doctor", "Diagnose a training run: loss, learning rate, gradients, data, start");
   cli::register_advise_command(app);
   cli::register_models_command(app);
   cli::register_profiles_command(app);

@@ -106,6 +106,8 @@ std::string Tokenizer::piece(std::int32_t id) const { return sp_->IdToPiece(id);
 std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
 std::int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
 
+std::int32_t Tokenizer::unk_id() const { return sp_->unk_id(); }
+
 namespace {
 
 void put_varint(std::string& out, std::uint64_t v) {

@@ -27,6 +27,7 @@ class Tokenizer {
   [[nodiscard]] std::int64_t vocab_size() const;
   [[nodiscard]] std::int32_t bos_id() const;  // -1 when the model has none
   [[nodiscard]] std::int32_t eos_id() const;  // -1 when the model has none
+  [[nodiscard]] std::int32_t unk_id() const;
   // The id of `piece`, or -1 when it is not in the vocabulary.
   [[nodiscard]] std::int32_t piece_id(const std::string& piece) const;
   [[nodiscard]] std::string piece(std::int32_t id) const;

@@ -175,6 +175,15 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   if (rank0) {
     fs::create_directories(options.out_dir);
     spec::save_plan(plan, options.out_dir / "plan.json");
+    // What `cpt doctor` needs to check the run against its configuration: the TRAIN.json (its path
+    // resolves relative data paths; the copy survives its deletion) and the schedule's length.
+    if (fs::exists(config.origin)) {
+      std::ifstream in(config.origin, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      core::write_file_atomic(options.out_dir / "train_config.json", text);
+    }
+    const nlohmann::ordered_json run{{"config", fs::absolute(config.origin).string()}, {"total_steps", total_steps}};
+    core::write_file_atomic(options.out_dir / "run.json", run.dump(2) + "\n");
   }
   std::optional<RunInputs> prepared;
   if (rank0) prepared = prepare_run_inputs(config, spec, options.out_dir);

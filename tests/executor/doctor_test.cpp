@@ -1,0 +1,120 @@
+// cpt doctor's checks on a healthy run (every check passes) and on a broken one (each planted fault
+// is caught: non-finite steps, a rising loss with spikes, a continual run without re-warming that
+// starts at chance, text the tokenizer does not cover).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "executor/diagnose/run_doctor.h"
+#include "executor/train/trainer.h"
+#include "executor_test_support.h"
+#include "spec/hardware_catalog.h"
+#include "spec/model_catalog.h"
+#include "spec/plan.h"
+
+namespace cpt::exec {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ScratchDir;
+
+spec::Plan tiny_plan() {
+  spec::ParallelConfig p;
+  p.micro_batch = 2;
+  p.global_batch = 4;
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 1, "--gpu");
+  return spec::make_plan(spec::find_catalog_model("tiny")->spec, cluster, spec::Workload{64, 0}, p);
+}
+
+std::map<std::string, Verdict> by_check(const std::vector<Finding>& findings) {
+  std::map<std::string, Verdict> m;
+  for (const auto& f : findings) m[f.check] = f.verdict;
+  return m;
+}
+
+void write_config(const fs::path& file, const fs::path& data, const nlohmann::json& patch) {
+  nlohmann::json j{{"data", {{{"name", "py"}, {"path", data.string()}}}},
+                   {"tokenizer", {{"model", testing::small_tokenizer().path().string()}}},
+                   {"steps", 30},
+                   {"lr", {{"schedule", "cosine"}, {"peak", 3e-3}, {"warmup_steps", 3}}},
+                   {"seed", 3},
+                   {"device", "cpu"},
+                   {"log_interval_steps", 0}};
+  j.merge_patch(patch);
+  std::ofstream(file) << j.dump();
+}
+
+TEST(Doctor, AHealthyRunPassesEveryCheck) {
+  ScratchDir dir("doctor-healthy");
+  testing::prepare_small_dataset(dir.path() / "py");
+  // Clipping at 5: the tiny model's gradient norm hovers near 1, where clipping at 1 would act on
+  // half the steps (which the doctor rightly flags).
+  write_config(dir.path() / "train.json", dir.path() / "py", {{"optimizer", {{"grad_clip", 5.0}}}});
+  TrainOptions o;
+  o.out_dir = dir.path() / "run";
+  o.progress = false;
+  train(tiny_plan(), load_train_config(dir.path() / "train.json"), o);
+  const auto findings = diagnose_run(o.out_dir);
+  for (const auto& f : findings) EXPECT_EQ(f.verdict, Verdict::kOk) << f.check << ": " << f.detail;
+  const auto checks = by_check(findings);
+  for (const char* c : {"metrics", "non-finite steps", "loss trend", "loss spikes", "learning rate", "gradient norm",
+                        "data mixture", "data sample: py", "starting weights"}) {
+    EXPECT_TRUE(checks.count(c)) << c;
+  }
+}
+
+TEST(Doctor, PlantedFaultsAreCaught) {
+  ScratchDir dir("doctor-broken");
+  // Text the 512-piece Python tokenizer has never seen.
+  fs::create_directories(dir.path() / "text");
+  std::ofstream(dir.path() / "text/cjk.txt") << [] {
+    std::string s;
+    for (int i = 0; i < 400; ++i) s += "数据集的质量决定模型的质量。";
+    return s;
+  }();
+  PrepareOptions po;
+  prepare_dataset({dir.path() / "text"}, testing::small_tokenizer(), dir.path() / "cjk", po);
+  // A continual run (init_from) with no warmup whose log starts at chance, has non-finite steps,
+  // spikes and a rising loss.
+  const auto run = dir.path() / "run";
+  fs::create_directories(run);
+  spec::save_plan(tiny_plan(), run / "plan.json");
+  fs::create_directories(dir.path() / "base");
+  write_config(dir.path() / "train.json", dir.path() / "cjk",
+               {{"init_from", (dir.path() / "base").string()}, {"lr", {{"warmup_steps", 0}}}});
+  std::ofstream(run / "run.json") << nlohmann::json{{"config", (dir.path() / "train.json").string()}, {"total_steps", 100}}.dump();
+  std::ofstream metrics(run / "metrics.jsonl");
+  for (int s = 0; s < 100; ++s) {
+    double loss = std::log(512.0) + 0.01 * s;  // at chance, rising
+    if (s == 50 || s == 70) loss *= 1.5;       // spikes
+    const bool nan = s % 20 == 7;              // 5% non-finite
+    nlohmann::json row{{"step", s},
+                       {"loss", nan ? nlohmann::json(nullptr) : nlohmann::json(loss)},
+                       {"lr", 3e-3},
+                       {"grad_norm", 2.0 + s},
+                       {"skipped", nan},
+                       {"samples_by_source", {{"py", 4 * (s + 1)}}}};
+    metrics << row.dump() << "\n";
+  }
+  metrics.close();
+  const auto checks = by_check(diagnose_run(run));
+  EXPECT_EQ(checks.at("non-finite steps"), Verdict::kFail);
+  EXPECT_EQ(checks.at("loss trend"), Verdict::kFail);
+  EXPECT_NE(checks.at("loss spikes"), Verdict::kOk);
+  EXPECT_EQ(checks.at("learning rate"), Verdict::kWarn);
+  EXPECT_EQ(checks.at("gradient norm"), Verdict::kWarn);  // clipped (> 1) on every step, growing
+  EXPECT_NE(checks.at("data sample: py"), Verdict::kOk);
+  EXPECT_EQ(checks.at("starting weights"), Verdict::kFail);
+}
+
+TEST(Doctor, ADirectoryThatIsNotARunIsAConfigError) {
+  ScratchDir dir("doctor-empty");
+  EXPECT_THROW(diagnose_run(dir.path()), core::ConfigError);
+}
+
+}  // namespace
+}  // namespace cpt::exec
