@@ -138,6 +138,10 @@ TrainConfig load_train_config(const fs::path& path) {
   if (r.has("packing")) c.packing = r.one_of("packing", {"packed", "padded"}) == "packed" ? Packing::kPacked : Packing::kPadded;
   if (r.has("seed")) c.seed = static_cast<std::uint64_t>(r.integer("seed", 0));
   if (r.has("init_from")) c.init_from = resolve(base, r.string("init_from"));
+  if (r.has("init_optimizer")) {
+    c.keep_optimizer_state = r.one_of("init_optimizer", {"reset", "keep"}) == "keep";
+    if (c.keep_optimizer_state && !c.init_from) r.fail("init_optimizer", "\"init_from\" with \"keep\"", "no init_from");
+  }
   if (r.has("distill")) {
     auto d = r.object("distill");
     DistillConfig dc;

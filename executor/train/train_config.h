@@ -73,6 +73,9 @@ struct TrainConfig {
   Packing packing = Packing::kPacked;
   std::uint64_t seed = 1234;
   std::optional<std::filesystem::path> init_from;  // a cpt checkpoint or a Hugging Face directory
+  // "init_optimizer": "keep" continues init_from's AdamW moments and step count (a cpt checkpoint
+  // with optimizer state and the same parameter shapes); "reset" (default) starts them at zero.
+  bool keep_optimizer_state = false;
   std::optional<DistillConfig> distill;
   std::optional<EwcConfig> ewc;
   std::string device = "auto";  // auto | cpu | cuda

@@ -252,6 +252,26 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     optimizer = make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage, norm_groups);
   }
   const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
+  if (config.keep_optimizer_state) {
+    // Continual pre-training that keeps the base run's AdamW moments and step count.
+    const auto& source = *config.init_from;
+    if (is_hf_directory(source)) {
+      throw core::ConfigError(str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(),
+                                      " is a Hugging Face directory, which holds no optimizer state"));
+    }
+    const auto base = Checkpoint::open(source);
+    if (!base.has_optimizer()) {
+      throw core::ConfigError(str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(),
+                                      " holds no optimizer state"));
+    }
+    const auto opt = base.optimizer();
+    optimizer->load_full_state(
+        [&](const std::string& n) {
+          return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), spec.vocab, tp).contiguous().to(device);
+        },
+        source.string());
+    core::info0("init: optimizer state kept from ", source.string(), " (step ", base.step(), ")");
+  }
   // Evaluation runs on replica 0, or on every rank under ZeRO-3 (its gathers span the dp group).
   const bool evaluates = zero3 != nullptr || full_state_groups.holds_replica_zero;
   // Each step's global batch is split in dp contiguous shares, in sample order.

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -223,6 +224,28 @@ class ContinualTest : public TrainTest {
     return c;
   }
 };
+
+// "init_optimizer": "keep" continues the base run's AdamW state (its step count goes on from the
+// base's 6), "reset" starts it anew; the first update differs accordingly.
+TEST_F(ContinualTest, OptimizerStateIsKeptOrReset) {
+  std::map<bool, float> step_count;
+  std::map<bool, double> first_loss_after;
+  for (const bool keep : {false, true}) {
+    ScratchDir out(keep ? "continual-keep" : "continual-reset");
+    auto c = continual(2);
+    c.keep_optimizer_state = keep;
+    TrainOptions o;
+    o.out_dir = out.path();
+    o.progress = false;
+    const auto summary = train(tiny_plan(8, 4, 32), c, o);
+    const auto ckpt = Checkpoint::open(summary.checkpoint);
+    step_count[keep] = ckpt.optimizer().load("embed_tokens.weight/step", torch::kFloat32).item<float>();
+    first_loss_after[keep] = rows(out.path()).at(1)["loss"].get<double>();
+  }
+  EXPECT_EQ(step_count[false], 2.0f);
+  EXPECT_EQ(step_count[true], 8.0f);
+  EXPECT_NE(first_loss_after[false], first_loss_after[true]);
+}
 
 // KL(student ‖ teacher) is zero while the student is the teacher, grows as it moves, and a larger
 // λ keeps it smaller.
