@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/local_profile.h"
 #include "cli/output.h"
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -26,7 +27,7 @@ struct AdviseOptions {
 
 void run(const AdviseOptions& o) {
   const auto model = spec::load_model(o.model, "--model");
-  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu(o.gpu, o.gpus, "--gpu");
+  const auto cluster = cluster_for_gpu_flag(o.gpu, o.gpus, "--gpu");
   planner::SearchOptions so;
   so.global_batch = o.global_batch;
   so.seq_len = o.seq_len;

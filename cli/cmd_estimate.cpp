@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/local_profile.h"
 #include "cli/output.h"
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -56,6 +57,7 @@ spec::ClusterSpec resolve_cluster(const EstimateOptions& o) {
     }
   } else {
     if (o.gpus < 1) throw core::ConfigError("--gpus: expected the number of GPUs (>= 1) with --gpu");
+    if (o.gpu == "local") return cluster_for_gpu_flag(o.gpu, o.gpus, "--gpu");
     // The GPU's default cluster, reshaped like `cpt whatif` does (one implementation).
     planner::HardwareChange change;
     change.gpu = o.gpu;

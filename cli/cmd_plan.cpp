@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/local_profile.h"
 #include "cli/output.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -155,11 +156,13 @@ void run(const PlanOptions& o) {
   if (!o.cluster.empty()) {
     cluster = cat.load_cluster(o.cluster, "--cluster");
   } else if (!o.gpu.empty() && o.gpus > 0) {
-    cluster = cat.cluster_for_gpu(o.gpu, o.gpus, "--gpu");
+    cluster = cluster_for_gpu_flag(o.gpu, o.gpus, "--gpu");
   } else {
     throw core::ConfigError("--gpu and --gpus, or --cluster: expected one of them, got neither");
   }
   planner::SearchOptions so;
+  // This machine's CPU trains in fp32 (the executor's regime there).
+  if (o.gpu == "local") so.cost.precision = spec::Precision::kFp32;
   so.global_batch = o.global_batch;
   so.seq_len = o.seq_len;
   so.tokens = o.tokens;

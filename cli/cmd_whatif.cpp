@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/local_profile.h"
 #include "cli/output.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -126,7 +127,7 @@ void run(const WhatIfOptions& o) {
   const int seq_len = o.seq_len > 0 ? o.seq_len : plan->workload.seq_len;
   const int global_batch = o.global_batch > 0 ? o.global_batch : plan->parallel.global_batch;
   spec::ClusterSpec base =
-      plan ? plan->cluster : cat.cluster_for_gpu(split(o.gpu).front(), o.gpus, "--gpu");
+      plan ? plan->cluster : cluster_for_gpu_flag(split(o.gpu).front(), o.gpus, "--gpu");
   if (!o.sweep.empty()) {
     if (plan && o.gpus > 0) {
       planner::HardwareChange more;

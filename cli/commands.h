@@ -12,6 +12,8 @@ namespace cpt::cli {
 void register_models_command(CLI::App& app);
 void register_profiles_command(CLI::App& app);
 void register_run_command(CLI::App& app);
+void register_calibrate_command(CLI::App& app);
+void register_compare_command(CLI::App& app);
 void register_estimate_command(CLI::App& app);
 void register_plan_command(CLI::App& app);
 void register_whatif_command(CLI::App& app);
@@ -21,6 +23,5 @@ void register_simulate_command(CLI::App& app);
 // missing and which issue builds it, and exits 3.
 // A subcommand carried out by cpt-exec with the same arguments.
 void register_executor_command(CLI::App& app, const char* name, const char* description);
-void register_unbuilt_command(CLI::App& app, const char* name, const char* description, const char* missing);
 
 }  // namespace cpt::cli

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   cli::register_exec_train_command(app);
   cli::register_exec_data_command(app);
   cli::register_exec_doctor_command(app);
+  cli::register_exec_calibrate_commands(app);
   cli::register_exec_checkpoint_command(app);
   try {
     app.parse(argc, argv);

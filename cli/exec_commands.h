@@ -16,5 +16,6 @@ void register_exec_train_command(CLI::App& app);
 void register_exec_data_command(CLI::App& app);
 void register_exec_checkpoint_command(CLI::App& app);
 void register_exec_doctor_command(CLI::App& app);
+void register_exec_calibrate_commands(CLI::App& app);
 
 }  // namespace cpt::cli

@@ -1,0 +1,135 @@
+// cpt compare RUN_DIR [--json] [--log FILE]: the cost model's prediction for the run's plan beside
+// what the run measured (OUT/measured.json), with the relative error of each field, appended to a
+// local fidelity log. The prediction is re-evaluated in the executor's regime: fp32 on the CPU
+// (bf16 on a GPU), and fp32 weights, gradients and AdamW moments for the model state (4 + 4 + 8
+// bytes per parameter: the executor keeps fp32 weights also under autocast).
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "costmodel/step_estimator.h"
+#include "spec/plan.h"
+
+namespace cpt::cli {
+
+namespace {
+
+using core::str_cat;
+using Json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+struct CompareOptions {
+  std::string run;
+  std::string log;
+  bool json = false;
+};
+
+fs::path default_log() {
+  if (const char* p = std::getenv("CPT_FIDELITY_LOG"); p != nullptr && *p != '\0') return p;
+  const char* home = std::getenv("HOME");
+  return fs::path(home != nullptr ? home : ".") / ".cache" / "cpt" / "fidelity.jsonl";
+}
+
+Json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw core::ConfigError(str_cat(p.string(), ": cannot read (is it a run directory of cpt train?)"));
+  const auto j = Json::parse(in, nullptr, false);
+  if (j.is_discarded()) throw core::ConfigError(str_cat(p.string(), ": not valid JSON"));
+  return j;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+void run(const CompareOptions& o) {
+  const fs::path dir = o.run;
+  const auto plan = spec::load_plan(dir / "plan.json");
+  const auto measured = read_json(dir / "measured.json");
+  const bool cpu = measured.value("device", std::string("cpu")).starts_with("cpu");
+  cost::CostModelOptions options;
+  options.precision = cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
+  const auto ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, options);
+  const auto* e = std::get_if<cost::Estimate>(&ev);
+  if (e == nullptr) {
+    throw core::ConfigError(str_cat(dir.string(), "/plan.json: the cost model finds the plan infeasible (",
+                                    to_string(std::get<cost::Infeasible>(ev).reason), "), nothing to compare"));
+  }
+  // The model state in the executor's regime, per pipeline rank.
+  cost::CostModelOptions state_options = options;
+  state_options.precision = spec::Precision::kFp32;
+  const auto state_ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, state_options);
+  const auto* state = std::get_if<cost::Estimate>(&state_ev);
+
+  Json fields = Json::object();
+  auto add = [&](const std::string& name, double predicted, double actual) {
+    fields[name] = {{"predicted", predicted},
+                    {"measured", actual},
+                    {"rel_err", actual != 0 ? (predicted - actual) / actual : 0.0}};
+  };
+  add("step_time_s", e->time.total().value(), measured.value("step_time_s", 0.0));
+  add("tokens_per_s_per_gpu", e->tokens_per_s_per_gpu, measured.value("tokens_per_s_per_gpu", 0.0));
+  if (state != nullptr && measured.contains("memory_per_rank")) {
+    // The largest over ranks of each category, against the prediction for that rank's pp coordinate.
+    for (const auto& [key, field] : {std::pair{"weights", "weights_bytes"}, std::pair{"grads", "grads_bytes"},
+                                     std::pair{"optimizer", "optimizer_bytes"}}) {
+      double worst_measured = -1, predicted = 0;
+      for (const auto& r : measured["memory_per_rank"]) {
+        const double m = r.value(field, 0.0);
+        if (m <= worst_measured) continue;
+        worst_measured = m;
+        const auto& mb = state->memory_per_pp_rank.at(r.value("pp", std::size_t{0}));
+        const auto bytes = std::string(key) == "weights" ? mb.weights : std::string(key) == "grads" ? mb.grads : mb.optimizer;
+        predicted = static_cast<double>(bytes.value());
+      }
+      add(str_cat(key, "_bytes"), predicted, worst_measured);
+    }
+  }
+  const auto& p = plan.parallel;
+  const std::string layout = str_cat("tp", p.tp, " cp", p.cp, " pp", p.pp, p.virtual_stages > 1 ? str_cat(" vp", p.virtual_stages) : "",
+                                     " dp", p.dp, " zero", p.zero_stage, p.hybrid_shard ? " hsdp" : "",
+                                     p.sequence_parallel ? " sp" : "", " mb", p.micro_batch, " gb", p.global_batch);
+  const fs::path log = o.log.empty() ? default_log() : fs::path(o.log);
+  if (log.has_parent_path()) fs::create_directories(log.parent_path());
+  std::ofstream(log, std::ios::app) << Json{{"run", fs::absolute(dir).string()},
+                                            {"model", plan.model.name},
+                                            {"cluster", plan.cluster.name},
+                                            {"layout", layout},
+                                            {"fields", fields}}
+                                             .dump()
+                                    << "\n";
+  if (o.json) {
+    print_json({{"run", dir.string()}, {"layout", layout}, {"fields", fields}, {"log", log.string()}});
+    return;
+  }
+  std::cout << str_cat("compare ", dir.string(), ": ", plan.model.name, " on ", plan.cluster.name, ", ", layout, "\n");
+  std::cout << "  field                     predicted      measured    error\n";
+  for (const auto& [name, f] : fields.items()) {
+    std::cout << str_cat("  ", name, std::string(name.size() < 24 ? 24 - name.size() : 1, ' '),
+                         " ", fixed(f["predicted"].get<double>(), 6), "  ", fixed(f["measured"].get<double>(), 6), "  ",
+                         fixed(100 * f["rel_err"].get<double>(), 1), "%\n");
+  }
+  std::cout << "  (appended to " << log.string() << ")\n";
+}
+
+}  // namespace
+
+void register_compare_command(CLI::App& app) {
+  auto o = std::make_shared<CompareOptions>();
+  auto* cmd = app.add_subcommand("compare", "Predicted vs measured for a training run (step time, tokens/s, memory)");
+  cmd->add_option("RUN_DIR", o->run, "The --out directory of cpt train")->required();
+  cmd->add_option("--log", o->log, "Fidelity log to append to (default: $CPT_FIDELITY_LOG or ~/.cache/cpt/fidelity.jsonl)");
+  cmd->add_flag("--json", o->json, "Print {fields: {NAME: {predicted, measured, rel_err}}}");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace cpt::cli

@@ -1,0 +1,84 @@
+// cpt-exec calibrate-host | calibrate-comm: the measurements behind `cpt calibrate` (JSON on
+// stdout; calibrate-comm from rank 0 of the ranks it starts).
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/exec_commands.h"
+#include "cli/output.h"
+#include "executor/dist/c10d_communicator.h"
+#include "executor/dist/launch_info.h"
+#include "executor/dist/local_launcher.h"
+#include "executor/measure/calibration_probe.h"
+
+namespace cpt::cli {
+
+void register_exec_calibrate_commands(CLI::App& app) {
+  struct Args {
+    double seconds = 20;
+    int threads = 0;
+    int ranks = 2;
+    double max_mib = 16;
+    double seconds_per_point = 0.15;
+    bool quiet = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* host = app.add_subcommand("calibrate-host", "Measure GEMMs, memory bandwidth and AdamW on this machine (JSON)");
+  host->add_option("--seconds", args->seconds, "Time budget")->check(CLI::Range(1.0, 600.0))->capture_default_str();
+  host->add_option("--threads", args->threads, "Intra-op threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+  host->add_flag("--quiet", args->quiet, "No progress on stderr");
+  host->callback([args] {
+    if (args->threads > 0) at::set_num_threads(args->threads);
+    const auto h = exec::measure_host(args->seconds, [&](int done, int total) {
+      if (!args->quiet) std::cerr << "\rcalibrate: host " << done << "/" << total << std::flush;
+    });
+    if (!args->quiet) std::cerr << "\n";
+    nlohmann::ordered_json gemm = nlohmann::ordered_json::array();
+    for (const auto& g : h.gemm) gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"seconds", g.seconds}});
+    print_json({{"cores", h.cores},
+                {"threads", h.threads},
+                {"memory_bytes", h.memory_bytes},
+                {"copy_bytes_per_s", h.copy_bytes_per_s},
+                {"adamw_params_per_s", h.adamw_params_per_s},
+                {"gemm", gemm}});
+  });
+
+  auto* comm = app.add_subcommand("calibrate-comm", "Time the executor's collectives over message sizes (JSON)");
+  comm->add_option("--nproc-per-node", args->ranks, "Ranks to start on this machine")->check(CLI::Range(2, 64))
+      ->capture_default_str();
+  comm->add_option("--max-mib", args->max_mib, "Largest message")->check(CLI::Range(0.01, 1024.0))->capture_default_str();
+  comm->add_option("--seconds-per-point", args->seconds_per_point, "Time per (op, size)")
+      ->check(CLI::Range(0.01, 10.0))
+      ->capture_default_str();
+  comm->callback([args] {
+    if (std::getenv("RANK") == nullptr) {
+      exec::LocalLaunch launch;
+      launch.nproc_per_node = args->ranks;
+      const int code = exec::run_local_ranks(
+          {"calibrate-comm", "--max-mib", std::to_string(args->max_mib), "--seconds-per-point",
+           std::to_string(args->seconds_per_point)},
+          launch);
+      if (code != 0) throw ExitWith{code};
+      return;
+    }
+    const auto launch = exec::launch_info_from_env();
+    // Ranks on one host share its cores.
+    at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / launch.local_world_size));
+    const auto timeout = std::chrono::seconds(120);
+    const auto store = exec::JobStore::connect(launch, timeout);
+    std::vector<int> all(static_cast<std::size_t>(launch.world_size));
+    for (int r = 0; r < launch.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
+    const auto world = exec::make_gloo_group(*store, "world", all, launch.rank, timeout, launch.gloo_socket_ifname);
+    const auto samples = exec::measure_collectives(*world, args->max_mib * 1024 * 1024, args->seconds_per_point);
+    if (launch.rank != 0) return;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const auto& s : samples) {
+      rows.push_back({{"op", s.op}, {"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
+    }
+    print_json({{"backend", "gloo"}, {"ranks", launch.world_size}, {"samples", rows}});
+  });
+}
+
+}  // namespace cpt::cli

@@ -1,0 +1,75 @@
+#include "cli/local_profile.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "costmodel/cost_options.h"
+#include "spec/hardware_catalog.h"
+
+namespace cpt::cli {
+
+using core::str_cat;
+namespace fs = std::filesystem;
+
+spec::ClusterSpec local_cluster(const LocalCalibration& c) {
+  const cost::CostModelOptions defaults;
+  spec::GpuSpec g;
+  g.name = "local";
+  g.display_name = str_cat("this machine: one rank of ", c.threads, " thread", c.threads == 1 ? "" : "s", " (",
+                           c.cores, " cores, calibrated fp32)");
+  g.aliases = {"local-cpu"};
+  g.hbm_capacity = core::Bytes(static_cast<std::int64_t>(c.memory_bytes / c.devices));
+  g.hbm_bandwidth = core::BytesPerSecond(c.copy_bytes_per_s / c.devices / defaults.hbm_efficiency);
+  // CPUs train in fp32; the profile format needs a bf16 figure, so it repeats the fp32 one (plans
+  // for `local` evaluate in fp32).
+  for (const auto p : {spec::Precision::kFp32, spec::Precision::kBf16}) {
+    g.dense_peak[static_cast<std::size_t>(p)] = core::FlopsPerSecond(c.gemm.peak_flops_per_s);
+    g.gemm_efficiency[static_cast<std::size_t>(p)] = c.gemm.curve;
+  }
+  g.default_node = "local_node";
+  spec::NodeSpec n;
+  n.name = "local_node";
+  n.display_name = str_cat("this machine, ", c.devices, " ranks");
+  n.gpu = g;
+  n.gpus_per_node = c.devices;
+  n.intra_kind = spec::IntraNodeKind::kPcie;
+  n.intra_bandwidth = core::BytesPerSecond(c.comm.bandwidth_bytes_per_s / defaults.network_efficiency);
+  n.intra_latency = core::Seconds(c.comm.alpha_s);
+  n.nics_per_node = 1;
+  n.nic_bandwidth = core::BytesPerSecond(1.25e9);
+  n.default_fabric = "loopback";
+  spec::FabricSpec f;
+  f.name = "loopback";
+  f.display_name = "none (one machine)";
+  f.link_bandwidth = core::BytesPerSecond(1.25e9);
+  f.latency = core::Seconds(5e-5);
+  f.switch_radix = 2;
+  return spec::ClusterSpec{"local", n, f, 1, c.devices};
+}
+
+fs::path local_profile_path() {
+  if (const char* p = std::getenv("CPT_LOCAL_PROFILE"); p != nullptr && *p != '\0') return p;
+  return fs::path("hardware_profiles") / "calibration" / "local.json";
+}
+
+spec::ClusterSpec cluster_for_gpu_flag(const std::string& gpu, int gpus, const std::string& flag) {
+  const auto& cat = spec::HardwareCatalog::builtin();
+  if (gpu != "local") return cat.cluster_for_gpu(gpu, gpus, flag);
+  const auto path = local_profile_path();
+  if (!fs::exists(path)) {
+    throw core::ConfigError(str_cat(flag, " local: no calibration at ", path.string(),
+                                    " (run `cpt calibrate` first, or set CPT_LOCAL_PROFILE)"));
+  }
+  auto c = cat.load_cluster_file(path);
+  if (gpus > c.node.gpus_per_node) {
+    throw core::ConfigError(str_cat(flag, " local: ", path.string(), " describes ", c.node.gpus_per_node,
+                                    " ranks on this machine, got --gpus ", gpus,
+                                    " (calibrate with `cpt calibrate --ranks ", gpus, "`)"));
+  }
+  c.num_nodes = 1;
+  c.num_gpus = gpus;
+  return c;
+}
+
+}  // namespace cpt::cli

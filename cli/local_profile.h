@@ -1,0 +1,37 @@
+#pragma once
+// This machine as a hardware profile: built by `cpt calibrate` from its measurements, written as a
+// cluster JSON (hardware_profiles/calibration/local.json by default, or $CPT_LOCAL_PROFILE), and
+// used wherever a GPU name is accepted as `--gpu local`.
+//
+// A "device" of the local profile is one executor rank with `threads` intra-op threads (the
+// machine's cores shared by `devices` ranks); the node holds `devices` of them.
+#include <filesystem>
+#include <string>
+
+#include "costmodel/calibration_fit.h"
+#include "spec/hardware_spec.h"
+
+namespace cpt::cli {
+
+struct LocalCalibration {
+  int cores = 0;
+  int threads = 0;           // per device
+  int devices = 0;           // ranks the node holds (collectives measured among them)
+  double memory_bytes = 0;   // of the whole machine
+  double copy_bytes_per_s = 0;
+  cost::GemmFit gemm;
+  cost::AlphaBetaFit comm;
+};
+
+// The profile of `c`. Peaks and bandwidths are stored so that the cost model's default
+// efficiencies (hbm_efficiency, network_efficiency) turn them back into the measured rates.
+spec::ClusterSpec local_cluster(const LocalCalibration& c);
+
+// $CPT_LOCAL_PROFILE, else hardware_profiles/calibration/local.json under the current directory.
+std::filesystem::path local_profile_path();
+
+// `--gpu NAME --gpus N`: the catalog's cluster, or for NAME "local" the calibrated profile with N of
+// its devices (ConfigError naming `flag` when there is no calibration or N exceeds its devices).
+spec::ClusterSpec cluster_for_gpu_flag(const std::string& gpu, int gpus, const std::string& flag);
+
+}  // namespace cpt::cli

@@ -1,0 +1,124 @@
+#include "executor/measure/calibration_probe.h"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace cpt::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Calls `fn` until `budget` seconds pass (at least three times after one warm-up); seconds per call.
+template <class Fn>
+double time_per_call(Fn&& fn, double budget) {
+  fn();
+  int calls = 0;
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  while (calls < 3 || elapsed < budget) {
+    fn();
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return elapsed / calls;
+}
+
+}  // namespace
+
+HostMeasurements measure_host(double seconds, const std::function<void(int, int)>& progress) {
+  torch::NoGradGuard no_grad;
+  HostMeasurements h;
+  h.cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  h.threads = at::get_num_threads();
+  h.memory_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  // Tokens x hidden x hidden-like shapes of small to mid-size layers (the sizes a CPU trains).
+  std::vector<std::array<std::int64_t, 3>> shapes;
+  for (const std::int64_t m : {128, 512, 2048}) {
+    for (const std::int64_t n : {64, 256, 1024}) {
+      for (const std::int64_t k : {64, 256, 1024}) shapes.push_back({m, n, k});
+    }
+  }
+  const int total = static_cast<int>(shapes.size()) + 2;
+  const double per_gemm = seconds * 0.8 / static_cast<double>(shapes.size());
+  int done = 0;
+  for (const auto& [m, n, k] : shapes) {
+    const auto a = torch::randn({m, k});
+    const auto b = torch::randn({k, n});
+    auto c = torch::empty({m, n});
+    h.gemm.push_back({m, n, k, time_per_call([&] { torch::mm_out(c, a, b); }, per_gemm)});
+    progress(++done, total);
+  }
+  const std::int64_t elements = 32ll << 20;  // 128 MiB of fp32
+  const auto src = torch::ones({elements});
+  auto dst = torch::empty({elements});
+  h.copy_bytes_per_s = 2.0 * static_cast<double>(elements) * 4.0 / time_per_call([&] { dst.copy_(src); }, seconds * 0.1);
+  progress(++done, total);
+  const std::int64_t params = 4ll << 20;
+  std::vector<torch::Tensor> w{torch::randn({params})}, g{torch::randn({params})}, m{torch::zeros({params})},
+      v{torch::zeros({params})}, steps{torch::zeros({})};
+  const double adam = time_per_call(
+      [&] {
+        steps[0].add_(1);
+        at::_fused_adamw_(w, g, m, v, {}, steps, 1e-4, 0.9, 0.95, 0.1, 1e-8, false, false);
+      },
+      seconds * 0.1);
+  h.adamw_params_per_s = static_cast<double>(params) / adam;
+  progress(++done, total);
+  return h;
+}
+
+std::vector<CommMeasurement> measure_collectives(Communicator& world, double max_bytes, double seconds_per_point) {
+  torch::NoGradGuard no_grad;
+  const int n = world.size(), me = world.rank();
+  std::vector<CommMeasurement> out;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
+    for (double bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+      // Elements of the full buffer, a multiple of the group size.
+      const auto elements = static_cast<std::int64_t>(bytes / 4) / n * n;
+      auto full = torch::ones({elements});
+      auto part = torch::ones({elements / n});
+      const std::string name = op;
+      auto call = [&] {
+        if (name == "all_reduce") {
+          world.all_reduce_sum(full)->wait();
+        } else if (name == "all_gather") {
+          world.all_gather(part, full)->wait();
+        } else if (name == "reduce_scatter") {
+          world.reduce_scatter_sum(full, part)->wait();
+        } else if (me == 0 || me == 1) {  // one message each way between ranks 0 and 1; half the round trip
+          if (me == 0) {
+            world.send(full, 1, 7)->wait();
+            world.recv(full, 1, 8)->wait();
+          } else {
+            world.recv(full, 0, 7)->wait();
+            world.send(full, 0, 8)->wait();
+          }
+        }
+      };
+      world.barrier();
+      // Every rank runs the same number of calls: rank 0 decides how many from its own timing.
+      const auto t0 = Clock::now();
+      call();
+      const double first = std::chrono::duration<double>(Clock::now() - t0).count();
+      auto reps = torch::tensor({me == 0 ? std::max(3.0, std::min(2000.0, seconds_per_point / std::max(first, 1e-6))) : 0.0},
+                                torch::kFloat64);
+      world.broadcast(reps, 0)->wait();
+      const int calls = static_cast<int>(reps.item<double>());
+      world.barrier();
+      const auto t1 = Clock::now();
+      for (int i = 0; i < calls; ++i) call();
+      auto mean = torch::tensor({std::chrono::duration<double>(Clock::now() - t1).count() / calls}, torch::kFloat64);
+      auto all = torch::empty({n}, torch::kFloat64);
+      world.all_gather(mean, all)->wait();
+      double seconds = all.max().item<double>();
+      if (name == "send_recv") seconds /= 2;
+      out.push_back({name, name == "send_recv" ? 2 : n, static_cast<double>(elements) * 4.0, seconds});
+    }
+  }
+  return out;
+}
+
+}  // namespace cpt::exec

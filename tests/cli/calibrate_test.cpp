@@ -1,0 +1,117 @@
+// The fidelity loop through the real binaries: `cpt calibrate` measures this machine and writes a
+// profile that the other commands accept (--cluster FILE and --gpu local); a plan for it trains;
+// `cpt compare` reports predicted vs measured with the relative error of each field and appends
+// the case to the fidelity log.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Run sh(const std::string& command, const fs::path& dir) {
+  const auto out = dir / "stdout", err = dir / "stderr";
+  const std::string cmd = "(" + command + ") >" + out.string() + " 2>" + err.string() + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+fs::path python_json_package() {
+  for (const char* v : {"3.13", "3.12", "3.11", "3.10", "3.9"}) {
+    const fs::path p = std::string("/usr/lib/python") + v + "/json";
+    if (fs::exists(p / "decoder.py")) return p;
+  }
+  return {};
+}
+
+TEST(Calibrate, ProfilePlansTrainsAndCompares) {
+  const auto dir = fs::temp_directory_path() / ("cpt-calibrate-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string cpt = CPT_BINARY, d = dir.string();
+  const auto profile = d + "/local.json";
+
+  const auto cal = sh(cpt + " calibrate --seconds 4 --ranks 2 --out " + profile + " --json", dir);
+  ASSERT_EQ(cal.exit_code, 0) << cal.err;
+  const auto report = nlohmann::json::parse(cal.out);
+  EXPECT_GT(report["gemm_peak_flops_per_s"].get<double>(), 1e8);
+  EXPECT_GT(report["collective_bandwidth_bytes_per_s"].get<double>(), 0);
+  EXPECT_GT(report["collective_alpha_s"].get<double>(), 0);
+  ASSERT_TRUE(fs::exists(dir / "local.report.json"));
+
+  // The profile as any other: the estimate on it uses the calibrated peak.
+  const auto est = sh(cpt + " estimate --model tiny --cluster " + profile +
+                          " --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
+                      dir);
+  ASSERT_EQ(est.exit_code, 0) << est.err;
+  EXPECT_GT(nlohmann::json::parse(est.out)["step_time_s"].get<double>(), 0);
+
+  // --gpu local finds it through CPT_LOCAL_PROFILE, and says so when there is none.
+  const std::string env = "CPT_LOCAL_PROFILE=" + profile + " ";
+  const auto plan = sh(env + cpt + " plan --model tiny --gpu local --gpus 2 --global-batch 8 --seq-len 64 --fix " +
+                           "dp=2,zero=1,offload=none,micro_batch=2 --out " + d + "/plan",
+                       dir);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto missing = sh("CPT_LOCAL_PROFILE=" + d + "/none.json " + cpt + " plan --model tiny --gpu local --gpus 1 " +
+                              "--global-batch 8 --seq-len 64",
+                          dir);
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("run `cpt calibrate` first"), std::string::npos) << missing.err;
+  const auto too_many = sh(env + cpt + " plan --model tiny --gpu local --gpus 4 --global-batch 8 --seq-len 64", dir);
+  EXPECT_EQ(too_many.exit_code, 2);
+
+  // Train the plan a few steps and compare.
+  const auto src = python_json_package().string();
+  ASSERT_FALSE(src.empty());
+  ASSERT_EQ(sh(cpt + " data train-tokenizer " + src + " --ext .py --vocab-size 512 --out " + d + "/tok", dir).exit_code, 0);
+  ASSERT_EQ(sh(cpt + " data prepare " + src + " --ext .py --tokenizer " + d + "/tok.model --out " + d + "/data", dir).exit_code, 0);
+  std::ofstream(dir / "train.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 6, "seed": 5,
+    "threads": 1, "log_interval_steps": 0})";
+  const auto train = sh(cpt + " train --plan " + d + "/plan/plan.json --config " + d + "/train.json --out " + d +
+                            "/run --nproc-per-node 2",
+                        dir);
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const auto log = d + "/fidelity.jsonl";
+  const auto cmp = sh(cpt + " compare " + d + "/run --json --log " + log, dir);
+  ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
+  const auto fields = nlohmann::json::parse(cmp.out)["fields"];
+  for (const char* f : {"step_time_s", "tokens_per_s_per_gpu", "weights_bytes", "grads_bytes", "optimizer_bytes"}) {
+    ASSERT_TRUE(fields.contains(f)) << f;
+    const double p = fields[f]["predicted"].get<double>(), m = fields[f]["measured"].get<double>();
+    EXPECT_GT(m, 0) << f;
+    EXPECT_DOUBLE_EQ(fields[f]["rel_err"].get<double>(), (p - m) / m) << f;
+  }
+  // The model state is the cost model's, exactly (ZeRO-1, fp32).
+  for (const char* f : {"weights_bytes", "grads_bytes", "optimizer_bytes"}) {
+    EXPECT_EQ(fields[f]["rel_err"].get<double>(), 0.0) << f;
+  }
+  // One line per comparison in the log.
+  ASSERT_EQ(sh(cpt + " compare " + d + "/run --log " + log, dir).exit_code, 0);
+  const auto text = slurp(log);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  EXPECT_EQ(sh(cpt + " compare " + d + "/nothing", dir).exit_code, 2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
