@@ -40,7 +40,7 @@ Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_
   x.a = m.heads;
   x.g = m.kv_heads;
   x.s = seq_len;
-  x.V = static_cast<double>(m.padded_vocab(128LL * p.tp));
+  x.V = static_cast<double>(m.tp_padded_vocab(p.tp));
   x.tp = p.tp;
   x.cp = p.cp;
   x.sp = p.sequence_parallel;

@@ -73,7 +73,7 @@ double params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p
 double root_params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p,
                               const spec::StagePartition& stages, int pp_rank) {
   const auto c = m.param_counts();
-  const double vocab_rows = static_cast<double>(m.padded_vocab(128LL * p.tp)) / p.tp;
+  const double vocab_rows = static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp;
   const int last = stages.num_stages() - 1;
   double psi = 0;
   for (int s : stages.stages_of_rank(pp_rank)) {
@@ -100,7 +100,7 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
   for (int s = 0; s < stages.num_stages(); ++s) stage_weight[static_cast<std::size_t>(s)] = per_layer * stages.layers_in(s);
   const double e = activation_bytes(o.precision);
   const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
-  const double logits = T * static_cast<double>(m.padded_vocab(128LL * p.tp)) / p.tp * (e + 4);  // bf16 + fp32 in CE
+  const double logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (e + 4);  // bf16 + fp32 in CE
 
   // Groups this rank talks in (each holds NCCL buffers).
   int groups = 0;

@@ -69,8 +69,8 @@ struct ModelSpec {
   // The vocabulary rounded up to a multiple of `multiple` (Megatron pads to 128·tp).
   // The embedding / LM-head rows when split over `tp` tensor-parallel ranks: the vocabulary itself
   // at tp = 1 (Hugging Face shapes), else padded to a multiple of 128·tp (Megatron-LM's
-  // --make-vocab-size-divisible-by 128, times tp). The executor shards by it; for tp > 1 it equals
-  // the cost model's padded_vocab(128·tp).
+  // --make-vocab-size-divisible-by 128, times tp). The executor shards by it and the cost model
+  // counts it (Megatron also pads at tp = 1; cpt's executor keeps Hugging Face's shapes there).
   [[nodiscard]] std::int64_t tp_padded_vocab(int tp) const { return tp <= 1 ? vocab : padded_vocab(128LL * tp); }
   [[nodiscard]] std::int64_t padded_vocab(std::int64_t multiple) const;
 

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The fidelity loop of issue #9 on this machine: calibrate, then for each layout plan for `--gpu
+# local`, train a few steps and `cpt compare` predicted vs measured. Prints one table row per
+# layout (step time predicted / measured / error, and the model-state error).
+#
+# usage: bench/fidelity.sh [BUILD_DIR] [WORK_DIR]
+set -euo pipefail
+BUILD="$(cd "${1:-build}" && pwd)"
+WORK="${2:-$(mktemp -d)}"
+CPT="$BUILD/bin/cpt"
+mkdir -p "$WORK" && cd "$WORK"
+export CPT_LOCAL_PROFILE="$WORK/local.json"
+[ -f local.json ] || "$CPT" calibrate --seconds 30 --out local.json >/dev/null
+SRC=$(python3 -c 'import json, os; print(os.path.dirname(json.__file__))')
+[ -f tok.model ] || "$CPT" data train-tokenizer "$SRC/.." --ext .py --vocab-size 4000 --out tok >/dev/null 2>&1
+[ -d data ] || "$CPT" data prepare "$SRC/../asyncio" "$SRC/../email" --ext .py --tokenizer tok.model --out data >/dev/null 2>&1
+python3 - <<'PY'
+import json
+json.dump({"name": "tiny4", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 176, "vocab": 4000,
+           "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "tied_embeddings": False, "max_seq_len": 512},
+          open("tiny4.json", "w"))
+json.dump({"name": "tinyv", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 176, "vocab": 4000,
+           "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "tied_embeddings": False, "max_seq_len": 512},
+          open("tinyv.json", "w"))
+PY
+# name model gpus seq global_batch steps fix
+LAYOUTS=(
+  "single tinyv.json 1 128 16 20 micro_batch=8"
+  "dp2 tinyv.json 2 128 16 20 dp=2,zero=0,micro_batch=8"
+  "zero1-dp2 tinyv.json 2 128 16 20 dp=2,zero=1,offload=none,micro_batch=8"
+  "zero2-dp2 tinyv.json 2 128 16 20 dp=2,zero=2,offload=none,micro_batch=8"
+  "zero3-dp2 tinyv.json 2 128 16 20 dp=2,zero=3,offload=none,micro_batch=8"
+  "tp2 tinyv.json 2 128 16 20 tp=2,micro_batch=8"
+  "tp2-sp tinyv.json 2 128 16 20 tp=2,sequence_parallel=true,micro_batch=8"
+  "pp2 tinyv.json 2 128 16 20 pp=2,schedule=1f1b,micro_batch=4"
+  "pp2-interleaved tiny4.json 2 128 16 20 pp=2,vp=2,schedule=interleaved_1f1b,micro_batch=4"
+  "25m-dp2 cpt-25m 2 256 8 4 dp=2,zero=0,micro_batch=2"
+  "25m-zero2 cpt-25m 2 256 8 4 dp=2,zero=2,offload=none,micro_batch=2"
+  "25m-tp2 cpt-25m 2 256 8 4 tp=2,micro_batch=2"
+  "25m-pp2 cpt-25m 2 256 8 4 pp=2,schedule=1f1b,micro_batch=2"
+)
+printf '%-16s %12s %12s %8s %10s\n' layout predicted_s measured_s error state_err
+for row in "${LAYOUTS[@]}"; do
+  read -r name model gpus seq gb steps fix <<<"$row"
+  cat > "train-$name.json" <<JSON
+{"data": [{"name": "py", "path": "data"}], "steps": $steps, "seed": 1, "threads": 1, "log_interval_steps": 0}
+JSON
+  "$CPT" plan --model "$model" --gpu local --gpus "$gpus" --global-batch "$gb" --seq-len "$seq" --fix "$fix" \
+    --out "plan-$name" >/dev/null
+  rm -rf "run-$name"
+  launch=(); [ "$gpus" -gt 1 ] && launch=(--nproc-per-node "$gpus")
+  "$CPT" train --plan "plan-$name/plan.json" --config "train-$name.json" --out "run-$name" "${launch[@]}" >/dev/null 2>&1
+  "$CPT" compare "run-$name" --json --log "$WORK/fidelity.jsonl" | python3 -c '
+import json, sys
+f = json.load(sys.stdin)["fields"]; name = sys.argv[1]
+state = max(abs(f[k]["rel_err"]) for k in ("weights_bytes", "grads_bytes", "optimizer_bytes"))
+t = f["step_time_s"]
+print("%-16s %12.4f %12.4f %7.1f%% %9.1f%%" % (name, t["predicted"], t["measured"], 100 * t["rel_err"], 100 * state))' "$name"
+done
