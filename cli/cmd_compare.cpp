@@ -72,12 +72,25 @@ void run(const CompareOptions& o) {
 
   Json fields = Json::object();
   auto add = [&](const std::string& name, double predicted, double actual) {
+    // rel_err is null where nothing was measured (a part this layout does not have).
     fields[name] = {{"predicted", predicted},
                     {"measured", actual},
-                    {"rel_err", actual != 0 ? (predicted - actual) / actual : 0.0}};
+                    {"rel_err", actual != 0 ? Json((predicted - actual) / actual) : Json(nullptr)}};
   };
   add("step_time_s", e->time.total().value(), measured.value("step_time_s", 0.0));
   add("tokens_per_s_per_gpu", e->tokens_per_s_per_gpu, measured.value("tokens_per_s_per_gpu", 0.0));
+  // The parts of the step: rank 0's seconds blocked in each kind of communication (the executor's
+  // timed groups) against the cost model's exposed communication, and the rest against its
+  // computation (compute, recompute, optimizer, overlap slowdown, context-parallel exchange).
+  if (measured.contains("step_time_breakdown_s")) {
+    const auto& m = measured["step_time_breakdown_s"];
+    const auto& t = e->time;
+    add("tp_comm_s", t.tp_comm.value(), m.value("tp_comm_wait", 0.0));
+    add("dp_comm_s", t.dp_comm.value(), m.value("dp_comm_wait", 0.0));
+    add("pp_comm_and_bubble_s", (t.pp_comm + t.pp_bubble).value(), m.value("pp_wait", 0.0));
+    add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.other + t.cp_comm).value(),
+        m.value("compute_and_other", 0.0));
+  }
   if (state != nullptr && measured.contains("memory_per_rank")) {
     // The largest over ranks of each category, against the prediction for that rank's pp coordinate.
     for (const auto& [key, field] : {std::pair{"weights", "weights_bytes"}, std::pair{"grads", "grads_bytes"},
@@ -116,7 +129,8 @@ void run(const CompareOptions& o) {
   for (const auto& [name, f] : fields.items()) {
     std::cout << str_cat("  ", name, std::string(name.size() < 24 ? 24 - name.size() : 1, ' '),
                          " ", fixed(f["predicted"].get<double>(), 6), "  ", fixed(f["measured"].get<double>(), 6), "  ",
-                         fixed(100 * f["rel_err"].get<double>(), 1), "%\n");
+                         f["rel_err"].is_null() ? std::string("-") : fixed(100 * f["rel_err"].get<double>(), 1) + "%",
+                         "\n");
   }
   std::cout << "  (appended to " << log.string() << ")\n";
 }

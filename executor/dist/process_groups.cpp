@@ -17,9 +17,13 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
   ProcessGroups g;
   g.rank = launch.rank;
   g.coord = layout.coord_of(launch.rank);
+  auto& clocks = *g.clocks;
   if (!launch.distributed()) {
-    for (auto* c : {&g.world, &g.tp, &g.cp, &g.dp, &g.pp}) *c = make_solo_communicator("solo");
     g.world = make_solo_communicator("world");
+    g.tp = with_timing(make_solo_communicator("solo"), clocks.tp);
+    g.cp = with_timing(make_solo_communicator("solo"), clocks.cp);
+    g.dp = with_timing(make_solo_communicator("solo"), clocks.dp);
+    g.pp = with_timing(make_solo_communicator("solo"), clocks.pp);
     return g;
   }
   const auto store = JobStore::connect(launch, timeout);
@@ -31,16 +35,18 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
     const auto ranks = layout.group_of(launch.rank, axis);
     return make_gloo_group(*store, str_cat(name, "/", ranks.front()), ranks, launch.rank, timeout, nic);
   };
-  g.tp = group(spec::Axis::kTp, "tp");
-  g.cp = group(spec::Axis::kCp, "cp");
-  g.dp = group(spec::Axis::kDp, "dp");
-  g.pp = group(spec::Axis::kPp, "pp");
+  g.tp = with_timing(group(spec::Axis::kTp, "tp"), clocks.tp);
+  g.cp = with_timing(group(spec::Axis::kCp, "cp"), clocks.cp);
+  g.dp = with_timing(group(spec::Axis::kDp, "dp"), clocks.dp);
+  g.pp = with_timing(group(spec::Axis::kPp, "pp"), clocks.pp);
   if (layout.degree(spec::Axis::kDp) > 1 && launch.world_size > 1) {
     const auto shard = layout.dp_shard_group(launch.rank), replicate = layout.dp_replicate_group(launch.rank);
     if (shard.size() != layout.group_of(launch.rank, spec::Axis::kDp).size()) {
-      g.dp_shard = make_gloo_group(*store, str_cat("dp_shard/", shard.front()), shard, launch.rank, timeout, nic);
-      g.dp_replicate =
-          make_gloo_group(*store, str_cat("dp_replicate/", replicate.front()), replicate, launch.rank, timeout, nic);
+      g.dp_shard = with_timing(
+          make_gloo_group(*store, str_cat("dp_shard/", shard.front()), shard, launch.rank, timeout, nic), clocks.dp);
+      g.dp_replicate = with_timing(
+          make_gloo_group(*store, str_cat("dp_replicate/", replicate.front()), replicate, launch.rank, timeout, nic),
+          clocks.dp);
     }
   }
   return g;

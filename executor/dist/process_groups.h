@@ -7,14 +7,22 @@
 
 #include "executor/dist/communicator.h"
 #include "executor/dist/launch_info.h"
+#include "executor/dist/timed_communicator.h"
 #include "spec/rank_layout.h"
 
 namespace cpt::exec {
 
 class JobStore;
 
+// Seconds blocked in each axis's groups (timed_communicator.h); the data-parallel clock also
+// counts the hybrid-sharding groups.
+struct CommClocks {
+  CommClock tp, cp, dp, pp;
+};
+
 struct ProcessGroups {
   int rank = 0;  // global
+  std::shared_ptr<CommClocks> clocks = std::make_shared<CommClocks>();
   spec::RankCoord coord;
   std::unique_ptr<Communicator> world, tp, cp, dp, pp;
   // Hybrid sharding only (null otherwise): the dp group's members on this node (ZeRO-3 shards over

@@ -412,6 +412,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   };
 
   ModelStateBytes last_state;  // of the latest step
+  // Seconds blocked in tp, dp and pp communication over the timed steps (timed_communicator.h).
+  const auto& clocks = *groups.clocks;
+  double timed_tp_wait = 0, timed_dp_wait = 0, timed_pp_wait = 0;
   const bool bar = rank0 && options.progress && ::isatty(STDOUT_FILENO) != 0;
   const int accum = par.grad_accum();
   TrainSummary summary;
@@ -426,6 +429,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
   while (step < end_step) {
     const auto t0 = Clock::now();
+    const double tp0 = clocks.tp.seconds, dp0 = clocks.dp.seconds, pp0 = clocks.pp.seconds;
     const double lr = schedule.at(step) * lr_scale;
     std::vector<Batch> micro;
     loader.skip(dp_rank * per_rank);
@@ -457,6 +461,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     tokens_seen += step_tokens;
     if (step > first_step) {  // the first step of a process pays one-off allocation costs
       timed_seconds += dt;
+      timed_tp_wait += clocks.tp.seconds - tp0;
+      timed_dp_wait += clocks.dp.seconds - dp0;
+      timed_pp_wait += clocks.pp.seconds - pp0;
       timed_tokens += step_tokens;
     }
     ++step;
@@ -521,6 +528,26 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                             torch::kInt64);
   auto all = torch::empty({par.world_size(), mine.numel()}, torch::kInt64);
   groups.world->all_gather(mine, all)->wait();
+  // Per timed step, each rank's seconds blocked in communication; the rest is computation (and
+  // the loader and optimizer).
+  const double timed_steps = std::max<double>(1.0, static_cast<double>(step - first_step - 1));
+  auto waits = torch::tensor({timed_tp_wait / timed_steps, timed_dp_wait / timed_steps, timed_pp_wait / timed_steps},
+                             torch::kFloat64);
+  auto all_waits = torch::empty({par.world_size(), 3}, torch::kFloat64);
+  groups.world->all_gather(waits, all_waits)->wait();
+  const double step_time = measured["step_time_s"].get<double>();
+  auto breakdown_of = [&](int r) {
+    const auto w = all_waits[r];
+    const double tp_w = w[0].item<double>(), dp_w = w[1].item<double>(), pp_w = w[2].item<double>();
+    return nlohmann::ordered_json{{"tp_comm_wait", tp_w},
+                                  {"dp_comm_wait", dp_w},
+                                  {"pp_wait", pp_w},
+                                  {"compute_and_other", std::max(0.0, step_time - tp_w - dp_w - pp_w)}};
+  };
+  measured["step_time_breakdown_s"] = breakdown_of(0);
+  auto per_rank_time = nlohmann::ordered_json::array();
+  for (int r = 0; r < par.world_size(); ++r) per_rank_time.push_back(breakdown_of(r));
+  measured["step_time_breakdown_s_per_rank"] = per_rank_time;
   auto ranks = nlohmann::ordered_json::array();
   for (int r = 0; r < par.world_size(); ++r) {
     const auto c = layout.coord_of(r);

@@ -1,0 +1,61 @@
+#include "executor/dist/timed_communicator.h"
+
+#include <chrono>
+
+namespace cpt::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class TimedHandle : public CommHandle {
+ public:
+  TimedHandle(std::unique_ptr<CommHandle> inner, CommClock& clock) : inner_(std::move(inner)), clock_(clock) {}
+  void wait() override {
+    const auto t0 = Clock::now();
+    inner_->wait();
+    clock_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+ private:
+  std::unique_ptr<CommHandle> inner_;
+  CommClock& clock_;
+};
+
+class TimedCommunicator : public Communicator {
+ public:
+  TimedCommunicator(std::unique_ptr<Communicator> inner, CommClock& clock) : inner_(std::move(inner)), clock_(clock) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+  std::unique_ptr<CommHandle> all_reduce_sum(torch::Tensor& inout) override { return timed(inner_->all_reduce_sum(inout)); }
+  std::unique_ptr<CommHandle> all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+    return timed(inner_->all_gather(in, out));
+  }
+  std::unique_ptr<CommHandle> reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
+    return timed(inner_->reduce_scatter_sum(in, out));
+  }
+  std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) override { return timed(inner_->broadcast(t, root)); }
+  std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override { return timed(inner_->send(t, peer, tag)); }
+  std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) override { return timed(inner_->recv(t, peer, tag)); }
+  void barrier() override {
+    const auto t0 = Clock::now();
+    inner_->barrier();
+    clock_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+ private:
+  std::unique_ptr<CommHandle> timed(std::unique_ptr<CommHandle> h) {
+    return std::make_unique<TimedHandle>(std::move(h), clock_);
+  }
+  std::unique_ptr<Communicator> inner_;
+  CommClock& clock_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> with_timing(std::unique_ptr<Communicator> inner, CommClock& clock) {
+  return std::make_unique<TimedCommunicator>(std::move(inner), clock);
+}
+
+}  // namespace cpt::exec

@@ -1,0 +1,20 @@
+#pragma once
+// A Communicator that counts the seconds its caller spends blocked in it (inside wait() and
+// barrier()): the exposed communication time of a group, which the trainer reports per step in
+// measured.json beside the cost model's tp_comm / dp_comm / pp_comm + pp_bubble. Work that
+// overlaps computation (an asynchronous bucket all-reduce) only counts for the part still running
+// when it is waited for.
+#include <memory>
+
+#include "executor/dist/communicator.h"
+
+namespace cpt::exec {
+
+struct CommClock {
+  double seconds = 0;  // blocked in this group's operations since the start
+};
+
+// `clock` must outlive the returned communicator.
+std::unique_ptr<Communicator> with_timing(std::unique_ptr<Communicator> inner, CommClock& clock);
+
+}  // namespace cpt::exec
