@@ -20,6 +20,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/cmd_run_plan.h"
 #include "cli/commands.h"
 #include "cli/executor_process.h"
 #include "cli/output.h"
@@ -343,7 +344,24 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--add-tokens", opts->add_tokens, "Tokens to add to the vocabulary at most")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->callback([opts] { run(*opts); });
+  // Plan-and-train for given hardware (cmd_run_plan.h) instead of the demo.
+  auto planned = std::make_shared<PlannedRunOptions>();
+  cmd->add_option("--model", planned->model, "Plan and train this model instead of the demo (catalog name or JSON)");
+  cmd->add_option("--gpu", planned->gpu, "with --model: the GPU to plan for");
+  cmd->add_flag("--cpu", planned->cpu, "with --model: plan for this machine's CPU (the calibrated profile)");
+  cmd->add_option("--gpus", planned->gpus, "with --model: devices (local ranks)")->check(CLI::PositiveNumber);
+  cmd->add_option("--config", planned->config, "with --model: TRAIN.json");
+  cmd->add_option("--global-batch", planned->global_batch, "with --model: sequences per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", planned->seq_len, "with --model: tokens per sequence")->check(CLI::PositiveNumber);
+  cmd->add_option("--fix", planned->fix, "with --model: fix parts of the configuration (as cpt plan --fix)");
+  cmd->callback([opts, planned] {
+    if (!planned->model.empty()) {
+      planned->out = opts->out;
+      run_planned(*planned);
+      return;
+    }
+    run(*opts);
+  });
 }
 
 }  // namespace cpt::cli

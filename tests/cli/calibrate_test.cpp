@@ -1,7 +1,7 @@
 // The fidelity loop through the real binaries: `cpt calibrate` measures this machine and writes a
 // profile that the other commands accept (--cluster FILE and --gpu local); a plan for it trains;
 // `cpt compare` reports predicted vs measured with the relative error of each field and appends
-// the case to the fidelity log.
+// the case to the fidelity log; `cpt run --model ... --cpu` does plan, train and compare in one.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,6 +111,18 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   const auto text = slurp(log);
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
   EXPECT_EQ(sh(cpt + " compare " + d + "/nothing", dir).exit_code, 2);
+
+  // cpt run --model: plan for this machine, write the plan, read it back, train, compare.
+  const auto planned = sh(env + "CPT_FIDELITY_LOG=" + d + "/fidelity-run.jsonl " + cpt + " run --model tiny --cpu --gpus 2 --config " + d + "/train.json " +
+                              "--global-batch 8 --seq-len 64 --fix pp=2,schedule=1f1b,micro_batch=2 --out " + d + "/rp",
+                          dir);
+  ASSERT_EQ(planned.exit_code, 0) << planned.out << planned.err;
+  EXPECT_TRUE(fs::exists(dir / "rp/plan/plan.json"));
+  EXPECT_TRUE(fs::exists(dir / "rp/train/measured.json"));
+  EXPECT_NE(planned.out.find("pp_comm_and_bubble_s"), std::string::npos) << planned.out;
+  EXPECT_EQ(sh(cpt + " run --model tiny --gpus 2 --config " + d + "/train.json --global-batch 8 --seq-len 64", dir)
+                .exit_code,
+            2);  // neither --gpu nor --cpu
   fs::remove_all(dir);
 }
 
