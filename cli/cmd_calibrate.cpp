@@ -4,6 +4,7 @@
 // profile that `--gpu local` and `--cluster FILE` accept (cli/local_profile.h).
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -15,7 +16,10 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "costmodel/step_estimator.h"
+#include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
+#include "spec/plan.h"
 
 namespace cpt::cli {
 
@@ -31,6 +35,8 @@ struct CalibrateOptions {
   int ranks = 0;
   double seconds = 20;
   bool json = false;
+  std::vector<std::string> from_runs;
+  std::string base;
 };
 
 Json executor_json(const std::vector<std::string>& args) {
@@ -52,7 +58,130 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// `--from-runs`: rescale a profile's computation and communication so that the cost model's parts
+// match what the executor measured in those runs (costmodel/calibration_fit.h, fit_run_scales).
+void refit_from_runs(const CalibrateOptions& o) {
+  const auto& cat = spec::HardwareCatalog::builtin();
+  const fs::path base_path = o.base.empty() ? local_profile_path() : fs::path(o.base);
+  if (!fs::exists(base_path)) {
+    throw core::ConfigError(str_cat("--base: ", base_path.string(), " does not exist (calibrate first, or name a profile)"));
+  }
+  const auto base = cat.load_cluster_file(base_path);
+  struct Run {
+    std::string dir;
+    spec::Plan plan;
+    double step = 0, compute = 0, comm = 0;  // measured
+    bool cpu = true;
+  };
+  std::vector<Run> runs;
+  for (const auto& d : o.from_runs) {
+    Run r;
+    r.dir = d;
+    r.plan = spec::load_plan(fs::path(d) / "plan.json");
+    std::ifstream in(fs::path(d) / "measured.json");
+    const auto m = Json::parse(in, nullptr, false);
+    if (m.is_discarded() || !m.contains("step_time_breakdown_s")) {
+      throw core::ConfigError(str_cat("--from-runs: ", d, "/measured.json: expected step_time_breakdown_s (a run of ",
+                                      "this cpt), found none"));
+    }
+    const auto& b = m["step_time_breakdown_s"];
+    r.step = m["step_time_s"].get<double>();
+    r.compute = b.value("compute_and_other", 0.0);
+    r.comm = b.value("tp_comm_wait", 0.0) + b.value("dp_comm_wait", 0.0);
+    r.cpu = m.value("device", std::string("cpu")).starts_with("cpu");
+    if (r.plan.parallel.world_size() > base.node.gpus_per_node) {
+      throw core::ConfigError(str_cat("--from-runs: ", d, " ran ", r.plan.parallel.world_size(), " ranks; the profile ",
+                                      base_path.string(), " has ", base.node.gpus_per_node, " per node"));
+    }
+    runs.push_back(std::move(r));
+  }
+  struct Parts {
+    double step, compute, comm;
+  };
+  auto predict = [&](const spec::ClusterSpec& cluster, const Run& r) {
+    auto c = cluster;
+    c.num_nodes = 1;
+    c.num_gpus = r.plan.parallel.world_size();
+    cost::CostModelOptions options;
+    options.precision = r.cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
+    const auto ev = cost::evaluate(r.plan.model, c, r.plan.parallel, r.plan.workload.seq_len, options);
+    const auto* e = std::get_if<cost::Estimate>(&ev);
+    if (e == nullptr) throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
+    const auto& t = e->time;
+    const double comm = (t.tp_comm + t.dp_comm).value();
+    return Parts{t.total().value(), t.total().value() - comm - (t.pp_comm + t.pp_bubble).value(), comm};
+  };
+  // Each part split into its throughput term and its count of fixed-cost events, by evaluating
+  // with fixed costs of 0 and of 1 ms (the cost model is linear in them).
+  auto with_fixed = [&](double seconds) {
+    return cost::rescaled(base, 1.0, 1.0, core::Seconds(seconds), core::Seconds(seconds));
+  };
+  const auto zero = with_fixed(0), one = with_fixed(1e-3);
+  std::vector<cost::RunTerm> compute_terms, comm_terms;
+  for (const auto& r : runs) {
+    const auto p0 = predict(zero, r), p1 = predict(one, r);
+    compute_terms.push_back({p0.compute, (p1.compute - p0.compute) / 1e-3, r.compute});
+    comm_terms.push_back({p0.comm, (p1.comm - p0.comm) / 1e-3, r.comm});
+  }
+  const auto compute_fit = cost::fit_scale_and_fixed(compute_terms);
+  const auto comm_fit = cost::fit_scale_and_fixed(comm_terms);
+  const auto cluster = cost::rescaled(base, compute_fit.scale, comm_fit.runs > 0 ? comm_fit.scale : 1.0,
+                                      core::Seconds(compute_fit.fixed_s),
+                                      comm_fit.runs > 0 ? core::Seconds(comm_fit.fixed_s)
+                                                        : base.gpu().collective_overhead.value_or(
+                                                              cost::CostModelOptions{}.collective_overhead));
+  const fs::path out = o.out.empty() ? base_path : fs::path(o.out);
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");
+  Json rows = Json::array();
+  for (const auto& r : runs) {
+    const auto before = predict(base, r), after = predict(cluster, r);
+    rows.push_back({{"run", r.dir},
+                    {"measured_step_s", r.step},
+                    {"predicted_step_s_before", before.step},
+                    {"predicted_step_s_after", after.step},
+                    {"rel_err_before", (before.step - r.step) / r.step},
+                    {"rel_err_after", (after.step - r.step) / r.step}});
+  }
+  const Json report{{"profile", out.string()},
+                    {"base", base_path.string()},
+                    {"compute_scale", compute_fit.scale},
+                    {"kernel_overhead_us", compute_fit.fixed_s * 1e6},
+                    {"compute_runs", compute_fit.runs},
+                    {"compute_fit_rms_relative_error", compute_fit.rms_relative_error},
+                    {"comm_scale", comm_fit.scale},
+                    {"collective_overhead_us", comm_fit.fixed_s * 1e6},
+                    {"comm_runs", comm_fit.runs},
+                    {"comm_fit_rms_relative_error", comm_fit.rms_relative_error},
+                    {"runs", rows}};
+  auto report_path = out;
+  report_path.replace_extension(".runs-report.json");
+  core::write_file_atomic(report_path, report.dump(2) + "\n");
+  if (o.json) {
+    print_json(report);
+    return;
+  }
+  std::cout << str_cat("recalibrated ", out.string(), " from ", runs.size(), " runs: computation x",
+                       fixed(compute_fit.scale, 3), " + ", fixed(compute_fit.fixed_s * 1e6, 1), " us per kernel (",
+                       compute_fit.runs, " runs, ", fixed(100 * compute_fit.rms_relative_error, 0),
+                       "% rms), communication x", fixed(comm_fit.scale, 3), " + ", fixed(comm_fit.fixed_s * 1e6, 0),
+                       " us per call (", comm_fit.runs, " runs, ", fixed(100 * comm_fit.rms_relative_error, 0),
+                       "% rms)\n  run                                   step s   before    after\n");
+  for (const auto& row : rows) {
+    auto name = row["run"].get<std::string>();
+    if (name.size() > 36) name = "..." + name.substr(name.size() - 33);
+    std::cout << str_cat("  ", name, std::string(name.size() < 36 ? 36 - name.size() : 1, ' '), "  ",
+                         fixed(row["measured_step_s"].get<double>(), 4), "  ",
+                         fixed(100 * row["rel_err_before"].get<double>(), 1), "%  ",
+                         fixed(100 * row["rel_err_after"].get<double>(), 1), "%\n");
+  }
+}
+
 void run(const CalibrateOptions& o) {
+  if (!o.from_runs.empty()) {
+    refit_from_runs(o);
+    return;
+  }
   if (o.device != "cpu") {
     throw core::ConfigError(str_cat("--device ", o.device, ": only cpu is calibrated so far (a CUDA calibration needs ",
                                     "the GPU build and a GPU; issue #9)"));
@@ -167,6 +296,10 @@ void register_calibrate_command(CLI::App& app) {
       ->check(CLI::Range(2, 64));
   cmd->add_option("--seconds", o->seconds, "Time budget")->check(CLI::Range(2.0, 600.0))->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the fitted parameters as JSON");
+  cmd->add_option("--from-runs", o->from_runs,
+                  "Instead of measuring: rescale a profile so that its predictions match these cpt train output "
+                  "directories (their measured.json step parts)");
+  cmd->add_option("--base", o->base, "with --from-runs: the profile to start from (default: the local profile)");
   cmd->callback([o] { run(*o); });
 }
 

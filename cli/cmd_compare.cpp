@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "costmodel/step_estimator.h"
+#include "spec/hardware_catalog.h"
 #include "spec/plan.h"
 
 namespace cpt::cli {
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 struct CompareOptions {
   std::string run;
   std::string log;
+  std::string cluster;  // evaluate on this profile instead of the plan's
   bool json = false;
 };
 
@@ -53,7 +55,17 @@ std::string fixed(double v, int digits) {
 
 void run(const CompareOptions& o) {
   const fs::path dir = o.run;
-  const auto plan = spec::load_plan(dir / "plan.json");
+  auto plan = spec::load_plan(dir / "plan.json");
+  if (!o.cluster.empty()) {
+    auto c = spec::HardwareCatalog::builtin().load_cluster(o.cluster, "--cluster");
+    if (plan.parallel.world_size() > c.node.gpus_per_node * std::max(1, c.num_nodes)) {
+      throw core::ConfigError(str_cat("--cluster: ", o.cluster, " has fewer devices than the run's ",
+                                      plan.parallel.world_size(), " ranks"));
+    }
+    c.num_gpus = plan.parallel.world_size();
+    c.num_nodes = (c.num_gpus + c.node.gpus_per_node - 1) / c.node.gpus_per_node;
+    plan.cluster = c;
+  }
   const auto measured = read_json(dir / "measured.json");
   const bool cpu = measured.value("device", std::string("cpu")).starts_with("cpu");
   cost::CostModelOptions options;
@@ -143,6 +155,7 @@ void register_compare_command(CLI::App& app) {
   cmd->add_option("RUN_DIR", o->run, "The --out directory of cpt train")->required();
   cmd->add_option("--log", o->log, "Fidelity log to append to (default: $CPT_FIDELITY_LOG or ~/.cache/cpt/fidelity.jsonl)");
   cmd->add_flag("--json", o->json, "Print {fields: {NAME: {predicted, measured, rel_err}}}");
+  cmd->add_option("--cluster", o->cluster, "Predict on this profile (name or file) instead of the plan's");
   cmd->callback([o] { run(*o); });
 }
 

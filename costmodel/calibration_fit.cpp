@@ -96,4 +96,51 @@ GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples) {
   return fit;
 }
 
+ScaleAndFixed fit_scale_and_fixed(const std::vector<RunTerm>& runs) {
+  std::vector<RunTerm> used;
+  for (const auto& r : runs) {
+    if (r.measured > 0 && r.throughput + r.events > 0) used.push_back(r);
+  }
+  ScaleAndFixed fit;
+  fit.runs = static_cast<int>(used.size());
+  if (used.empty()) return fit;
+  const auto n = static_cast<Eigen::Index>(used.size());
+  Eigen::MatrixXd a(n, 2);
+  const Eigen::VectorXd ones = Eigen::VectorXd::Ones(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const auto& r = used[static_cast<std::size_t>(i)];
+    a(i, 0) = r.throughput / r.measured;
+    a(i, 1) = r.events / r.measured;
+  }
+  Eigen::Vector2d x(1.0, 0.0);
+  if (used.size() >= 2) x = a.colPivHouseholderQr().solve(ones);
+  if (used.size() < 2 || !(x(0) > 0) || x(1) < 0) {
+    // The throughput term alone: scale = Σ a/m / Σ (a/m)².
+    const double den = a.col(0).squaredNorm();
+    x = Eigen::Vector2d(den > 0 ? a.col(0).sum() / den : 1.0, 0.0);
+  }
+  fit.scale = x(0);
+  fit.fixed_s = x(1);
+  fit.rms_relative_error = std::sqrt((a * x - ones).squaredNorm() / static_cast<double>(n));
+  return fit;
+}
+
+spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scale, double comm_scale,
+                           core::Seconds kernel_overhead, core::Seconds collective_overhead) {
+  auto c = cluster;
+  auto& g = c.node.gpu;
+  for (auto& peak : g.dense_peak) {
+    if (peak) peak = core::FlopsPerSecond(peak->value() / compute_scale);
+  }
+  g.hbm_bandwidth = core::BytesPerSecond(g.hbm_bandwidth.value() / compute_scale);
+  g.kernel_overhead = kernel_overhead;
+  g.collective_overhead = collective_overhead;
+  c.node.intra_latency = core::Seconds(c.node.intra_latency.value() * comm_scale);
+  c.node.intra_bandwidth = core::BytesPerSecond(c.node.intra_bandwidth.value() / comm_scale);
+  c.node.nic_bandwidth = core::BytesPerSecond(c.node.nic_bandwidth.value() / comm_scale);
+  c.fabric.latency = core::Seconds(c.fabric.latency.value() * comm_scale);
+  c.fabric.link_bandwidth = core::BytesPerSecond(c.fabric.link_bandwidth.value() / comm_scale);
+  return c;
+}
+
 }  // namespace cpt::cost

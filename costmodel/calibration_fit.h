@@ -54,4 +54,32 @@ struct GemmFit {
 // REQUIRES: at least one sample.
 GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples);
 
+// Recalibration from training runs (`cpt calibrate --from-runs`). For each run and each part
+// (computation; exposed tensor- and data-parallel communication) the cost model's time splits into
+// a throughput term a (FLOPs and bytes over peak rates, α–β) and a count b of fixed-cost events
+// (kernel launches; collective calls), and the executor measured m. The fit finds the slowdown of
+// the throughput term and the fixed cost per event:
+//     m ≈ scale·a + fixed·b,
+// least squares in relative error (rows (a/m, b/m) against 1, Eigen), scale > 0, fixed >= 0 (when
+// the joint solution has fixed < 0, scale is fitted alone with fixed = 0). Runs with m <= 0 or
+// a + b <= 0 are skipped.
+struct RunTerm {
+  double throughput = 0;  // a, seconds at the profile's rates
+  double events = 0;      // b, fixed-cost events on the critical path
+  double measured = 0;    // m, seconds
+};
+struct ScaleAndFixed {
+  double scale = 1;
+  double fixed_s = 0;
+  int runs = 0;
+  double rms_relative_error = 0;
+};
+ScaleAndFixed fit_scale_and_fixed(const std::vector<RunTerm>& runs);
+
+// The profile with its computation `compute_scale` times slower (dense peaks and memory bandwidth
+// divided by it), its communication `comm_scale` times slower (latencies multiplied, bandwidths
+// divided), and the given fixed costs per kernel and per collective call.
+spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scale, double comm_scale,
+                           core::Seconds kernel_overhead, core::Seconds collective_overhead);
+
 }  // namespace cpt::cost

@@ -58,7 +58,18 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
 }
 
 Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
-                    int seq_len, const CostModelOptions& o, const Topology& topo) {
+                    int seq_len, const CostModelOptions& options, const Topology& topo) {
+  // A calibrated profile may carry its own fixed costs per kernel and per collective call
+  // (`cpt calibrate --from-runs`); they replace the options' defaults. Copied only then: the
+  // planner evaluates millions of configurations.
+  const auto& gpu = cluster.node.gpu;
+  CostModelOptions calibrated;
+  if (gpu.kernel_overhead || gpu.collective_overhead) {
+    calibrated = options;
+    if (gpu.kernel_overhead) calibrated.kernel_overhead = *gpu.kernel_overhead;
+    if (gpu.collective_overhead) calibrated.collective_overhead = *gpu.collective_overhead;
+  }
+  const CostModelOptions& o = gpu.kernel_overhead || gpu.collective_overhead ? calibrated : options;
   // 1. Validity: every rule of ParallelConfig, then combinations this model does not cover.
   if (auto errors = spec::find_parallel_config_errors(p, model, seq_len, cluster.num_gpus); !errors.empty()) {
     return Infeasible{InfeasibleReason::kInvalidConfig, errors.front()};

@@ -65,6 +65,10 @@ GpuSpec gpu_from_json(JsonObjectReader& r) {
   }
   g.nvlink_bandwidth = core::gigabytes_per_second(r.number("nvlink_bandwidth_GB_per_s_per_direction", 0.0));
   g.default_node = r.optional_string("default_node").value_or("");
+  if (r.has("kernel_overhead_us")) g.kernel_overhead = core::microseconds(r.number("kernel_overhead_us", 0.0));
+  if (r.has("collective_overhead_us")) {
+    g.collective_overhead = core::microseconds(r.number("collective_overhead_us", 0.0));
+  }
   if (r.has("gemm_efficiency")) {
     auto curves = r.object("gemm_efficiency");
     for (auto p : kAllPrecisions) {
@@ -164,6 +168,8 @@ Json gpu_to_json(const GpuSpec& g) {
     curves[to_string(p)] = arr;
   }
   if (!curves.empty()) j["gemm_efficiency"] = curves;
+  if (g.kernel_overhead) j["kernel_overhead_us"] = g.kernel_overhead->value() * 1e6;
+  if (g.collective_overhead) j["collective_overhead_us"] = g.collective_overhead->value() * 1e6;
   return j;
 }
 

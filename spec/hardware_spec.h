@@ -42,6 +42,10 @@ struct GpuSpec {
   // Measured GEMM efficiency per precision (index = Precision); empty = the cost model's default
   // curve. Written by `cpt calibrate`, or by hand from benchmarks.
   std::array<std::vector<EfficiencyPoint>, 5> gemm_efficiency{};
+  // Fixed costs per kernel launch and per collective call, when calibrated for this device
+  // (`cpt calibrate --from-runs`); absent: the cost model's defaults (CostModelOptions).
+  std::optional<core::Seconds> kernel_overhead;
+  std::optional<core::Seconds> collective_overhead;
 
   [[nodiscard]] std::optional<core::FlopsPerSecond> peak(Precision p) const {
     return dense_peak[static_cast<std::size_t>(p)];

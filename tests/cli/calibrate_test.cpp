@@ -112,6 +112,22 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
   EXPECT_EQ(sh(cpt + " compare " + d + "/nothing", dir).exit_code, 2);
 
+  // Recalibration from the run: a profile with the fitted slowdowns and fixed costs, which compare
+  // accepts in place of the plan's.
+  const auto refit = sh(cpt + " calibrate --from-runs " + d + "/run --base " + profile + " --out " + d +
+                            "/refit.json --json",
+                        dir);
+  ASSERT_EQ(refit.exit_code, 0) << refit.err;
+  const auto fitted = nlohmann::json::parse(refit.out);
+  EXPECT_GT(fitted["compute_scale"].get<double>(), 0);
+  EXPECT_EQ(fitted["runs"].size(), 1u);
+  EXPECT_TRUE(nlohmann::json::parse(slurp(dir / "refit.json"))["node"]["gpu"].contains("kernel_overhead_us"));
+  const auto recompared = sh(cpt + " compare " + d + "/run --cluster " + d + "/refit.json --json --log " + d + "/f2.jsonl", dir);
+  ASSERT_EQ(recompared.exit_code, 0) << recompared.err;
+  EXPECT_NEAR(nlohmann::json::parse(recompared.out)["fields"]["step_time_s"]["predicted"].get<double>(),
+              fitted["runs"][0]["predicted_step_s_after"].get<double>(), 1e-9);
+  EXPECT_EQ(sh(cpt + " calibrate --from-runs " + d + "/nothing --base " + profile, dir).exit_code, 2);
+
   // cpt run --model: plan for this machine, write the plan, read it back, train, compare.
   const auto planned = sh(env + "CPT_FIDELITY_LOG=" + d + "/fidelity-run.jsonl " + cpt + " run --model tiny --cpu --gpus 2 --config " + d + "/train.json " +
                               "--global-batch 8 --seq-len 64 --fix pp=2,schedule=1f1b,micro_batch=2 --out " + d + "/rp",

@@ -65,5 +65,40 @@ TEST(CalibrationFit, GemmCurveFollowsTheMeasurements) {
   }
 }
 
+// Runs generated as m = 1.7·a + 40 µs·b (±2% noise) give back the slowdown and the fixed cost; a
+// fixed cost the data cannot support (negative) falls back to the scale alone; the rescaled
+// profile carries both.
+TEST(CalibrationFit, ScaleAndFixedCostRecoveredFromRuns) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> noise(0.98, 1.02);
+  std::vector<RunTerm> runs;
+  for (const double a : {0.01, 0.05, 0.2, 1.0, 2.0}) {
+    for (const double b : {100.0, 2000.0, 20000.0}) runs.push_back({a, b, (1.7 * a + 40e-6 * b) * noise(rng)});
+  }
+  const auto fit = fit_scale_and_fixed(runs);
+  EXPECT_NEAR(fit.scale, 1.7, 0.05);
+  EXPECT_NEAR(fit.fixed_s, 40e-6, 2e-6);
+  EXPECT_EQ(fit.runs, 15);
+  EXPECT_LT(fit.rms_relative_error, 0.03);
+  // Measurements faster than the throughput term alone would need a negative fixed cost.
+  const auto scale_only = fit_scale_and_fixed({{1.0, 1000.0, 0.5}, {2.0, 10.0, 1.2}});
+  EXPECT_EQ(scale_only.fixed_s, 0.0);
+  EXPECT_GT(scale_only.scale, 0.0);
+  EXPECT_EQ(fit_scale_and_fixed({{0, 0, 0}}).runs, 0);
+
+  spec::ClusterSpec c;
+  c.node.gpu.dense_peak[static_cast<std::size_t>(spec::Precision::kFp32)] = core::FlopsPerSecond(1e11);
+  c.node.gpu.hbm_bandwidth = core::BytesPerSecond(2e10);
+  c.node.intra_latency = core::Seconds(1e-4);
+  c.node.intra_bandwidth = core::BytesPerSecond(3e9);
+  const auto r = rescaled(c, 2.0, 3.0, core::microseconds(40), core::microseconds(900));
+  EXPECT_DOUBLE_EQ(r.gpu().peak(spec::Precision::kFp32)->value(), 5e10);
+  EXPECT_DOUBLE_EQ(r.gpu().hbm_bandwidth.value(), 1e10);
+  EXPECT_DOUBLE_EQ(r.node.intra_latency.value(), 3e-4);
+  EXPECT_DOUBLE_EQ(r.node.intra_bandwidth.value(), 1e9);
+  EXPECT_DOUBLE_EQ(r.gpu().kernel_overhead->value(), 40e-6);
+  EXPECT_DOUBLE_EQ(r.gpu().collective_overhead->value(), 900e-6);
+}
+
 }  // namespace
 }  // namespace cpt::cost
