@@ -22,6 +22,7 @@
 
 #include "cli/cmd_run_plan.h"
 #include "cli/commands.h"
+#include "cli/local_profile.h"
 #include "cli/executor_process.h"
 #include "cli/output.h"
 #include "core/atomic_file.h"
@@ -121,26 +122,7 @@ spec::ClusterSpec host_cluster(const Json& probe) {
     g.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kFp32)].push_back(
         {s["gflop"].get<double>(), s["flops_per_s"].get<double>() / peak});
   }
-  g.default_node = "host";
-  spec::NodeSpec n;
-  n.name = "host";
-  n.display_name = "this machine";
-  n.gpu = g;
-  n.gpus_per_node = 1;
-  n.intra_kind = spec::IntraNodeKind::kPcie;
-  n.intra_bandwidth = g.hbm_bandwidth;
-  n.intra_latency = core::Seconds(1e-5);
-  n.nics_per_node = 1;
-  n.nic_bandwidth = core::BytesPerSecond(1.25e9);
-  n.default_fabric = "loopback";
-  spec::FabricSpec f;
-  f.name = "loopback";
-  f.display_name = "none (one machine)";
-  f.link_bandwidth = core::BytesPerSecond(1.25e9);
-  f.latency = core::Seconds(5e-5);
-  f.switch_radix = 2;
-  spec::ClusterSpec c{"this-machine", n, f, 1, 1};
-  return c;
+  return one_machine_cluster("this-machine", g, 1, g.hbm_bandwidth, core::Seconds(1e-5));
 }
 
 // A single-process plan of `model` on this machine, with the cost model's prediction (fp32).
@@ -197,13 +179,7 @@ void run(const RunOptions& o) {
                              "at configure time; run scripts/setup and rebuild)");
   }
   const auto t0 = std::chrono::steady_clock::now();
-  fs::path out = o.out;
-  if (out.empty()) {
-    char stamp[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-    out = fs::path("runs") / str_cat("run-", stamp);
-  }
+  fs::path out = o.out.empty() ? default_run_dir() : fs::path(o.out);
   fs::create_directories(out);
   out = fs::absolute(out);
   const auto text = find_local_text();

@@ -50,6 +50,13 @@ void step(const std::vector<std::string>& args) {
 
 }  // namespace
 
+fs::path default_run_dir() {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return fs::path("runs") / str_cat("run-", stamp);
+}
+
 void run_planned(const PlannedRunOptions& o) {
   if (o.cpu == !o.gpu.empty()) throw core::ConfigError("cpt run --model: expected one of --gpu G or --cpu, got " +
                                                        std::string(o.cpu ? "both" : "neither"));
@@ -58,13 +65,7 @@ void run_planned(const PlannedRunOptions& o) {
     throw core::ConfigError("cpt run --model: --gpus, --global-batch and --seq-len are required (>= 1)");
   }
   if (!find_executor()) throw core::RuntimeError("`cpt run` trains, and this build has no executor (run scripts/setup)");
-  fs::path out = o.out;
-  if (out.empty()) {
-    char stamp[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-    out = fs::path("runs") / str_cat("run-", stamp);
-  }
+  const fs::path out = o.out.empty() ? default_run_dir() : fs::path(o.out);
   fs::create_directories(out);
   std::string gpu = o.gpu;
   if (o.cpu) {

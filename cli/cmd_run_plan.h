@@ -4,6 +4,7 @@
 // the fixed one), write DIR/plan/plan.json, read it back, train it with N local ranks
 // (DIR/train), and for this machine's CPU (--cpu: the calibrated profile, calibrated first when
 // there is none) compare the prediction with the run.
+#include <filesystem>
 #include <string>
 
 namespace cpt::cli {
@@ -17,5 +18,8 @@ struct PlannedRunOptions {
 };
 
 void run_planned(const PlannedRunOptions& o);
+
+// runs/run-<local time>: where `cpt run` writes without --out.
+std::filesystem::path default_run_dir();
 
 }  // namespace cpt::cli

@@ -12,6 +12,29 @@ namespace cpt::cli {
 using core::str_cat;
 namespace fs = std::filesystem;
 
+spec::ClusterSpec one_machine_cluster(const std::string& name, spec::GpuSpec gpu, int devices,
+                                      core::BytesPerSecond intra_bandwidth, core::Seconds intra_latency) {
+  gpu.default_node = name + "_node";
+  spec::NodeSpec n;
+  n.name = gpu.default_node;
+  n.display_name = str_cat("this machine, ", devices, " device", devices == 1 ? "" : "s");
+  n.gpu = std::move(gpu);
+  n.gpus_per_node = devices;
+  n.intra_kind = spec::IntraNodeKind::kPcie;
+  n.intra_bandwidth = intra_bandwidth;
+  n.intra_latency = intra_latency;
+  n.nics_per_node = 1;
+  n.nic_bandwidth = core::BytesPerSecond(1.25e9);
+  n.default_fabric = "loopback";
+  spec::FabricSpec f;
+  f.name = "loopback";
+  f.display_name = "none (one machine)";
+  f.link_bandwidth = core::BytesPerSecond(1.25e9);
+  f.latency = core::Seconds(5e-5);
+  f.switch_radix = 2;
+  return spec::ClusterSpec{name, n, f, 1, devices};
+}
+
 spec::ClusterSpec local_cluster(const LocalCalibration& c) {
   const cost::CostModelOptions defaults;
   spec::GpuSpec g;
@@ -27,25 +50,9 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
     g.dense_peak[static_cast<std::size_t>(p)] = core::FlopsPerSecond(c.gemm.peak_flops_per_s);
     g.gemm_efficiency[static_cast<std::size_t>(p)] = c.gemm.curve;
   }
-  g.default_node = "local_node";
-  spec::NodeSpec n;
-  n.name = "local_node";
-  n.display_name = str_cat("this machine, ", c.devices, " ranks");
-  n.gpu = g;
-  n.gpus_per_node = c.devices;
-  n.intra_kind = spec::IntraNodeKind::kPcie;
-  n.intra_bandwidth = core::BytesPerSecond(c.comm.bandwidth_bytes_per_s / defaults.network_efficiency);
-  n.intra_latency = core::Seconds(c.comm.alpha_s);
-  n.nics_per_node = 1;
-  n.nic_bandwidth = core::BytesPerSecond(1.25e9);
-  n.default_fabric = "loopback";
-  spec::FabricSpec f;
-  f.name = "loopback";
-  f.display_name = "none (one machine)";
-  f.link_bandwidth = core::BytesPerSecond(1.25e9);
-  f.latency = core::Seconds(5e-5);
-  f.switch_radix = 2;
-  return spec::ClusterSpec{"local", n, f, 1, c.devices};
+  return one_machine_cluster("local", g, c.devices,
+                             core::BytesPerSecond(c.comm.bandwidth_bytes_per_s / defaults.network_efficiency),
+                             core::Seconds(c.comm.alpha_s));
 }
 
 fs::path local_profile_path() {

@@ -23,6 +23,11 @@ struct LocalCalibration {
   cost::AlphaBetaFit comm;
 };
 
+// One machine as a cluster: a node of `devices` copies of `gpu` joined at `intra_bandwidth` and
+// `intra_latency`, no fabric to speak of (a loopback placeholder, never used by one node).
+spec::ClusterSpec one_machine_cluster(const std::string& name, spec::GpuSpec gpu, int devices,
+                                      core::BytesPerSecond intra_bandwidth, core::Seconds intra_latency);
+
 // The profile of `c`. Peaks and bandwidths are stored so that the cost model's default
 // efficiencies (hbm_efficiency, network_efficiency) turn them back into the measured rates.
 spec::ClusterSpec local_cluster(const LocalCalibration& c);

@@ -5,28 +5,11 @@
 
 #include <chrono>
 
+#include "executor/measure/timing.h"
+
 namespace cpt::exec {
 
-namespace {
-
 using Clock = std::chrono::steady_clock;
-
-// Calls `fn` until `budget` seconds pass (at least three times after one warm-up); seconds per call.
-template <class Fn>
-double time_per_call(Fn&& fn, double budget) {
-  fn();
-  int calls = 0;
-  const auto t0 = Clock::now();
-  double elapsed = 0;
-  while (calls < 3 || elapsed < budget) {
-    fn();
-    ++calls;
-    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  return elapsed / calls;
-}
-
-}  // namespace
 
 HostMeasurements measure_host(double seconds, const std::function<void(int, int)>& progress) {
   torch::NoGradGuard no_grad;
@@ -48,13 +31,13 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
     const auto a = torch::randn({m, k});
     const auto b = torch::randn({k, n});
     auto c = torch::empty({m, n});
-    h.gemm.push_back({m, n, k, time_per_call([&] { torch::mm_out(c, a, b); }, per_gemm)});
+    h.gemm.push_back({m, n, k, time_per_call([&] { torch::mm_out(c, a, b); }, per_gemm, 3)});
     progress(++done, total);
   }
   const std::int64_t elements = 32ll << 20;  // 128 MiB of fp32
   const auto src = torch::ones({elements});
   auto dst = torch::empty({elements});
-  h.copy_bytes_per_s = 2.0 * static_cast<double>(elements) * 4.0 / time_per_call([&] { dst.copy_(src); }, seconds * 0.1);
+  h.copy_bytes_per_s = 2.0 * static_cast<double>(elements) * 4.0 / time_per_call([&] { dst.copy_(src); }, seconds * 0.1, 3);
   progress(++done, total);
   const std::int64_t params = 4ll << 20;
   std::vector<torch::Tensor> w{torch::randn({params})}, g{torch::randn({params})}, m{torch::zeros({params})},
@@ -64,7 +47,7 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
         steps[0].add_(1);
         at::_fused_adamw_(w, g, m, v, {}, steps, 1e-4, 0.9, 0.95, 0.1, 1e-8, false, false);
       },
-      seconds * 0.1);
+      seconds * 0.1, 3);
   h.adamw_params_per_s = static_cast<double>(params) / adam;
   progress(++done, total);
   return h;

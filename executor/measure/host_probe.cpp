@@ -4,30 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+
+#include "executor/measure/timing.h"
 
 namespace cpt::exec {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Calls `fn` until `budget` seconds pass (at least twice after one warm-up call); seconds per call.
-template <class Fn>
-double time_per_call(Fn&& fn, double budget) {
-  fn();
-  int calls = 0;
-  const auto t0 = Clock::now();
-  double elapsed = 0;
-  while (calls < 2 || elapsed < budget) {
-    fn();
-    ++calls;
-    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  return elapsed / calls;
-}
-
-}  // namespace
 
 double HostProbe::peak_flops_per_s() const {
   double best = 0;

@@ -22,38 +22,16 @@
 #include <tuple>
 #include <vector>
 
+#include "cli_test_support.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Run {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Run sh(const std::string& command, const fs::path& dir) {
-  const auto out = dir / "stdout", err = dir / "stderr";
-  const std::string cmd = "(" + command + ") >" + out.string() + " 2>" + err.string() + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-}
+using cpt::cli_testing::python_json_package;
+using cpt::cli_testing::sh;
+using cpt::cli_testing::slurp;
 
 std::string cpt() { return CPT_BINARY; }
-
-fs::path python_json_package() {
-  for (const char* v : {"3.13", "3.12", "3.11", "3.10", "3.9"}) {
-    const fs::path p = std::string("/usr/lib/python") + v + "/json";
-    if (fs::exists(p / "decoder.py")) return p;
-  }
-  return {};
-}
 
 // fp32 tensors of a safetensors file (the checkpoints hold only fp32 weights).
 std::map<std::string, std::vector<float>> read_f32(const fs::path& file) {

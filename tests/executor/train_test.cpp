@@ -154,40 +154,33 @@ TEST_F(TrainTest, NonFiniteStepsAreSkippedAndCounted) {
   }
 }
 
-TEST_F(TrainTest, VocabularyThatDoesNotFitTheModelIsAConfigError) {
-  auto plan = tiny_plan(4, 4, 32);
-  plan.model.vocab = 256;  // the data was tokenized with 512 pieces
-  ScratchDir out("train-vocab");
+// train() of `plan` throws a ConfigError whose message contains `expected`.
+void expect_config_error(const spec::Plan& plan, const TrainConfig& config, const std::string& dir,
+                         const std::string& expected) {
+  ScratchDir out(dir);
   TrainOptions o;
   o.out_dir = out.path();
   try {
-    train(plan, config(1), o);
-    FAIL();
+    train(plan, config, o);
+    ADD_FAILURE() << "no ConfigError; expected one with \"" << expected << "\"";
   } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("512-token vocabulary"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
+}
+
+TEST_F(TrainTest, VocabularyThatDoesNotFitTheModelIsAConfigError) {
+  auto plan = tiny_plan(4, 4, 32);
+  plan.model.vocab = 256;  // the data was tokenized with 512 pieces
+  expect_config_error(plan, config(1), "train-vocab", "512-token vocabulary");
 }
 
 TEST_F(TrainTest, MultiProcessPlansNeedALaunchAndUnbuiltLayoutsAreRefused) {
   auto plan = tiny_plan(8, 2, 32);
   plan.parallel.dp = 2;
-  ScratchDir out("train-dp");
-  TrainOptions o;
-  o.out_dir = out.path();
-  try {
-    train(plan, config(1), o);
-    FAIL();
-  } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("the plan needs 2 processes"), std::string::npos) << e.what();
-  }
+  expect_config_error(plan, config(1), "train-dp", "the plan needs 2 processes");
   plan.parallel.dp = 1;
   plan.parallel.offload = spec::Offload::kOptimizer;
-  try {
-    train(plan, config(1), o);
-    FAIL();
-  } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("offload optimizer"), std::string::npos) << e.what();
-  }
+  expect_config_error(plan, config(1), "train-offload", "offload optimizer");
 }
 
 }  // namespace
