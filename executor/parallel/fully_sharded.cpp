@@ -88,7 +88,13 @@ class FullyShardedImpl : public FullyShardedModel {
   }
 
   // ParameterResidency.
-  void before_forward(int u) override { gather(unit_index(u)); }
+  // Gathers the unit and starts the all-gather of the next one (the root's next is block 0),
+  // which then runs behind this unit's computation.
+  void before_forward(int u) override {
+    const auto index = unit_index(u);
+    gather(index);
+    if (index + 1 < units_.size()) prefetch(index + 1);
+  }
 
   torch::Tensor after_forward(int u, const torch::Tensor& output) override {
     const auto index = unit_index(u);
@@ -107,6 +113,7 @@ class FullyShardedImpl : public FullyShardedModel {
     auto hooked = output.view_as(output);
     hooked.register_hook([this, index](const torch::Tensor& grad) {
       gather(index);
+      if (index > 1) prefetch(index - 1);  // backward runs the blocks in reverse
       prepare_gradients(index);
       return grad;
     });
@@ -277,6 +284,7 @@ class FullyShardedImpl : public FullyShardedModel {
     spec::ShardLayout layout{0, 1};
     torch::Tensor shard, grad_shard, exp_avg, exp_avg_sq;  // this rank's slices
     torch::Tensor full, full_grad;                         // whole, while gathered / while its backward runs
+    std::unique_ptr<CommHandle> gathering;                 // a prefetch under way into `full`
     std::vector<Segment> segments;
     int grads_in = 0;
     bool gathered = false;
@@ -340,12 +348,23 @@ class FullyShardedImpl : public FullyShardedModel {
     peak_.grads = std::max(peak_.grads, now.grads);
   }
 
+  // Starts gathering unit u into a whole buffer, asynchronously (no-op when gathered or under way).
+  void prefetch(std::size_t u) {
+    auto& unit = units_[u];
+    if (unit.gathered || unit.gathering || unit.params.empty()) return;
+    torch::NoGradGuard no_grad;
+    unit.full = torch::empty({unit.layout.padded_size()}, opts_);
+    unit.gathering = shard_.all_gather(unit.shard, unit.full);
+    note_peak();
+  }
+
   void gather(std::size_t u) {
     auto& unit = units_[u];
     if (unit.gathered || unit.params.empty()) return;
     torch::NoGradGuard no_grad;
-    unit.full = torch::empty({unit.layout.padded_size()}, opts_);
-    shard_.all_gather(unit.shard, unit.full)->wait();
+    prefetch(u);
+    unit.gathering->wait();
+    unit.gathering.reset();
     for (const auto k : unit.params) {
       auto& p = params_[k];
       p.tensor.set_data(unit.full.narrow(0, p.offset, shape_numel(p.shape)).view(p.shape));
@@ -356,6 +375,11 @@ class FullyShardedImpl : public FullyShardedModel {
 
   void release(std::size_t u) {
     auto& unit = units_[u];
+    if (unit.gathering) {  // prefetched, never used: finish the collective before dropping its buffer
+      unit.gathering->wait();
+      unit.gathering.reset();
+      unit.full = torch::Tensor();
+    }
     if (!unit.gathered) return;
     for (const auto k : unit.params) params_[k].tensor.set_data(torch::empty({0}, opts_));
     unit.full = torch::Tensor();

@@ -6,10 +6,12 @@
 // Units: each decoder block, and a root unit (embedding, final norm, LM head). A unit's parameters
 // are one flat vector (registration order) split by spec::ShardLayout; this rank keeps its slice
 // (fp32, updated in place by AdamW) and the slices of the gradient and of the two moments.
-//   forward   before a block: all-gather its slices and point its parameters at the whole vector;
-//             after it: release them (the parameters become empty), and hook the block's output so
-//             that its gradient, when it arrives, first gathers the block again. The root unit is
-//             gathered for the whole forward and backward of a microbatch.
+//   forward   before a block: all-gather its slices and point its parameters at the whole vector,
+//             and start the next block's all-gather (prefetch, asynchronous, so it runs behind this
+//             block's computation); after it: release them (the parameters become empty), and
+//             hook the block's output so that its gradient, when it arrives, first gathers the
+//             block again and prefetches the one before it. The root unit is gathered for the
+//             whole forward and backward of a microbatch.
 //   backward  the gathered unit's parameters get .grad views into one flat gradient buffer;
 //             once all of a unit's gradients are in (post-accumulate-grad hooks), the buffer is
 //             reduce-scattered asynchronously and the parameters released. After the microbatch's
@@ -17,9 +19,9 @@
 //             first all-reduced over the replicate group: the same shard on the other nodes).
 //   step      global norm from the gradient shards, fused AdamW on the slices.
 // Memory between steps: 4Ψ/N weights + 4Ψ/N gradients + 8Ψ/N moments; during a step, plus the
-// root unit and one block whole, and in backward up to two whole gradient buffers (one reducing,
-// one filling). state_bytes() reports the step's peak of weights and of gradients.
-// Not built: prefetching the next block's all-gather while the current one computes.
+// root unit and two blocks whole (the running one and the prefetched one), and in backward up to
+// two whole gradient buffers (one reducing, one filling). state_bytes() reports the step's peak
+// of weights and of gradients.
 #include <memory>
 #include <string>
 #include <vector>
