@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_train_step import Model  # noqa: E402
+from pytorch_train_step import Model, init_weights  # noqa: E402
 
 
 def main():
@@ -33,10 +33,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = Model(a)
-    for name, w in model.named_parameters():
-        if "norm" in name or name.endswith((".n1.weight", ".n2.weight")):
-            continue
-        nn.init.normal_(w, 0.0, 0.02)
+    init_weights(model)
     if a.mode == "ddp":
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25, gradient_as_bucket_view=True)
     else:

@@ -81,6 +81,14 @@ class Model(nn.Module):
         return self.head(self.norm(x))
 
 
+def init_weights(model):
+    """N(0, 0.02) for every weight but the norms (ones), as cpt's init without the residual scaling."""
+    for name, w in model.named_parameters():
+        if "norm" in name or name.endswith((".n1.weight", ".n2.weight")):
+            continue
+        nn.init.normal_(w, 0.0, 0.02)
+
+
 def main():
     p = argparse.ArgumentParser()
     for k, v in dict(layers=8, hidden=384, heads=6, kv_heads=2, ffn=1024, vocab=16000, batch=4, seq=512, steps=10,
@@ -92,10 +100,7 @@ def main():
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = Model(a)
-    for name, w in model.named_parameters():
-        if "norm" in name or name.endswith((".n1.weight", ".n2.weight")):
-            continue
-        nn.init.normal_(w, 0.0, 0.02)
+    init_weights(model)
     decay = [w for n, w in model.named_parameters() if not (n.startswith("norm") or ".n1." in n or ".n2." in n)]
     no_decay = [w for n, w in model.named_parameters() if n.startswith("norm") or ".n1." in n or ".n2." in n]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
