@@ -71,7 +71,11 @@ std::unique_ptr<StepOptimizer> make_replicated_optimizer(const NamedParams& para
 // ZeRO-1 (stage 1: the accumulated gradient is reduce-scattered once per step) or ZeRO-2 (stage 2:
 // every microbatch's gradient is reduce-scattered into this rank's gradient shard and the full
 // gradient dropped). Optimizer state and fp32 master weights exist only for this rank's slice.
+// `offload`: the optimizer state (moments, an fp32 master of the slice, step counts) in host memory
+// and the update on the CPU, the gradient shard copied there and the updated slice back
+// (DeepSpeed's ZeRO-Offload; the plan's offload "optimizer").
 std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
-                                                   Communicator& dp, int stage, const ModelParallelNorm& mp = {});
+                                                   Communicator& dp, int stage, const ModelParallelNorm& mp = {},
+                                                   bool offload = false);
 
 }  // namespace cpt::exec

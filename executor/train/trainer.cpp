@@ -119,10 +119,14 @@ double evaluate_set(const std::function<double(const Batch&)>& loss_sum_of, cons
 // The layouts the executor runs, or a ConfigError saying what it does not run yet.
 void require_supported(const spec::Plan& plan, const TrainConfig& config) {
   const auto& par = plan.parallel;
-  if (par.cp != 1 || par.offload != spec::Offload::kNone) {
-    throw core::ConfigError(str_cat("plan: cp ", par.cp, ", offload ", spec::to_string(par.offload),
-                                    ": the executor runs tensor, pipeline and data parallelism with ZeRO 0-3 so far ",
-                                    "(cp = 1, no offload; issue #7)"));
+  if (par.cp != 1) {
+    throw core::ConfigError(str_cat("plan: cp ", par.cp, ": the executor runs tensor, pipeline and data parallelism ",
+                                    "with ZeRO 0-3 so far, without context parallelism (issue #7)"));
+  }
+  if (par.offload != spec::Offload::kNone && (par.offload != spec::Offload::kOptimizer || par.zero_stage < 1 ||
+                                               par.zero_stage > 2)) {
+    throw core::ConfigError(str_cat("plan: offload ", spec::to_string(par.offload), " with ZeRO ", par.zero_stage,
+                                    ": the executor offloads the optimizer state of ZeRO-1 and ZeRO-2 only (issue #7)"));
   }
   if (par.zero_stage == 3 && par.pp > 1) {
     throw core::ConfigError(str_cat("plan: ZeRO-3 with pp ", par.pp,
@@ -249,7 +253,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     optimizer = make_replicated_optimizer(named, config.optimizer, *groups.dp,
                                           static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024), norm_groups);
   } else {
-    optimizer = make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage, norm_groups);
+    optimizer = make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage, norm_groups,
+                                    par.offload == spec::Offload::kOptimizer);
   }
   const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
   if (config.keep_optimizer_state) {

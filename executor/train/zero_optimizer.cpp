@@ -30,8 +30,8 @@ using core::str_cat;
 class ZeroOptimizer : public StepOptimizer {
  public:
   ZeroOptimizer(const NamedParams& params, const AdamWOptions& options, Communicator& dp, int stage,
-                const ModelParallelNorm& mp)
-      : options_(options), dp_(dp), stage_(stage), mp_(mp), layout_(total(params), dp.size()) {
+                const ModelParallelNorm& mp, bool offload)
+      : options_(options), dp_(dp), stage_(stage), mp_(mp), offload_(offload), layout_(total(params), dp.size()) {
     CPT_CHECK(stage == 1 || stage == 2, "ZeRO stage ", stage, " is not this optimizer's");
     std::int64_t at = 0;
     for (const auto& [name, p] : params) {
@@ -40,8 +40,12 @@ class ZeroOptimizer : public StepOptimizer {
     }
     const auto mine = layout_.slice(dp_.rank());
     const auto opts = torch::TensorOptions(torch::kFloat32).device(params.front().second.device());
-    exp_avg_ = torch::zeros({mine.size}, opts);
-    exp_avg_sq_ = torch::zeros({mine.size}, opts);
+    // With offload the optimizer state (moments, the slice's fp32 master and the step counts) lives
+    // in host memory and the update runs on the CPU (DeepSpeed's ZeRO-Offload).
+    const auto state_opts = offload_ ? torch::TensorOptions(torch::kFloat32).device(torch::kCPU) : opts;
+    exp_avg_ = torch::zeros({mine.size}, state_opts);
+    exp_avg_sq_ = torch::zeros({mine.size}, state_opts);
+    if (offload_) master_ = torch::zeros({mine.size}, state_opts);
     flat_ = torch::zeros({layout_.padded_size()}, opts);
     // Stage 1 reduces once, into its own slice of the buffer; stage 2 accumulates reduced shards.
     grad_shard_ = stage_ == 1 ? flat_.narrow(0, mine.offset, mine.size) : torch::zeros({mine.size}, opts);
@@ -51,9 +55,10 @@ class ZeroOptimizer : public StepOptimizer {
       const auto end = std::min(p.offset + p.tensor.numel(), mine.offset + mine.size);
       if (begin >= end) continue;
       segments_.push_back({k, begin - p.offset, begin - mine.offset, end - begin, !is_no_decay_parameter(p.name),
-                           mp.counts(p.name), torch::zeros({}, opts)});
+                           mp.counts(p.name), torch::zeros({}, state_opts)});
     }
     torch::NoGradGuard no_grad;
+    refresh_master();
     for (auto& p : params_) {
       auto view = flat_.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor);
       if (p.tensor.grad().defined()) view.copy_(p.tensor.grad());
@@ -89,13 +94,15 @@ class ZeroOptimizer : public StepOptimizer {
 
   void step(double lr, double scale) override {
     torch::NoGradGuard no_grad;
-    if (scale != 1.0) grad_shard_.mul_(scale);
+    // The gradient shard goes to the host with offload (a copy there, also on a CPU device).
+    auto grads = offload_ ? grad_shard_.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : grad_shard_;
+    if (scale != 1.0) grads.mul_(scale);
     for (const bool decay : {true, false}) {
       std::vector<torch::Tensor> w, g, m, v, steps;
       for (auto& s : segments_) {
         if (s.decay != decay) continue;
-        w.push_back(piece(s));
-        g.push_back(grad_shard_.narrow(0, s.shard_offset, s.length));
+        w.push_back(offload_ ? master_.narrow(0, s.shard_offset, s.length) : piece(s));
+        g.push_back(grads.narrow(0, s.shard_offset, s.length));
         m.push_back(exp_avg_.narrow(0, s.shard_offset, s.length));
         v.push_back(exp_avg_sq_.narrow(0, s.shard_offset, s.length));
         s.step.add_(1);  // the fused kernel reads the count but does not advance it
@@ -108,7 +115,9 @@ class ZeroOptimizer : public StepOptimizer {
     ++steps_done_;
     // Every rank's updated slice, back into every parameter, through the gradient buffer.
     auto mine = torch::zeros({grad_shard_.numel()}, flat_.options());
-    for (const auto& s : segments_) mine.narrow(0, s.shard_offset, s.length).copy_(piece(s));
+    for (const auto& s : segments_) {
+      mine.narrow(0, s.shard_offset, s.length).copy_(offload_ ? master_.narrow(0, s.shard_offset, s.length) : piece(s));
+    }
     dp_.all_gather(mine, flat_)->wait();
     for (auto& p : params_) p.tensor.detach().copy_(flat_.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor));
     zero_grad();
@@ -127,14 +136,18 @@ class ZeroOptimizer : public StepOptimizer {
       grads.push_back(p.tensor.grad());
     }
     for (const auto& s : segments_) counters.push_back(s.step);
-    return {storage_bytes(weights), storage_bytes(grads), storage_bytes({exp_avg_, exp_avg_sq_}), storage_bytes(counters)};
+    // Optimizer state counted where the parameters live: offloaded to a GPU's host it is 0 here.
+    const bool on_device = !offload_ || exp_avg_.device() == flat_.device();
+    return {storage_bytes(weights), storage_bytes(grads),
+            on_device ? storage_bytes({exp_avg_, exp_avg_sq_, master_}) : 0, on_device ? storage_bytes(counters) : 0};
   }
 
   NamedParams full_state() override {
-    auto m = torch::empty({layout_.padded_size()}, exp_avg_.options());
-    auto v = torch::empty({layout_.padded_size()}, exp_avg_.options());
-    dp_.all_gather(exp_avg_, m)->wait();
-    dp_.all_gather(exp_avg_sq_, v)->wait();
+    // Gathered on the parameters' device (the communicator's), wherever the state lives.
+    auto m = torch::empty({layout_.padded_size()}, flat_.options());
+    auto v = torch::empty({layout_.padded_size()}, flat_.options());
+    dp_.all_gather(exp_avg_.to(flat_.device()), m)->wait();
+    dp_.all_gather(exp_avg_sq_.to(flat_.device()), v)->wait();
     NamedParams out;
     for (const auto& p : params_) {
       out.emplace_back(p.name + "/exp_avg", m.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor).clone());
@@ -170,6 +183,7 @@ class ZeroOptimizer : public StepOptimizer {
     const double owners = t[1].item<double>();
     steps_done_ = owners > 0 ? static_cast<std::int64_t>(std::llround(t[0].item<double>() / owners)) : 0;
     for (auto& s : segments_) s.step.fill_(static_cast<float>(steps_done_));
+    refresh_master();  // the weights were loaded before the state
   }
 
  private:
@@ -192,6 +206,11 @@ class ZeroOptimizer : public StepOptimizer {
     for (const auto& [name, p] : params) n += p.numel();
     return n;
   }
+  // The host master copy of this rank's slice, from the parameters (offload only).
+  void refresh_master() {
+    if (!offload_) return;
+    for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
+  }
   torch::Tensor piece(const Segment& s) const {
     return params_[s.param].tensor.detach().view({-1}).narrow(0, s.param_offset, s.length);  // a view: updated in place
   }
@@ -200,18 +219,21 @@ class ZeroOptimizer : public StepOptimizer {
   Communicator& dp_;
   int stage_;
   ModelParallelNorm mp_;
+  bool offload_;
   spec::ShardLayout layout_;
   std::vector<Param> params_;
   std::vector<Segment> segments_;
   torch::Tensor exp_avg_, exp_avg_sq_, grad_shard_, flat_;
+  torch::Tensor master_;  // offload only: this rank's slice of the parameters, fp32, on the host
   std::int64_t steps_done_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
-                                                   Communicator& dp, int stage, const ModelParallelNorm& mp) {
-  return std::make_unique<ZeroOptimizer>(params, options, dp, stage, mp);
+                                                   Communicator& dp, int stage, const ModelParallelNorm& mp,
+                                                   bool offload) {
+  return std::make_unique<ZeroOptimizer>(params, options, dp, stage, mp, offload);
 }
 
 }  // namespace cpt::exec

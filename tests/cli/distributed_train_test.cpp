@@ -89,7 +89,8 @@ class DistributedTrain : public ::testing::Test {
           std::tuple{"zero1-dp2", "dp=2,zero=1,offload=none,micro_batch=2", 2},
           std::tuple{"zero2-dp2", "dp=2,zero=2,offload=none,micro_batch=2", 2},
           std::tuple{"dp2-full-recompute", "dp=2,zero=0,recompute=full,micro_batch=2", 2},
-          std::tuple{"zero1-dp2-selective", "dp=2,zero=1,offload=none,recompute=selective,micro_batch=2", 2}}) {
+          std::tuple{"zero1-dp2-selective", "dp=2,zero=1,offload=none,recompute=selective,micro_batch=2", 2},
+          std::tuple{"zero2-dp2-offload", "dp=2,zero=2,offload=optimizer,micro_batch=2", 2}}) {
       ASSERT_EQ(sh(cpt() + " plan --model tiny --gpu h100 --gpus " + std::to_string(gpus) +
                        " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
                    dir_)
@@ -158,13 +159,14 @@ void expect_same_run(const fs::path& a_dir, const fs::path& b_dir, const std::st
 }
 
 // DP2 with replicated (ZeRO-0), sharded-optimizer (ZeRO-1) and sharded-gradient (ZeRO-2) updates,
-// and with full or selective recomputation: each the single-process run, step by step and in the
-// final weights.
+// with full or selective recomputation, and with the optimizer state offloaded to the host: each
+// the single-process run, step by step and in the final weights.
 TEST_F(DistributedTrain, DataParallelLayoutsMatchTheSingleProcessRun) {
   const auto d = dir_.string();
   const auto single = sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + d + "/o1", dir_);
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  for (const char* layout : {"dp2", "zero1-dp2", "zero2-dp2", "dp2-full-recompute", "zero1-dp2-selective"}) {
+  for (const char* layout :
+       {"dp2", "zero1-dp2", "zero2-dp2", "dp2-full-recompute", "zero1-dp2-selective", "zero2-dp2-offload"}) {
     const auto out = d + "/o-" + layout;
     const auto r = sh(cpt() + " train --plan " + d + "/" + layout + "/plan.json --config " + d + "/train.json --out " + out +
                           " --nproc-per-node 2",
@@ -265,7 +267,8 @@ TEST_F(DistributedTrain, TensorAndPipelineCheckpointsResumeInAnotherLayout) {
 
 // Checkpoints do not depend on the layout: a ZeRO-2 run stopped at step 10 resumes as a single
 // process and ends where the single-process run ends (the sharded optimizer state is gathered);
-// a single-process run stopped at step 10 resumes under ZeRO-3 (the state is cut into shards).
+// a single-process run stopped at step 10 resumes under ZeRO-3 (the state is cut into shards) and
+// under ZeRO-2 with the optimizer state offloaded.
 TEST_F(DistributedTrain, ShardedCheckpointsResumeInAnotherLayout) {
   const auto d = dir_.string();
   if (!fs::exists(dir_ / "o1/metrics.jsonl")) {
@@ -290,6 +293,16 @@ TEST_F(DistributedTrain, ShardedCheckpointsResumeInAnotherLayout) {
                         dir_);
   ASSERT_EQ(third.exit_code, 0) << third.err;
   expect_same_run(dir_ / "o1", out3, "single then zero3-dp2");
+  // And into an offloaded optimizer: the host master copy follows the loaded weights.
+  const auto out4 = d + "/o-moved-offload";
+  ASSERT_EQ(sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + out4 +
+                   " --stop-at 10",
+               dir_).exit_code, 0);
+  const auto fourth = sh(cpt() + " train --plan " + d + "/zero2-dp2-offload/plan.json --config " + d + "/train.json --out " +
+                             out4 + " --nproc-per-node 2 --resume",
+                         dir_);
+  ASSERT_EQ(fourth.exit_code, 0) << fourth.err;
+  expect_same_run(dir_ / "o1", out4, "single then zero2-dp2-offload");
 }
 
 TEST_F(DistributedTrain, ADeadRankTakesTheJobDown) {
