@@ -78,7 +78,13 @@ Ewc Ewc::load(const std::filesystem::path& file, LlamaModelImpl& model, const to
     for (auto [prefix, out] : {std::pair{"fisher/", &e.fisher_}, std::pair{"anchor/", &e.anchor_}}) {
       const auto name = prefix + p.key();
       if (!st.contains(name)) throw core::ConfigError(str_cat(file.string(), ": no tensor ", name, " for this model"));
-      const auto t = st.load(name, torch::kFloat32);
+      const auto whole = st.load(name, torch::kFloat32);
+      const auto expected = tp_full_shape(p.key(), p.value().sizes(), model.spec().vocab, model.tp());
+      if (!whole.sizes().equals(expected)) {
+        throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", whole.sizes(), ", the model needs ",
+                                        c10::IntArrayRef(expected)));
+      }
+      const auto t = model.shard_of_full(p.key(), whole).contiguous();
       if (!t.sizes().equals(p.value().sizes())) {
         throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", t.sizes(), ", the model needs ", p.value().sizes()));
       }
@@ -96,6 +102,31 @@ torch::Tensor Ewc::penalty(LlamaModelImpl& model, double lambda) const {
     sum = sum + (fisher_[i].second * (p - anchor_[i].second).pow(2)).sum();
   }
   return sum * (lambda / 2);
+}
+
+Ewc Ewc::whole(std::int64_t vocab, const TensorParallel& tp) const {
+  Ewc e;
+  for (const auto& [name, f] : fisher_) e.fisher_.emplace_back(name, tp_full_from_shards(name, f, vocab, tp));
+  for (const auto& [name, a] : anchor_) e.anchor_.emplace_back(name, tp_full_from_shards(name, a, vocab, tp));
+  return e;
+}
+
+double Ewc::penalty_value(LlamaModelImpl& model, double lambda) const {
+  torch::NoGradGuard no_grad;
+  auto params = model.named_parameters();
+  const auto& tp = model.tp();
+  double sum = 0;
+  for (std::size_t i = 0; i < fisher_.size(); ++i) {
+    const auto& name = fisher_[i].first;
+    if (tp.active() && tp.rank() != 0 && tp_split_of(name) == TpSplit::kReplicated) continue;
+    sum += (fisher_[i].second * (params[name] - anchor_[i].second).pow(2)).sum().item<double>();
+  }
+  if (tp.active()) {
+    auto t = torch::tensor({sum}, torch::kFloat64);
+    tp.group->all_reduce_sum(t)->wait();
+    sum = t.item<double>();
+  }
+  return sum * lambda / 2;
 }
 
 double Ewc::mean_fisher() const {

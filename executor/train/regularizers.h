@@ -46,12 +46,19 @@ class Ewc {
   // Estimates the diagonal Fisher of `model`'s current weights (the anchor θ*) from `sequences`
   // single-sequence gradients of the per-token mean loss on `loader`'s data; leaves .grad clear.
   static Ewc estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device);
-  // Reads a saved estimate; ConfigError when the file does not match the model's parameters.
+  // Reads a saved estimate (whole tensors) and keeps this rank's shards of them; ConfigError when
+  // the file does not match the model's parameters.
   static Ewc load(const std::filesystem::path& file, LlamaModelImpl& model, const torch::Device& device);
   void save(const std::filesystem::path& file) const;
+  // The estimate with whole tensors, from every tensor-parallel rank's shards. COLLECTIVE over tp.
+  [[nodiscard]] Ewc whole(std::int64_t vocab, const TensorParallel& tp) const;
 
   // λ/2·Σ F (θ − θ*)² over `model`'s parameters, with the graph (its gradient is λ·F·(θ − θ*)).
+  // Under tensor parallelism this rank's shards (tensor-replicated parameters in full).
   torch::Tensor penalty(LlamaModelImpl& model, double lambda) const;
+  // The whole model's penalty (no graph): shards summed over the tensor-parallel group, replicated
+  // parameters counted once. COLLECTIVE over tp.
+  [[nodiscard]] double penalty_value(LlamaModelImpl& model, double lambda) const;
   [[nodiscard]] double mean_fisher() const;
 
  private:

@@ -144,10 +144,6 @@ void require_supported(const spec::Plan& plan, const TrainConfig& config) {
     throw core::ConfigError(str_cat(config.origin.string(), ": KL distillation and EWC run with pp = 1 only so far; ",
                                     "the plan has pp ", par.pp));
   }
-  if (par.tp > 1 && config.ewc) {
-    throw core::ConfigError(str_cat(config.origin.string(), ": EWC runs with tp = 1 only so far; the plan has tp ",
-                                    par.tp));
-  }
 }
 
 }  // namespace
@@ -235,6 +231,35 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   // ZeRO-0: every rank updates everything; ZeRO-1/2: each rank its slice (step_optimizer.h);
   // ZeRO-3: each rank holds its slice of everything, parameters gathered per block
   // (parallel/fully_sharded.h), over the node's part of the dp group with hybrid sharding.
+  const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
+  // EWC's Fisher and anchor, from the starting weights, before the optimizer turns every .grad into a
+  // view of its buffers (the estimate's own backward passes must not touch them). Estimated by
+  // replica 0's ranks together (a tensor-parallel model's loss is collective), written whole by
+  // rank 0, and cut into this rank's shards when loaded.
+  std::optional<Ewc> ewc;
+  if (config.ewc) {
+    const auto file = options.out_dir / "ewc_fisher.safetensors";
+    auto need = torch::tensor({rank0 && !fs::exists(file) ? 1.0 : 0.0}, torch::kFloat64);
+    groups.world->broadcast(need, 0)->wait();  // rank 0 decides: a rank looking later would disagree
+    if (need.item<double>() > 0 && full_state_groups.holds_replica_zero) {
+      LoaderOptions lo;
+      lo.seq_len = seq_len;
+      lo.micro_batch = par.micro_batch;
+      lo.seed = config.seed;
+      lo.packing = config.packing;
+      lo.shuffle = false;
+      DataLoader ewc_loader({*inputs.ewc}, lo);
+      const auto estimate = Ewc::estimate(*model, ewc_loader, config.ewc->sequences, device);
+      const auto whole = estimate.whole(spec.vocab, tp);  // COLLECTIVE over tp
+      if (rank0) {
+        whole.save(file);
+        core::info0("ewc: Fisher of the starting weights from ", config.ewc->sequences, " sequences of \"",
+                    inputs.ewc->name, "\" (mean ", whole.mean_fisher(), ") -> ", file.string());
+      }
+    }
+    groups.world->barrier();
+    ewc = Ewc::load(file, *model, device);
+  }
   std::unique_ptr<StepOptimizer> optimizer;
   FullyShardedModel* zero3 = nullptr;
   if (par.zero_stage == 3) {
@@ -256,7 +281,6 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     optimizer = make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage, norm_groups,
                                     par.offload == spec::Offload::kOptimizer);
   }
-  const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
   if (config.keep_optimizer_state) {
     // Continual pre-training that keeps the base run's AdamW moments and step count.
     const auto& source = *config.init_from;
@@ -306,24 +330,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     objective.kl_lambda = config.distill->lambda;
     core::info0("distill: teacher from ", source.string(), " (", loaded, "), lambda ", config.distill->lambda);
   }
-  std::optional<Ewc> ewc;
-  if (config.ewc) {
-    const auto file = options.out_dir / "ewc_fisher.safetensors";
-    if (rank0 && !fs::exists(file)) {
-      LoaderOptions lo;
-      lo.seq_len = seq_len;
-      lo.micro_batch = par.micro_batch;
-      lo.seed = config.seed;
-      lo.packing = config.packing;
-      lo.shuffle = false;
-      DataLoader ewc_loader({*inputs.ewc}, lo);
-      const auto estimate = Ewc::estimate(*model, ewc_loader, config.ewc->sequences, device);
-      estimate.save(file);
-      core::info0("ewc: Fisher of the starting weights from ", config.ewc->sequences, " sequences of \"",
-                  inputs.ewc->name, "\" (mean ", estimate.mean_fisher(), ") -> ", file.string());
-    }
-    groups.world->barrier();
-    ewc = Ewc::load(file, *model, device);
+  if (ewc) {
     objective.ewc = &*ewc;
     objective.ewc_lambda = config.ewc->lambda;
   }

@@ -203,6 +203,43 @@ TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
   }
 }
 
+// EWC under tensor and data parallelism: the Fisher estimated by replica 0's ranks together and
+// written whole, each rank's penalty on its shards (replicated norms on every rank); the same
+// losses (penalty included) and weights as the single process.
+TEST_F(DistributedTrain, EwcUnderTensorAndDataParallelismMatchesTheSingleProcessRun) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "ewc.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
+    "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
+    "dp_bucket_mib": 0.1, "log_interval_steps": 0,
+    "ewc": {"lambda": 5000, "data": {"name": "py", "path": "data"}, "sequences": 8}})";
+  auto train = [&](const std::string& plan, const std::string& out, int procs) {
+    const auto r = sh(cpt() + " train --plan " + d + "/" + plan + "/plan.json --config " + d + "/ewc.json --out " + d +
+                          "/" + out + (procs > 1 ? " --nproc-per-node " + std::to_string(procs) : ""),
+                      dir_);
+    EXPECT_EQ(r.exit_code, 0) << plan << ": " << r.err;
+    return r.exit_code == 0;
+  };
+  ASSERT_TRUE(train("single", "e1", 1));
+  const auto penalties = [&](const std::string& out) {
+    std::vector<double> v;
+    std::ifstream in(dir_ / out / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["ewc_penalty"].get<double>());
+    return v;
+  };
+  const auto single = penalties("e1");
+  ASSERT_EQ(single.size(), 20u);
+  EXPECT_GT(single.back(), 0.0);
+  for (const auto& [layout, procs] : {std::pair{"tp2", 2}, std::pair{"dp2", 2}}) {
+    const auto out = std::string("e-") + layout;
+    if (!train(layout, out, procs)) continue;
+    expect_same_run(dir_ / "e1", dir_ / out, std::string("ewc ") + layout);
+    const auto p = penalties(out);
+    ASSERT_EQ(p.size(), single.size()) << layout;
+    for (std::size_t i = 1; i < p.size(); ++i) EXPECT_NEAR(p[i] / single[i], 1.0, 1e-3) << layout << ": step " << i;
+  }
+}
+
 // Model-state storage per rank, as measured.json reports it (each storage counted once), equals the
 // cost model's weights, gradients and optimizer state for the same layout in its fp32 regime
 // (4 + 4 + 8 bytes per parameter held), exactly: replicated data parallelism (gradients live in
