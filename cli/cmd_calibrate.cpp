@@ -26,7 +26,7 @@ namespace cpt::cli {
 namespace {
 
 using core::str_cat;
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 struct CalibrateOptions {
@@ -39,23 +39,11 @@ struct CalibrateOptions {
   std::string base;
 };
 
-Json executor_json(const std::vector<std::string>& args) {
-  auto r = run_executor(args);
-  if (r.exit_code != 0) throw core::RuntimeError(str_cat("`cpt-exec ", args.front(), "` failed (exit ", r.exit_code, ")"));
-  return Json::parse(r.out);
-}
-
 cost::MeasuredOp op_of(const std::string& s) {
   if (s == "all_reduce") return cost::MeasuredOp::kAllReduce;
   if (s == "all_gather") return cost::MeasuredOp::kAllGather;
   if (s == "reduce_scatter") return cost::MeasuredOp::kReduceScatter;
   return cost::MeasuredOp::kSendRecv;
-}
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
 }
 
 // `--from-runs`: rescale a profile's computation and communication so that the cost model's parts
@@ -192,9 +180,9 @@ void run(const CalibrateOptions& o) {
   const int threads = std::max(1, cores / ranks);
   std::cerr << str_cat("calibrate: ", cores, " cores, ", ranks, " ranks of ", threads, " thread", threads == 1 ? "" : "s",
                        "; host measurements (", fixed(o.seconds * 0.7, 0), " s), then collectives\n");
-  const auto host = executor_json({"calibrate-host", "--seconds", fixed(o.seconds * 0.7, 2), "--threads",
+  const auto host = run_executor_json({"calibrate-host", "--seconds", fixed(o.seconds * 0.7, 2), "--threads",
                                    std::to_string(threads)});
-  const auto comm = executor_json({"calibrate-comm", "--nproc-per-node", std::to_string(ranks), "--seconds-per-point",
+  const auto comm = run_executor_json({"calibrate-comm", "--nproc-per-node", std::to_string(ranks), "--seconds-per-point",
                                    fixed(std::max(0.02, o.seconds * 0.3 / 28), 3)});
   LocalCalibration c;
   c.cores = host["cores"].get<int>();

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -47,12 +48,6 @@ Json read_json(const fs::path& p) {
   return j;
 }
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 void run(const CompareOptions& o) {
   const fs::path dir = o.run;
   auto plan = spec::load_plan(dir / "plan.json");
@@ -76,12 +71,15 @@ void run(const CompareOptions& o) {
     throw core::ConfigError(str_cat(dir.string(), "/plan.json: the cost model finds the plan infeasible (",
                                     to_string(std::get<cost::Infeasible>(ev).reason), "), nothing to compare"));
   }
-  // The model state in the executor's regime, per pipeline rank.
-  cost::CostModelOptions state_options = options;
-  state_options.precision = spec::Precision::kFp32;
-  const auto state_ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, state_options);
-  const auto* state = std::get_if<cost::Estimate>(&state_ev);
-
+  // The model state in the executor's regime (fp32 weights, gradients, moments), per pipeline rank:
+  // the estimate above on the CPU, a second evaluation otherwise.
+  std::optional<cost::Evaluation> state_ev;
+  if (options.precision != spec::Precision::kFp32) {
+    cost::CostModelOptions state_options = options;
+    state_options.precision = spec::Precision::kFp32;
+    state_ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, state_options);
+  }
+  const auto* state = state_ev ? std::get_if<cost::Estimate>(&*state_ev) : e;
   Json fields = Json::object();
   auto add = [&](const std::string& name, double predicted, double actual) {
     // rel_err is null where nothing was measured (a part this layout does not have).
@@ -119,10 +117,7 @@ void run(const CompareOptions& o) {
       add(str_cat(key, "_bytes"), predicted, worst_measured);
     }
   }
-  const auto& p = plan.parallel;
-  const std::string layout = str_cat("tp", p.tp, " cp", p.cp, " pp", p.pp, p.virtual_stages > 1 ? str_cat(" vp", p.virtual_stages) : "",
-                                     " dp", p.dp, " zero", p.zero_stage, p.hybrid_shard ? " hsdp" : "",
-                                     p.sequence_parallel ? " sp" : "", " mb", p.micro_batch, " gb", p.global_batch);
+  const std::string layout = config_summary(plan.parallel);
   const fs::path log = o.log.empty() ? default_log() : fs::path(o.log);
   if (log.has_parent_path()) fs::create_directories(log.parent_path());
   std::ofstream(log, std::ios::app) << Json{{"run", fs::absolute(dir).string()},

@@ -99,12 +99,6 @@ void exec_step(const std::vector<std::string>& args) {
   }
 }
 
-Json executor_json(const std::vector<std::string>& args) {
-  auto r = run_executor(args);
-  if (r.exit_code != 0) throw core::RuntimeError(str_cat("`cpt-exec ", args.front(), "` failed (exit ", r.exit_code, ")"));
-  return Json::parse(r.out);
-}
-
 // This machine as a one-device cluster, from the probe's measurements (not calibrated: issue #9).
 spec::ClusterSpec host_cluster(const Json& probe) {
   spec::GpuSpec g;
@@ -187,7 +181,7 @@ void run(const RunOptions& o) {
             << "\n\n";
 
   std::cout << "[1/6] measuring this machine\n";
-  const auto probe = executor_json({"probe-host", "--seconds", "1.5"});
+  const auto probe = run_executor_json({"probe-host", "--seconds", "1.5"});
   write_json(out / "host_probe.json", probe);
   const auto cluster = host_cluster(probe);
   std::cout << str_cat("  ", probe["cores"].get<int>(), " cores, ", fixed(probe["memory_bytes"].get<double>() / 1073741824.0, 1),

@@ -1,9 +1,5 @@
 #include "cli/cmd_run_plan.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -15,8 +11,6 @@
 #include "core/str_cat.h"
 #include "spec/plan.h"
 
-extern char** environ;
-
 namespace cpt::cli {
 
 namespace {
@@ -24,26 +18,8 @@ namespace {
 using core::str_cat;
 namespace fs = std::filesystem;
 
-// Runs this cpt binary with `args` (its output passes through); its exit code.
-int run_self(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
-    throw core::RuntimeError("cpt run: could not start `cpt " + args.front() + "`");
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
-}
-
 void step(const std::vector<std::string>& args) {
-  if (const int code = run_self(args); code != 0) {
+  if (const int code = run_self_passthrough(args); code != 0) {
     throw core::RuntimeError(str_cat("`cpt ", args.front(), "` failed (exit ", code, "); the lines above say why"));
   }
 }

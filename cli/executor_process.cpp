@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "core/str_cat.h"
 
+#include <nlohmann/json.hpp>
+
 namespace cpt::cli {
 
 namespace {
@@ -71,22 +73,46 @@ ProcessOutput run_executor(const std::vector<std::string>& args) {
   return result;
 }
 
-int run_executor_passthrough(const std::vector<std::string>& args) {
-  const auto exe = find_executor();
-  CPT_CHECK(exe.has_value(), "cpt-exec not found");
+namespace {
+
+// Runs `exe args...` with this process's standard streams and waits: its exit code.
+int run_passthrough(const std::filesystem::path& exe, const std::vector<std::string>& args) {
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) throw core::RuntimeError(core::str_cat("cannot fork: ", std::strerror(errno)));
   if (pid == 0) {
     ::setenv("CPT_EXEC_INVOKED_AS", "cpt", 1);
-    exec_with(*exe, args);
+    exec_with(exe, args);
     ::_exit(127);
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status)) throw core::RuntimeError(core::str_cat(exe->string(), " was killed by signal ", WTERMSIG(status)));
+  if (!WIFEXITED(status)) throw core::RuntimeError(core::str_cat(exe.string(), " was killed by signal ", WTERMSIG(status)));
   return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+int run_executor_passthrough(const std::vector<std::string>& args) {
+  const auto exe = find_executor();
+  CPT_CHECK(exe.has_value(), "cpt-exec not found");
+  return run_passthrough(*exe, args);
+}
+
+int run_self_passthrough(const std::vector<std::string>& args) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw core::RuntimeError(core::str_cat("cannot find this cpt binary: ", ec.message()));
+  return run_passthrough(self, args);
+}
+
+core::Json run_executor_json(const std::vector<std::string>& args) {
+  const auto r = run_executor(args);
+  if (r.exit_code != 0) {
+    throw core::RuntimeError(core::str_cat("`cpt-exec ", args.front(), "` failed (exit ", r.exit_code, ")"));
+  }
+  return core::Json::parse(r.out);
 }
 
 void exec_executor(const std::vector<std::string>& args) {

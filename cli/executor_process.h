@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/json_reader.h"
+
 namespace cpt::cli {
 
 // `cpt-exec` in the directory of the running `cpt`, if it exists (it is not built without LibTorch).
@@ -27,6 +29,12 @@ ProcessOutput run_executor(const std::vector<std::string>& args);
 // Runs `cpt-exec args...` with this process's standard streams and waits: its exit code.
 // REQUIRES: find_executor(). RuntimeError when it cannot be started or is killed by a signal.
 int run_executor_passthrough(const std::vector<std::string>& args);
+
+// The same for this `cpt` binary itself (a subcommand run as a step of another).
+int run_self_passthrough(const std::vector<std::string>& args);
+
+// Runs `cpt-exec args...` and parses its standard output as JSON. RuntimeError when it fails.
+core::Json run_executor_json(const std::vector<std::string>& args);
 
 // Replaces this process with `cpt-exec args...` (standard streams, terminal and exit code pass
 // through unchanged). REQUIRES: find_executor(). RuntimeError when exec fails.

@@ -1,7 +1,9 @@
 #pragma once
-// str_cat(a, b, ...): concatenates anything that streams into std::ostream; join(parts, sep).
-// The project's formatting helpers while the toolchain (GCC 12) has no <format>.
+// str_cat(a, b, ...): concatenates anything that streams into std::ostream; join(parts, sep);
+// fixed(v, decimals) and significant(v, digits) for numbers. The project's formatting helpers while
+// the toolchain (GCC 12) has no <format>.
 
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -17,6 +19,20 @@ inline std::string join(const std::vector<std::string>& parts, std::string_view 
     out += parts[i];
   }
   return out;
+}
+
+// fixed(3.14159, 2) == "3.14".
+inline std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// significant(0.000123456, 3) == "0.000123"; significant(1234567, 3) == "1.23e+06" (printf's %g).
+inline std::string significant(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
 }
 
 template <class... Args>

@@ -44,6 +44,14 @@ ParamCounts ModelSpec::param_counts() const {
   return c;
 }
 
+std::int64_t tp_padded_vocab(std::int64_t vocab, int tp) {
+  if (tp <= 1) return vocab;
+  const std::int64_t multiple = 128LL * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+std::int64_t ModelSpec::tp_padded_vocab(int tp) const { return spec::tp_padded_vocab(vocab, tp); }
+
 std::int64_t ModelSpec::padded_vocab(std::int64_t multiple) const {
   if (multiple <= 1) return vocab;
   return (vocab + multiple - 1) / multiple * multiple;

@@ -67,15 +67,18 @@ struct ModelSpec {
   [[nodiscard]] ParamCounts param_counts() const;
   [[nodiscard]] std::int64_t num_params() const { return param_counts().total; }
   // The vocabulary rounded up to a multiple of `multiple` (Megatron pads to 128·tp).
-  // The embedding / LM-head rows when split over `tp` tensor-parallel ranks: the vocabulary itself
-  // at tp = 1 (Hugging Face shapes), else padded to a multiple of 128·tp (Megatron-LM's
-  // --make-vocab-size-divisible-by 128, times tp). The executor shards by it and the cost model
-  // counts it (Megatron also pads at tp = 1; cpt's executor keeps Hugging Face's shapes there).
-  [[nodiscard]] std::int64_t tp_padded_vocab(int tp) const { return tp <= 1 ? vocab : padded_vocab(128LL * tp); }
+  // The embedding / LM-head rows when split over `tp` ranks (spec::tp_padded_vocab below).
+  [[nodiscard]] std::int64_t tp_padded_vocab(int tp) const;
   [[nodiscard]] std::int64_t padded_vocab(std::int64_t multiple) const;
 
   bool operator==(const ModelSpec&) const = default;
 };
+
+// The embedding / LM-head rows of a `vocab`-token vocabulary split over `tp` tensor-parallel ranks:
+// the vocabulary itself at tp = 1 (Hugging Face shapes), else padded to a multiple of 128·tp
+// (Megatron-LM's --make-vocab-size-divisible-by 128, times tp). The executor shards by it and the
+// cost model counts it (Megatron also pads at tp = 1; cpt's executor keeps Hugging Face's shapes).
+std::int64_t tp_padded_vocab(std::int64_t vocab, int tp);
 
 // Every violated constraint of `m`, each a full sentence naming the fields and their values;
 // empty when the spec is valid (positive sizes, hidden % heads == 0, heads % kv_heads == 0).

@@ -84,16 +84,9 @@ double mean_of(const std::vector<Row>& rows, std::size_t begin, std::size_t end)
   return n ? s / static_cast<double>(n) : std::nan("");
 }
 
-std::string fixed(double v, int digits = 3) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-std::string sci(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
+using core::fixed;
+std::string fixed(double v) { return fixed(v, 3); }
+std::string sci(double v) { return core::significant(v, 3); }
 
 Finding finding(std::string check, Verdict v, std::string detail, std::string suggestion = "") {
   return Finding{std::move(check), v, std::move(detail), v == Verdict::kOk ? "" : std::move(suggestion)};

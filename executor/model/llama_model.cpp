@@ -44,7 +44,7 @@ LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, Te
                                     "), key/value heads (", spec_.kv_heads, ") and ffn_hidden (", spec_.ffn_hidden,
                                     ") divisible by it"));
   }
-  const std::int64_t vocab_rows = padded_vocab(spec_.vocab, t) / t;
+  const std::int64_t vocab_rows = spec_.tp_padded_vocab(t) / t;
   // Tied embeddings need the embedding on the head's stage too: only single-stage for now.
   if (spec_.tied_embeddings && shape_.embedding != shape_.head) {
     throw core::ConfigError(str_cat("model ", spec_.name, ": tied embeddings need the embedding and the LM head ",
@@ -74,7 +74,7 @@ bool LlamaModelImpl::is_stage() const {
 }
 
 std::int64_t LlamaModelImpl::vocab_first_row() const {
-  return tp_.rank() * (padded_vocab(spec_.vocab, tp_.size()) / tp_.size());
+  return tp_.rank() * (spec_.tp_padded_vocab(tp_.size()) / tp_.size());
 }
 
 torch::Tensor LlamaModelImpl::shard_of_full(const std::string& name, const torch::Tensor& full) const {

@@ -99,12 +99,6 @@ TpSplit tp_split_of(const std::string& name) {
   return TpSplit::kReplicated;
 }
 
-std::int64_t padded_vocab(std::int64_t vocab, int tp) {
-  spec::ModelSpec m;
-  m.vocab = vocab;
-  return m.tp_padded_vocab(tp);
-}
-
 torch::Tensor tp_shard_of_full(const std::string& name, const torch::Tensor& full, std::int64_t vocab,
                                const TensorParallel& tp) {
   if (!tp.active()) return full;
@@ -124,7 +118,7 @@ torch::Tensor tp_shard_of_full(const std::string& name, const torch::Tensor& ful
     }
     case TpSplit::kVocabRows: {
       CPT_CHECK(full.size(0) == vocab, name, ": ", full.size(0), " rows, the vocabulary is ", vocab);
-      const auto k = padded_vocab(vocab, n) / n;
+      const auto k = spec::tp_padded_vocab(vocab, n) / n;
       const auto begin = r * k;
       const auto real = std::max<std::int64_t>(0, std::min(vocab, begin + k) - begin);
       auto shard = torch::zeros({k, full.size(1)}, full.options());

@@ -8,7 +8,7 @@
 //       up_proj: each rank computes a contiguous block of heads / of the FFN width;
 //   columns (row-parallel linears, dim 1 split): o_proj, down_proj: partial sums, then reduced;
 //   vocabulary rows: embed_tokens and lm_head, [V, H] padded with zero rows to V_pad (for tp > 1 the
-//       next multiple of 128·tp, spec::ModelSpec::tp_padded_vocab, as Megatron-LM and the cost
+//       next multiple of 128·tp, spec::tp_padded_vocab, as Megatron-LM and the cost
 //       model), rank r holding rows [r·V_pad/tp, (r+1)·V_pad/tp);
 //   replicated: the RMSNorm weights.
 // Checkpoints always hold the full, unpadded tensors, so they do not depend on the layout.
@@ -42,9 +42,6 @@ enum class TpSplit { kReplicated, kRows, kColumns, kVocabRows };
 
 // How the parameter `name` is split over the tensor-parallel group.
 TpSplit tp_split_of(const std::string& name);
-
-// The vocabulary padded for tp ranks (spec::ModelSpec::tp_padded_vocab's rule).
-std::int64_t padded_vocab(std::int64_t vocab, int tp);
 
 // This rank's piece of the full (unpadded) tensor `full` of parameter `name`. `vocab` is the
 // model's vocabulary (for the padding of kVocabRows). Returns `full` itself when tp is 1.

@@ -132,6 +132,27 @@ class DistributedTrain : public ::testing::Test {
     std::ofstream(dir_ / "hsdp-dp4/plan.json") << hsdp.dump(2);
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // `cpt train` of DIR/<plan>/plan.json with DIR/<config> into DIR/<out> on `procs` local ranks;
+  // `extra`: more flags (--stop-at, --resume).
+  static cpt::cli_testing::Run train(const std::string& plan, const std::string& out, int procs,
+                                     const std::string& config = "train.json", const std::string& extra = "") {
+    const auto d = dir_.string();
+    return sh(cpt() + " train --plan " + d + "/" + plan + "/plan.json --config " + d + "/" + config + " --out " + d + "/" +
+                  out + (procs > 1 ? " --nproc-per-node " + std::to_string(procs) : "") + extra,
+              dir_);
+  }
+  // A single-process reference run, trained once per test process.
+  static void reference(const std::string& plan, const std::string& out) {
+    if (fs::exists(dir_ / out / "metrics.jsonl")) return;
+    const auto r = train(plan, out, 1);
+    ASSERT_EQ(r.exit_code, 0) << plan << ": " << r.err;
+  }
+  // Checkpoints hold whole tensors: `from` stopped at step 10 resumes as `to` and ends where the
+  // reference run `ref` ends.
+  static void expect_resume(const std::string& from, int from_procs, const std::string& to, int to_procs,
+                            const std::string& ref);
+
   static fs::path dir_;
   static bool attempted_, ready_;
 };
@@ -158,21 +179,26 @@ void expect_same_run(const fs::path& a_dir, const fs::path& b_dir, const std::st
   }
 }
 
+void DistributedTrain::expect_resume(const std::string& from, int from_procs, const std::string& to, int to_procs,
+                                     const std::string& ref) {
+  const auto out = "moved-" + from + "-" + to;
+  const auto first = train(from, out, from_procs, "train.json", " --stop-at 10");
+  ASSERT_EQ(first.exit_code, 0) << from << ": " << first.err;
+  const auto second = train(to, out, to_procs, "train.json", " --resume");
+  ASSERT_EQ(second.exit_code, 0) << to << ": " << second.err;
+  expect_same_run(dir_ / ref, dir_ / out, from + " then " + to);
+}
+
 // DP2 with replicated (ZeRO-0), sharded-optimizer (ZeRO-1) and sharded-gradient (ZeRO-2) updates,
 // with full or selective recomputation, and with the optimizer state offloaded to the host: each
 // the single-process run, step by step and in the final weights.
 TEST_F(DistributedTrain, DataParallelLayoutsMatchTheSingleProcessRun) {
-  const auto d = dir_.string();
-  const auto single = sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + d + "/o1", dir_);
-  ASSERT_EQ(single.exit_code, 0) << single.err;
-  for (const char* layout :
+  reference("single", "o1");
+  for (const std::string layout :
        {"dp2", "zero1-dp2", "zero2-dp2", "dp2-full-recompute", "zero1-dp2-selective", "zero2-dp2-offload"}) {
-    const auto out = d + "/o-" + layout;
-    const auto r = sh(cpt() + " train --plan " + d + "/" + layout + "/plan.json --config " + d + "/train.json --out " + out +
-                          " --nproc-per-node 2",
-                      dir_);
+    const auto r = train(layout, "o-" + layout, 2);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
-    expect_same_run(dir_ / "o1", out, layout);
+    expect_same_run(dir_ / "o1", dir_ / ("o-" + layout), layout);
     // One summary line (rank 0's).
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   }
@@ -182,24 +208,17 @@ TEST_F(DistributedTrain, DataParallelLayoutsMatchTheSingleProcessRun) {
 // and hybrid sharding, and their products with data parallelism and each other: each the
 // single-process run.
 TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
-  const auto d = dir_.string();
-  auto train = [&](const std::string& plan, const std::string& out, int procs) {
-    const auto r = sh(cpt() + " train --plan " + d + "/" + plan + "/plan.json --config " + d + "/train.json --out " + d +
-                          "/" + out + (procs > 1 ? " --nproc-per-node " + std::to_string(procs) : ""),
-                      dir_);
-    EXPECT_EQ(r.exit_code, 0) << plan << ": " << r.err;
-    return r.exit_code == 0;
-  };
-  if (!fs::exists(dir_ / "o1/metrics.jsonl")) {
-    ASSERT_TRUE(train("single", "o1", 1));
-  }
-  ASSERT_TRUE(train("single4", "o1-4", 1));
-  for (const auto& [layout, procs, reference] :
+  reference("single", "o1");
+  reference("single4", "o1-4");
+  for (const auto& [layout, procs, ref] :
        {std::tuple{"tp2", 2, "o1"}, std::tuple{"tp2-sp", 2, "o1"}, std::tuple{"pp2", 2, "o1"},
         std::tuple{"pp2-interleaved", 2, "o1-4"}, std::tuple{"tp2-zero2-dp2", 4, "o1-4"},
         std::tuple{"pp2-zero1-dp2", 4, "o1-4"}, std::tuple{"pp2-tp2-sp", 4, "o1-4"}, std::tuple{"zero3-dp2", 2, "o1"},
         std::tuple{"hsdp-dp4", 4, "o1"}, std::tuple{"zero3-dp2-tp2-full", 4, "o1-4"}}) {
-    if (train(layout, std::string("o-") + layout, procs)) expect_same_run(dir_ / reference, dir_ / (std::string("o-") + layout), layout);
+    const auto out = std::string("o-") + layout;
+    const auto r = train(layout, out, procs);
+    EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    if (r.exit_code == 0) expect_same_run(dir_ / ref, dir_ / out, layout);
   }
 }
 
@@ -212,14 +231,8 @@ TEST_F(DistributedTrain, EwcUnderTensorAndDataParallelismMatchesTheSingleProcess
     "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
     "dp_bucket_mib": 0.1, "log_interval_steps": 0,
     "ewc": {"lambda": 5000, "data": {"name": "py", "path": "data"}, "sequences": 8}})";
-  auto train = [&](const std::string& plan, const std::string& out, int procs) {
-    const auto r = sh(cpt() + " train --plan " + d + "/" + plan + "/plan.json --config " + d + "/ewc.json --out " + d +
-                          "/" + out + (procs > 1 ? " --nproc-per-node " + std::to_string(procs) : ""),
-                      dir_);
-    EXPECT_EQ(r.exit_code, 0) << plan << ": " << r.err;
-    return r.exit_code == 0;
-  };
-  ASSERT_TRUE(train("single", "e1", 1));
+  const auto single_run = train("single", "e1", 1, "ewc.json");
+  ASSERT_EQ(single_run.exit_code, 0) << single_run.err;
   const auto penalties = [&](const std::string& out) {
     std::vector<double> v;
     std::ifstream in(dir_ / out / "metrics.jsonl");
@@ -232,7 +245,9 @@ TEST_F(DistributedTrain, EwcUnderTensorAndDataParallelismMatchesTheSingleProcess
   EXPECT_GT(single.back(), 0.0);
   for (const auto& [layout, procs] : {std::pair{"tp2", 2}, std::pair{"dp2", 2}}) {
     const auto out = std::string("e-") + layout;
-    if (!train(layout, out, procs)) continue;
+    const auto r = train(layout, out, procs, "ewc.json");
+    EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    if (r.exit_code != 0) continue;
     expect_same_run(dir_ / "e1", dir_ / out, std::string("ewc ") + layout);
     const auto p = penalties(out);
     ASSERT_EQ(p.size(), single.size()) << layout;
@@ -254,9 +269,7 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
         std::tuple{"zero1-dp2", 2, "--gpus 2 --dp 2 --zero 1"}, std::tuple{"tp2", 2, "--gpus 2 --tp 2"},
         std::tuple{"pp2", 2, "--gpus 2 --pp 2"}, std::tuple{"zero3-dp2", 2, "--gpus 2 --dp 2 --zero 3"}}) {
     const auto out = d + "/mem-" + layout;
-    const auto r = sh(cpt() + " train --plan " + d + "/" + layout + "/plan.json --config " + d + "/short.json --out " + out +
-                          (procs > 1 ? " --nproc-per-node " + std::to_string(procs) : ""),
-                      dir_);
+    const auto r = train(layout, std::string("mem-") + layout, procs, "short.json");
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     const auto e = sh(cpt() + " estimate --model tiny --gpu h100 " + flags +
                           " --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
@@ -271,9 +284,9 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
       for (const auto& [key, field] : {std::pair{"weights", "weights_bytes"}, std::pair{"grads", "grads_bytes"},
                                        std::pair{"optimizer", "optimizer_bytes"}}) {
         const auto bytes = std::llround(p[key].get<double>() * 1024.0 * 1024.0 * 1024.0);
-        // ZeRO-3's weights and gradients are peaks with whole units inside (the root unit stays
-        // whole for a microbatch, which the cost model does not count): only the optimizer state
-        // is a fixed number there.
+        // ZeRO-3's weights and gradients are the step's peaks with whole units inside (the root,
+        // the running and the prefetched block), which the cost model's count of gathered blocks
+        // does not reproduce on a model this small: only the optimizer state is a fixed number.
         if (zero3 && std::string(key) != "optimizer") continue;
         EXPECT_EQ(rank[field].get<std::int64_t>(), bytes) << layout << ", rank " << rank["rank"] << ": " << key;
       }
@@ -281,65 +294,18 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
   }
 }
 
-// Checkpoints hold whole tensors: a run stopped in one layout (pp2 x tp2 with sequence
-// parallelism) resumes in another (tp2 x dp2 with ZeRO-2) and ends where the single-process run
-// ends.
-TEST_F(DistributedTrain, TensorAndPipelineCheckpointsResumeInAnotherLayout) {
-  const auto d = dir_.string();
-  if (!fs::exists(dir_ / "o1-4/metrics.jsonl")) {
-    ASSERT_EQ(sh(cpt() + " train --plan " + d + "/single4/plan.json --config " + d + "/train.json --out " + d + "/o1-4",
-                 dir_).exit_code, 0);
-  }
-  const auto out = d + "/o-moved-4";
-  const auto first = sh(cpt() + " train --plan " + d + "/pp2-tp2-sp/plan.json --config " + d + "/train.json --out " +
-                            out + " --nproc-per-node 4 --stop-at 10",
-                        dir_);
-  ASSERT_EQ(first.exit_code, 0) << first.err;
-  const auto second = sh(cpt() + " train --plan " + d + "/tp2-zero2-dp2/plan.json --config " + d + "/train.json --out " +
-                             out + " --nproc-per-node 4 --resume",
-                         dir_);
-  ASSERT_EQ(second.exit_code, 0) << second.err;
-  expect_same_run(dir_ / "o1-4", out, "pp2-tp2-sp then tp2-zero2-dp2");
-}
-
-// Checkpoints do not depend on the layout: a ZeRO-2 run stopped at step 10 resumes as a single
-// process and ends where the single-process run ends (the sharded optimizer state is gathered);
-// a single-process run stopped at step 10 resumes under ZeRO-3 (the state is cut into shards) and
-// under ZeRO-2 with the optimizer state offloaded.
-TEST_F(DistributedTrain, ShardedCheckpointsResumeInAnotherLayout) {
-  const auto d = dir_.string();
-  if (!fs::exists(dir_ / "o1/metrics.jsonl")) {
-    ASSERT_EQ(sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + d + "/o1", dir_).exit_code, 0);
-  }
-  const auto out = d + "/o-moved";
-  const auto first = sh(cpt() + " train --plan " + d + "/zero2-dp2/plan.json --config " + d + "/train.json --out " + out +
-                            " --nproc-per-node 2 --stop-at 10",
-                        dir_);
-  ASSERT_EQ(first.exit_code, 0) << first.err;
-  const auto second =
-      sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + out + " --resume", dir_);
-  ASSERT_EQ(second.exit_code, 0) << second.err;
-  expect_same_run(dir_ / "o1", out, "zero2-dp2 then single");
-  // And into ZeRO-3: a single-process run stopped at step 10 resumes fully sharded.
-  const auto out3 = d + "/o-moved-zero3";
-  ASSERT_EQ(sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + out3 +
-                   " --stop-at 10",
-               dir_).exit_code, 0);
-  const auto third = sh(cpt() + " train --plan " + d + "/zero3-dp2/plan.json --config " + d + "/train.json --out " + out3 +
-                            " --nproc-per-node 2 --resume",
-                        dir_);
-  ASSERT_EQ(third.exit_code, 0) << third.err;
-  expect_same_run(dir_ / "o1", out3, "single then zero3-dp2");
-  // And into an offloaded optimizer: the host master copy follows the loaded weights.
-  const auto out4 = d + "/o-moved-offload";
-  ASSERT_EQ(sh(cpt() + " train --plan " + d + "/single/plan.json --config " + d + "/train.json --out " + out4 +
-                   " --stop-at 10",
-               dir_).exit_code, 0);
-  const auto fourth = sh(cpt() + " train --plan " + d + "/zero2-dp2-offload/plan.json --config " + d + "/train.json --out " +
-                             out4 + " --nproc-per-node 2 --resume",
-                         dir_);
-  ASSERT_EQ(fourth.exit_code, 0) << fourth.err;
-  expect_same_run(dir_ / "o1", out4, "single then zero2-dp2-offload");
+// Checkpoints hold whole tensors, so a run moves between layouts: pp2 x tp2 with sequence
+// parallelism into tp2 x ZeRO-2 dp2; ZeRO-2 dp2 into a single process (the sharded state is
+// gathered); a single process into ZeRO-3 (the state is cut into shards) and into ZeRO-2 with the
+// optimizer state offloaded (the host master follows the loaded weights). Each ends where the
+// uninterrupted single-process run ends.
+TEST_F(DistributedTrain, CheckpointsResumeInAnotherLayout) {
+  reference("single", "o1");
+  reference("single4", "o1-4");
+  expect_resume("pp2-tp2-sp", 4, "tp2-zero2-dp2", 4, "o1-4");
+  expect_resume("zero2-dp2", 2, "single", 1, "o1");
+  expect_resume("single", 1, "zero3-dp2", 2, "o1");
+  expect_resume("single", 1, "zero2-dp2-offload", 2, "o1");
 }
 
 TEST_F(DistributedTrain, ADeadRankTakesTheJobDown) {
