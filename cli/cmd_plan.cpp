@@ -136,7 +136,7 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
         << spec::to_string(p.recompute) << "," << (p.sequence_parallel ? 1 : 0) << "," << spec::to_string(p.offload)
         << "," << j["axis_order"].get<std::string>() << "," << c.estimate.time.total().value() << ","
         << c.estimate.tokens_per_s_per_gpu << "," << c.estimate.mfu << ","
-        << core::to_gibibytes(c.estimate.peak_memory().total()) << "\n";
+        << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
   }
   core::write_file_atomic(dir / "candidates.csv", csv.str());
   core::write_file_atomic(dir / "report.md", report_md(model, cluster, o, r));

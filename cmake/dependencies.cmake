@@ -6,6 +6,7 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 2.1 REQUIRED)
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 find_package(Boost 1.74 REQUIRED)   # header-only Boost.Graph
+find_package(Threads REQUIRED)      # the planner's worker threads
 if(CPT_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)

@@ -58,4 +58,9 @@ Seconds p2p_time(core::Bytes bytes, const LinkCost& link, double eff) {
   return Seconds(link.latency.value() + static_cast<double>(bytes.value()) / (link.bandwidth.value() * eff));
 }
 
+Seconds p2p_time(core::Bytes bytes, const LinkSum& links, double eff) {
+  if (bytes.value() <= 0) return Seconds(0);
+  return Seconds(links.latency_s + static_cast<double>(bytes.value()) * links.inverse_bandwidth / eff);
+}
+
 }  // namespace cpt::cost

@@ -23,4 +23,7 @@ core::Seconds collective_time(Collective kind, core::Bytes bytes, const GroupPla
                               double network_efficiency);
 core::Seconds p2p_time(core::Bytes bytes, const LinkCost& link, double network_efficiency);
 
+// Σ over the summed links of p2p_time(bytes, link, network_efficiency).
+core::Seconds p2p_time(core::Bytes bytes, const LinkSum& links, double network_efficiency);
+
 }  // namespace cpt::cost

@@ -4,6 +4,8 @@
 // with their sources). A user overrides them with flags of `cpt estimate`; `cpt calibrate`
 // (issue #9) fits the efficiency curves and latencies to the machine at hand.
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/units.h"
@@ -21,6 +23,24 @@ struct EfficiencyCurve {
   std::vector<Point> points;  // REQUIRES: gflops strictly increasing
   [[nodiscard]] double at(double flops) const;
 };
+
+// The log-linear interpolation of EfficiencyCurve::at over any points with `gflops` and
+// `efficiency` (the options' curves and a GPU profile's measured ones), without copying them:
+// a search calls it millions of times. Two log10 calls whatever the number of points.
+template <class Points>
+double interpolate_efficiency(const Points& points, double flops) {
+  if (points.empty()) return 1.0;
+  const double g = std::max(flops, 1.0) / 1e9;
+  if (g <= points.front().gflops) return points.front().efficiency;
+  for (std::size_t i = 1; i < points.size(); ++i) {
+    if (g <= points[i].gflops) {
+      const double x0 = std::log10(points[i - 1].gflops);
+      const double w = (std::log10(g) - x0) / (std::log10(points[i].gflops) - x0);
+      return points[i - 1].efficiency + w * (points[i].efficiency - points[i - 1].efficiency);
+    }
+  }
+  return points.back().efficiency;
+}
 
 struct CostModelOptions {
   // Precision of the matrix engines; activations and weights are 16-bit for bf16/fp16/fp8 (fp8

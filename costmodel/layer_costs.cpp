@@ -55,14 +55,7 @@ Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_
 Seconds gemm_time(double flops, const spec::GpuSpec& gpu, const CostModelOptions& o) {
   if (flops <= 0) return Seconds(0);
   const auto& measured = gpu.gemm_efficiency[static_cast<std::size_t>(o.precision)];
-  double eff = 0;
-  if (measured.empty()) {
-    eff = o.gemm_efficiency.at(flops);
-  } else {
-    EfficiencyCurve curve;
-    for (const auto& pt : measured) curve.points.push_back({pt.gflops, pt.efficiency});
-    eff = curve.at(flops);
-  }
+  const double eff = measured.empty() ? o.gemm_efficiency.at(flops) : interpolate_efficiency(measured, flops);
   return Seconds(flops / (peak(gpu, o.precision) * eff));
 }
 

@@ -14,14 +14,11 @@ namespace {
 
 Bytes bytes(double v) { return Bytes(static_cast<std::int64_t>(std::llround(v))); }
 
-// Parameters of one transformer block per tp rank: attention and MLP matrices split over tp,
-// norms (and row-parallel biases) replicated.
-double block_params_per_tp(const spec::ModelSpec& m, int tp) {
-  const auto c = m.param_counts();
+}  // namespace
+
+double block_params_per_tp(const spec::ParamCounts& c, int tp) {
   return static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / tp + static_cast<double>(c.norms_per_layer);
 }
-
-}  // namespace
 
 MemoryBreakdown model_state_bytes(double psi, int zero_stage, int n, const CostModelOptions& o) {
   const bool fp32 = o.precision == spec::Precision::kFp32;
@@ -67,65 +64,95 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
 
 double params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p, const spec::StagePartition& stages,
                          int pp_rank) {
-  return stages.layers_of_rank(pp_rank) * block_params_per_tp(m, p.tp) + root_params_of_pp_rank(m, p, stages, pp_rank);
+  return stages.layers_of_rank(pp_rank) * block_params_per_tp(m.param_counts(), p.tp) +
+         root_params_of_pp_rank(m, p, stages, pp_rank);
+}
+
+double root_params(const spec::ModelSpec& m, const spec::ParamCounts& c, int tp, bool holds_first, bool holds_last,
+                   bool single_stage) {
+  const double vocab_rows = static_cast<double>(m.tp_padded_vocab(tp)) / tp;
+  double psi = 0;
+  if (holds_first) psi += vocab_rows * m.hidden + static_cast<double>(c.position);
+  if (holds_last) {
+    psi += static_cast<double>(c.final_norm);
+    if (!m.tied_embeddings || !single_stage) psi += vocab_rows * m.hidden;
+  }
+  return psi;
 }
 
 double root_params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p,
                               const spec::StagePartition& stages, int pp_rank) {
-  const auto c = m.param_counts();
-  const double vocab_rows = static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp;
   const int last = stages.num_stages() - 1;
-  double psi = 0;
-  for (int s : stages.stages_of_rank(pp_rank)) {
-    if (s == 0) psi += vocab_rows * m.hidden + static_cast<double>(c.position);
-    if (s == last) {
-      psi += static_cast<double>(c.final_norm);
-      if (!m.tied_embeddings || last != 0) psi += vocab_rows * m.hidden;
-    }
-  }
-  return psi;
+  // Stage 0 is chunk 0 of pp rank 0; the last stage is the last chunk of pp rank pp - 1.
+  return root_params(m, m.param_counts(), p.tp, pp_rank == 0, pp_rank == stages.pp_rank_of(last), last == 0);
 }
 
 int shard_group_size(const spec::ParallelConfig& p, const spec::RankLayout& layout) {
   return static_cast<int>(layout.dp_shard_group(0).size()) * p.cp;
 }
 
+MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, int shard_group,
+                         const CostModelOptions& o) {
+  MemoryTerms t;
+  t.shard_group = shard_group;
+  t.activation_per_layer = static_cast<double>(activation_bytes_per_layer(m, p, seq_len, o).value());
+  const double e = activation_bytes(o.precision);
+  const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
+  t.logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (e + 4);  // bf16 + fp32 in CE
+  if (p.recompute == spec::Recompute::kFull) {
+    spec::ParallelConfig none = p;
+    none.recompute = spec::Recompute::kNone;
+    t.recompute_buffer = static_cast<double>(activation_bytes_per_layer(m, none, seq_len, o).value());
+  }
+  const auto c = m.param_counts();
+  t.block_params = static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / p.tp;
+  // Groups this rank talks in (each holds NCCL buffers).
+  int groups = 0;
+  for (int d : {p.tp, p.cp, p.dp, p.pp}) groups += d > 1 ? 1 : 0;
+  t.comm_buffers = static_cast<double>(o.comm_buffer_per_group.value()) * groups;
+  return t;
+}
+
+MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p, double psi, double root_psi,
+                            double live_activations, bool holds_last, const CostModelOptions& o) {
+  const int n = t.shard_group;
+  const double e = activation_bytes(o.precision);
+  MemoryBreakdown mb = model_state_bytes(psi, p.zero_stage, n, o);
+  const double grad_b = (o.precision == spec::Precision::kFp32 || o.fp32_main_grads) ? 4 : 2;
+  if (p.zero_stage >= 2) mb.grads += bytes(grad_b * std::min(psi, static_cast<double>(o.bucket_elements)));
+  if (p.zero_stage == 3) {
+    mb.weights += bytes(e * t.block_params * o.zero3_prefetch_blocks);
+    // The root unit (embedding, final norm, LM head) is whole for a whole microbatch, forward
+    // and backward, with its whole gradient until its backward ends (FSDP's root; cpt's
+    // executor, parallel/fully_sharded.h): its unsharded part on top of the shards.
+    const double root = root_psi * (1.0 - 1.0 / n);
+    mb.weights += bytes(e * root);
+    mb.grads += bytes(grad_b * root);
+  }
+  if (p.offload != spec::Offload::kNone) mb.optimizer = Bytes(0);
+  if (p.offload == spec::Offload::kOptimizerAndParams) mb.weights = bytes(e * t.block_params * o.zero3_prefetch_blocks);
+
+  double act = live_activations;
+  if (holds_last) act += t.logits;
+  act += t.recompute_buffer;
+  mb.activations = bytes(act);
+  mb.other = o.cuda_context + bytes(t.comm_buffers + o.fragmentation * (act + t.comm_buffers));
+  return mb;
+}
+
 std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len,
                                                 const spec::StagePartition& stages,
                                                 const spec::PipelineSchedule* schedule, const spec::RankLayout& layout,
                                                 const CostModelOptions& o) {
-  const int n = shard_group_size(p, layout);
-  const double per_layer = static_cast<double>(activation_bytes_per_layer(m, p, seq_len, o).value());
+  const MemoryTerms terms = memory_terms(m, p, seq_len, shard_group_size(p, layout), o);
   std::vector<double> stage_weight(static_cast<std::size_t>(stages.num_stages()));
-  for (int s = 0; s < stages.num_stages(); ++s) stage_weight[static_cast<std::size_t>(s)] = per_layer * stages.layers_in(s);
-  const double e = activation_bytes(o.precision);
-  const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
-  const double logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (e + 4);  // bf16 + fp32 in CE
-
-  // Groups this rank talks in (each holds NCCL buffers).
-  int groups = 0;
-  for (int d : {p.tp, p.cp, p.dp, p.pp}) groups += d > 1 ? 1 : 0;
-
+  for (int s = 0; s < stages.num_stages(); ++s) {
+    stage_weight[static_cast<std::size_t>(s)] = terms.activation_per_layer * stages.layers_in(s);
+  }
+  const int last = stages.num_stages() - 1;
   std::vector<MemoryBreakdown> out;
+  out.reserve(static_cast<std::size_t>(p.pp));
   for (int r = 0; r < p.pp; ++r) {
-    const double psi = params_of_pp_rank(m, p, stages, r);
-    MemoryBreakdown mb = model_state_bytes(psi, p.zero_stage, n, o);
-    const double block = static_cast<double>(m.param_counts().attention_per_layer + m.param_counts().mlp_per_layer) / p.tp;
-    const double grad_b = (o.precision == spec::Precision::kFp32 || o.fp32_main_grads) ? 4 : 2;
-    if (p.zero_stage >= 2) mb.grads += bytes(grad_b * std::min(psi, static_cast<double>(o.bucket_elements)));
-    if (p.zero_stage == 3) {
-      mb.weights += bytes(e * block * o.zero3_prefetch_blocks);
-      // The root unit (embedding, final norm, LM head) is whole for a whole microbatch, forward
-      // and backward, with its whole gradient until its backward ends (FSDP's root; cpt's
-      // executor, parallel/fully_sharded.h): its unsharded part on top of the shards.
-      const double root = root_params_of_pp_rank(m, p, stages, r) * (1.0 - 1.0 / n);
-      mb.weights += bytes(e * root);
-      mb.grads += bytes(grad_b * root);
-    }
-    if (p.offload != spec::Offload::kNone) mb.optimizer = Bytes(0);
-    if (p.offload == spec::Offload::kOptimizerAndParams) mb.weights = bytes(e * block * o.zero3_prefetch_blocks);
-
-    const auto rank_stages = stages.stages_of_rank(r);
     double act = 0;
     if (schedule != nullptr) {
       act = spec::max_live_weight(*schedule, r, stage_weight);
@@ -133,19 +160,11 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
       // The heaviest chunk times the live count: exact for uniform chunks and never below the
       // schedule's value otherwise, so a search never keeps a plan the exact model rejects.
       double heaviest = 0;
-      for (int s : rank_stages) heaviest = std::max(heaviest, stage_weight[static_cast<std::size_t>(s)]);
+      for (int s : stages.stages_of_rank(r)) heaviest = std::max(heaviest, stage_weight[static_cast<std::size_t>(s)]);
       act = heaviest * spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), r);
     }
-    if (std::find(rank_stages.begin(), rank_stages.end(), stages.num_stages() - 1) != rank_stages.end()) act += logits;
-    if (p.recompute == spec::Recompute::kFull) {
-      spec::ParallelConfig none = p;
-      none.recompute = spec::Recompute::kNone;
-      act += static_cast<double>(activation_bytes_per_layer(m, none, seq_len, o).value());
-    }
-    mb.activations = bytes(act);
-    const double buffers = static_cast<double>(o.comm_buffer_per_group.value()) * groups;
-    mb.other = o.cuda_context + bytes(buffers + o.fragmentation * (act + buffers));
-    out.push_back(mb);
+    out.push_back(rank_memory(terms, p, params_of_pp_rank(m, p, stages, r), root_params_of_pp_rank(m, p, stages, r),
+                              act, stages.pp_rank_of(last) == r, o));
   }
   return out;
 }

@@ -51,6 +51,14 @@ core::Bytes activation_bytes_per_layer(const spec::ModelSpec& model, const spec:
 // stage's copy of a tied embedding, as Megatron keeps).
 double root_params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                               const spec::StagePartition& stages, int pp_rank);
+// The same from what the rank holds: the first stage, the last stage, and whether the model has a
+// single stage (then a tied head is the embedding itself).
+double root_params(const spec::ModelSpec& model, const spec::ParamCounts& counts, int tp, bool holds_first,
+                   bool holds_last, bool single_stage);
+
+// Parameters of one transformer block per tp rank: attention and MLP matrices split over tp,
+// norms (and row-parallel biases) replicated.
+double block_params_per_tp(const spec::ParamCounts& counts, int tp);
 
 // Parameters held by one pipeline rank, per tp rank.
 double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
@@ -58,6 +66,25 @@ double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfi
 
 // ZeRO shard-group size of the ranks at pipeline coordinate 0 (every pp rank has the same).
 int shard_group_size(const spec::ParallelConfig& parallel, const spec::RankLayout& layout);
+
+// What the memory of every pipeline rank of one configuration shares (bytes), computed once.
+struct MemoryTerms {
+  int shard_group = 1;             // ZeRO shard group (shard_group_size)
+  double activation_per_layer = 0; // stored activations of one layer, one microbatch
+  double logits = 0;               // the last stage's logits of one microbatch (16-bit + fp32 in the loss)
+  double recompute_buffer = 0;     // full recompute: one layer's rematerialised activations
+  double block_params = 0;         // attention + MLP matrices of one block per tp rank (a ZeRO-3 unit)
+  double comm_buffers = 0;         // communication buffers of the groups this rank talks in
+};
+MemoryTerms memory_terms(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
+                         int shard_group, const CostModelOptions& options);
+
+// The memory of one pipeline rank from what it holds: `params` (per tp rank, its layers and root
+// part), `root_params` (the root part alone), the bytes of the activations stored for its live
+// microbatches, and whether it holds the last stage (the logits).
+MemoryBreakdown rank_memory(const MemoryTerms& terms, const spec::ParallelConfig& parallel, double params,
+                            double root_params, double live_activations, bool holds_last,
+                            const CostModelOptions& options);
 
 // The peak memory of every pipeline rank, index = pp rank. With a schedule the live microbatches are
 // replayed from it; with `schedule == nullptr` they come from spec::in_flight_closed_form times the

@@ -80,38 +80,51 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const do
   return out;
 }
 
+double bubble_fill(double f, double b, double w, bool zero_bubble) {
+  return zero_bubble ? std::max(f + b - 2 * w, f) : f + b;
+}
+
+PipelineTerms closed_form_terms(int v, int m, double critical_work, double others, double transfers) {
+  PipelineTerms t;
+  t.bubble_s = others / v;
+  t.transfers_s = 2 * transfers / v;
+  t.makespan_s = m * critical_work + t.bubble_s + t.transfers_s;
+  return t;
+}
+
 ReplayResult closed_form_makespan(int pp, int v, int m, std::span<const double> fwd, std::span<const double> bwd,
                                   std::span<const double> p2p, std::span<const double> wgrad) {
   const auto stages = static_cast<std::size_t>(pp * v);
   CPT_CHECK(fwd.size() == stages && bwd.size() == stages && p2p.size() == stages, "durations for ", fwd.size(),
             " stages, expected ", stages);
-  std::vector<double> w(static_cast<std::size_t>(pp), 0.0);
-  for (std::size_t s = 0; s < stages; ++s) w[s % static_cast<std::size_t>(pp)] += fwd[s] + bwd[s];
-  std::size_t crit = 0;
-  for (std::size_t r = 1; r < w.size(); ++r) {
-    if (w[r] > w[crit]) crit = r;
-  }
-  // A rank's contribution to the bubble: its forward + backward, or under zero bubble that less
-  // twice its weight-gradient part (never below its forward).
-  std::vector<double> fill(w.size(), 0.0), fwd_r(w.size(), 0.0);
-  if (!wgrad.empty()) {
+  const bool zero_bubble = !wgrad.empty();
+  if (zero_bubble) {
     CPT_CHECK(wgrad.size() == stages, "weight-gradient durations for ", wgrad.size(), " stages, expected ", stages);
-    for (std::size_t s = 0; s < stages; ++s) {
-      fill[s % static_cast<std::size_t>(pp)] += 2 * wgrad[s];
-      fwd_r[s % static_cast<std::size_t>(pp)] += fwd[s];
-    }
+  }
+  // Per rank: forward, backward and weight-gradient time over its chunks, one microbatch.
+  std::vector<double> f(static_cast<std::size_t>(pp), 0.0), b(f), w(f);
+  for (std::size_t s = 0; s < stages; ++s) {
+    const auto r = s % static_cast<std::size_t>(pp);
+    f[r] += fwd[s];
+    b[r] += bwd[s];
+    if (zero_bubble) w[r] += wgrad[s];
+  }
+  std::size_t crit = 0;
+  for (std::size_t r = 1; r < f.size(); ++r) {
+    if (f[r] + b[r] > f[crit] + b[crit]) crit = r;
   }
   double others = 0;
-  for (std::size_t r = 0; r < w.size(); ++r) {
-    if (r != crit) others += std::max(w[r] - fill[r], wgrad.empty() ? 0.0 : fwd_r[r]);
+  for (std::size_t r = 0; r < f.size(); ++r) {
+    if (r != crit) others += bubble_fill(f[r], b[r], w[r], zero_bubble);
   }
   double transfers = 0;
   for (std::size_t s = 0; s + 1 < stages; ++s) transfers += p2p[s];
+  const PipelineTerms t = closed_form_terms(v, m, f[crit] + b[crit], others, transfers);
   ReplayResult out;
-  out.makespan = core::Seconds(m * w[crit] + others / v + 2 * transfers / v);
-  for (std::size_t r = 0; r < w.size(); ++r) {
-    out.busy.emplace_back(m * w[r]);
-    out.finish.emplace_back(r == crit ? out.makespan.value() : m * w[r]);
+  out.makespan = core::Seconds(t.makespan_s);
+  for (std::size_t r = 0; r < f.size(); ++r) {
+    out.busy.emplace_back(m * (f[r] + b[r]));
+    out.finish.emplace_back(r == crit ? out.makespan.value() : m * (f[r] + b[r]));
   }
   return out;
 }

@@ -44,4 +44,18 @@ ReplayResult closed_form_makespan(int pp, int virtual_stages, int num_microbatch
                                   std::span<const double> backward_s, std::span<const double> p2p_after_s,
                                   std::span<const double> weight_grad_s = {});
 
+// The two parts of the closed form, for callers that sum the ranks themselves (the search's O(1)
+// evaluation, step_estimator.cpp): a non-critical rank's term in the bubble from its forward,
+// backward and weight-gradient time over its chunks (f + b; under zero bubble max(f + b − 2w, f)),
+// and the makespan from the critical rank's work W, the sum of the other ranks' terms and the sum
+// of the transfers after each stage.
+double bubble_fill(double forward_s, double backward_s, double weight_grad_s, bool zero_bubble);
+struct PipelineTerms {
+  double makespan_s = 0;   // m·W + others / v + 2·transfers / v
+  double bubble_s = 0;     // others / v
+  double transfers_s = 0;  // 2·transfers / v
+};
+PipelineTerms closed_form_terms(int virtual_stages, int num_microbatches, double critical_work_s, double others_s,
+                                double transfers_s);
+
 }  // namespace cpt::cost

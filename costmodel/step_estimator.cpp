@@ -48,40 +48,268 @@ constexpr double kCpuAdamParamsPerSecond = 1e9;
 
 }  // namespace
 
+CostModelOptions with_device_overheads(const CostModelOptions& options, const spec::GpuSpec& gpu) {
+  CostModelOptions o = options;
+  if (gpu.kernel_overhead) o.kernel_overhead = *gpu.kernel_overhead;
+  if (gpu.collective_overhead) o.collective_overhead = *gpu.collective_overhead;
+  return o;
+}
+
+namespace {
+
+// True when with_device_overheads would change `o` (then evaluate works on a copy).
+bool needs_device_overheads(const CostModelOptions& o, const spec::GpuSpec& gpu) {
+  return (gpu.kernel_overhead && *gpu.kernel_overhead != o.kernel_overhead) ||
+         (gpu.collective_overhead && *gpu.collective_overhead != o.collective_overhead);
+}
+
+// The checks before any cost, in two phases: without `layout`, every rule of ParallelConfig; with
+// it, the combinations this model does not cover (uneven hybrid shard groups, context parallelism
+// without a fused attention kernel). `detail` receives the reason's text when non-null.
+std::optional<InfeasibleReason> find_invalid(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                             const spec::ParallelConfig& p, int seq_len, const CostModelOptions& o,
+                                             const LayoutCosts* layout, std::string* detail) {
+  if (layout == nullptr) {
+    if (auto errors = spec::find_parallel_config_errors(p, model, seq_len, cluster.num_gpus); !errors.empty()) {
+      if (detail) *detail = errors.front();
+      return InfeasibleReason::kInvalidConfig;
+    }
+    return std::nullopt;
+  }
+  if (p.hybrid_shard && layout->hybrid_shard_error) {
+    if (detail) *detail = *layout->hybrid_shard_error;
+    return InfeasibleReason::kInvalidConfig;
+  }
+  if (p.cp > 1 && !o.flash_attention) {
+    if (detail) *detail = "context parallelism needs a fused (flash) attention kernel";
+    return InfeasibleReason::kUnsupportedCombination;
+  }
+  return std::nullopt;
+}
+
+// What one microbatch of one layer costs on any stage, with the communication a stage cannot hide
+// (TP collectives, the CP ring beyond attention, ZeRO-3 gathers beyond compute), and the groups
+// the data-parallel terms run on. Shared by every pipeline stage and both evaluations.
+struct LayerTerms {
+  BlockCosts blk;
+  HeadCosts head;
+  Seconds call;    // fixed cost of one collective or point-to-point call
+  Seconds tp_one;  // one tensor-parallel collective
+  Seconds cp_fwd, cp_bwd;
+  Seconds z3_fwd_exposed, z3_bwd_exposed, z3_overlapped;
+  Seconds layer_fwd, layer_bwd;  // one layer, everything exposed included
+  Bytes boundary;                // the activation passed between stages
+  GroupPlacement dp_g, shard_g, replicate_g;
+  int n_shard = 1;
+  double slow_dp = 0;  // compute slowdown per second of overlapped DP communication
+};
+
+LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
+                       int seq_len, const CostModelOptions& o, const LayoutCosts& lc) {
+  LayerTerms x;
+  const double eff = o.network_efficiency;
+  x.blk = block_costs(model, p, seq_len, cluster.gpu(), o);
+  x.head = head_costs(model, p, seq_len, cluster.gpu(), o);
+  const BlockCosts& blk = x.blk;
+  x.call = o.collective_overhead;
+  const Seconds call = x.call;
+  x.tp_one = p.tp > 1 ? collective_time(Collective::kAllReduce, blk.tp_bytes, lc.tp, eff) + call : Seconds(0);
+  auto cp_exposed = [&](Bytes bytes, Seconds attention) {
+    if (p.cp <= 1) return Seconds(0);
+    // cp − 1 ring steps, each a transfer of one block to the next rank of the ring.
+    const Bytes per_step = Bytes(bytes.value() / (p.cp - 1));
+    const LinkCost link = lc.cp.nodes > 1 ? lc.cp.inter : lc.cp.intra;
+    const Seconds comm = (p2p_time(per_step, link, eff) + call) * static_cast<double>(p.cp - 1);
+    return std::max(Seconds(0), comm - attention);
+  };
+  x.cp_fwd = cp_exposed(blk.cp_bytes_forward, blk.forward.attention);
+  x.cp_bwd = cp_exposed(blk.cp_bytes_backward, blk.backward.attention);
+
+  // ZeRO-3: every microbatch gathers each block's parameters forward and backward and
+  // reduce-scatters its gradients over the shard group, prefetched behind compute.
+  x.n_shard = lc.shard_group;
+  x.dp_g = lc.dp;
+  x.shard_g = lc.dp;
+  if (p.hybrid_shard) {
+    x.shard_g = GroupPlacement{lc.dp.ranks_per_node, 1, lc.dp.ranks_per_node, lc.dp.intra, {}};
+    x.replicate_g = GroupPlacement{lc.dp.nodes, lc.dp.nodes, 1, {}, lc.dp.inter};
+  }
+  const double e = activation_bytes(o.precision);
+  if (p.zero_stage == 3 && x.n_shard > 1) {
+    const auto c = model.param_counts();
+    const double block_params = static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / p.tp;
+    const Bytes gathered(static_cast<std::int64_t>(block_params * e));
+    const Bytes grads(static_cast<std::int64_t>(block_params * (o.fp32_main_grads ? 4 : 2)));
+    const Seconds ag = collective_time(Collective::kAllGather, gathered, x.shard_g, eff) + call;
+    const Seconds rs = collective_time(Collective::kReduceScatter, grads, x.shard_g, eff) + call;
+    x.z3_fwd_exposed = std::max(Seconds(0), ag - blk.forward.total());
+    x.z3_bwd_exposed = std::max(Seconds(0), ag + rs - blk.backward.total() - blk.recompute.total());
+    x.z3_overlapped = (ag - x.z3_fwd_exposed) + (ag + rs - x.z3_bwd_exposed);
+  }
+  x.slow_dp = lc.dp.nodes > 1 ? o.overlap_slowdown_network : o.overlap_slowdown_nvlink;
+  x.layer_fwd = blk.forward.total() + x.tp_one * static_cast<double>(blk.tp_collectives_forward) + x.cp_fwd +
+                x.z3_fwd_exposed;
+  x.layer_bwd = blk.backward.total() + blk.recompute.total() +
+                x.tp_one * static_cast<double>(blk.tp_collectives_backward + blk.tp_collectives_recompute) + x.cp_bwd +
+                x.z3_bwd_exposed;
+  x.boundary = Bytes(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden * e /
+                                               (p.sequence_parallel ? p.tp : 1)));
+  return x;
+}
+
+// The pipeline rank that finishes last, and the pipeline's share of the step on it.
+struct CriticalRank {
+  int rank = 0;
+  double layers = 0;       // layers it holds over its chunks
+  bool first = false;      // holds the embedding
+  bool last = false;       // holds the LM head
+  double params = 0;       // parameters it holds, per tp rank
+  double backward_s = 0;   // its backward over its stages, one microbatch
+  Seconds pp_comm;         // transfers on the critical path
+  Seconds pp_bubble;       // idle time in the schedule
+};
+
+// The step-end terms of StageDurations (data parallelism and the optimizer).
+struct StepEnd {
+  Seconds dp_reduce;
+  int dp_buckets = 1;
+  int dp_reductions = 1;
+  Seconds dp_after;
+  Seconds optimizer;
+};
+
+// The step time by cause on the critical rank: its compute, recomputation and exposed TP/CP/ZeRO-3
+// per microbatch, the pipeline terms, the data-parallel reduction (overlapped with the last
+// backward), the ZeRO-1/2 all-gather, the HSDP all-reduce and the optimizer step.
+StepEnd step_time(const spec::ClusterSpec& cluster, const spec::ParallelConfig& p, const CostModelOptions& o,
+                  const LayerTerms& x, const CriticalRank& crit, StepTimeBreakdown& t) {
+  const BlockCosts& blk = x.blk;
+  const HeadCosts& head = x.head;
+  const double eff = o.network_efficiency;
+  const Seconds call = x.call;
+  const double mm = p.grad_accum();
+  const double rank_layers = crit.layers;
+  t.compute = (blk.forward.total() + blk.backward.total()) * (rank_layers * mm);
+  if (crit.first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * mm;
+  if (crit.last) t.compute += (head.head_forward.total() + head.head_backward.total()) * mm;
+  t.recompute = blk.recompute.total() * (rank_layers * mm);
+  t.tp_comm = x.tp_one * static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
+                                             blk.tp_collectives_recompute) *
+              (rank_layers * mm);
+  t.cp_comm = (x.cp_fwd + x.cp_bwd) * (rank_layers * mm);
+  const Seconds zero3_exposed = (x.z3_fwd_exposed + x.z3_bwd_exposed) * (rank_layers * mm);
+  t.pp_comm = crit.pp_comm;
+  t.pp_bubble = crit.pp_bubble;
+
+  // Data parallelism: gradient reduction overlapped with the (last) backward, the ZeRO-1/2
+  // parameter all-gather after the optimizer, the HSDP cross-node all-reduce.
+  const double psi = crit.params;
+  const double e = activation_bytes(o.precision);
+  const double grad_b = o.fp32_main_grads || o.precision == spec::Precision::kFp32 ? 4 : 2;
+  const Bytes grad_bytes(static_cast<std::int64_t>(psi * grad_b));
+  const Bytes param_bytes(static_cast<std::int64_t>(psi * e));
+  Seconds overlappable, exposed_after;
+  const double buckets = std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements)));
+  if (x.n_shard > 1 || (p.hybrid_shard && x.replicate_g.size > 1)) {
+    if (p.zero_stage == 0) {
+      overlappable = collective_time(Collective::kAllReduce, grad_bytes, x.dp_g, eff) + call * buckets;
+    } else if (p.zero_stage <= 2) {
+      overlappable = collective_time(Collective::kReduceScatter, grad_bytes, x.dp_g, eff) + call * buckets;
+      exposed_after = collective_time(Collective::kAllGather, param_bytes, x.dp_g, eff) + call * buckets;
+    } else if (p.hybrid_shard) {
+      exposed_after = collective_time(Collective::kAllReduce, Bytes(grad_bytes.value() / std::max(1, x.shard_g.size)),
+                                      x.replicate_g, eff) +
+                      call * buckets;
+    }
+  }
+  const Seconds bucket_time =
+      overlappable.value() > 0
+          ? overlappable * std::min(1.0, static_cast<double>(o.bucket_elements) * grad_b / static_cast<double>(grad_bytes.value()))
+          : Seconds(0);
+  const Seconds hidden =
+      o.overlap_dp_with_backward ? std::min(overlappable - bucket_time, Seconds(crit.backward_s)) : Seconds(0);
+  // ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every microbatch's backward
+  // (DeepSpeed's micro-step reduction), not once per step; ZeRO 0/1 accumulate full gradients.
+  const double reductions = p.zero_stage == 2 ? mm : 1.0;
+  t.dp_comm = (overlappable - std::max(Seconds(0), hidden)) * reductions + exposed_after + zero3_exposed;
+  t.other = std::max(Seconds(0), hidden) * (reductions * x.slow_dp) + x.z3_overlapped * (rank_layers * mm) * x.slow_dp;
+  StepEnd end;
+  end.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);
+  end.dp_buckets = static_cast<int>(buckets);
+  end.dp_reductions = static_cast<int>(reductions);
+  // Without overlap the reduction runs after backward: it joins the terms after the reductions.
+  end.dp_after = exposed_after + (o.overlap_dp_with_backward ? Seconds(0) : overlappable * reductions);
+
+  // Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param).
+  const double local = psi / (p.zero_stage >= 1 ? x.n_shard : 1);
+  const double opt_bytes = o.optimizer_bytes_per_param + (o.precision == spec::Precision::kFp16 ? 8.0 : 0.0);
+  if (p.offload == spec::Offload::kNone) {
+    t.optimizer = Seconds(local * opt_bytes / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency)) +
+                  o.kernel_overhead * 4.0;
+  } else {
+    t.optimizer = Seconds(local * (grad_b + e) / kPcieBytesPerSecond + local / kCpuAdamParamsPerSecond);
+  }
+  end.optimizer = t.optimizer;
+  return end;
+}
+
+// Rates of a step: tokens/s per GPU, model TFLOP/s, MFU and HFU (Estimate's conventions).
+struct Rates {
+  core::Flops model_flops, hardware_flops;
+  double tokens_per_s_per_gpu = 0, model_tflops_per_gpu = 0, mfu = 0, hfu = 0;
+};
+
+Rates rates(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p, int seq_len,
+            const CostModelOptions& o, const LayerTerms& x, Seconds step_time) {
+  const double step = step_time.value();
+  const double gpus = cluster.num_gpus;
+  const double microbatches_total = static_cast<double>(p.global_batch) / p.micro_batch;
+  const double replicas_of_work = static_cast<double>(p.tp) * p.cp;  // per-rank FLOPs x tp x cp = one microbatch
+  Rates r;
+  r.model_flops = core::Flops(microbatches_total * replicas_of_work *
+                              (model.layers * x.blk.model_flops.value() + x.head.model_flops.value()));
+  r.hardware_flops = core::Flops(microbatches_total * replicas_of_work *
+                                 (model.layers * x.blk.hardware_flops.value() + x.head.model_flops.value()));
+  const double pk = (cluster.gpu().peak(o.precision) ? *cluster.gpu().peak(o.precision)
+                                                       : *cluster.gpu().peak(spec::Precision::kBf16))
+                        .value();
+  r.tokens_per_s_per_gpu = static_cast<double>(p.global_batch) * seq_len / step / gpus;
+  r.model_tflops_per_gpu = r.model_flops.value() / step / gpus / 1e12;
+  r.mfu = r.model_flops.value() / (step * gpus * pk);
+  r.hfu = r.hardware_flops.value() / (step * gpus * pk);
+  return r;
+}
+
+std::string memory_detail(const MemoryBreakdown& peak, const spec::ClusterSpec& cluster, int rank) {
+  return str_cat(gib(peak.total()), " GiB > ", gib(cluster.gpu().hbm_capacity), " GiB on pp rank ", rank, " (weights ",
+                 gib(peak.weights), ", grads ", gib(peak.grads), ", optimizer ", gib(peak.optimizer),
+                 ", activations ", gib(peak.activations), ", other ", gib(peak.other), ")");
+}
+
+}  // namespace
+
 Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
                     int seq_len, const CostModelOptions& o) {
   // Invalid configurations need no graph.
-  if (auto errors = spec::find_parallel_config_errors(p, model, seq_len, cluster.num_gpus); !errors.empty()) {
-    return Infeasible{InfeasibleReason::kInvalidConfig, errors.front()};
-  }
+  std::string detail;
+  if (auto why = find_invalid(model, cluster, p, seq_len, o, nullptr, &detail)) return Infeasible{*why, detail};
   return evaluate(model, cluster, p, seq_len, o, Topology(cluster));
 }
 
 Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
                     int seq_len, const CostModelOptions& options, const Topology& topo) {
-  // A calibrated profile may carry its own fixed costs per kernel and per collective call
-  // (`cpt calibrate --from-runs`); they replace the options' defaults. Copied only then: the
-  // planner evaluates millions of configurations.
+  // A calibrated profile may carry its own fixed costs per kernel and per collective call; copied
+  // only then.
   const auto& gpu = cluster.node.gpu;
-  CostModelOptions calibrated;
-  if (gpu.kernel_overhead || gpu.collective_overhead) {
-    calibrated = options;
-    if (gpu.kernel_overhead) calibrated.kernel_overhead = *gpu.kernel_overhead;
-    if (gpu.collective_overhead) calibrated.collective_overhead = *gpu.collective_overhead;
-  }
-  const CostModelOptions& o = gpu.kernel_overhead || gpu.collective_overhead ? calibrated : options;
-  // 1. Validity: every rule of ParallelConfig, then combinations this model does not cover.
-  if (auto errors = spec::find_parallel_config_errors(p, model, seq_len, cluster.num_gpus); !errors.empty()) {
-    return Infeasible{InfeasibleReason::kInvalidConfig, errors.front()};
-  }
+  const bool own = needs_device_overheads(options, gpu);
+  const CostModelOptions calibrated = own ? with_device_overheads(options, gpu) : CostModelOptions{};
+  const CostModelOptions& o = own ? calibrated : options;
+  // 1. Validity.
+  std::string detail;
+  if (auto why = find_invalid(model, cluster, p, seq_len, o, nullptr, &detail)) return Infeasible{*why, detail};
   const spec::RankLayout layout(p, cluster.node.gpus_per_node);
-  if (p.hybrid_shard) {
-    if (auto e = topo.hybrid_shard_error(layout)) return Infeasible{InfeasibleReason::kInvalidConfig, *e};
-  }
-  if (p.cp > 1 && !o.flash_attention) {
-    return Infeasible{InfeasibleReason::kUnsupportedCombination,
-                      "context parallelism needs a fused (flash) attention kernel"};
-  }
+  const LayoutCosts& lc = topo.layout_costs(layout);
+  if (auto why = find_invalid(model, cluster, p, seq_len, o, &lc, &detail)) return Infeasible{*why, detail};
   const int m = p.grad_accum();
   const auto stages = spec::StagePartition::balanced(model.layers, p.pp, p.virtual_stages);
   std::optional<spec::PipelineSchedule> schedule;
@@ -93,79 +321,26 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   for (int r = 0; r < p.pp; ++r) {
     if (est.memory_per_pp_rank[static_cast<std::size_t>(r)].total() > est.peak_memory().total()) est.worst_pp_rank = r;
   }
-  const MemoryBreakdown& peak = est.peak_memory();
-  if (peak.total() > cluster.gpu().hbm_capacity) {
-    return Infeasible{InfeasibleReason::kOutOfMemory,
-                      str_cat(gib(peak.total()), " GiB > ", gib(cluster.gpu().hbm_capacity), " GiB on pp rank ",
-                              est.worst_pp_rank, " (weights ", gib(peak.weights), ", grads ", gib(peak.grads),
-                              ", optimizer ", gib(peak.optimizer), ", activations ", gib(peak.activations), ", other ",
-                              gib(peak.other), ")")};
+  if (est.peak_memory().total() > cluster.gpu().hbm_capacity) {
+    return Infeasible{InfeasibleReason::kOutOfMemory, memory_detail(est.peak_memory(), cluster, est.worst_pp_rank)};
   }
 
-  // 3. Where each group runs.
-  const GroupPlacement tp_g = topo.place(layout, spec::Axis::kTp);
-  const GroupPlacement cp_g = topo.place(layout, spec::Axis::kCp);
-  GroupPlacement dp_g = topo.place(layout, spec::Axis::kDp);
+  // 3. Per-layer costs and the communication inside a stage.
+  const LayerTerms x = layer_terms(model, cluster, p, seq_len, o, lc);
+  const HeadCosts& head = x.head;
   const double eff = o.network_efficiency;
 
-  // 4. Per-layer costs and the communication inside a stage.
-  const BlockCosts blk = block_costs(model, p, seq_len, cluster.gpu(), o);
-  const HeadCosts head = head_costs(model, p, seq_len, cluster.gpu(), o);
-  const Seconds call = o.collective_overhead;
-  const Seconds tp_one = p.tp > 1 ? collective_time(Collective::kAllReduce, blk.tp_bytes, tp_g, eff) + call : Seconds(0);
-  auto cp_exposed = [&](Bytes bytes, Seconds attention) {
-    if (p.cp <= 1) return Seconds(0);
-    // cp − 1 ring steps, each a transfer of one block to the next rank of the ring.
-    const Bytes per_step = Bytes(bytes.value() / (p.cp - 1));
-    const LinkCost link = cp_g.nodes > 1 ? cp_g.inter : cp_g.intra;
-    const Seconds comm = (p2p_time(per_step, link, eff) + call) * static_cast<double>(p.cp - 1);
-    return std::max(Seconds(0), comm - attention);
-  };
-  const Seconds cp_fwd = cp_exposed(blk.cp_bytes_forward, blk.forward.attention);
-  const Seconds cp_bwd = cp_exposed(blk.cp_bytes_backward, blk.backward.attention);
-
-  // ZeRO-3: every microbatch gathers each block's parameters forward and backward and
-  // reduce-scatters its gradients over the shard group, prefetched behind compute.
-  const int n_shard = shard_group_size(p, layout);
-  GroupPlacement shard_g = dp_g;
-  GroupPlacement replicate_g;
-  if (p.hybrid_shard) {
-    shard_g = GroupPlacement{dp_g.ranks_per_node, 1, dp_g.ranks_per_node, dp_g.intra, {}};
-    replicate_g = GroupPlacement{dp_g.nodes, dp_g.nodes, 1, {}, dp_g.inter};
-  }
-  const double e = activation_bytes(o.precision);
-  const double block_params =
-      static_cast<double>(model.param_counts().attention_per_layer + model.param_counts().mlp_per_layer) / p.tp;
-  Seconds z3_fwd_exposed, z3_bwd_exposed, z3_overlapped;
-  if (p.zero_stage == 3 && n_shard > 1) {
-    const Bytes gathered(static_cast<std::int64_t>(block_params * e));
-    const Bytes grads(static_cast<std::int64_t>(block_params * (o.fp32_main_grads ? 4 : 2)));
-    const Seconds ag = collective_time(Collective::kAllGather, gathered, shard_g, eff) + call;
-    const Seconds rs = collective_time(Collective::kReduceScatter, grads, shard_g, eff) + call;
-    z3_fwd_exposed = std::max(Seconds(0), ag - blk.forward.total());
-    z3_bwd_exposed = std::max(Seconds(0), ag + rs - blk.backward.total() - blk.recompute.total());
-    z3_overlapped = (ag - z3_fwd_exposed) + (ag + rs - z3_bwd_exposed);
-  }
-  const double slow_dp = dp_g.nodes > 1 ? o.overlap_slowdown_network : o.overlap_slowdown_nvlink;
-
-  // 5. Per-stage durations of one microbatch, and the point-to-point transfer after each stage.
+  // 4. Per-stage durations of one microbatch, and the point-to-point transfer after each stage.
   const int S = stages.num_stages();
   std::vector<double> fwd(static_cast<std::size_t>(S)), bwd(static_cast<std::size_t>(S)), p2p(static_cast<std::size_t>(S)),
       wgrad(static_cast<std::size_t>(S));
-  const Seconds layer_fwd = blk.forward.total() + tp_one * static_cast<double>(blk.tp_collectives_forward) + cp_fwd +
-                            z3_fwd_exposed;
-  const Seconds layer_bwd = blk.backward.total() + blk.recompute.total() +
-                            tp_one * static_cast<double>(blk.tp_collectives_backward + blk.tp_collectives_recompute) +
-                            cp_bwd + z3_bwd_exposed;
-  const Bytes boundary(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden * e /
-                                                 (p.sequence_parallel ? p.tp : 1)));
   for (int s = 0; s < S; ++s) {
     const auto i = static_cast<std::size_t>(s);
     const double L = stages.layers_in(s);
-    fwd[i] = L * layer_fwd.value();
-    bwd[i] = L * layer_bwd.value();
+    fwd[i] = L * x.layer_fwd.value();
+    bwd[i] = L * x.layer_bwd.value();
     // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).
-    wgrad[i] = L * blk.forward.gemm.value();
+    wgrad[i] = L * x.blk.forward.gemm.value();
     if (s == 0) {
       fwd[i] += head.embedding_forward.total().value();
       bwd[i] += head.embedding_backward.total().value();
@@ -177,12 +352,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     }
     // Stage s -> s+1 runs from pp rank s mod pp to (s+1) mod pp, same tp/cp/dp coordinates.
     if (s < S - 1 && p.pp > 1) {
-      spec::RankCoord a{}, b{};
-      a.pp = s % p.pp;
-      b.pp = (s + 1) % p.pp;
-      p2p[i] = (p2p_time(boundary, topo.p2p(layout.rank_of(a), layout.rank_of(b), cluster.node.gpus_per_node), eff) +
-                call)
-                   .value();
+      p2p[i] = (p2p_time(x.boundary, lc.pp_next[static_cast<std::size_t>(s % p.pp)], eff) + x.call).value();
     }
   }
   const std::vector<double> no_p2p(static_cast<std::size_t>(S), 0.0);
@@ -193,105 +363,163 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   const ReplayResult without_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, no_p2p, split)
                                             : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, no_p2p, split);
   // The critical rank: the one that finishes last.
-  int crit = 0;
+  CriticalRank crit;
   for (int r = 0; r < p.pp; ++r) {
-    if (with_p2p.finish[static_cast<std::size_t>(r)] > with_p2p.finish[static_cast<std::size_t>(crit)]) crit = r;
+    if (with_p2p.finish[static_cast<std::size_t>(r)] > with_p2p.finish[static_cast<std::size_t>(crit.rank)]) crit.rank = r;
   }
-  const auto rank_stages = stages.stages_of_rank(crit);
-  double rank_layers = 0;
-  bool has_first = false, has_last = false;
-  for (int s : rank_stages) {
-    rank_layers += stages.layers_in(s);
-    has_first = has_first || s == 0;
-    has_last = has_last || s == S - 1;
+  for (int s : stages.stages_of_rank(crit.rank)) {
+    crit.layers += stages.layers_in(s);
+    crit.first = crit.first || s == 0;
+    crit.last = crit.last || s == S - 1;
+    crit.backward_s += bwd[static_cast<std::size_t>(s)];
   }
-  const double mm = m;
-  StepTimeBreakdown& t = est.time;
-  t.compute = (blk.forward.total() + blk.backward.total()) * (rank_layers * mm);
-  if (has_first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * mm;
-  if (has_last) t.compute += (head.head_forward.total() + head.head_backward.total()) * mm;
-  t.recompute = blk.recompute.total() * (rank_layers * mm);
-  t.tp_comm = tp_one * static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
-                                           blk.tp_collectives_recompute) *
-              (rank_layers * mm);
-  t.cp_comm = (cp_fwd + cp_bwd) * (rank_layers * mm);
-  const Seconds zero3_exposed = (z3_fwd_exposed + z3_bwd_exposed) * (rank_layers * mm);
-  t.pp_comm = with_p2p.makespan - without_p2p.makespan;
-  t.pp_bubble = without_p2p.makespan - without_p2p.busy[static_cast<std::size_t>(crit)];
-  if (t.pp_bubble < Seconds(0)) t.pp_bubble = Seconds(0);
+  crit.params = params_of_pp_rank(model, p, stages, crit.rank);
+  crit.pp_comm = with_p2p.makespan - without_p2p.makespan;
+  crit.pp_bubble = std::max(Seconds(0), without_p2p.makespan - without_p2p.busy[static_cast<std::size_t>(crit.rank)]);
 
-  // 6. Data parallelism: gradient reduction overlapped with the (last) backward, the ZeRO-1/2
-  // parameter all-gather after the optimizer, the HSDP cross-node all-reduce.
-  const double psi = params_of_pp_rank(model, p, stages, crit);
-  const double grad_b = o.fp32_main_grads || o.precision == spec::Precision::kFp32 ? 4 : 2;
-  const Bytes grad_bytes(static_cast<std::int64_t>(psi * grad_b));
-  const Bytes param_bytes(static_cast<std::int64_t>(psi * e));
-  Seconds overlappable, exposed_after;
-  if (n_shard > 1 || (p.hybrid_shard && replicate_g.size > 1)) {
-    const double buckets = std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements)));
-    if (p.zero_stage == 0) {
-      overlappable = collective_time(Collective::kAllReduce, grad_bytes, dp_g, eff) + call * buckets;
-    } else if (p.zero_stage <= 2) {
-      overlappable = collective_time(Collective::kReduceScatter, grad_bytes, dp_g, eff) + call * buckets;
-      exposed_after = collective_time(Collective::kAllGather, param_bytes, dp_g, eff) + call * buckets;
-    } else if (p.hybrid_shard) {
-      exposed_after = collective_time(Collective::kAllReduce, Bytes(grad_bytes.value() / std::max(1, shard_g.size)),
-                                      replicate_g, eff) +
-                      call * buckets;
-    }
-  }
-  double last_bwd = 0;
-  for (int s : rank_stages) last_bwd += bwd[static_cast<std::size_t>(s)];
-  const Seconds bucket_time =
-      overlappable.value() > 0
-          ? overlappable * std::min(1.0, static_cast<double>(o.bucket_elements) * grad_b / static_cast<double>(grad_bytes.value()))
-          : Seconds(0);
-  const Seconds hidden =
-      o.overlap_dp_with_backward ? std::min(overlappable - bucket_time, Seconds(last_bwd)) : Seconds(0);
-  // ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every microbatch's backward
-  // (DeepSpeed's micro-step reduction), not once per step; ZeRO 0/1 accumulate full gradients.
-  const double reductions = p.zero_stage == 2 ? mm : 1.0;
-  t.dp_comm = (overlappable - std::max(Seconds(0), hidden)) * reductions + exposed_after + zero3_exposed;
-  t.other = std::max(Seconds(0), hidden) * (reductions * slow_dp) + z3_overlapped * (rank_layers * mm) * slow_dp;
+  // 5. Data parallelism and the optimizer on the critical rank.
+  const StepEnd end = step_time(cluster, p, o, x, crit, est.time);
   est.stages.forward_s = fwd;
   est.stages.backward_s = bwd;
   est.stages.weight_grad_s = wgrad;
   est.stages.p2p_after_s = p2p;
-  est.stages.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);
-  est.stages.dp_buckets = static_cast<int>(std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements))));
-  est.stages.dp_reductions = static_cast<int>(reductions);
-  // Without overlap the reduction runs after backward: it joins the terms after the reductions.
-  est.stages.dp_after = exposed_after + (o.overlap_dp_with_backward ? Seconds(0) : overlappable * reductions);
-  est.stages.overlap_slowdown = slow_dp;
+  est.stages.dp_reduce = end.dp_reduce;
+  est.stages.dp_buckets = end.dp_buckets;
+  est.stages.dp_reductions = end.dp_reductions;
+  est.stages.dp_after = end.dp_after;
+  est.stages.optimizer = end.optimizer;
+  est.stages.overlap_slowdown = x.slow_dp;
 
-  // 7. Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param).
-  const double local = psi / (p.zero_stage >= 1 ? n_shard : 1);
-  const double opt_bytes = o.optimizer_bytes_per_param + (o.precision == spec::Precision::kFp16 ? 8.0 : 0.0);
-  if (p.offload == spec::Offload::kNone) {
-    t.optimizer = Seconds(local * opt_bytes / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency)) +
-                  o.kernel_overhead * 4.0;
-  } else {
-    t.optimizer = Seconds(local * (grad_b + e) / kPcieBytesPerSecond + local / kCpuAdamParamsPerSecond);
-  }
-  est.stages.optimizer = t.optimizer;
-
-  // 8. Rates.
-  const double step = t.total().value();
-  const double gpus = cluster.num_gpus;
-  const double microbatches_total = static_cast<double>(p.global_batch) / p.micro_batch;
-  const double replicas_of_work = static_cast<double>(p.tp) * p.cp;  // per-rank FLOPs x tp x cp = one microbatch
-  est.model_flops_per_step = core::Flops(microbatches_total * replicas_of_work *
-                                         (model.layers * blk.model_flops.value() + head.model_flops.value()));
-  est.hardware_flops_per_step = core::Flops(microbatches_total * replicas_of_work *
-                                            (model.layers * blk.hardware_flops.value() + head.model_flops.value()));
-  const double pk = (cluster.gpu().peak(o.precision) ? *cluster.gpu().peak(o.precision)
-                                                       : *cluster.gpu().peak(spec::Precision::kBf16))
-                        .value();
-  est.tokens_per_s_per_gpu = static_cast<double>(p.global_batch) * seq_len / step / gpus;
-  est.model_tflops_per_gpu = est.model_flops_per_step.value() / step / gpus / 1e12;
-  est.mfu = est.model_flops_per_step.value() / (step * gpus * pk);
-  est.hfu = est.hardware_flops_per_step.value() / (step * gpus * pk);
+  // 6. Rates.
+  const Rates r = rates(model, cluster, p, seq_len, o, x, est.time.total());
+  est.model_flops_per_step = r.model_flops;
+  est.hardware_flops_per_step = r.hardware_flops;
+  est.tokens_per_s_per_gpu = r.tokens_per_s_per_gpu;
+  est.model_tflops_per_gpu = r.model_tflops_per_gpu;
+  est.mfu = r.mfu;
+  est.hfu = r.hfu;
   return est;
+}
+
+SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                               const spec::ParallelConfig& p, int seq_len, const CostModelOptions& options,
+                               const Topology& topo) {
+  const auto& gpu = cluster.node.gpu;
+  const bool own = needs_device_overheads(options, gpu);
+  const CostModelOptions calibrated = own ? with_device_overheads(options, gpu) : CostModelOptions{};
+  const CostModelOptions& o = own ? calibrated : options;
+  SearchEstimate out;
+  if (auto why = find_invalid(model, cluster, p, seq_len, o, nullptr, nullptr)) {
+    out.infeasible = why;
+    return out;
+  }
+  const spec::RankLayout layout(p, cluster.node.gpus_per_node);
+  const LayoutCosts& lc = topo.layout_costs(layout);
+  if (auto why = find_invalid(model, cluster, p, seq_len, o, &lc, nullptr)) {
+    out.infeasible = why;
+    return out;
+  }
+  const int L = model.layers, pp = p.pp, v = p.virtual_stages, m = p.grad_accum();
+
+  // The pipeline ranks that can be worst. Under the balanced partition the extra layers go to the
+  // inner stages first, so among ranks 1..pp-2 (no embedding, no head) rank 1 holds the most
+  // layers and the heaviest chunk, and the closed-form live microbatches never grow with the rank:
+  // rank 1 bounds every inner rank in each memory component and in work. Only ranks 0, 1 and
+  // pp - 1 need computing; the inner ranks 2..pp-2 enter the bubble as a sum of their layers.
+  struct Rank {
+    int r;
+    double layers, heaviest;
+    bool first, last;
+  };
+  Rank ranks[3];
+  int n_ranks = 0;
+  auto add_rank = [&](int r) {
+    Rank k{r, static_cast<double>(spec::StagePartition::balanced_layers_of_rank(L, pp, v, r)), 0, r == 0, r == pp - 1};
+    for (int c = 0; c < v; ++c) {
+      k.heaviest = std::max(k.heaviest, static_cast<double>(spec::StagePartition::balanced_layers_in(L, pp, v, c * pp + r)));
+    }
+    ranks[n_ranks++] = k;
+  };
+  add_rank(0);
+  if (pp >= 3) add_rank(1);
+  if (pp >= 2) add_rank(pp - 1);
+  double inner_layers = L;  // ranks 2..pp-2
+  for (int i = 0; i < n_ranks; ++i) inner_layers -= ranks[i].layers;
+
+  // Memory: the first rank with the highest total, as evaluate() picks it.
+  const auto counts = model.param_counts();
+  const double block_params = block_params_per_tp(counts, p.tp);
+  const MemoryTerms mt = memory_terms(model, p, seq_len, lc.shard_group, o);
+  const bool single_stage = pp * v == 1;
+  double params[3];
+  for (int i = 0; i < n_ranks; ++i) {
+    const Rank& k = ranks[i];
+    const double root = root_params(model, counts, p.tp, k.first, k.last, single_stage);
+    params[i] = k.layers * block_params + root;
+    const double act = mt.activation_per_layer * k.heaviest *
+                       spec::in_flight_closed_form(p.schedule, pp, v, m, k.r);
+    const MemoryBreakdown mem = rank_memory(mt, p, params[i], root, act, k.last, o);
+    if (i == 0 || mem.total() > out.peak_memory.total()) {
+      out.peak_memory = mem;
+      out.worst_pp_rank = k.r;
+    }
+  }
+  if (out.peak_memory.total() > cluster.gpu().hbm_capacity) {
+    out.infeasible = InfeasibleReason::kOutOfMemory;
+    return out;
+  }
+
+  // Time: closed_form_makespan over the ranks' work per microbatch (pipeline_replay.h).
+  const LayerTerms x = layer_terms(model, cluster, p, seq_len, o, lc);
+  const HeadCosts& head = x.head;
+  const double lf = x.layer_fwd.value(), lb = x.layer_bwd.value(), lw = x.blk.forward.gemm.value();
+  const bool zero_bubble = p.schedule == spec::ScheduleKind::kZeroBubbleH1;
+  double work[3], fill[3], backward[3];
+  int crit_i = 0;
+  for (int i = 0; i < n_ranks; ++i) {
+    const Rank& k = ranks[i];
+    double f = k.layers * lf, b = k.layers * lb, w = k.layers * lw;
+    if (k.first) {
+      f += head.embedding_forward.total().value();
+      b += head.embedding_backward.total().value();
+    }
+    if (k.last) {
+      f += head.head_forward.total().value();
+      b += head.head_backward.total().value();
+      w += head.head_forward.gemm.value();
+    }
+    work[i] = f + b;
+    backward[i] = b;
+    fill[i] = bubble_fill(f, b, w, zero_bubble);
+    if (work[i] > work[crit_i]) crit_i = i;
+  }
+  double others = inner_layers * bubble_fill(lf, lb, lw, zero_bubble);
+  for (int i = 0; i < n_ranks; ++i) others += i == crit_i ? 0.0 : fill[i];
+  // Transfers: stage s -> s+1 for s < S - 1 leaves pp rank s mod pp: every link of the ring v
+  // times, but the wrap from pp - 1 to 0 once less.
+  Seconds transfers;
+  if (pp > 1) {
+    const double eff = o.network_efficiency;
+    transfers = (p2p_time(x.boundary, lc.pp_ring, eff) + x.call * static_cast<double>(pp)) * static_cast<double>(v) -
+                (p2p_time(x.boundary, lc.pp_next.back(), eff) + x.call);
+  }
+  const PipelineTerms pipe = closed_form_terms(v, m, work[crit_i], others, transfers.value());
+  CriticalRank crit;
+  crit.rank = ranks[crit_i].r;
+  crit.layers = ranks[crit_i].layers;
+  crit.first = ranks[crit_i].first;
+  crit.last = ranks[crit_i].last;
+  crit.params = params[crit_i];
+  crit.backward_s = backward[crit_i];
+  crit.pp_comm = Seconds(pipe.transfers_s);
+  crit.pp_bubble = Seconds(std::max(0.0, pipe.bubble_s));
+  (void)step_time(cluster, p, o, x, crit, out.time);
+  const Rates r = rates(model, cluster, p, seq_len, o, x, out.time.total());
+  out.tokens_per_s_per_gpu = r.tokens_per_s_per_gpu;
+  out.model_tflops_per_gpu = r.model_tflops_per_gpu;
+  out.mfu = r.mfu;
+  out.hfu = r.hfu;
+  return out;
 }
 
 }  // namespace cpt::cost

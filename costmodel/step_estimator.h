@@ -7,6 +7,7 @@
 // exposed part of the data-parallel gradient reduction, + the optimizer step. Each term names the
 // configuration that enables it (docs/costmodel.md, "Time").
 
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -89,6 +90,21 @@ struct Estimate {
 
 using Evaluation = std::variant<Estimate, Infeasible>;
 
+// What a search keeps of an evaluation: the same numbers as evaluate() with exact_pipeline =
+// false, without the per-stage durations, the other ranks' memory or a formatted reason, so that
+// it costs no allocation and O(1) in the pipeline degree (step_estimator_test.cpp checks it
+// against evaluate()). REQUIRES of the configuration: a balanced stage partition (the planner's).
+struct SearchEstimate {
+  std::optional<InfeasibleReason> infeasible;  // set: nothing else is
+  StepTimeBreakdown time;
+  MemoryBreakdown peak_memory;  // of the worst pipeline rank
+  int worst_pp_rank = 0;
+  double tokens_per_s_per_gpu = 0;
+  double model_tflops_per_gpu = 0;
+  double mfu = 0;
+  double hfu = 0;
+};
+
 [[nodiscard]] Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                   const spec::ParallelConfig& parallel, int seq_len,
                                   const CostModelOptions& options = {});
@@ -97,5 +113,16 @@ using Evaluation = std::variant<Estimate, Infeasible>;
 [[nodiscard]] Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                   const spec::ParallelConfig& parallel, int seq_len, const CostModelOptions& options,
                                   const Topology& topology);
+
+// The search's evaluation (see SearchEstimate): `options.exact_pipeline` is ignored (closed forms).
+// REQUIRES: `topology` was built from `cluster`.
+[[nodiscard]] SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                             const spec::ParallelConfig& parallel, int seq_len,
+                                             const CostModelOptions& options, const Topology& topology);
+
+// `options` with the device's own fixed costs per kernel and per collective call, when its profile
+// has them (`cpt calibrate --from-runs`); evaluate() applies this itself, and copies the options
+// only when it changes them: a search applies it once beforehand.
+[[nodiscard]] CostModelOptions with_device_overheads(const CostModelOptions& options, const spec::GpuSpec& gpu);
 
 }  // namespace cpt::cost

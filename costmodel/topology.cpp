@@ -1,13 +1,17 @@
 #include "costmodel/topology.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/breadth_first_search.hpp>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "core/check.h"
@@ -51,7 +55,20 @@ struct Loads {
 }  // namespace
 
 struct Topology::Cache {
-  using PlaceKey = std::tuple<int, int, int, int, int, int, int, int, int>;  // degrees, order, axis
+  // The groups of an axis are {base + i·stride : i < degree} over the ranks of the world: their
+  // placement depends on (degree, stride, world size) alone, whatever the other axes are.
+  using PlaceKey = std::tuple<int, int, int>;
+  // Layout costs: (degrees, strides, hybrid) -> costs; node-based, so references stay valid.
+  using LayoutKey = std::array<int, 9>;
+  struct LayoutKeyHash {
+    std::size_t operator()(const LayoutKey& k) const noexcept {
+      std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the values
+      for (int v : k) h = (h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(v))) * 1099511628211ULL;
+      return static_cast<std::size_t>(h);
+    }
+  };
+  std::shared_mutex layouts_mutex;
+  std::unordered_map<LayoutKey, std::unique_ptr<LayoutCosts>, LayoutKeyHash> layouts;
   std::mutex mutex;
   std::map<PlaceKey, GroupPlacement> placements;
   std::map<std::pair<int, int>, LinkCost> links;
@@ -152,14 +169,20 @@ void walk(const Topology::Graph& G, Vertex a, Vertex b, Up up, Down down) {
 
 struct Router {
   const Topology::Graph& G;
-  Loads loads;
-  explicit Router(const Topology::Graph& graph) : G(graph) {
+  Loads& loads;
+  bool single = false;  // one flow alone: every load is 1 and no counters are needed
+  // `scratch` holds the counters (reused between routings on one thread: large clusters have tens
+  // of thousands of vertices, and fresh pages for each placement cost more than the routing).
+  Router(const Topology::Graph& graph, Loads& scratch, bool single_flow = false)
+      : G(graph), loads(scratch), single(single_flow) {
+    if (single) return;
     const auto nv = G.parent.size();
     loads.up.assign(nv, 0);
     loads.down.assign(nv, 0);
     loads.hub_out.assign(G.gpu.size(), 0);
     loads.hub_in.assign(G.gpu.size(), 0);
   }
+  int load(const std::vector<int>& counters, std::size_t i) const { return single ? 1 : std::max(1, counters[i]); }
   int node_of(int gpu) const { return gpu / G.gpus_per_node; }
   void add(int a, int b, int sign) {
     if (a == b) return;
@@ -176,19 +199,19 @@ struct Router {
     if (node_of(a) == node_of(b)) {
       const auto& ea = G.hub_edge[static_cast<std::size_t>(a)];
       const auto& eb = G.hub_edge[static_cast<std::size_t>(b)];
-      const double bw = std::min(ea.bandwidth / std::max(1, loads.hub_out[static_cast<std::size_t>(a)]),
-                                 eb.bandwidth / std::max(1, loads.hub_in[static_cast<std::size_t>(b)]));
+      const double bw = std::min(ea.bandwidth / load(loads.hub_out, static_cast<std::size_t>(a)),
+                                 eb.bandwidth / load(loads.hub_in, static_cast<std::size_t>(b)));
       return {core::BytesPerSecond(bw), core::Seconds(ea.latency + eb.latency)};
     }
     double bw = std::numeric_limits<double>::infinity();
     double lat = 0;
     walk(G, G.gpu[static_cast<std::size_t>(a)], G.gpu[static_cast<std::size_t>(b)],
          [&](Vertex v) {
-           bw = std::min(bw, G.up_edge[v].bandwidth / std::max(1, loads.up[v]));
+           bw = std::min(bw, G.up_edge[v].bandwidth / load(loads.up, v));
            lat += G.up_edge[v].latency;
          },
          [&](Vertex v) {
-           bw = std::min(bw, G.up_edge[v].bandwidth / std::max(1, loads.down[v]));
+           bw = std::min(bw, G.up_edge[v].bandwidth / load(loads.down, v));
            lat += G.up_edge[v].latency;
          });
     return {core::BytesPerSecond(bw), core::Seconds(lat)};
@@ -197,22 +220,34 @@ struct Router {
 
 namespace {
 
-// Rings of one level: each ring is a list of ranks; flows i -> i+1 (cyclic).
-using Rings = std::vector<std::vector<int>>;
-
-LinkCost route_rings(const Topology::Graph& G, const Rings& rings) {
-  Router router(G);
-  for (const auto& ring : rings) {
-    for (std::size_t i = 0; i < ring.size() && ring.size() > 1; ++i) router.add(ring[i], ring[(i + 1) % ring.size()], 1);
-  }
-  LinkCost worst{core::BytesPerSecond(std::numeric_limits<double>::infinity()), core::Seconds(0)};
-  for (const auto& ring : rings) {
-    for (std::size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
-      const auto c = router.cost(ring[i], ring[(i + 1) % ring.size()]);
-      worst.bandwidth = std::min(worst.bandwidth, c.bandwidth);
-      worst.latency = std::max(worst.latency, c.latency);
+// Rings of one level, flat: ring j is ranks[starts[j] .. starts[j + 1]); flows i -> i+1 (cyclic).
+struct Rings {
+  std::vector<int> ranks;
+  std::vector<std::size_t> starts{0};
+  void close_ring() { starts.push_back(ranks.size()); }
+  [[nodiscard]] std::size_t count() const { return starts.size() - 1; }
+  [[nodiscard]] bool empty() const { return count() == 0; }
+  // Calls f(from, to) for every flow of every ring of two or more ranks.
+  template <class F>
+  void for_each_flow(F f) const {
+    for (std::size_t j = 0; j + 1 < starts.size(); ++j) {
+      const std::size_t b = starts[j], n = starts[j + 1] - b;
+      if (n < 2) continue;
+      for (std::size_t i = 0; i < n; ++i) f(ranks[b + i], ranks[b + (i + 1) % n]);
     }
   }
+};
+
+LinkCost route_rings(const Topology::Graph& G, const Rings& rings) {
+  thread_local Loads scratch;
+  Router router(G, scratch);
+  rings.for_each_flow([&](int a, int b) { router.add(a, b, 1); });
+  LinkCost worst{core::BytesPerSecond(std::numeric_limits<double>::infinity()), core::Seconds(0)};
+  rings.for_each_flow([&](int a, int b) {
+    const auto c = router.cost(a, b);
+    worst.bandwidth = std::min(worst.bandwidth, c.bandwidth);
+    worst.latency = std::max(worst.latency, c.latency);
+  });
   return worst;
 }
 
@@ -220,18 +255,14 @@ LinkCost route_rings(const Topology::Graph& G, const Rings& rings) {
 
 namespace {
 
-// A layout is determined by its degrees and axis order (strides grow along the order).
-std::tuple<int, int, int, int, int, int, int, int, int> layout_key(const spec::RankLayout& layout, int extra) {
-  using spec::Axis;
-  return {layout.degree(Axis::kTp), layout.degree(Axis::kCp), layout.degree(Axis::kDp), layout.degree(Axis::kPp),
-          layout.stride(Axis::kTp), layout.stride(Axis::kCp), layout.stride(Axis::kDp), layout.stride(Axis::kPp),
-          extra};
+Topology::Cache::PlaceKey place_key(const spec::RankLayout& layout, spec::Axis axis) {
+  return {layout.degree(axis), layout.stride(axis), layout.world_size()};
 }
 
 }  // namespace
 
 std::optional<std::string> Topology::hybrid_shard_error(const spec::RankLayout& layout) const {
-  const auto key = layout_key(layout, -1);
+  const auto key = place_key(layout, spec::Axis::kDp);  // it is about the dp groups alone
   {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->hybrid_errors.find(key); it != cache_->hybrid_errors.end()) return it->second;
@@ -243,7 +274,7 @@ std::optional<std::string> Topology::hybrid_shard_error(const spec::RankLayout& 
 }
 
 GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) const {
-  const Cache::PlaceKey key = layout_key(layout, static_cast<int>(axis));
+  const Cache::PlaceKey key = place_key(layout, axis);
   {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->placements.find(key); it != cache_->placements.end()) return it->second;
@@ -253,29 +284,44 @@ GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) 
             " GPUs per node on a cluster with ", G.gpus_per_node);
   CPT_CHECK(layout.world_size() <= static_cast<int>(G.gpu.size()), "layout of ", layout.world_size(),
             " ranks on ", G.gpu.size(), " GPUs");
-  const auto groups = layout.groups(axis);
+  // The groups are {r0 + i·stride : i < degree} for every r0 whose axis coordinate is 0 (RankLayout's
+  // groups, in the same order). Members' nodes never decrease with i, so each group is a sequence
+  // of runs of members on one node.
+  const int degree = layout.degree(axis), stride = layout.stride(axis), world = layout.world_size();
   GroupPlacement p;
-  p.size = static_cast<int>(groups.front().size());
+  p.size = degree;
   Rings intra_rings;
   Rings inter_rings;
-  for (const auto& group : groups) {
-    std::map<int, std::vector<int>> by_node;
-    for (int r : group) by_node[r / G.gpus_per_node].push_back(r);
-    p.nodes = std::max(p.nodes, static_cast<int>(by_node.size()));
-    int k = 0;
-    for (const auto& [node, members] : by_node) {
-      k = std::max(k, static_cast<int>(members.size()));
-      if (members.size() > 1) intra_rings.push_back(members);
-    }
-    p.ranks_per_node = std::max(p.ranks_per_node, k);
-    if (by_node.size() > 1) {
-      // k parallel rings across nodes: the i-th member of the group on every node.
-      for (int i = 0; i < k; ++i) {
-        std::vector<int> ring;
-        for (const auto& [node, members] : by_node) {
-          if (i < static_cast<int>(members.size())) ring.push_back(members[static_cast<std::size_t>(i)]);
+  if (degree > 1) {
+    std::vector<std::pair<int, int>> runs;  // (first member index i, members) per node of one group
+    for (int r0 = 0; r0 < world; ++r0) {
+      if ((r0 / stride) % degree != 0) continue;
+      runs.clear();
+      for (int i = 0; i < degree; ++i) {
+        const int node = (r0 + i * stride) / G.gpus_per_node;
+        if (runs.empty() || (r0 + runs.back().first * stride) / G.gpus_per_node != node) {
+          runs.emplace_back(i, 1);
+        } else {
+          ++runs.back().second;
         }
-        inter_rings.push_back(std::move(ring));
+      }
+      p.nodes = std::max(p.nodes, static_cast<int>(runs.size()));
+      int k = 0;
+      for (const auto& [first, members] : runs) {
+        k = std::max(k, members);
+        if (members < 2) continue;
+        for (int i = 0; i < members; ++i) intra_rings.ranks.push_back(r0 + (first + i) * stride);
+        intra_rings.close_ring();
+      }
+      p.ranks_per_node = std::max(p.ranks_per_node, k);
+      if (runs.size() > 1) {
+        // k parallel rings across nodes: the i-th member of the group on every node.
+        for (int i = 0; i < k; ++i) {
+          for (const auto& [first, members] : runs) {
+            if (i < members) inter_rings.ranks.push_back(r0 + (first + i) * stride);
+          }
+          inter_rings.close_ring();
+        }
       }
     }
   }
@@ -286,14 +332,45 @@ GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) 
   return p;
 }
 
+const LayoutCosts& Topology::layout_costs(const spec::RankLayout& layout) const {
+  using spec::Axis;
+  const Cache::LayoutKey key{layout.degree(Axis::kTp), layout.degree(Axis::kCp), layout.degree(Axis::kDp),
+                             layout.degree(Axis::kPp), layout.stride(Axis::kTp), layout.stride(Axis::kCp),
+                             layout.stride(Axis::kDp), layout.stride(Axis::kPp), layout.hybrid_shard() ? 1 : 0};
+  {
+    std::shared_lock lock(cache_->layouts_mutex);
+    if (auto it = cache_->layouts.find(key); it != cache_->layouts.end()) return *it->second;
+  }
+  auto costs = std::make_unique<LayoutCosts>();
+  costs->tp = place(layout, Axis::kTp);
+  costs->cp = place(layout, Axis::kCp);
+  costs->dp = place(layout, Axis::kDp);
+  const int pp = layout.degree(Axis::kPp);
+  if (pp > 1) {
+    for (int r = 0; r < pp; ++r) {
+      spec::RankCoord a{}, b{};
+      a.pp = r;
+      b.pp = (r + 1) % pp;
+      costs->pp_next.push_back(p2p(layout.rank_of(a), layout.rank_of(b), layout.gpus_per_node()));
+      costs->pp_ring.add(costs->pp_next.back());
+    }
+  }
+  costs->shard_group = static_cast<int>(layout.dp_shard_group(0).size()) * layout.degree(Axis::kCp);
+  if (layout.hybrid_shard()) costs->hybrid_shard_error = hybrid_shard_error(layout);
+  std::unique_lock lock(cache_->layouts_mutex);
+  // Another thread may have built it meanwhile: keep the first (the values are equal).
+  return *cache_->layouts.try_emplace(key, std::move(costs)).first->second;
+}
+
 LinkCost Topology::p2p(int a, int b, int gpus_per_node) const {
   CPT_CHECK(gpus_per_node == graph_->gpus_per_node, "gpus_per_node ", gpus_per_node);
   {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->links.find({a, b}); it != cache_->links.end()) return it->second;
   }
-  Router router(*graph_);
-  router.add(a, b, 1);
+  // One flow alone: each edge of its route carries it once (Router with a single flow).
+  Loads unused;
+  Router router(*graph_, unused, /*single_flow=*/true);
   const LinkCost link = router.cost(a, b);
   std::lock_guard lock(cache_->mutex);
   cache_->links.emplace(std::make_pair(a, b), link);

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/units.h"
 #include "spec/hardware_spec.h"
@@ -30,12 +31,39 @@ struct LinkCost {
   core::Seconds latency;           // one step of a ring
 };
 
+// Several links summed: α–β is linear in α and 1/B, so a sum of point-to-point times over links
+// is one expression of (Σα, Σ1/B) (cost::p2p_time): what lets a search add a pipeline's
+// transfers in O(1).
+struct LinkSum {
+  int links = 0;
+  double latency_s = 0;          // Σα
+  double inverse_bandwidth = 0;  // Σ 1/B, seconds per byte
+  void add(const LinkCost& link) {
+    ++links;
+    latency_s += link.latency.value();
+    inverse_bandwidth += 1.0 / link.bandwidth.value();
+  }
+};
+
 struct GroupPlacement {
   int size = 1;            // ranks in a group
   int nodes = 1;           // nodes a group spans
   int ranks_per_node = 1;  // members of a group on one node (the largest)
   LinkCost intra;          // ring inside a node (valid when ranks_per_node > 1)
   LinkCost inter;          // ring across nodes (valid when nodes > 1)
+};
+
+// What a step estimate needs to know of where one layout's groups run: computed once per layout
+// (degrees, axis order, hybrid sharding) and memoised by the Topology.
+struct LayoutCosts {
+  GroupPlacement tp, cp, dp;  // Topology::place of each axis
+  // Point-to-point from pipeline rank r to r + 1 (mod pp), between the ranks whose other
+  // coordinates are 0 (stage s -> s + 1 runs from pp rank s mod pp to (s + 1) mod pp); empty
+  // when pp = 1.
+  std::vector<LinkCost> pp_next;
+  LinkSum pp_ring;  // the sum of pp_next
+  int shard_group = 1;  // ZeRO shard group of rank 0 (cost::shard_group_size)
+  std::optional<std::string> hybrid_shard_error;  // with hybrid sharding: why it cannot
 };
 
 class Topology {
@@ -51,6 +79,10 @@ class Topology {
   [[nodiscard]] GroupPlacement place(const spec::RankLayout& layout, spec::Axis axis) const;
   // RankLayout::find_hybrid_shard_error, memoised per layout (it is O(world size)). Thread-safe.
   [[nodiscard]] std::optional<std::string> hybrid_shard_error(const spec::RankLayout& layout) const;
+  // Every placement a step estimate needs of `layout`, built on first use and kept: one lookup
+  // per evaluation (the search evaluates millions). The reference stays valid for the Topology's
+  // life. Thread-safe.
+  [[nodiscard]] const LayoutCosts& layout_costs(const spec::RankLayout& layout) const;
   // Point-to-point between two ranks, alone on the fabric. Memoised per pair. Thread-safe.
   [[nodiscard]] LinkCost p2p(int rank_a, int rank_b, int gpus_per_node) const;
 

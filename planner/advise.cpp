@@ -52,9 +52,7 @@ Advice advise(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, co
       }
       const auto ev = cost::evaluate(model, cluster, c.config, o.seq_len, o.cost);
       if (const auto* e = std::get_if<cost::Estimate>(&ev); e && e->peak_memory().total() <= cluster.gpu().hbm_capacity) {
-        fr.best = c;
-        fr.best->estimate = *e;
-        fr.best->score = e->tokens_per_s_per_gpu;
+        fr.best = Candidate{c.index, c.config, *e, e->tokens_per_s_per_gpu};
         break;
       }
     }

@@ -31,6 +31,7 @@ std::string to_string(Objective o);
 
 struct SearchOptions {
   int global_batch = 0;   // sequences per step (REQUIRES >= 1)
+  int threads = 0;        // worker threads; 0 = the machine's hardware threads (the result does not depend on it)
   int seq_len = 0;        // REQUIRES >= 1
   std::int64_t tokens = 0;  // token budget for time and cost; 0 = report per step only
   Objective objective = Objective::kThroughput;
@@ -43,9 +44,18 @@ struct SearchOptions {
 
 struct Candidate {
   std::uint64_t index = 0;  // position in the search space (the last tie-break)
-  spec::ParallelConfig config;
+  spec::ParallelConfig config;  // config.world_size() is its GPU count
   cost::Estimate estimate;
   double score = 0;  // higher is better for every objective
+};
+
+// A feasible candidate as the search ranks it: search-mode numbers (cost::SearchEstimate, the
+// same as a full evaluation with the closed-form pipeline), without the per-stage detail.
+struct RankedCandidate {
+  std::uint64_t index = 0;
+  spec::ParallelConfig config;
+  cost::SearchEstimate estimate;
+  double score = 0;
 };
 
 struct PlannerResult {
@@ -53,13 +63,24 @@ struct PlannerResult {
   std::uint64_t evaluated = 0;   // passed pruning and went through the cost model
   std::uint64_t feasible = 0;    // evaluated and fit in memory
   double seconds = 0;            // wall time of the search
+  int threads = 1;               // worker threads used
   std::array<std::uint64_t, kNumRejectReasons> rejected{};  // by RejectReason
   std::vector<Candidate> top;     // best first, exact estimates
-  std::vector<Candidate> pareto;  // tokens/s per GPU vs peak memory: no other is better in both
-  std::vector<Candidate> all_feasible;  // every feasible candidate, search-mode estimates, best first
+  // The Pareto front of tokens/s of the whole job (up), peak memory per GPU (down) and GPUs (down):
+  // no other feasible candidate is at least as good in all three and better in one. At one GPU
+  // count, throughput per GPU vs memory. Ordered by GPUs, then memory; search-mode estimates.
+  std::vector<Candidate> pareto;
+  std::vector<RankedCandidate> all_feasible;  // every feasible candidate, best first
 };
 
 // ConfigError when the options are invalid (batch, sequence length, cost objective without a price).
 PlannerResult search(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const SearchOptions& options);
+
+// search() at each GPU count of `clusters` (the same hardware at several sizes), merged: counts
+// summed, the top K over all sizes by the objective (tokens/s per GPU, time or cost of the token
+// budget), all feasible candidates, and the three-way Pareto front across sizes.
+// REQUIRES: clusters non-empty, of distinct GPU counts.
+PlannerResult search_sizes(const spec::ModelSpec& model, const std::vector<spec::ClusterSpec>& clusters,
+                           const SearchOptions& options);
 
 }  // namespace cpt::planner

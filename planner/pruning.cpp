@@ -80,11 +80,15 @@ std::optional<RejectReason> prune_layout(const spec::ParallelConfig& p, const Pr
     if (facts.hybrid_shard_uneven) return R::kHybridShardSplit;
     if (!facts.dp_spans_nodes) return R::kRedundant;  // the same as plain ZeRO-3
   }
-  // Lower bound: the model state of the heaviest pipeline rank, before activations.
-  const auto stages = spec::StagePartition::balanced(m.layers, p.pp, p.virtual_stages);
+  // Lower bound: the model state of the first and the last pipeline rank, before activations.
   const int n = p.hybrid_shard ? facts.hybrid_shard_group : facts.shard_group;
+  const auto counts = m.param_counts();
   for (int r : {0, p.pp - 1}) {
-    auto ms = cost::model_state_bytes(cost::params_of_pp_rank(m, p, stages, r), p.zero_stage, n, ctx.options);
+    const double params =
+        spec::StagePartition::balanced_layers_of_rank(m.layers, p.pp, p.virtual_stages, r) *
+            cost::block_params_per_tp(counts, p.tp) +
+        cost::root_params(m, counts, p.tp, r == 0, r == p.pp - 1, p.pp * p.virtual_stages == 1);
+    auto ms = cost::model_state_bytes(params, p.zero_stage, n, ctx.options);
     if (p.offload != spec::Offload::kNone) ms.optimizer = core::Bytes(0);
     if ((ms.weights + ms.grads + ms.optimizer) > ctx.cluster.gpu().hbm_capacity) return R::kModelStateMemory;
   }

@@ -44,9 +44,11 @@ RankLayout::RankLayout(const ParallelConfig& config, int gpus_per_node)
     : order_(config.axis_order), gpus_per_node_(gpus_per_node), hybrid_shard_(config.hybrid_shard) {
   CPT_CHECK(gpus_per_node >= 1, "gpus_per_node ", gpus_per_node);
   int stride = 1;
-  std::set<Axis> seen;
+  unsigned seen = 0;  // bit per Axis
   for (Axis a : order_) {
-    CPT_CHECK(seen.insert(a).second, "axis ", to_string(a), " appears twice in axis_order");
+    const unsigned bit = 1U << index(a);
+    CPT_CHECK((seen & bit) == 0, "axis ", to_string(a), " appears twice in axis_order");
+    seen |= bit;
     const int d = config.degree(a);
     CPT_CHECK(d >= 1, "degree of ", to_string(a), " is ", d);
     degree_[index(a)] = d;

@@ -50,6 +50,7 @@ class RankLayout {
   [[nodiscard]] int gpus_per_node() const { return gpus_per_node_; }
   [[nodiscard]] int degree(Axis a) const { return degree_[index(a)]; }
   [[nodiscard]] int stride(Axis a) const { return stride_[index(a)]; }
+  [[nodiscard]] bool hybrid_shard() const { return hybrid_shard_; }
 
   [[nodiscard]] RankCoord coord_of(int rank) const;
   [[nodiscard]] int rank_of(const RankCoord& coord) const;

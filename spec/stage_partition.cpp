@@ -12,21 +12,35 @@ using core::str_cat;
 StagePartition::StagePartition(std::vector<int> layers_per_stage, int pp, int virtual_stages)
     : layers_per_stage_(std::move(layers_per_stage)), pp_(pp), virtual_stages_(virtual_stages) {}
 
-StagePartition StagePartition::balanced(int layers, int pp, int virtual_stages) {
+int StagePartition::balanced_layers_in(int layers, int pp, int virtual_stages, int stage) {
   const int stages = pp * virtual_stages;
   CPT_CHECK(pp >= 1 && virtual_stages >= 1 && stages <= layers, "pp ", pp, " virtual_stages ", virtual_stages,
             " layers ", layers);
-  std::vector<int> per(static_cast<std::size_t>(stages), layers / stages);
-  int extra = layers % stages;
-  std::vector<int> order;
-  for (int s = 1; s + 1 < stages; ++s) order.push_back(s);
-  order.push_back(0);
-  if (stages > 1) order.push_back(stages - 1);
-  for (int s : order) {
-    if (extra == 0) break;
-    ++per[static_cast<std::size_t>(s)];
-    --extra;
+  CPT_CHECK(stage >= 0 && stage < stages, "stage ", stage, " of ", stages);
+  const int extra = layers % stages;  // < stages: the last stage never gets one when stages > 1
+  // The extra layers go to stages 1, 2, ..., S-2, then 0, then S-1 (the order of the contract).
+  bool gets_extra = false;
+  if (stages == 1) {
+    gets_extra = extra > 0;
+  } else if (stage == 0) {
+    gets_extra = extra >= stages - 1;
+  } else if (stage < stages - 1) {
+    gets_extra = stage <= extra;
   }
+  return layers / stages + (gets_extra ? 1 : 0);
+}
+
+int StagePartition::balanced_layers_of_rank(int layers, int pp, int virtual_stages, int pp_rank) {
+  CPT_CHECK(pp_rank >= 0 && pp_rank < pp, "pp_rank ", pp_rank, " of ", pp);
+  int n = 0;
+  for (int c = 0; c < virtual_stages; ++c) n += balanced_layers_in(layers, pp, virtual_stages, c * pp + pp_rank);
+  return n;
+}
+
+StagePartition StagePartition::balanced(int layers, int pp, int virtual_stages) {
+  const int stages = pp * virtual_stages;
+  std::vector<int> per(static_cast<std::size_t>(stages));
+  for (int s = 0; s < stages; ++s) per[static_cast<std::size_t>(s)] = balanced_layers_in(layers, pp, virtual_stages, s);
   return StagePartition(std::move(per), pp, virtual_stages);
 }
 

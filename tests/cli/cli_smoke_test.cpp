@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -27,13 +28,17 @@ std::string slurp(const std::filesystem::path& p) {
 }
 
 Result cpt(const std::string& args, const std::string& env = "") {
+  // Per process: ctest -j runs several of these tests at once.
   const auto dir = std::filesystem::temp_directory_path();
-  const auto out = dir / "cpt_cli_test.out";
-  const auto err = dir / "cpt_cli_test.err";
+  const auto out = dir / ("cpt_cli_test." + std::to_string(::getpid()) + ".out");
+  const auto err = dir / ("cpt_cli_test." + std::to_string(::getpid()) + ".err");
   const std::string cmd =
       env + " " + std::string(CPT_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
   const int status = std::system(cmd.c_str());
-  return Result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
 }
 
 std::filesystem::path write_temp(const std::string& name, const std::string& text) {

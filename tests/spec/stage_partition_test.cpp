@@ -36,6 +36,31 @@ TEST(StagePartition, InterleavedStagesMapToRanksRoundRobin) {
   EXPECT_EQ(p.layers_of_rank(0), 4);
 }
 
+TEST(StagePartition, ClosedFormsMatchTheContractOrder) {
+  // The contract: extra layers go to stages 1, 2, ..., S-2, then 0, then S-1, one each.
+  for (int layers = 1; layers <= 40; ++layers) {
+    for (int pp = 1; pp <= 8; ++pp) {
+      for (int v = 1; v <= 4 && pp * v <= layers; ++v) {
+        const int S = pp * v;
+        std::vector<int> expected(static_cast<std::size_t>(S), layers / S);
+        std::vector<int> order;
+        for (int s = 1; s + 1 < S; ++s) order.push_back(s);
+        order.push_back(0);
+        if (S > 1) order.push_back(S - 1);
+        int extra = layers % S;
+        for (int s : order) {
+          if (extra-- > 0) ++expected[static_cast<std::size_t>(s)];
+        }
+        const auto p = StagePartition::balanced(layers, pp, v);
+        EXPECT_EQ(p.layers_per_stage(), expected) << layers << " " << pp << " " << v;
+        for (int r = 0; r < pp; ++r) {
+          EXPECT_EQ(StagePartition::balanced_layers_of_rank(layers, pp, v, r), p.layers_of_rank(r));
+        }
+      }
+    }
+  }
+}
+
 TEST(StagePartition, ExplicitListsAreChecked) {
   EXPECT_FALSE(StagePartition::find_error({3, 5}, 8, 2, 1));
   EXPECT_EQ(*StagePartition::find_error({3, 5}, 8, 4, 1), "expected pp (4) * virtual_stages (1) = 4 entries, got 2");
