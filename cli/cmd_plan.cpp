@@ -19,6 +19,7 @@
 #include "planner/handoff.h"
 #include "planner/planner.h"
 #include "planner/refine.h"
+#include "planner/what_if.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_io.h"
 #include "spec/plan.h"
@@ -30,7 +31,8 @@ using core::str_cat;
 
 struct PlanOptions {
   std::string model, gpu, cluster, objective = "throughput", fix, out;
-  int gpus = 0;
+  std::string gpus;  // one count, or several: "64,128,256"
+  int threads = 0;
   int global_batch = 0;
   int seq_len = 0;
   std::int64_t tokens = 0;
@@ -43,7 +45,8 @@ struct PlanOptions {
 };
 
 core::Json config_json(const spec::ParallelConfig& p) {
-  return {{"tp", p.tp},
+  return {{"gpus", p.world_size()},
+          {"tp", p.tp},
           {"pp", p.pp},
           {"dp", p.dp},
           {"cp", p.cp},
@@ -78,8 +81,16 @@ core::Json result_json(const planner::PlannerResult& r, bool with_seconds) {
   core::Json j = {{"enumerated", r.enumerated}, {"evaluated", r.evaluated}, {"feasible", r.feasible}};
   if (with_seconds) j["seconds"] = r.seconds;
   j["rejected"] = rejected;
+  j["threads"] = r.threads;
   j["top"] = candidates_json(r.top);
   j["pareto"] = candidates_json(r.pareto);
+  if (!r.best_per_size.empty()) {
+    core::Json sizes = core::Json::array();
+    for (const auto& [gpus, best] : r.best_per_size) {
+      sizes.push_back({{"gpus", gpus}, {"best", best ? candidates_json({*best}).front() : core::Json(nullptr)}});
+    }
+    j["sizes"] = sizes;
+  }
   return j;
 }
 
@@ -149,16 +160,55 @@ planner::Objective objective_of(const std::string& s) {
   return planner::Objective::kHeadroom;
 }
 
+// "--gpus 64" or "--gpus 64,128,256": distinct positive counts, in the order given.
+std::vector<int> parse_gpu_counts(const std::string& text) {
+  std::vector<int> counts;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    int n = 0;
+    std::size_t used = 0;
+    try {
+      n = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || n < 1) {
+      throw core::ConfigError(
+          str_cat("--gpus: expected a positive whole number or a comma-separated list of them, got \"", text, "\""));
+    }
+    if (std::find(counts.begin(), counts.end(), n) != counts.end()) {
+      throw core::ConfigError(str_cat("--gpus: ", n, " is listed twice in \"", text, "\""));
+    }
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+// The cluster at each requested size: --gpu's node and fabric, or --cluster's reshaped by
+// planner::apply_change (whole nodes, or at most one).
+std::vector<spec::ClusterSpec> clusters_of(const PlanOptions& o) {
+  const auto& cat = spec::HardwareCatalog::builtin();
+  const auto counts = o.gpus.empty() ? std::vector<int>{} : parse_gpu_counts(o.gpus);
+  std::vector<spec::ClusterSpec> clusters;
+  if (!o.cluster.empty()) {
+    const auto base = cat.load_cluster(o.cluster, "--cluster");
+    if (counts.empty()) return {base};
+    for (int n : counts) clusters.push_back(planner::apply_change(base, planner::HardwareChange{.gpus = n}, cat));
+    return clusters;
+  }
+  if (o.gpu.empty() || counts.empty()) {
+    throw core::ConfigError("--gpu and --gpus, or --cluster: expected one of them, got neither");
+  }
+  for (int n : counts) clusters.push_back(cluster_for_gpu_flag(o.gpu, n, "--gpu"));
+  return clusters;
+}
+
 void run(const PlanOptions& o) {
   const auto model = spec::load_model(o.model, "--model");
-  const auto& cat = spec::HardwareCatalog::builtin();
-  spec::ClusterSpec cluster;
-  if (!o.cluster.empty()) {
-    cluster = cat.load_cluster(o.cluster, "--cluster");
-  } else if (!o.gpu.empty() && o.gpus > 0) {
-    cluster = cluster_for_gpu_flag(o.gpu, o.gpus, "--gpu");
-  } else {
-    throw core::ConfigError("--gpu and --gpus, or --cluster: expected one of them, got neither");
+  const auto clusters = clusters_of(o);
+  if (clusters.size() > 1 && o.refine > 0) {
+    throw core::ConfigError(str_cat("--refine: expected a single --gpus count, got ", clusters.size()));
   }
   planner::SearchOptions so;
   // This machine's CPU trains in fp32 (the executor's regime there).
@@ -172,7 +222,15 @@ void run(const PlanOptions& o) {
   so.top_k = o.top;
   so.fixed = planner::parse_fixed(o.fix);
   so.cost.flash_attention = o.flash_attention;
-  auto r = planner::search(model, cluster, so);
+  so.threads = o.threads;
+  auto r = clusters.size() == 1 ? planner::search(model, clusters.front(), so) : planner::search_sizes(model, clusters, so);
+  // The cluster of the best plan (the plan file and the report describe it).
+  const auto& cluster = [&]() -> const spec::ClusterSpec& {
+    for (const auto& c : clusters) {
+      if (!r.top.empty() && c.num_gpus == r.top.front().config.world_size()) return c;
+    }
+    return clusters.front();
+  }();
   std::vector<double> simulated;
   if (o.refine > 0) {
     // Re-rank the first K with the simulator; the rest keep their places after them.
@@ -192,15 +250,36 @@ void run(const PlanOptions& o) {
     print_json(j);
     return;
   }
-  std::cout << str_cat(model.name, " on ", cluster.num_gpus, " x ", cluster.gpu().name, ", global batch ",
-                       o.global_batch, " x ", o.seq_len, " tokens, objective ", o.objective, "\n\n");
+  std::string sizes;
+  for (const auto& c : clusters) sizes += str_cat(sizes.empty() ? "" : ", ", c.num_gpus);
+  std::cout << str_cat(model.name, " on ", sizes, " x ", cluster.gpu().name, ", global batch ", o.global_batch, " x ",
+                       o.seq_len, " tokens, objective ", o.objective, "\n\n");
   using core::Align;
-  core::TextTable t({"#", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
-                    {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
-                     Align::kRight});
+  if (!r.best_per_size.empty()) {
+    // One row per size: the best plan there, the job's rate, and time and cost for the budget.
+    core::TextTable sz({"GPUs", "best configuration", "tokens/s/GPU", "MFU", "job tokens/s", "hours", "cost USD"},
+                       {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+                        Align::kRight});
+    for (const auto& [gpus, best] : r.best_per_size) {
+      if (!best) {
+        sz.add_row({std::to_string(gpus), "nothing fits", "-", "-", "-", "-", "-"});
+        continue;
+      }
+      const double job = best->estimate.tokens_per_s_per_gpu * gpus;
+      const double hours = o.tokens > 0 ? static_cast<double>(o.tokens) / job / 3600 : 0;
+      sz.add_row({std::to_string(gpus), config_summary(best->config), fixed(best->estimate.tokens_per_s_per_gpu, 0),
+                  fixed(100 * best->estimate.mfu, 1) + "%", fixed(job, 0), o.tokens > 0 ? fixed(hours, 1) : "-",
+                  o.tokens > 0 && o.price > 0 ? fixed(hours * gpus * o.price, 0) : "-"});
+    }
+    std::cout << "Best plan at each size:\n" << sz.render() << "\nOverall, by the objective:\n";
+  }
+  core::TextTable t({"#", "GPUs", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
+                    {Align::kRight, Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
+                     Align::kRight, Align::kRight});
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& c = r.top[i];
-    t.add_row({std::to_string(i + 1), config_summary(c.config), fixed(c.estimate.time.total().value(), 3),
+    t.add_row({std::to_string(i + 1), std::to_string(c.config.world_size()), config_summary(c.config),
+               fixed(c.estimate.time.total().value(), 3),
                i < simulated.size() ? fixed(simulated[i], 3) : "-", fixed(c.estimate.tokens_per_s_per_gpu, 0),
                fixed(100 * c.estimate.mfu, 1) + "%", fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
   }
@@ -214,7 +293,9 @@ void run(const PlanOptions& o) {
   }
   std::cout << rej.render() << "\n"
             << str_cat(r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ",
-                       r.pareto.size(), " on the throughput/memory Pareto front, in ", fixed(r.seconds, 2), " s\n");
+                       r.pareto.size(), clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory",
+                       " Pareto front, in ", fixed(r.seconds, 2), " s on ", r.threads,
+                       r.threads == 1 ? " thread\n" : " threads\n");
   if (!o.out.empty()) {
     std::cout << "wrote " << o.out
               << "/: plan.json, candidates.csv, report.md, megatron_args.sh, ds_config.json, torchtitan.toml, "
@@ -229,7 +310,11 @@ void register_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Search parallel configurations for a model on a cluster");
   cmd->add_option("--model", o->model, "Catalog name, model JSON or Hugging Face config.json")->required();
   cmd->add_option("--gpu", o->gpu, "GPU name (implies its node and fabric)");
-  cmd->add_option("--gpus", o->gpus, "Number of GPUs")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", o->gpus,
+                  "Number of GPUs, or several (64,128,256): the best plan at each size and the Pareto front across them");
+  cmd->add_option("--threads", o->threads, "Worker threads (0 = all hardware threads; the result does not depend on it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--cluster", o->cluster, "Cluster profile name or JSON file (instead of --gpu/--gpus)");
   cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);

@@ -288,6 +288,8 @@ PlannerResult search_sizes(const spec::ModelSpec& model, const std::vector<spec:
     merged.feasible += r.feasible;
     merged.threads = r.threads;
     for (std::size_t i = 0; i < r.rejected.size(); ++i) merged.rejected[i] += r.rejected[i];
+    merged.best_per_size.emplace_back(cluster.num_gpus,
+                                      r.top.empty() ? std::nullopt : std::optional<Candidate>(r.top.front()));
     merged.top.insert(merged.top.end(), r.top.begin(), r.top.end());
     merged.all_feasible.insert(merged.all_feasible.end(), r.all_feasible.begin(), r.all_feasible.end());
   }

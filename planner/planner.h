@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,9 +69,12 @@ struct PlannerResult {
   std::vector<Candidate> top;     // best first, exact estimates
   // The Pareto front of tokens/s of the whole job (up), peak memory per GPU (down) and GPUs (down):
   // no other feasible candidate is at least as good in all three and better in one. At one GPU
-  // count, throughput per GPU vs memory. Ordered by GPUs, then memory; search-mode estimates.
+  // count, throughput per GPU vs memory. Identical points appear once. Ordered by GPUs, then
+  // memory; decided on search-mode numbers, each carried as a full closed-form estimate.
   std::vector<Candidate> pareto;
   std::vector<RankedCandidate> all_feasible;  // every feasible candidate, best first
+  // search_sizes only: (GPUs, the best plan at that size, exact) per size, in the order given.
+  std::vector<std::pair<int, std::optional<Candidate>>> best_per_size;
 };
 
 // ConfigError when the options are invalid (batch, sequence length, cost objective without a price).

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
+
+#include <set>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -169,6 +171,41 @@ TEST(CliSmoke, EstimateOutOfMemoryIsAnAnswerAndBadConfigsAreBadInput) {
                        "--precision fp8");
   EXPECT_EQ(fp8.exit_code, 2);
   EXPECT_NE(fp8.err.find("--precision"), std::string::npos);
+}
+
+// Several sizes: the best plan at each, the top across them, the front over throughput, memory
+// and GPUs; the plan file is the overall best on its own cluster. Bad lists are bad input.
+TEST(CliSmoke, PlanAcrossGpuCounts) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_plan_sizes";
+  std::filesystem::remove_all(dir);
+  const auto r = cpt("plan --model llama3-8b --gpu h100 --gpus 8,16,32 --global-batch 64 --seq-len 4096 --top 4 "
+                     "--objective cost --price-per-gpu-hour 2 --tokens 1000000000 --threads 1 --json --out " +
+                     dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["threads"], 1);
+  ASSERT_EQ(j["sizes"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["sizes"][i]["gpus"], 8 << i);
+    EXPECT_EQ(j["sizes"][i]["best"]["config"]["gpus"], 8 << i);
+  }
+  std::set<int> front_sizes;
+  for (const auto& f : j["pareto"]) front_sizes.insert(f["config"]["gpus"].get<int>());
+  EXPECT_EQ(front_sizes.size(), 3u);
+  const auto plan = nlohmann::json::parse(slurp(dir / "plan.json"));
+  EXPECT_EQ(plan["cluster"]["num_gpus"], j["top"][0]["config"]["gpus"]);
+  const auto text = cpt("plan --model llama3-8b --gpu h100 --gpus 8,16 --global-batch 64 --seq-len 4096");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Best plan at each size"), std::string::npos) << text.out;
+  for (const char* bad : {"8,x", "8,8", "0", "8,,16"}) {
+    const auto e = cpt(std::string("plan --model llama3-8b --gpu h100 --gpus ") + bad + " --global-batch 64 --seq-len 4096");
+    EXPECT_EQ(e.exit_code, 2) << bad;
+    EXPECT_EQ(lines(e.err), 1) << e.err;
+    EXPECT_NE(e.err.find("--gpus"), std::string::npos) << e.err;
+  }
+  const auto refine = cpt("plan --model llama3-8b --gpu h100 --gpus 8,16 --global-batch 64 --seq-len 4096 --refine 2");
+  EXPECT_EQ(refine.exit_code, 2);
+  std::filesystem::remove_all(dir);
 }
 
 // The stable contract of `cpt plan --json` and the files of --out (issue #4).

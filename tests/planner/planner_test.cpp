@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -105,6 +106,85 @@ TEST(Planner, CountsAddUpAndTheTopIsRankedAndExact) {
     EXPECT_GE(r.pareto[i].estimate.peak_memory().total(), r.pareto[i - 1].estimate.peak_memory().total());
     EXPECT_GT(r.pareto[i].estimate.tokens_per_s_per_gpu, r.pareto[i - 1].estimate.tokens_per_s_per_gpu);
   }
+}
+
+// Workers take blocks in whatever order timing gives; the merge sorts by a total order.
+TEST(Planner, TheResultDoesNotDependOnTheThreads) {
+  const auto m = spec::find_catalog_model("llama3-70b")->spec;
+  const auto c = cat().cluster_for_gpu("h100", 64, "--gpu");
+  auto o = options(256, 8192);
+  o.threads = 1;
+  const auto one = search(m, c, o);
+  o.threads = 3;
+  const auto three = search(m, c, o);
+  EXPECT_EQ(one.threads, 1);
+  EXPECT_EQ(three.threads, 3);
+  EXPECT_EQ(one.evaluated, three.evaluated);
+  EXPECT_EQ(one.rejected, three.rejected);
+  ASSERT_EQ(one.all_feasible.size(), three.all_feasible.size());
+  for (std::size_t i = 0; i < one.all_feasible.size(); ++i) {
+    ASSERT_EQ(one.all_feasible[i].index, three.all_feasible[i].index) << i;
+    ASSERT_EQ(one.all_feasible[i].score, three.all_feasible[i].score) << i;
+  }
+  ASSERT_EQ(one.top.size(), three.top.size());
+  for (std::size_t i = 0; i < one.top.size(); ++i) EXPECT_EQ(one.top[i].index, three.top[i].index);
+  ASSERT_EQ(one.pareto.size(), three.pareto.size());
+  for (std::size_t i = 0; i < one.pareto.size(); ++i) EXPECT_EQ(one.pareto[i].index, three.pareto[i].index);
+}
+
+// Across sizes the front trades the job's throughput, memory and GPUs: no member is dominated by
+// any feasible candidate, and every candidate off the front is dominated by a member.
+TEST(Planner, ParetoFrontAcrossGpuCounts) {
+  const auto m = spec::find_catalog_model("llama3-8b")->spec;
+  std::vector<spec::ClusterSpec> clusters;
+  for (int n : {8, 16, 32}) clusters.push_back(cat().cluster_for_gpu("h100", n, "--gpu"));
+  auto o = options(64, 4096);
+  const auto r = search_sizes(m, clusters, o);
+  ASSERT_EQ(r.best_per_size.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.best_per_size[i].first, clusters[i].num_gpus);
+    ASSERT_TRUE(r.best_per_size[i].second.has_value());
+    EXPECT_EQ(r.best_per_size[i].second->config.world_size(), clusters[i].num_gpus);
+  }
+  std::set<int> sizes_on_front;
+  auto rate = [](const spec::ParallelConfig& p, double per_gpu) { return per_gpu * p.world_size(); };
+  auto dominates = [&](double ra, core::Bytes ma, int ga, double rb, core::Bytes mb, int gb) {
+    return ra >= rb && ma <= mb && ga <= gb && (ra > rb || ma < mb || ga < gb);
+  };
+  // The front is decided on the search-mode numbers: compare those.
+  std::map<std::pair<int, std::uint64_t>, const RankedCandidate*> feasible;
+  for (const auto& c : r.all_feasible) feasible[{c.config.world_size(), c.index}] = &c;
+  std::vector<const RankedCandidate*> front;
+  for (const auto& f : r.pareto) {
+    ASSERT_TRUE(feasible.count({f.config.world_size(), f.index}));
+    front.push_back(feasible[{f.config.world_size(), f.index}]);
+    sizes_on_front.insert(f.config.world_size());
+    // Its full estimate carries the same numbers.
+    EXPECT_NEAR(f.estimate.tokens_per_s_per_gpu / front.back()->estimate.tokens_per_s_per_gpu, 1.0, 1e-9);
+    EXPECT_EQ(f.estimate.peak_memory().total(), front.back()->estimate.peak_memory.total());
+  }
+  EXPECT_EQ(sizes_on_front.size(), 3u);  // each size contributes (more GPUs: faster job)
+  for (const auto* f : front) {
+    for (const auto& c : r.all_feasible) {
+      ASSERT_FALSE(dominates(rate(c.config, c.estimate.tokens_per_s_per_gpu), c.estimate.peak_memory.total(),
+                             c.config.world_size(), rate(f->config, f->estimate.tokens_per_s_per_gpu),
+                             f->estimate.peak_memory.total(), f->config.world_size()))
+          << "front member " << f->index << " on " << f->config.world_size() << " GPUs is dominated";
+    }
+  }
+  for (const auto& c : r.all_feasible) {
+    if (std::find(front.begin(), front.end(), &c) != front.end()) continue;
+    const double rc = rate(c.config, c.estimate.tokens_per_s_per_gpu);
+    bool dominated = false;
+    for (const auto* f : front) {
+      dominated = dominated || (rate(f->config, f->estimate.tokens_per_s_per_gpu) >= rc &&
+                                f->estimate.peak_memory.total() <= c.estimate.peak_memory.total() &&
+                                f->config.world_size() <= c.config.world_size());
+    }
+    ASSERT_TRUE(dominated) << "candidate " << c.index << " on " << c.config.world_size() << " GPUs is missing";
+  }
+  // The top is ranked across sizes by the objective (tokens/s per GPU here).
+  for (std::size_t i = 1; i < r.top.size(); ++i) EXPECT_GE(r.top[i - 1].score, r.top[i].score);
 }
 
 TEST(Planner, HeadroomObjectiveKeepsMemoryFree) {
