@@ -173,26 +173,39 @@ struct Router {
   bool single = false;  // one flow alone: every load is 1 and no counters are needed
   // `scratch` holds the counters (reused between routings on one thread: large clusters have tens
   // of thousands of vertices, and fresh pages for each placement cost more than the routing).
-  Router(const Topology::Graph& graph, Loads& scratch, bool single_flow = false)
+  // `within_nodes`: every flow stays inside its node (only the hub counters are needed), or none
+  // does (only the tree's); counters not needed are left empty.
+  enum class Flows { kAny, kWithinNodes, kAcrossNodes };
+  Router(const Topology::Graph& graph, Loads& scratch, bool single_flow = false, Flows flows = Flows::kAny)
       : G(graph), loads(scratch), single(single_flow) {
     if (single) return;
     const auto nv = G.parent.size();
-    loads.up.assign(nv, 0);
-    loads.down.assign(nv, 0);
-    loads.hub_out.assign(G.gpu.size(), 0);
-    loads.hub_in.assign(G.gpu.size(), 0);
+    loads.up.assign(flows == Flows::kWithinNodes ? 0 : nv, 0);
+    loads.down.assign(flows == Flows::kWithinNodes ? 0 : nv, 0);
+    loads.hub_out.assign(flows == Flows::kAcrossNodes ? 0 : G.gpu.size(), 0);
+    loads.hub_in.assign(flows == Flows::kAcrossNodes ? 0 : G.gpu.size(), 0);
   }
   int load(const std::vector<int>& counters, std::size_t i) const { return single ? 1 : std::max(1, counters[i]); }
   int node_of(int gpu) const { return gpu / G.gpus_per_node; }
-  void add(int a, int b, int sign) {
-    if (a == b) return;
+  // Adds the flow a -> b to the loads of its route; returns the route's latency (seconds).
+  double add(int a, int b, int sign) {
+    if (a == b) return 0.0;
     if (node_of(a) == node_of(b)) {
       loads.hub_out[static_cast<std::size_t>(a)] += sign;
       loads.hub_in[static_cast<std::size_t>(b)] += sign;
-      return;
+      return G.hub_edge[static_cast<std::size_t>(a)].latency + G.hub_edge[static_cast<std::size_t>(b)].latency;
     }
+    double lat = 0;
     walk(G, G.gpu[static_cast<std::size_t>(a)], G.gpu[static_cast<std::size_t>(b)],
-         [&](Vertex v) { loads.up[v] += sign; }, [&](Vertex v) { loads.down[v] += sign; });
+         [&](Vertex v) {
+           loads.up[v] += sign;
+           lat += G.up_edge[v].latency;
+         },
+         [&](Vertex v) {
+           loads.down[v] += sign;
+           lat += G.up_edge[v].latency;
+         });
+    return lat;
   }
   // Bandwidth and latency of the flow a -> b under the current loads.
   LinkCost cost(int a, int b) const {
@@ -238,17 +251,27 @@ struct Rings {
   }
 };
 
-LinkCost route_rings(const Topology::Graph& G, const Rings& rings) {
+// REQUIRES: the flows of `rings` all stay inside nodes or all cross nodes, as `flows` says.
+LinkCost route_rings(const Topology::Graph& G, const Rings& rings, Router::Flows flows) {
   thread_local Loads scratch;
-  Router router(G, scratch);
-  rings.for_each_flow([&](int a, int b) { router.add(a, b, 1); });
-  LinkCost worst{core::BytesPerSecond(std::numeric_limits<double>::infinity()), core::Seconds(0)};
-  rings.for_each_flow([&](int a, int b) {
-    const auto c = router.cost(a, b);
-    worst.bandwidth = std::min(worst.bandwidth, c.bandwidth);
-    worst.latency = std::max(worst.latency, c.latency);
-  });
-  return worst;
+  Router router(G, scratch, /*single_flow=*/false, flows);
+  // Every flow's bandwidth is the least of bandwidth / load over the edges of its route, and every
+  // loaded edge is on some flow's route: the worst flow's bandwidth is the least over the loaded
+  // edges, found in one pass over the counters instead of a second walk of every route. The
+  // latency of a route is summed while it is loaded.
+  double worst_latency = 0;
+  rings.for_each_flow([&](int a, int b) { worst_latency = std::max(worst_latency, router.add(a, b, 1)); });
+  double worst_bandwidth = std::numeric_limits<double>::infinity();
+  const auto& L = router.loads;
+  for (std::size_t v = 0; v < L.up.size(); ++v) {
+    if (L.up[v] > 0) worst_bandwidth = std::min(worst_bandwidth, G.up_edge[v].bandwidth / L.up[v]);
+    if (L.down[v] > 0) worst_bandwidth = std::min(worst_bandwidth, G.up_edge[v].bandwidth / L.down[v]);
+  }
+  for (std::size_t g = 0; g < L.hub_out.size(); ++g) {
+    if (L.hub_out[g] > 0) worst_bandwidth = std::min(worst_bandwidth, G.hub_edge[g].bandwidth / L.hub_out[g]);
+    if (L.hub_in[g] > 0) worst_bandwidth = std::min(worst_bandwidth, G.hub_edge[g].bandwidth / L.hub_in[g]);
+  }
+  return LinkCost{core::BytesPerSecond(worst_bandwidth), core::Seconds(worst_latency)};
 }
 
 }  // namespace
@@ -325,8 +348,9 @@ GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) 
       }
     }
   }
-  if (!intra_rings.empty()) p.intra = route_rings(G, intra_rings);
-  if (!inter_rings.empty()) p.inter = route_rings(G, inter_rings);
+  // Intra rings are the members of a group on one node; inter rings take one member per node.
+  if (!intra_rings.empty()) p.intra = route_rings(G, intra_rings, Router::Flows::kWithinNodes);
+  if (!inter_rings.empty()) p.inter = route_rings(G, inter_rings, Router::Flows::kAcrossNodes);
   std::lock_guard lock(cache_->mutex);
   cache_->placements.emplace(key, p);
   return p;
