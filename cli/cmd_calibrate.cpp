@@ -75,7 +75,7 @@ void refit_from_runs(const CalibrateOptions& o) {
     const auto& b = m["step_time_breakdown_s"];
     r.step = m["step_time_s"].get<double>();
     r.compute = b.value("compute_and_other", 0.0);
-    r.comm = b.value("tp_comm_wait", 0.0) + b.value("dp_comm_wait", 0.0);
+    r.comm = b.value("tp_comm_wait", 0.0) + b.value("cp_comm_wait", 0.0) + b.value("dp_comm_wait", 0.0);
     r.cpu = m.value("device", std::string("cpu")).starts_with("cpu");
     if (r.plan.parallel.world_size() > base.node.gpus_per_node) {
       throw core::ConfigError(str_cat("--from-runs: ", d, " ran ", r.plan.parallel.world_size(), " ranks; the profile ",
@@ -96,7 +96,7 @@ void refit_from_runs(const CalibrateOptions& o) {
     const auto* e = std::get_if<cost::Estimate>(&ev);
     if (e == nullptr) throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
     const auto& t = e->time;
-    const double comm = (t.tp_comm + t.dp_comm).value();
+    const double comm = (t.tp_comm + t.cp_comm + t.dp_comm).value();
     return Parts{t.total().value(), t.total().value() - comm - (t.pp_comm + t.pp_bubble).value(), comm};
   };
   // Each part split into its throughput term and its count of fixed-cost events, by evaluating

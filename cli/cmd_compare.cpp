@@ -91,14 +91,15 @@ void run(const CompareOptions& o) {
   add("tokens_per_s_per_gpu", e->tokens_per_s_per_gpu, measured.value("tokens_per_s_per_gpu", 0.0));
   // The parts of the step: rank 0's seconds blocked in each kind of communication (the executor's
   // timed groups) against the cost model's exposed communication, and the rest against its
-  // computation (compute, recompute, optimizer, overlap slowdown, context-parallel exchange).
+  // computation (compute, recompute, optimizer, overlap slowdown).
   if (measured.contains("step_time_breakdown_s")) {
     const auto& m = measured["step_time_breakdown_s"];
     const auto& t = e->time;
     add("tp_comm_s", t.tp_comm.value(), m.value("tp_comm_wait", 0.0));
+    add("cp_comm_s", t.cp_comm.value(), m.value("cp_comm_wait", 0.0));
     add("dp_comm_s", t.dp_comm.value(), m.value("dp_comm_wait", 0.0));
     add("pp_comm_and_bubble_s", (t.pp_comm + t.pp_bubble).value(), m.value("pp_wait", 0.0));
-    add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.other + t.cp_comm).value(),
+    add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.other).value(),
         m.value("compute_and_other", 0.0));
   }
   if (state != nullptr && measured.contains("memory_per_rank")) {

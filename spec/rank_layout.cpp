@@ -86,6 +86,20 @@ std::vector<int> RankLayout::group_of(int rank, Axis axis) const {
   return group;
 }
 
+std::vector<int> RankLayout::replica_group(int rank) const {
+  RankCoord c = coord_of(rank);
+  std::vector<int> group;
+  for (int d = 0; d < degree(Axis::kDp); ++d) {
+    for (int k = 0; k < degree(Axis::kCp); ++k) {
+      c.dp = d;
+      c.cp = k;
+      group.push_back(rank_of(c));
+    }
+  }
+  std::sort(group.begin(), group.end());
+  return group;
+}
+
 std::vector<std::vector<int>> RankLayout::groups(Axis axis) const {
   std::vector<std::vector<int>> out;
   for (int r = 0; r < world_size_; ++r) {

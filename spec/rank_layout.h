@@ -58,6 +58,10 @@ class RankLayout {
 
   // Ranks that share every coordinate of `rank` but `axis`, ordered by their coordinate on `axis`.
   [[nodiscard]] std::vector<int> group_of(int rank, Axis axis) const;
+  // The ranks that hold the same part of the model as `rank` (the same tp and pp coordinates):
+  // its dp group times its cp group, ascending. Gradients are summed and ZeRO shards spread over
+  // them (Megatron's data-and-context-parallel group); the dp group when cp = 1.
+  [[nodiscard]] std::vector<int> replica_group(int rank) const;
   // Every group along `axis`, ordered by their smallest rank; together they partition the ranks.
   [[nodiscard]] std::vector<std::vector<int>> groups(Axis axis) const;
   // Number of distinct nodes the group of `rank` along `axis` spans.

@@ -39,6 +39,11 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
   g.cp = with_timing(group(spec::Axis::kCp, "cp"), clocks.cp);
   g.dp = with_timing(group(spec::Axis::kDp, "dp"), clocks.dp);
   g.pp = with_timing(group(spec::Axis::kPp, "pp"), clocks.pp);
+  if (layout.degree(spec::Axis::kCp) > 1) {
+    const auto replicas = layout.replica_group(launch.rank);
+    g.dp_cp = with_timing(
+        make_gloo_group(*store, str_cat("dp_cp/", replicas.front()), replicas, launch.rank, timeout, nic), clocks.dp);
+  }
   if (layout.degree(spec::Axis::kDp) > 1 && launch.world_size > 1) {
     const auto shard = layout.dp_shard_group(launch.rank), replicate = layout.dp_replicate_group(launch.rank);
     if (shard.size() != layout.group_of(launch.rank, spec::Axis::kDp).size()) {

@@ -28,6 +28,11 @@ struct ProcessGroups {
   // Hybrid sharding only (null otherwise): the dp group's members on this node (ZeRO-3 shards over
   // them) and this rank's peers holding the same shard on the other nodes.
   std::unique_ptr<Communicator> dp_shard, dp_replicate;
+  // Context parallelism only (null otherwise): the ranks holding the same parameters, dp × cp
+  // (spec::RankLayout::replica_group): gradients are summed and ZeRO shards spread over them.
+  std::unique_ptr<Communicator> dp_cp;
+  // The group over which gradients are summed and optimizer state is sharded: dp_cp, or dp.
+  [[nodiscard]] Communicator& replicas() const { return dp_cp ? *dp_cp : *dp; }
 };
 
 // COLLECTIVE over the job: every rank calls it with the same layout. ConfigError when the layout's

@@ -50,8 +50,8 @@ torch::Tensor apply_rotary(const torch::Tensor& q, const torch::Tensor& cos, con
   return q * cos + rotated * sin;
 }
 
-AttentionImpl::AttentionImpl(const spec::ModelSpec& m, const TensorParallel& tp)
-    : heads_(m.heads / tp.size()), kv_heads_(m.kv_heads / tp.size()), head_dim_(m.head_dim()), tp_(tp) {
+AttentionImpl::AttentionImpl(const spec::ModelSpec& m, const TensorParallel& tp, const ContextParallel& cp)
+    : heads_(m.heads / tp.size()), kv_heads_(m.kv_heads / tp.size()), head_dim_(m.head_dim()), tp_(tp), cp_(cp) {
   q_proj = register_module("q_proj", linear(m.hidden, std::int64_t{heads_} * head_dim_, m.qkv_bias));
   k_proj = register_module("k_proj", linear(m.hidden, std::int64_t{kv_heads_} * head_dim_, m.qkv_bias));
   v_proj = register_module("v_proj", linear(m.hidden, std::int64_t{kv_heads_} * head_dim_, m.qkv_bias));
@@ -69,6 +69,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const torch::Ten
   auto v = v_proj(x).view({b, s, kv_heads_, head_dim_}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
+  if (cp_.active()) {
+    // [B, G, S/cp, D] of this rank's tokens -> [B, G, S, D] of the whole sequence.
+    k = gather_context(k.transpose(1, 2), cp_).transpose(1, 2);
+    v = gather_context(v.transpose(1, 2), cp_).transpose(1, 2);
+  }
   const bool gqa = kv_heads_ != heads_;
   const bool recompute = recompute_core && is_training() && torch::GradMode::is_enabled();
   const auto out = recompute ? checkpointed_attention_core(q, k, v, mask, gqa) : attention_core(q, k, v, mask, gqa);
@@ -87,9 +92,9 @@ torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x_in) {
   return leave_tp_region(down_proj(torch::silu(gate_proj(x)) * up_proj(x)), tp_);
 }
 
-DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, const TensorParallel& tp) {
+DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, const TensorParallel& tp, const ContextParallel& cp) {
   // Registration order = Hugging Face's attribute order, so parameters() lists them alike.
-  self_attn = register_module("self_attn", Attention(m, tp));
+  self_attn = register_module("self_attn", Attention(m, tp, cp));
   mlp = register_module("mlp", SwiGluMlp(m, tp));
   Communicator* sp = tp.sp() ? tp.group : nullptr;
   input_layernorm = register_module("input_layernorm", RMSNorm(m.hidden, m.norm_eps, sp));

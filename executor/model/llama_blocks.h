@@ -13,6 +13,7 @@
 // outputs are [B, S/t, H] shards.
 #include <torch/torch.h>
 
+#include "executor/parallel/context_parallel.h"
 #include "executor/parallel/tensor_parallel.h"
 #include "spec/model_spec.h"
 
@@ -54,9 +55,11 @@ torch::Tensor apply_rotary(const torch::Tensor& q, const torch::Tensor& cos, con
 // Multi-head attention with G key/value heads shared by A/G query heads each.
 // `mask`: undefined for plain causal attention, or bool [B, 1, S, S] (true = may attend) for
 // packed sequences whose documents must not see each other.
+// With context parallelism (context_parallel.h) x holds this rank's tokens, the keys and values are
+// gathered over the cp group before the attention core, and `mask` is [B, 1, S/cp, S].
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const spec::ModelSpec& m, const TensorParallel& tp);
+  AttentionImpl(const spec::ModelSpec& m, const TensorParallel& tp, const ContextParallel& cp = {});
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -65,6 +68,7 @@ class AttentionImpl : public torch::nn::Module {
  private:
   int heads_, kv_heads_, head_dim_;  // heads of this rank
   TensorParallel tp_;
+  ContextParallel cp_;
 };
 TORCH_MODULE(Attention);
 
@@ -83,7 +87,7 @@ TORCH_MODULE(SwiGluMlp);
 // x + attn(norm(x)), then + mlp(norm(.)).
 class DecoderBlockImpl : public torch::nn::Module {
  public:
-  DecoderBlockImpl(const spec::ModelSpec& m, const TensorParallel& tp);
+  DecoderBlockImpl(const spec::ModelSpec& m, const TensorParallel& tp, const ContextParallel& cp = {});
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};

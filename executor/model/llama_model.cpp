@@ -35,8 +35,8 @@ StageShape resolved(StageShape s, const spec::ModelSpec& m) {
 
 }  // namespace
 
-LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, TensorParallel tp)
-    : spec_(spec), shape_(resolved(shape, spec)), tp_(tp), rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta) {
+LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, TensorParallel tp, ContextParallel cp)
+    : spec_(spec), shape_(resolved(shape, spec)), tp_(tp), cp_(cp), rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta) {
   require_llama_family(spec_);
   const int t = tp_.size();
   if (spec_.heads % t != 0 || spec_.kv_heads % t != 0 || spec_.ffn_hidden % t != 0) {
@@ -55,7 +55,7 @@ LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, Te
   for (int i = 0; i < spec_.layers; ++i) {
     // Absent layers are placeholders so that names keep the global layer index (layers.<i>.*).
     if (i >= shape_.first_layer && i < shape_.last_layer) {
-      layers->push_back(DecoderBlock(spec_, tp_));
+      layers->push_back(DecoderBlock(spec_, tp_, cp_));
     } else {
       layers->push_back(torch::nn::Identity());
     }

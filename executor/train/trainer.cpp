@@ -20,9 +20,11 @@
 #include "executor/dist/process_groups.h"
 #include "executor/parallel/full_state.h"
 #include "executor/parallel/fully_sharded.h"
+#include "executor/parallel/context_parallel.h"
 #include "executor/parallel/pipeline_executor.h"
 #include "executor/train/step_optimizer.h"
 #include "spec/rank_layout.h"
+#include "spec/sequence_split.h"
 #include "executor/io/model_weights.h"
 #include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
@@ -119,9 +121,18 @@ double evaluate_set(const std::function<double(const Batch&)>& loss_sum_of, cons
 // The layouts the executor runs, or a ConfigError saying what it does not run yet.
 void require_supported(const spec::Plan& plan, const TrainConfig& config) {
   const auto& par = plan.parallel;
-  if (par.cp != 1) {
-    throw core::ConfigError(str_cat("plan: cp ", par.cp, ": the executor runs tensor, pipeline and data parallelism ",
-                                    "with ZeRO 0-3 so far, without context parallelism (issue #7)"));
+  if (par.cp > 1) {
+    if (auto e = spec::find_sequence_split_error(plan.workload.seq_len, par.cp)) {
+      throw core::ConfigError(str_cat("plan: context parallelism: ", *e));
+    }
+    if (par.hybrid_shard) {
+      throw core::ConfigError(str_cat("plan: cp ", par.cp, " with hybrid sharding: the executor shards ZeRO-3 over ",
+                                      "dp × cp, or hybridly over dp without context parallelism"));
+    }
+    if (config.ewc) {
+      throw core::ConfigError(str_cat(config.origin.string(), ": EWC with context parallelism (cp ", par.cp,
+                                      ") is not built (the Fisher is estimated on whole sequences)"));
+    }
   }
   if (par.offload != spec::Offload::kNone && (par.offload != spec::Offload::kOptimizer || par.zero_stage < 1 ||
                                                par.zero_stage > 2)) {
@@ -194,6 +205,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   // This rank's part of the model: its pipeline stages (chunk c = stage c·pp + pp rank), each
   // split over the tensor-parallel group (tensor_parallel.h).
   const TensorParallel tp{groups.tp.get(), par.sequence_parallel};
+  // Context parallelism: each rank of the cp group holds S/cp tokens of every sequence
+  // (context_parallel.h); gradients and ZeRO shards span dp × cp (groups.replicas()).
+  const ContextParallel cp{groups.cp.get()};
+  Communicator& replicas = groups.replicas();
   const int pp_rank = groups.coord.pp;
   std::vector<LlamaModel> chunks;
   for (const int stage : plan.stages.stages_of_rank(pp_rank)) {
@@ -202,7 +217,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     shape.first_layer = plan.stages.first_layer(stage);
     shape.last_layer = shape.first_layer + plan.stages.layers_in(stage);
     shape.head = stage == plan.stages.num_stages() - 1;
-    chunks.emplace_back(spec, shape, tp);
+    chunks.emplace_back(spec, shape, tp, cp);
   }
   for (auto& chunk : chunks) {
     chunk->init_weights(config.seed);
@@ -265,7 +280,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   if (par.zero_stage == 3) {
     auto fs = par.hybrid_shard && groups.dp_shard
                   ? make_fully_sharded(named, config.optimizer, *groups.dp_shard, groups.dp_replicate.get(), norm_groups)
-                  : make_fully_sharded(named, config.optimizer, *groups.dp, nullptr, norm_groups);
+                  : make_fully_sharded(named, config.optimizer, replicas, nullptr, norm_groups);
     zero3 = fs.get();
     model->set_parameter_residency(zero3);
     if (par.hybrid_shard && groups.dp_shard) {
@@ -275,10 +290,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     }
     optimizer = std::move(fs);
   } else if (par.zero_stage == 0) {
-    optimizer = make_replicated_optimizer(named, config.optimizer, *groups.dp,
+    optimizer = make_replicated_optimizer(named, config.optimizer, replicas,
                                           static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024), norm_groups);
   } else {
-    optimizer = make_zero_optimizer(named, config.optimizer, *groups.dp, par.zero_stage, norm_groups,
+    optimizer = make_zero_optimizer(named, config.optimizer, replicas, par.zero_stage, norm_groups,
                                     par.offload == spec::Offload::kOptimizer);
   }
   if (config.keep_optimizer_state) {
@@ -301,8 +316,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
         source.string());
     core::info0("init: optimizer state kept from ", source.string(), " (step ", base.step(), ")");
   }
-  // Evaluation runs on replica 0, or on every rank under ZeRO-3 (its gathers span the dp group).
-  const bool evaluates = zero3 != nullptr || full_state_groups.holds_replica_zero;
+  // Evaluation runs on replica 0 (all its cp ranks: attention gathers over them), or on every rank
+  // under ZeRO-3 (its gathers span the dp group).
+  const bool evaluates = zero3 != nullptr || groups.coord.dp == 0;
   // Each step's global batch is split in dp contiguous shares, in sample order.
   const int dp_rank = groups.dp->rank();
   const std::int64_t per_rank = std::int64_t{par.micro_batch} * par.grad_accum();
@@ -321,7 +337,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   Objective objective;
   std::optional<Teacher> teacher;
   if (config.distill) {
-    LlamaModel t(spec, StageShape{}, tp);
+    LlamaModel t(spec, StageShape{}, tp, cp);
     const auto source = config.distill->teacher.value_or(*config.init_from);
     const auto loaded = load_model_weights(*t, source);
     t->to(device);
@@ -406,8 +422,15 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   };
   // Evaluation runs on data-parallel replica 0 (its tensor- and pipeline-parallel ranks together);
   // rank 0 writes.
-  auto loss_sum_of = [&](const Batch& b) {
-    return pipeline ? pipeline->loss_sum(b) : model->loss_sum(b).item<double>();
+  auto loss_sum_of = [&](const Batch& whole) {
+    const Batch b = context_parallel_slice(whole, cp);
+    double sum = pipeline ? pipeline->loss_sum(b) : model->loss_sum(b).item<double>();
+    if (cp.active()) {  // each cp rank holds the loss of its tokens
+      auto t = torch::tensor({sum}, torch::kFloat64);
+      groups.cp->all_reduce_sum(t)->wait();
+      sum = t.item<double>();
+    }
+    return sum;
   };
   auto evaluate = [&](std::int64_t at_step) {
     if (!evaluates) return;  // replicas are identical
@@ -426,7 +449,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   ModelStateBytes last_state;  // of the latest step
   // Seconds blocked in tp, dp and pp communication over the timed steps (timed_communicator.h).
   const auto& clocks = *groups.clocks;
-  double timed_tp_wait = 0, timed_dp_wait = 0, timed_pp_wait = 0;
+  double timed_tp_wait = 0, timed_dp_wait = 0, timed_pp_wait = 0, timed_cp_wait = 0;
   const bool bar = rank0 && options.progress && ::isatty(STDOUT_FILENO) != 0;
   const int accum = par.grad_accum();
   TrainSummary summary;
@@ -441,15 +464,15 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
   while (step < end_step) {
     const auto t0 = Clock::now();
-    const double tp0 = clocks.tp.seconds, dp0 = clocks.dp.seconds, pp0 = clocks.pp.seconds;
+    const double tp0 = clocks.tp.seconds, dp0 = clocks.dp.seconds, pp0 = clocks.pp.seconds, cp0 = clocks.cp.seconds;
     const double lr = schedule.at(step) * lr_scale;
     std::vector<Batch> micro;
     loader.skip(dp_rank * per_rank);
-    for (int m = 0; m < accum; ++m) micro.push_back(loader.next());
+    for (int m = 0; m < accum; ++m) micro.push_back(context_parallel_slice(loader.next(), cp));
     loader.skip((par.dp - 1 - dp_rank) * per_rank);
     const auto r = pipeline ? train_step_pipelined(*pipeline, *pipeline_schedule, *optimizer, micro, lr, config.grad_clip,
-                                                   device, *groups.dp)
-                            : train_step(*model, *optimizer, micro, lr, config.grad_clip, device, *groups.dp, objective);
+                                                   device, replicas)
+                            : train_step(*model, *optimizer, micro, lr, config.grad_clip, device, replicas, objective);
     if (config.distill && config.distill->guard_threshold) {
       kl_over = r.kl > *config.distill->guard_threshold ? kl_over + 1 : 0;
       if (kl_over >= config.distill->guard_patience) {
@@ -476,6 +499,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
       timed_tp_wait += clocks.tp.seconds - tp0;
       timed_dp_wait += clocks.dp.seconds - dp0;
       timed_pp_wait += clocks.pp.seconds - pp0;
+      timed_cp_wait += clocks.cp.seconds - cp0;
       timed_tokens += step_tokens;
     }
     ++step;
@@ -543,18 +567,21 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   // Per timed step, each rank's seconds blocked in communication; the rest is computation (and
   // the loader and optimizer).
   const double timed_steps = std::max<double>(1.0, static_cast<double>(step - first_step - 1));
-  auto waits = torch::tensor({timed_tp_wait / timed_steps, timed_dp_wait / timed_steps, timed_pp_wait / timed_steps},
+  auto waits = torch::tensor({timed_tp_wait / timed_steps, timed_dp_wait / timed_steps, timed_pp_wait / timed_steps,
+                              timed_cp_wait / timed_steps},
                              torch::kFloat64);
-  auto all_waits = torch::empty({par.world_size(), 3}, torch::kFloat64);
+  auto all_waits = torch::empty({par.world_size(), 4}, torch::kFloat64);
   groups.world->all_gather(waits, all_waits)->wait();
   const double step_time = measured["step_time_s"].get<double>();
   auto breakdown_of = [&](int r) {
     const auto w = all_waits[r];
-    const double tp_w = w[0].item<double>(), dp_w = w[1].item<double>(), pp_w = w[2].item<double>();
+    const double tp_w = w[0].item<double>(), dp_w = w[1].item<double>(), pp_w = w[2].item<double>(),
+                 cp_w = w[3].item<double>();
     return nlohmann::ordered_json{{"tp_comm_wait", tp_w},
+                                  {"cp_comm_wait", cp_w},
                                   {"dp_comm_wait", dp_w},
                                   {"pp_wait", pp_w},
-                                  {"compute_and_other", std::max(0.0, step_time - tp_w - dp_w - pp_w)}};
+                                  {"compute_and_other", std::max(0.0, step_time - tp_w - cp_w - dp_w - pp_w)}};
   };
   measured["step_time_breakdown_s"] = breakdown_of(0);
   auto per_rank_time = nlohmann::ordered_json::array();

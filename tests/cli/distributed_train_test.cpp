@@ -1,6 +1,6 @@
 // The distributed executor against the single-process one, through the real `cpt train` with its
 // own launcher (two or four ranks, Gloo on the CPU): data, tensor (with and without sequence
-// parallelism) and pipeline parallelism (1F1B, interleaved 1F1B) and their products give the same
+// parallelism), context and pipeline parallelism (1F1B, interleaved 1F1B) and their products give the same
 // losses every step and the same final weights (relative difference <= 1e-4); checkpoints move
 // between layouts; a rank that dies takes the job down; a rank whose peers never come gives up
 // after the collective timeout with a clear message.
@@ -113,7 +113,13 @@ class DistributedTrain : public ::testing::Test {
           std::tuple{"pp2-tp2-sp", "/tiny4.json", "pp=2,tp=2,sequence_parallel=true,schedule=1f1b,micro_batch=2", 4},
           std::tuple{"zero3-dp2", "tiny", "dp=2,zero=3,offload=none,micro_batch=2", 2},
           std::tuple{"zero3-dp4", "tiny", "dp=4,zero=3,offload=none,micro_batch=2", 4},
-          std::tuple{"zero3-dp2-tp2-full", "/tiny4.json", "dp=2,tp=2,zero=3,offload=none,recompute=full,micro_batch=2", 4}}) {
+          std::tuple{"zero3-dp2-tp2-full", "/tiny4.json", "dp=2,tp=2,zero=3,offload=none,recompute=full,micro_batch=2", 4},
+          // Context parallelism (sequence 64 in 4 chunks) and its products.
+          std::tuple{"cp2", "tiny", "cp=2,zero=0,micro_batch=2", 2},
+          std::tuple{"cp2-zero1-dp2", "tiny", "cp=2,dp=2,zero=1,offload=none,micro_batch=2", 4},
+          std::tuple{"zero3-cp2", "tiny", "cp=2,zero=3,offload=none,recompute=full,micro_batch=2", 2},
+          std::tuple{"cp2-tp2-sp", "tiny", "cp=2,tp=2,sequence_parallel=true,micro_batch=2", 4},
+          std::tuple{"cp2-pp2", "tiny", "cp=2,pp=2,schedule=1f1b,recompute=selective,micro_batch=2", 4}}) {
       const std::string model_arg = model[0] == '/' ? d + model : std::string(model);
       ASSERT_EQ(sh(cpt() + " plan --model " + model_arg + " --gpu h100 --gpus " + std::to_string(gpus) +
                        " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
@@ -222,6 +228,43 @@ TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
   }
 }
 
+// Context parallelism (each rank holds 2 of 4 sequence chunks, keys and values all-gathered per
+// layer): alone, with ZeRO-1 over dp × cp, with ZeRO-3 and full recomputation, with tensor and
+// sequence parallelism, with a pipeline and selective recomputation, and with KL distillation
+// against a context-parallel teacher: each the single-process run.
+TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
+  reference("single", "o1");
+  for (const auto& [layout, procs] : {std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4}, std::pair{"zero3-cp2", 2},
+                                      std::pair{"cp2-tp2-sp", 4}, std::pair{"cp2-pp2", 4}}) {
+    const auto out = std::string("o-") + layout;
+    const auto r = train(layout, out, procs);
+    EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    if (r.exit_code == 0) expect_same_run(dir_ / "o1", dir_ / out, layout);
+  }
+  // KL distillation: the teacher (the reference run's final weights) is context-parallel too.
+  std::ofstream(dir_ / "kl.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
+    "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
+    "dp_bucket_mib": 0.1, "log_interval_steps": 0, "init_from": ")" +
+                                    (dir_ / "o1/checkpoints/step_00000020").string() + R"(",
+    "distill": {"lambda": 0.5}})";
+  const auto single = train("single", "k1", 1, "kl.json");
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const auto cp = train("cp2", "k-cp2", 2, "kl.json");
+  ASSERT_EQ(cp.exit_code, 0) << cp.err;
+  expect_same_run(dir_ / "k1", dir_ / "k-cp2", "kl cp2");
+  const auto kl = [&](const std::string& out) {
+    std::vector<double> v;
+    std::ifstream in(dir_ / out / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["kl"].get<double>());
+    return v;
+  };
+  const auto a = kl("k1"), b = kl("k-cp2");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_GT(a.back(), 0.0);
+  for (std::size_t i = 1; i < a.size(); ++i) EXPECT_NEAR(b[i] / a[i], 1.0, 1e-4) << "kl, step " << i;
+}
+
 // EWC under tensor and data parallelism: the Fisher estimated by replica 0's ranks together and
 // written whole, each rank's penalty on its shards (replicated norms on every rank); the same
 // losses (penalty included) and weights as the single process.
@@ -267,7 +310,8 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
   for (const auto& [layout, procs, flags] :
        {std::tuple{"single", 1, "--gpus 1"}, std::tuple{"dp2", 2, "--gpus 2 --dp 2"},
         std::tuple{"zero1-dp2", 2, "--gpus 2 --dp 2 --zero 1"}, std::tuple{"tp2", 2, "--gpus 2 --tp 2"},
-        std::tuple{"pp2", 2, "--gpus 2 --pp 2"}, std::tuple{"zero3-dp2", 2, "--gpus 2 --dp 2 --zero 3"}}) {
+        std::tuple{"pp2", 2, "--gpus 2 --pp 2"}, std::tuple{"zero3-dp2", 2, "--gpus 2 --dp 2 --zero 3"},
+        std::tuple{"cp2-zero1-dp2", 4, "--gpus 4 --cp 2 --dp 2 --zero 1"}}) {
     const auto out = d + "/mem-" + layout;
     const auto r = train(layout, std::string("mem-") + layout, procs, "short.json");
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;

@@ -1,0 +1,29 @@
+#pragma once
+// SequenceSplit: which token positions of a sequence each context-parallel rank holds.
+//
+// The sequence of S tokens is cut into 2·cp chunks of S/(2·cp); rank r holds chunks r and
+// 2·cp − 1 − r, in that order. Under a causal mask the early chunks attend to few keys and the late
+// ones to many, so pairing chunk r with its mirror gives every rank the same attention work
+// (Megatron-LM's and Llama 3's load-balanced split; Grattafiori et al. 2024 §3.3.2).
+// Example: S = 8, cp = 2 -> chunks [0,2) [2,4) [4,6) [6,8); rank 0 holds positions 0 1 6 7,
+// rank 1 holds 2 3 4 5.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cpt::spec {
+
+// Why `seq_len` cannot be split over `cp` ranks (it must be a multiple of 2·cp), or std::nullopt.
+std::optional<std::string> find_sequence_split_error(std::int64_t seq_len, int cp);
+
+// The positions rank `cp_rank` holds, ascending within each of its two chunks (chunk r first).
+// REQUIRES: find_sequence_split_error(seq_len, cp) is empty, 0 <= cp_rank < cp.
+std::vector<std::int64_t> sequence_positions_of_rank(std::int64_t seq_len, int cp, int cp_rank);
+
+// Where the rows of an all-gather of every rank's tokens (rank 0's, then rank 1's, ...) go in the
+// sequence: entry p is the gathered row that holds position p. REQUIRES: as above.
+std::vector<std::int64_t> gathered_row_of_position(std::int64_t seq_len, int cp);
+
+}  // namespace cpt::spec

@@ -1,0 +1,68 @@
+#include "spec/sequence_split.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "spec/rank_layout.h"
+
+namespace cpt::spec {
+namespace {
+
+TEST(SequenceSplit, TheExampleOfTheHeader) {
+  EXPECT_EQ(sequence_positions_of_rank(8, 2, 0), (std::vector<std::int64_t>{0, 1, 6, 7}));
+  EXPECT_EQ(sequence_positions_of_rank(8, 2, 1), (std::vector<std::int64_t>{2, 3, 4, 5}));
+  // Gathered rows: rank 0's 0 1 6 7, then rank 1's 2 3 4 5.
+  EXPECT_EQ(gathered_row_of_position(8, 2), (std::vector<std::int64_t>{0, 1, 4, 5, 6, 7, 2, 3}));
+  EXPECT_EQ(sequence_positions_of_rank(5, 1, 0), (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
+}
+
+// Every position is held once, and each rank's causal work (Σ of keys visible to its queries) is
+// the same.
+TEST(SequenceSplit, APartitionWithEqualCausalWork) {
+  for (int cp : {2, 3, 4, 8}) {
+    const std::int64_t S = 2 * cp * 5;
+    std::vector<int> held(static_cast<std::size_t>(S), 0);
+    std::int64_t work0 = -1;
+    for (int r = 0; r < cp; ++r) {
+      const auto pos = sequence_positions_of_rank(S, cp, r);
+      EXPECT_EQ(static_cast<std::int64_t>(pos.size()), S / cp);
+      std::int64_t work = 0;
+      for (auto p : pos) {
+        ++held[static_cast<std::size_t>(p)];
+        work += p + 1;
+      }
+      if (work0 < 0) work0 = work;
+      EXPECT_EQ(work, work0) << "cp " << cp << " rank " << r;
+    }
+    EXPECT_TRUE(std::all_of(held.begin(), held.end(), [](int n) { return n == 1; }));
+  }
+  EXPECT_TRUE(find_sequence_split_error(12, 3) == std::nullopt);
+  EXPECT_EQ(*find_sequence_split_error(10, 3),
+            "seq_len (10) must be a multiple of 2·cp (6) for the load-balanced context-parallel split");
+}
+
+TEST(RankLayoutReplicaGroup, DpTimesCpWithTheSameTpAndPp) {
+  ParallelConfig p{.tp = 2, .cp = 2, .dp = 2, .pp = 2};
+  const RankLayout l(p, 8);
+  for (int r = 0; r < l.world_size(); ++r) {
+    const auto g = l.replica_group(r);
+    ASSERT_EQ(g.size(), 4u);
+    EXPECT_TRUE(std::is_sorted(g.begin(), g.end()));
+    EXPECT_NE(std::find(g.begin(), g.end(), r), g.end());
+    for (int m : g) {
+      EXPECT_EQ(l.coord_of(m).tp, l.coord_of(r).tp);
+      EXPECT_EQ(l.coord_of(m).pp, l.coord_of(r).pp);
+    }
+  }
+  p.cp = 1;
+  p.dp = 4;
+  const RankLayout no_cp(p, 8);
+  auto dp = no_cp.group_of(3, Axis::kDp);
+  std::sort(dp.begin(), dp.end());
+  EXPECT_EQ(no_cp.replica_group(3), dp);
+}
+
+}  // namespace
+}  // namespace cpt::spec
