@@ -60,7 +60,7 @@ void run_planned(const PlannedRunOptions& o) {
   // The contract: what train reads is the file the planner wrote.
   const auto plan = spec::load_plan(out / "plan" / "plan.json");
   const auto& p = plan.parallel;
-  std::cout << str_cat("[2/3] train: tp ", p.tp, ", pp ", p.pp, ", dp ", p.dp, ", ZeRO ", p.zero_stage, ", micro-batch ",
+  std::cout << str_cat("[2/3] train: tp ", p.tp, ", cp ", p.cp, ", pp ", p.pp, ", dp ", p.dp, ", ZeRO ", p.zero_stage, ", micro-batch ",
                        p.micro_batch, " x ", p.grad_accum(), " on ", p.world_size(), " local rank",
                        p.world_size() == 1 ? "" : "s", "\n")
             << std::flush;
