@@ -5,12 +5,15 @@
 #include <utility>
 
 #include "core/check.h"
+#include "executor/train/regularizers.h"
 
 namespace cpt::exec {
 
 namespace {
 constexpr int kActivation = 0;
 constexpr int kGradient = 1;
+constexpr int kTeacherActivation = 2;
+constexpr int kDirections = 3;
 
 struct PendingSend {
   torch::Tensor tensor;  // kept alive until the send completes
@@ -32,7 +35,17 @@ LlamaModelImpl& PipelineExecutor::chunk_of_stage(int stage) {
 int PipelineExecutor::peer_of(int stage) const { return ((stage % pp_.size()) + pp_.size()) % pp_.size(); }
 
 int PipelineExecutor::tag(int to_stage, int microbatch, int direction) const {
-  return (microbatch * num_stages_ + to_stage) * 2 + direction;
+  return (microbatch * num_stages_ + to_stage) * kDirections + direction;
+}
+
+void PipelineExecutor::set_teacher(std::vector<LlamaModel> chunks, double kl_lambda) {
+  CPT_CHECK(chunks.size() == chunks_.size(), chunks.size(), " teacher chunks for ", chunks_.size(), " student chunks");
+  for (auto& t : chunks) {
+    t->eval();
+    for (auto& p : t->parameters()) p.set_requires_grad(false);
+  }
+  teacher_ = std::move(chunks);
+  kl_lambda_ = kl_lambda;
 }
 
 torch::Tensor PipelineExecutor::hidden_like(const Batch& b) const {
@@ -42,8 +55,9 @@ torch::Tensor PipelineExecutor::hidden_like(const Batch& b) const {
                       torch::TensorOptions(torch::kFloat32).device(b.tokens.device()));
 }
 
-double PipelineExecutor::train_step(const spec::PipelineSchedule& schedule, const std::vector<Batch>& micro,
-                                    double scale, StepOptimizer& optimizer) {
+PipelineExecutor::StepSums PipelineExecutor::train_step(const spec::PipelineSchedule& schedule,
+                                                         const std::vector<Batch>& micro, double scale,
+                                                         StepOptimizer& optimizer) {
   CPT_CHECK(schedule.num_stages() == num_stages_ && schedule.pp == pp_.size(), "schedule of ", schedule.num_stages(),
             " stages on ", schedule.pp, " ranks for a pipeline of ", num_stages_, " on ", pp_.size());
   CPT_CHECK(schedule.num_microbatches == static_cast<int>(micro.size()), "schedule of ", schedule.num_microbatches,
@@ -53,8 +67,11 @@ double PipelineExecutor::train_step(const spec::PipelineSchedule& schedule, cons
   // Per (stage, microbatch): the received input (stage > 0), the output or the scaled loss, and
   // the gradient received for the output.
   std::map<std::pair<int, int>, torch::Tensor> inputs, outputs, output_grads;
+  // The teacher's hidden states: received (stage > 0) and produced, per (stage, microbatch).
+  std::map<std::pair<int, int>, torch::Tensor> teacher_inputs, teacher_outputs;
+  const bool distill = !teacher_.empty();
   std::vector<PendingSend> sends;
-  double loss = 0;
+  double loss = 0, kl_total = 0;
   bool first_backward = true;
   for (const auto& a : schedule.per_rank[static_cast<std::size_t>(pp_.rank())]) {
     const auto key = std::make_pair(a.stage, a.microbatch);
@@ -64,18 +81,44 @@ double PipelineExecutor::train_step(const spec::PipelineSchedule& schedule, cons
         auto t = hidden_like(batch);
         pp_.recv(t, peer_of(a.stage - 1), tag(a.stage, a.microbatch, kActivation))->wait();
         inputs[key] = t.requires_grad_(true);
+        if (distill) {
+          auto th = hidden_like(batch);
+          pp_.recv(th, peer_of(a.stage - 1), tag(a.stage, a.microbatch, kTeacherActivation))->wait();
+          teacher_inputs[key] = th;
+        }
         break;
       }
       case spec::ActionKind::kForward: {
         auto& model = chunk_of_stage(a.stage);
         auto h = a.stage == 0 ? model.embed(batch.tokens) : inputs.at(key);
         h = model.blocks(h, batch);
+        torch::Tensor teacher_h;
+        if (distill) {
+          torch::NoGradGuard no_grad;
+          auto& teacher = *teacher_[static_cast<std::size_t>(a.stage / pp_.size())];
+          teacher_h = a.stage == 0 ? teacher.embed(batch.tokens) : teacher_inputs.at(key);
+          teacher_inputs.erase(key);
+          teacher_h = teacher.blocks(teacher_h, batch);
+        }
         if (a.stage == last) {
-          const auto ce = model.loss_sum_of_logits(model.head(h), batch.targets);
+          const auto logits = model.head(h);
+          const auto ce = model.loss_sum_of_logits(logits, batch.targets);
           loss += ce.item<double>();
-          outputs[key] = ce * scale;
+          auto total = ce;
+          if (distill) {
+            torch::Tensor teacher_logits;
+            {
+              torch::NoGradGuard no_grad;
+              teacher_logits = teacher_[static_cast<std::size_t>(a.stage / pp_.size())]->head(teacher_h);
+            }
+            const auto kl = kl_sum(logits, teacher_logits, batch.targets, model.tp().group);
+            kl_total += kl.item<double>();
+            total = total + kl * kl_lambda_;
+          }
+          outputs[key] = total * scale;
         } else {
           outputs[key] = h.to(torch::kFloat32);
+          if (distill) teacher_outputs[key] = teacher_h.to(torch::kFloat32);
         }
         break;
       }
@@ -83,6 +126,12 @@ double PipelineExecutor::train_step(const spec::PipelineSchedule& schedule, cons
         auto t = outputs.at(key).detach().contiguous();
         auto h = pp_.send(t, peer_of(a.stage + 1), tag(a.stage + 1, a.microbatch, kActivation));
         sends.push_back({t, std::move(h)});
+        if (distill) {
+          auto th = teacher_outputs.at(key).contiguous();
+          teacher_outputs.erase(key);
+          auto handle = pp_.send(th, peer_of(a.stage + 1), tag(a.stage + 1, a.microbatch, kTeacherActivation));
+          sends.push_back({th, std::move(handle)});
+        }
         break;
       }
       case spec::ActionKind::kRecvGrad: {
@@ -119,9 +168,9 @@ double PipelineExecutor::train_step(const spec::PipelineSchedule& schedule, cons
   for (auto& s : sends) s.handle->wait();
   optimizer.after_backward(n - 1, n);
   // The loss lives on the last stage's rank; every rank reports it.
-  auto t = torch::tensor({loss}, torch::kFloat64);
+  auto t = torch::tensor({loss, kl_total}, torch::kFloat64);
   pp_.all_reduce_sum(t)->wait();
-  return t.item<double>();
+  return StepSums{t[0].item<double>(), t[1].item<double>()};
 }
 
 double PipelineExecutor::loss_sum(const Batch& batch) {

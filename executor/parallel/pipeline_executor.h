@@ -15,6 +15,12 @@
 // tensor-parallel rank exchanging its shard with the same tensor-parallel rank of the next stage).
 // Every rank reads the step's microbatches (the embedding needs the tokens, every block the
 // positions and mask, the last stage the targets).
+//
+// KL distillation (regularizers.h) through the pipeline: the frozen teacher is split into the same
+// stages as the student and held by the same ranks (sharded like it); each Forward also runs the
+// teacher's chunk without a graph, and its hidden state travels with the student's to the next
+// stage, so the last stage has both logits for the same microbatch. The loss there is
+// (CE + λ·KL)·scale; nothing of the teacher goes backward.
 #include <vector>
 
 #include "executor/data/batch.h"
@@ -30,12 +36,20 @@ class PipelineExecutor {
   // `chunks[c]` is stage c·pp + pp.rank(); `pp` the pipeline group (rank = pipeline rank).
   PipelineExecutor(std::vector<LlamaModel> chunks, int num_stages, Communicator& pp);
 
+  // The teacher of KL distillation: `chunks[c]` the frozen teacher's stage c·pp + pp.rank() (the
+  // student's shapes), weight λ of the KL term.
+  void set_teacher(std::vector<LlamaModel> chunks, double kl_lambda);
+
+  struct StepSums {
+    double cross_entropy = 0;  // Σ over the step's loss tokens
+    double kl = 0;             // Σ of KL(student ‖ teacher) over them (0 without a teacher)
+  };
   // Forward and backward of every microbatch of the step (already on the device) in `schedule`'s
   // order, each loss multiplied by `scale`; gradients accumulate in the chunks' parameters, with
-  // `optimizer`'s hooks called as for one accumulation of micro.size() microbatches. Returns Σ of
-  // the cross-entropy over the step's loss tokens, the same on every pipeline rank. COLLECTIVE.
-  double train_step(const spec::PipelineSchedule& schedule, const std::vector<Batch>& micro, double scale,
-                    StepOptimizer& optimizer);
+  // `optimizer`'s hooks called as for one accumulation of micro.size() microbatches. Returns the
+  // sums over the step's loss tokens, the same on every pipeline rank. COLLECTIVE.
+  StepSums train_step(const spec::PipelineSchedule& schedule, const std::vector<Batch>& micro, double scale,
+                      StepOptimizer& optimizer);
 
   // Σ of the cross-entropy of `batch` (forward only, no graph), the same on every pipeline rank.
   // COLLECTIVE.
@@ -51,6 +65,8 @@ class PipelineExecutor {
   [[nodiscard]] int tag(int to_stage, int microbatch, int direction) const;
 
   std::vector<LlamaModel> chunks_;
+  std::vector<LlamaModel> teacher_;  // empty: no distillation
+  double kl_lambda_ = 0;
   int num_stages_;
   Communicator& pp_;
 };

@@ -228,7 +228,11 @@ torch::Tensor vocab_parallel_cross_entropy_sum(const torch::Tensor& local_logits
 
 torch::Tensor vocab_parallel_log_softmax(const torch::Tensor& local_logits, Communicator& tp) {
   const auto shifted = shifted_by_global_max(local_logits, tp);
-  const auto normaliser = reduce_from_tp(shifted.exp().sum(-1, /*keepdim=*/true), tp);
+  // Z = Σ over ranks of each rank's Σ exp. The loss built on these columns is a sum over ranks of
+  // per-rank terms, each depending on Z: ∂L/∂Z is the sum of every rank's part, so the backward of
+  // the sum is an all-reduce too (copy_to_tp inside reduce_from_tp), unlike the cross-entropy's,
+  // whose loss is computed whole on every rank after the reductions.
+  const auto normaliser = reduce_from_tp(copy_to_tp(shifted.exp().sum(-1, /*keepdim=*/true), tp), tp);
   return shifted - normaliser.log();
 }
 

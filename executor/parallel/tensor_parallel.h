@@ -79,7 +79,9 @@ torch::Tensor vocab_parallel_embedding_partial(const torch::Tensor& tokens, cons
 // reduced over the group. fp32 scalar, the same on every rank. COLLECTIVE.
 torch::Tensor vocab_parallel_cross_entropy_sum(const torch::Tensor& local_logits, const torch::Tensor& targets,
                                                std::int64_t first_row, Communicator& tp);
-// log_softmax over the whole vocabulary of this rank's logits [B, S, V_r]; fp32. COLLECTIVE.
+// log_softmax over the whole vocabulary of this rank's logits [B, S, V_r]; fp32. Its gradient is
+// right for a loss that is the sum over the group's ranks of terms of their own columns (reduced
+// with reduce_from_tp), as KL distillation's is. COLLECTIVE.
 torch::Tensor vocab_parallel_log_softmax(const torch::Tensor& local_logits, Communicator& tp);
 
 }  // namespace cpt::exec

@@ -45,17 +45,18 @@ StepResult train_step_pipelined(PipelineExecutor& pipeline, const spec::Pipeline
   const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(r.loss_tokens, 1));
   std::vector<Batch> on_device;
   for (const auto& b : micro) on_device.push_back(b.to(device));
-  double loss_sum = 0;
+  PipelineExecutor::StepSums sums;
   {
     AutocastGuard autocast(device);
-    loss_sum = pipeline.train_step(schedule, on_device, scale, optimizer);
+    sums = pipeline.train_step(schedule, on_device, scale, optimizer);
   }
   if (dp.size() > 1) {
-    auto t = torch::tensor({loss_sum}, torch::kFloat64);
+    auto t = torch::tensor({sums.cross_entropy, sums.kl}, torch::kFloat64);
     dp.all_reduce_sum(t)->wait();
-    loss_sum = t.item<double>();
+    sums = {t[0].item<double>(), t[1].item<double>()};
   }
-  r.loss = loss_sum * scale;
+  r.loss = sums.cross_entropy * scale;
+  r.kl = sums.kl * scale;
   finish_step(r, optimizer, lr, grad_clip);
   return r;
 }

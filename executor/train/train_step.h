@@ -45,7 +45,8 @@ StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std
 
 // The same step through a pipeline (pipeline_executor.h): the schedule's forwards and backwards
 // instead of the microbatch loop; the loss is reduced over the pipeline group, then the rest as
-// above. No continual-pre-training terms (KL and EWC run with pp = 1 only).
+// above. KL distillation runs inside the pipeline (PipelineExecutor::set_teacher); EWC with pp > 1
+// is not built.
 StepResult train_step_pipelined(PipelineExecutor& pipeline, const spec::PipelineSchedule& schedule,
                                 StepOptimizer& optimizer, const std::vector<Batch>& micro, double lr, double grad_clip,
                                 const torch::Device& device, Communicator& dp);

@@ -151,9 +151,9 @@ void require_supported(const spec::Plan& plan, const TrainConfig& config) {
     throw core::ConfigError(str_cat("plan: sequence parallelism needs seq_len (", plan.workload.seq_len,
                                     ") divisible by tp (", par.tp, ")"));
   }
-  if (par.pp > 1 && (config.distill || config.ewc)) {
-    throw core::ConfigError(str_cat(config.origin.string(), ": KL distillation and EWC run with pp = 1 only so far; ",
-                                    "the plan has pp ", par.pp));
+  if (par.pp > 1 && config.ewc) {
+    throw core::ConfigError(str_cat(config.origin.string(), ": EWC runs with pp = 1 only so far; the plan has pp ",
+                                    par.pp));
   }
 }
 
@@ -337,13 +337,24 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   Objective objective;
   std::optional<Teacher> teacher;
   if (config.distill) {
-    LlamaModel t(spec, StageShape{}, tp, cp);
+    // Sharded like the student: the same tensor- and context-parallel splits and, under a
+    // pipeline, the same stages on the same ranks (pipeline_executor.h).
     const auto source = config.distill->teacher.value_or(*config.init_from);
-    const auto loaded = load_model_weights(*t, source);
-    t->to(device);
-    teacher.emplace(std::move(t));
-    objective.teacher = &*teacher;
-    objective.kl_lambda = config.distill->lambda;
+    std::vector<LlamaModel> teacher_chunks;
+    std::string loaded;
+    for (const auto& chunk : chunks) {
+      LlamaModel t(spec, chunk->shape(), tp, cp);
+      loaded = load_model_weights(*t, source);
+      t->to(device);
+      teacher_chunks.push_back(std::move(t));
+    }
+    if (pipeline) {
+      pipeline->set_teacher(std::move(teacher_chunks), config.distill->lambda);
+    } else {
+      teacher.emplace(std::move(teacher_chunks.front()));
+      objective.teacher = &*teacher;
+      objective.kl_lambda = config.distill->lambda;
+    }
     core::info0("distill: teacher from ", source.string(), " (", loaded, "), lambda ", config.distill->lambda);
   }
   if (ewc) {

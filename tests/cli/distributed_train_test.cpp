@@ -119,7 +119,8 @@ class DistributedTrain : public ::testing::Test {
           std::tuple{"cp2-zero1-dp2", "tiny", "cp=2,dp=2,zero=1,offload=none,micro_batch=2", 4},
           std::tuple{"zero3-cp2", "tiny", "cp=2,zero=3,offload=none,recompute=full,micro_batch=2", 2},
           std::tuple{"cp2-tp2-sp", "tiny", "cp=2,tp=2,sequence_parallel=true,micro_batch=2", 4},
-          std::tuple{"cp2-pp2", "tiny", "cp=2,pp=2,schedule=1f1b,recompute=selective,micro_batch=2", 4}}) {
+          std::tuple{"cp2-pp2", "tiny", "cp=2,pp=2,schedule=1f1b,recompute=selective,micro_batch=2", 4},
+          std::tuple{"pp2-tp2-sp-tiny", "tiny", "pp=2,tp=2,sequence_parallel=true,schedule=1f1b,micro_batch=2", 4}}) {
       const std::string model_arg = model[0] == '/' ? d + model : std::string(model);
       ASSERT_EQ(sh(cpt() + " plan --model " + model_arg + " --gpu h100 --gpus " + std::to_string(gpus) +
                        " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
@@ -230,8 +231,7 @@ TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
 
 // Context parallelism (each rank holds 2 of 4 sequence chunks, keys and values all-gathered per
 // layer): alone, with ZeRO-1 over dp × cp, with ZeRO-3 and full recomputation, with tensor and
-// sequence parallelism, with a pipeline and selective recomputation, and with KL distillation
-// against a context-parallel teacher: each the single-process run.
+// sequence parallelism, with a pipeline and selective recomputation: each the single-process run.
 TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
   reference("single", "o1");
   for (const auto& [layout, procs] : {std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4}, std::pair{"zero3-cp2", 2},
@@ -241,7 +241,14 @@ TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     if (r.exit_code == 0) expect_same_run(dir_ / "o1", dir_ / out, layout);
   }
-  // KL distillation: the teacher (the reference run's final weights) is context-parallel too.
+}
+
+// KL distillation with the teacher sharded like the student — tensor-parallel (vocabulary-parallel
+// log-softmaxes), pipelined (the teacher's stages on the student's ranks, its hidden states riding
+// with the student's), both, and context-parallel: the same losses, KL and weights as one process.
+TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) {
+  reference("single", "o1");
+  // The teacher: the reference run's final weights; the student starts from them too.
   std::ofstream(dir_ / "kl.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
     "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
     "dp_bucket_mib": 0.1, "log_interval_steps": 0, "init_from": ")" +
@@ -249,9 +256,6 @@ TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
     "distill": {"lambda": 0.5}})";
   const auto single = train("single", "k1", 1, "kl.json");
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const auto cp = train("cp2", "k-cp2", 2, "kl.json");
-  ASSERT_EQ(cp.exit_code, 0) << cp.err;
-  expect_same_run(dir_ / "k1", dir_ / "k-cp2", "kl cp2");
   const auto kl = [&](const std::string& out) {
     std::vector<double> v;
     std::ifstream in(dir_ / out / "metrics.jsonl");
@@ -259,10 +263,21 @@ TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
     while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["kl"].get<double>());
     return v;
   };
-  const auto a = kl("k1"), b = kl("k-cp2");
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_GT(a.back(), 0.0);
-  for (std::size_t i = 1; i < a.size(); ++i) EXPECT_NEAR(b[i] / a[i], 1.0, 1e-4) << "kl, step " << i;
+  const auto reference_kl = kl("k1");
+  ASSERT_EQ(reference_kl.size(), 20u);
+  EXPECT_EQ(reference_kl.front(), 0.0);  // the student starts as the teacher
+  EXPECT_GT(reference_kl.back(), 0.0);
+  for (const auto& [layout, procs] :
+       {std::pair{"tp2", 2}, std::pair{"pp2", 2}, std::pair{"pp2-tp2-sp-tiny", 4}, std::pair{"cp2", 2}}) {
+    const auto out = std::string("k-") + layout;
+    const auto r = train(layout, out, procs, "kl.json");
+    EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    if (r.exit_code != 0) continue;
+    expect_same_run(dir_ / "k1", dir_ / out, std::string("kl ") + layout);
+    const auto k = kl(out);
+    ASSERT_EQ(k.size(), reference_kl.size()) << layout;
+    for (std::size_t i = 1; i < k.size(); ++i) EXPECT_NEAR(k[i] / reference_kl[i], 1.0, 1e-4) << layout << ": step " << i;
+  }
 }
 
 // EWC under tensor and data parallelism: the Fisher estimated by replica 0's ranks together and
