@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "executor/io/safetensors.h"
+#include "executor/parallel/context_parallel.h"
 
 namespace cpt::exec {
 
@@ -32,6 +33,28 @@ torch::Tensor Teacher::logits(const Batch& batch) {
   return model_->forward(batch);
 }
 
+namespace {
+
+// Every parameter's .grad summed over `group`, in one flat all-reduce.
+void sum_gradients(const torch::OrderedDict<std::string, torch::Tensor>& named, Communicator& group) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : named) {
+    if (p.value().grad().defined()) grads.push_back(p.value().grad());
+  }
+  if (grads.empty()) return;
+  std::vector<torch::Tensor> flat;
+  for (const auto& g : grads) flat.push_back(g.reshape({-1}));
+  auto buffer = torch::cat(flat);
+  group.all_reduce_sum(buffer)->wait();
+  std::int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(buffer.narrow(0, offset, g.numel()).view_as(g));
+    offset += g.numel();
+  }
+}
+
+}  // namespace
+
 Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
   Ewc e;
   const auto named = model.named_parameters();
@@ -49,7 +72,10 @@ Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequen
       const auto tokens = (one.targets != kIgnoreIndex).sum().item<std::int64_t>();
       if (tokens == 0) continue;
       model.zero_grad();
-      (model.loss_sum(one) / static_cast<double>(tokens)).backward();
+      // Under context parallelism each rank back-propagates its tokens' part of the loss; the
+      // sequence's gradient is the sum over the cp group.
+      (model.loss_sum(context_parallel_slice(one, model.cp())) / static_cast<double>(tokens)).backward();
+      if (model.cp().active()) sum_gradients(named, *model.cp().group);
       torch::NoGradGuard no_grad;
       std::size_t i = 0;
       for (const auto& p : named) {

@@ -129,10 +129,6 @@ void require_supported(const spec::Plan& plan, const TrainConfig& config) {
       throw core::ConfigError(str_cat("plan: cp ", par.cp, " with hybrid sharding: the executor shards ZeRO-3 over ",
                                       "dp × cp, or hybridly over dp without context parallelism"));
     }
-    if (config.ewc) {
-      throw core::ConfigError(str_cat(config.origin.string(), ": EWC with context parallelism (cp ", par.cp,
-                                      ") is not built (the Fisher is estimated on whole sequences)"));
-    }
   }
   if (par.offload != spec::Offload::kNone && (par.offload != spec::Offload::kOptimizer || par.zero_stage < 1 ||
                                                par.zero_stage > 2)) {
@@ -256,7 +252,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     const auto file = options.out_dir / "ewc_fisher.safetensors";
     auto need = torch::tensor({rank0 && !fs::exists(file) ? 1.0 : 0.0}, torch::kFloat64);
     groups.world->broadcast(need, 0)->wait();  // rank 0 decides: a rank looking later would disagree
-    if (need.item<double>() > 0 && full_state_groups.holds_replica_zero) {
+    // Replica 0's ranks, all of its context-parallel ranks included (their attention is collective).
+    if (need.item<double>() > 0 && groups.coord.dp == 0) {
       LoaderOptions lo;
       lo.seq_len = seq_len;
       lo.micro_batch = par.micro_batch;

@@ -280,7 +280,8 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
   }
 }
 
-// EWC under tensor and data parallelism: the Fisher estimated by replica 0's ranks together and
+// EWC under tensor, data and context parallelism: the Fisher estimated by replica 0's ranks together
+// (under cp each back-propagates its tokens and the gradients are summed over cp) and
 // written whole, each rank's penalty on its shards (replicated norms on every rank); the same
 // losses (penalty included) and weights as the single process.
 TEST_F(DistributedTrain, EwcUnderTensorAndDataParallelismMatchesTheSingleProcessRun) {
@@ -301,7 +302,8 @@ TEST_F(DistributedTrain, EwcUnderTensorAndDataParallelismMatchesTheSingleProcess
   const auto single = penalties("e1");
   ASSERT_EQ(single.size(), 20u);
   EXPECT_GT(single.back(), 0.0);
-  for (const auto& [layout, procs] : {std::pair{"tp2", 2}, std::pair{"dp2", 2}}) {
+  for (const auto& [layout, procs] :
+       {std::pair{"tp2", 2}, std::pair{"dp2", 2}, std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4}}) {
     const auto out = std::string("e-") + layout;
     const auto r = train(layout, out, procs, "ewc.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
