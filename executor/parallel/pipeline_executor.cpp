@@ -55,6 +55,12 @@ torch::Tensor PipelineExecutor::hidden_like(const Batch& b) const {
                       torch::TensorOptions(torch::kFloat32).device(b.tokens.device()));
 }
 
+void PipelineExecutor::set_ewc(const Ewc* ewc, double lambda, double divisor) {
+  ewc_ = ewc;
+  ewc_lambda_ = lambda;
+  ewc_divisor_ = divisor;
+}
+
 PipelineExecutor::StepSums PipelineExecutor::train_step(const spec::PipelineSchedule& schedule,
                                                          const std::vector<Batch>& micro, double scale,
                                                          StepOptimizer& optimizer) {
@@ -73,6 +79,15 @@ PipelineExecutor::StepSums PipelineExecutor::train_step(const spec::PipelineSche
   std::vector<PendingSend> sends;
   double loss = 0, kl_total = 0;
   bool first_backward = true;
+  // With EWC: the microbatch of each of this rank's stages whose backward comes last.
+  std::map<int, int> last_backward;
+  if (ewc_ != nullptr) {
+    for (const auto& a : schedule.per_rank[static_cast<std::size_t>(pp_.rank())]) {
+      if (a.kind == spec::ActionKind::kBackward || a.kind == spec::ActionKind::kBackwardInput) {
+        last_backward[a.stage] = a.microbatch;
+      }
+    }
+  }
   for (const auto& a : schedule.per_rank[static_cast<std::size_t>(pp_.rank())]) {
     const auto key = std::make_pair(a.stage, a.microbatch);
     const auto& batch = micro[static_cast<std::size_t>(a.microbatch)];
@@ -145,12 +160,13 @@ PipelineExecutor::StepSums PipelineExecutor::train_step(const spec::PipelineSche
         if (first_backward) optimizer.before_backward(0, n);
         first_backward = false;
         const auto out = outputs.at(key);
-        if (a.stage == last) {
-          torch::autograd::backward({out});
-        } else {
-          torch::autograd::backward({out}, {output_grads.at(key)});
-          output_grads.erase(key);
+        std::vector<torch::Tensor> roots{out}, grads{a.stage == last ? torch::ones_like(out) : output_grads.at(key)};
+        if (ewc_ != nullptr && last_backward.at(a.stage) == a.microbatch) {
+          roots.push_back(ewc_->penalty(chunk_of_stage(a.stage), ewc_lambda_) / ewc_divisor_);
+          grads.push_back(torch::ones_like(roots.back()));
         }
+        torch::autograd::backward(roots, grads);
+        output_grads.erase(key);
         outputs.erase(key);
         break;
       }
@@ -171,6 +187,56 @@ PipelineExecutor::StepSums PipelineExecutor::train_step(const spec::PipelineSche
   auto t = torch::tensor({loss, kl_total}, torch::kFloat64);
   pp_.all_reduce_sum(t)->wait();
   return StepSums{t[0].item<double>(), t[1].item<double>()};
+}
+
+double PipelineExecutor::backward_one(const Batch& batch, double scale) {
+  const int last = num_stages_ - 1;
+  double loss = 0;
+  std::vector<PendingSend> sends;
+  std::map<int, torch::Tensor> inputs, outputs;  // by stage
+  // Forward: stages in order (each rank waits for its input, so the chain runs stage after stage).
+  for (int stage = pp_.rank(); stage < num_stages_; stage += pp_.size()) {
+    auto& model = chunk_of_stage(stage);
+    torch::Tensor h;
+    if (stage == 0) {
+      h = model.embed(batch.tokens);
+    } else {
+      h = hidden_like(batch);
+      pp_.recv(h, peer_of(stage - 1), tag(stage, 0, kActivation))->wait();
+      inputs[stage] = h.requires_grad_(true);
+    }
+    h = model.blocks(h, batch);
+    if (stage == last) {
+      const auto ce = model.loss_sum_of_logits(model.head(h), batch.targets);
+      loss = ce.item<double>();
+      outputs[stage] = ce * scale;
+    } else {
+      outputs[stage] = h.to(torch::kFloat32);
+      auto t = outputs[stage].detach().contiguous();
+      auto handle = pp_.send(t, peer_of(stage + 1), tag(stage + 1, 0, kActivation));
+      sends.push_back({t, std::move(handle)});
+    }
+  }
+  // Backward: stages in reverse order, each waiting for its output's gradient.
+  const int first = pp_.rank();
+  for (int stage = first + ((num_stages_ - 1 - first) / pp_.size()) * pp_.size(); stage >= 0; stage -= pp_.size()) {
+    if (stage == last) {
+      torch::autograd::backward({outputs.at(stage)});
+    } else {
+      auto g = hidden_like(batch);
+      pp_.recv(g, peer_of(stage + 1), tag(stage, 0, kGradient))->wait();
+      torch::autograd::backward({outputs.at(stage)}, {g});
+    }
+    if (stage > 0) {
+      auto t = inputs.at(stage).grad().contiguous();
+      auto handle = pp_.send(t, peer_of(stage - 1), tag(stage - 1, 0, kGradient));
+      sends.push_back({t, std::move(handle)});
+    }
+  }
+  for (auto& s : sends) s.handle->wait();
+  auto t = torch::tensor({loss}, torch::kFloat64);
+  pp_.all_reduce_sum(t)->wait();
+  return t.item<double>();
 }
 
 double PipelineExecutor::loss_sum(const Batch& batch) {

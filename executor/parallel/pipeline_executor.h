@@ -31,6 +31,8 @@
 
 namespace cpt::exec {
 
+class Ewc;
+
 class PipelineExecutor {
  public:
   // `chunks[c]` is stage c·pp + pp.rank(); `pp` the pipeline group (rank = pipeline rank).
@@ -39,6 +41,11 @@ class PipelineExecutor {
   // The teacher of KL distillation: `chunks[c]` the frozen teacher's stage c·pp + pp.rank() (the
   // student's shapes), weight λ of the KL term.
   void set_teacher(std::vector<LlamaModel> chunks, double kl_lambda);
+
+  // EWC (regularizers.h): each chunk's penalty λ/2·Σ F (θ − θ*)², divided by `divisor` (the
+  // replicas that each add it), joins the chunk's last backward of the step, so its gradient
+  // arrives with the last microbatch's as in the single-process step.
+  void set_ewc(const Ewc* ewc, double lambda, double divisor);
 
   struct StepSums {
     double cross_entropy = 0;  // Σ over the step's loss tokens
@@ -55,7 +62,13 @@ class PipelineExecutor {
   // COLLECTIVE.
   double loss_sum(const Batch& batch);
 
+  // Forward and backward of one microbatch through the stages in order, its loss multiplied by
+  // `scale`, gradients left in the chunks' .grad, no optimizer hooks (EWC's Fisher estimate, before
+  // the optimizer exists). Returns the loss sum, the same on every pipeline rank. COLLECTIVE.
+  double backward_one(const Batch& batch, double scale);
+
   [[nodiscard]] std::vector<LlamaModel>& chunks() { return chunks_; }
+  [[nodiscard]] Communicator& group() { return pp_; }
 
  private:
   LlamaModelImpl& chunk_of_stage(int stage);
@@ -67,6 +80,8 @@ class PipelineExecutor {
   std::vector<LlamaModel> chunks_;
   std::vector<LlamaModel> teacher_;  // empty: no distillation
   double kl_lambda_ = 0;
+  const Ewc* ewc_ = nullptr;
+  double ewc_lambda_ = 0, ewc_divisor_ = 1;
   int num_stages_;
   Communicator& pp_;
 };

@@ -1,9 +1,12 @@
 #include "executor/train/regularizers.h"
+#include <functional>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "executor/io/safetensors.h"
 #include "executor/parallel/context_parallel.h"
+#include "executor/parallel/pipeline_executor.h"
 
 namespace cpt::exec {
 
@@ -55,13 +58,33 @@ void sum_gradients(const torch::OrderedDict<std::string, torch::Tensor>& named, 
 
 }  // namespace
 
-Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
-  Ewc e;
-  const auto named = model.named_parameters();
-  for (const auto& p : named) {
-    e.fisher_.emplace_back(p.key(), torch::zeros_like(p.value()));
-    e.anchor_.emplace_back(p.key(), p.value().detach().clone());
+namespace {
+
+// Adds every parameter's .grad squared into `fisher` (same order as `params`).
+void add_squared_gradients(const std::vector<torch::Tensor>& params, std::vector<std::pair<std::string, torch::Tensor>>& fisher) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].grad().defined()) fisher[i].second.add_(params[i].grad().pow(2));
   }
+}
+
+// The estimate's loop: `backward(one, 1 / tokens)` leaves one sequence's gradient (of its per-token
+// mean loss) in the parameters' .grad.
+Ewc estimate_with(const torch::OrderedDict<std::string, torch::Tensor>& named, DataLoader& loader,
+                  std::int64_t sequences, const torch::Device& device, const ContextParallel& cp,
+                  const std::function<void(const Batch&, double)>& backward) {
+  std::vector<std::pair<std::string, torch::Tensor>> fisher, anchor;
+  std::vector<torch::Tensor> params;
+  for (const auto& p : named) {
+    fisher.emplace_back(p.key(), torch::zeros_like(p.value()));
+    anchor.emplace_back(p.key(), p.value().detach().clone());
+    params.push_back(p.value());
+  }
+  auto zero = [&] {
+    for (auto& p : params) {
+      if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+    }
+  };
   std::int64_t used = 0;
   while (used < sequences) {
     const auto batch = loader.next().to(device);
@@ -71,23 +94,49 @@ Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequen
                 batch.mask.defined() ? batch.mask.narrow(0, r, 1) : torch::Tensor(), 0};
       const auto tokens = (one.targets != kIgnoreIndex).sum().item<std::int64_t>();
       if (tokens == 0) continue;
-      model.zero_grad();
+      zero();
       // Under context parallelism each rank back-propagates its tokens' part of the loss; the
       // sequence's gradient is the sum over the cp group.
-      (model.loss_sum(context_parallel_slice(one, model.cp())) / static_cast<double>(tokens)).backward();
-      if (model.cp().active()) sum_gradients(named, *model.cp().group);
-      torch::NoGradGuard no_grad;
-      std::size_t i = 0;
-      for (const auto& p : named) {
-        if (p.value().grad().defined()) e.fisher_[i].second.add_(p.value().grad().pow(2));
-        ++i;
-      }
+      backward(context_parallel_slice(one, cp), 1.0 / static_cast<double>(tokens));
+      if (cp.active()) sum_gradients(named, *cp.group);
+      add_squared_gradients(params, fisher);
     }
   }
-  model.zero_grad();
+  zero();
   torch::NoGradGuard no_grad;
-  for (auto& [name, f] : e.fisher_) f.div_(static_cast<double>(std::max<std::int64_t>(used, 1)));
+  for (auto& [name, f] : fisher) f.div_(static_cast<double>(std::max<std::int64_t>(used, 1)));
+  return Ewc::from(std::move(fisher), std::move(anchor));
+}
+
+}  // namespace
+
+Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
+  return estimate_with(model.named_parameters(), loader, sequences, device, model.cp(),
+                       [&](const Batch& b, double scale) { (model.loss_sum(b) * scale).backward(); });
+}
+
+Ewc Ewc::estimate(PipelineExecutor& pipeline, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
+  torch::OrderedDict<std::string, torch::Tensor> named;
+  for (auto& chunk : pipeline.chunks()) {
+    for (const auto& p : chunk->named_parameters()) named.insert(p.key(), p.value());
+  }
+  return estimate_with(named, loader, sequences, device, pipeline.chunks().front()->cp(),
+                       [&](const Batch& b, double scale) { pipeline.backward_one(b, scale); });
+}
+
+Ewc Ewc::from(std::vector<std::pair<std::string, torch::Tensor>> fisher,
+              std::vector<std::pair<std::string, torch::Tensor>> anchor) {
+  Ewc e;
+  e.fisher_ = std::move(fisher);
+  e.anchor_ = std::move(anchor);
   return e;
+}
+
+std::size_t Ewc::index_of(const std::string& name) const {
+  for (std::size_t i = 0; i < fisher_.size(); ++i) {
+    if (fisher_[i].first == name) return i;
+  }
+  CPT_UNREACHABLE("EWC holds no estimate for parameter ", name);
 }
 
 void Ewc::save(const std::filesystem::path& file) const {
@@ -97,35 +146,38 @@ void Ewc::save(const std::filesystem::path& file) const {
   write_safetensors(file, all, {{"format", "cpt-ewc-v1"}});
 }
 
-Ewc Ewc::load(const std::filesystem::path& file, LlamaModelImpl& model, const torch::Device& device) {
+Ewc Ewc::load(const std::filesystem::path& file, const std::vector<LlamaModelImpl*>& chunks,
+              const torch::Device& device) {
   const auto st = SafetensorsFile::open(file);
   Ewc e;
-  for (const auto& p : model.named_parameters()) {
-    for (auto [prefix, out] : {std::pair{"fisher/", &e.fisher_}, std::pair{"anchor/", &e.anchor_}}) {
-      const auto name = prefix + p.key();
-      if (!st.contains(name)) throw core::ConfigError(str_cat(file.string(), ": no tensor ", name, " for this model"));
-      const auto whole = st.load(name, torch::kFloat32);
-      const auto expected = tp_full_shape(p.key(), p.value().sizes(), model.spec().vocab, model.tp());
-      if (!whole.sizes().equals(expected)) {
-        throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", whole.sizes(), ", the model needs ",
-                                        c10::IntArrayRef(expected)));
+  for (auto* model : chunks) {
+    for (const auto& p : model->named_parameters()) {
+      for (auto [prefix, out] : {std::pair{"fisher/", &e.fisher_}, std::pair{"anchor/", &e.anchor_}}) {
+        const auto name = prefix + p.key();
+        if (!st.contains(name)) throw core::ConfigError(str_cat(file.string(), ": no tensor ", name, " for this model"));
+        const auto whole = st.load(name, torch::kFloat32);
+        const auto expected = tp_full_shape(p.key(), p.value().sizes(), model->spec().vocab, model->tp());
+        if (!whole.sizes().equals(expected)) {
+          throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", whole.sizes(), ", the model needs ",
+                                          c10::IntArrayRef(expected)));
+        }
+        const auto t = model->shard_of_full(p.key(), whole).contiguous();
+        if (!t.sizes().equals(p.value().sizes())) {
+          throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", t.sizes(), ", the model needs ",
+                                          p.value().sizes()));
+        }
+        out->emplace_back(p.key(), t.to(device));
       }
-      const auto t = model.shard_of_full(p.key(), whole).contiguous();
-      if (!t.sizes().equals(p.value().sizes())) {
-        throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", t.sizes(), ", the model needs ", p.value().sizes()));
-      }
-      out->emplace_back(p.key(), t.to(device));
     }
   }
   return e;
 }
 
 torch::Tensor Ewc::penalty(LlamaModelImpl& model, double lambda) const {
-  auto params = model.named_parameters();
   torch::Tensor sum = torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(fisher_.front().second.device()));
-  for (std::size_t i = 0; i < fisher_.size(); ++i) {
-    const auto& p = params[fisher_[i].first];
-    sum = sum + (fisher_[i].second * (p - anchor_[i].second).pow(2)).sum();
+  for (const auto& p : model.named_parameters()) {
+    const auto i = index_of(p.key());
+    sum = sum + (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum();
   }
   return sum * (lambda / 2);
 }
@@ -137,19 +189,22 @@ Ewc Ewc::whole(std::int64_t vocab, const TensorParallel& tp) const {
   return e;
 }
 
-double Ewc::penalty_value(LlamaModelImpl& model, double lambda) const {
+double Ewc::penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lambda, Communicator* pp) const {
   torch::NoGradGuard no_grad;
-  auto params = model.named_parameters();
-  const auto& tp = model.tp();
+  const auto& tp = chunks.front()->tp();
   double sum = 0;
-  for (std::size_t i = 0; i < fisher_.size(); ++i) {
-    const auto& name = fisher_[i].first;
-    if (tp.active() && tp.rank() != 0 && tp_split_of(name) == TpSplit::kReplicated) continue;
-    sum += (fisher_[i].second * (params[name] - anchor_[i].second).pow(2)).sum().item<double>();
+  for (auto* model : chunks) {
+    for (const auto& p : model->named_parameters()) {
+      const auto& name = p.key();
+      if (tp.active() && tp.rank() != 0 && tp_split_of(name) == TpSplit::kReplicated) continue;
+      const auto i = index_of(name);
+      sum += (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum().item<double>();
+    }
   }
-  if (tp.active()) {
+  for (Communicator* group : {tp.active() ? tp.group : nullptr, pp}) {
+    if (group == nullptr || group->size() == 1) continue;
     auto t = torch::tensor({sum}, torch::kFloat64);
-    tp.group->all_reduce_sum(t)->wait();
+    group->all_reduce_sum(t)->wait();
     sum = t.item<double>();
   }
   return sum * lambda / 2;

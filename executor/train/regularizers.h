@@ -41,27 +41,47 @@ class Teacher {
   LlamaModel model_;
 };
 
+class PipelineExecutor;
+
+// The estimate and the penalty hold any set of parameters by name: a whole model, a tensor-parallel
+// shard of it, or a pipeline rank's chunks (each chunk's penalty covers its own parameters).
 class Ewc {
  public:
   // Estimates the diagonal Fisher of `model`'s current weights (the anchor θ*) from `sequences`
   // single-sequence gradients of the per-token mean loss on `loader`'s data; leaves .grad clear.
+  // Under context parallelism each rank of the cp group back-propagates its tokens and the
+  // gradients are summed over the group. REQUIRES: the .grad of the parameters are their own (no
+  // optimizer views yet).
   static Ewc estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device);
-  // Reads a saved estimate (whole tensors) and keeps this rank's shards of them; ConfigError when
-  // the file does not match the model's parameters.
-  static Ewc load(const std::filesystem::path& file, LlamaModelImpl& model, const torch::Device& device);
+  // The same through a pipeline: every sequence goes forward and backward through the stages
+  // (PipelineExecutor::backward_one); this rank's estimate covers its chunks. COLLECTIVE over pp.
+  static Ewc estimate(PipelineExecutor& pipeline, DataLoader& loader, std::int64_t sequences,
+                      const torch::Device& device);
+  // An estimate from tensors by parameter name (e.g. gathered whole).
+  static Ewc from(std::vector<std::pair<std::string, torch::Tensor>> fisher,
+                  std::vector<std::pair<std::string, torch::Tensor>> anchor);
+  // Reads a saved estimate (whole tensors) and keeps this rank's shards of the parameters of
+  // `chunks`; ConfigError when the file does not match them.
+  static Ewc load(const std::filesystem::path& file, const std::vector<LlamaModelImpl*>& chunks,
+                  const torch::Device& device);
   void save(const std::filesystem::path& file) const;
   // The estimate with whole tensors, from every tensor-parallel rank's shards. COLLECTIVE over tp.
   [[nodiscard]] Ewc whole(std::int64_t vocab, const TensorParallel& tp) const;
+  [[nodiscard]] const std::vector<std::pair<std::string, torch::Tensor>>& fisher() const { return fisher_; }
+  [[nodiscard]] const std::vector<std::pair<std::string, torch::Tensor>>& anchor() const { return anchor_; }
 
   // λ/2·Σ F (θ − θ*)² over `model`'s parameters, with the graph (its gradient is λ·F·(θ − θ*)).
   // Under tensor parallelism this rank's shards (tensor-replicated parameters in full).
   torch::Tensor penalty(LlamaModelImpl& model, double lambda) const;
-  // The whole model's penalty (no graph): shards summed over the tensor-parallel group, replicated
-  // parameters counted once. COLLECTIVE over tp.
-  [[nodiscard]] double penalty_value(LlamaModelImpl& model, double lambda) const;
+  // The whole model's penalty (no graph): every chunk's, shards summed over the tensor-parallel
+  // group (replicated parameters counted once) and stages over `pp` (when given). COLLECTIVE over
+  // tp and pp.
+  [[nodiscard]] double penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lambda,
+                                     Communicator* pp = nullptr) const;
   [[nodiscard]] double mean_fisher() const;
 
  private:
+  [[nodiscard]] std::size_t index_of(const std::string& name) const;
   std::vector<std::pair<std::string, torch::Tensor>> fisher_, anchor_;
 };
 

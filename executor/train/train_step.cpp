@@ -39,7 +39,7 @@ void finish_step(StepResult& r, StepOptimizer& optimizer, double lr, double grad
 
 StepResult train_step_pipelined(PipelineExecutor& pipeline, const spec::PipelineSchedule& schedule,
                                 StepOptimizer& optimizer, const std::vector<Batch>& micro, double lr, double grad_clip,
-                                const torch::Device& device, Communicator& dp) {
+                                const torch::Device& device, Communicator& dp, const Ewc* ewc, double ewc_lambda) {
   StepResult r;
   r.loss_tokens = step_loss_tokens(micro, dp);
   const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(r.loss_tokens, 1));
@@ -57,6 +57,11 @@ StepResult train_step_pipelined(PipelineExecutor& pipeline, const spec::Pipeline
   }
   r.loss = sums.cross_entropy * scale;
   r.kl = sums.kl * scale;
+  if (ewc != nullptr) {
+    std::vector<LlamaModelImpl*> chunks;
+    for (auto& c : pipeline.chunks()) chunks.push_back(c.get());
+    r.ewc_penalty = ewc->penalty_value(chunks, ewc_lambda, &pipeline.group());
+  }
   finish_step(r, optimizer, lr, grad_clip);
   return r;
 }
@@ -84,7 +89,7 @@ StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std
       if (objective.ewc != nullptr && i + 1 == n) {
         // Once per step; every data-parallel replica adds 1/dp of it, so the summed gradient has it once.
         const auto penalty = objective.ewc->penalty(model, objective.ewc_lambda);
-        r.ewc_penalty = model.tp().active() ? objective.ewc->penalty_value(model, objective.ewc_lambda)
+        r.ewc_penalty = model.tp().active() ? objective.ewc->penalty_value({&model}, objective.ewc_lambda)
                                             : penalty.item<double>();
         total = total + penalty / static_cast<double>(dp.size());
       }

@@ -45,10 +45,11 @@ StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std
 
 // The same step through a pipeline (pipeline_executor.h): the schedule's forwards and backwards
 // instead of the microbatch loop; the loss is reduced over the pipeline group, then the rest as
-// above. KL distillation runs inside the pipeline (PipelineExecutor::set_teacher); EWC with pp > 1
-// is not built.
+// above. KL distillation and the EWC penalty run inside the pipeline (PipelineExecutor::set_teacher,
+// set_ewc); `ewc` (with its λ) only reports the penalty before the update.
 StepResult train_step_pipelined(PipelineExecutor& pipeline, const spec::PipelineSchedule& schedule,
                                 StepOptimizer& optimizer, const std::vector<Batch>& micro, double lr, double grad_clip,
-                                const torch::Device& device, Communicator& dp);
+                                const torch::Device& device, Communicator& dp, const Ewc* ewc = nullptr,
+                                double ewc_lambda = 0);
 
 }  // namespace cpt::exec

@@ -147,10 +147,7 @@ void require_supported(const spec::Plan& plan, const TrainConfig& config) {
     throw core::ConfigError(str_cat("plan: sequence parallelism needs seq_len (", plan.workload.seq_len,
                                     ") divisible by tp (", par.tp, ")"));
   }
-  if (par.pp > 1 && config.ewc) {
-    throw core::ConfigError(str_cat(config.origin.string(), ": EWC runs with pp = 1 only so far; the plan has pp ",
-                                    par.pp));
-  }
+
 }
 
 }  // namespace
@@ -245,8 +242,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
   // EWC's Fisher and anchor, from the starting weights, before the optimizer turns every .grad into a
   // view of its buffers (the estimate's own backward passes must not touch them). Estimated by
-  // replica 0's ranks together (a tensor-parallel model's loss is collective), written whole by
-  // rank 0, and cut into this rank's shards when loaded.
+  // replica 0's ranks together (a tensor-parallel, context-parallel or pipelined model's loss is
+  // collective), gathered whole to rank 0 (tensor shards and pipeline stages, full_state.h) and
+  // written there, and cut into this rank's shards of its chunks when loaded.
   std::optional<Ewc> ewc;
   if (config.ewc) {
     const auto file = options.out_dir / "ewc_fisher.safetensors";
@@ -261,16 +259,21 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
       lo.packing = config.packing;
       lo.shuffle = false;
       DataLoader ewc_loader({*inputs.ewc}, lo);
-      const auto estimate = Ewc::estimate(*model, ewc_loader, config.ewc->sequences, device);
-      const auto whole = estimate.whole(spec.vocab, tp);  // COLLECTIVE over tp
+      const auto estimate = pipeline ? Ewc::estimate(*pipeline, ewc_loader, config.ewc->sequences, device)
+                                     : Ewc::estimate(*model, ewc_loader, config.ewc->sequences, device);
+      auto fisher = gather_full_tensors(estimate.fisher(), spec.vocab, full_state_groups);
+      auto anchor = gather_full_tensors(estimate.anchor(), spec.vocab, full_state_groups);
       if (rank0) {
+        const auto whole = Ewc::from(std::move(fisher), std::move(anchor));
         whole.save(file);
         core::info0("ewc: Fisher of the starting weights from ", config.ewc->sequences, " sequences of \"",
                     inputs.ewc->name, "\" (mean ", whole.mean_fisher(), ") -> ", file.string());
       }
     }
     groups.world->barrier();
-    ewc = Ewc::load(file, *model, device);
+    std::vector<LlamaModelImpl*> mine;
+    for (auto& chunk : chunks) mine.push_back(chunk.get());
+    ewc = Ewc::load(file, mine, device);
   }
   std::unique_ptr<StepOptimizer> optimizer;
   FullyShardedModel* zero3 = nullptr;
@@ -354,6 +357,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     }
     core::info0("distill: teacher from ", source.string(), " (", loaded, "), lambda ", config.distill->lambda);
   }
+  if (ewc && pipeline) pipeline->set_ewc(&*ewc, config.ewc->lambda, static_cast<double>(replicas.size()));
   if (ewc) {
     objective.ewc = &*ewc;
     objective.ewc_lambda = config.ewc->lambda;
@@ -479,7 +483,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     for (int m = 0; m < accum; ++m) micro.push_back(context_parallel_slice(loader.next(), cp));
     loader.skip((par.dp - 1 - dp_rank) * per_rank);
     const auto r = pipeline ? train_step_pipelined(*pipeline, *pipeline_schedule, *optimizer, micro, lr, config.grad_clip,
-                                                   device, replicas)
+                                                   device, replicas, objective.ewc, objective.ewc_lambda)
                             : train_step(*model, *optimizer, micro, lr, config.grad_clip, device, replicas, objective);
     if (config.distill && config.distill->guard_threshold) {
       kl_over = r.kl > *config.distill->guard_threshold ? kl_over + 1 : 0;

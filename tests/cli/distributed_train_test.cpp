@@ -280,11 +280,12 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
   }
 }
 
-// EWC under tensor, data and context parallelism: the Fisher estimated by replica 0's ranks together
-// (under cp each back-propagates its tokens and the gradients are summed over cp) and
+// EWC under tensor, data, context and pipeline parallelism: the Fisher estimated by replica 0's
+// ranks together (under cp each back-propagates its tokens and the gradients are summed over cp;
+// under pp every sequence goes forward and backward through the stages) and
 // written whole, each rank's penalty on its shards (replicated norms on every rank); the same
 // losses (penalty included) and weights as the single process.
-TEST_F(DistributedTrain, EwcUnderTensorAndDataParallelismMatchesTheSingleProcessRun) {
+TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
   const auto d = dir_.string();
   std::ofstream(dir_ / "ewc.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
     "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
@@ -303,7 +304,8 @@ TEST_F(DistributedTrain, EwcUnderTensorAndDataParallelismMatchesTheSingleProcess
   ASSERT_EQ(single.size(), 20u);
   EXPECT_GT(single.back(), 0.0);
   for (const auto& [layout, procs] :
-       {std::pair{"tp2", 2}, std::pair{"dp2", 2}, std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4}}) {
+       {std::pair{"tp2", 2}, std::pair{"dp2", 2}, std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4},
+        std::pair{"pp2", 2}, std::pair{"pp2-tp2-sp-tiny", 4}}) {
     const auto out = std::string("e-") + layout;
     const auto r = train(layout, out, procs, "ewc.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
