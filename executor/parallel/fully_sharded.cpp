@@ -139,14 +139,43 @@ class FullyShardedImpl : public FullyShardedModel {
   // StepOptimizer.
   void before_backward(int, int) override {}
 
-  void after_backward(int, int) override {
+  void after_backward(int i, int n) override {
     drain_pending();
     // A unit whose backward did not complete (it never does in a correct step) would leak here.
     for (std::size_t u = 0; u < units_.size(); ++u) {
       CPT_CHECK(!units_[u].full_grad.defined(), "ZeRO-3 unit ", u, ": backward ended with ", units_[u].grads_in, " of ",
                 units_[u].params.size(), " gradients");
     }
+    if (ewc_lambda_ > 0 && i + 1 == n) add_ewc_gradient();
   }
+
+  void set_ewc(const NamedParams& fisher, const NamedParams& anchor, double lambda) override {
+    torch::NoGradGuard no_grad;
+    auto by_name = [](const NamedParams& list, const std::string& name) {
+      for (const auto& [n, t] : list) {
+        if (n == name) return t;
+      }
+      CPT_UNREACHABLE("EWC holds no estimate for parameter ", name);
+    };
+    const int me = shard_.rank();
+    for (auto& unit : units_) {
+      if (unit.params.empty()) continue;
+      auto f = torch::zeros({unit.layout.padded_size()}, opts_);
+      auto a = torch::zeros({unit.layout.padded_size()}, opts_);
+      for (const auto k : unit.params) {
+        const auto& p = params_[k];
+        const auto numel = shape_numel(p.shape);
+        f.narrow(0, p.offset, numel).copy_(by_name(fisher, p.name).reshape({-1}));
+        a.narrow(0, p.offset, numel).copy_(by_name(anchor, p.name).reshape({-1}));
+      }
+      const auto mine = unit.layout.slice(me);
+      unit.ewc_fisher = f.narrow(0, mine.offset, mine.size).clone();
+      unit.ewc_anchor = a.narrow(0, mine.offset, mine.size).clone();
+    }
+    ewc_lambda_ = lambda;
+  }
+
+  double ewc_penalty() const override { return ewc_penalty_; }
 
   double grad_norm() override {
     std::vector<torch::Tensor> norms;
@@ -283,6 +312,7 @@ class FullyShardedImpl : public FullyShardedModel {
     std::int64_t numel = 0;
     spec::ShardLayout layout{0, 1};
     torch::Tensor shard, grad_shard, exp_avg, exp_avg_sq;  // this rank's slices
+    torch::Tensor ewc_fisher, ewc_anchor;                  // this rank's slices, with EWC
     torch::Tensor full, full_grad;                         // whole, while gathered / while its backward runs
     std::unique_ptr<CommHandle> gathering;                 // a prefetch under way into `full`
     std::vector<Segment> segments;
@@ -311,6 +341,25 @@ class FullyShardedImpl : public FullyShardedModel {
     const auto index = u == kRoot ? std::size_t{0} : static_cast<std::size_t>(u) + 1;
     CPT_CHECK(index < units_.size(), "ZeRO-3: no unit ", u);
     return index;
+  }
+
+  // The EWC gradient into the gradient shards, and the whole model's penalty (counted like the
+  // gradient norm: tensor-replicated parameters once) at the current weights.
+  void add_ewc_gradient() {
+    torch::NoGradGuard no_grad;
+    double local = 0;
+    for (auto& unit : units_) {
+      if (!unit.ewc_fisher.defined()) continue;
+      const auto diff = unit.shard - unit.ewc_anchor;
+      unit.grad_shard.add_(unit.ewc_fisher * diff, ewc_lambda_);
+      const auto terms = unit.ewc_fisher * diff.pow(2);
+      for (const auto& s : unit.segments) {
+        if (s.counted) local += terms.narrow(0, s.shard_offset, s.length).sum().item<double>();
+      }
+    }
+    auto t = torch::tensor({local}, torch::kFloat64);
+    shard_.all_reduce_sum(t)->wait();  // replicas hold the same shards: not over the replicate group
+    ewc_penalty_ = mp_.sum_over_groups(t.item<double>()) * ewc_lambda_ / 2;
   }
 
   // Completes the reductions in flight: each reduced slice (all-reduced over the replicate group
@@ -407,6 +456,8 @@ class FullyShardedImpl : public FullyShardedModel {
   std::vector<Unit> units_;  // [0] root, [1 + i] layer i
   std::vector<Pending> pending_;
   std::int64_t steps_done_ = 0;
+  double ewc_lambda_ = 0;
+  double ewc_penalty_ = 0;
   ModelStateBytes peak_;
 };
 

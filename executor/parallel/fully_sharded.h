@@ -45,6 +45,13 @@ std::unique_ptr<FullyShardedModel> make_fully_sharded(const NamedParams& params,
 
 class FullyShardedModel : public ParameterResidency, public StepOptimizer {
  public:
+  // EWC on the shards (regularizers.h): `fisher` and `anchor` hold this rank's tensor-parallel
+  // parameters by name (their full shapes before ZeRO sharding); each unit keeps its slice of them.
+  // After the step's last backward the penalty's gradient λ·F·(θ − θ*) is added to the gradient
+  // shards (once: the shards are already summed over the group), and ewc_penalty() reports the
+  // whole model's λ/2·Σ F (θ − θ*)² at the weights before the update.
+  virtual void set_ewc(const NamedParams& fisher, const NamedParams& anchor, double lambda) = 0;
+  [[nodiscard]] virtual double ewc_penalty() const = 0;
   // Gathers every unit (COLLECTIVE over the shard group): the parameters are whole, e.g. to save
   // or load them; then release_all(), or reshard_from_params() after writing new values into them.
   virtual void gather_all() = 0;

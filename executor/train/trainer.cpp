@@ -119,7 +119,7 @@ double evaluate_set(const std::function<double(const Batch&)>& loss_sum_of, cons
 }
 
 // The layouts the executor runs, or a ConfigError saying what it does not run yet.
-void require_supported(const spec::Plan& plan, const TrainConfig& config) {
+void require_supported(const spec::Plan& plan) {
   const auto& par = plan.parallel;
   if (par.cp > 1) {
     if (auto e = spec::find_sequence_split_error(plan.workload.seq_len, par.cp)) {
@@ -139,10 +139,6 @@ void require_supported(const spec::Plan& plan, const TrainConfig& config) {
     throw core::ConfigError(str_cat("plan: ZeRO-3 with pp ", par.pp,
                                     ": the executor runs ZeRO-3 without pipeline parallelism (as Megatron-LM and FSDP do)"));
   }
-  if (par.zero_stage == 3 && config.ewc) {
-    throw core::ConfigError(str_cat(config.origin.string(), ": EWC with ZeRO-3 is not built (the penalty reads whole ",
-                                    "parameters outside forward)"));
-  }
   if (par.sequence_parallel && plan.workload.seq_len % par.tp != 0) {
     throw core::ConfigError(str_cat("plan: sequence parallelism needs seq_len (", plan.workload.seq_len,
                                     ") divisible by tp (", par.tp, ")"));
@@ -154,7 +150,7 @@ void require_supported(const spec::Plan& plan, const TrainConfig& config) {
 
 TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   const auto& par = plan.parallel;
-  require_supported(plan, config);
+  require_supported(plan);
   const auto launch = launch_info_from_env();
   const bool rank0 = launch.rank == 0;
   if (launch.distributed()) core::set_log_prefix(str_cat("r", launch.rank), rank0);
@@ -358,7 +354,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     core::info0("distill: teacher from ", source.string(), " (", loaded, "), lambda ", config.distill->lambda);
   }
   if (ewc && pipeline) pipeline->set_ewc(&*ewc, config.ewc->lambda, static_cast<double>(replicas.size()));
-  if (ewc) {
+  // ZeRO-3 holds the parameters as shards outside forward: the penalty works on them there.
+  if (ewc && zero3 != nullptr) zero3->set_ewc(ewc->fisher(), ewc->anchor(), config.ewc->lambda);
+  if (ewc && zero3 == nullptr) {
     objective.ewc = &*ewc;
     objective.ewc_lambda = config.ewc->lambda;
   }
@@ -482,9 +480,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     loader.skip(dp_rank * per_rank);
     for (int m = 0; m < accum; ++m) micro.push_back(context_parallel_slice(loader.next(), cp));
     loader.skip((par.dp - 1 - dp_rank) * per_rank);
-    const auto r = pipeline ? train_step_pipelined(*pipeline, *pipeline_schedule, *optimizer, micro, lr, config.grad_clip,
+    auto r = pipeline ? train_step_pipelined(*pipeline, *pipeline_schedule, *optimizer, micro, lr, config.grad_clip,
                                                    device, replicas, objective.ewc, objective.ewc_lambda)
                             : train_step(*model, *optimizer, micro, lr, config.grad_clip, device, replicas, objective);
+    if (zero3 != nullptr && ewc) r.ewc_penalty = zero3->ewc_penalty();
     if (config.distill && config.distill->guard_threshold) {
       kl_over = r.kl > *config.distill->guard_threshold ? kl_over + 1 : 0;
       if (kl_over >= config.distill->guard_patience) {

@@ -282,7 +282,8 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
 
 // EWC under tensor, data, context and pipeline parallelism: the Fisher estimated by replica 0's
 // ranks together (under cp each back-propagates its tokens and the gradients are summed over cp;
-// under pp every sequence goes forward and backward through the stages) and
+// under pp every sequence goes forward and backward through the stages; under ZeRO-3 and hybrid
+// sharding the penalty works on the shards) and
 // written whole, each rank's penalty on its shards (replicated norms on every rank); the same
 // losses (penalty included) and weights as the single process.
 TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
@@ -305,7 +306,7 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
   EXPECT_GT(single.back(), 0.0);
   for (const auto& [layout, procs] :
        {std::pair{"tp2", 2}, std::pair{"dp2", 2}, std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4},
-        std::pair{"pp2", 2}, std::pair{"pp2-tp2-sp-tiny", 4}}) {
+        std::pair{"pp2", 2}, std::pair{"pp2-tp2-sp-tiny", 4}, std::pair{"zero3-dp2", 2}, std::pair{"hsdp-dp4", 4}}) {
     const auto out = std::string("e-") + layout;
     const auto r = train(layout, out, procs, "ewc.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
