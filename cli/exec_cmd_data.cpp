@@ -65,6 +65,7 @@ void register_exec_data_command(CLI::App& app) {
     std::vector<std::string> learn, extensions, avoid;
     std::int64_t count = 256, domain_vocab = 0;
     double max_mib = 64;
+    bool merge = false;
   };
   auto e = std::make_shared<ExtendTokArgs>();
   auto* ext = data->add_subcommand("extend-tokenizer",
@@ -82,6 +83,9 @@ void register_exec_data_command(CLI::App& app) {
   ext->add_option("--count", e->count, "With --learn: tokens to add at most")->check(CLI::PositiveNumber)->capture_default_str();
   ext->add_option("--domain-vocab", e->domain_vocab, "With --learn: vocabulary of the domain tokenizer (default: 2 x base)")
       ->check(CLI::Range(260, 1000000));
+  ext->add_flag("--merge", e->merge,
+                "Add the tokens as BPE pieces that merge like the base's (scored after them), not as whole "
+                "user-defined tokens; with --learn, new characters and every intermediate piece are added too");
   ext->callback([e] {
     const auto base = exec::Tokenizer::load(e->base);
     std::vector<std::string> tokens;
@@ -99,12 +103,14 @@ void register_exec_data_command(CLI::App& app) {
         avoid = exec::sample_documents(a, exec::CorpusOptions{}, static_cast<std::uint64_t>(e->max_mib * 1024 * 1024));
       }
       tokens = exec::learn_domain_tokens(docs, base, e->domain_vocab > 0 ? e->domain_vocab : 2 * base.vocab_size(),
-                                         e->count, avoid);
+                                         e->count, avoid, e->merge);
     } else {
       throw core::ConfigError("data extend-tokenizer: expected --tokens FILE or --learn TEXT..., got neither");
     }
-    const auto added = exec::extend_tokenizer(e->base, tokens, e->out);
-    std::cout << core::str_cat("extended ", e->base, " (", base.vocab_size(), " pieces) with ", added.size(), " tokens -> ",
+    const auto added =
+        exec::extend_tokenizer(e->base, tokens, e->out, e->merge ? exec::ExtendMode::kMerge : exec::ExtendMode::kWhole);
+    std::cout << core::str_cat("extended ", e->base, " (", base.vocab_size(), " pieces) with ", added.size(),
+                               e->merge ? " merged" : " whole", " tokens -> ",
                                e->out, " (", base.vocab_size() + static_cast<std::int64_t>(added.size()), " pieces)\n");
   });
 

@@ -103,6 +103,7 @@ std::int32_t Tokenizer::piece_id(const std::string& piece) const {
 }
 
 std::string Tokenizer::piece(std::int32_t id) const { return sp_->IdToPiece(id); }
+float Tokenizer::score(std::int32_t id) const { return sp_->GetScore(id); }
 std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
 std::int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
 
@@ -119,17 +120,16 @@ void put_varint(std::string& out, std::uint64_t v) {
 }
 
 // A ModelProto.pieces entry (field 1): SentencePiece {piece = 1 (string), score = 2 (float),
-// type = 3 (enum; USER_DEFINED = 4)}.
-std::string user_defined_piece(const std::string& piece) {
+// type = 3 (enum; NORMAL = 1, USER_DEFINED = 4)}.
+std::string piece_entry(const std::string& piece, float score, int type) {
   std::string body;
   body.push_back('\x0A');
   put_varint(body, piece.size());
   body += piece;
   body.push_back('\x15');
-  const float score = 0.0f;
   body.append(reinterpret_cast<const char*>(&score), 4);
   body.push_back('\x18');
-  body.push_back('\x04');
+  body.push_back(static_cast<char>(type));
   std::string entry;
   entry.push_back('\x0A');
   put_varint(entry, body.size());
@@ -139,14 +139,22 @@ std::string user_defined_piece(const std::string& piece) {
 }  // namespace
 
 std::vector<std::string> extend_tokenizer(const std::filesystem::path& base, const std::vector<std::string>& tokens,
-                                          const std::filesystem::path& out_model) {
+                                          const std::filesystem::path& out_model, ExtendMode mode) {
   auto proto = read_bytes(base);
   const auto tok = Tokenizer::load(base);
+  // Merged pieces score below every base piece, in list order (BPE merges the highest first).
+  float score = 0;
+  for (std::int32_t id = 0; id < tok.vocab_size(); ++id) score = std::min(score, tok.score(id));
   std::vector<std::string> added;
   std::set<std::string> seen;
   for (const auto& t : tokens) {
     if (t.empty() || tok.piece_id(t) >= 0 || !seen.insert(t).second) continue;
-    proto += user_defined_piece(t);
+    if (mode == ExtendMode::kMerge) {
+      score -= 1.0f;
+      proto += piece_entry(t, score, /*NORMAL=*/1);
+    } else {
+      proto += piece_entry(t, 0.0f, /*USER_DEFINED=*/4);
+    }
     added.push_back(t);
   }
   sentencepiece::SentencePieceProcessor check;
@@ -159,6 +167,15 @@ std::vector<std::string> extend_tokenizer(const std::filesystem::path& base, con
 }
 
 namespace {
+
+// Bytes of the UTF-8 character that starts with `lead`.
+int utf8_length(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if ((lead >> 5) == 0x6) return 2;
+  if ((lead >> 4) == 0xE) return 3;
+  if ((lead >> 3) == 0x1E) return 4;
+  return 1;
+}
 
 // Occurrences of `piece` (with "▁" read as a space) per byte of `docs`.
 double frequency(const std::string& piece, const std::vector<std::string>& docs) {
@@ -183,7 +200,7 @@ double frequency(const std::string& piece, const std::vector<std::string>& docs)
 
 std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& documents, const Tokenizer& base,
                                              std::int64_t vocab_size, std::int64_t count,
-                                             const std::vector<std::string>& avoid) {
+                                             const std::vector<std::string>& avoid, bool for_merging) {
   const auto dir = std::filesystem::temp_directory_path() / str_cat("cpt-domain-tokens-", ::getpid());
   std::filesystem::create_directories(dir);
   TokenizerTrainOptions o;
@@ -192,12 +209,32 @@ std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& doc
   const auto domain = Tokenizer::load(dir / "domain.model");
   std::filesystem::remove_all(dir);
   std::vector<std::string> candidates;
+  std::set<std::string> kept;
+  // A piece BPE can build from pieces the extended vocabulary has: some split of it into two
+  // pieces, each in the base or already kept (the domain model's own merge is one such split).
+  auto buildable = [&](const std::string& p) {
+    for (std::size_t cut = 1; cut < p.size(); ++cut) {
+      if ((p[cut] & 0xC0) == 0x80) continue;  // inside a UTF-8 character
+      const auto l = p.substr(0, cut), r = p.substr(cut);
+      if ((base.piece_id(l) >= 0 || kept.count(l) > 0) && (base.piece_id(r) >= 0 || kept.count(r) > 0)) return true;
+    }
+    return false;
+  };
   for (std::int32_t id = 0; id < domain.vocab_size(); ++id) {
     const auto p = domain.piece(id);
     const bool special = p.size() >= 2 && p.front() == '<' && p.back() == '>';  // <unk>, <s>, <0x0A>, ...
-    if (special || p.size() < 2 || base.piece_id(p) >= 0) continue;
-    if (!avoid.empty() && frequency(p, documents) < 10 * frequency(p, avoid)) continue;
+    if (special || base.piece_id(p) >= 0) continue;
+    const bool one_character = p.size() == static_cast<std::size_t>(utf8_length(static_cast<unsigned char>(p[0])));
+    if (!for_merging) {
+      if (p.size() < 2) continue;
+      if (!avoid.empty() && frequency(p, documents) < 10 * frequency(p, avoid)) continue;
+    } else {
+      // In merge order every piece's halves come before it: keep it when BPE can reach it.
+      if (!one_character && !buildable(p)) continue;
+      if (!one_character && !avoid.empty() && frequency(p, documents) < 10 * frequency(p, avoid)) continue;
+    }
     candidates.push_back(p);
+    kept.insert(p);
     if (static_cast<std::int64_t>(candidates.size()) >= count) break;
   }
   // Id order is BPE merge order: the most frequent domain pieces first.

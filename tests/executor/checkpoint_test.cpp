@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iostream>
 
 #include "core/error.h"
 #include "executor/checkpoint/checkpoint.h"
@@ -123,6 +125,7 @@ TEST(LrSchedule, WarmupCosineConstantAndWsd) {
 }  // namespace
 }  // namespace cpt::exec
 
+#include "executor/data/corpus_reader.h"
 #include "executor/data/tokenizer.h"
 #include "executor/io/model_weights.h"
 #include "executor/io/vocab_extension.h"
@@ -149,6 +152,68 @@ TEST(VocabExtension, TokenizerKeepsOldIdsAndAddsWholeTokens) {
   EXPECT_NE(std::find(with.begin(), with.end(), ext.piece_id("JSONDecodeError")), with.end());
   EXPECT_EQ(ext.piece_id("JSONDecodeError"), base.vocab_size());
   EXPECT_EQ(ext.decode(with), "raise JSONDecodeError(msg)");
+}
+
+// Merging a learned domain tokenizer (Chinese-LLaMA's recipe): the domain pieces join BPE's merges
+// after the base's. Old ids keep their pieces; a line of code that contains none of the new pieces'
+// text encodes as before; the domain text (licenses) takes fewer tokens; and BPE builds the new
+// word pieces: a word alone encodes to its one new id.
+TEST(VocabExtension, MergedDomainPiecesFormThroughBpe) {
+  ScratchDir dir("vocab-merge");
+  const auto& base = testing::small_tokenizer();
+  const auto base_file = dir.path() / "base.model";
+  fs::copy_file(base.path(), base_file);
+  const std::filesystem::path licenses = "/usr/share/common-licenses";
+  ASSERT_TRUE(fs::exists(licenses)) << "needs /usr/share/common-licenses (base-files)";
+  const auto docs = sample_documents({licenses}, CorpusOptions{}, 1 << 20);
+  const auto tokens = learn_domain_tokens(docs, base, 1024, 200, {}, /*for_merging=*/true);
+  const auto added = extend_tokenizer(base_file, tokens, dir.path() / "merged.model", ExtendMode::kMerge);
+  ASSERT_EQ(added.size(), tokens.size());
+  ASSERT_GE(added.size(), 100u);
+  const auto ext = Tokenizer::load(dir.path() / "merged.model");
+  for (std::int32_t id = 0; id < base.vocab_size(); ++id) ASSERT_EQ(ext.piece(id), base.piece(id)) << id;
+  // Lines of Python without any new piece's text: the same ids.
+  std::vector<std::string> surfaces;
+  for (const auto& p : added) {
+    std::string text;
+    for (std::size_t i = 0; i < p.size();) {
+      if (p.compare(i, 3, "\xe2\x96\x81") == 0) {
+        text += ' ';
+        i += 3;
+      } else {
+        text += p[i++];
+      }
+    }
+    surfaces.push_back(text);
+  }
+  std::ifstream code(testing::python_json_package() / "decoder.py");
+  int lines = 0;
+  for (std::string line; std::getline(code, line);) {
+    const auto padded = " " + line;  // SentencePiece's dummy prefix
+    if (std::any_of(surfaces.begin(), surfaces.end(), [&](const auto& t) { return padded.find(t) != std::string::npos; })) {
+      continue;
+    }
+    EXPECT_EQ(ext.encode(line), base.encode(line)) << line;
+    ++lines;
+  }
+  EXPECT_GT(lines, 20);
+  std::string license;
+  for (const auto& d : docs) license += d;
+  license.resize(std::min<std::size_t>(license.size(), 50000));
+  EXPECT_LT(static_cast<double>(ext.encode(license).size()), 0.9 * static_cast<double>(base.encode(license).size()));
+  int words = 0, single = 0;
+  for (std::size_t i = 0; i < added.size(); ++i) {
+    const auto& p = added[i];
+    if (p.rfind("\xe2\x96\x81", 0) != 0 || p.size() < 5 || p.find("\xe2\x96\x81", 3) != std::string::npos) continue;
+    ++words;
+    const auto id = static_cast<std::int32_t>(base.vocab_size() + static_cast<std::int64_t>(i));
+    single += ext.encode(p.substr(3)) == std::vector<std::int32_t>{id};
+  }
+  EXPECT_GT(words, 10);
+  EXPECT_GE(single, words * 9 / 10) << single << " of " << words << " word pieces encode to themselves";
+  std::cout << "merged " << added.size() << " pieces: license text " << ext.encode(license).size() << " vs "
+            << base.encode(license).size() << " tokens; " << single << " of " << words
+            << " word pieces encode to themselves; " << lines << " unchanged code lines\n";
 }
 
 // The extended model: old rows bit-identical, new rows the mean; on old tokens its logits over the
