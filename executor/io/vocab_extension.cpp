@@ -29,6 +29,8 @@ CheckpointContents extend_vocabulary(const Checkpoint& base, const VocabExtensio
                      {"extended_from", base.dir().string()},
                      {"base_vocab", m.vocab},
                      {"new_vocab", e.new_vocab}};
+  // The base run's peak learning rate travels on (lr.peak_fraction of a continual run reads it).
+  if (base.trainer_state().contains("lr_peak")) c.trainer_state["lr_peak"] = base.trainer_state()["lr_peak"];
   return c;
 }
 

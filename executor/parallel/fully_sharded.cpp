@@ -38,9 +38,10 @@ class GradInHook : public torch::autograd::PostAccumulateGradHook {
 
 class FullyShardedImpl : public FullyShardedModel {
  public:
+  // `frozen`: forward only (a teacher): no gradient or moment slices, no gradient hooks.
   FullyShardedImpl(const NamedParams& params, const AdamWOptions& options, Communicator& shard, Communicator* replicate,
-                   const ModelParallelNorm& mp)
-      : options_(options), shard_(shard), replicate_(replicate), mp_(mp) {
+                   const ModelParallelNorm& mp, bool frozen = false)
+      : options_(options), shard_(shard), replicate_(replicate), mp_(mp), frozen_(frozen) {
     CPT_CHECK(!params.empty(), "nothing to shard");
     opts_ = torch::TensorOptions(torch::kFloat32).device(params.front().second.device());
     for (const auto& [name, p] : params) {
@@ -64,9 +65,11 @@ class FullyShardedImpl : public FullyShardedModel {
         flat.narrow(0, p.offset, p.tensor.numel()).copy_(p.tensor.detach().reshape({-1}));
       }
       unit.shard = flat.narrow(0, mine.offset, mine.size).clone();
-      unit.grad_shard = torch::zeros({mine.size}, opts_);
-      unit.exp_avg = torch::zeros({mine.size}, opts_);
-      unit.exp_avg_sq = torch::zeros({mine.size}, opts_);
+      if (!frozen_) {
+        unit.grad_shard = torch::zeros({mine.size}, opts_);
+        unit.exp_avg = torch::zeros({mine.size}, opts_);
+        unit.exp_avg_sq = torch::zeros({mine.size}, opts_);
+      }
       for (const auto k : unit.params) {
         const auto& p = params_[k];
         const auto begin = std::max(p.offset, mine.offset);
@@ -77,13 +80,14 @@ class FullyShardedImpl : public FullyShardedModel {
       }
       unit.gathered = true;  // the parameters hold whole values now
     }
-    for (std::size_t k = 0; k < params_.size(); ++k) {
+    for (std::size_t k = 0; k < params_.size() && !frozen_; ++k) {
       torch::autograd::impl::set_post_acc_grad_hooks(params_[k].tensor, std::make_unique<GradInHook>(this, k));
     }
     release_all();
   }
 
   ~FullyShardedImpl() override {
+    if (frozen_) return;
     for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
   }
 
@@ -455,6 +459,7 @@ class FullyShardedImpl : public FullyShardedModel {
   std::vector<Param> params_;
   std::vector<Unit> units_;  // [0] root, [1 + i] layer i
   std::vector<Pending> pending_;
+  bool frozen_ = false;
   std::int64_t steps_done_ = 0;
   double ewc_lambda_ = 0;
   double ewc_penalty_ = 0;
@@ -469,6 +474,10 @@ std::unique_ptr<FullyShardedModel> make_fully_sharded(const NamedParams& params,
                                                       Communicator& shard, Communicator* replicate,
                                                       const ModelParallelNorm& mp) {
   return std::make_unique<FullyShardedImpl>(params, options, shard, replicate, mp);
+}
+
+std::unique_ptr<FullyShardedModel> make_fully_sharded_frozen(const NamedParams& params, Communicator& shard) {
+  return std::make_unique<FullyShardedImpl>(params, AdamWOptions{}, shard, nullptr, ModelParallelNorm{}, /*frozen=*/true);
 }
 
 }  // namespace cpt::exec

@@ -43,6 +43,11 @@ std::unique_ptr<FullyShardedModel> make_fully_sharded(const NamedParams& params,
                                                       Communicator& shard, Communicator* replicate,
                                                       const ModelParallelNorm& mp);
 
+// The same for a frozen model (KL distillation's teacher under ZeRO-3): its parameters sharded and
+// gathered per unit for forward exactly as the student's, without gradients or optimizer state.
+// Install it as the model's ParameterResidency; its StepOptimizer side must not be used.
+std::unique_ptr<FullyShardedModel> make_fully_sharded_frozen(const NamedParams& params, Communicator& shard);
+
 class FullyShardedModel : public ParameterResidency, public StepOptimizer {
  public:
   // EWC on the shards (regularizers.h): `fisher` and `anchor` hold this rank's tensor-parallel

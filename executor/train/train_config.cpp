@@ -114,8 +114,17 @@ TrainConfig load_train_config(const fs::path& path) {
     auto l = r.object("lr");
     const auto kind = l.one_of("schedule", {"cosine", "constant", "wsd"});
     c.lr.kind = kind == "cosine" ? LrScheduleKind::kCosine : kind == "constant" ? LrScheduleKind::kConstant : LrScheduleKind::kWsd;
-    c.lr.peak = l.positive_number("peak");
+    if (l.has("peak") == l.has("peak_fraction")) {
+      r.fail("lr", "one of \"peak\" or \"peak_fraction\" (of init_from's peak)",
+             l.has("peak") ? "both" : "neither");
+    }
+    if (l.has("peak")) c.lr.peak = l.positive_number("peak");
+    if (l.has("peak_fraction")) c.lr_peak_fraction = l.number("peak_fraction", 1e-6, 10.0);
+    if (l.has("warmup_steps") && l.has("warmup_fraction")) {
+      r.fail("lr", "at most one of \"warmup_steps\" or \"warmup_fraction\"", "both");
+    }
     c.lr.warmup_steps = l.optional_integer("warmup_steps", 0).value_or(0);
+    if (l.has("warmup_fraction")) c.lr_warmup_fraction = l.number("warmup_fraction", 0.0, 1.0);
     if (l.has("min_ratio")) c.lr.min_ratio = l.number("min_ratio", 0.0, 1.0);
     if (l.has("decay_fraction")) c.lr.decay_fraction = l.number("decay_fraction", 0.0, 1.0);
     l.finish();
@@ -138,6 +147,7 @@ TrainConfig load_train_config(const fs::path& path) {
   if (r.has("packing")) c.packing = r.one_of("packing", {"packed", "padded"}) == "packed" ? Packing::kPacked : Packing::kPadded;
   if (r.has("seed")) c.seed = static_cast<std::uint64_t>(r.integer("seed", 0));
   if (r.has("init_from")) c.init_from = resolve(base, r.string("init_from"));
+  if (c.lr_peak_fraction && !c.init_from) r.fail("lr", "\"init_from\" with \"peak_fraction\"", "no init_from");
   if (r.has("init_optimizer")) {
     c.keep_optimizer_state = r.one_of("init_optimizer", {"reset", "keep"}) == "keep";
     if (c.keep_optimizer_state && !c.init_from) r.fail("init_optimizer", "\"init_from\" with \"keep\"", "no init_from");

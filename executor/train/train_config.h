@@ -67,6 +67,13 @@ struct TrainConfig {
   std::optional<std::int64_t> steps;
   std::optional<std::int64_t> tokens;
   LrSchedule lr;
+  // "lr": {"peak_fraction": f} instead of "peak": the peak is f times the peak of the run that
+  // wrote init_from (recorded in its checkpoint), as continual recipes state it ("re-warm to 1/10
+  // of the pretraining peak"; docs/continual.md has the evidence for and against).
+  std::optional<double> lr_peak_fraction;
+  // "lr": {"warmup_fraction": w} instead of "warmup_steps": w of the run's steps (Ibrahim et al.
+  // 2024 re-warm over 1%).
+  std::optional<double> lr_warmup_fraction;
   AdamWOptions optimizer;
   double grad_clip = 1.0;  // max global gradient L2 norm; 0 disables clipping
   CheckpointConfig checkpoint;

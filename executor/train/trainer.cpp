@@ -321,6 +321,24 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
 
   LrSchedule schedule = config.lr;
   schedule.total_steps = total_steps;
+  if (config.lr_warmup_fraction) {
+    schedule.warmup_steps = std::llround(*config.lr_warmup_fraction * static_cast<double>(total_steps));
+  }
+  if (config.lr_peak_fraction) {
+    // A fraction of the peak of the run that wrote init_from, which its checkpoint records.
+    const auto& source = *config.init_from;
+    const auto no_peak = [&](const std::string& why) {
+      return core::ConfigError(str_cat(config.origin.string(), ": lr.peak_fraction: ", source.string(), " ", why,
+                                       "; give lr.peak instead"));
+    };
+    if (is_hf_directory(source)) throw no_peak("is a Hugging Face directory, which records no learning rate");
+    const auto base = Checkpoint::open(source);
+    if (!base.trainer_state().contains("lr_peak")) throw no_peak("records no peak learning rate");
+    const double base_peak = base.trainer_state()["lr_peak"].get<double>();
+    schedule.peak = *config.lr_peak_fraction * base_peak;
+    core::info0("lr: peak ", schedule.peak, " = ", *config.lr_peak_fraction, " x the base run's ", base_peak,
+                ", warmup ", schedule.warmup_steps, " steps");
+  }
   LoaderOptions loader_options;
   loader_options.seq_len = seq_len;
   loader_options.micro_batch = par.micro_batch;
@@ -331,6 +349,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   // Continual pre-training objective: the frozen teacher and the EWC anchor, both from the starting
   // weights (before any resume).
   Objective objective;
+  std::unique_ptr<FullyShardedModel> teacher_shards;  // ZeRO-3: the teacher's shards (outlives it)
   std::optional<Teacher> teacher;
   if (config.distill) {
     // Sharded like the student: the same tensor- and context-parallel splits and, under a
@@ -347,6 +366,17 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     if (pipeline) {
       pipeline->set_teacher(std::move(teacher_chunks), config.distill->lambda);
     } else {
+      if (zero3 != nullptr) {
+        // ZeRO-3: the teacher's parameters are sharded over the student's shard group and gathered
+        // per block for its forward, as the student's are.
+        NamedParams teacher_params;
+        for (const auto& p : teacher_chunks.front()->named_parameters()) teacher_params.emplace_back(p.key(), p.value());
+        teacher_shards = make_fully_sharded_frozen(
+            teacher_params, par.hybrid_shard && groups.dp_shard ? *groups.dp_shard : replicas);
+        teacher_chunks.front()->set_parameter_residency(teacher_shards.get());
+        core::info0("distill: teacher sharded (ZeRO-3) over ",
+                    (par.hybrid_shard && groups.dp_shard ? *groups.dp_shard : replicas).size(), " ranks");
+      }
       teacher.emplace(std::move(teacher_chunks.front()));
       objective.teacher = &*teacher;
       objective.kl_lambda = config.distill->lambda;
@@ -425,6 +455,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     c.rng.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
     c.trainer_state = {{"step", at_step},       {"tokens", tokens_seen},       {"skipped_steps", skipped},
                        {"data", loader.state()}, {"seed", config.seed},        {"lr_schedule", to_string(schedule.kind)},
+                       {"lr_peak", schedule.peak},
                        {"lr_scale", lr_scale},   {"kl_steps_over_threshold", kl_over}};
     const auto dir = write_checkpoint(ckpt_root, c);
     prune_checkpoints(ckpt_root, config.checkpoint.keep_last, dir);

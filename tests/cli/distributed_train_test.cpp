@@ -245,7 +245,8 @@ TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
 
 // KL distillation with the teacher sharded like the student — tensor-parallel (vocabulary-parallel
 // log-softmaxes), pipelined (the teacher's stages on the student's ranks, its hidden states riding
-// with the student's), both, and context-parallel: the same losses, KL and weights as one process.
+// with the student's), both, context-parallel, and ZeRO-3 (its blocks gathered for its forward):
+// the same losses, KL and weights as one process.
 TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) {
   reference("single", "o1");
   // The teacher: the reference run's final weights; the student starts from them too.
@@ -268,11 +269,15 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
   EXPECT_EQ(reference_kl.front(), 0.0);  // the student starts as the teacher
   EXPECT_GT(reference_kl.back(), 0.0);
   for (const auto& [layout, procs] :
-       {std::pair{"tp2", 2}, std::pair{"pp2", 2}, std::pair{"pp2-tp2-sp-tiny", 4}, std::pair{"cp2", 2}}) {
+       {std::pair{"tp2", 2}, std::pair{"pp2", 2}, std::pair{"pp2-tp2-sp-tiny", 4}, std::pair{"cp2", 2},
+        std::pair{"zero3-dp2", 2}}) {
     const auto out = std::string("k-") + layout;
     const auto r = train(layout, out, procs, "kl.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     if (r.exit_code != 0) continue;
+    if (std::string(layout).starts_with("zero3")) {
+      EXPECT_NE(r.err.find("teacher sharded (ZeRO-3) over 2 ranks"), std::string::npos) << r.err;
+    }
     expect_same_run(dir_ / "k1", dir_ / out, std::string("kl ") + layout);
     const auto k = kl(out);
     ASSERT_EQ(k.size(), reference_kl.size()) << layout;

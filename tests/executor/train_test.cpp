@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/model/llama_model.h"
+#include "executor/train/train_config.h"
 #include "executor/train/trainer.h"
 #include "executor_test_support.h"
 #include "spec/hardware_catalog.h"
@@ -238,6 +239,54 @@ TEST_F(ContinualTest, OptimizerStateIsKeptOrReset) {
   EXPECT_EQ(step_count[false], 2.0f);
   EXPECT_EQ(step_count[true], 8.0f);
   EXPECT_NE(first_loss_after[false], first_loss_after[true]);
+}
+
+// Re-warming as recipes state it: the peak a fraction of the base run's (its checkpoint records
+// it), the warm-up a fraction of the run. Without a recorded peak the run says what to give.
+TEST_F(ContinualTest, PeakAndWarmupAsFractionsOfTheBaseRun) {
+  EXPECT_EQ(Checkpoint::open(base_checkpoint()).trainer_state().at("lr_peak").get<double>(), 3e-3);
+  ScratchDir out("continual-fraction");
+  auto c = continual(10);
+  c.lr_peak_fraction = 0.1;
+  c.lr_warmup_fraction = 0.3;
+  c.lr.peak = 1.0;  // ignored: the fraction decides
+  TrainOptions o;
+  o.out_dir = out.path();
+  o.progress = false;
+  train(tiny_plan(8, 4, 32), c, o);
+  const auto r = rows(out.path());
+  ASSERT_EQ(r.size(), 10u);
+  LrSchedule expected = c.lr;
+  expected.peak = 3e-4;
+  expected.warmup_steps = 3;
+  expected.total_steps = 10;
+  for (std::size_t i = 0; i < r.size(); ++i) EXPECT_DOUBLE_EQ(r[i]["lr"].get<double>(), expected.at(static_cast<std::int64_t>(i)));
+  EXPECT_NEAR(r[3]["lr"].get<double>(), 3e-4, 1e-12);  // the end of the warm-up is the peak
+  EXPECT_EQ(Checkpoint::open(out.path() / "checkpoints/step_00000010").trainer_state().at("lr_peak").get<double>(), 0.1 * 3e-3);
+
+  // TRAIN.json: one of peak and peak_fraction; peak_fraction needs init_from.
+  ScratchDir files("continual-fraction-config");
+  const auto write = [&](const std::string& name, const std::string& lr, const std::string& extra) {
+    std::ofstream(files.path() / name) << R"({"data": [{"name": "py", "path": ")" << (data_->path() / "py").string()
+                                       << R"("}], "steps": 2, "lr": )" << lr << extra << "}";
+    return files.path() / name;
+  };
+  try {
+    load_train_config(write("both.json", R"({"schedule": "cosine", "peak": 1e-3, "peak_fraction": 0.1})", ""));
+    ADD_FAILURE() << "both accepted";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("one of \"peak\" or \"peak_fraction\""), std::string::npos) << e.what();
+  }
+  try {
+    load_train_config(write("alone.json", R"({"schedule": "cosine", "peak_fraction": 0.1})", ""));
+    ADD_FAILURE() << "peak_fraction without init_from accepted";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("init_from"), std::string::npos) << e.what();
+  }
+  const auto cfg = load_train_config(write("ok.json", R"({"schedule": "cosine", "peak_fraction": 0.1, "warmup_fraction": 0.01})",
+                                           R"(, "init_from": ")" + base_checkpoint().string() + "\""));
+  EXPECT_EQ(*cfg.lr_peak_fraction, 0.1);
+  EXPECT_EQ(*cfg.lr_warmup_fraction, 0.01);
 }
 
 // KL(student ‖ teacher) is zero while the student is the teacher, grows as it moves, and a larger
