@@ -40,8 +40,8 @@ class FullyShardedImpl : public FullyShardedModel {
  public:
   // `frozen`: forward only (a teacher): no gradient or moment slices, no gradient hooks.
   FullyShardedImpl(const NamedParams& params, const AdamWOptions& options, Communicator& shard, Communicator* replicate,
-                   const ModelParallelNorm& mp, bool frozen = false)
-      : options_(options), shard_(shard), replicate_(replicate), mp_(mp), frozen_(frozen) {
+                   const ModelParallelNorm& mp, bool frozen = false, bool offload = false)
+      : options_(options), shard_(shard), replicate_(replicate), mp_(mp), frozen_(frozen), offload_(offload) {
     CPT_CHECK(!params.empty(), "nothing to shard");
     opts_ = torch::TensorOptions(torch::kFloat32).device(params.front().second.device());
     for (const auto& [name, p] : params) {
@@ -55,6 +55,8 @@ class FullyShardedImpl : public FullyShardedModel {
     }
     torch::NoGradGuard no_grad;
     const int n = shard_.size(), me = shard_.rank();
+    // With offload the optimizer state lives in host memory and the update runs on the CPU.
+    const auto state_opts = offload_ ? torch::TensorOptions(torch::kFloat32).device(torch::kCPU) : opts_;
     for (auto& unit : units_) {
       if (unit.params.empty()) continue;
       unit.layout = spec::ShardLayout(unit.numel, n);
@@ -67,8 +69,9 @@ class FullyShardedImpl : public FullyShardedModel {
       unit.shard = flat.narrow(0, mine.offset, mine.size).clone();
       if (!frozen_) {
         unit.grad_shard = torch::zeros({mine.size}, opts_);
-        unit.exp_avg = torch::zeros({mine.size}, opts_);
-        unit.exp_avg_sq = torch::zeros({mine.size}, opts_);
+        unit.exp_avg = torch::zeros({mine.size}, state_opts);
+        unit.exp_avg_sq = torch::zeros({mine.size}, state_opts);
+        if (offload_) unit.master = unit.shard.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
       }
       for (const auto k : unit.params) {
         const auto& p = params_[k];
@@ -76,7 +79,7 @@ class FullyShardedImpl : public FullyShardedModel {
         const auto end = std::min(p.offset + p.tensor.numel(), mine.offset + mine.size);
         if (begin >= end) continue;
         unit.segments.push_back({k, begin - p.offset, begin - mine.offset, end - begin,
-                                 !is_no_decay_parameter(p.name), mp.counts(p.name), torch::zeros({}, opts_)});
+                                 !is_no_decay_parameter(p.name), mp.counts(p.name), torch::zeros({}, state_opts)});
       }
       unit.gathered = true;  // the parameters hold whole values now
     }
@@ -198,12 +201,16 @@ class FullyShardedImpl : public FullyShardedModel {
     torch::NoGradGuard no_grad;
     for (auto& unit : units_) {
       if (scale != 1.0) unit.grad_shard.mul_(scale);
+      // With offload: the gradient shard to the host (a copy there, also on a CPU device), AdamW on
+      // the host master, the result back into the shard.
+      const auto grads = offload_ ? unit.grad_shard.to(torch::kCPU, false, /*copy=*/true) : unit.grad_shard;
+      const auto& weights = offload_ ? unit.master : unit.shard;
       for (const bool decay : {true, false}) {
         std::vector<torch::Tensor> w, g, m, v, steps;
         for (auto& s : unit.segments) {
           if (s.decay != decay) continue;
-          w.push_back(unit.shard.narrow(0, s.shard_offset, s.length));
-          g.push_back(unit.grad_shard.narrow(0, s.shard_offset, s.length));
+          w.push_back(weights.narrow(0, s.shard_offset, s.length));
+          g.push_back(grads.narrow(0, s.shard_offset, s.length));
           m.push_back(unit.exp_avg.narrow(0, s.shard_offset, s.length));
           v.push_back(unit.exp_avg_sq.narrow(0, s.shard_offset, s.length));
           s.step.add_(1);  // the fused kernel reads the count but does not advance it
@@ -213,6 +220,7 @@ class FullyShardedImpl : public FullyShardedModel {
         at::_fused_adamw_(w, g, m, v, {}, steps, lr, options_.beta1, options_.beta2,
                           decay ? options_.weight_decay : 0.0, options_.eps, false, false);
       }
+      if (offload_) unit.shard.copy_(unit.master);
     }
     ++steps_done_;
     zero_grad();
@@ -230,8 +238,9 @@ class FullyShardedImpl : public FullyShardedModel {
       if (unit.params.empty()) continue;
       auto m = torch::empty({unit.layout.padded_size()}, opts_);
       auto v = torch::empty({unit.layout.padded_size()}, opts_);
-      shard_.all_gather(unit.exp_avg, m)->wait();
-      shard_.all_gather(unit.exp_avg_sq, v)->wait();
+      // Gathered on the parameters' device (the communicator's), wherever the state lives.
+      shard_.all_gather(unit.exp_avg.to(opts_.device()), m)->wait();
+      shard_.all_gather(unit.exp_avg_sq.to(opts_.device()), v)->wait();
       for (const auto k : unit.params) {
         const auto& p = params_[k];
         const auto numel = shape_numel(p.shape);
@@ -275,14 +284,17 @@ class FullyShardedImpl : public FullyShardedModel {
   // buffers alive at once, sampled at every gather, gradient buffer and reduction).
   ModelStateBytes state_bytes() const override {
     std::vector<torch::Tensor> moments, counters;
+    bool on_device = true;  // offloaded to a GPU's host, the optimizer state is 0 on the device
     for (const auto& unit : units_) {
       moments.push_back(unit.exp_avg);
       moments.push_back(unit.exp_avg_sq);
+      moments.push_back(unit.master);
       for (const auto& s : unit.segments) counters.push_back(s.step);
+      if (unit.exp_avg.defined() && unit.exp_avg.device() != opts_.device()) on_device = false;
     }
     const auto now = current();
-    return {std::max(peak_.weights, now.weights), std::max(peak_.grads, now.grads), storage_bytes(moments),
-            storage_bytes(counters)};
+    return {std::max(peak_.weights, now.weights), std::max(peak_.grads, now.grads),
+            on_device ? storage_bytes(moments) : 0, on_device ? storage_bytes(counters) : 0};
   }
 
   // FullyShardedModel.
@@ -300,6 +312,7 @@ class FullyShardedImpl : public FullyShardedModel {
       CPT_CHECK(unit.gathered, "reshard of ZeRO-3 unit ", u, " that is not gathered");
       const auto mine = unit.layout.slice(shard_.rank());
       unit.shard.copy_(unit.full.narrow(0, mine.offset, mine.size));
+      if (offload_) unit.master.copy_(unit.shard);
     }
     release_all();
   }
@@ -317,6 +330,7 @@ class FullyShardedImpl : public FullyShardedModel {
     spec::ShardLayout layout{0, 1};
     torch::Tensor shard, grad_shard, exp_avg, exp_avg_sq;  // this rank's slices
     torch::Tensor ewc_fisher, ewc_anchor;                  // this rank's slices, with EWC
+    torch::Tensor master;                                  // offload: the shard's fp32 master, on the host
     torch::Tensor full, full_grad;                         // whole, while gathered / while its backward runs
     std::unique_ptr<CommHandle> gathering;                 // a prefetch under way into `full`
     std::vector<Segment> segments;
@@ -460,6 +474,7 @@ class FullyShardedImpl : public FullyShardedModel {
   std::vector<Unit> units_;  // [0] root, [1 + i] layer i
   std::vector<Pending> pending_;
   bool frozen_ = false;
+  bool offload_ = false;
   std::int64_t steps_done_ = 0;
   double ewc_lambda_ = 0;
   double ewc_penalty_ = 0;
@@ -472,8 +487,8 @@ void GradInHook::operator()(const torch::autograd::Variable&) { owner_->on_grad_
 
 std::unique_ptr<FullyShardedModel> make_fully_sharded(const NamedParams& params, const AdamWOptions& options,
                                                       Communicator& shard, Communicator* replicate,
-                                                      const ModelParallelNorm& mp) {
-  return std::make_unique<FullyShardedImpl>(params, options, shard, replicate, mp);
+                                                      const ModelParallelNorm& mp, bool offload_optimizer) {
+  return std::make_unique<FullyShardedImpl>(params, options, shard, replicate, mp, /*frozen=*/false, offload_optimizer);
 }
 
 std::unique_ptr<FullyShardedModel> make_fully_sharded_frozen(const NamedParams& params, Communicator& shard) {

@@ -39,9 +39,12 @@ class FullyShardedModel;
 // the hybrid-sharding replicate group, or null. The parameters are released on return (their data
 // empty) until a forward gathers them. Install the result as the model's ParameterResidency and use
 // it as its StepOptimizer.
+// `offload_optimizer`: the moments, a fp32 master of the shard and the step counts live in host
+// memory and AdamW runs on the CPU (ZeRO-Offload with ZeRO-3, the plan's `offload: optimizer`);
+// the updated shard is copied back for the next all-gathers.
 std::unique_ptr<FullyShardedModel> make_fully_sharded(const NamedParams& params, const AdamWOptions& options,
                                                       Communicator& shard, Communicator* replicate,
-                                                      const ModelParallelNorm& mp);
+                                                      const ModelParallelNorm& mp, bool offload_optimizer = false);
 
 // The same for a frozen model (KL distillation's teacher under ZeRO-3): its parameters sharded and
 // gathered per unit for forward exactly as the student's, without gradients or optimizer state.

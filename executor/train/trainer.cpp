@@ -130,10 +130,10 @@ void require_supported(const spec::Plan& plan) {
                                       "dp × cp, or hybridly over dp without context parallelism"));
     }
   }
-  if (par.offload != spec::Offload::kNone && (par.offload != spec::Offload::kOptimizer || par.zero_stage < 1 ||
-                                               par.zero_stage > 2)) {
+  if (par.offload != spec::Offload::kNone && (par.offload != spec::Offload::kOptimizer || par.zero_stage < 1)) {
     throw core::ConfigError(str_cat("plan: offload ", spec::to_string(par.offload), " with ZeRO ", par.zero_stage,
-                                    ": the executor offloads the optimizer state of ZeRO-1 and ZeRO-2 only (issue #7)"));
+                                    ": the executor offloads the optimizer state of ZeRO-1, 2 and 3, not parameters ",
+                                    "(issue #7)"));
   }
   if (par.zero_stage == 3 && par.pp > 1) {
     throw core::ConfigError(str_cat("plan: ZeRO-3 with pp ", par.pp,
@@ -275,8 +275,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   FullyShardedModel* zero3 = nullptr;
   if (par.zero_stage == 3) {
     auto fs = par.hybrid_shard && groups.dp_shard
-                  ? make_fully_sharded(named, config.optimizer, *groups.dp_shard, groups.dp_replicate.get(), norm_groups)
-                  : make_fully_sharded(named, config.optimizer, replicas, nullptr, norm_groups);
+                  ? make_fully_sharded(named, config.optimizer, *groups.dp_shard, groups.dp_replicate.get(), norm_groups,
+                                       par.offload == spec::Offload::kOptimizer)
+                  : make_fully_sharded(named, config.optimizer, replicas, nullptr, norm_groups,
+                                       par.offload == spec::Offload::kOptimizer);
     zero3 = fs.get();
     model->set_parameter_residency(zero3);
     if (par.hybrid_shard && groups.dp_shard) {

@@ -90,7 +90,8 @@ class DistributedTrain : public ::testing::Test {
           std::tuple{"zero2-dp2", "dp=2,zero=2,offload=none,micro_batch=2", 2},
           std::tuple{"dp2-full-recompute", "dp=2,zero=0,recompute=full,micro_batch=2", 2},
           std::tuple{"zero1-dp2-selective", "dp=2,zero=1,offload=none,recompute=selective,micro_batch=2", 2},
-          std::tuple{"zero2-dp2-offload", "dp=2,zero=2,offload=optimizer,micro_batch=2", 2}}) {
+          std::tuple{"zero2-dp2-offload", "dp=2,zero=2,offload=optimizer,micro_batch=2", 2},
+          std::tuple{"zero3-dp2-offload", "dp=2,zero=3,offload=optimizer,micro_batch=2", 2}}) {
       ASSERT_EQ(sh(cpt() + " plan --model tiny --gpu h100 --gpus " + std::to_string(gpus) +
                        " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
                    dir_)
@@ -197,12 +198,14 @@ void DistributedTrain::expect_resume(const std::string& from, int from_procs, co
 }
 
 // DP2 with replicated (ZeRO-0), sharded-optimizer (ZeRO-1) and sharded-gradient (ZeRO-2) updates,
-// with full or selective recomputation, and with the optimizer state offloaded to the host: each
+// with full or selective recomputation, and with the optimizer state offloaded to the host (ZeRO-2
+// and ZeRO-3): each
 // the single-process run, step by step and in the final weights.
 TEST_F(DistributedTrain, DataParallelLayoutsMatchTheSingleProcessRun) {
   reference("single", "o1");
   for (const std::string layout :
-       {"dp2", "zero1-dp2", "zero2-dp2", "dp2-full-recompute", "zero1-dp2-selective", "zero2-dp2-offload"}) {
+       {"dp2", "zero1-dp2", "zero2-dp2", "dp2-full-recompute", "zero1-dp2-selective", "zero2-dp2-offload",
+        "zero3-dp2-offload"}) {
     const auto r = train(layout, "o-" + layout, 2);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     expect_same_run(dir_ / "o1", dir_ / ("o-" + layout), layout);
@@ -375,6 +378,7 @@ TEST_F(DistributedTrain, CheckpointsResumeInAnotherLayout) {
   expect_resume("zero2-dp2", 2, "single", 1, "o1");
   expect_resume("single", 1, "zero3-dp2", 2, "o1");
   expect_resume("single", 1, "zero2-dp2-offload", 2, "o1");
+  expect_resume("zero3-dp2-offload", 2, "single", 1, "o1");
 }
 
 TEST_F(DistributedTrain, ADeadRankTakesTheJobDown) {
