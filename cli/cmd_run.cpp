@@ -99,7 +99,8 @@ void exec_step(const std::vector<std::string>& args) {
   }
 }
 
-// This machine as a one-device cluster, from the probe's measurements (not calibrated: issue #9).
+// This machine as a one-device cluster, from the quick probe's measurements (used when no `cpt
+// calibrate` profile exists).
 spec::ClusterSpec host_cluster(const Json& probe) {
   spec::GpuSpec g;
   g.name = "host_cpu";
@@ -183,10 +184,15 @@ void run(const RunOptions& o) {
   std::cout << "[1/6] measuring this machine\n";
   const auto probe = run_executor_json({"probe-host", "--seconds", "1.5"});
   write_json(out / "host_probe.json", probe);
-  const auto cluster = host_cluster(probe);
+  // The calibrated profile of this machine when `cpt calibrate` has written one, else the probe's.
+  const bool calibrated = fs::exists(local_profile_path());
+  const auto cluster = calibrated ? cluster_for_gpu_flag("local", 1, "--gpu") : host_cluster(probe);
   std::cout << str_cat("  ", probe["cores"].get<int>(), " cores, ", fixed(probe["memory_bytes"].get<double>() / 1073741824.0, 1),
                        " GiB; fp32 GEMM up to ", fixed(probe["peak_flops_per_s"].get<double>() / 1e9, 1), " GFLOP/s; copy ",
-                       fixed(probe["copy_bytes_per_s"].get<double>() / 1e9, 1), " GB/s\n\n");
+                       fixed(probe["copy_bytes_per_s"].get<double>() / 1e9, 1), " GB/s\n  planning with ",
+                       calibrated ? "the calibrated profile " + local_profile_path().string()
+                                  : std::string("this quick probe (cpt calibrate writes a calibrated profile)"),
+                       "\n\n");
 
   const auto base_model = spec::find_catalog_model("tiny").value().spec;
   const int seq_len = 128, batch = 16;
@@ -248,7 +254,7 @@ void run(const RunOptions& o) {
             << cluster.gpu().display_name << ": 1 process, batch " << batch << " x " << seq_len;
   if (plan.predicted) {
     std::cout << ", predicted " << static_cast<long long>(plan.predicted->tokens_per_s_per_gpu)
-              << " tokens/s (uncalibrated: cpt calibrate is issue #9)";
+              << " tokens/s (" << (calibrated ? "calibrated" : "uncalibrated: run cpt calibrate") << ")";
   }
   std::cout << "\n  " << (out / "plan.json").string() << "\n\n";
 
