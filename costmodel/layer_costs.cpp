@@ -156,6 +156,13 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   c.head_backward = {gemm_time(head, gpu, o) * 2.0, Seconds(0), memory_time(logits * (4 + x.e) + 2 * norm_bytes, gpu, o),
                      o.kernel_overhead * 6};
   c.model_flops = core::Flops(3 * head);
+  if (p.tp > 1) {
+    c.tp_embedding_forward = 1;
+    c.tp_head_forward = p.sequence_parallel ? 1 : 0;
+    c.tp_head_backward = 1;
+    c.tp_loss_forward = 3;
+    c.tp_loss_bytes = core::Bytes(static_cast<std::int64_t>(x.T * 4));  // fp32 per token
+  }
   return c;
 }
 

@@ -53,6 +53,16 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   PassTime head_forward;
   PassTime head_backward;
   core::Flops model_flops;  // LM head GEMMs, forward + backward
+  // Tensor-parallel traffic outside the blocks (Megatron's vocabulary-parallel layers; cpt's
+  // executor does the same): collectives of BlockCosts::tp_bytes — the embedding's sum over the
+  // vocabulary shards (forward), the LM head's input (backward; with sequence parallelism also its
+  // all-gather forward) — and of `tp_loss_bytes`: the vocabulary-parallel cross-entropy's max,
+  // target logit and softmax normaliser per token (forward).
+  int tp_embedding_forward = 0;
+  int tp_head_forward = 0;
+  int tp_head_backward = 0;
+  int tp_loss_forward = 0;
+  core::Bytes tp_loss_bytes;
 };
 
 // Bytes per element of activations and of weights in the compute precision.

@@ -98,6 +98,9 @@ struct LayerTerms {
   Seconds cp_fwd, cp_bwd;
   Seconds z3_fwd_exposed, z3_bwd_exposed, z3_overlapped;
   Seconds layer_fwd, layer_bwd;  // one layer, everything exposed included
+  // Tensor-parallel collectives of the embedding (first stage, forward) and of the LM head and
+  // loss (last stage, forward and backward), one microbatch (HeadCosts' counts).
+  Seconds tp_embedding_fwd, tp_head_fwd, tp_head_bwd;
   Bytes boundary;                // the activation passed between stages
   GroupPlacement dp_g, shard_g, replicate_g;
   int n_shard = 1;
@@ -154,6 +157,13 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
                 x.z3_bwd_exposed;
   x.boundary = Bytes(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden * e /
                                                (p.sequence_parallel ? p.tp : 1)));
+  if (p.tp > 1) {
+    const Seconds loss_one = collective_time(Collective::kAllReduce, x.head.tp_loss_bytes, lc.tp, eff) + call;
+    x.tp_embedding_fwd = x.tp_one * static_cast<double>(x.head.tp_embedding_forward);
+    x.tp_head_fwd = x.tp_one * static_cast<double>(x.head.tp_head_forward) +
+                    loss_one * static_cast<double>(x.head.tp_loss_forward);
+    x.tp_head_bwd = x.tp_one * static_cast<double>(x.head.tp_head_backward);
+  }
   return x;
 }
 
@@ -196,6 +206,8 @@ StepEnd step_time(const spec::ClusterSpec& cluster, const spec::ParallelConfig& 
   t.tp_comm = x.tp_one * static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
                                              blk.tp_collectives_recompute) *
               (rank_layers * mm);
+  if (crit.first) t.tp_comm += x.tp_embedding_fwd * mm;
+  if (crit.last) t.tp_comm += (x.tp_head_fwd + x.tp_head_bwd) * mm;
   t.cp_comm = (x.cp_fwd + x.cp_bwd) * (rank_layers * mm);
   const Seconds zero3_exposed = (x.z3_fwd_exposed + x.z3_bwd_exposed) * (rank_layers * mm);
   t.pp_comm = crit.pp_comm;
@@ -342,12 +354,12 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).
     wgrad[i] = L * x.blk.forward.gemm.value();
     if (s == 0) {
-      fwd[i] += head.embedding_forward.total().value();
+      fwd[i] += (head.embedding_forward.total() + x.tp_embedding_fwd).value();
       bwd[i] += head.embedding_backward.total().value();
     }
     if (s == S - 1) {
-      fwd[i] += head.head_forward.total().value();
-      bwd[i] += head.head_backward.total().value();
+      fwd[i] += (head.head_forward.total() + x.tp_head_fwd).value();
+      bwd[i] += (head.head_backward.total() + x.tp_head_bwd).value();
       wgrad[i] += head.head_forward.gemm.value();
     }
     // Stage s -> s+1 runs from pp rank s mod pp to (s+1) mod pp, same tp/cp/dp coordinates.
@@ -480,12 +492,12 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
     const Rank& k = ranks[i];
     double f = k.layers * lf, b = k.layers * lb, w = k.layers * lw;
     if (k.first) {
-      f += head.embedding_forward.total().value();
+      f += (head.embedding_forward.total() + x.tp_embedding_fwd).value();
       b += head.embedding_backward.total().value();
     }
     if (k.last) {
-      f += head.head_forward.total().value();
-      b += head.head_backward.total().value();
+      f += (head.head_forward.total() + x.tp_head_fwd).value();
+      b += (head.head_backward.total() + x.tp_head_bwd).value();
       w += head.head_forward.gemm.value();
     }
     work[i] = f + b;
