@@ -41,6 +41,7 @@ struct PlanOptions {
   double price = 0;
   double headroom = 0.10;
   bool flash_attention = true;
+  bool for_executor = false;
   bool json = false;
 };
 
@@ -223,6 +224,7 @@ void run(const PlanOptions& o) {
   so.fixed = planner::parse_fixed(o.fix);
   so.cost.flash_attention = o.flash_attention;
   so.threads = o.threads;
+  so.executor_only = o.for_executor;
   auto r = clusters.size() == 1 ? planner::search(model, clusters.front(), so) : planner::search_sizes(model, clusters, so);
   // The cluster of the best plan (the plan file and the report describe it).
   const auto& cluster = [&]() -> const spec::ClusterSpec& {
@@ -332,6 +334,9 @@ void register_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention, "Fused attention (default on)");
   cmd->add_option("--out", o->out, "Write plan.json, candidates.csv and report.md into this directory");
+  cmd->add_flag("--for-executor", o->for_executor,
+                "Only plans cpt's own executor runs (what cpt run trains): no ZeRO-3 with pipelines, no parameter "
+                "offload, no hybrid sharding with context parallelism, tied embeddings on one stage");
   cmd->add_flag("--json", o->json, "Print the JSON contract instead of tables");
   cmd->callback([o] { run(*o); });
 }

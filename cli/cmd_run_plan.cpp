@@ -54,7 +54,8 @@ void run_planned(const PlannedRunOptions& o) {
   std::cout << "[1/3] plan: " << o.model << " on " << o.gpus << " x " << gpu << "\n" << std::flush;
   std::vector<std::string> plan_args{"plan",           "--model",        o.model, "--gpu", gpu, "--gpus",
                                      std::to_string(o.gpus), "--global-batch", std::to_string(o.global_batch),
-                                     "--seq-len",      std::to_string(o.seq_len), "--out", (out / "plan").string()};
+                                     "--seq-len",      std::to_string(o.seq_len), "--out", (out / "plan").string(),
+                                     "--for-executor"};
   if (!o.fix.empty()) plan_args.insert(plan_args.end(), {"--fix", o.fix});
   step(plan_args);
   // The contract: what train reads is the file the planner wrote.

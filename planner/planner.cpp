@@ -76,6 +76,12 @@ void check_options(const spec::ModelSpec& model, const SearchOptions& o) {
   if (o.objective == Objective::kCost && o.price_per_gpu_hour <= 0) {
     throw core::ConfigError("--objective cost: expected a GPU-hour price (--price-per-gpu-hour), got none");
   }
+  if (o.executor_only && (model.mlp != spec::MlpKind::kSwiGLU || model.norm != spec::NormKind::kRMSNorm ||
+                          model.position != spec::PositionKind::kRoPE)) {
+    throw core::ConfigError(str_cat("--for-executor: cpt's executor builds LLaMA-family models (swiglu, rmsnorm, ",
+                                    "rope); model ", model.name, " has mlp ", spec::to_string(model.mlp), ", norm ",
+                                    spec::to_string(model.norm), ", position ", spec::to_string(model.position)));
+  }
 }
 
 int thread_count(const SearchOptions& o) {
@@ -196,7 +202,7 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   // Search mode: closed-form pipeline, the device's calibrated overheads applied once.
   cost::CostModelOptions fast = cost::with_device_overheads(o.cost, cluster.node.gpu);
   fast.exact_pipeline = false;
-  const PruneContext ctx{model, cluster, o.seq_len, fast};
+  const PruneContext ctx{model, cluster, o.seq_len, fast, o.executor_only};
   const core::Bytes limit(static_cast<std::int64_t>(static_cast<double>(cluster.gpu().hbm_capacity.value()) *
                                                     (o.objective == Objective::kHeadroom ? 1.0 - o.headroom : 1.0)));
   result.enumerated = space.size();

@@ -40,6 +40,9 @@ struct SearchOptions {
   double headroom = 0.10;         // fraction of HBM to keep free, for kHeadroom
   int top_k = 10;
   Fixed fixed;
+  // Only layouts cpt's own executor runs (RejectReason::kNotRunByExecutor), and a LLaMA-family
+  // model (ConfigError otherwise): what `cpt run` plans.
+  bool executor_only = false;
   cost::CostModelOptions cost;  // exact_pipeline is managed by the search
 };
 

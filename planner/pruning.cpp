@@ -34,6 +34,8 @@ std::string to_string(RejectReason r) {
       return "out_of_memory";
     case RejectReason::kUnsupported:
       return "unsupported_combination";
+    case RejectReason::kNotRunByExecutor:
+      return "not_run_by_cpt_executor";
   }
   return "?";
 }
@@ -69,6 +71,11 @@ std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const Pru
   if (p.schedule == spec::ScheduleKind::kZeroBubbleH1 && (p.pp == 1 || p.grad_accum() == 1)) return R::kRedundant;
   // The two axis orders differ only in whether dp or pp varies faster: the same layout when either is 1.
   if (p.axis_order[2] == spec::Axis::kPp && (p.dp == 1 || p.pp == 1)) return R::kRedundant;
+  // What cpt's executor refuses (executor/train/trainer.cpp, model/llama_model.cpp).
+  if (ctx.executor_only && ((p.zero_stage == 3 && p.pp > 1) || p.offload == spec::Offload::kOptimizerAndParams ||
+                            (p.hybrid_shard && p.cp > 1) || (m.tied_embeddings && p.pp * p.virtual_stages > 1))) {
+    return R::kNotRunByExecutor;
+  }
   return std::nullopt;
 }
 

@@ -32,8 +32,11 @@ enum class RejectReason {
   kModelStateMemory,       // weights + grads + optimizer alone exceed the HBM (lower bound)
   kOutOfMemory,            // the full memory model exceeds the HBM
   kUnsupported,            // a combination the cost model does not cover
+  kNotRunByExecutor,       // with `executor_only`: a layout cpt's executor refuses (ZeRO-3 with a
+                           // pipeline, parameter offload, hybrid sharding with cp > 1, tied
+                           // embeddings split over stages)
 };
-inline constexpr int kNumRejectReasons = 13;
+inline constexpr int kNumRejectReasons = 14;
 std::string to_string(RejectReason r);
 
 struct PruneContext {
@@ -41,6 +44,7 @@ struct PruneContext {
   const spec::ClusterSpec& cluster;
   int seq_len;
   const cost::CostModelOptions& options;
+  bool executor_only = false;  // keep only what cpt's own executor runs (`cpt plan --for-executor`)
 };
 
 // What pruning needs of a rank layout (from spec::RankLayout::dp_node_runs); it depends only on the

@@ -187,6 +187,27 @@ TEST(Planner, ParetoFrontAcrossGpuCounts) {
   for (std::size_t i = 1; i < r.top.size(); ++i) EXPECT_GE(r.top[i - 1].score, r.top[i].score);
 }
 
+// `cpt run` plans only what cpt's executor runs.
+TEST(Planner, ExecutorOnlyKeepsWhatTheExecutorRuns) {
+  const auto m = spec::find_catalog_model("llama3-70b")->spec;
+  const auto c = cat().cluster_for_gpu("h100", 64, "--gpu");
+  auto o = options(256, 8192);
+  o.executor_only = true;
+  const auto r = search(m, c, o);
+  EXPECT_GT(r.rejected[static_cast<std::size_t>(RejectReason::kNotRunByExecutor)], 0u);
+  ASSERT_FALSE(r.top.empty());
+  for (const auto& cand : r.all_feasible) {
+    ASSERT_FALSE(cand.config.zero_stage == 3 && cand.config.pp > 1) << cand.index;
+    ASSERT_FALSE(cand.config.hybrid_shard && cand.config.cp > 1) << cand.index;
+  }
+  o.executor_only = false;
+  const auto all = search(m, c, o);
+  EXPECT_EQ(all.rejected[static_cast<std::size_t>(RejectReason::kNotRunByExecutor)], 0u);
+  EXPECT_GT(all.feasible, r.feasible);
+  o.executor_only = true;
+  EXPECT_THROW(search(spec::find_catalog_model("gpt3-175b")->spec, c, o), core::ConfigError);
+}
+
 TEST(Planner, HeadroomObjectiveKeepsMemoryFree) {
   const auto m = spec::find_catalog_model("llama3-70b")->spec;
   const auto c = cat().cluster_for_gpu("h100", 64, "--gpu");
