@@ -92,6 +92,7 @@ void refit_from_runs(const CalibrateOptions& o) {
     c.num_gpus = r.plan.parallel.world_size();
     cost::CostModelOptions options;
     options.precision = r.cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
+    options.context_parallel = cost::ContextParallelKind::kAllGather;  // the executor's runs
     const auto ev = cost::evaluate(r.plan.model, c, r.plan.parallel, r.plan.workload.seq_len, options);
     const auto* e = std::get_if<cost::Estimate>(&ev);
     if (e == nullptr) throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));

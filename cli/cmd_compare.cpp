@@ -65,6 +65,7 @@ void run(const CompareOptions& o) {
   const bool cpu = measured.value("device", std::string("cpu")).starts_with("cpu");
   cost::CostModelOptions options;
   options.precision = cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
+  options.context_parallel = cost::ContextParallelKind::kAllGather;  // the executor's
   const auto ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, options);
   const auto* e = std::get_if<cost::Estimate>(&ev);
   if (e == nullptr) {

@@ -213,7 +213,10 @@ void run(const PlanOptions& o) {
   }
   planner::SearchOptions so;
   // This machine's CPU trains in fp32 (the executor's regime there).
-  if (o.gpu == "local") so.cost.precision = spec::Precision::kFp32;
+  if (o.gpu == "local") {
+    so.cost.precision = spec::Precision::kFp32;
+    so.cost.context_parallel = cost::ContextParallelKind::kAllGather;  // the executor's, which runs here
+  }
   so.global_batch = o.global_batch;
   so.seq_len = o.seq_len;
   so.tokens = o.tokens;

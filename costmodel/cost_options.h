@@ -42,6 +42,17 @@ double interpolate_efficiency(const Points& points, double flops) {
   return points.back().efficiency;
 }
 
+// How context parallelism exchanges keys and values (docs/costmodel.md, "CP").
+enum class ContextParallelKind {
+  // Ring attention (Megatron-LM / Transformer Engine): cp − 1 point-to-point steps per pass, each
+  // hidden behind a block of attention when it is long enough.
+  kRing,
+  // All-gather (Llama 3; cpt's executor, executor/parallel/context_parallel.h): K and V of the
+  // whole sequence gathered before attention and their gradients reduce-scattered after, not
+  // overlapped; the gathered K and V stay alive for backward.
+  kAllGather,
+};
+
 struct CostModelOptions {
   // Precision of the matrix engines; activations and weights are 16-bit for bf16/fp16/fp8 (fp8
   // GEMMs keep 16-bit master activations, as Transformer Engine does) and 32-bit for fp32.
@@ -90,6 +101,9 @@ struct CostModelOptions {
   // `cpt estimate` uses). false: closed forms for the in-flight microbatches and the makespan,
   // exact for uniform stages and within a few percent otherwise, for searches over many candidates.
   bool exact_pipeline = true;
+  // Context parallelism's exchange: the ring for plans handed to Megatron-LM; the all-gather for
+  // what cpt's executor runs (`cpt plan --for-executor`, `cpt compare`).
+  ContextParallelKind context_parallel = ContextParallelKind::kRing;
   // DP gradient buckets (Megatron/DDP default 40 M elements; torch DDP 25 MiB).
   std::int64_t bucket_elements = 40'000'000;
   // ZeRO-3 gathers this many blocks ahead of use (FSDP's forward prefetch of one, plus the block

@@ -126,6 +126,7 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
     const double kv = 2 * x.T * x.g * x.d / x.tp * x.e;
     c.cp_bytes_forward = core::Bytes(static_cast<std::int64_t>(kv * (x.cp - 1)));
     c.cp_bytes_backward = core::Bytes(static_cast<std::int64_t>(2 * kv * (x.cp - 1)));
+    c.cp_gathered_bytes = core::Bytes(static_cast<std::int64_t>(kv / 2 * x.cp));
   }
   // The published convention: non-causal attention, forward + 2x backward (Korthikanti et al. 2022
   // eq. 7); hardware FLOPs add the recomputed forward work in the same convention.

@@ -42,9 +42,12 @@ struct BlockCosts {
   int tp_collectives_forward = 0;
   int tp_collectives_backward = 0;
   int tp_collectives_recompute = 0;
-  // Context-parallel traffic per pass: K and V blocks passed around the cp ring.
+  // Context-parallel traffic per pass: K and V blocks passed around the cp ring; or, with the
+  // all-gather form, the size of one gathered tensor (K or V of the whole sequence), gathered
+  // twice forward and its gradient reduce-scattered twice backward.
   core::Bytes cp_bytes_forward;
   core::Bytes cp_bytes_backward;
+  core::Bytes cp_gathered_bytes;
 };
 
 struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)

@@ -48,6 +48,9 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
   v += e * T * h / sp;                            // QKV GEMM input
   v += e * T * (a + g) * d / t;                   // Q and K (after RoPE)
   v += e * T * g * d / t;                         // V
+  if (p.cp > 1 && o.context_parallel == ContextParallelKind::kAllGather) {
+    v += 2 * e * T * g * d / t * (p.cp - 1);      // K and V of the rest of the sequence, gathered
+  }
   v += e * T * a * d / t;                         // attention output = output-projection input
   v += e * T * h / sp;                            // MLP input
   v += (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) * e * T * f / t;  // gate/up/product or GeLU in + FC2 in

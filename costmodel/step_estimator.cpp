@@ -125,8 +125,15 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     const Seconds comm = (p2p_time(per_step, link, eff) + call) * static_cast<double>(p.cp - 1);
     return std::max(Seconds(0), comm - attention);
   };
-  x.cp_fwd = cp_exposed(blk.cp_bytes_forward, blk.forward.attention);
-  x.cp_bwd = cp_exposed(blk.cp_bytes_backward, blk.backward.attention);
+  if (o.context_parallel == ContextParallelKind::kAllGather && p.cp > 1) {
+    // K and V gathered before attention (two collectives), their gradients reduce-scattered after
+    // it (two): blocking, nothing hidden.
+    x.cp_fwd = (collective_time(Collective::kAllGather, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0;
+    x.cp_bwd = (collective_time(Collective::kReduceScatter, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0;
+  } else {
+    x.cp_fwd = cp_exposed(blk.cp_bytes_forward, blk.forward.attention);
+    x.cp_bwd = cp_exposed(blk.cp_bytes_backward, blk.backward.attention);
+  }
 
   // ZeRO-3: every microbatch gathers each block's parameters forward and backward and
   // reduce-scatters its gradients over the shard group, prefetched behind compute.

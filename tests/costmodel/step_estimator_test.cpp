@@ -1,5 +1,7 @@
 #include "costmodel/step_estimator.h"
 
+#include "costmodel/memory_model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -104,6 +106,32 @@ TEST(StepEstimator, InvalidAndUnsupportedConfigurations) {
   no_flash.flash_attention = false;
   const auto cp = evaluate(model, cluster, spec::ParallelConfig{.tp = 4, .cp = 2, .global_batch = 1}, 8192, no_flash);
   EXPECT_EQ(std::get<Infeasible>(cp).reason, InfeasibleReason::kUnsupportedCombination);
+}
+
+// Context parallelism as cpt's executor runs it (all-gather of K and V, reduce-scatter of their
+// gradients, nothing hidden) against the ring: more exposed time, and the gathered K and V of the
+// rest of the sequence in every layer's activations.
+TEST(StepEstimator, ContextParallelAllGatherIsExposedAndKeepsTheGatheredKeys) {
+  const auto model = spec::find_catalog_model("llama3-8b")->spec;
+  const auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
+  const spec::ParallelConfig p{.tp = 2, .cp = 4, .global_batch = 1, .recompute = spec::Recompute::kSelective};
+  CostModelOptions ring;
+  CostModelOptions gather;
+  gather.context_parallel = ContextParallelKind::kAllGather;
+  const Estimate a = expect_feasible(evaluate(model, cluster, p, 8192, ring));
+  const Estimate b = expect_feasible(evaluate(model, cluster, p, 8192, gather));
+  EXPECT_GT(b.time.cp_comm.value(), a.time.cp_comm.value());
+  EXPECT_GT(b.time.cp_comm.value(), 0.0);
+  // Per layer: K and V (g = 8 heads of 128 / tp 2) of the other 3/4 of the 8192 tokens, bf16.
+  const double tokens = 8192.0 / 4;
+  const double extra = 2 * 2 * tokens * (8 * 128 / 2.0) * 3;
+  const double act_a = static_cast<double>(activation_bytes_per_layer(model, p, 8192, ring).value());
+  const double act_b = static_cast<double>(activation_bytes_per_layer(model, p, 8192, gather).value());
+  EXPECT_NEAR(act_b - act_a, extra, 2.0);
+  // Without context parallelism the two are the same model.
+  const spec::ParallelConfig q{.tp = 2, .dp = 4, .global_batch = 4, .zero_stage = 1, .recompute = spec::Recompute::kFull};
+  EXPECT_EQ(expect_feasible(evaluate(model, cluster, q, 8192, ring)).time.total(),
+            expect_feasible(evaluate(model, cluster, q, 8192, gather)).time.total());
 }
 
 // Each communication term is zero when its configuration is off (costmodel-reference §5.3).
