@@ -34,6 +34,7 @@ LAYOUTS=(
   "tp2-sp tinyv.json 2 128 16 20 tp=2,sequence_parallel=true,micro_batch=8"
   "pp2 tinyv.json 2 128 16 20 pp=2,schedule=1f1b,micro_batch=4"
   "pp2-interleaved tiny4.json 2 128 16 20 pp=2,vp=2,schedule=interleaved_1f1b,micro_batch=4"
+  "cp2 tinyv.json 2 128 16 20 cp=2,zero=0,micro_batch=8"
   "25m-dp2 cpt-25m 2 256 8 4 dp=2,zero=0,micro_batch=2"
   "25m-zero2 cpt-25m 2 256 8 4 dp=2,zero=2,offload=none,micro_batch=2"
   "25m-tp2 cpt-25m 2 256 8 4 tp=2,micro_batch=2"
