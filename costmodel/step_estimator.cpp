@@ -127,9 +127,11 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   };
   if (o.context_parallel == ContextParallelKind::kAllGather && p.cp > 1) {
     // K and V gathered before attention (two collectives), their gradients reduce-scattered after
-    // it (two): blocking, nothing hidden.
-    x.cp_fwd = (collective_time(Collective::kAllGather, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0;
-    x.cp_bwd = (collective_time(Collective::kReduceScatter, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0;
+    // it (two): blocking, nothing hidden. Full recomputation gathers them again in backward.
+    const Seconds gather = (collective_time(Collective::kAllGather, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0;
+    x.cp_fwd = gather;
+    x.cp_bwd = (collective_time(Collective::kReduceScatter, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0 +
+               (p.recompute == spec::Recompute::kFull ? gather : Seconds(0));
   } else {
     x.cp_fwd = cp_exposed(blk.cp_bytes_forward, blk.forward.attention);
     x.cp_bwd = cp_exposed(blk.cp_bytes_backward, blk.backward.attention);
@@ -320,9 +322,9 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   // A calibrated profile may carry its own fixed costs per kernel and per collective call; copied
   // only then.
   const auto& gpu = cluster.node.gpu;
-  const bool own = needs_device_overheads(options, gpu);
-  const CostModelOptions calibrated = own ? with_device_overheads(options, gpu) : CostModelOptions{};
-  const CostModelOptions& o = own ? calibrated : options;
+  std::optional<CostModelOptions> calibrated;  // no copy (nor allocation) unless the device has its own
+  if (needs_device_overheads(options, gpu)) calibrated = with_device_overheads(options, gpu);
+  const CostModelOptions& o = calibrated ? *calibrated : options;
   // 1. Validity.
   std::string detail;
   if (auto why = find_invalid(model, cluster, p, seq_len, o, nullptr, &detail)) return Infeasible{*why, detail};
@@ -424,9 +426,9 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
                                const spec::ParallelConfig& p, int seq_len, const CostModelOptions& options,
                                const Topology& topo) {
   const auto& gpu = cluster.node.gpu;
-  const bool own = needs_device_overheads(options, gpu);
-  const CostModelOptions calibrated = own ? with_device_overheads(options, gpu) : CostModelOptions{};
-  const CostModelOptions& o = own ? calibrated : options;
+  std::optional<CostModelOptions> calibrated;  // no copy (nor allocation) unless the device has its own
+  if (needs_device_overheads(options, gpu)) calibrated = with_device_overheads(options, gpu);
+  const CostModelOptions& o = calibrated ? *calibrated : options;
   SearchEstimate out;
   if (auto why = find_invalid(model, cluster, p, seq_len, o, nullptr, nullptr)) {
     out.infeasible = why;

@@ -73,7 +73,8 @@ std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const Pru
   if (p.axis_order[2] == spec::Axis::kPp && (p.dp == 1 || p.pp == 1)) return R::kRedundant;
   // What cpt's executor refuses (executor/train/trainer.cpp, model/llama_model.cpp).
   if (ctx.executor_only && ((p.zero_stage == 3 && p.pp > 1) || p.offload == spec::Offload::kOptimizerAndParams ||
-                            (p.hybrid_shard && p.cp > 1) || (m.tied_embeddings && p.pp * p.virtual_stages > 1))) {
+                            (p.hybrid_shard && p.cp > 1) || (m.tied_embeddings && p.pp * p.virtual_stages > 1) ||
+                            (p.sequence_parallel && (ctx.seq_len / p.cp) % p.tp != 0))) {
     return R::kNotRunByExecutor;
   }
   return std::nullopt;

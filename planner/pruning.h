@@ -34,7 +34,8 @@ enum class RejectReason {
   kUnsupported,            // a combination the cost model does not cover
   kNotRunByExecutor,       // with `executor_only`: a layout cpt's executor refuses (ZeRO-3 with a
                            // pipeline, parameter offload, hybrid sharding with cp > 1, tied
-                           // embeddings split over stages)
+                           // embeddings split over stages, sequence parallelism whose tokens per
+                           // cp rank do not split over tp)
 };
 inline constexpr int kNumRejectReasons = 14;
 std::string to_string(RejectReason r);

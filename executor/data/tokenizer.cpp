@@ -220,22 +220,33 @@ std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& doc
     }
     return false;
   };
-  for (std::int32_t id = 0; id < domain.vocab_size(); ++id) {
+  const auto special = [](const std::string& p) {  // <unk>, <s>, <0x0A>, ...
+    return p.size() >= 2 && p.front() == '<' && p.back() == '>';
+  };
+  const auto one_character = [](const std::string& p) {
+    return p.size() == static_cast<std::size_t>(utf8_length(static_cast<unsigned char>(p[0])));
+  };
+  if (for_merging) {
+    // SentencePiece's BPE lists the characters after every merge; BPE needs them first: every
+    // character the base lacks, before any piece built from it.
+    for (std::int32_t id = 0; id < domain.vocab_size() && static_cast<std::int64_t>(candidates.size()) < count; ++id) {
+      const auto p = domain.piece(id);
+      if (special(p) || !one_character(p) || base.piece_id(p) >= 0) continue;
+      candidates.push_back(p);
+      kept.insert(p);
+    }
+  }
+  for (std::int32_t id = 0; id < domain.vocab_size() && static_cast<std::int64_t>(candidates.size()) < count; ++id) {
     const auto p = domain.piece(id);
-    const bool special = p.size() >= 2 && p.front() == '<' && p.back() == '>';  // <unk>, <s>, <0x0A>, ...
-    if (special || base.piece_id(p) >= 0) continue;
-    const bool one_character = p.size() == static_cast<std::size_t>(utf8_length(static_cast<unsigned char>(p[0])));
+    if (special(p) || base.piece_id(p) >= 0 || kept.count(p) > 0) continue;
     if (!for_merging) {
       if (p.size() < 2) continue;
-      if (!avoid.empty() && frequency(p, documents) < 10 * frequency(p, avoid)) continue;
-    } else {
-      // In merge order every piece's halves come before it: keep it when BPE can reach it.
-      if (!one_character && !buildable(p)) continue;
-      if (!one_character && !avoid.empty() && frequency(p, documents) < 10 * frequency(p, avoid)) continue;
+    } else if (one_character(p) || !buildable(p)) {
+      continue;  // characters are in already; a piece BPE cannot reach from what is kept is useless
     }
+    if (!avoid.empty() && frequency(p, documents) < 10 * frequency(p, avoid)) continue;
     candidates.push_back(p);
     kept.insert(p);
-    if (static_cast<std::int64_t>(candidates.size()) >= count) break;
   }
   // Id order is BPE merge order: the most frequent domain pieces first.
   if (static_cast<std::int64_t>(candidates.size()) > count) candidates.resize(static_cast<std::size_t>(count));

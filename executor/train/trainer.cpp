@@ -139,9 +139,10 @@ void require_supported(const spec::Plan& plan) {
     throw core::ConfigError(str_cat("plan: ZeRO-3 with pp ", par.pp,
                                     ": the executor runs ZeRO-3 without pipeline parallelism (as Megatron-LM and FSDP do)"));
   }
-  if (par.sequence_parallel && plan.workload.seq_len % par.tp != 0) {
-    throw core::ConfigError(str_cat("plan: sequence parallelism needs seq_len (", plan.workload.seq_len,
-                                    ") divisible by tp (", par.tp, ")"));
+  // Sequence parallelism splits each rank's tokens (S/cp under context parallelism) over tp.
+  if (par.sequence_parallel && (plan.workload.seq_len / par.cp) % par.tp != 0) {
+    throw core::ConfigError(str_cat("plan: sequence parallelism needs the tokens per context-parallel rank (seq_len ",
+                                    plan.workload.seq_len, " / cp ", par.cp, ") divisible by tp (", par.tp, ")"));
   }
 
 }

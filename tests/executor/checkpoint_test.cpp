@@ -216,6 +216,45 @@ TEST(VocabExtension, MergedDomainPiecesFormThroughBpe) {
             << " word pieces encode to themselves; " << lines << " unchanged code lines\n";
 }
 
+// A domain whose characters the base never saw (Greek, into the Python tokenizer): merging adds the
+// characters before the pieces built from them, so BPE reaches the new words.
+TEST(VocabExtension, MergingBringsNewCharactersFirst) {
+  ScratchDir dir("vocab-merge-greek");
+  const auto& base = testing::small_tokenizer();
+  const auto base_file = dir.path() / "base.model";
+  fs::copy_file(base.path(), base_file);
+  const std::vector<std::string> syllables = {"\xce\xba\xce\xb1", "\xce\xbb\xce\xbf", "\xcf\x83\xcf\x84\xce\xb7",
+                                              "\xce\xbc\xce\xb5", "\xce\xbd\xce\xb9", "\xcf\x81\xce\xbf\xcf\x82"};
+  std::vector<std::string> docs;
+  std::uint64_t state = 7;
+  for (int d = 0; d < 200; ++d) {
+    std::string text;
+    for (int w = 0; w < 60; ++w) {
+      const int n = 1 + static_cast<int>((state = state * 6364136223846793005ULL + 1) >> 62);
+      for (int k = 0; k < n; ++k) text += syllables[((state = state * 6364136223846793005ULL + 1) >> 33) % syllables.size()];
+      text += ' ';
+    }
+    docs.push_back(text);
+  }
+  const auto tokens = learn_domain_tokens(docs, base, 400, 60, {}, /*for_merging=*/true);
+  const auto added = extend_tokenizer(base_file, tokens, dir.path() / "greek.model", ExtendMode::kMerge);
+  const auto ext = Tokenizer::load(dir.path() / "greek.model");
+  EXPECT_GE(ext.piece_id("\xce\xba"), base.vocab_size());  // kappa: a new character
+  // A word the domain model merged is one id in the extended tokenizer.
+  int words = 0, single = 0;
+  for (std::size_t i = 0; i < added.size(); ++i) {
+    const auto& p = added[i];
+    if (p.rfind("\xe2\x96\x81", 0) != 0 || p.size() < 5 || p.find("\xe2\x96\x81", 3) != std::string::npos) continue;
+    ++words;
+    const auto id = static_cast<std::int32_t>(base.vocab_size() + static_cast<std::int64_t>(i));
+    single += ext.encode(p.substr(3)) == std::vector<std::int32_t>{id};
+  }
+  EXPECT_GT(words, 3);
+  EXPECT_GE(single, words * 9 / 10) << single << " of " << words;
+  const std::string greek = docs.front();
+  EXPECT_LT(ext.encode(greek).size() * 2, base.encode(greek).size());  // bytes before, pieces now
+}
+
 // The extended model: old rows bit-identical, new rows the mean; on old tokens its logits over the
 // old vocabulary are exactly the base model's.
 TEST(VocabExtension, ModelKeepsTheBaseLogitsOnOldTokens) {
