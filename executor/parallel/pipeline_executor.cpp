@@ -189,11 +189,18 @@ PipelineExecutor::StepSums PipelineExecutor::train_step(const spec::PipelineSche
   return StepSums{t[0].item<double>(), t[1].item<double>()};
 }
 
-double PipelineExecutor::backward_one(const Batch& batch, double scale) {
+double PipelineExecutor::backward_one(const Batch& batch, double scale) { return run_one(batch, scale, true); }
+
+double PipelineExecutor::loss_sum(const Batch& batch) {
+  torch::NoGradGuard no_grad;
+  return run_one(batch, 1.0, false);
+}
+
+double PipelineExecutor::run_one(const Batch& batch, double scale, bool backward) {
   const int last = num_stages_ - 1;
   double loss = 0;
   std::vector<PendingSend> sends;
-  std::map<int, torch::Tensor> inputs, outputs;  // by stage
+  std::map<int, torch::Tensor> inputs, outputs;  // by stage (with backward)
   // Forward: stages in order (each rank waits for its input, so the chain runs stage after stage).
   for (int stage = pp_.rank(); stage < num_stages_; stage += pp_.size()) {
     auto& model = chunk_of_stage(stage);
@@ -203,23 +210,25 @@ double PipelineExecutor::backward_one(const Batch& batch, double scale) {
     } else {
       h = hidden_like(batch);
       pp_.recv(h, peer_of(stage - 1), tag(stage, 0, kActivation))->wait();
-      inputs[stage] = h.requires_grad_(true);
+      if (backward) inputs[stage] = h.requires_grad_(true);
     }
     h = model.blocks(h, batch);
     if (stage == last) {
       const auto ce = model.loss_sum_of_logits(model.head(h), batch.targets);
       loss = ce.item<double>();
-      outputs[stage] = ce * scale;
+      if (backward) outputs[stage] = ce * scale;
     } else {
-      outputs[stage] = h.to(torch::kFloat32);
-      auto t = outputs[stage].detach().contiguous();
+      const auto out = h.to(torch::kFloat32);
+      if (backward) outputs[stage] = out;
+      auto t = out.detach().contiguous();
       auto handle = pp_.send(t, peer_of(stage + 1), tag(stage + 1, 0, kActivation));
       sends.push_back({t, std::move(handle)});
     }
   }
   // Backward: stages in reverse order, each waiting for its output's gradient.
   const int first = pp_.rank();
-  for (int stage = first + ((num_stages_ - 1 - first) / pp_.size()) * pp_.size(); stage >= 0; stage -= pp_.size()) {
+  for (int stage = first + ((num_stages_ - 1 - first) / pp_.size()) * pp_.size(); backward && stage >= 0;
+       stage -= pp_.size()) {
     if (stage == last) {
       torch::autograd::backward({outputs.at(stage)});
     } else {
@@ -230,36 +239,6 @@ double PipelineExecutor::backward_one(const Batch& batch, double scale) {
     if (stage > 0) {
       auto t = inputs.at(stage).grad().contiguous();
       auto handle = pp_.send(t, peer_of(stage - 1), tag(stage - 1, 0, kGradient));
-      sends.push_back({t, std::move(handle)});
-    }
-  }
-  for (auto& s : sends) s.handle->wait();
-  auto t = torch::tensor({loss}, torch::kFloat64);
-  pp_.all_reduce_sum(t)->wait();
-  return t.item<double>();
-}
-
-double PipelineExecutor::loss_sum(const Batch& batch) {
-  torch::NoGradGuard no_grad;
-  const int last = num_stages_ - 1;
-  double loss = 0;
-  std::vector<PendingSend> sends;
-  // Stages in order: each rank waits for its input, so the chain runs stage after stage.
-  for (int stage = pp_.rank(); stage < num_stages_; stage += pp_.size()) {
-    auto& model = chunk_of_stage(stage);
-    torch::Tensor h;
-    if (stage == 0) {
-      h = model.embed(batch.tokens);
-    } else {
-      h = hidden_like(batch);
-      pp_.recv(h, peer_of(stage - 1), tag(stage, 0, kActivation))->wait();
-    }
-    h = model.blocks(h, batch);
-    if (stage == last) {
-      loss = model.loss_sum_of_logits(model.head(h), batch.targets).item<double>();
-    } else {
-      auto t = h.to(torch::kFloat32).contiguous();
-      auto handle = pp_.send(t, peer_of(stage + 1), tag(stage + 1, 0, kActivation));
       sends.push_back({t, std::move(handle)});
     }
   }

@@ -72,6 +72,9 @@ class PipelineExecutor {
 
  private:
   LlamaModelImpl& chunk_of_stage(int stage);
+  // One microbatch through the stages in order, then (with `backward`) back in reverse order;
+  // returns its loss sum on every pipeline rank. loss_sum and backward_one.
+  double run_one(const Batch& batch, double scale, bool backward);
   [[nodiscard]] int peer_of(int stage) const;
   torch::Tensor hidden_like(const Batch& b) const;
   // Tags: unique per (receiving stage, microbatch, direction) within a step.

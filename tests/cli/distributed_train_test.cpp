@@ -50,13 +50,16 @@ std::map<std::string, std::vector<float>> read_f32(const fs::path& file) {
   return out;
 }
 
-std::vector<double> losses(const fs::path& metrics) {
+// One field of every step of a metrics.jsonl.
+std::vector<double> metric(const fs::path& metrics, const std::string& key) {
   std::vector<double> v;
   std::ifstream in(metrics);
   std::string line;
-  while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)[key].get<double>());
   return v;
 }
+
+std::vector<double> losses(const fs::path& metrics) { return metric(metrics, "loss"); }
 
 class DistributedTrain : public ::testing::Test {
  protected:
@@ -260,13 +263,7 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
     "distill": {"lambda": 0.5}})";
   const auto single = train("single", "k1", 1, "kl.json");
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const auto kl = [&](const std::string& out) {
-    std::vector<double> v;
-    std::ifstream in(dir_ / out / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["kl"].get<double>());
-    return v;
-  };
+  const auto kl = [&](const std::string& out) { return metric(dir_ / out / "metrics.jsonl", "kl"); };
   const auto reference_kl = kl("k1");
   ASSERT_EQ(reference_kl.size(), 20u);
   EXPECT_EQ(reference_kl.front(), 0.0);  // the student starts as the teacher
@@ -302,13 +299,7 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
     "ewc": {"lambda": 5000, "data": {"name": "py", "path": "data"}, "sequences": 8}})";
   const auto single_run = train("single", "e1", 1, "ewc.json");
   ASSERT_EQ(single_run.exit_code, 0) << single_run.err;
-  const auto penalties = [&](const std::string& out) {
-    std::vector<double> v;
-    std::ifstream in(dir_ / out / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["ewc_penalty"].get<double>());
-    return v;
-  };
+  const auto penalties = [&](const std::string& out) { return metric(dir_ / out / "metrics.jsonl", "ewc_penalty"); };
   const auto single = penalties("e1");
   ASSERT_EQ(single.size(), 20u);
   EXPECT_GT(single.back(), 0.0);

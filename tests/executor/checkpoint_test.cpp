@@ -154,6 +154,21 @@ TEST(VocabExtension, TokenizerKeepsOldIdsAndAddsWholeTokens) {
   EXPECT_EQ(ext.decode(with), "raise JSONDecodeError(msg)");
 }
 
+// Of the added word pieces ("▁word", no other "▁"), how many encode their word alone as their one
+// id (added[i] has id base_size + i): {words, single}.
+std::pair<int, int> words_that_encode_whole(const Tokenizer& ext, std::int64_t base_size,
+                                            const std::vector<std::string>& added) {
+  int words = 0, single = 0;
+  for (std::size_t i = 0; i < added.size(); ++i) {
+    const auto& p = added[i];
+    if (p.rfind("\xe2\x96\x81", 0) != 0 || p.size() < 5 || p.find("\xe2\x96\x81", 3) != std::string::npos) continue;
+    ++words;
+    const auto id = static_cast<std::int32_t>(base_size + static_cast<std::int64_t>(i));
+    single += ext.encode(p.substr(3)) == std::vector<std::int32_t>{id};
+  }
+  return {words, single};
+}
+
 // Merging a learned domain tokenizer (Chinese-LLaMA's recipe): the domain pieces join BPE's merges
 // after the base's. Old ids keep their pieces; a line of code that contains none of the new pieces'
 // text encodes as before; the domain text (licenses) takes fewer tokens; and BPE builds the new
@@ -201,14 +216,7 @@ TEST(VocabExtension, MergedDomainPiecesFormThroughBpe) {
   for (const auto& d : docs) license += d;
   license.resize(std::min<std::size_t>(license.size(), 50000));
   EXPECT_LT(static_cast<double>(ext.encode(license).size()), 0.9 * static_cast<double>(base.encode(license).size()));
-  int words = 0, single = 0;
-  for (std::size_t i = 0; i < added.size(); ++i) {
-    const auto& p = added[i];
-    if (p.rfind("\xe2\x96\x81", 0) != 0 || p.size() < 5 || p.find("\xe2\x96\x81", 3) != std::string::npos) continue;
-    ++words;
-    const auto id = static_cast<std::int32_t>(base.vocab_size() + static_cast<std::int64_t>(i));
-    single += ext.encode(p.substr(3)) == std::vector<std::int32_t>{id};
-  }
+  const auto [words, single] = words_that_encode_whole(ext, base.vocab_size(), added);
   EXPECT_GT(words, 10);
   EXPECT_GE(single, words * 9 / 10) << single << " of " << words << " word pieces encode to themselves";
   std::cout << "merged " << added.size() << " pieces: license text " << ext.encode(license).size() << " vs "
@@ -241,14 +249,7 @@ TEST(VocabExtension, MergingBringsNewCharactersFirst) {
   const auto ext = Tokenizer::load(dir.path() / "greek.model");
   EXPECT_GE(ext.piece_id("\xce\xba"), base.vocab_size());  // kappa: a new character
   // A word the domain model merged is one id in the extended tokenizer.
-  int words = 0, single = 0;
-  for (std::size_t i = 0; i < added.size(); ++i) {
-    const auto& p = added[i];
-    if (p.rfind("\xe2\x96\x81", 0) != 0 || p.size() < 5 || p.find("\xe2\x96\x81", 3) != std::string::npos) continue;
-    ++words;
-    const auto id = static_cast<std::int32_t>(base.vocab_size() + static_cast<std::int64_t>(i));
-    single += ext.encode(p.substr(3)) == std::vector<std::int32_t>{id};
-  }
+  const auto [words, single] = words_that_encode_whole(ext, base.vocab_size(), added);
   EXPECT_GT(words, 3);
   EXPECT_GE(single, words * 9 / 10) << single << " of " << words;
   const std::string greek = docs.front();
