@@ -90,10 +90,6 @@ double root_params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConf
   return root_params(m, m.param_counts(), p.tp, pp_rank == 0, pp_rank == stages.pp_rank_of(last), last == 0);
 }
 
-int shard_group_size(const spec::ParallelConfig& p, const spec::RankLayout& layout) {
-  return static_cast<int>(layout.dp_shard_group(0).size()) * p.cp;
-}
-
 MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, int shard_group,
                          const CostModelOptions& o) {
   MemoryTerms t;
@@ -147,7 +143,7 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
                                                 const spec::StagePartition& stages,
                                                 const spec::PipelineSchedule* schedule, const spec::RankLayout& layout,
                                                 const CostModelOptions& o) {
-  const MemoryTerms terms = memory_terms(m, p, seq_len, shard_group_size(p, layout), o);
+  const MemoryTerms terms = memory_terms(m, p, seq_len, layout.zero_shard_group_size(), o);
   std::vector<double> stage_weight(static_cast<std::size_t>(stages.num_stages()));
   for (int s = 0; s < stages.num_stages(); ++s) {
     stage_weight[static_cast<std::size_t>(s)] = terms.activation_per_layer * stages.layers_in(s);

@@ -64,12 +64,9 @@ double block_params_per_tp(const spec::ParamCounts& counts, int tp);
 double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                          const spec::StagePartition& stages, int pp_rank);
 
-// ZeRO shard-group size of the ranks at pipeline coordinate 0 (every pp rank has the same).
-int shard_group_size(const spec::ParallelConfig& parallel, const spec::RankLayout& layout);
-
 // What the memory of every pipeline rank of one configuration shares (bytes), computed once.
 struct MemoryTerms {
-  int shard_group = 1;             // ZeRO shard group (shard_group_size)
+  int shard_group = 1;             // ZeRO shard group (spec::RankLayout::zero_shard_group_size)
   double activation_per_layer = 0; // stored activations of one layer, one microbatch
   double logits = 0;               // the last stage's logits of one microbatch (16-bit + fp32 in the loss)
   double recompute_buffer = 0;     // full recompute: one layer's rematerialised activations

@@ -379,7 +379,7 @@ const LayoutCosts& Topology::layout_costs(const spec::RankLayout& layout) const 
       costs->pp_ring.add(costs->pp_next.back());
     }
   }
-  costs->shard_group = static_cast<int>(layout.dp_shard_group(0).size()) * layout.degree(Axis::kCp);
+  costs->shard_group = layout.zero_shard_group_size();
   if (layout.hybrid_shard()) costs->hybrid_shard_error = hybrid_shard_error(layout);
   std::unique_lock lock(cache_->layouts_mutex);
   // Another thread may have built it meanwhile: keep the first (the values are equal).

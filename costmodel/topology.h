@@ -62,7 +62,7 @@ struct LayoutCosts {
   // when pp = 1.
   std::vector<LinkCost> pp_next;
   LinkSum pp_ring;  // the sum of pp_next
-  int shard_group = 1;  // ZeRO shard group of rank 0 (cost::shard_group_size)
+  int shard_group = 1;  // spec::RankLayout::zero_shard_group_size
   std::optional<std::string> hybrid_shard_error;  // with hybrid sharding: why it cannot
 };
 

@@ -53,7 +53,7 @@ struct PruneContext {
 struct LayoutFacts {
   bool hybrid_shard_uneven = false;  // RankLayout::find_hybrid_shard_error with hybrid sharding
   bool dp_spans_nodes = false;       // some dp group spans more than one node
-  int shard_group = 1;               // cost::shard_group_size without hybrid sharding
+  int shard_group = 1;               // RankLayout::zero_shard_group_size without hybrid sharding
   int hybrid_shard_group = 1;        // the same with hybrid sharding
 };
 LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node);

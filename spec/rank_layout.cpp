@@ -128,6 +128,10 @@ std::vector<int> RankLayout::dp_shard_group(int rank) const {
   return group;
 }
 
+int RankLayout::zero_shard_group_size() const {
+  return static_cast<int>(dp_shard_group(0).size()) * degree(Axis::kCp);
+}
+
 std::vector<int> RankLayout::dp_replicate_group(int rank) const {
   if (!hybrid_shard_) return {rank};
   const auto shard = dp_shard_group(rank);

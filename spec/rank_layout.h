@@ -71,6 +71,9 @@ class RankLayout {
 
   // ZeRO shard group of `rank`: its dp group, or with hybrid_shard the part of it on its node.
   [[nodiscard]] std::vector<int> dp_shard_group(int rank) const;
+  // How many ranks ZeRO shards rank 0's parameters over (every rank's group has the size): its
+  // dp shard group (dp_shard_group) times the cp degree, whose ranks hold the same parameters.
+  [[nodiscard]] int zero_shard_group_size() const;
   // With hybrid_shard: the ranks holding the same shard on the other nodes; {rank} otherwise.
   [[nodiscard]] std::vector<int> dp_replicate_group(int rank) const;
   // How the dp groups lie on the nodes, in one O(world size) pass without allocation: the members

@@ -129,14 +129,19 @@ Ewc Ewc::from(std::vector<std::pair<std::string, torch::Tensor>> fisher,
   Ewc e;
   e.fisher_ = std::move(fisher);
   e.anchor_ = std::move(anchor);
+  e.index_names();
   return e;
 }
 
+void Ewc::index_names() {
+  index_.clear();
+  for (std::size_t i = 0; i < fisher_.size(); ++i) index_.emplace(fisher_[i].first, i);
+}
+
 std::size_t Ewc::index_of(const std::string& name) const {
-  for (std::size_t i = 0; i < fisher_.size(); ++i) {
-    if (fisher_[i].first == name) return i;
-  }
-  CPT_UNREACHABLE("EWC holds no estimate for parameter ", name);
+  const auto it = index_.find(name);
+  CPT_CHECK(it != index_.end(), "EWC holds no estimate for parameter ", name);
+  return it->second;
 }
 
 void Ewc::save(const std::filesystem::path& file) const {
@@ -170,6 +175,7 @@ Ewc Ewc::load(const std::filesystem::path& file, const std::vector<LlamaModelImp
       }
     }
   }
+  e.index_names();
   return e;
 }
 
@@ -180,13 +186,6 @@ torch::Tensor Ewc::penalty(LlamaModelImpl& model, double lambda) const {
     sum = sum + (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum();
   }
   return sum * (lambda / 2);
-}
-
-Ewc Ewc::whole(std::int64_t vocab, const TensorParallel& tp) const {
-  Ewc e;
-  for (const auto& [name, f] : fisher_) e.fisher_.emplace_back(name, tp_full_from_shards(name, f, vocab, tp));
-  for (const auto& [name, a] : anchor_) e.anchor_.emplace_back(name, tp_full_from_shards(name, a, vocab, tp));
-  return e;
 }
 
 double Ewc::penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lambda, Communicator* pp) const {

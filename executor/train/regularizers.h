@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -65,8 +66,6 @@ class Ewc {
   static Ewc load(const std::filesystem::path& file, const std::vector<LlamaModelImpl*>& chunks,
                   const torch::Device& device);
   void save(const std::filesystem::path& file) const;
-  // The estimate with whole tensors, from every tensor-parallel rank's shards. COLLECTIVE over tp.
-  [[nodiscard]] Ewc whole(std::int64_t vocab, const TensorParallel& tp) const;
   [[nodiscard]] const std::vector<std::pair<std::string, torch::Tensor>>& fisher() const { return fisher_; }
   [[nodiscard]] const std::vector<std::pair<std::string, torch::Tensor>>& anchor() const { return anchor_; }
 
@@ -82,7 +81,9 @@ class Ewc {
 
  private:
   [[nodiscard]] std::size_t index_of(const std::string& name) const;
+  void index_names();
   std::vector<std::pair<std::string, torch::Tensor>> fisher_, anchor_;
+  std::unordered_map<std::string, std::size_t> index_;  // parameter name -> entry (the penalty runs every step)
 };
 
 }  // namespace cpt::exec

@@ -56,6 +56,11 @@ TEST(RankLayoutReplicaGroup, DpTimesCpWithTheSameTpAndPp) {
       EXPECT_EQ(l.coord_of(m).pp, l.coord_of(r).pp);
     }
   }
+  EXPECT_EQ(l.zero_shard_group_size(), 4);  // ZeRO shards over dp × cp
+  p.hybrid_shard = true;  // dp 2 of stride 4 on nodes of 8: both dp members on rank 0's node
+  EXPECT_EQ(RankLayout(p, 8).zero_shard_group_size(), 4);
+  EXPECT_EQ(RankLayout(p, 4).zero_shard_group_size(), 2);  // one dp member per node: cp alone
+  p.hybrid_shard = false;
   p.cp = 1;
   p.dp = 4;
   const RankLayout no_cp(p, 8);
