@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <future>
 #include <thread>
 
 #include "cli/commands.h"
@@ -92,7 +93,7 @@ void refit_from_runs(const CalibrateOptions& o) {
     c.num_gpus = r.plan.parallel.world_size();
     cost::CostModelOptions options;
     options.precision = r.cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
-    options.context_parallel = cost::ContextParallelKind::kAllGather;  // the executor's runs
+    options = cost::as_run_by_cpt_executor(options);
     const auto ev = cost::evaluate(r.plan.model, c, r.plan.parallel, r.plan.workload.seq_len, options);
     const auto* e = std::get_if<cost::Estimate>(&ev);
     if (e == nullptr) throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
@@ -166,6 +167,42 @@ void refit_from_runs(const CalibrateOptions& o) {
   }
 }
 
+// Adds every floating-point number of `b` to `sum`'s at the same place (two runs of the same probe:
+// same keys, same array lengths, same integers).
+void accumulate(Json& sum, const Json& b) {
+  if (sum.is_number_float()) {
+    sum = sum.get<double>() + b.get<double>();
+  } else if (sum.is_object()) {
+    for (auto& [key, value] : sum.items()) accumulate(value, b.at(key));
+  } else if (sum.is_array()) {
+    for (std::size_t i = 0; i < sum.size(); ++i) accumulate(sum[i], b.at(i));
+  }
+}
+void scale_floats(Json& j, double f) {
+  if (j.is_number_float()) {
+    j = j.get<double>() * f;
+  } else if (j.is_object() || j.is_array()) {
+    for (auto& v : j) scale_floats(v, f);
+  }
+}
+
+// The host probe run by `ranks` processes at once, each with `threads` threads — the machine as
+// `cpt train` shares it among its local ranks (on a small VM two busy ranks each run ~20% slower
+// than one alone: shared caches, memory bandwidth and the hypervisor) — and the mean of their
+// measurements.
+Json measure_hosts_together(int ranks, double seconds, int threads) {
+  std::vector<std::future<Json>> runs;
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<std::string> args{"calibrate-host", "--seconds", fixed(seconds, 2), "--threads", std::to_string(threads)};
+    if (r > 0) args.emplace_back("--quiet");
+    runs.push_back(std::async(std::launch::async, [args] { return run_executor_json(args); }));
+  }
+  Json mean = runs.front().get();
+  for (std::size_t r = 1; r < runs.size(); ++r) accumulate(mean, runs[r].get());
+  scale_floats(mean, 1.0 / ranks);
+  return mean;
+}
+
 void run(const CalibrateOptions& o) {
   if (!o.from_runs.empty()) {
     refit_from_runs(o);
@@ -181,8 +218,7 @@ void run(const CalibrateOptions& o) {
   const int threads = std::max(1, cores / ranks);
   std::cerr << str_cat("calibrate: ", cores, " cores, ", ranks, " ranks of ", threads, " thread", threads == 1 ? "" : "s",
                        "; host measurements (", fixed(o.seconds * 0.7, 0), " s), then collectives\n");
-  const auto host = run_executor_json({"calibrate-host", "--seconds", fixed(o.seconds * 0.7, 2), "--threads",
-                                   std::to_string(threads)});
+  const auto host = measure_hosts_together(ranks, o.seconds * 0.7, threads);
   const auto comm = run_executor_json({"calibrate-comm", "--nproc-per-node", std::to_string(ranks), "--seconds-per-point",
                                    fixed(std::max(0.02, o.seconds * 0.3 / 28), 3)});
   LocalCalibration c;
@@ -197,6 +233,19 @@ void run(const CalibrateOptions& o) {
     gemm.push_back({flop / 1e9, flop / g["seconds"].get<double>()});
   }
   c.gemm = cost::fit_gemm_curve(gemm);
+  // The attention kernel against the GEMM peak, forward and backward samples in one curve (FLOPs
+  // in the cost model's causal convention).
+  std::vector<cost::GemmSample> attention;
+  for (const auto& a : host["attention"]) {
+    for (const char* pass : {"forward", "backward"}) {
+      const double flop = a[str_cat(pass, "_flop")].get<double>();
+      attention.push_back({flop / 1e9, flop / a[str_cat(pass, "_seconds")].get<double>()});
+    }
+  }
+  if (!attention.empty()) c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
+  c.cross_entropy_forward_logits_per_s = host["cross_entropy_forward_logits_per_s"].get<double>();
+  c.cross_entropy_backward_logits_per_s = host["cross_entropy_backward_logits_per_s"].get<double>();
+  c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
   std::vector<cost::CollectiveSample> samples;
   for (const auto& s : comm["samples"]) {
     samples.push_back({op_of(s["op"].get<std::string>()), s["ranks"].get<int>(), s["bytes"].get<double>(),
@@ -230,14 +279,19 @@ void run(const CalibrateOptions& o) {
     }
     per_op[cost::to_string(op)] = n ? std::sqrt(sq / n) : 0.0;
   }
-  Json curve = Json::array();
+  Json curve = Json::array(), attention_curve = Json::array();
   for (const auto& p : c.gemm.curve) curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
+  for (const auto& p : c.attention.curve) attention_curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
   const Json report{{"profile", out.string()},
                     {"cores", c.cores},
                     {"threads_per_rank", c.threads},
                     {"ranks", c.devices},
                     {"gemm_peak_flops_per_s", c.gemm.peak_flops_per_s},
                     {"gemm_efficiency", curve},
+                    {"attention_efficiency", attention_curve},
+                    {"cross_entropy_forward_logits_per_s", c.cross_entropy_forward_logits_per_s},
+                    {"cross_entropy_backward_logits_per_s", c.cross_entropy_backward_logits_per_s},
+                    {"kernel_overhead_s", c.seconds_per_dispatched_op},
                     {"copy_bytes_per_s", c.copy_bytes_per_s},
                     {"adamw_params_per_s", host["adamw_params_per_s"]},
                     {"collective_alpha_s", c.comm.alpha_s},
@@ -261,7 +315,12 @@ void run(const CalibrateOptions& o) {
                        "  GEMM fp32 peak ", fixed(c.gemm.peak_flops_per_s / 1e9, 1), " GFLOP/s per rank (", c.threads,
                        " thread", c.threads == 1 ? "" : "s", "); efficiency");
   for (const auto& p : c.gemm.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
-  std::cout << str_cat("\n  memory copy ", fixed(c.copy_bytes_per_s / 1e9, 1), " GB/s; AdamW ",
+  std::cout << "\n  attention efficiency";
+  for (const auto& p : c.attention.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+  std::cout << str_cat("\n  cross-entropy ", fixed(c.cross_entropy_forward_logits_per_s / 1e6, 0), " M logits/s forward, ",
+                       fixed(c.cross_entropy_backward_logits_per_s / 1e6, 0), " M logits/s backward; ",
+                       fixed(c.seconds_per_dispatched_op * 1e6, 1), " us per dispatched operator\n");
+  std::cout << str_cat("  memory copy ", fixed(c.copy_bytes_per_s / 1e9, 1), " GB/s; AdamW ",
                        fixed(host["adamw_params_per_s"].get<double>() / 1e6, 0), " M parameters/s\n",
                        "  collectives (Gloo, ", ranks, " ranks): alpha ", fixed(c.comm.alpha_s * 1e6, 0),
                        " us per step, bandwidth ", fixed(c.comm.bandwidth_bytes_per_s / 1e9, 2),

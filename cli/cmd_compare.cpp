@@ -3,6 +3,7 @@
 // local fidelity log. The prediction is re-evaluated in the executor's regime: fp32 on the CPU
 // (bf16 on a GPU), and fp32 weights, gradients and AdamW moments for the model state (4 + 4 + 8
 // bytes per parameter: the executor keeps fp32 weights also under autocast).
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -65,7 +66,7 @@ void run(const CompareOptions& o) {
   const bool cpu = measured.value("device", std::string("cpu")).starts_with("cpu");
   cost::CostModelOptions options;
   options.precision = cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
-  options.context_parallel = cost::ContextParallelKind::kAllGather;  // the executor's
+  options = cost::as_run_by_cpt_executor(options);
   const auto ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, options);
   const auto* e = std::get_if<cost::Estimate>(&ev);
   if (e == nullptr) {
@@ -102,6 +103,18 @@ void run(const CompareOptions& o) {
     add("pp_comm_and_bubble_s", (t.pp_comm + t.pp_bubble).value(), m.value("pp_wait", 0.0));
     add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.other).value(),
         m.value("compute_and_other", 0.0));
+  }
+  // Kernels dispatched per step on the critical pipeline rank (the busiest of its tp/cp/dp ranks):
+  // what the per-kernel cost is charged for.
+  if (measured.contains("dispatch_per_step_per_rank") && measured.contains("memory_per_rank")) {
+    double dispatched = 0;
+    const auto& ranks = measured["memory_per_rank"];
+    const auto& counts = measured["dispatch_per_step_per_rank"];
+    for (std::size_t r = 0; r < ranks.size() && r < counts.size(); ++r) {
+      if (ranks[r].value("pp", 0) != e->critical_pp_rank) continue;
+      dispatched = std::max(dispatched, counts[r].value("forward_ops", 0.0) + counts[r].value("backward_nodes", 0.0));
+    }
+    add("kernels_per_step", e->kernels_per_step, dispatched);
   }
   if (state != nullptr && measured.contains("memory_per_rank")) {
     // The largest over ranks of each category, against the prediction for that rank's pp coordinate.

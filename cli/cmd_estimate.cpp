@@ -39,6 +39,7 @@ struct EstimateOptions {
   std::string schedule = "1f1b";
   bool sequence_parallel = false;
   bool flash_attention = true;
+  bool for_executor = false;
   std::string precision = "bf16";
   std::string offload = "none";
   double cuda_context_gib = -1;
@@ -151,6 +152,7 @@ void run(const EstimateOptions& o) {
                                     " throughput in its profile"));
   }
   opts.flash_attention = o.flash_attention;
+  if (o.for_executor) opts = cost::as_run_by_cpt_executor(opts);
   if (o.cuda_context_gib >= 0) opts.cuda_context = core::gibibytes(o.cuda_context_gib);
   if (o.fragmentation >= 0) opts.fragmentation = o.fragmentation;
   const auto ev = cost::evaluate(model, cluster, p, o.seq_len, opts);
@@ -213,6 +215,9 @@ void register_estimate_command(CLI::App& app) {
   cmd->add_option("--fragmentation", o->fragmentation,
                   "Allocator slack as a fraction of activations and buffers (default 0.05)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--for-executor", o->for_executor,
+                "Price the plan as cpt's executor runs it (eager kernel dispatch, all-gather context parallelism) "
+                "instead of as Megatron-LM does");
   cmd->add_flag("--json", o->json, "Print the JSON contract instead of tables");
   cmd->callback([o] { run(*o); });
 }

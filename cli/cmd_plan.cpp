@@ -215,7 +215,7 @@ void run(const PlanOptions& o) {
   // This machine's CPU trains in fp32 (the executor's regime there).
   if (o.gpu == "local") {
     so.cost.precision = spec::Precision::kFp32;
-    so.cost.context_parallel = cost::ContextParallelKind::kAllGather;  // the executor's, which runs here
+    so.cost = cost::as_run_by_cpt_executor(so.cost);  // the executor runs here
   }
   so.global_batch = o.global_batch;
   so.seq_len = o.seq_len;

@@ -117,6 +117,10 @@ spec::ClusterSpec host_cluster(const Json& probe) {
     g.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kFp32)].push_back(
         {s["gflop"].get<double>(), s["flops_per_s"].get<double>() / peak});
   }
+  // The executor's per-operator cost (the cost model's default is a GPU launch's).
+  if (probe.contains("seconds_per_dispatched_op")) {
+    g.kernel_overhead = core::Seconds(probe["seconds_per_dispatched_op"].get<double>());
+  }
   return one_machine_cluster("this-machine", g, 1, g.hbm_bandwidth, core::Seconds(1e-5));
 }
 
@@ -129,6 +133,7 @@ spec::Plan host_plan(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   cost::CostModelOptions o;
   o.precision = spec::Precision::kFp32;
   o.flash_attention = false;
+  o = cost::as_run_by_cpt_executor(o);
   const auto ev = cost::evaluate(model, cluster, p, seq_len, o);
   if (const auto* e = std::get_if<cost::Estimate>(&ev)) plan.predicted = cost::prediction_of(*e);
   return plan;

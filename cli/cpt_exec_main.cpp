@@ -10,6 +10,7 @@
 #include "cli/output.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "executor/measure/calibration_probe.h"
 #include "executor/measure/host_probe.h"
 #include "executor/torch_compat.h"
 
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
                      {"memory_bytes", p.memory_bytes},
                      {"copy_bytes_per_s", p.copy_bytes_per_s},
                      {"peak_flops_per_s", p.peak_flops_per_s()},
+                     {"seconds_per_dispatched_op", exec::measure_dispatch_cost(0.1)},
                      {"gemm", gemm}});
   });
   cli::register_exec_train_command(app);

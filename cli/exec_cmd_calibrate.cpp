@@ -25,7 +25,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
     bool quiet = false;
   };
   auto args = std::make_shared<Args>();
-  auto* host = app.add_subcommand("calibrate-host", "Measure GEMMs, memory bandwidth and AdamW on this machine (JSON)");
+  auto* host = app.add_subcommand("calibrate-host", "Measure GEMMs, attention, cross-entropy, dispatch cost, memory bandwidth and AdamW on this machine (JSON)");
   host->add_option("--seconds", args->seconds, "Time budget")->check(CLI::Range(1.0, 600.0))->capture_default_str();
   host->add_option("--threads", args->threads, "Intra-op threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   host->add_flag("--quiet", args->quiet, "No progress on stderr");
@@ -37,12 +37,23 @@ void register_exec_calibrate_commands(CLI::App& app) {
     if (!args->quiet) std::cerr << "\n";
     nlohmann::ordered_json gemm = nlohmann::ordered_json::array();
     for (const auto& g : h.gemm) gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"seconds", g.seconds}});
+    nlohmann::ordered_json attention = nlohmann::ordered_json::array();
+    for (const auto& a : h.attention) {
+      attention.push_back({{"batch", a.batch}, {"heads", a.heads}, {"kv_heads", a.kv_heads}, {"seq", a.seq},
+                           {"head_dim", a.head_dim}, {"forward_flop", a.forward_flop()},
+                           {"forward_seconds", a.forward_seconds}, {"backward_flop", a.backward_flop()},
+                           {"backward_seconds", a.backward_seconds}});
+    }
     print_json({{"cores", h.cores},
                 {"threads", h.threads},
                 {"memory_bytes", h.memory_bytes},
                 {"copy_bytes_per_s", h.copy_bytes_per_s},
                 {"adamw_params_per_s", h.adamw_params_per_s},
-                {"gemm", gemm}});
+                {"cross_entropy_forward_logits_per_s", h.cross_entropy_forward_logits_per_s},
+                {"cross_entropy_backward_logits_per_s", h.cross_entropy_backward_logits_per_s},
+                {"seconds_per_dispatched_op", h.seconds_per_dispatched_op},
+                {"gemm", gemm},
+                {"attention", attention}});
   });
 
   auto* comm = app.add_subcommand("calibrate-comm", "Time the executor's collectives over message sizes (JSON)");

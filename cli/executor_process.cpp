@@ -1,6 +1,7 @@
 #include "cli/executor_process.h"
 
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,7 +44,7 @@ ProcessOutput run_executor(const std::vector<std::string>& args) {
   const auto exe = find_executor();
   CPT_CHECK(exe.has_value(), "cpt-exec not found");
   int pipe_fd[2];
-  if (::pipe(pipe_fd) != 0) throw core::RuntimeError(core::str_cat("cannot create a pipe: ", std::strerror(errno)));
+  if (::pipe2(pipe_fd, O_CLOEXEC) != 0) throw core::RuntimeError(core::str_cat("cannot create a pipe: ", std::strerror(errno)));
   const pid_t pid = ::fork();
   if (pid < 0) throw core::RuntimeError(core::str_cat("cannot fork: ", std::strerror(errno)));
   if (pid == 0) {

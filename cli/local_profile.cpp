@@ -43,13 +43,21 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
                            c.cores, " cores, calibrated fp32)");
   g.aliases = {"local-cpu"};
   g.hbm_capacity = core::Bytes(static_cast<std::int64_t>(c.memory_bytes / c.devices));
-  g.hbm_bandwidth = core::BytesPerSecond(c.copy_bytes_per_s / c.devices / defaults.hbm_efficiency);
+  // Measured by all ranks copying at once: each one's share of the machine's bandwidth.
+  g.hbm_bandwidth = core::BytesPerSecond(c.copy_bytes_per_s / defaults.hbm_efficiency);
   // CPUs train in fp32; the profile format needs a bf16 figure, so it repeats the fp32 one (plans
   // for `local` evaluate in fp32).
   for (const auto p : {spec::Precision::kFp32, spec::Precision::kBf16}) {
     g.dense_peak[static_cast<std::size_t>(p)] = core::FlopsPerSecond(c.gemm.peak_flops_per_s);
     g.gemm_efficiency[static_cast<std::size_t>(p)] = c.gemm.curve;
+    g.attention_efficiency[static_cast<std::size_t>(p)] = c.attention.curve;
   }
+  // Compute-bound on a CPU core (exponentials), so not divided among the ranks like the bandwidth.
+  if (c.cross_entropy_forward_logits_per_s > 0) g.cross_entropy_forward_logits_per_s = c.cross_entropy_forward_logits_per_s;
+  if (c.cross_entropy_backward_logits_per_s > 0) {
+    g.cross_entropy_backward_logits_per_s = c.cross_entropy_backward_logits_per_s;
+  }
+  if (c.seconds_per_dispatched_op > 0) g.kernel_overhead = core::Seconds(c.seconds_per_dispatched_op);
   return one_machine_cluster("local", g, c.devices,
                              core::BytesPerSecond(c.comm.bandwidth_bytes_per_s / defaults.network_efficiency),
                              core::Seconds(c.comm.alpha_s));

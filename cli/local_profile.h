@@ -18,8 +18,12 @@ struct LocalCalibration {
   int threads = 0;           // per device
   int devices = 0;           // ranks the node holds (collectives measured among them)
   double memory_bytes = 0;   // of the whole machine
-  double copy_bytes_per_s = 0;
+  double copy_bytes_per_s = 0;  // per rank, every rank copying at once
   cost::GemmFit gemm;
+  cost::GemmFit attention;                       // against gemm's peak; empty curve: not measured
+  double cross_entropy_forward_logits_per_s = 0;  // 0: not measured
+  double cross_entropy_backward_logits_per_s = 0;
+  double seconds_per_dispatched_op = 0;           // 0: not measured (the cost model's default)
   cost::AlphaBetaFit comm;
 };
 

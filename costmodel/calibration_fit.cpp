@@ -70,15 +70,18 @@ AlphaBetaFit fit_alpha_beta(const std::vector<CollectiveSample>& samples) {
   return fit;
 }
 
-GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples) {
+GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples, double peak_flops_per_s) {
   if (samples.empty()) throw core::ConfigError("GEMM fit: no samples");
   GemmFit fit;
-  for (const auto& s : samples) fit.peak_flops_per_s = std::max(fit.peak_flops_per_s, s.flops_per_s);
+  fit.peak_flops_per_s = peak_flops_per_s;
+  if (peak_flops_per_s <= 0) {
+    for (const auto& s : samples) fit.peak_flops_per_s = std::max(fit.peak_flops_per_s, s.flops_per_s);
+  }
   // Half-decade bins of log10(GFLOP).
   std::map<int, std::vector<std::pair<double, double>>> bins;
   for (const auto& s : samples) {
     const int bin = static_cast<int>(std::floor(2 * std::log10(s.gflop)));
-    bins[bin].push_back({s.gflop, s.flops_per_s / fit.peak_flops_per_s});
+    bins[bin].push_back({s.gflop, std::min(1.0, s.flops_per_s / fit.peak_flops_per_s)});
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());

@@ -51,8 +51,9 @@ struct GemmFit {
   std::vector<spec::EfficiencyPoint> curve;  // increasing gflops
 };
 
-// REQUIRES: at least one sample.
-GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples);
+// REQUIRES: at least one sample. Efficiencies are against `peak_flops_per_s` when given (> 0; the
+// attention kernel's curve against the GEMM peak, capped at 1), else against the fastest sample.
+GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples, double peak_flops_per_s = 0);
 
 // Recalibration from training runs (`cpt calibrate --from-runs`). For each run and each part
 // (computation; exposed tensor- and data-parallel communication) the cost model's time splits into

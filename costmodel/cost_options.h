@@ -53,6 +53,17 @@ enum class ContextParallelKind {
   kAllGather,
 };
 
+// How the software that runs the plan dispatches its work: the number of kernels each layer, head
+// and step pays CostModelOptions::kernel_overhead for (costmodel/kernel_dispatch.h).
+enum class KernelDispatch {
+  // Megatron-LM / Transformer Engine: fused kernels, 12 per layer forward with FlashAttention (15
+  // without), twice that backward.
+  kFused,
+  // cpt's executor: LibTorch eager mode, one dispatch per ATen operator called and per autograd
+  // node run in backward, as executor/measure/op_counter.h counts them.
+  kEager,
+};
+
 struct CostModelOptions {
   // Precision of the matrix engines; activations and weights are 16-bit for bf16/fp16/fp8 (fp8
   // GEMMs keep 16-bit master activations, as Transformer Engine does) and 32-bit for fp32.
@@ -104,6 +115,9 @@ struct CostModelOptions {
   // Context parallelism's exchange: the ring for plans handed to Megatron-LM; the all-gather for
   // what cpt's executor runs (`cpt plan --for-executor`, `cpt compare`).
   ContextParallelKind context_parallel = ContextParallelKind::kRing;
+  // The kernels the runtime dispatches: fused for plans handed to Megatron-LM; eager for cpt's
+  // executor (as_run_by_cpt_executor).
+  KernelDispatch dispatch = KernelDispatch::kFused;
   // DP gradient buckets (Megatron/DDP default 40 M elements; torch DDP 25 MiB).
   std::int64_t bucket_elements = 40'000'000;
   // ZeRO-3 gathers this many blocks ahead of use (FSDP's forward prefetch of one, plus the block
@@ -119,5 +133,13 @@ struct CostModelOptions {
   core::Bytes comm_buffer_per_group = core::gibibytes(0.125);  // NCCL buffers per group of size > 1
   double fragmentation = 0.05;  // caching-allocator slack, as a fraction of activations + buffers
 };
+
+// `o` as cpt's own executor runs a plan: all-gather context parallelism, eager dispatch (`cpt plan
+// --for-executor`, `--gpu local`, `cpt compare`, `cpt calibrate --from-runs`).
+inline CostModelOptions as_run_by_cpt_executor(CostModelOptions o) {
+  o.context_parallel = ContextParallelKind::kAllGather;
+  o.dispatch = KernelDispatch::kEager;
+  return o;
+}
 
 }  // namespace cpt::cost

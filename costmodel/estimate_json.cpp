@@ -37,6 +37,8 @@ Json evaluation_to_json(const Evaluation& ev) {
            "the recomputed forward work"},
           {"peak_memory_GiB", core::to_gibibytes(e.peak_memory().total())},
           {"worst_pp_rank", e.worst_pp_rank},
+          {"critical_pp_rank", e.critical_pp_rank},
+          {"kernels_per_step", e.kernels_per_step},
           {"memory_GiB", memory_to_json(e.peak_memory())},
           {"memory_GiB_per_pp_rank", per_rank},
           {"time_s", time_to_json(e.time)}};

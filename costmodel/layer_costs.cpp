@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "costmodel/kernel_dispatch.h"
+
 namespace cpt::cost {
 
 using core::Seconds;
@@ -19,6 +21,10 @@ double peak(const spec::GpuSpec& gpu, spec::Precision p) {
 
 Seconds memory_time(double bytes, const spec::GpuSpec& gpu, const CostModelOptions& o) {
   return Seconds(bytes / (gpu.hbm_bandwidth.value() * o.hbm_efficiency));
+}
+
+PassTime pass(Seconds gemm, Seconds attention, Seconds memory, double kernels, const CostModelOptions& o) {
+  return {gemm, attention, memory, o.kernel_overhead * kernels, kernels};
 }
 
 struct Shape {
@@ -81,8 +87,12 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   double score_bytes = 0;
   if (o.flash_attention) {
     const double pk = peak(gpu, o.precision);
-    attn_fwd = Seconds(attn_fwd_flops / (pk * o.attention_efficiency.at(attn_fwd_flops)));
-    attn_bwd = Seconds(attn_bwd_flops / (pk * o.attention_efficiency.at(attn_bwd_flops)));
+    const auto& measured = gpu.attention_efficiency[static_cast<std::size_t>(o.precision)];
+    auto eff = [&](double flops) {
+      return measured.empty() ? o.attention_efficiency.at(flops) : interpolate_efficiency(measured, flops);
+    };
+    attn_fwd = Seconds(attn_fwd_flops / (pk * eff(attn_fwd_flops)));
+    attn_bwd = Seconds(attn_bwd_flops / (pk * eff(attn_bwd_flops)));
   } else {
     // Materialised scores [b, a/tp, T, s]: written by QK^T, softmax read + write, dropout read +
     // write + 1-byte mask, read by AV (Korthikanti et al. 2022 §4.1 lists the stored tensors).
@@ -101,9 +111,9 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   if (x.dropout) elementwise += 2 * x.T * x.h / sp_div;                  // dropout masks, 1 byte
   const Seconds mem_fwd = memory_time(elementwise, gpu, o);
 
-  const int kernels_fwd = o.flash_attention ? 12 : 15;
-  c.forward = {gemm_fwd, attn_fwd, mem_fwd, o.kernel_overhead * kernels_fwd};
-  c.backward = {gemm_fwd * 2.0, attn_bwd, mem_fwd * 2.0, o.kernel_overhead * (2 * kernels_fwd)};
+  const PassKernels kernels = layer_kernels(p, o);
+  c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, kernels.forward, o);
+  c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_fwd * 2.0, kernels.backward, o);
 
   c.tp_bytes = core::Bytes(static_cast<std::int64_t>(x.T * x.h * x.e));
   const int tp_coll = p.tp > 1 ? 2 : 0;  // after attention and after the MLP (Megatron f/g)
@@ -113,7 +123,7 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
     case spec::Recompute::kNone:
       break;
     case spec::Recompute::kSelective:  // the attention core only (Korthikanti et al. 2022 §4.2)
-      c.recompute = {Seconds(0), attn_fwd, Seconds(0), o.kernel_overhead * (o.flash_attention ? 1 : 4)};
+      c.recompute = pass(Seconds(0), attn_fwd, Seconds(0), recompute_kernels(p, o), o);
       break;
     case spec::Recompute::kFull:
       c.recompute = c.forward;
@@ -144,18 +154,26 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   HeadCosts c;
   // Embedding: a gather (write T·h) forward, a scatter-add of the gradient backward.
   const double emb_bytes = 2 * x.T * x.h * x.e;
-  c.embedding_forward = {Seconds(0), Seconds(0), memory_time(emb_bytes, gpu, o), o.kernel_overhead * 2};
-  c.embedding_backward = {Seconds(0), Seconds(0), memory_time(2 * emb_bytes, gpu, o), o.kernel_overhead * 2};
+  const PassKernels emb_k = embedding_kernels(p, o), head_k = head_kernels(p, o);
+  c.embedding_forward = pass(Seconds(0), Seconds(0), memory_time(emb_bytes, gpu, o), emb_k.forward, o);
+  c.embedding_backward = pass(Seconds(0), Seconds(0), memory_time(2 * emb_bytes, gpu, o), emb_k.backward, o);
   // LM head [T, h] x [h, V/tp], then the vocab-parallel cross-entropy: logits in fp32, softmax
   // read + write, gradient write.
   const double head = 2 * x.T * x.h * x.V / x.tp;
   const double logits = x.T * x.V / x.tp;
   const double ce_bytes = logits * (x.e + 4 * 3);
   const double norm_bytes = 2 * x.T * x.h * x.e / (x.sp ? x.tp : 1.0);
-  c.head_forward = {gemm_time(head, gpu, o), Seconds(0), memory_time(ce_bytes + norm_bytes, gpu, o),
-                    o.kernel_overhead * 6};
-  c.head_backward = {gemm_time(head, gpu, o) * 2.0, Seconds(0), memory_time(logits * (4 + x.e) + 2 * norm_bytes, gpu, o),
-                     o.kernel_overhead * 6};
+  // A profile with measured cross-entropy rates (a CPU's, bound by its exponentials) prices the
+  // loss by its logits instead of its bytes.
+  const Seconds ce_fwd = gpu.cross_entropy_forward_logits_per_s
+                             ? Seconds(logits / *gpu.cross_entropy_forward_logits_per_s)
+                             : memory_time(ce_bytes, gpu, o);
+  const Seconds ce_bwd = gpu.cross_entropy_backward_logits_per_s
+                             ? Seconds(logits / *gpu.cross_entropy_backward_logits_per_s)
+                             : memory_time(logits * (4 + x.e), gpu, o);
+  c.head_forward = pass(gemm_time(head, gpu, o), Seconds(0), ce_fwd + memory_time(norm_bytes, gpu, o), head_k.forward, o);
+  c.head_backward =
+      pass(gemm_time(head, gpu, o) * 2.0, Seconds(0), ce_bwd + memory_time(2 * norm_bytes, gpu, o), head_k.backward, o);
   c.model_flops = core::Flops(3 * head);
   if (p.tp > 1) {
     c.tp_embedding_forward = 1;

@@ -23,7 +23,8 @@ struct PassTime {
   core::Seconds gemm;       // matrix-engine GEMMs
   core::Seconds attention;  // attention core (fused kernel, or batched GEMMs + softmax)
   core::Seconds memory;     // memory-bound element-wise kernels (norms, activations, residuals)
-  core::Seconds overhead;   // kernel launches
+  core::Seconds overhead;   // kernel launches: `kernels` x CostModelOptions::kernel_overhead
+  double kernels = 0;       // dispatched (costmodel/kernel_dispatch.h)
   [[nodiscard]] core::Seconds total() const { return gemm + attention + memory + overhead; }
 };
 

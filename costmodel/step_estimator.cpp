@@ -7,6 +7,7 @@
 
 #include "core/str_cat.h"
 #include "costmodel/collective_model.h"
+#include "costmodel/kernel_dispatch.h"
 #include "costmodel/layer_costs.h"
 #include "costmodel/pipeline_replay.h"
 #include "costmodel/topology.h"
@@ -195,13 +196,14 @@ struct StepEnd {
   int dp_reductions = 1;
   Seconds dp_after;
   Seconds optimizer;
+  double kernels = 0;  // dispatched by the critical rank in the step (costmodel/kernel_dispatch.h)
 };
 
 // The step time by cause on the critical rank: its compute, recomputation and exposed TP/CP/ZeRO-3
 // per microbatch, the pipeline terms, the data-parallel reduction (overlapped with the last
 // backward), the ZeRO-1/2 all-gather, the HSDP all-reduce and the optimizer step.
-StepEnd step_time(const spec::ClusterSpec& cluster, const spec::ParallelConfig& p, const CostModelOptions& o,
-                  const LayerTerms& x, const CriticalRank& crit, StepTimeBreakdown& t) {
+StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
+                  const CostModelOptions& o, const LayerTerms& x, const CriticalRank& crit, StepTimeBreakdown& t) {
   const BlockCosts& blk = x.blk;
   const HeadCosts& head = x.head;
   const double eff = o.network_efficiency;
@@ -264,9 +266,17 @@ StepEnd step_time(const spec::ClusterSpec& cluster, const spec::ParallelConfig& 
   // Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param).
   const double local = psi / (p.zero_stage >= 1 ? x.n_shard : 1);
   const double opt_bytes = o.optimizer_bytes_per_param + (o.precision == spec::Precision::kFp16 ? 8.0 : 0.0);
+  // Its kernels, and those around the step's data-parallel and pipeline calls.
+  const double dp_calls = (overlappable.value() > 0 ? buckets * reductions : 0) + (exposed_after.value() > 0 ? buckets : 0);
+  const double pp_calls = p.pp > 1 ? 2 * mm * p.virtual_stages + 2 : 0;
+  const double step_k = step_kernels(model, p, rank_layers, crit.first, crit.last, o) +
+                        kernels_per_call(o) * (dp_calls + pp_calls);
+  end.kernels = (blk.forward.kernels + blk.backward.kernels + blk.recompute.kernels) * (rank_layers * mm) +
+                (crit.first ? (head.embedding_forward.kernels + head.embedding_backward.kernels) * mm : 0) +
+                (crit.last ? (head.head_forward.kernels + head.head_backward.kernels) * mm : 0) + step_k;
   if (p.offload == spec::Offload::kNone) {
     t.optimizer = Seconds(local * opt_bytes / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency)) +
-                  o.kernel_overhead * 4.0;
+                  o.kernel_overhead * step_k;
   } else {
     t.optimizer = Seconds(local * (grad_b + e) / kPcieBytesPerSecond + local / kCpuAdamParamsPerSecond);
   }
@@ -399,7 +409,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   crit.pp_bubble = std::max(Seconds(0), without_p2p.makespan - without_p2p.busy[static_cast<std::size_t>(crit.rank)]);
 
   // 5. Data parallelism and the optimizer on the critical rank.
-  const StepEnd end = step_time(cluster, p, o, x, crit, est.time);
+  const StepEnd end = step_time(model, cluster, p, o, x, crit, est.time);
   est.stages.forward_s = fwd;
   est.stages.backward_s = bwd;
   est.stages.weight_grad_s = wgrad;
@@ -410,6 +420,8 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   est.stages.dp_after = end.dp_after;
   est.stages.optimizer = end.optimizer;
   est.stages.overlap_slowdown = x.slow_dp;
+  est.kernels_per_step = end.kernels;
+  est.critical_pp_rank = crit.rank;
 
   // 6. Rates.
   const Rates r = rates(model, cluster, p, seq_len, o, x, est.time.total());
@@ -534,7 +546,7 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
   crit.backward_s = backward[crit_i];
   crit.pp_comm = Seconds(pipe.transfers_s);
   crit.pp_bubble = Seconds(std::max(0.0, pipe.bubble_s));
-  (void)step_time(cluster, p, o, x, crit, out.time);
+  (void)step_time(model, cluster, p, o, x, crit, out.time);
   const Rates r = rates(model, cluster, p, seq_len, o, x, out.time.total());
   out.tokens_per_s_per_gpu = r.tokens_per_s_per_gpu;
   out.model_tflops_per_gpu = r.model_tflops_per_gpu;

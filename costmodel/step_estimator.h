@@ -83,6 +83,9 @@ struct Estimate {
   core::Flops hardware_flops_per_step;
   std::vector<MemoryBreakdown> memory_per_pp_rank;
   int worst_pp_rank = 0;  // the rank with the highest memory
+  // Kernels the critical pipeline rank dispatches per step (CostModelOptions::dispatch's counts).
+  double kernels_per_step = 0;
+  int critical_pp_rank = 0;  // the pipeline rank that finishes the step last
   [[nodiscard]] const MemoryBreakdown& peak_memory() const {
     return memory_per_pp_rank[static_cast<std::size_t>(worst_pp_rank)];
   }

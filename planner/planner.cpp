@@ -177,7 +177,7 @@ std::vector<Candidate> pareto_front(const spec::ModelSpec& model, const std::vec
                                     const std::vector<RankedCandidate>& all, const SearchOptions& o) {
   cost::CostModelOptions fast = o.cost;
   fast.exact_pipeline = false;
-  if (o.executor_only) fast.context_parallel = cost::ContextParallelKind::kAllGather;
+  if (o.executor_only) fast = cost::as_run_by_cpt_executor(fast);
   std::vector<Candidate> out;
   for (const auto* c : pareto_members(all)) {
     const auto cluster = std::find_if(clusters.begin(), clusters.end(), [&](const spec::ClusterSpec& x) {
@@ -203,7 +203,7 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   // Search mode: closed-form pipeline, the device's calibrated overheads applied once.
   cost::CostModelOptions fast = cost::with_device_overheads(o.cost, cluster.node.gpu);
   fast.exact_pipeline = false;
-  if (o.executor_only) fast.context_parallel = cost::ContextParallelKind::kAllGather;  // as the executor runs it
+  if (o.executor_only) fast = cost::as_run_by_cpt_executor(fast);
   const PruneContext ctx{model, cluster, o.seq_len, fast, o.executor_only};
   const core::Bytes limit(static_cast<std::int64_t>(static_cast<double>(cluster.gpu().hbm_capacity.value()) *
                                                     (o.objective == Objective::kHeadroom ? 1.0 - o.headroom : 1.0)));
@@ -257,6 +257,7 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   cost::CostModelOptions exact = o.cost;
   exact.exact_pipeline = true;
   exact.context_parallel = fast.context_parallel;
+  exact.dispatch = fast.dispatch;
   for (std::size_t j = 0; j < result.all_feasible.size() && result.top.size() < 3 * k && j < 50 * k; ++j) {
     const RankedCandidate& c = result.all_feasible[j];
     const auto ev = cost::evaluate(model, cluster, c.config, o.seq_len, exact, topology);

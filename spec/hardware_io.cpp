@@ -49,6 +49,46 @@ void check_cluster(const ClusterSpec& c, const JsonObjectReader& r) {
 
 }  // namespace
 
+namespace {
+
+// `key`: {"bf16": [[GFLOP, efficiency], ...], ...}, each curve with increasing GFLOP.
+void read_efficiency_curves(JsonObjectReader& r, const std::string& key,
+                            std::array<std::vector<EfficiencyPoint>, 5>& out) {
+  if (!r.has(key)) return;
+  auto curves = r.object(key);
+  for (auto p : kAllPrecisions) {
+    const auto name = to_string(p);
+    if (!curves.has(name)) continue;
+    const Json& arr = curves.raw(name);
+    const auto expected = "an array of [GFLOP > 0, efficiency in (0, 1]] pairs with increasing GFLOP";
+    if (!arr.is_array() || arr.empty()) curves.fail(name, expected, core::describe_json(arr));
+    auto& curve = out[static_cast<std::size_t>(p)];
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      const Json& pt = arr[i];
+      const bool ok = pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number() &&
+                      pt[0].get<double>() > 0 && pt[1].get<double>() > 0 && pt[1].get<double>() <= 1 &&
+                      (curve.empty() || pt[0].get<double>() > curve.back().gflops);
+      if (!ok) curves.fail(str_cat(name, "[", i, "]"), expected, core::describe_json(pt));
+      curve.push_back({pt[0].get<double>(), pt[1].get<double>()});
+    }
+  }
+  curves.finish();
+}
+
+Json efficiency_curves_to_json(const std::array<std::vector<EfficiencyPoint>, 5>& curves) {
+  Json j = Json::object();
+  for (auto p : kAllPrecisions) {
+    const auto& curve = curves[static_cast<std::size_t>(p)];
+    if (curve.empty()) continue;
+    Json arr = Json::array();
+    for (const auto& pt : curve) arr.push_back({pt.gflops, pt.efficiency});
+    j[to_string(p)] = arr;
+  }
+  return j;
+}
+
+}  // namespace
+
 GpuSpec gpu_from_json(JsonObjectReader& r) {
   GpuSpec g;
   g.name = read_name(r);
@@ -69,25 +109,13 @@ GpuSpec gpu_from_json(JsonObjectReader& r) {
   if (r.has("collective_overhead_us")) {
     g.collective_overhead = core::microseconds(r.number("collective_overhead_us", 0.0));
   }
-  if (r.has("gemm_efficiency")) {
-    auto curves = r.object("gemm_efficiency");
-    for (auto p : kAllPrecisions) {
-      const auto key = to_string(p);
-      if (!curves.has(key)) continue;
-      const Json& arr = curves.raw(key);
-      const auto expected = "an array of [GFLOP > 0, efficiency in (0, 1]] pairs with increasing GFLOP";
-      if (!arr.is_array() || arr.empty()) curves.fail(key, expected, core::describe_json(arr));
-      auto& curve = g.gemm_efficiency[static_cast<std::size_t>(p)];
-      for (std::size_t i = 0; i < arr.size(); ++i) {
-        const Json& pt = arr[i];
-        const bool ok = pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number() &&
-                        pt[0].get<double>() > 0 && pt[1].get<double>() > 0 && pt[1].get<double>() <= 1 &&
-                        (curve.empty() || pt[0].get<double>() > curve.back().gflops);
-        if (!ok) curves.fail(str_cat(key, "[", i, "]"), expected, core::describe_json(pt));
-        curve.push_back({pt[0].get<double>(), pt[1].get<double>()});
-      }
-    }
-    curves.finish();
+  read_efficiency_curves(r, "gemm_efficiency", g.gemm_efficiency);
+  read_efficiency_curves(r, "attention_efficiency", g.attention_efficiency);
+  if (r.has("cross_entropy_forward_logits_per_s")) {
+    g.cross_entropy_forward_logits_per_s = r.positive_number("cross_entropy_forward_logits_per_s");
+  }
+  if (r.has("cross_entropy_backward_logits_per_s")) {
+    g.cross_entropy_backward_logits_per_s = r.positive_number("cross_entropy_backward_logits_per_s");
   }
   r.finish();
   return g;
@@ -159,15 +187,14 @@ Json gpu_to_json(const GpuSpec& g) {
   }
   j["nvlink_bandwidth_GB_per_s_per_direction"] = core::to_gigabytes_per_second(g.nvlink_bandwidth);
   if (!g.default_node.empty()) j["default_node"] = g.default_node;
-  Json curves = Json::object();
-  for (auto p : kAllPrecisions) {
-    const auto& curve = g.gemm_efficiency[static_cast<std::size_t>(p)];
-    if (curve.empty()) continue;
-    Json arr = Json::array();
-    for (const auto& pt : curve) arr.push_back({pt.gflops, pt.efficiency});
-    curves[to_string(p)] = arr;
+  if (auto c = efficiency_curves_to_json(g.gemm_efficiency); !c.empty()) j["gemm_efficiency"] = c;
+  if (auto c = efficiency_curves_to_json(g.attention_efficiency); !c.empty()) j["attention_efficiency"] = c;
+  if (g.cross_entropy_forward_logits_per_s) {
+    j["cross_entropy_forward_logits_per_s"] = *g.cross_entropy_forward_logits_per_s;
   }
-  if (!curves.empty()) j["gemm_efficiency"] = curves;
+  if (g.cross_entropy_backward_logits_per_s) {
+    j["cross_entropy_backward_logits_per_s"] = *g.cross_entropy_backward_logits_per_s;
+  }
   if (g.kernel_overhead) j["kernel_overhead_us"] = g.kernel_overhead->value() * 1e6;
   if (g.collective_overhead) j["collective_overhead_us"] = g.collective_overhead->value() * 1e6;
   return j;

@@ -42,6 +42,14 @@ struct GpuSpec {
   // Measured GEMM efficiency per precision (index = Precision); empty = the cost model's default
   // curve. Written by `cpt calibrate`, or by hand from benchmarks.
   std::array<std::vector<EfficiencyPoint>, 5> gemm_efficiency{};
+  // Measured efficiency of the fused attention kernel (FLOPs as the cost model counts them:
+  // causal forward 2·T·s·d per head, backward 2.5× that), per precision; empty = the default.
+  std::array<std::vector<EfficiencyPoint>, 5> attention_efficiency{};
+  // Measured rates of the cross-entropy over fp32 logits (log-softmax and its gradient), in logit
+  // elements per second, forward and backward apart; absent = priced as memory traffic. On a CPU
+  // the exponentials, not the bytes, bound it (`cpt calibrate`).
+  std::optional<double> cross_entropy_forward_logits_per_s;
+  std::optional<double> cross_entropy_backward_logits_per_s;
   // Fixed costs per kernel launch and per collective call, when calibrated for this device
   // (`cpt calibrate --from-runs`); absent: the cost model's defaults (CostModelOptions).
   std::optional<core::Seconds> kernel_overhead;

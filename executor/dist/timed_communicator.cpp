@@ -39,6 +39,7 @@ class TimedCommunicator : public Communicator {
   std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override { return timed(inner_->send(t, peer, tag)); }
   std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) override { return timed(inner_->recv(t, peer, tag)); }
   void barrier() override {
+    ++clock_.calls;
     const auto t0 = Clock::now();
     inner_->barrier();
     clock_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -46,6 +47,7 @@ class TimedCommunicator : public Communicator {
 
  private:
   std::unique_ptr<CommHandle> timed(std::unique_ptr<CommHandle> h) {
+    ++clock_.calls;
     return std::make_unique<TimedHandle>(std::move(h), clock_);
   }
   std::unique_ptr<Communicator> inner_;

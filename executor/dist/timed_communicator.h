@@ -4,6 +4,7 @@
 // measured.json beside the cost model's tp_comm / dp_comm / pp_comm + pp_bubble. Work that
 // overlaps computation (an asynchronous bucket all-reduce) only counts for the part still running
 // when it is waited for.
+#include <cstdint>
 #include <memory>
 
 #include "executor/dist/communicator.h"
@@ -11,7 +12,8 @@
 namespace cpt::exec {
 
 struct CommClock {
-  double seconds = 0;  // blocked in this group's operations since the start
+  double seconds = 0;       // blocked in this group's operations since the start
+  std::int64_t calls = 0;   // operations started (collectives, sends, receives, barriers)
 };
 
 // `clock` must outlive the returned communicator.

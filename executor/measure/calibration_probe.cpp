@@ -5,11 +5,32 @@
 
 #include <chrono>
 
+#include "executor/measure/op_counter.h"
 #include "executor/measure/timing.h"
 
 namespace cpt::exec {
 
 using Clock = std::chrono::steady_clock;
+
+double measure_dispatch_cost(double seconds) {
+  // A chain of small element-wise operators with autograd, forward and backward, per operator and
+  // autograd node as op_counter.h counts them.
+  torch::AutoGradMode grad_mode(true);
+  auto x0 = torch::randn({16, 64}).requires_grad_(true);
+  const auto w = torch::randn({16, 64});
+  auto chain = [&] {
+    auto y = x0;
+    for (int i = 0; i < 50; ++i) y = torch::silu(y * w + 0.5);
+    y.sum().backward();
+  };
+  std::int64_t ops = 0;
+  {
+    OpCounter counter;
+    chain();
+    ops = counter.counts().top_level();
+  }
+  return time_per_call(chain, seconds, 3) / static_cast<double>(std::max<std::int64_t>(1, ops));
+}
 
 HostMeasurements measure_host(double seconds, const std::function<void(int, int)>& progress) {
   torch::NoGradGuard no_grad;
@@ -24,7 +45,12 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
       for (const std::int64_t k : {64, 256, 1024}) shapes.push_back({m, n, k});
     }
   }
-  const int total = static_cast<int>(shapes.size()) + 2;
+  // Attention shapes: batch 4, 4 query heads on 2 key/value heads (GQA, as LLaMA models), causal.
+  std::vector<std::array<std::int64_t, 2>> attention_shapes;  // (seq, head_dim)
+  for (const std::int64_t seq : {128, 256, 512, 1024}) {
+    for (const std::int64_t d : {16, 64}) attention_shapes.push_back({seq, d});
+  }
+  const int total = static_cast<int>(shapes.size() + attention_shapes.size()) + 4;
   const double per_gemm = seconds * 0.8 / static_cast<double>(shapes.size());
   int done = 0;
   for (const auto& [m, n, k] : shapes) {
@@ -49,6 +75,46 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
       },
       seconds * 0.1, 3);
   h.adamw_params_per_s = static_cast<double>(params) / adam;
+  progress(++done, total);
+
+  // The rest runs with autograd, as training does.
+  torch::AutoGradMode grad_mode(true);
+  const double per_attention = seconds * 0.1 / static_cast<double>(attention_shapes.size());
+  for (const auto& [seq, d] : attention_shapes) {
+    const std::int64_t b = 4, a = 4, g = 2;
+    auto q = torch::randn({b, a, seq, d}).requires_grad_(true);
+    auto k = torch::randn({b, g, seq, d}).requires_grad_(true);
+    auto v = torch::randn({b, g, seq, d}).requires_grad_(true);
+    const auto grad = torch::randn({b, a, seq, d});
+    auto forward = [&] { return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, true); };
+    const double fwd = time_per_call([&] { (void)forward(); }, per_attention / 2, 3);
+    const double both = time_per_call([&] { forward().backward(grad); }, per_attention / 2, 3);
+    h.attention.push_back({b, a, g, seq, d, fwd, std::max(both - fwd, fwd * 0.1)});
+    progress(++done, total);
+  }
+  // Cross-entropy over [tokens, vocab] fp32 logits: the executor's loss (sum over tokens), at a
+  // small and a LLaMA-sized vocabulary (rows in and out of the core's caches); the rate is over both.
+  {
+    double elements = 0, forward_s = 0, backward_s = 0;
+    for (const std::int64_t vocab : {4096, 32768}) {
+      const std::int64_t tokens = 1024;
+      auto logits = torch::randn({tokens, vocab}).requires_grad_(true);
+      const auto targets = torch::randint(vocab, {tokens});
+      auto loss = [&] {
+        return torch::nn::functional::cross_entropy(
+            logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+      };
+      const double fwd = time_per_call([&] { (void)loss(); }, seconds * 0.015, 3);
+      const double both = time_per_call([&] { loss().backward(); }, seconds * 0.015, 3);
+      elements += static_cast<double>(tokens * vocab);
+      forward_s += fwd;
+      backward_s += std::max(both - fwd, fwd * 0.1);
+    }
+    h.cross_entropy_forward_logits_per_s = elements / forward_s;
+    h.cross_entropy_backward_logits_per_s = elements / backward_s;
+    progress(++done, total);
+  }
+  h.seconds_per_dispatched_op = measure_dispatch_cost(seconds * 0.04);
   progress(++done, total);
   return h;
 }

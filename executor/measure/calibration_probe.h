@@ -1,7 +1,9 @@
 #pragma once
 // What `cpt calibrate --device cpu` measures through LibTorch, for costmodel/calibration_fit.h:
-// fp32 GEMMs over a grid of training-like shapes, memory bandwidth (a large copy), the fused
-// AdamW step, and the collectives of the executor's own c10d backend over message sizes.
+// fp32 GEMMs over a grid of training-like shapes, the causal attention kernel (SDPA) forward and
+// backward, the cross-entropy over fp32 logits forward and backward, the fixed cost of one
+// dispatched operator, memory bandwidth (a large copy), the fused AdamW step, and the collectives
+// of the executor's own c10d backend over message sizes.
 #include <cstdint>
 #include <array>
 #include <functional>
@@ -18,6 +20,18 @@ struct GemmMeasurement {
   [[nodiscard]] double flop() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
 };
 
+struct AttentionMeasurement {
+  std::int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  // FLOPs as the cost model counts causal attention: forward 2·b·a·s²·d, backward 2.5× that.
+  [[nodiscard]] double forward_flop() const {
+    return 2.0 * static_cast<double>(batch * heads) * static_cast<double>(seq) * static_cast<double>(seq) *
+           static_cast<double>(head_dim);
+  }
+  [[nodiscard]] double backward_flop() const { return 2.5 * forward_flop(); }
+};
+
 struct HostMeasurements {
   int cores = 0;
   int threads = 0;             // intra-op threads the measurements used
@@ -25,7 +39,17 @@ struct HostMeasurements {
   std::vector<GemmMeasurement> gemm;
   double copy_bytes_per_s = 0;      // read + write, counted once each
   double adamw_params_per_s = 0;    // fused AdamW on fp32 parameters
+  std::vector<AttentionMeasurement> attention;
+  double cross_entropy_forward_logits_per_s = 0;   // fp32 logits, sum reduction, as the executor's loss
+  double cross_entropy_backward_logits_per_s = 0;
+  // Seconds per dispatched operator (op_counter.h's count: ATen operators plus autograd nodes) of
+  // a chain of element-wise operators on a 16 x 64 tensor, forward and backward.
+  double seconds_per_dispatched_op = 0;
 };
+
+// Seconds per dispatched operator (op_counter.h's count) of a chain of element-wise operators on a
+// 16 x 64 tensor, forward and backward with autograd; timed for about `seconds`.
+double measure_dispatch_cost(double seconds);
 
 // About `seconds` in total; `progress(done, total)` after each measurement.
 HostMeasurements measure_host(double seconds, const std::function<void(int, int)>& progress);

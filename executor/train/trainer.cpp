@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +28,7 @@
 #include "spec/rank_layout.h"
 #include "spec/sequence_split.h"
 #include "executor/io/model_weights.h"
+#include "executor/measure/op_counter.h"
 #include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
 #include "executor/train/adamw.h"
@@ -506,7 +509,13 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
               par.micro_batch, " x ", accum, ")");
   const auto end_step = std::min(total_steps, options.stop_at.value_or(total_steps));
   if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
+  // The first step's operator and collective-call counts (untimed: observing operators costs time).
+  OpCounts first_step_ops;
+  std::array<std::int64_t, 4> first_step_calls{};  // tp, cp, dp, pp
   while (step < end_step) {
+    std::optional<OpCounter> op_counter;
+    if (step == first_step) op_counter.emplace();
+    const std::array<std::int64_t, 4> calls0{clocks.tp.calls, clocks.cp.calls, clocks.dp.calls, clocks.pp.calls};
     const auto t0 = Clock::now();
     const double tp0 = clocks.tp.seconds, dp0 = clocks.dp.seconds, pp0 = clocks.pp.seconds, cp0 = clocks.cp.seconds;
     const double lr = schedule.at(step) * lr_scale;
@@ -537,6 +546,12 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     }
     synchronize(device);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (op_counter) {
+      first_step_ops = op_counter->counts();
+      first_step_calls = {clocks.tp.calls - calls0[0], clocks.cp.calls - calls0[1], clocks.dp.calls - calls0[2],
+                          clocks.pp.calls - calls0[3]};
+      op_counter.reset();
+    }
     const std::int64_t step_tokens = std::int64_t{par.global_batch} * seq_len;
     tokens_seen += step_tokens;
     if (step > first_step) {  // the first step of a process pays one-off allocation costs
@@ -605,7 +620,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                   {"skipped_steps", skipped}};
   // Model-state storage of every rank (measure/storage_bytes.h), gathered to rank 0.
   auto mine = torch::tensor({last_state.weights, last_state.grads, last_state.optimizer,
-                             last_state.optimizer_counters, peak_memory_bytes(device)},
+                             last_state.optimizer_counters, peak_memory_bytes(device), first_step_ops.forward_ops,
+                             first_step_ops.backward_nodes, first_step_ops.nested_ops, first_step_calls[0],
+                             first_step_calls[1], first_step_calls[2], first_step_calls[3]},
                             torch::kInt64);
   auto all = torch::empty({par.world_size(), mine.numel()}, torch::kInt64);
   groups.world->all_gather(mine, all)->wait();
@@ -648,6 +665,22 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                      {"peak_memory_bytes", row[4].item<std::int64_t>()}});
   }
   measured["memory_per_rank"] = ranks;
+  // What each rank dispatched in its first (untimed) step: ATen operators (op_counter.h) and
+  // communication calls per group — the counts behind the cost model's fixed per-kernel and
+  // per-collective costs.
+  auto counts = nlohmann::ordered_json::array();
+  for (int r = 0; r < par.world_size(); ++r) {
+    const auto row = all[r];
+    counts.push_back({{"rank", r},
+                      {"forward_ops", row[5].item<std::int64_t>()},
+                      {"backward_nodes", row[6].item<std::int64_t>()},
+                      {"nested_ops", row[7].item<std::int64_t>()},
+                      {"tp_calls", row[8].item<std::int64_t>()},
+                      {"cp_calls", row[9].item<std::int64_t>()},
+                      {"dp_calls", row[10].item<std::int64_t>()},
+                      {"pp_calls", row[11].item<std::int64_t>()}});
+  }
+  measured["dispatch_per_step_per_rank"] = counts;
   if (rank0) core::write_file_atomic(options.out_dir / "measured.json", measured.dump(2) + "\n");
   groups.world->barrier();  // every rank returns after the final checkpoint exists
   return summary;

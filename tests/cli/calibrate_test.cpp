@@ -37,6 +37,19 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_GT(report["collective_bandwidth_bytes_per_s"].get<double>(), 0);
   EXPECT_GT(report["collective_alpha_s"].get<double>(), 0);
   ASSERT_TRUE(fs::exists(dir / "local.report.json"));
+  // The attention kernel, the cross-entropy and the cost of a dispatched operator are measured and
+  // land in the profile, where the cost model reads them.
+  const auto gpu = nlohmann::json::parse(slurp(profile))["node"]["gpu"];
+  ASSERT_TRUE(gpu.contains("attention_efficiency")) << gpu.dump();
+  EXPECT_FALSE(gpu["attention_efficiency"]["fp32"].empty());
+  for (const auto& point : gpu["attention_efficiency"]["fp32"]) {
+    EXPECT_GT(point[1].get<double>(), 0);
+    EXPECT_LE(point[1].get<double>(), 1);
+  }
+  EXPECT_GT(gpu["cross_entropy_forward_logits_per_s"].get<double>(), 1e6);
+  EXPECT_GT(gpu["cross_entropy_backward_logits_per_s"].get<double>(), 1e6);
+  EXPECT_GT(gpu["kernel_overhead_us"].get<double>(), 0.1);
+  EXPECT_LT(gpu["kernel_overhead_us"].get<double>(), 1000);
 
   // The profile as any other: the estimate on it uses the calibrated peak.
   const auto est = sh(cpt + " estimate --model tiny --cluster " + profile +

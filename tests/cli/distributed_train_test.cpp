@@ -321,7 +321,8 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
 // cost model's weights, gradients and optimizer state for the same layout in its fp32 regime
 // (4 + 4 + 8 bytes per parameter held), exactly: replicated data parallelism (gradients live in
 // the all-reduce buckets), ZeRO-1, tensor and pipeline parallelism; ZeRO-3's sharded optimizer
-// state.
+// state. And the kernels the cost model counts for the executor are within 10% of those the
+// executor dispatched.
 TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
   const auto d = dir_.string();
   std::ofstream(dir_ / "short.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
@@ -335,11 +336,27 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
     const auto r = train(layout, std::string("mem-") + layout, procs, "short.json");
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     const auto e = sh(cpt() + " estimate --model tiny --gpu h100 " + flags +
-                          " --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
+                          " --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --for-executor --json",
                       dir_);
     ASSERT_EQ(e.exit_code, 0) << e.err;
-    const auto predicted = nlohmann::json::parse(e.out)["memory_GiB_per_pp_rank"];
-    const auto measured = nlohmann::json::parse(slurp(out + "/measured.json"))["memory_per_rank"];
+    const auto estimate = nlohmann::json::parse(e.out);
+    const auto predicted = estimate["memory_GiB_per_pp_rank"];
+    const auto run = nlohmann::json::parse(slurp(out + "/measured.json"));
+    const auto measured = run["memory_per_rank"];
+    // The kernels the cost model charges its per-kernel cost for (costmodel/kernel_dispatch.h)
+    // against the operators and autograd nodes the executor dispatched in its first step, on the
+    // critical pipeline rank (ranks that differ only in tp, cp or dp dispatch alike).
+    double dispatched = 0;
+    const auto critical = estimate["critical_pp_rank"].get<int>();
+    for (std::size_t r = 0; r < measured.size(); ++r) {
+      if (measured[r]["pp"].get<int>() != critical) continue;
+      const auto& d = run["dispatch_per_step_per_rank"][r];
+      dispatched = std::max(dispatched, d["forward_ops"].get<double>() + d["backward_nodes"].get<double>());
+    }
+    const double kernels = estimate["kernels_per_step"].get<double>();
+    EXPECT_GT(dispatched, 0) << layout;
+    EXPECT_NEAR(kernels / dispatched, 1.0, 0.10) << layout << ": cost model " << kernels << " kernels, executor "
+                                                 << dispatched;
     ASSERT_EQ(measured.size(), static_cast<std::size_t>(procs)) << layout;
     for (const auto& rank : measured) {
       const auto& p = predicted.at(rank["pp"].get<std::size_t>());

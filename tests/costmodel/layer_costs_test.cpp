@@ -48,6 +48,50 @@ TEST(LayerCosts, AProfileCurveForThePrecisionWins) {
   EXPECT_DOUBLE_EQ(gemm_time(1978.9e12, h100, o).value(), 1.0 / o.gemm_efficiency.at(1978.9e12));
 }
 
+// A profile that measured the cross-entropy (a CPU's) prices the loss by its logits: forward
+// T·V/tp logits at the forward rate, backward at the backward rate, the norm's traffic unchanged.
+TEST(LayerCosts, MeasuredCrossEntropyRatesPriceTheLoss) {
+  const spec::ModelSpec m = spec::find_catalog_model("tiny")->spec;
+  auto gpu = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
+  const spec::ParallelConfig p{.tp = 2, .micro_batch = 2};
+  CostModelOptions o;
+  const auto before = head_costs(m, p, 64, gpu, o);
+  gpu.cross_entropy_forward_logits_per_s = 1e6;
+  gpu.cross_entropy_backward_logits_per_s = 5e5;
+  const auto after = head_costs(m, p, 64, gpu, o);
+  const double logits = 2.0 * 64 * static_cast<double>(m.tp_padded_vocab(2)) / 2;
+  const double norm_fwd = 2.0 * 2 * 64 * m.hidden * 2 / (gpu.hbm_bandwidth.value() * o.hbm_efficiency);
+  EXPECT_NEAR(after.head_forward.memory.value(), logits / 1e6 + norm_fwd, 1e-12);
+  EXPECT_NEAR(after.head_backward.memory.value(), logits / 5e5 + 2 * norm_fwd, 1e-12);
+  EXPECT_EQ(after.head_forward.gemm, before.head_forward.gemm);
+}
+
+// cpt's executor dispatches many more kernels than Megatron's fused ones; each costs
+// kernel_overhead, and the step counts them (costmodel/kernel_dispatch.h).
+TEST(LayerCosts, EagerDispatchCountsTheExecutorsKernels) {
+  const spec::ModelSpec m = spec::find_catalog_model("tiny")->spec;
+  const auto gpu = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
+  CostModelOptions fused;
+  const CostModelOptions eager = as_run_by_cpt_executor(fused);
+  const spec::ParallelConfig single{.micro_batch = 2};
+  const spec::ParallelConfig tp2{.tp = 2, .micro_batch = 2};
+  const auto f = block_costs(m, single, 64, gpu, fused), e = block_costs(m, single, 64, gpu, eager);
+  EXPECT_EQ(f.forward.kernels, 12);
+  EXPECT_EQ(f.backward.kernels, 24);
+  EXPECT_GT(e.forward.kernels, 4 * f.forward.kernels);
+  EXPECT_DOUBLE_EQ(e.forward.overhead.value(), e.forward.kernels * eager.kernel_overhead.value());
+  // Each tensor-parallel call adds the operators around it.
+  EXPECT_GT(block_costs(m, tp2, 64, gpu, eager).forward.kernels, e.forward.kernels);
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 1, "--gpu");
+  const spec::ParallelConfig step{.micro_batch = 2, .global_batch = 8};
+  const auto est = std::get<Estimate>(evaluate(m, cluster, step, 64, eager));
+  const auto hc = head_costs(m, step, 64, gpu, eager);
+  const double per_microbatch = m.layers * (e.forward.kernels + e.backward.kernels) + hc.embedding_forward.kernels +
+                                hc.embedding_backward.kernels + hc.head_forward.kernels + hc.head_backward.kernels;
+  EXPECT_GT(est.kernels_per_step, 4 * per_microbatch);  // 4 microbatches and the optimizer step's kernels
+  EXPECT_LT(est.kernels_per_step, 4 * per_microbatch + 200);
+}
+
 TEST(LayerCosts, FlashAttentionHalvesCausalWorkAndNoTensorParallelTrafficWithoutTp) {
   const spec::ModelSpec m = spec::find_catalog_model("llama3-8b")->spec;
   const auto h100 = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");

@@ -121,6 +121,21 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   const auto doc = core::parse_json_text(gpu_to_json(g).dump(), "x");
   auto r = core::JsonObjectReader::root_of(doc);
   EXPECT_EQ(gpu_from_json(r), g);
+  // A calibrated CPU's extra measurements: the attention curve and the cross-entropy rates.
+  const auto cpu_doc = core::parse_json_text(
+      base + R"({"fp32": [[1, 0.9]]}, "attention_efficiency": {"fp32": [[0.01, 0.2], [1, 0.4]]},
+      "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8})",
+      "cpu.json");
+  auto cpu_r = core::JsonObjectReader::root_of(cpu_doc);
+  const GpuSpec cpu = gpu_from_json(cpu_r);
+  const auto fp32 = static_cast<std::size_t>(Precision::kFp32);
+  ASSERT_EQ(cpu.attention_efficiency[fp32].size(), 2u);
+  EXPECT_EQ(cpu.attention_efficiency[fp32][1], (EfficiencyPoint{1, 0.4}));
+  EXPECT_EQ(cpu.cross_entropy_forward_logits_per_s, 4.5e8);
+  EXPECT_EQ(cpu.cross_entropy_backward_logits_per_s, 2e8);
+  const auto cpu_again = core::parse_json_text(gpu_to_json(cpu).dump(), "y");
+  auto again_r = core::JsonObjectReader::root_of(cpu_again);
+  EXPECT_EQ(gpu_from_json(again_r), cpu);
   try {
     parse(R"({"bf16": [[100, 0.75], [0.1, 0.2]]})");
     FAIL();
