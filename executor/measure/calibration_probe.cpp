@@ -81,21 +81,23 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
   torch::AutoGradMode grad_mode(true);
   const double per_attention = seconds * 0.1 / static_cast<double>(attention_shapes.size());
   for (const auto& [seq, d] : attention_shapes) {
-    const std::int64_t b = 4, a = 4, g = 2;
+    const std::int64_t b = 4, a = 4, kv_heads = 2;
     auto q = torch::randn({b, a, seq, d}).requires_grad_(true);
-    auto k = torch::randn({b, g, seq, d}).requires_grad_(true);
-    auto v = torch::randn({b, g, seq, d}).requires_grad_(true);
+    auto key = torch::randn({b, kv_heads, seq, d}).requires_grad_(true);
+    auto value = torch::randn({b, kv_heads, seq, d}).requires_grad_(true);
     const auto grad = torch::randn({b, a, seq, d});
-    auto forward = [&] { return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, true); };
+    auto forward = [&] {
+      return at::scaled_dot_product_attention(q, key, value, {}, 0.0, true, std::nullopt, true);
+    };
     const double fwd = time_per_call([&] { (void)forward(); }, per_attention / 2, 3);
     const double both = time_per_call([&] { forward().backward(grad); }, per_attention / 2, 3);
-    h.attention.push_back({b, a, g, seq, d, fwd, std::max(both - fwd, fwd * 0.1)});
+    h.attention.push_back({b, a, kv_heads, seq, d, fwd, std::max(both - fwd, fwd * 0.1)});
     progress(++done, total);
   }
   // Cross-entropy over [tokens, vocab] fp32 logits: the executor's loss (sum over tokens), at a
   // small and a LLaMA-sized vocabulary (rows in and out of the core's caches); the rate is over both.
   {
-    double elements = 0, forward_s = 0, backward_s = 0;
+    double logit_elements = 0, forward_s = 0, backward_s = 0;
     for (const std::int64_t vocab : {4096, 32768}) {
       const std::int64_t tokens = 1024;
       auto logits = torch::randn({tokens, vocab}).requires_grad_(true);
@@ -106,12 +108,12 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
       };
       const double fwd = time_per_call([&] { (void)loss(); }, seconds * 0.015, 3);
       const double both = time_per_call([&] { loss().backward(); }, seconds * 0.015, 3);
-      elements += static_cast<double>(tokens * vocab);
+      logit_elements += static_cast<double>(tokens * vocab);
       forward_s += fwd;
       backward_s += std::max(both - fwd, fwd * 0.1);
     }
-    h.cross_entropy_forward_logits_per_s = elements / forward_s;
-    h.cross_entropy_backward_logits_per_s = elements / backward_s;
+    h.cross_entropy_forward_logits_per_s = logit_elements / forward_s;
+    h.cross_entropy_backward_logits_per_s = logit_elements / backward_s;
     progress(++done, total);
   }
   h.seconds_per_dispatched_op = measure_dispatch_cost(seconds * 0.04);

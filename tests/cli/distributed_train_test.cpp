@@ -348,10 +348,10 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
     // critical pipeline rank (ranks that differ only in tp, cp or dp dispatch alike).
     double dispatched = 0;
     const auto critical = estimate["critical_pp_rank"].get<int>();
-    for (std::size_t r = 0; r < measured.size(); ++r) {
-      if (measured[r]["pp"].get<int>() != critical) continue;
-      const auto& d = run["dispatch_per_step_per_rank"][r];
-      dispatched = std::max(dispatched, d["forward_ops"].get<double>() + d["backward_nodes"].get<double>());
+    for (std::size_t i = 0; i < measured.size(); ++i) {
+      if (measured[i]["pp"].get<int>() != critical) continue;
+      const auto& counts = run["dispatch_per_step_per_rank"][i];
+      dispatched = std::max(dispatched, counts["forward_ops"].get<double>() + counts["backward_nodes"].get<double>());
     }
     const double kernels = estimate["kernels_per_step"].get<double>();
     EXPECT_GT(dispatched, 0) << layout;
