@@ -136,6 +136,9 @@ spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scal
     if (peak) peak = core::FlopsPerSecond(peak->value() / compute_scale);
   }
   g.hbm_bandwidth = core::BytesPerSecond(g.hbm_bandwidth.value() / compute_scale);
+  for (auto* rate : {&g.cross_entropy_forward_logits_per_s, &g.cross_entropy_backward_logits_per_s}) {
+    if (*rate) *rate = **rate / compute_scale;
+  }
   g.kernel_overhead = kernel_overhead;
   g.collective_overhead = collective_overhead;
   c.node.intra_latency = core::Seconds(c.node.intra_latency.value() * comm_scale);

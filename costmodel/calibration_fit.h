@@ -77,8 +77,8 @@ struct ScaleAndFixed {
 };
 ScaleAndFixed fit_scale_and_fixed(const std::vector<RunTerm>& runs);
 
-// The profile with its computation `compute_scale` times slower (dense peaks and memory bandwidth
-// divided by it), its communication `comm_scale` times slower (latencies multiplied, bandwidths
+// The profile with its computation `compute_scale` times slower (dense peaks, memory bandwidth and
+// measured cross-entropy rates divided by it), its communication `comm_scale` times slower (latencies multiplied, bandwidths
 // divided), and the given fixed costs per kernel and per collective call.
 spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scale, double comm_scale,
                            core::Seconds kernel_overhead, core::Seconds collective_overhead);

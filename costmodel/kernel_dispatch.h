@@ -1,23 +1,29 @@
 #pragma once
 // How many kernels each piece of a training step dispatches — what CostModelOptions::
-// kernel_overhead is paid for — per runtime (CostModelOptions::dispatch).
+// kernel_overhead is paid for — per runtime (CostModelOptions::dispatch). The counts here are the
+// work's own; the kernels around each communication call are added where the calls are counted
+// (layer_costs.cpp for tensor parallelism, step_estimator.cpp for context, ZeRO-3, data and
+// pipeline parallelism), `kernels_per_call` each.
 //
 // kFused (Megatron-LM / Transformer Engine): 12 kernels per layer forward with FlashAttention, 15
 // without, twice that backward; 2 for the embedding and 6 for the LM head and loss each way; 4 for
-// the optimizer step (multi-tensor kernels).
+// the optimizer step (multi-tensor kernels); none counted around communication calls.
 //
 // kEager (cpt's executor, LibTorch eager mode): the ATen operators its code calls and the autograd
 // nodes backward runs, as executor/measure/op_counter.h counts them (measured.json's
-// dispatch_per_step_per_rank). A SwiGLU / RMSNorm / RoPE / GQA layer with SDPA: 57 forward and 76
-// backward; the embedding 2 + 2 and the final norm, LM head and cross-entropy 29 + 16; every
-// collective or point-to-point call 5 around it (views, copies and its autograd function); the
-// all-gather form of context parallelism 6 more per call (reordering the gathered chunks, the
-// mask's rows); per step 22 plus 2 per parameter tensor (gradient norm, clipping; one fused AdamW
-// for all), and with ZeRO-1/2 9 (ZeRO-3 8) more per tensor for its flat buffers.
-// DistributedTrain.DispatchCountsMatchTheCostModel checks these counts against the executor.
+// dispatch_per_step_per_rank; LibTorch 2.11, CPU). A SwiGLU / RMSNorm / RoPE / GQA layer with SDPA:
+// 57 forward, 76 backward; selective recomputation 8 more backward; the embedding 2 + 2; the final
+// norm, LM head and cross-entropy 29 + 16; around each communication call 5, around a
+// sequence-parallel gather or scatter 9, around a context-parallel gather or its reduce-scatter
+// 16, around a ZeRO-3 unit's gather or reduce-scatter 13 (its views into the flat buffer); per
+// step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for all), and
+// while ZeRO-1/2 shards the state 9 (ZeRO-3 3) more per tensor for its flat buffers.
+// Measured per layout: DistributedTrain.ModelStateBytesEqualTheCostModel checks single, DP2,
+// ZeRO-1 and ZeRO-3 DP2, TP2, TP2 + SP, PP2, CP2 x ZeRO-1 DP2 and DP2 with full and with
+// selective recomputation within 6%; CP2 and the interleaved pipeline were compared by hand
+// (docs/calibration.md).
 #include "costmodel/cost_options.h"
 #include "spec/model_spec.h"
-#include "spec/parallel_config.h"
 
 namespace cpt::cost {
 
@@ -26,19 +32,24 @@ struct PassKernels {
   double backward = 0;
 };
 
-// One decoder layer, one microbatch, with its tensor- and context-parallel calls.
-PassKernels layer_kernels(const spec::ParallelConfig& p, const CostModelOptions& o);
-// Kernels recomputation adds to a layer's backward (selective: the attention core; full: the layer's forward).
-double recompute_kernels(const spec::ParallelConfig& p, const CostModelOptions& o);
+// One decoder layer, one microbatch, without its communication.
+PassKernels layer_kernels(const CostModelOptions& o);
+// Kernels selective recomputation (the attention core) adds to a layer's backward.
+double selective_recompute_kernels(const CostModelOptions& o);
 // The embedding (first stage) and the final norm, LM head and loss (last stage), one microbatch,
-// with their tensor-parallel calls.
-PassKernels embedding_kernels(const spec::ParallelConfig& p, const CostModelOptions& o);
-PassKernels head_kernels(const spec::ParallelConfig& p, const CostModelOptions& o);
+// without their communication.
+PassKernels embedding_kernels(const CostModelOptions& o);
+PassKernels head_kernels(const CostModelOptions& o);
 // Once per step on a rank that holds `layers` layers (and the embedding / head when `first` /
-// `last`), besides its collectives: gradient norm, clipping, the optimizer and ZeRO's buffers.
-double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, double layers, bool first, bool last,
+// `last`), besides its communication: gradient norm, clipping, the optimizer and, when the
+// optimizer state is sharded (`sharded_zero_stage` 1..3; 0 when not sharded), ZeRO's buffers.
+double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool last, int sharded_zero_stage,
                     const CostModelOptions& o);
-// Kernels around each communication call (data-parallel buckets, pipeline sends and receives).
+// Kernels around one communication call: a plain one (all-reduce, bucket, send / receive), a
+// sequence-parallel gather or scatter, a context-parallel gather or reduce-scatter.
 double kernels_per_call(const CostModelOptions& o);
+double kernels_per_sequence_parallel_call(const CostModelOptions& o);
+double kernels_per_context_parallel_call(const CostModelOptions& o);
+double kernels_per_zero3_call(const CostModelOptions& o);
 
 }  // namespace cpt::cost

@@ -111,19 +111,26 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   if (x.dropout) elementwise += 2 * x.T * x.h / sp_div;                  // dropout masks, 1 byte
   const Seconds mem_fwd = memory_time(elementwise, gpu, o);
 
-  const PassKernels kernels = layer_kernels(p, o);
-  c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, kernels.forward, o);
-  c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_fwd * 2.0, kernels.backward, o);
-
   c.tp_bytes = core::Bytes(static_cast<std::int64_t>(x.T * x.h * x.e));
   const int tp_coll = p.tp > 1 ? 2 : 0;  // after attention and after the MLP (Megatron f/g)
   c.tp_collectives_forward = tp_coll;
   c.tp_collectives_backward = tp_coll;
+  // cpt's executor all-reduces each sequence-parallel norm's weight gradient over tp in every
+  // backward (Megatron sums them once per step).
+  if (p.tp > 1 && p.sequence_parallel && o.dispatch == KernelDispatch::kEager) c.tp_norm_grad_allreduces = 2;
+  c.tp_norm_grad_bytes = core::Bytes(static_cast<std::int64_t>(x.h * 4));
+  // Kernels: the layer's own, and those around its tensor-parallel calls (an all-gather and a
+  // reduce-scatter in place of each all-reduce under sequence parallelism).
+  const PassKernels own = layer_kernels(o);
+  const double around = x.sp ? 2 * kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
+  c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward + around * tp_coll, o);
+  c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_fwd * 2.0,
+                    own.backward + around * tp_coll + kernels_per_call(o) * c.tp_norm_grad_allreduces, o);
   switch (p.recompute) {
     case spec::Recompute::kNone:
       break;
     case spec::Recompute::kSelective:  // the attention core only (Korthikanti et al. 2022 §4.2)
-      c.recompute = pass(Seconds(0), attn_fwd, Seconds(0), recompute_kernels(p, o), o);
+      c.recompute = pass(Seconds(0), attn_fwd, Seconds(0), selective_recompute_kernels(o), o);
       break;
     case spec::Recompute::kFull:
       c.recompute = c.forward;
@@ -154,9 +161,22 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   HeadCosts c;
   // Embedding: a gather (write T·h) forward, a scatter-add of the gradient backward.
   const double emb_bytes = 2 * x.T * x.h * x.e;
-  const PassKernels emb_k = embedding_kernels(p, o), head_k = head_kernels(p, o);
-  c.embedding_forward = pass(Seconds(0), Seconds(0), memory_time(emb_bytes, gpu, o), emb_k.forward, o);
-  c.embedding_backward = pass(Seconds(0), Seconds(0), memory_time(2 * emb_bytes, gpu, o), emb_k.backward, o);
+  if (p.tp > 1) {
+    c.tp_embedding_forward = 1;
+    c.tp_embedding_backward = p.sequence_parallel ? 1 : 0;  // the all-gather of the scattered output's gradient
+    c.tp_head_forward = p.sequence_parallel ? 1 : 0;
+    c.tp_head_backward = 1;
+    c.tp_loss_forward = 3;
+    c.tp_loss_bytes = core::Bytes(static_cast<std::int64_t>(x.T * 4));  // fp32 per token
+    if (p.sequence_parallel && o.dispatch == KernelDispatch::kEager) c.tp_norm_grad_allreduces = 1;  // final norm
+  }
+  // Kernels: their own and those around their tensor-parallel calls.
+  const double region_call = x.sp ? kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
+  const PassKernels emb_k = embedding_kernels(o), head_k = head_kernels(o);
+  c.embedding_forward = pass(Seconds(0), Seconds(0), memory_time(emb_bytes, gpu, o),
+                             emb_k.forward + region_call * c.tp_embedding_forward, o);
+  c.embedding_backward = pass(Seconds(0), Seconds(0), memory_time(2 * emb_bytes, gpu, o),
+                              emb_k.backward + region_call * c.tp_embedding_backward, o);
   // LM head [T, h] x [h, V/tp], then the vocab-parallel cross-entropy: logits in fp32, softmax
   // read + write, gradient write.
   const double head = 2 * x.T * x.h * x.V / x.tp;
@@ -171,17 +191,13 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   const Seconds ce_bwd = gpu.cross_entropy_backward_logits_per_s
                              ? Seconds(logits / *gpu.cross_entropy_backward_logits_per_s)
                              : memory_time(logits * (4 + x.e), gpu, o);
-  c.head_forward = pass(gemm_time(head, gpu, o), Seconds(0), ce_fwd + memory_time(norm_bytes, gpu, o), head_k.forward, o);
-  c.head_backward =
-      pass(gemm_time(head, gpu, o) * 2.0, Seconds(0), ce_bwd + memory_time(2 * norm_bytes, gpu, o), head_k.backward, o);
+  c.head_forward = pass(gemm_time(head, gpu, o), Seconds(0), ce_fwd + memory_time(norm_bytes, gpu, o),
+                       head_k.forward + region_call * c.tp_head_forward + kernels_per_call(o) * c.tp_loss_forward, o);
+  c.head_backward = pass(gemm_time(head, gpu, o) * 2.0, Seconds(0), ce_bwd + memory_time(2 * norm_bytes, gpu, o),
+                        head_k.backward + region_call * c.tp_head_backward +
+                            kernels_per_call(o) * c.tp_norm_grad_allreduces,
+                        o);
   c.model_flops = core::Flops(3 * head);
-  if (p.tp > 1) {
-    c.tp_embedding_forward = 1;
-    c.tp_head_forward = p.sequence_parallel ? 1 : 0;
-    c.tp_head_backward = 1;
-    c.tp_loss_forward = 3;
-    c.tp_loss_bytes = core::Bytes(static_cast<std::int64_t>(x.T * 4));  // fp32 per token
-  }
   return c;
 }
 

@@ -43,6 +43,10 @@ struct BlockCosts {
   int tp_collectives_forward = 0;
   int tp_collectives_backward = 0;
   int tp_collectives_recompute = 0;
+  // cpt's executor under sequence parallelism: all-reduces of the norms' weight gradients (each
+  // `tp_norm_grad_bytes`, fp32) per backward.
+  int tp_norm_grad_allreduces = 0;
+  core::Bytes tp_norm_grad_bytes;
   // Context-parallel traffic per pass: K and V blocks passed around the cp ring; or, with the
   // all-gather form, the size of one gathered tensor (K or V of the whole sequence), gathered
   // twice forward and its gradient reduce-scattered twice backward.
@@ -63,10 +67,12 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   // all-gather forward) — and of `tp_loss_bytes`: the vocabulary-parallel cross-entropy's max,
   // target logit and softmax normaliser per token (forward).
   int tp_embedding_forward = 0;
+  int tp_embedding_backward = 0;  // sequence parallelism: the gradient of the scattered output gathered
   int tp_head_forward = 0;
   int tp_head_backward = 0;
   int tp_loss_forward = 0;
   core::Bytes tp_loss_bytes;
+  int tp_norm_grad_allreduces = 0;  // the final norm's, as BlockCosts' (backward)
 };
 
 // Bytes per element of activations and of weights in the compute precision.

@@ -101,7 +101,8 @@ struct LayerTerms {
   Seconds layer_fwd, layer_bwd;  // one layer, everything exposed included
   // Tensor-parallel collectives of the embedding (first stage, forward) and of the LM head and
   // loss (last stage, forward and backward), one microbatch (HeadCosts' counts).
-  Seconds tp_embedding_fwd, tp_head_fwd, tp_head_bwd;
+  Seconds tp_embedding_fwd, tp_embedding_bwd, tp_head_fwd, tp_head_bwd;
+  Seconds tp_norm_grads_bwd;  // one layer's norm-gradient all-reduces (cpt's executor under SP)
   Bytes boundary;                // the activation passed between stages
   GroupPlacement dp_g, shard_g, replicate_g;
   int n_shard = 1;
@@ -126,6 +127,11 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     const Seconds comm = (p2p_time(per_step, link, eff) + call) * static_cast<double>(p.cp - 1);
     return std::max(Seconds(0), comm - attention);
   };
+  // The kernels around a pass's communication calls join the pass (costmodel/kernel_dispatch.h).
+  auto add_call_kernels = [&](PassTime& pass, double calls, double per_call) {
+    pass.kernels += calls * per_call;
+    pass.overhead += o.kernel_overhead * (calls * per_call);
+  };
   if (o.context_parallel == ContextParallelKind::kAllGather && p.cp > 1) {
     // K and V gathered before attention (two collectives), their gradients reduce-scattered after
     // it (two): blocking, nothing hidden. Full recomputation gathers them again in backward.
@@ -133,6 +139,9 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     x.cp_fwd = gather;
     x.cp_bwd = (collective_time(Collective::kReduceScatter, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0 +
                (p.recompute == spec::Recompute::kFull ? gather : Seconds(0));
+    add_call_kernels(x.blk.forward, 2, kernels_per_context_parallel_call(o));
+    add_call_kernels(x.blk.backward, 2, kernels_per_context_parallel_call(o));
+    if (p.recompute == spec::Recompute::kFull) add_call_kernels(x.blk.recompute, 2, kernels_per_context_parallel_call(o));
   } else {
     x.cp_fwd = cp_exposed(blk.cp_bytes_forward, blk.forward.attention);
     x.cp_bwd = cp_exposed(blk.cp_bytes_backward, blk.backward.attention);
@@ -155,6 +164,12 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     const Bytes grads(static_cast<std::int64_t>(block_params * (o.fp32_main_grads ? 4 : 2)));
     const Seconds ag = collective_time(Collective::kAllGather, gathered, x.shard_g, eff) + call;
     const Seconds rs = collective_time(Collective::kReduceScatter, grads, x.shard_g, eff) + call;
+    // The unit's gather forward, its gather again and the reduce-scatter backward; the root unit
+    // (embedding, final norm, LM head) likewise.
+    add_call_kernels(x.blk.forward, 1, kernels_per_zero3_call(o));
+    add_call_kernels(x.blk.backward, 2, kernels_per_zero3_call(o));
+    add_call_kernels(x.head.embedding_forward, 1, kernels_per_zero3_call(o));
+    add_call_kernels(x.head.embedding_backward, 2, kernels_per_zero3_call(o));
     x.z3_fwd_exposed = std::max(Seconds(0), ag - blk.forward.total());
     x.z3_bwd_exposed = std::max(Seconds(0), ag + rs - blk.backward.total() - blk.recompute.total());
     x.z3_overlapped = (ag - x.z3_fwd_exposed) + (ag + rs - x.z3_bwd_exposed);
@@ -162,17 +177,27 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   x.slow_dp = lc.dp.nodes > 1 ? o.overlap_slowdown_network : o.overlap_slowdown_nvlink;
   x.layer_fwd = blk.forward.total() + x.tp_one * static_cast<double>(blk.tp_collectives_forward) + x.cp_fwd +
                 x.z3_fwd_exposed;
+  x.tp_norm_grads_bwd =
+      blk.tp_norm_grad_allreduces > 0
+          ? (collective_time(Collective::kAllReduce, blk.tp_norm_grad_bytes, lc.tp, eff) + call) *
+                static_cast<double>(blk.tp_norm_grad_allreduces)
+          : Seconds(0);
   x.layer_bwd = blk.backward.total() + blk.recompute.total() +
                 x.tp_one * static_cast<double>(blk.tp_collectives_backward + blk.tp_collectives_recompute) + x.cp_bwd +
-                x.z3_bwd_exposed;
+                x.tp_norm_grads_bwd + x.z3_bwd_exposed;
   x.boundary = Bytes(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden * e /
                                                (p.sequence_parallel ? p.tp : 1)));
   if (p.tp > 1) {
     const Seconds loss_one = collective_time(Collective::kAllReduce, x.head.tp_loss_bytes, lc.tp, eff) + call;
     x.tp_embedding_fwd = x.tp_one * static_cast<double>(x.head.tp_embedding_forward);
+    x.tp_embedding_bwd = x.tp_one * static_cast<double>(x.head.tp_embedding_backward);
     x.tp_head_fwd = x.tp_one * static_cast<double>(x.head.tp_head_forward) +
                     loss_one * static_cast<double>(x.head.tp_loss_forward);
-    x.tp_head_bwd = x.tp_one * static_cast<double>(x.head.tp_head_backward);
+    x.tp_head_bwd = x.tp_one * static_cast<double>(x.head.tp_head_backward) +
+                    (x.head.tp_norm_grad_allreduces > 0
+                         ? (collective_time(Collective::kAllReduce, blk.tp_norm_grad_bytes, lc.tp, eff) + call) *
+                               static_cast<double>(x.head.tp_norm_grad_allreduces)
+                         : Seconds(0));
   }
   return x;
 }
@@ -217,7 +242,8 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   t.tp_comm = x.tp_one * static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
                                              blk.tp_collectives_recompute) *
               (rank_layers * mm);
-  if (crit.first) t.tp_comm += x.tp_embedding_fwd * mm;
+  t.tp_comm += x.tp_norm_grads_bwd * (rank_layers * mm);
+  if (crit.first) t.tp_comm += (x.tp_embedding_fwd + x.tp_embedding_bwd) * mm;
   if (crit.last) t.tp_comm += (x.tp_head_fwd + x.tp_head_bwd) * mm;
   t.cp_comm = (x.cp_fwd + x.cp_bwd) * (rank_layers * mm);
   const Seconds zero3_exposed = (x.z3_fwd_exposed + x.z3_bwd_exposed) * (rank_layers * mm);
@@ -232,17 +258,21 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   const Bytes grad_bytes(static_cast<std::int64_t>(psi * grad_b));
   const Bytes param_bytes(static_cast<std::int64_t>(psi * e));
   Seconds overlappable, exposed_after;
+  double overlappable_calls = 0, after_calls = 0;  // per reduction; after the optimizer
   const double buckets = std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements)));
   if (x.n_shard > 1 || (p.hybrid_shard && x.replicate_g.size > 1)) {
     if (p.zero_stage == 0) {
       overlappable = collective_time(Collective::kAllReduce, grad_bytes, x.dp_g, eff) + call * buckets;
+      overlappable_calls = buckets;
     } else if (p.zero_stage <= 2) {
       overlappable = collective_time(Collective::kReduceScatter, grad_bytes, x.dp_g, eff) + call * buckets;
       exposed_after = collective_time(Collective::kAllGather, param_bytes, x.dp_g, eff) + call * buckets;
+      overlappable_calls = after_calls = buckets;
     } else if (p.hybrid_shard) {
       exposed_after = collective_time(Collective::kAllReduce, Bytes(grad_bytes.value() / std::max(1, x.shard_g.size)),
                                       x.replicate_g, eff) +
                       call * buckets;
+      after_calls = buckets;
     }
   }
   const Seconds bucket_time =
@@ -263,23 +293,33 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   // Without overlap the reduction runs after backward: it joins the terms after the reductions.
   end.dp_after = exposed_after + (o.overlap_dp_with_backward ? Seconds(0) : overlappable * reductions);
 
-  // Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param).
-  const double local = psi / (p.zero_stage >= 1 ? x.n_shard : 1);
-  const double opt_bytes = o.optimizer_bytes_per_param + (o.precision == spec::Precision::kFp16 ? 8.0 : 0.0);
-  // Its kernels, and those around the step's data-parallel and pipeline calls.
-  const double dp_calls = (overlappable.value() > 0 ? buckets * reductions : 0) + (exposed_after.value() > 0 ? buckets : 0);
-  const double pp_calls = p.pp > 1 ? 2 * mm * p.virtual_stages + 2 : 0;
-  const double step_k = step_kernels(model, p, rank_layers, crit.first, crit.last, o) +
-                        kernels_per_call(o) * (dp_calls + pp_calls);
+  // The kernels around the data-parallel and pipeline calls (costmodel/kernel_dispatch.h): the
+  // pipeline rank receives and sends activations and gradients per microbatch and chunk, except
+  // into the first stage and out of the last.
+  const double dp_calls = overlappable_calls * reductions + after_calls;
+  const double pp_calls = p.pp > 1 ? mm * (4.0 * p.virtual_stages - (crit.first ? 2 : 0) - (crit.last ? 2 : 0)) : 0;
+  t.dp_comm += o.kernel_overhead * (kernels_per_call(o) * dp_calls);
+  t.pp_comm += o.kernel_overhead * (kernels_per_call(o) * pp_calls);
+
+  // Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param), with its
+  // kernels and those of the step's small all-reduces (the gradient norm over tp, pp and a
+  // sharded dp; the loss over pp).
+  const int sharded_stage = x.n_shard > 1 ? p.zero_stage : 0;
+  const double step_calls = (p.tp > 1 ? 1 : 0) + (p.pp > 1 ? 2 : 0) + (sharded_stage >= 1 ? 1 : 0);
+  const double step_k = step_kernels(model, rank_layers, crit.first, crit.last, sharded_stage, o) +
+                        kernels_per_call(o) * step_calls;
   end.kernels = (blk.forward.kernels + blk.backward.kernels + blk.recompute.kernels) * (rank_layers * mm) +
                 (crit.first ? (head.embedding_forward.kernels + head.embedding_backward.kernels) * mm : 0) +
-                (crit.last ? (head.head_forward.kernels + head.head_backward.kernels) * mm : 0) + step_k;
+                (crit.last ? (head.head_forward.kernels + head.head_backward.kernels) * mm : 0) + step_k +
+                kernels_per_call(o) * (dp_calls + pp_calls);
+  const double local = psi / (p.zero_stage >= 1 ? x.n_shard : 1);
+  const double opt_bytes = o.optimizer_bytes_per_param + (o.precision == spec::Precision::kFp16 ? 8.0 : 0.0);
   if (p.offload == spec::Offload::kNone) {
-    t.optimizer = Seconds(local * opt_bytes / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency)) +
-                  o.kernel_overhead * step_k;
+    t.optimizer = Seconds(local * opt_bytes / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency));
   } else {
     t.optimizer = Seconds(local * (grad_b + e) / kPcieBytesPerSecond + local / kCpuAdamParamsPerSecond);
   }
+  t.optimizer += o.kernel_overhead * step_k;
   end.optimizer = t.optimizer;
   return end;
 }
@@ -374,7 +414,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     wgrad[i] = L * x.blk.forward.gemm.value();
     if (s == 0) {
       fwd[i] += (head.embedding_forward.total() + x.tp_embedding_fwd).value();
-      bwd[i] += head.embedding_backward.total().value();
+      bwd[i] += (head.embedding_backward.total() + x.tp_embedding_bwd).value();
     }
     if (s == S - 1) {
       fwd[i] += (head.head_forward.total() + x.tp_head_fwd).value();
@@ -514,7 +554,7 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
     double f = k.layers * lf, b = k.layers * lb, w = k.layers * lw;
     if (k.first) {
       f += (head.embedding_forward.total() + x.tp_embedding_fwd).value();
-      b += head.embedding_backward.total().value();
+      b += (head.embedding_backward.total() + x.tp_embedding_bwd).value();
     }
     if (k.last) {
       f += (head.head_forward.total() + x.tp_head_fwd).value();

@@ -254,10 +254,8 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   // ranking until 3·K of them are re-evaluated (the closed-form makespan can misorder near-ties;
   // its memory is an upper bound of the exact one, so none is lost to memory), or 50·K tried.
   const auto k = static_cast<std::size_t>(std::max(1, o.top_k));
-  cost::CostModelOptions exact = o.cost;
+  cost::CostModelOptions exact = fast;  // the search's options (device overheads, executor regime)
   exact.exact_pipeline = true;
-  exact.context_parallel = fast.context_parallel;
-  exact.dispatch = fast.dispatch;
   for (std::size_t j = 0; j < result.all_feasible.size() && result.top.size() < 3 * k && j < 50 * k; ++j) {
     const RankedCandidate& c = result.all_feasible[j];
     const auto ev = cost::evaluate(model, cluster, c.config, o.seq_len, exact, topology);

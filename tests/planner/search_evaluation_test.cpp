@@ -71,12 +71,10 @@ TEST(SearchEvaluation, EqualsTheClosedFormEvaluationOnEveryCandidate) {
   no_flash.flash_attention = false;
   compare_over_space(spec::find_catalog_model("gpt3-175b")->spec, cat().cluster_for_gpu("a100", 128, "--gpu"), 256, 2048,
                      5, no_flash, n175);
-  // Context parallelism priced as cpt's executor runs it (all-gather).
+  // Priced as cpt's executor runs it (all-gather context parallelism, eager dispatch counts).
   Counts n70g;
-  cost::CostModelOptions gather;
-  gather.context_parallel = cost::ContextParallelKind::kAllGather;
   compare_over_space(spec::find_catalog_model("llama3-70b")->spec, cat().cluster_for_gpu("h100", 64, "--gpu"), 256, 8192,
-                     5, gather, n70g);
+                     5, cost::as_run_by_cpt_executor({}), n70g);
   for (const auto& n : {n70, n405, n175, n70g}) {
     EXPECT_GT(n.feasible, 500);       // the comparison covered real plans,
     EXPECT_GT(n.out_of_memory, 100);  // the memory verdicts
