@@ -1,6 +1,7 @@
 #include "planner/pruning.h"
 
 #include "costmodel/memory_model.h"
+#include "spec/executor_support.h"
 #include "spec/rank_layout.h"
 #include "spec/stage_partition.h"
 
@@ -40,6 +41,11 @@ std::string to_string(RejectReason r) {
   return "?";
 }
 
+LayoutKey layout_key(const spec::ParallelConfig& p) {
+  return {p.tp, p.cp, p.dp, p.pp, static_cast<int>(p.axis_order[0]), static_cast<int>(p.axis_order[1]),
+          static_cast<int>(p.axis_order[2]), static_cast<int>(p.axis_order[3])};
+}
+
 LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node) {
   spec::ParallelConfig plain = config;
   plain.hybrid_shard = false;
@@ -71,12 +77,8 @@ std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const Pru
   if (p.schedule == spec::ScheduleKind::kZeroBubbleH1 && (p.pp == 1 || p.grad_accum() == 1)) return R::kRedundant;
   // The two axis orders differ only in whether dp or pp varies faster: the same layout when either is 1.
   if (p.axis_order[2] == spec::Axis::kPp && (p.dp == 1 || p.pp == 1)) return R::kRedundant;
-  // What cpt's executor refuses (executor/train/trainer.cpp, model/llama_model.cpp).
-  if (ctx.executor_only && ((p.zero_stage == 3 && p.pp > 1) || p.offload == spec::Offload::kOptimizerAndParams ||
-                            (p.hybrid_shard && p.cp > 1) || (m.tied_embeddings && p.pp * p.virtual_stages > 1) ||
-                            (p.sequence_parallel && (ctx.seq_len / p.cp) % p.tp != 0))) {
-    return R::kNotRunByExecutor;
-  }
+  // What cpt's executor refuses (spec/executor_support.h).
+  if (ctx.executor_only && spec::find_executor_gap(p, m, ctx.seq_len)) return R::kNotRunByExecutor;
   return std::nullopt;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/str_cat.h"
+#include "spec/sequence_split.h"
 
 namespace cpt::spec {
 
@@ -100,8 +101,8 @@ std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, co
   if (m.ffn_hidden % c.tp != 0) {
     e.push_back(str_cat("ffn_hidden (", m.ffn_hidden, ") must be divisible by tp (", c.tp, ")"));
   }
-  if (c.cp > 1 && seq_len > 0 && seq_len % (2 * c.cp) != 0) {
-    e.push_back(str_cat("seq_len (", seq_len, ") must be divisible by 2 * cp (", 2 * c.cp, ")"));
+  if (c.cp > 1 && seq_len > 0) {
+    if (auto split = find_sequence_split_error(seq_len, c.cp)) e.push_back(*split);
   }
   if (seq_len > m.max_seq_len && seq_len > 0) {
     e.push_back(str_cat("seq_len (", seq_len, ") exceeds the model's max_seq_len (", m.max_seq_len, ")"));

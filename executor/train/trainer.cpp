@@ -25,6 +25,7 @@
 #include "executor/parallel/context_parallel.h"
 #include "executor/parallel/pipeline_executor.h"
 #include "executor/train/step_optimizer.h"
+#include "spec/executor_support.h"
 #include "spec/rank_layout.h"
 #include "spec/sequence_split.h"
 #include "executor/io/model_weights.h"
@@ -128,26 +129,10 @@ void require_supported(const spec::Plan& plan) {
     if (auto e = spec::find_sequence_split_error(plan.workload.seq_len, par.cp)) {
       throw core::ConfigError(str_cat("plan: context parallelism: ", *e));
     }
-    if (par.hybrid_shard) {
-      throw core::ConfigError(str_cat("plan: cp ", par.cp, " with hybrid sharding: the executor shards ZeRO-3 over ",
-                                      "dp × cp, or hybridly over dp without context parallelism"));
-    }
   }
-  if (par.offload != spec::Offload::kNone && (par.offload != spec::Offload::kOptimizer || par.zero_stage < 1)) {
-    throw core::ConfigError(str_cat("plan: offload ", spec::to_string(par.offload), " with ZeRO ", par.zero_stage,
-                                    ": the executor offloads the optimizer state of ZeRO-1, 2 and 3, not parameters ",
-                                    "(issue #7)"));
+  if (auto gap = spec::find_executor_gap(par, plan.model, plan.workload.seq_len)) {
+    throw core::ConfigError(str_cat("plan: ", spec::describe(*gap, par, plan.workload.seq_len)));
   }
-  if (par.zero_stage == 3 && par.pp > 1) {
-    throw core::ConfigError(str_cat("plan: ZeRO-3 with pp ", par.pp,
-                                    ": the executor runs ZeRO-3 without pipeline parallelism (as Megatron-LM and FSDP do)"));
-  }
-  // Sequence parallelism splits each rank's tokens (S/cp under context parallelism) over tp.
-  if (par.sequence_parallel && (plan.workload.seq_len / par.cp) % par.tp != 0) {
-    throw core::ConfigError(str_cat("plan: sequence parallelism needs the tokens per context-parallel rank (seq_len ",
-                                    plan.workload.seq_len, " / cp ", par.cp, ") divisible by tp (", par.tp, ")"));
-  }
-
 }
 
 }  // namespace
@@ -277,15 +262,15 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   }
   std::unique_ptr<StepOptimizer> optimizer;
   FullyShardedModel* zero3 = nullptr;
+  // ZeRO-3's shard group: inside a node under hybrid sharding, else every replica (dp × cp).
+  const bool hybrid = par.hybrid_shard && groups.dp_shard;
+  Communicator& shard_group = hybrid ? *groups.dp_shard : replicas;
   if (par.zero_stage == 3) {
-    auto fs = par.hybrid_shard && groups.dp_shard
-                  ? make_fully_sharded(named, config.optimizer, *groups.dp_shard, groups.dp_replicate.get(), norm_groups,
-                                       par.offload == spec::Offload::kOptimizer)
-                  : make_fully_sharded(named, config.optimizer, replicas, nullptr, norm_groups,
-                                       par.offload == spec::Offload::kOptimizer);
+    auto fs = make_fully_sharded(named, config.optimizer, shard_group, hybrid ? groups.dp_replicate.get() : nullptr,
+                                 norm_groups, par.offload == spec::Offload::kOptimizer);
     zero3 = fs.get();
     model->set_parameter_residency(zero3);
-    if (par.hybrid_shard && groups.dp_shard) {
+    if (hybrid) {
       core::info0("zero3: hybrid sharding, parameters sharded over ", groups.dp_shard->size(), " ranks (",
                   groups.dp_shard->name(), "), replicated over ", groups.dp_replicate->size(), " (",
                   groups.dp_replicate->name(), ")");
@@ -377,11 +362,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
         // per block for its forward, as the student's are.
         NamedParams teacher_params;
         for (const auto& p : teacher_chunks.front()->named_parameters()) teacher_params.emplace_back(p.key(), p.value());
-        teacher_shards = make_fully_sharded_frozen(
-            teacher_params, par.hybrid_shard && groups.dp_shard ? *groups.dp_shard : replicas);
+        teacher_shards = make_fully_sharded_frozen(teacher_params, shard_group);
         teacher_chunks.front()->set_parameter_residency(teacher_shards.get());
-        core::info0("distill: teacher sharded (ZeRO-3) over ",
-                    (par.hybrid_shard && groups.dp_shard ? *groups.dp_shard : replicas).size(), " ranks");
+        core::info0("distill: teacher sharded (ZeRO-3) over ", shard_group.size(), " ranks");
       }
       teacher.emplace(std::move(teacher_chunks.front()));
       objective.teacher = &*teacher;
@@ -494,7 +477,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   };
 
   ModelStateBytes last_state;  // of the latest step
-  // Seconds blocked in tp, dp and pp communication over the timed steps (timed_communicator.h).
+  // Seconds blocked in tp, cp, dp and pp communication over the timed steps (timed_communicator.h).
   const auto& clocks = *groups.clocks;
   double timed_tp_wait = 0, timed_dp_wait = 0, timed_pp_wait = 0, timed_cp_wait = 0;
   const bool bar = rank0 && options.progress && ::isatty(STDOUT_FILENO) != 0;
@@ -509,13 +492,19 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
               par.micro_batch, " x ", accum, ")");
   const auto end_step = std::min(total_steps, options.stop_at.value_or(total_steps));
   if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
-  // The first step's operator and collective-call counts (untimed: observing operators costs time).
+  // The first step's operator and communication-call counts (untimed: observing operators costs
+  // time). On the CPU only: on a GPU the autograd engine runs backward on its device thread, which
+  // the counter does not observe.
+  const bool counts_dispatch = device.is_cpu();
   OpCounts first_step_ops;
   std::array<std::int64_t, 4> first_step_calls{};  // tp, cp, dp, pp
+  std::array<std::int64_t, 4> calls0{};
   while (step < end_step) {
     std::optional<OpCounter> op_counter;
-    if (step == first_step) op_counter.emplace();
-    const std::array<std::int64_t, 4> calls0{clocks.tp.calls, clocks.cp.calls, clocks.dp.calls, clocks.pp.calls};
+    if (step == first_step && counts_dispatch) {
+      op_counter.emplace();
+      calls0 = {clocks.tp.calls, clocks.cp.calls, clocks.dp.calls, clocks.pp.calls};
+    }
     const auto t0 = Clock::now();
     const double tp0 = clocks.tp.seconds, dp0 = clocks.dp.seconds, pp0 = clocks.pp.seconds, cp0 = clocks.cp.seconds;
     const double lr = schedule.at(step) * lr_scale;
@@ -649,38 +638,35 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   auto per_rank_time = nlohmann::ordered_json::array();
   for (int r = 0; r < par.world_size(); ++r) per_rank_time.push_back(breakdown_of(r));
   measured["step_time_breakdown_s_per_rank"] = per_rank_time;
-  auto ranks = nlohmann::ordered_json::array();
+  // Per rank: model-state storage by category, and what it dispatched in its first (untimed)
+  // step — ATen operators and autograd nodes (op_counter.h) and communication calls per group, the
+  // counts behind the cost model's fixed per-kernel and per-call costs (counted on the CPU only).
+  auto ranks = nlohmann::ordered_json::array(), counts = nlohmann::ordered_json::array();
   for (int r = 0; r < par.world_size(); ++r) {
     const auto c = layout.coord_of(r);
     const auto row = all[r];
+    auto at = [&](int i) { return row[i].item<std::int64_t>(); };
     ranks.push_back({{"rank", r},
                      {"tp", c.tp},
                      {"cp", c.cp},
                      {"dp", c.dp},
                      {"pp", c.pp},
-                     {"weights_bytes", row[0].item<std::int64_t>()},
-                     {"grads_bytes", row[1].item<std::int64_t>()},
-                     {"optimizer_bytes", row[2].item<std::int64_t>()},
-                     {"optimizer_counters_bytes", row[3].item<std::int64_t>()},
-                     {"peak_memory_bytes", row[4].item<std::int64_t>()}});
+                     {"weights_bytes", at(0)},
+                     {"grads_bytes", at(1)},
+                     {"optimizer_bytes", at(2)},
+                     {"optimizer_counters_bytes", at(3)},
+                     {"peak_memory_bytes", at(4)}});
+    counts.push_back({{"rank", r},
+                      {"forward_ops", at(5)},
+                      {"backward_nodes", at(6)},
+                      {"nested_ops", at(7)},
+                      {"tp_calls", at(8)},
+                      {"cp_calls", at(9)},
+                      {"dp_calls", at(10)},
+                      {"pp_calls", at(11)}});
   }
   measured["memory_per_rank"] = ranks;
-  // What each rank dispatched in its first (untimed) step: ATen operators (op_counter.h) and
-  // communication calls per group — the counts behind the cost model's fixed per-kernel and
-  // per-collective costs.
-  auto counts = nlohmann::ordered_json::array();
-  for (int r = 0; r < par.world_size(); ++r) {
-    const auto row = all[r];
-    counts.push_back({{"rank", r},
-                      {"forward_ops", row[5].item<std::int64_t>()},
-                      {"backward_nodes", row[6].item<std::int64_t>()},
-                      {"nested_ops", row[7].item<std::int64_t>()},
-                      {"tp_calls", row[8].item<std::int64_t>()},
-                      {"cp_calls", row[9].item<std::int64_t>()},
-                      {"dp_calls", row[10].item<std::int64_t>()},
-                      {"pp_calls", row[11].item<std::int64_t>()}});
-  }
-  measured["dispatch_per_step_per_rank"] = counts;
+  if (counts_dispatch) measured["dispatch_per_step_per_rank"] = counts;
   if (rank0) core::write_file_atomic(options.out_dir / "measured.json", measured.dump(2) + "\n");
   groups.world->barrier();  // every rank returns after the final checkpoint exists
   return summary;

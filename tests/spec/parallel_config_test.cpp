@@ -43,7 +43,7 @@ TEST(ParallelConfig, CombinationRules) {
             "schedule interleaved_1f1b needs microbatches per step (6) divisible by pp (4)");
   EXPECT_EQ(first_error({.pp = 80, .virtual_stages = 2, .global_batch = 80, .schedule = ScheduleKind::kInterleaved1F1B}),
             "pp (80) * virtual_stages (2) = 160 stages exceed layers (80)");
-  EXPECT_EQ(first_error({.cp = 3}), "seq_len (8192) must be divisible by 2 * cp (6)");
+  EXPECT_EQ(first_error({.cp = 3}), "seq_len (8192) must be a multiple of 2·cp (6) for the load-balanced context-parallel split");
   EXPECT_EQ(first_error({.offload = Offload::kOptimizerAndParams}),
             "offload optimizer+params needs zero_stage 3, got zero_stage 0");
   EXPECT_EQ(first_error({.axis_order = {Axis::kTp, Axis::kTp, Axis::kDp, Axis::kPp}}),

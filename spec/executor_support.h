@@ -1,0 +1,28 @@
+#pragma once
+// What cpt's own executor does not run yet, once: the trainer refuses these plans in one line and
+// `cpt plan --for-executor` (planner/pruning.cpp) never proposes them.
+#include <optional>
+#include <string>
+
+#include "spec/model_spec.h"
+#include "spec/parallel_config.h"
+
+namespace cpt::spec {
+
+enum class ExecutorGap {
+  kZero3WithPipeline,   // ZeRO-3 shards whole models, not pipeline stages (as Megatron-LM and FSDP)
+  kParameterOffload,    // offload other than the optimizer state of ZeRO-1/2/3
+  kHybridShardWithCp,   // hybrid sharding shards over dp only; with cp > 1 ZeRO-3 shards over dp x cp
+  kTiedOverStages,      // tied embeddings need the embedding and the LM head on one stage
+  kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
+};
+
+// The first gap the plan falls into, without allocating (the planner's prune calls it per
+// candidate); nullopt when the executor runs it. The context-parallel split rule is
+// find_sequence_split_error's (spec/sequence_split.h), checked with every configuration.
+std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len);
+
+// One sentence naming the gap and the configuration's values.
+std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len);
+
+}  // namespace cpt::spec
