@@ -5,9 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <future>
 #include <thread>
 
 #include "cli/commands.h"
@@ -17,6 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "costmodel/layer_costs.h"
 #include "costmodel/step_estimator.h"
 #include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
@@ -234,13 +235,15 @@ void run(const CalibrateOptions& o) {
   }
   c.gemm = cost::fit_gemm_curve(gemm);
   // The attention kernel against the GEMM peak, forward and backward samples in one curve (FLOPs
-  // in the cost model's causal convention).
+  // in the cost model's causal convention, costmodel/layer_costs.h).
   std::vector<cost::GemmSample> attention;
   for (const auto& a : host["attention"]) {
-    for (const char* pass : {"forward", "backward"}) {
-      const double flop = a[str_cat(pass, "_flop")].get<double>();
-      attention.push_back({flop / 1e9, flop / a[str_cat(pass, "_seconds")].get<double>()});
-    }
+    const double seq = a["seq"].get<double>();
+    const double fwd = cost::causal_attention_forward_flops(a["batch"].get<double>() * seq, seq,
+                                                            a["head_dim"].get<double>(), a["heads"].get<double>());
+    const double bwd = cost::causal_attention_backward_flops(fwd);
+    attention.push_back({fwd / 1e9, fwd / a["forward_seconds"].get<double>()});
+    attention.push_back({bwd / 1e9, bwd / a["backward_seconds"].get<double>()});
   }
   if (!attention.empty()) c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
   c.cross_entropy_forward_logits_per_s = host["cross_entropy_forward_logits_per_s"].get<double>();

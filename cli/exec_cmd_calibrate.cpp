@@ -40,8 +40,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
     nlohmann::ordered_json attention = nlohmann::ordered_json::array();
     for (const auto& a : h.attention) {
       attention.push_back({{"batch", a.batch}, {"heads", a.heads}, {"kv_heads", a.kv_heads}, {"seq", a.seq},
-                           {"head_dim", a.head_dim}, {"forward_flop", a.forward_flop()},
-                           {"forward_seconds", a.forward_seconds}, {"backward_flop", a.backward_flop()},
+                           {"head_dim", a.head_dim}, {"forward_seconds", a.forward_seconds},
                            {"backward_seconds", a.backward_seconds}});
     }
     print_json({{"cores", h.cores},

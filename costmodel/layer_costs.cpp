@@ -58,6 +58,12 @@ Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_
 
 }  // namespace
 
+double causal_attention_forward_flops(double queries, double keys, double head_dim, double heads) {
+  return 2 * queries * keys * head_dim * heads;
+}
+
+double causal_attention_backward_flops(double forward_flops) { return 2.5 * forward_flops; }
+
 Seconds gemm_time(double flops, const spec::GpuSpec& gpu, const CostModelOptions& o) {
   if (flops <= 0) return Seconds(0);
   const auto& measured = gpu.gemm_efficiency[static_cast<std::size_t>(o.precision)];
@@ -80,8 +86,8 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
 
   // Attention core: QK^T and AV, each 2·T·s·d per head; causal with a fused kernel does half.
   const double attn_full = 4 * x.T * x.s * x.d * (x.a / x.tp);
-  const double attn_fwd_flops = o.flash_attention ? attn_full / 2 : attn_full;
-  const double attn_bwd_flops = o.flash_attention ? 2.5 * attn_fwd_flops : 2 * attn_full;  // FA2 recomputes P
+  const double attn_fwd_flops = o.flash_attention ? causal_attention_forward_flops(x.T, x.s, x.d, x.a / x.tp) : attn_full;
+  const double attn_bwd_flops = o.flash_attention ? causal_attention_backward_flops(attn_fwd_flops) : 2 * attn_full;
   Seconds attn_fwd;
   Seconds attn_bwd;
   double score_bytes = 0;

@@ -75,6 +75,12 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   int tp_norm_grad_allreduces = 0;  // the final norm's, as BlockCosts' (backward)
 };
 
+// FLOPs of causal fused attention as the cost model counts them: `queries` tokens attending to
+// `keys` keys, `heads` heads of `head_dim` — forward 2·queries·keys·d per head (half of QK^T and
+// AV's 4·queries·keys·d), backward 2.5× the forward (FlashAttention-2 recomputes P).
+double causal_attention_forward_flops(double queries, double keys, double head_dim, double heads);
+double causal_attention_backward_flops(double forward_flops);
+
 // Bytes per element of activations and of weights in the compute precision.
 int activation_bytes(spec::Precision p);
 

@@ -17,19 +17,12 @@ namespace cpt::exec {
 struct GemmMeasurement {
   std::int64_t m = 0, n = 0, k = 0;
   double seconds = 0;  // one [m, k] x [k, n] product
-  [[nodiscard]] double flop() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
 };
 
-struct AttentionMeasurement {
+struct AttentionMeasurement {  // the executor's causal attention_core on [batch, heads, seq, head_dim]
   std::int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
   double forward_seconds = 0;
   double backward_seconds = 0;
-  // FLOPs as the cost model counts causal attention: forward 2·b·a·s²·d, backward 2.5× that.
-  [[nodiscard]] double forward_flop() const {
-    return 2.0 * static_cast<double>(batch * heads) * static_cast<double>(seq) * static_cast<double>(seq) *
-           static_cast<double>(head_dim);
-  }
-  [[nodiscard]] double backward_flop() const { return 2.5 * forward_flop(); }
 };
 
 struct HostMeasurements {
@@ -40,7 +33,7 @@ struct HostMeasurements {
   double copy_bytes_per_s = 0;      // read + write, counted once each
   double adamw_params_per_s = 0;    // fused AdamW on fp32 parameters
   std::vector<AttentionMeasurement> attention;
-  double cross_entropy_forward_logits_per_s = 0;   // fp32 logits, sum reduction, as the executor's loss
+  double cross_entropy_forward_logits_per_s = 0;   // the executor's loss (cross_entropy_sum) over fp32 logits
   double cross_entropy_backward_logits_per_s = 0;
   // Seconds per dispatched operator (op_counter.h's count: ATen operators plus autograd nodes) of
   // a chain of element-wise operators on a 16 x 64 tensor, forward and backward.
