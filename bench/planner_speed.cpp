@@ -35,11 +35,11 @@ std::vector<spec::ParallelConfig> pruned_stream(const spec::ModelSpec& model, co
   fast.exact_pipeline = false;
   const planner::PruneContext ctx{model, cluster, o.seq_len, fast};
   std::vector<spec::ParallelConfig> out;
-  std::map<std::array<int, 5>, planner::LayoutFacts> facts;
+  std::map<planner::LayoutKey, planner::LayoutFacts> facts;
   for (std::uint64_t i = 0; i < space.size(); ++i) {
     const auto p = space.at(i);
     if (planner::prune_shape(p, ctx)) continue;
-    const std::array<int, 5> key{p.tp, p.cp, p.dp, p.pp, static_cast<int>(p.axis_order[2])};
+    const auto key = planner::layout_key(p);
     auto it = facts.find(key);
     if (it == facts.end()) it = facts.emplace(key, planner::layout_facts(p, cluster.node.gpus_per_node)).first;
     if (planner::prune_layout(p, ctx, it->second)) continue;

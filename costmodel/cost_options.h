@@ -92,7 +92,10 @@ struct CostModelOptions {
   // Fraction of link bandwidth that large collectives reach (NCCL busBW vs link rate).
   double network_efficiency = 0.85;
   // Fixed cost of each kernel launch and eager-framework dispatch, per kernel on the critical path
-  // (fitted with the small-GEMM points above; PyTorch eager dispatch is of this order).
+  // (fitted with the small-GEMM points above; PyTorch eager dispatch is of this order). Fitted with
+  // Megatron's fused counts, it lumps framework costs per fused kernel: under eager dispatch
+  // (~130 kernels a layer, kernel_dispatch.h) it overstates a device's per-operator cost, so plans
+  // for cpt's executor want a calibrated profile's kernel_overhead_us (2.6-4 µs on this CPU).
   core::Seconds kernel_overhead = core::microseconds(25.0);
   // Fixed cost of each collective or point-to-point call on top of its α–β time (NCCL launch,
   // stream synchronisation, framework bookkeeping); fitted likewise. Both fits sit in a flat

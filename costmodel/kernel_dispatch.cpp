@@ -46,7 +46,7 @@ double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool la
 
 double kernels_per_call(const CostModelOptions& o) { return eager(o) ? 5 : 0; }
 double kernels_per_sequence_parallel_call(const CostModelOptions& o) { return eager(o) ? 9 : 0; }
-double kernels_per_context_parallel_call(const CostModelOptions& o) { return eager(o) ? 16 : 0; }
+double kernels_per_context_parallel_call(const CostModelOptions& o) { return eager(o) ? 14 : 0; }
 double kernels_per_zero3_call(const CostModelOptions& o) { return eager(o) ? 13 : 0; }
 
 }  // namespace cpt::cost

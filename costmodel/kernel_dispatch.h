@@ -15,7 +15,7 @@
 // 57 forward, 76 backward; selective recomputation 8 more backward; the embedding 2 + 2; the final
 // norm, LM head and cross-entropy 29 + 16; around each communication call 5, around a
 // sequence-parallel gather or scatter 9, around a context-parallel gather or its reduce-scatter
-// 16, around a ZeRO-3 unit's gather or reduce-scatter 13 (its views into the flat buffer); per
+// 14, around a ZeRO-3 unit's gather or reduce-scatter 13 (its views into the flat buffer); per
 // step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for all), and
 // while ZeRO-1/2 shards the state 9 (ZeRO-3 3) more per tensor for its flat buffers.
 // Measured per layout: DistributedTrain.ModelStateBytesEqualTheCostModel checks single, DP2,

@@ -167,71 +167,63 @@ void walk(const Topology::Graph& G, Vertex a, Vertex b, Up up, Down down) {
 
 }  // namespace
 
+// Counts the flows routed over each edge (multi-flow routing of the rings of one level).
 struct Router {
   const Topology::Graph& G;
   Loads& loads;
-  bool single = false;  // one flow alone: every load is 1 and no counters are needed
   // `scratch` holds the counters (reused between routings on one thread: large clusters have tens
   // of thousands of vertices, and fresh pages for each placement cost more than the routing).
-  // `within_nodes`: every flow stays inside its node (only the hub counters are needed), or none
-  // does (only the tree's); counters not needed are left empty.
-  enum class Flows { kAny, kWithinNodes, kAcrossNodes };
-  Router(const Topology::Graph& graph, Loads& scratch, bool single_flow = false, Flows flows = Flows::kAny)
-      : G(graph), loads(scratch), single(single_flow) {
-    if (single) return;
+  // Every flow stays inside its node (only the hub counters are needed), or none does (only the
+  // tree's); counters not needed are left empty.
+  enum class Flows { kWithinNodes, kAcrossNodes };
+  Router(const Topology::Graph& graph, Loads& scratch, Flows flows) : G(graph), loads(scratch) {
     const auto nv = G.parent.size();
     loads.up.assign(flows == Flows::kWithinNodes ? 0 : nv, 0);
     loads.down.assign(flows == Flows::kWithinNodes ? 0 : nv, 0);
     loads.hub_out.assign(flows == Flows::kAcrossNodes ? 0 : G.gpu.size(), 0);
     loads.hub_in.assign(flows == Flows::kAcrossNodes ? 0 : G.gpu.size(), 0);
   }
-  int load(const std::vector<int>& counters, std::size_t i) const { return single ? 1 : std::max(1, counters[i]); }
   int node_of(int gpu) const { return gpu / G.gpus_per_node; }
   // Adds the flow a -> b to the loads of its route; returns the route's latency (seconds).
-  double add(int a, int b, int sign) {
+  double add(int a, int b) {
     if (a == b) return 0.0;
     if (node_of(a) == node_of(b)) {
-      loads.hub_out[static_cast<std::size_t>(a)] += sign;
-      loads.hub_in[static_cast<std::size_t>(b)] += sign;
+      ++loads.hub_out[static_cast<std::size_t>(a)];
+      ++loads.hub_in[static_cast<std::size_t>(b)];
       return G.hub_edge[static_cast<std::size_t>(a)].latency + G.hub_edge[static_cast<std::size_t>(b)].latency;
     }
     double lat = 0;
     walk(G, G.gpu[static_cast<std::size_t>(a)], G.gpu[static_cast<std::size_t>(b)],
          [&](Vertex v) {
-           loads.up[v] += sign;
+           ++loads.up[v];
            lat += G.up_edge[v].latency;
          },
          [&](Vertex v) {
-           loads.down[v] += sign;
+           ++loads.down[v];
            lat += G.up_edge[v].latency;
          });
     return lat;
   }
-  // Bandwidth and latency of the flow a -> b under the current loads.
-  LinkCost cost(int a, int b) const {
-    if (node_of(a) == node_of(b)) {
-      const auto& ea = G.hub_edge[static_cast<std::size_t>(a)];
-      const auto& eb = G.hub_edge[static_cast<std::size_t>(b)];
-      const double bw = std::min(ea.bandwidth / load(loads.hub_out, static_cast<std::size_t>(a)),
-                                 eb.bandwidth / load(loads.hub_in, static_cast<std::size_t>(b)));
-      return {core::BytesPerSecond(bw), core::Seconds(ea.latency + eb.latency)};
-    }
-    double bw = std::numeric_limits<double>::infinity();
-    double lat = 0;
-    walk(G, G.gpu[static_cast<std::size_t>(a)], G.gpu[static_cast<std::size_t>(b)],
-         [&](Vertex v) {
-           bw = std::min(bw, G.up_edge[v].bandwidth / load(loads.up, v));
-           lat += G.up_edge[v].latency;
-         },
-         [&](Vertex v) {
-           bw = std::min(bw, G.up_edge[v].bandwidth / load(loads.down, v));
-           lat += G.up_edge[v].latency;
-         });
-    return {core::BytesPerSecond(bw), core::Seconds(lat)};
-  }
 };
 
 namespace {
+
+// Bandwidth and latency of the flow a -> b alone: each edge of its route carries it once.
+LinkCost single_flow_cost(const Topology::Graph& G, int a, int b) {
+  if (a / G.gpus_per_node == b / G.gpus_per_node) {
+    const auto& ea = G.hub_edge[static_cast<std::size_t>(a)];
+    const auto& eb = G.hub_edge[static_cast<std::size_t>(b)];
+    return {core::BytesPerSecond(std::min(ea.bandwidth, eb.bandwidth)), core::Seconds(ea.latency + eb.latency)};
+  }
+  double bw = std::numeric_limits<double>::infinity();
+  double lat = 0;
+  auto edge = [&](Vertex v) {
+    bw = std::min(bw, G.up_edge[v].bandwidth);
+    lat += G.up_edge[v].latency;
+  };
+  walk(G, G.gpu[static_cast<std::size_t>(a)], G.gpu[static_cast<std::size_t>(b)], edge, edge);
+  return {core::BytesPerSecond(bw), core::Seconds(lat)};
+}
 
 // Rings of one level, flat: ring j is ranks[starts[j] .. starts[j + 1]); flows i -> i+1 (cyclic).
 struct Rings {
@@ -254,13 +246,13 @@ struct Rings {
 // REQUIRES: the flows of `rings` all stay inside nodes or all cross nodes, as `flows` says.
 LinkCost route_rings(const Topology::Graph& G, const Rings& rings, Router::Flows flows) {
   thread_local Loads scratch;
-  Router router(G, scratch, /*single_flow=*/false, flows);
+  Router router(G, scratch, flows);
   // Every flow's bandwidth is the least of bandwidth / load over the edges of its route, and every
   // loaded edge is on some flow's route: the worst flow's bandwidth is the least over the loaded
   // edges, found in one pass over the counters instead of a second walk of every route. The
   // latency of a route is summed while it is loaded.
   double worst_latency = 0;
-  rings.for_each_flow([&](int a, int b) { worst_latency = std::max(worst_latency, router.add(a, b, 1)); });
+  rings.for_each_flow([&](int a, int b) { worst_latency = std::max(worst_latency, router.add(a, b)); });
   double worst_bandwidth = std::numeric_limits<double>::infinity();
   const auto& L = router.loads;
   for (std::size_t v = 0; v < L.up.size(); ++v) {
@@ -392,10 +384,7 @@ LinkCost Topology::p2p(int a, int b, int gpus_per_node) const {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->links.find({a, b}); it != cache_->links.end()) return it->second;
   }
-  // One flow alone: each edge of its route carries it once (Router with a single flow).
-  Loads unused;
-  Router router(*graph_, unused, /*single_flow=*/true);
-  const LinkCost link = router.cost(a, b);
+  const LinkCost link = single_flow_cost(*graph_, a, b);
   std::lock_guard lock(cache_->mutex);
   cache_->links.emplace(std::make_pair(a, b), link);
   return link;

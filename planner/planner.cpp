@@ -100,14 +100,12 @@ struct WorkerResult {
 // Candidates [begin, end) of `space`: pruned, evaluated in search mode, kept when they fit `limit`.
 void scan(const SearchSpace& space, std::uint64_t begin, std::uint64_t end, const PruneContext& ctx,
           const spec::ClusterSpec& cluster, const cost::Topology& topology, core::Bytes limit, const SearchOptions& o,
-          std::map<std::array<int, 8>, LayoutFacts>& facts_cache, WorkerResult& out) {
+          std::map<LayoutKey, LayoutFacts>& facts_cache, WorkerResult& out) {
   for (std::uint64_t i = begin; i < end; ++i) {
     const spec::ParallelConfig p = space.at(i);
     auto reason = prune_shape(p, ctx);
     if (!reason) {
-      const std::array<int, 8> key{p.tp, p.cp, p.dp, p.pp, static_cast<int>(p.axis_order[0]),
-                                   static_cast<int>(p.axis_order[1]), static_cast<int>(p.axis_order[2]),
-                                   static_cast<int>(p.axis_order[3])};
+      const LayoutKey key = layout_key(p);
       auto it = facts_cache.find(key);
       if (it == facts_cache.end()) it = facts_cache.emplace(key, layout_facts(p, cluster.node.gpus_per_node)).first;
       reason = prune_layout(p, ctx, it->second);
@@ -221,7 +219,7 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   std::mutex failure_mutex;
   auto work = [&](WorkerResult& out) {
     try {
-      std::map<std::array<int, 8>, LayoutFacts> facts_cache;  // per (degrees, axis order)
+      std::map<LayoutKey, LayoutFacts> facts_cache;  // per (degrees, axis order)
       for (;;) {
         const std::uint64_t begin = next.fetch_add(kBlock);
         if (begin >= space.size()) break;

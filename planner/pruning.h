@@ -57,6 +57,9 @@ struct LayoutFacts {
   int hybrid_shard_group = 1;        // the same with hybrid sharding
 };
 LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node);
+// What layout_facts depends on: the degrees and the axis order (a search's cache key).
+using LayoutKey = std::array<int, 8>;
+LayoutKey layout_key(const spec::ParallelConfig& config);
 
 // The first rule `config` breaks, or std::nullopt when the cost model should evaluate it; in two
 // steps, so that the O(world size) layout facts are computed only for candidates that pass the

@@ -47,10 +47,6 @@ void check_cluster(const ClusterSpec& c, const JsonObjectReader& r) {
   if (!errors.empty()) throw core::ConfigError(str_cat(r.origin(), ": ", r.path_of("num_nodes"), ": ", errors.front()));
 }
 
-}  // namespace
-
-namespace {
-
 // `key`: {"bf16": [[GFLOP, efficiency], ...], ...}, each curve with increasing GFLOP.
 void read_efficiency_curves(JsonObjectReader& r, const std::string& key,
                             std::array<std::vector<EfficiencyPoint>, 5>& out) {
@@ -111,12 +107,8 @@ GpuSpec gpu_from_json(JsonObjectReader& r) {
   }
   read_efficiency_curves(r, "gemm_efficiency", g.gemm_efficiency);
   read_efficiency_curves(r, "attention_efficiency", g.attention_efficiency);
-  if (r.has("cross_entropy_forward_logits_per_s")) {
-    g.cross_entropy_forward_logits_per_s = r.positive_number("cross_entropy_forward_logits_per_s");
-  }
-  if (r.has("cross_entropy_backward_logits_per_s")) {
-    g.cross_entropy_backward_logits_per_s = r.positive_number("cross_entropy_backward_logits_per_s");
-  }
+  g.cross_entropy_forward_logits_per_s = r.optional_positive_number("cross_entropy_forward_logits_per_s");
+  g.cross_entropy_backward_logits_per_s = r.optional_positive_number("cross_entropy_backward_logits_per_s");
   r.finish();
   return g;
 }

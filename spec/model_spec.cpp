@@ -52,11 +52,6 @@ std::int64_t tp_padded_vocab(std::int64_t vocab, int tp) {
 
 std::int64_t ModelSpec::tp_padded_vocab(int tp) const { return spec::tp_padded_vocab(vocab, tp); }
 
-std::int64_t ModelSpec::padded_vocab(std::int64_t multiple) const {
-  if (multiple <= 1) return vocab;
-  return (vocab + multiple - 1) / multiple * multiple;
-}
-
 std::vector<std::string> find_model_spec_errors(const ModelSpec& m) {
   std::vector<std::string> errors;
   auto positive = [&](const char* field, std::int64_t v) {

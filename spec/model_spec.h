@@ -66,10 +66,8 @@ struct ModelSpec {
   [[nodiscard]] std::int64_t norm_params() const;
   [[nodiscard]] ParamCounts param_counts() const;
   [[nodiscard]] std::int64_t num_params() const { return param_counts().total; }
-  // The vocabulary rounded up to a multiple of `multiple` (Megatron pads to 128·tp).
   // The embedding / LM-head rows when split over `tp` ranks (spec::tp_padded_vocab below).
   [[nodiscard]] std::int64_t tp_padded_vocab(int tp) const;
-  [[nodiscard]] std::int64_t padded_vocab(std::int64_t multiple) const;
 
   bool operator==(const ModelSpec&) const = default;
 };

@@ -365,17 +365,19 @@ class FullyShardedImpl : public FullyShardedModel {
   // gradient norm: tensor-replicated parameters once) at the current weights.
   void add_ewc_gradient() {
     torch::NoGradGuard no_grad;
-    double local = 0;
+    torch::Tensor local;  // summed on the device, read once (not one host synchronisation per segment)
     for (auto& unit : units_) {
       if (!unit.ewc_fisher.defined()) continue;
       const auto diff = unit.shard - unit.ewc_anchor;
       unit.grad_shard.add_(unit.ewc_fisher * diff, ewc_lambda_);
       const auto terms = unit.ewc_fisher * diff.pow(2);
       for (const auto& s : unit.segments) {
-        if (s.counted) local += terms.narrow(0, s.shard_offset, s.length).sum().item<double>();
+        if (!s.counted) continue;
+        const auto part = terms.narrow(0, s.shard_offset, s.length).sum().to(torch::kFloat64);
+        local = local.defined() ? local + part : part;
       }
     }
-    auto t = torch::tensor({local}, torch::kFloat64);
+    auto t = local.defined() ? local.to(torch::kCPU).reshape({1}) : torch::zeros({1}, torch::kFloat64);
     shard_.all_reduce_sum(t)->wait();  // replicas hold the same shards: not over the replicate group
     ewc_penalty_ = mp_.sum_over_groups(t.item<double>()) * ewc_lambda_ / 2;
   }

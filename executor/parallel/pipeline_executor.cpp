@@ -27,9 +27,13 @@ PipelineExecutor::PipelineExecutor(std::vector<LlamaModel> chunks, int num_stage
             " pipeline ranks for ", num_stages_, " stages");
 }
 
-LlamaModelImpl& PipelineExecutor::chunk_of_stage(int stage) {
+LlamaModelImpl& PipelineExecutor::chunk_of_stage(int stage) { return *chunks_[local_chunk(stage)]; }
+
+LlamaModelImpl& PipelineExecutor::teacher_of_stage(int stage) { return *teacher_[local_chunk(stage)]; }
+
+std::size_t PipelineExecutor::local_chunk(int stage) const {
   CPT_CHECK(stage % pp_.size() == pp_.rank(), "stage ", stage, " is not on pipeline rank ", pp_.rank());
-  return *chunks_[static_cast<std::size_t>(stage / pp_.size())];
+  return static_cast<std::size_t>(stage / pp_.size());
 }
 
 int PipelineExecutor::peer_of(int stage) const { return ((stage % pp_.size()) + pp_.size()) % pp_.size(); }
@@ -110,7 +114,7 @@ PipelineExecutor::StepSums PipelineExecutor::train_step(const spec::PipelineSche
         torch::Tensor teacher_h;
         if (distill) {
           torch::NoGradGuard no_grad;
-          auto& teacher = *teacher_[static_cast<std::size_t>(a.stage / pp_.size())];
+          auto& teacher = teacher_of_stage(a.stage);
           teacher_h = a.stage == 0 ? teacher.embed(batch.tokens) : teacher_inputs.at(key);
           teacher_inputs.erase(key);
           teacher_h = teacher.blocks(teacher_h, batch);
@@ -124,7 +128,7 @@ PipelineExecutor::StepSums PipelineExecutor::train_step(const spec::PipelineSche
             torch::Tensor teacher_logits;
             {
               torch::NoGradGuard no_grad;
-              teacher_logits = teacher_[static_cast<std::size_t>(a.stage / pp_.size())]->head(teacher_h);
+              teacher_logits = teacher_of_stage(a.stage).head(teacher_h);
             }
             const auto kl = kl_sum(logits, teacher_logits, batch.targets, model.tp().group);
             kl_total += kl.item<double>();

@@ -72,6 +72,9 @@ class PipelineExecutor {
 
  private:
   LlamaModelImpl& chunk_of_stage(int stage);
+  LlamaModelImpl& teacher_of_stage(int stage);  // REQUIRES: a teacher
+  // The index of `stage`'s chunk on this rank. REQUIRES: the stage is on this pipeline rank.
+  [[nodiscard]] std::size_t local_chunk(int stage) const;
   // One microbatch through the stages in order, then (with `backward`) back in reverse order;
   // returns its loss sum on every pipeline rank. loss_sum and backward_one.
   double run_one(const Batch& batch, double scale, bool backward);

@@ -191,15 +191,17 @@ torch::Tensor Ewc::penalty(LlamaModelImpl& model, double lambda) const {
 double Ewc::penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lambda, Communicator* pp) const {
   torch::NoGradGuard no_grad;
   const auto& tp = chunks.front()->tp();
-  double sum = 0;
+  // Summed on the device, read once (one host synchronisation, not one per tensor).
+  torch::Tensor total = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(fisher_.front().second.device()));
   for (auto* model : chunks) {
     for (const auto& p : model->named_parameters()) {
       const auto& name = p.key();
       if (tp.active() && tp.rank() != 0 && tp_split_of(name) == TpSplit::kReplicated) continue;
       const auto i = index_of(name);
-      sum += (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum().item<double>();
+      total += (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum().to(torch::kFloat64);
     }
   }
+  double sum = total.item<double>();
   for (Communicator* group : {tp.active() ? tp.group : nullptr, pp}) {
     if (group == nullptr || group->size() == 1) continue;
     auto t = torch::tensor({sum}, torch::kFloat64);

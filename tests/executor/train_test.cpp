@@ -16,6 +16,14 @@
 namespace cpt::exec {
 namespace {
 
+// Options of a test run: output into `dir`, no progress bar.
+TrainOptions quiet_options(const std::filesystem::path& dir) {
+  TrainOptions o;
+  o.out_dir = dir;
+  o.progress = false;
+  return o;
+}
+
 namespace fs = std::filesystem;
 using testing::ScratchDir;
 
@@ -77,9 +85,7 @@ ScratchDir* TrainTest::data_ = nullptr;
 
 TEST_F(TrainTest, LossFallsAndEveryOutputIsWritten) {
   ScratchDir out("train-basic");
-  TrainOptions o;
-  o.out_dir = out.path();
-  o.progress = false;
+  auto o = quiet_options(out.path());
   const auto s = train(tiny_plan(8, 4, 64), config(12), o);
   EXPECT_EQ(s.last_step, 12);
   const auto l = losses(out.path());
@@ -144,9 +150,7 @@ TEST_F(TrainTest, NonFiniteStepsAreSkippedAndCounted) {
   auto cfg = config(3);
   cfg.init_from = out.path() / "init";
   cfg.eval.clear();
-  TrainOptions o;
-  o.out_dir = out.path() / "run";
-  o.progress = false;
+  auto o = quiet_options(out.path() / "run");
   const auto s = train(tiny_plan(4, 4, 32), cfg, o);
   EXPECT_EQ(s.skipped_steps, 3);
   const auto w = Checkpoint::open(s.checkpoint).weights();
@@ -196,9 +200,7 @@ class ContinualTest : public TrainTest {
   static fs::path base_checkpoint() {
     static const fs::path ckpt = [] {
       static ScratchDir base("continual-base");
-      TrainOptions o;
-      o.out_dir = base.path();
-      o.progress = false;
+      auto o = quiet_options(base.path());
       return train(tiny_plan(8, 4, 32), config(6), o).checkpoint;
     }();
     return ckpt;
@@ -228,9 +230,7 @@ TEST_F(ContinualTest, OptimizerStateIsKeptOrReset) {
     ScratchDir out(keep ? "continual-keep" : "continual-reset");
     auto c = continual(2);
     c.keep_optimizer_state = keep;
-    TrainOptions o;
-    o.out_dir = out.path();
-    o.progress = false;
+    auto o = quiet_options(out.path());
     const auto summary = train(tiny_plan(8, 4, 32), c, o);
     const auto ckpt = Checkpoint::open(summary.checkpoint);
     step_count[keep] = ckpt.optimizer().load("embed_tokens.weight/step", torch::kFloat32).item<float>();
@@ -250,9 +250,7 @@ TEST_F(ContinualTest, PeakAndWarmupAsFractionsOfTheBaseRun) {
   c.lr_peak_fraction = 0.1;
   c.lr_warmup_fraction = 0.3;
   c.lr.peak = 1.0;  // ignored: the fraction decides
-  TrainOptions o;
-  o.out_dir = out.path();
-  o.progress = false;
+  auto o = quiet_options(out.path());
   train(tiny_plan(8, 4, 32), c, o);
   const auto r = rows(out.path());
   ASSERT_EQ(r.size(), 10u);
@@ -299,9 +297,7 @@ TEST_F(ContinualTest, KlDistillationStartsAtZeroAndHoldsTheStudentBack) {
     auto c = continual(8);
     c.distill = DistillConfig{};
     c.distill->lambda = lambda;
-    TrainOptions o;
-    o.out_dir = out.path();
-    o.progress = false;
+    auto o = quiet_options(out.path());
     train(tiny_plan(8, 4, 32), c, o);
     const auto r = rows(out.path());
     ASSERT_EQ(r.size(), 8u);
@@ -320,9 +316,7 @@ TEST_F(ContinualTest, KlGuardLowersTheLearningRate) {
   c.distill->guard_threshold = 1e-9;
   c.distill->guard_patience = 2;
   c.distill->guard_lr_factor = 0.5;
-  TrainOptions o;
-  o.out_dir = out.path();
-  o.progress = false;
+  auto o = quiet_options(out.path());
   train(tiny_plan(8, 4, 32), c, o);
   const auto r = rows(out.path());
   // Step 0 has KL 0 (not above); steps 1 and 2 are: from step 3 on the rate is halved.
@@ -346,9 +340,7 @@ TEST_F(ContinualTest, EwcStartsAtZeroAndAnchorsTheWeights) {
     c.ewc->lambda = lambda;
     c.ewc->data = c.data.front();
     c.ewc->sequences = 8;
-    TrainOptions o;
-    o.out_dir = out.path();
-    o.progress = false;
+    auto o = quiet_options(out.path());
     const auto s = train(tiny_plan(8, 4, 32), c, o);
     EXPECT_TRUE(fs::exists(out.path() / "ewc_fisher.safetensors"));
     const auto r = rows(out.path());
