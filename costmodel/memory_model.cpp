@@ -104,7 +104,7 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
     t.recompute_buffer = static_cast<double>(activation_bytes_per_layer(m, none, seq_len, o).value());
   }
   const auto c = m.param_counts();
-  t.block_params = static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / p.tp;
+  t.block_params = block_params_per_tp(c, p.tp);
   // Groups this rank talks in (each holds NCCL buffers).
   int groups = 0;
   for (int d : {p.tp, p.cp, p.dp, p.pp}) groups += d > 1 ? 1 : 0;
@@ -112,24 +112,32 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
   return t;
 }
 
-MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p, double psi, double root_psi,
+MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p, double layers, double root_psi,
                             double live_activations, bool holds_last, const CostModelOptions& o) {
   const int n = t.shard_group;
   const double e = activation_bytes(o.precision);
-  MemoryBreakdown mb = model_state_bytes(psi, p.zero_stage, n, o);
+  const double block = t.block_params;
+  MemoryBreakdown mb = model_state_bytes(layers * block + root_psi, p.zero_stage, n, o);
   const double grad_b = (o.precision == spec::Precision::kFp32 || o.fp32_main_grads) ? 4 : 2;
-  if (p.zero_stage >= 2) mb.grads += bytes(grad_b * std::min(psi, static_cast<double>(o.bucket_elements)));
+  if (p.zero_stage == 2) mb.grads += bytes(grad_b * std::min(layers * block + root_psi, static_cast<double>(o.bucket_elements)));
   if (p.zero_stage == 3) {
-    mb.weights += bytes(e * t.block_params * o.zero3_prefetch_blocks);
-    // The root unit (embedding, final norm, LM head) is whole for a whole microbatch, forward
-    // and backward, with its whole gradient until its backward ends (FSDP's root; cpt's
-    // executor, parallel/fully_sharded.h): its unsharded part on top of the shards.
-    const double root = root_psi * (1.0 - 1.0 / n);
-    mb.weights += bytes(e * root);
-    mb.grads += bytes(grad_b * root);
+    // FSDP's residency (and the executor's, parallel/fully_sharded.h): every unit keeps its shard,
+    // and a gathered unit is a whole buffer beside it. The root unit (embedding, final norm, LM
+    // head) is whole for a whole microbatch, forward and backward, and so is its gradient buffer
+    // (allocated when its forward ends, reduce-scattered when its backward ends); a block is whole
+    // while it runs, with the next one prefetched.
+    mb.weights += bytes(e * (root_psi + block * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers)));
+    // Gradients: whole buffers are autograd's, in the compute precision; slices are reduced in
+    // the gradients' precision. One reduction in flight: while block i's gradients arrive, block
+    // i + 1's whole buffer is being reduce-scattered into a slice; at the end the root's is.
+    const double blocks_whole = std::min(2.0, layers);
+    const double in_flight = e * block * blocks_whole + grad_b * (layers > 0 ? block / n : 0);
+    mb.grads += bytes(e * root_psi + std::max(in_flight, grad_b * root_psi / n));
   }
   if (p.offload != spec::Offload::kNone) mb.optimizer = Bytes(0);
-  if (p.offload == spec::Offload::kOptimizerAndParams) mb.weights = bytes(e * t.block_params * o.zero3_prefetch_blocks);
+  if (p.offload == spec::Offload::kOptimizerAndParams) {
+    mb.weights = bytes(e * (root_psi + block * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers)));
+  }
 
   double act = live_activations;
   if (holds_last) act += t.logits;
@@ -162,7 +170,7 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
       for (int s : stages.stages_of_rank(r)) heaviest = std::max(heaviest, stage_weight[static_cast<std::size_t>(s)]);
       act = heaviest * spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), r);
     }
-    out.push_back(rank_memory(terms, p, params_of_pp_rank(m, p, stages, r), root_params_of_pp_rank(m, p, stages, r),
+    out.push_back(rank_memory(terms, p, stages.layers_of_rank(r), root_params_of_pp_rank(m, p, stages, r),
                               act, stages.pp_rank_of(last) == r, o));
   }
   return out;

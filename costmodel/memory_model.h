@@ -70,16 +70,18 @@ struct MemoryTerms {
   double activation_per_layer = 0; // stored activations of one layer, one microbatch
   double logits = 0;               // the last stage's logits of one microbatch (16-bit + fp32 in the loss)
   double recompute_buffer = 0;     // full recompute: one layer's rematerialised activations
-  double block_params = 0;         // attention + MLP matrices of one block per tp rank (a ZeRO-3 unit)
+  double block_params = 0;         // one block's parameters per tp rank (block_params_per_tp; a ZeRO-3 unit)
   double comm_buffers = 0;         // communication buffers of the groups this rank talks in
 };
 MemoryTerms memory_terms(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                          int shard_group, const CostModelOptions& options);
 
-// The memory of one pipeline rank from what it holds: `params` (per tp rank, its layers and root
-// part), `root_params` (the root part alone), the bytes of the activations stored for its live
-// microbatches, and whether it holds the last stage (the logits).
-MemoryBreakdown rank_memory(const MemoryTerms& terms, const spec::ParallelConfig& parallel, double params,
+// The memory of one pipeline rank from what it holds: `layers` blocks (of terms.block_params each)
+// and `root_params` outside them (per tp rank), the bytes of the activations stored for its live
+// microbatches, and whether it holds the last stage (the logits). ZeRO-3 adds FSDP's whole buffers
+// beside the shards: the root unit's weights and gradients for a whole microbatch, the running and
+// the prefetched block, and one reduction in flight (units assumed divisible by the shard group).
+MemoryBreakdown rank_memory(const MemoryTerms& terms, const spec::ParallelConfig& parallel, double layers,
                             double root_params, double live_activations, bool holds_last,
                             const CostModelOptions& options);
 

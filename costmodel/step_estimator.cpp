@@ -158,8 +158,7 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   }
   const double e = activation_bytes(o.precision);
   if (p.zero_stage == 3 && x.n_shard > 1) {
-    const auto c = model.param_counts();
-    const double block_params = static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / p.tp;
+    const double block_params = block_params_per_tp(model.param_counts(), p.tp);
     const Bytes gathered(static_cast<std::int64_t>(block_params * e));
     const Bytes grads(static_cast<std::int64_t>(block_params * (o.fp32_main_grads ? 4 : 2)));
     const Seconds ag = collective_time(Collective::kAllGather, gathered, x.shard_g, eff) + call;
@@ -531,7 +530,7 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
     params[i] = k.layers * block_params + root;
     const double act = mt.activation_per_layer * k.heaviest *
                        spec::in_flight_closed_form(p.schedule, pp, v, m, k.r);
-    const MemoryBreakdown mem = rank_memory(mt, p, params[i], root, act, k.last, o);
+    const MemoryBreakdown mem = rank_memory(mt, p, k.layers, root, act, k.last, o);
     if (i == 0 || mem.total() > out.peak_memory.total()) {
       out.peak_memory = mem;
       out.worst_pp_rank = k.r;

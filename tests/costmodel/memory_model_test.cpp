@@ -136,8 +136,8 @@ TEST(MemoryModel, ParametersOfEachPipelineRank) {
 }
 
 // ZeRO-3 keeps the root unit (embedding, final norm, LM head) whole for a microbatch, as FSDP's root
-// and cpt's executor do: on top of the shards and the prefetched blocks, its unsharded part of the
-// weights (16-bit) and of the gradients (fp32 main grads).
+// and cpt's executor do: beside the shards, its whole weights (16-bit) and gradients (fp32 main
+// grads), the running and the prefetched block, and one reduction in flight.
 TEST(MemoryModel, ZeroThreeCountsTheWholeRootUnit) {
   const spec::ModelSpec m = spec::find_catalog_model("llama3-8b")->spec;
   const spec::ParallelConfig p{.dp = 64, .micro_batch = 1, .global_batch = 64, .zero_stage = 3};
@@ -148,11 +148,15 @@ TEST(MemoryModel, ZeroThreeCountsTheWholeRootUnit) {
   const double psi = params_of_pp_rank(m, p, stages, 0);
   const double root = root_params_of_pp_rank(m, p, stages, 0);
   EXPECT_EQ(root, 2.0 * 128256 * 4096 + 4096);  // embedding + untied head + final norm
-  const double block = static_cast<double>(m.param_counts().attention_per_layer + m.param_counts().mlp_per_layer);
-  EXPECT_NEAR(static_cast<double>(mem.weights.value()), 2 * psi / 64 + 2 * block * o.zero3_prefetch_blocks + 2 * root * 63 / 64,
+  const double block = block_params_per_tp(m.param_counts(), 1);  // norms included: a unit holds them
+  EXPECT_EQ(block * 32 + root, psi);
+  // The shards, the whole root and the running and prefetched blocks beside them.
+  EXPECT_NEAR(static_cast<double>(mem.weights.value()), 2 * psi / 64 + 2 * root + 2 * block * o.zero3_prefetch_blocks,
               2.0);
-  EXPECT_NEAR(static_cast<double>(mem.grads.value()),
-              4 * psi / 64 + 4 * std::min(psi, static_cast<double>(o.bucket_elements)) + 4 * root * 63 / 64, 2.0);
+  // The shards (fp32), the root's whole gradient (bf16, autograd's), and one reduction in flight:
+  // here two whole blocks and a block's fp32 slice (the root's slice, at the end, is smaller:
+  // 1.05e9 / 64 < 2 · 2.2e8).
+  EXPECT_NEAR(static_cast<double>(mem.grads.value()), 4 * psi / 64 + 2 * root + 2 * 2 * block + 4 * block / 64, 2.0);
 }
 
 }  // namespace
