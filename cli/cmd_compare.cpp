@@ -67,6 +67,10 @@ void run(const CompareOptions& o) {
   cost::CostModelOptions options;
   options.precision = cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
   options = cost::as_run_by_cpt_executor(options);
+  // The run's own gradient bucket (fp32 gradients), where measured.json records it.
+  if (const auto bucket = measured.value("dp_bucket_bytes", std::int64_t{0}); bucket > 0) {
+    options.bucket_elements = std::max<std::int64_t>(1, bucket / 4);
+  }
   const auto ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, options);
   const auto* e = std::get_if<cost::Estimate>(&ev);
   if (e == nullptr) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/units.h"
+#include "spec/gradient_buckets.h"
 #include "spec/hardware_spec.h"
 
 namespace cpt::cost {
@@ -121,7 +122,7 @@ struct CostModelOptions {
   // The kernels the runtime dispatches: fused for plans handed to Megatron-LM; eager for cpt's
   // executor (as_run_by_cpt_executor).
   KernelDispatch dispatch = KernelDispatch::kFused;
-  // DP gradient buckets (Megatron/DDP default 40 M elements; torch DDP 25 MiB).
+  // DP gradient buckets (Megatron/DDP default 40 M elements; torch DDP and cpt's executor 25 MiB).
   std::int64_t bucket_elements = 40'000'000;
   // ZeRO-3 gathers this many blocks ahead of use (FSDP's forward prefetch of one, plus the block
   // in use).
@@ -137,11 +138,13 @@ struct CostModelOptions {
   double fragmentation = 0.05;  // caching-allocator slack, as a fraction of activations + buffers
 };
 
-// `o` as cpt's own executor runs a plan: all-gather context parallelism, eager dispatch (`cpt plan
+// `o` as cpt's own executor runs a plan: all-gather context parallelism, eager dispatch, its
+// gradient buckets (`cpt plan
 // --for-executor`, `--gpu local`, `cpt compare`, `cpt calibrate --from-runs`).
 inline CostModelOptions as_run_by_cpt_executor(CostModelOptions o) {
   o.context_parallel = ContextParallelKind::kAllGather;
   o.dispatch = KernelDispatch::kEager;
+  o.bucket_elements = spec::kDefaultGradientBucketBytes / 4;  // its default bucket of fp32 gradients
   return o;
 }
 

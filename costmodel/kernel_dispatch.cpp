@@ -29,19 +29,19 @@ PassKernels head_kernels(const CostModelOptions& o) {
 }
 
 double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool last, int sharded_zero_stage,
-                    const CostModelOptions& o) {
+                    double busiest_segments, const CostModelOptions& o) {
   if (!eager(o)) return 4;
   // Parameter tensors: per layer two norms, q, k, v, o and the MLP's (three for SwiGLU, two else);
   // the embedding; the final norm and the LM head (none apart when tied).
   const double per_layer = 6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2);
   const double tensors = per_layer * layers + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
-  double per_tensor = 2;
+  double k = 22 + 2 * tensors;
   if (sharded_zero_stage == 3) {
-    per_tensor += 3;
+    k += 3 * tensors;
   } else if (sharded_zero_stage >= 1) {
-    per_tensor += 9;
+    k += 3 * tensors + 12 * busiest_segments;
   }
-  return 22 + per_tensor * tensors;
+  return k;
 }
 
 double kernels_per_call(const CostModelOptions& o) { return eager(o) ? 5 : 0; }

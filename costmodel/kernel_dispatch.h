@@ -16,8 +16,10 @@
 // norm, LM head and cross-entropy 29 + 16; around each communication call 5, around a
 // sequence-parallel gather or scatter 9, around a context-parallel gather or its reduce-scatter
 // 14, around a ZeRO-3 unit's gather or reduce-scatter 13 (its views into the flat buffer); per
-// step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for all), and
-// while ZeRO-1/2 shards the state 9 (ZeRO-3 3) more per tensor for its flat buffers.
+// step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for all); ZeRO-3
+// 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered values
+// copied back) and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm,
+// moments, update and gather; fitted on tiny DP2 and DP4 with 1 and 6 buckets, 1-15 segments).
 // Measured per layout: DistributedTrain.ModelStateBytesEqualTheCostModel checks single, DP2,
 // ZeRO-1 and ZeRO-3 DP2, TP2, TP2 + SP, PP2, CP2 x ZeRO-1 DP2 and DP2 with full and with
 // selective recomputation within 6%; CP2 and the interleaved pipeline were compared by hand
@@ -42,9 +44,10 @@ PassKernels embedding_kernels(const CostModelOptions& o);
 PassKernels head_kernels(const CostModelOptions& o);
 // Once per step on a rank that holds `layers` layers (and the embedding / head when `first` /
 // `last`), besides its communication: gradient norm, clipping, the optimizer and, when the
-// optimizer state is sharded (`sharded_zero_stage` 1..3; 0 when not sharded), ZeRO's buffers.
+// optimizer state is sharded (`sharded_zero_stage` 1..3; 0 when not sharded), ZeRO's buffers
+// (`busiest_segments`: BucketStats::busiest_segments, for ZeRO-1/2).
 double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool last, int sharded_zero_stage,
-                    const CostModelOptions& o);
+                    double busiest_segments, const CostModelOptions& o);
 // Kernels around one communication call: a plain one (all-reduce, bucket, send / receive), a
 // sequence-parallel gather or scatter, a context-parallel gather or reduce-scatter.
 double kernels_per_call(const CostModelOptions& o);

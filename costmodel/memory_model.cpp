@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "costmodel/executor_buckets.h"
 #include "costmodel/layer_costs.h"
 #include "spec/shard_layout.h"
 
@@ -93,6 +94,7 @@ double root_params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConf
 MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, int shard_group,
                          const CostModelOptions& o) {
   MemoryTerms t;
+  t.model = &m;
   t.shard_group = shard_group;
   t.activation_per_layer = static_cast<double>(activation_bytes_per_layer(m, p, seq_len, o).value());
   const double e = activation_bytes(o.precision);
@@ -113,13 +115,24 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
 }
 
 MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p, double layers, double root_psi,
-                            double live_activations, bool holds_last, const CostModelOptions& o) {
+                            double live_activations, bool holds_first, bool holds_last, const CostModelOptions& o) {
   const int n = t.shard_group;
   const double e = activation_bytes(o.precision);
   const double block = t.block_params;
   MemoryBreakdown mb = model_state_bytes(layers * block + root_psi, p.zero_stage, n, o);
   const double grad_b = (o.precision == spec::Precision::kFp32 || o.fp32_main_grads) ? 4 : 2;
-  if (p.zero_stage == 2) mb.grads += bytes(grad_b * std::min(layers * block + root_psi, static_cast<double>(o.bucket_elements)));
+  // ZeRO-2 keeps its gradient shard and the buckets being reduced: one reducing while the next
+  // fills (DeepSpeed's overlap_comm; cpt's executor, train/zero_optimizer.cpp), never more than
+  // the whole gradient.
+  if (p.zero_stage == 2) {
+    const double reducing =
+        o.dispatch == KernelDispatch::kEager && t.model != nullptr
+            ? executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)), holds_first, holds_last,
+                                        p.pp * p.virtual_stages == 1, o.bucket_elements)
+                  .largest_pair
+            : 2.0 * static_cast<double>(o.bucket_elements);
+    mb.grads += bytes(grad_b * std::min(layers * block + root_psi, reducing));
+  }
   if (p.zero_stage == 3) {
     // FSDP's residency (and the executor's, parallel/fully_sharded.h): every unit keeps its shard,
     // and a gathered unit is a whole buffer beside it. The root unit (embedding, final norm, LM
@@ -171,7 +184,7 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
       act = heaviest * spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), r);
     }
     out.push_back(rank_memory(terms, p, stages.layers_of_rank(r), root_params_of_pp_rank(m, p, stages, r),
-                              act, stages.pp_rank_of(last) == r, o));
+                              act, r == 0, stages.pp_rank_of(last) == r, o));
   }
   return out;
 }

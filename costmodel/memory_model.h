@@ -66,6 +66,7 @@ double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfi
 
 // What the memory of every pipeline rank of one configuration shares (bytes), computed once.
 struct MemoryTerms {
+  const spec::ModelSpec* model = nullptr;  // the model the terms are of (outlives them)
   int shard_group = 1;             // ZeRO shard group (spec::RankLayout::zero_shard_group_size)
   double activation_per_layer = 0; // stored activations of one layer, one microbatch
   double logits = 0;               // the last stage's logits of one microbatch (16-bit + fp32 in the loss)
@@ -78,11 +79,13 @@ MemoryTerms memory_terms(const spec::ModelSpec& model, const spec::ParallelConfi
 
 // The memory of one pipeline rank from what it holds: `layers` blocks (of terms.block_params each)
 // and `root_params` outside them (per tp rank), the bytes of the activations stored for its live
-// microbatches, and whether it holds the last stage (the logits). ZeRO-3 adds FSDP's whole buffers
+// microbatches, and whether it holds the first stage (the embedding) and the last (the logits).
+// ZeRO-2 adds the buckets being reduced (two; cpt's executor's own under eager dispatch,
+// executor_buckets.h); ZeRO-3 adds FSDP's whole buffers
 // beside the shards: the root unit's weights and gradients for a whole microbatch, the running and
 // the prefetched block, and one reduction in flight (units assumed divisible by the shard group).
 MemoryBreakdown rank_memory(const MemoryTerms& terms, const spec::ParallelConfig& parallel, double layers,
-                            double root_params, double live_activations, bool holds_last,
+                            double root_params, double live_activations, bool holds_first, bool holds_last,
                             const CostModelOptions& options);
 
 // The peak memory of every pipeline rank, index = pp rank. With a schedule the live microbatches are

@@ -7,6 +7,7 @@
 
 #include "core/str_cat.h"
 #include "costmodel/collective_model.h"
+#include "costmodel/executor_buckets.h"
 #include "costmodel/kernel_dispatch.h"
 #include "costmodel/layer_costs.h"
 #include "costmodel/pipeline_replay.h"
@@ -258,7 +259,15 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   const Bytes param_bytes(static_cast<std::int64_t>(psi * e));
   Seconds overlappable, exposed_after;
   double overlappable_calls = 0, after_calls = 0;  // per reduction; after the optimizer
-  const double buckets = std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements)));
+  // Buckets per reduction: cpt's executor's own (whole parameters, executor_buckets.h); Megatron's
+  // filled to the cap.
+  const bool eager = o.dispatch == KernelDispatch::kEager;
+  const BucketStats executor_buckets =
+      eager ? executor_gradient_buckets(model, p.tp, static_cast<int>(std::lround(crit.layers)), crit.first, crit.last,
+                                        p.pp * p.virtual_stages == 1, o.bucket_elements,
+                                        p.zero_stage == 1 || p.zero_stage == 2 ? x.n_shard : 1)
+            : BucketStats{};
+  const double buckets = eager ? executor_buckets.count : std::max(1.0, std::ceil(psi / static_cast<double>(o.bucket_elements)));
   if (x.n_shard > 1 || (p.hybrid_shard && x.replicate_g.size > 1)) {
     if (p.zero_stage == 0) {
       overlappable = collective_time(Collective::kAllReduce, grad_bytes, x.dp_g, eff) + call * buckets;
@@ -305,7 +314,8 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   // sharded dp; the loss over pp).
   const int sharded_stage = x.n_shard > 1 ? p.zero_stage : 0;
   const double step_calls = (p.tp > 1 ? 1 : 0) + (p.pp > 1 ? 2 : 0) + (sharded_stage >= 1 ? 1 : 0);
-  const double step_k = step_kernels(model, rank_layers, crit.first, crit.last, sharded_stage, o) +
+  const double step_k = step_kernels(model, rank_layers, crit.first, crit.last, sharded_stage,
+                                     executor_buckets.busiest_segments, o) +
                         kernels_per_call(o) * step_calls;
   end.kernels = (blk.forward.kernels + blk.backward.kernels + blk.recompute.kernels) * (rank_layers * mm) +
                 (crit.first ? (head.embedding_forward.kernels + head.embedding_backward.kernels) * mm : 0) +
@@ -530,7 +540,7 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
     params[i] = k.layers * block_params + root;
     const double act = mt.activation_per_layer * k.heaviest *
                        spec::in_flight_closed_form(p.schedule, pp, v, m, k.r);
-    const MemoryBreakdown mem = rank_memory(mt, p, k.layers, root, act, k.last, o);
+    const MemoryBreakdown mem = rank_memory(mt, p, k.layers, root, act, k.first, k.last, o);
     if (i == 0 || mem.total() > out.peak_memory.total()) {
       out.peak_memory = mem;
       out.worst_pp_rank = k.r;

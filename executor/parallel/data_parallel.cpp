@@ -3,7 +3,10 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+
 #include "core/check.h"
+#include "spec/gradient_buckets.h"
 
 namespace cpt::exec {
 
@@ -27,17 +30,16 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
   bucket_of_.assign(params_.size(), 0);
   count_.assign(params_.size(), 0);
   if (dp_.size() == 1) return;
-  std::int64_t bytes = 0;
-  for (std::size_t k = params_.size(); k-- > 0;) {
-    const auto& p = params_[k];
-    const std::int64_t b = p.numel() * static_cast<std::int64_t>(p.element_size());
-    if (buckets_.empty() || (bytes > 0 && bytes + b > bucket_bytes)) {
-      buckets_.emplace_back();
-      bytes = 0;
+  // The bucket rule lives in spec (reverse registration order, whole parameters up to the cap).
+  std::vector<std::int64_t> numels;
+  for (const auto& p : params_) numels.push_back(p.numel());
+  const auto element_bytes = static_cast<std::int64_t>(params_.front().element_size());
+  for (const auto& range : spec::reverse_order_buckets(numels, std::max<std::int64_t>(1, bucket_bytes / element_bytes))) {
+    buckets_.emplace_back();
+    for (std::size_t k = range.end_param; k-- > range.first_param;) {
+      bucket_of_[k] = buckets_.size() - 1;
+      buckets_.back().params.push_back(k);
     }
-    bucket_of_[k] = buckets_.size() - 1;
-    buckets_.back().params.push_back(k);
-    bytes += b;
   }
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {

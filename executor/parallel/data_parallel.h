@@ -1,8 +1,9 @@
 #pragma once
 // Data parallelism without sharding (ZeRO-0): every replica holds all weights; after the last
 // microbatch's backward of a step, each gradient is summed over the dp group. Gradients live in
-// buckets (parameters in reverse registration order, which is roughly the order backward produces
-// them, up to bucket_bytes each): each parameter's .grad is a view into its bucket, so autograd
+// buckets (spec::reverse_order_buckets: the parameters in reverse of the order given — the
+// trainer's, spec/parameter_order.h, whose reverse is the order backward produces them — up to
+// bucket_bytes each): each parameter's .grad is a view into its bucket, so autograd
 // accumulates straight into the buffer that is reduced and no gradient is stored twice (DDP's
 // gradient_as_bucket_view). A bucket's all-reduce starts, asynchronously, as soon as backward has
 // produced the last gradient of the step of each of its parameters, so reductions overlap the rest

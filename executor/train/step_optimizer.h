@@ -2,8 +2,8 @@
 // What happens to the gradients of a step between backward and the next forward, for every data
 // layout: reduce them over the data-parallel group (or not), measure their global norm, clip, and
 // apply AdamW — replicated (every rank updates everything; ZeRO-0) or sharded (ZeRO-1/2: each
-// rank updates its slice of the flat parameter vector, spec::ShardLayout's slice, and the slices
-// are all-gathered). Both give the single-process step, and both save and load the same full
+// rank updates its slice of every gradient bucket, spec::ShardLayout's slice, and the slices are
+// all-gathered). Both give the single-process step, and both save and load the same full
 // optimizer state (AdamW::state()'s names), so checkpoints move between layouts.
 #include <torch/torch.h>
 
@@ -68,14 +68,24 @@ std::unique_ptr<StepOptimizer> make_replicated_optimizer(const NamedParams& para
                                                          Communicator& dp, std::int64_t bucket_bytes,
                                                          const ModelParallelNorm& mp = {});
 
-// ZeRO-1 (stage 1: the accumulated gradient is reduce-scattered once per step) or ZeRO-2 (stage 2:
-// every microbatch's gradient is reduce-scattered into this rank's gradient shard and the full
-// gradient dropped). Optimizer state and fp32 master weights exist only for this rank's slice.
-// `offload`: the optimizer state (moments, an fp32 master of the slice, step counts) in host memory
-// and the update on the CPU, the gradient shard copied there and the updated slice back
-// (DeepSpeed's ZeRO-Offload; the plan's offload "optimizer").
+// ZeRO-1/2 (train/zero_optimizer.cpp): each gradient bucket (spec::reverse_order_buckets) split
+// over the group (spec::ShardLayout); optimizer state and fp32 master weights exist only for this
+// rank's slices; buckets reduce-scatter while backward continues.
+struct ZeroOptions {
+  int stage = 1;  // 1: the step's accumulated gradient reduced once; 2: and only the shard kept
+  std::int64_t bucket_bytes = 25 * 1024 * 1024;  // gradient bucket (fp32)
+  // Stage 2 reduces each microbatch's gradients as its backward produces them, holding only the
+  // gradient shard and two buckets. That needs before/after_backward around every microbatch's
+  // backward; under a pipeline schedule, whose microbatches' backward passes interleave, stage 2
+  // accumulates whole gradients like stage 1 (false).
+  bool reduce_each_microbatch = true;
+  // The optimizer state (moments, an fp32 master of the shard, step counts) in host memory and the
+  // update on the CPU, the gradient copied there and the updated shard back (DeepSpeed's
+  // ZeRO-Offload; the plan's offload "optimizer").
+  bool offload = false;
+};
 std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
-                                                   Communicator& dp, int stage, const ModelParallelNorm& mp = {},
-                                                   bool offload = false);
+                                                   Communicator& dp, const ZeroOptions& zero,
+                                                   const ModelParallelNorm& mp = {});
 
 }  // namespace cpt::exec

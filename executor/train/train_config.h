@@ -11,6 +11,7 @@
 #include "executor/data/data_loader.h"
 #include "executor/train/adamw.h"
 #include "executor/train/lr_schedule.h"
+#include "spec/gradient_buckets.h"
 
 namespace cpt::exec {
 
@@ -88,7 +89,8 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // intra-op CPU threads; 0 = LibTorch's default
   int collective_timeout_s = 300;  // a collective slower than this ends the job (all ranks)
-  double dp_bucket_mib = 25;       // data-parallel gradient bucket size
+  // Data-parallel gradient bucket size (replicated buckets and ZeRO-1/2's reduce-scatter buckets).
+  double dp_bucket_mib = static_cast<double>(spec::kDefaultGradientBucketBytes) / (1024 * 1024);
   std::int64_t log_interval_steps = 1;
 };
 

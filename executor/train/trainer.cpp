@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "executor/parallel/pipeline_executor.h"
 #include "executor/train/step_optimizer.h"
 #include "spec/executor_support.h"
+#include "spec/parameter_order.h"
 #include "spec/rank_layout.h"
 #include "spec/sequence_split.h"
 #include "executor/io/model_weights.h"
@@ -133,6 +135,15 @@ void require_supported(const spec::Plan& plan) {
   if (auto gap = spec::find_executor_gap(par, plan.model, plan.workload.seq_len)) {
     throw core::ConfigError(str_cat("plan: ", spec::describe(*gap, par, plan.workload.seq_len)));
   }
+}
+
+// The parameters in the order data parallelism buckets them (spec/parameter_order.h: the reverse
+// of it is the order backward produces their gradients).
+std::vector<std::pair<std::string, torch::Tensor>> in_gradient_order(std::vector<std::pair<std::string, torch::Tensor>> named) {
+  std::stable_sort(named.begin(), named.end(), [](const auto& a, const auto& b) {
+    return spec::gradient_order_key(a.first) < spec::gradient_order_key(b.first);
+  });
+  return named;
 }
 
 }  // namespace
@@ -277,11 +288,15 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     }
     optimizer = std::move(fs);
   } else if (par.zero_stage == 0) {
-    optimizer = make_replicated_optimizer(named, config.optimizer, replicas,
+    optimizer = make_replicated_optimizer(in_gradient_order(named), config.optimizer, replicas,
                                           static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024), norm_groups);
   } else {
-    optimizer = make_zero_optimizer(named, config.optimizer, replicas, par.zero_stage, norm_groups,
-                                    par.offload == spec::Offload::kOptimizer);
+    ZeroOptions zero;
+    zero.stage = par.zero_stage;
+    zero.bucket_bytes = static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024);
+    zero.reduce_each_microbatch = par.pp == 1;
+    zero.offload = par.offload == spec::Offload::kOptimizer;
+    optimizer = make_zero_optimizer(in_gradient_order(named), config.optimizer, replicas, zero, norm_groups);
   }
   if (config.keep_optimizer_state) {
     // Continual pre-training that keeps the base run's AdamW moments and step count.
@@ -605,6 +620,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                                                     : 0.0},
                                   {"peak_memory_bytes", peak_memory_bytes(device)},
                                   {"device", device.str()},
+                                  // The gradient bucket, which the cost model needs to price this run.
+                                  {"dp_bucket_bytes", static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024)},
                                   {"final_loss", summary.final_loss},
                                   {"skipped_steps", skipped}};
   // Model-state storage of every rank (measure/storage_bytes.h), gathered to rank 0.

@@ -1,17 +1,36 @@
-// ZeRO-1/2 over the data-parallel group (Rajbhandari et al. 2020, P_os and P_os+g). The parameters
-// are seen as one flat vector in registration order, padded and split by spec::ShardLayout; rank i
-// owns slice i. Every parameter's .grad is a view into one flat gradient buffer, so autograd
-// accumulates straight into it. Per step: the buffer is reduce-scattered (stage 1: once, after the
-// last microbatch, the result written back into this rank's slice of the buffer; stage 2: after
-// every microbatch, added into a separate gradient shard and the buffer zeroed), the global norm is
-// the square root of the all-reduced shard norms², AdamW (the same fused kernel as the replicated
-// path) updates this rank's slice of the parameters in place, segment by segment (a segment = the
-// part of one parameter inside the slice, so weight decay follows the parameter; the parameters
-// are fp32, so no separate master copy), and the updated slices are all-gathered through the
-// gradient buffer, which the step no longer needs, back into every parameter.
-// Weaker than ZeRO-2 proper: the flat buffer is full size, so stage 2 holds 4Ψ + 4Ψ/N gradient
-// bytes where bucketed reduce-scatter would hold 4Ψ/N plus one bucket.
+// ZeRO-1/2 over the data-parallel group (Rajbhandari et al. 2020, P_os and P_os+g), with the
+// gradient reduction in buckets overlapped with backward (Megatron's distributed optimizer,
+// DeepSpeed's overlap_comm).
+//
+// Layout. The parameters are one flat vector in the order given (the trainer's: spec/
+// parameter_order.h), cut into gradient buckets by spec::reverse_order_buckets (the order backward
+// produces them), and each bucket is split over
+// the group by spec::ShardLayout: rank r owns slice r of every bucket. Its shard is those slices
+// one after the other (bucket 0 first). A segment is the part of one parameter inside one owned
+// slice; AdamW runs per segment (so weight decay follows the parameter), and the parameters are
+// fp32, so there is no separate master copy.
+//
+// Reduction. A bucket is reduce-scattered, asynchronously, as soon as backward has produced the
+// gradients it waits for, so reductions overlap the rest of backward:
+//  - accumulate (stage 1, and stage 2 under a pipeline schedule, whose microbatches' backward
+//    passes interleave): every .grad is a view into one full gradient buffer (bucket by bucket,
+//    each padded for its split), autograd accumulates the step's microbatches into it, and a
+//    bucket reduces when each of its parameters has had its last gradient of the step; the slice
+//    comes back into the buffer, which the step then reads.
+//  - per microbatch (stage 2): there is no full buffer. Autograd hands each parameter's gradient
+//    over in .grad, which a hook copies into its bucket's staging buffer and drops; a full bucket
+//    reduce-scatters into a slice that is added into the gradient shard, and its staging buffer is
+//    freed. One reduction is in flight while the next bucket fills, so stage 2 holds the shard and
+//    about two buckets (measured.json reports the peak).
+// Update: the global norm is the square root of the all-reduced shard norms²; after AdamW each
+// bucket's updated slices are all-gathered (into the full buffer, or a buffer of the bucket's size)
+// back into the parameters. Checkpoints gather the moments into the same per-parameter names as a single process,
+// so a checkpoint moves between layouts.
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include <cmath>
+#include <deque>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -19,6 +38,7 @@
 #include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
 #include "executor/train/step_optimizer.h"
+#include "spec/gradient_buckets.h"
 #include "spec/shard_layout.h"
 
 namespace cpt::exec {
@@ -27,64 +47,131 @@ namespace {
 
 using core::str_cat;
 
+class ZeroOptimizer;
+
+// Runs after autograd has added a gradient into the parameter's .grad.
+class GradHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradHook(ZeroOptimizer* owner, std::size_t param) : owner_(owner), param_(param) {}
+  void operator()(const torch::autograd::Variable&) override;
+
+ private:
+  ZeroOptimizer* owner_;
+  std::size_t param_;
+};
+
 class ZeroOptimizer : public StepOptimizer {
  public:
-  ZeroOptimizer(const NamedParams& params, const AdamWOptions& options, Communicator& dp, int stage,
-                const ModelParallelNorm& mp, bool offload)
-      : options_(options), dp_(dp), stage_(stage), mp_(mp), offload_(offload), layout_(total(params), dp.size()) {
-    CPT_CHECK(stage == 1 || stage == 2, "ZeRO stage ", stage, " is not this optimizer's");
+  ZeroOptimizer(const NamedParams& params, const AdamWOptions& options, Communicator& dp, const ZeroOptions& zero,
+                const ModelParallelNorm& mp)
+      : options_(options), dp_(dp), mp_(mp), offload_(zero.offload),
+        per_microbatch_(zero.stage == 2 && zero.reduce_each_microbatch) {
+    CPT_CHECK(zero.stage == 1 || zero.stage == 2, "ZeRO stage ", zero.stage, " is not this optimizer's");
+    CPT_CHECK(!params.empty(), "nothing to optimize");
+    std::vector<std::int64_t> numels;
     std::int64_t at = 0;
     for (const auto& [name, p] : params) {
-      params_.push_back({name, p, at});
+      params_.push_back({name, p, at, 0});
+      numels.push_back(p.numel());
       at += p.numel();
     }
-    const auto mine = layout_.slice(dp_.rank());
-    const auto opts = torch::TensorOptions(torch::kFloat32).device(params.front().second.device());
-    // With offload the optimizer state (moments, the slice's fp32 master and the step counts) lives
+    opts_ = torch::TensorOptions(torch::kFloat32).device(params.front().second.device());
+    const auto cap = std::max<std::int64_t>(1, zero.bucket_bytes / static_cast<std::int64_t>(sizeof(float)));
+    const int n = dp_.size(), me = dp_.rank();
+    std::int64_t shard_at = 0, buffer_at = 0;
+    for (const auto& range : spec::reverse_order_buckets(numels, cap)) {
+      Bucket b{range, spec::ShardLayout(range.size(), n), shard_at, buffer_at};
+      for (std::size_t k = range.first_param; k < range.end_param; ++k) params_[k].bucket = buckets_.size();
+      shard_at += b.layout.shard_size();
+      buffer_at += b.layout.padded_size();
+      buckets_.push_back(std::move(b));
+    }
+    // With offload the optimizer state (moments, the shard's fp32 master and the step counts) lives
     // in host memory and the update runs on the CPU (DeepSpeed's ZeRO-Offload).
-    const auto state_opts = offload_ ? torch::TensorOptions(torch::kFloat32).device(torch::kCPU) : opts;
-    exp_avg_ = torch::zeros({mine.size}, state_opts);
-    exp_avg_sq_ = torch::zeros({mine.size}, state_opts);
-    if (offload_) master_ = torch::zeros({mine.size}, state_opts);
-    flat_ = torch::zeros({layout_.padded_size()}, opts);
-    // Stage 1 reduces once, into its own slice of the buffer; stage 2 accumulates reduced shards.
-    grad_shard_ = stage_ == 1 ? flat_.narrow(0, mine.offset, mine.size) : torch::zeros({mine.size}, opts);
-    for (std::size_t k = 0; k < params_.size(); ++k) {
-      const auto& p = params_[k];
-      const auto begin = std::max(p.offset, mine.offset);
-      const auto end = std::min(p.offset + p.tensor.numel(), mine.offset + mine.size);
-      if (begin >= end) continue;
-      segments_.push_back({k, begin - p.offset, begin - mine.offset, end - begin, !is_no_decay_parameter(p.name),
-                           mp.counts(p.name), torch::zeros({}, state_opts)});
+    const auto state_opts = offload_ ? torch::TensorOptions(torch::kFloat32).device(torch::kCPU) : opts_;
+    exp_avg_ = torch::zeros({shard_at}, state_opts);
+    exp_avg_sq_ = torch::zeros({shard_at}, state_opts);
+    if (offload_) master_ = torch::zeros({shard_at}, state_opts);
+    if (per_microbatch_) {
+      grad_shard_ = torch::zeros({shard_at}, opts_);
+    } else {
+      buffer_ = torch::zeros({buffer_at}, opts_);
+    }
+    for (const auto& b : buckets_) {
+      const auto mine = b.layout.unpadded_slice(me);  // bucket-local
+      for (std::size_t k = b.range.first_param; k < b.range.end_param; ++k) {
+        const auto& p = params_[k];
+        const auto local = p.offset - b.range.begin;  // the parameter's first element in the bucket
+        const auto begin = std::max(local, mine.offset);
+        const auto end = std::min(local + p.tensor.numel(), mine.offset + mine.size);
+        if (begin >= end) continue;
+        Segment s{k, begin - local, b.shard_offset + (begin - mine.offset), end - begin, !is_no_decay_parameter(p.name),
+                  mp.counts(p.name), torch::zeros({}, state_opts), {}};
+        // Where the reduced gradient of the segment is read: the shard, or this rank's slice of the
+        // bucket inside the full buffer.
+        s.grad = per_microbatch_ ? grad_shard_.narrow(0, s.shard_offset, s.length)
+                                 : buffer_.narrow(0, b.buffer_offset + begin, s.length);
+        segments_.push_back(std::move(s));
+      }
     }
     torch::NoGradGuard no_grad;
     refresh_master();
     for (auto& p : params_) {
-      auto view = flat_.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor);
-      if (p.tensor.grad().defined()) view.copy_(p.tensor.grad());
-      p.tensor.mutable_grad() = view;
+      if (!per_microbatch_) {
+        auto view = buffer_view(p);
+        if (p.tensor.grad().defined()) view.copy_(p.tensor.grad());  // a half-done step's gradients move in
+        p.tensor.mutable_grad() = view;
+      } else {
+        p.tensor.mutable_grad() = torch::Tensor();  // autograd hands each gradient over fresh
+      }
+    }
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      torch::autograd::impl::set_post_acc_grad_hooks(params_[k].tensor, std::make_unique<GradHook>(this, k));
     }
   }
 
-  void before_backward(int, int) override {}
+  ~ZeroOptimizer() override {
+    for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
+  }
+
+  void before_backward(int i, int n) override {
+    if (per_microbatch_) {
+      arm(1);  // each microbatch's gradients are reduced on their own
+    } else if (i == 0) {
+      arm(n);
+    }
+  }
 
   void after_backward(int i, int n) override {
-    if (stage_ == 1 && i + 1 < n) return;  // stage 1 accumulates full gradients until the last
-    torch::NoGradGuard no_grad;
-    auto part = torch::empty({grad_shard_.numel()}, grad_shard_.options());
-    dp_.reduce_scatter_sum(flat_, part)->wait();
-    if (stage_ == 1) {
-      grad_shard_.copy_(part);
+    if (!per_microbatch_ && i + 1 < n) return;
+    finish();
+  }
+
+  void on_gradient(std::size_t k) {
+    if (!armed_) return;
+    auto& p = params_[k];
+    CPT_CHECK(p.count < expected_, "parameter ", p.name, " produced more gradients than backward passes");
+    auto& b = buckets_[p.bucket];
+    if (per_microbatch_) {
+      torch::NoGradGuard no_grad;
+      if (!b.staging.defined()) {
+        b.staging = take_staging(b);
+        note_peak();
+      }
+      b.staging.narrow(0, p.offset - b.range.begin, p.tensor.numel()).view_as(p.tensor).copy_(p.tensor.grad());
+      p.tensor.mutable_grad() = torch::Tensor();
     } else {
-      grad_shard_.add_(part);
-      flat_.zero_();
+      CPT_CHECK(p.tensor.grad().storage().is_alias_of(buffer_.storage()), "parameter ", p.name,
+                "'s gradient left the gradient buffer");
     }
+    if (++p.count < expected_) return;
+    if (++b.filled == b.range.end_param - b.range.first_param) reduce(p.bucket);
   }
 
   double grad_norm() override {
     std::vector<torch::Tensor> norms;
     for (const auto& s : segments_) {
-      if (s.counted) norms.push_back(torch::linalg_vector_norm(grad_shard_.narrow(0, s.shard_offset, s.length)));
+      if (s.counted) norms.push_back(torch::linalg_vector_norm(s.grad));
     }
     auto sq = norms.empty() ? torch::zeros({1}, torch::kFloat64)
                             : torch::stack(norms).to(torch::kFloat64).pow(2).sum().reshape({1}).cpu();
@@ -94,15 +181,15 @@ class ZeroOptimizer : public StepOptimizer {
 
   void step(double lr, double scale) override {
     torch::NoGradGuard no_grad;
-    // The gradient shard goes to the host with offload (a copy there, also on a CPU device).
-    auto grads = offload_ ? grad_shard_.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : grad_shard_;
-    if (scale != 1.0) grads.mul_(scale);
     for (const bool decay : {true, false}) {
       std::vector<torch::Tensor> w, g, m, v, steps;
       for (auto& s : segments_) {
         if (s.decay != decay) continue;
+        // The gradient goes to the host with offload (a copy there, also on a CPU device).
+        auto grad = offload_ ? s.grad.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true) : s.grad;
+        if (scale != 1.0) grad.mul_(scale);
         w.push_back(offload_ ? master_.narrow(0, s.shard_offset, s.length) : piece(s));
-        g.push_back(grads.narrow(0, s.shard_offset, s.length));
+        g.push_back(grad);
         m.push_back(exp_avg_.narrow(0, s.shard_offset, s.length));
         v.push_back(exp_avg_sq_.narrow(0, s.shard_offset, s.length));
         s.step.add_(1);  // the fused kernel reads the count but does not advance it
@@ -113,41 +200,36 @@ class ZeroOptimizer : public StepOptimizer {
                         options_.eps, false, false);
     }
     ++steps_done_;
-    // Every rank's updated slice, back into every parameter, through the gradient buffer.
-    auto mine = torch::zeros({grad_shard_.numel()}, flat_.options());
-    for (const auto& s : segments_) {
-      mine.narrow(0, s.shard_offset, s.length).copy_(offload_ ? master_.narrow(0, s.shard_offset, s.length) : piece(s));
-    }
-    dp_.all_gather(mine, flat_)->wait();
-    for (auto& p : params_) p.tensor.detach().copy_(flat_.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor));
+    gather_parameters();
     zero_grad();
   }
 
   void zero_grad() override {
     torch::NoGradGuard no_grad;
-    flat_.zero_();
-    if (stage_ == 2) grad_shard_.zero_();
+    if (per_microbatch_) {
+      grad_shard_.zero_();
+    } else {
+      buffer_.zero_();
+    }
   }
 
   ModelStateBytes state_bytes() const override {
-    std::vector<torch::Tensor> weights, grads{flat_, grad_shard_}, counters;
+    std::vector<torch::Tensor> weights, grads{buffer_, grad_shard_}, counters;
     for (const auto& p : params_) {
       weights.push_back(p.tensor);
       grads.push_back(p.tensor.grad());
     }
     for (const auto& s : segments_) counters.push_back(s.step);
     // Optimizer state counted where the parameters live: offloaded to a GPU's host it is 0 here.
-    const bool on_device = !offload_ || exp_avg_.device() == flat_.device();
-    return {storage_bytes(weights), storage_bytes(grads),
+    const bool on_device = !offload_ || exp_avg_.device() == opts_.device();
+    // Per microbatch the gradients' peak is inside backward (the shard and the staging buffers).
+    return {storage_bytes(weights), std::max(peak_grads_, storage_bytes(grads)),
             on_device ? storage_bytes({exp_avg_, exp_avg_sq_, master_}) : 0, on_device ? storage_bytes(counters) : 0};
   }
 
   NamedParams full_state() override {
     // Gathered on the parameters' device (the communicator's), wherever the state lives.
-    auto m = torch::empty({layout_.padded_size()}, flat_.options());
-    auto v = torch::empty({layout_.padded_size()}, flat_.options());
-    dp_.all_gather(exp_avg_.to(flat_.device()), m)->wait();
-    dp_.all_gather(exp_avg_sq_.to(flat_.device()), v)->wait();
+    const auto m = unshard(exp_avg_), v = unshard(exp_avg_sq_);
     NamedParams out;
     for (const auto& p : params_) {
       out.emplace_back(p.name + "/exp_avg", m.narrow(0, p.offset, p.tensor.numel()).view_as(p.tensor).clone());
@@ -177,7 +259,7 @@ class ZeroOptimizer : public StepOptimizer {
       count = c;
       s.step.fill_(c);
     }
-    // Every rank must agree on the count, also one that owns no segment (its slice is all padding).
+    // Every rank must agree on the count, also one that owns no segment (its slices are all padding).
     auto t = torch::tensor({count >= 0 ? static_cast<double>(count) : 0.0, count >= 0 ? 1.0 : 0.0}, torch::kFloat64);
     dp_.all_reduce_sum(t)->wait();
     const double owners = t[1].item<double>();
@@ -191,22 +273,140 @@ class ZeroOptimizer : public StepOptimizer {
     std::string name;
     torch::Tensor tensor;
     std::int64_t offset;  // in the flat vector
+    std::size_t bucket;
+    int count = 0;  // gradients accumulated since arm()
+  };
+  struct Bucket {
+    spec::GradientBucket range;
+    spec::ShardLayout layout;  // the bucket split over the group
+    std::int64_t shard_offset;   // this rank's slice of the bucket inside its shard
+    std::int64_t buffer_offset;  // the (padded) bucket inside the full buffer (accumulate mode)
+    std::size_t filled = 0;      // parameters complete since arm()
+    torch::Tensor staging{};     // per-microbatch mode, while filling or reducing
   };
   struct Segment {
     std::size_t param;
     std::int64_t param_offset;  // first element inside the parameter
-    std::int64_t shard_offset;  // first element inside this rank's slice
+    std::int64_t shard_offset;  // first element inside this rank's shard
     std::int64_t length;
     bool decay;
     bool counted;  // in the global gradient norm (ModelParallelNorm::counts)
     torch::Tensor step;
+    torch::Tensor grad;  // the reduced gradient of the segment (a view)
   };
-  static std::int64_t total(const NamedParams& params) {
-    std::int64_t n = 0;
-    for (const auto& [name, p] : params) n += p.numel();
-    return n;
+  struct Reduction {
+    std::size_t bucket;
+    torch::Tensor part;  // this rank's slice of the sum
+    std::unique_ptr<CommHandle> handle;
+  };
+
+  void arm(int backwards) {
+    armed_ = true;
+    expected_ = backwards;
+    for (auto& p : params_) p.count = 0;
+    for (auto& b : buckets_) b.filled = 0;
   }
-  // The host master copy of this rank's slice, from the parameters (offload only).
+
+  // Every bucket not reduced yet (a parameter without a gradient this time: zeros) joins in bucket
+  // order, so every rank reduces the same buckets in the same order; then all reductions land.
+  void finish() {
+    armed_ = false;
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      auto& b = buckets_[k];
+      if (b.filled == b.range.end_param - b.range.first_param) continue;
+      if (per_microbatch_ && !b.staging.defined()) {
+        b.staging = take_staging(b);
+        note_peak();
+      }
+      b.filled = b.range.end_param - b.range.first_param;
+      reduce(k);
+    }
+    while (!in_flight_.empty()) land_oldest();
+  }
+
+  // Starts the reduce-scatter of bucket k into a slice of its own. Per microbatch, one reduction is
+  // in flight while the next bucket fills (the one before lands first), so two buckets' staging
+  // buffers exist at a time, like FSDP's one reduce-scatter in flight.
+  void reduce(std::size_t k) {
+    if (per_microbatch_) {
+      while (!in_flight_.empty()) land_oldest();
+    }
+    auto& b = buckets_[k];
+    const auto input = per_microbatch_ ? b.staging.narrow(0, 0, b.layout.padded_size())
+                                       : buffer_.narrow(0, b.buffer_offset, b.layout.padded_size());
+    auto part = torch::empty({b.layout.shard_size()}, opts_);
+    auto handle = dp_.reduce_scatter_sum(input, part);
+    in_flight_.push_back({k, part, std::move(handle)});
+  }
+
+  // Waits for the oldest reduction and puts its slice where the step reads it.
+  void land_oldest() {
+    torch::NoGradGuard no_grad;
+    auto r = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    r.handle->wait();
+    auto& b = buckets_[r.bucket];
+    if (per_microbatch_) {
+      grad_shard_.narrow(0, b.shard_offset, b.layout.shard_size()).add_(r.part);
+      b.staging = torch::Tensor();
+    } else {
+      buffer_.narrow(0, b.buffer_offset + b.layout.slice(dp_.rank()).offset, b.layout.shard_size()).copy_(r.part);
+    }
+  }
+
+  // A zeroed staging buffer of bucket b's (padded) size, freed when its reduction lands.
+  torch::Tensor take_staging(const Bucket& b) {
+    return torch::zeros({b.layout.padded_size()}, opts_);
+  }
+
+  // The largest gradient storage this step held: the shard plus the staging buffers alive at once.
+  void note_peak() {
+    std::vector<torch::Tensor> grads{grad_shard_};
+    for (const auto& b : buckets_) grads.push_back(b.staging);
+    peak_grads_ = std::max(peak_grads_, storage_bytes(grads));
+  }
+
+  // Every rank's updated slices, back into every parameter, bucket by bucket, through the full
+  // buffer (no longer needed by the step) or the staging buffers.
+  void gather_parameters() {
+    torch::NoGradGuard no_grad;
+    // This rank's updated shard (the host master with offload; padding zero).
+    auto mine = torch::zeros({exp_avg_.numel()}, opts_);
+    for (const auto& s : segments_) {
+      mine.narrow(0, s.shard_offset, s.length).copy_(offload_ ? master_.narrow(0, s.shard_offset, s.length) : piece(s));
+    }
+    for (const auto& b : buckets_) {
+      // The whole bucket: the full buffer (no longer needed by the step) or a buffer of the bucket's
+      // size (per microbatch, where every staging buffer has been freed by now).
+      auto whole = per_microbatch_ ? torch::empty({b.layout.padded_size()}, opts_)
+                                   : buffer_.narrow(0, b.buffer_offset, b.layout.padded_size());
+      dp_.all_gather(mine.narrow(0, b.shard_offset, b.layout.shard_size()), whole)->wait();
+      for (std::size_t j = b.range.first_param; j < b.range.end_param; ++j) {
+        auto& p = params_[j];
+        p.tensor.detach().copy_(whole.narrow(0, p.offset - b.range.begin, p.tensor.numel()).view_as(p.tensor));
+      }
+    }
+  }
+
+  // A shard-shaped tensor of every rank, gathered and put back in flat (registration) order.
+  torch::Tensor unshard(const torch::Tensor& shard) {
+    const int n = dp_.size();
+    auto gathered = torch::empty({n * shard.numel()}, opts_);
+    dp_.all_gather(shard.to(opts_.device()), gathered)->wait();
+    const auto rows = gathered.view({n, shard.numel()});
+    auto flat = torch::empty({params_.empty() ? 0 : buckets_.front().range.end}, opts_);
+    for (const auto& b : buckets_) {
+      const auto whole = rows.narrow(1, b.shard_offset, b.layout.shard_size()).reshape({-1});
+      flat.narrow(0, b.range.begin, b.range.size()).copy_(whole.narrow(0, 0, b.range.size()));
+    }
+    return flat;
+  }
+
+  torch::Tensor buffer_view(const Param& p) const {
+    const auto& b = buckets_[p.bucket];
+    return buffer_.narrow(0, b.buffer_offset + (p.offset - b.range.begin), p.tensor.numel()).view_as(p.tensor);
+  }
+  // The shard's fp32 master copy on the host, from the parameters (offload only).
   void refresh_master() {
     if (!offload_) return;
     for (const auto& s : segments_) master_.narrow(0, s.shard_offset, s.length).copy_(piece(s));
@@ -217,23 +417,32 @@ class ZeroOptimizer : public StepOptimizer {
 
   AdamWOptions options_;
   Communicator& dp_;
-  int stage_;
   ModelParallelNorm mp_;
   bool offload_;
-  spec::ShardLayout layout_;
+  bool per_microbatch_;
+  torch::TensorOptions opts_;
   std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
   std::vector<Segment> segments_;
-  torch::Tensor exp_avg_, exp_avg_sq_, grad_shard_, flat_;
-  torch::Tensor master_;  // offload only: this rank's slice of the parameters, fp32, on the host
+  std::int64_t peak_grads_ = 0;  // bytes, per-microbatch mode (note_peak)
+  torch::Tensor exp_avg_, exp_avg_sq_;
+  torch::Tensor buffer_;      // accumulate mode: the full gradient buffer
+  torch::Tensor grad_shard_;  // per-microbatch mode: the summed gradient of this rank's slices
+  std::deque<Reduction> in_flight_;
+  torch::Tensor master_;  // offload only: this rank's shard of the parameters, fp32, on the host
   std::int64_t steps_done_ = 0;
+  bool armed_ = false;
+  int expected_ = 0;
 };
+
+void GradHook::operator()(const torch::autograd::Variable&) { owner_->on_gradient(param_); }
 
 }  // namespace
 
 std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
-                                                   Communicator& dp, int stage, const ModelParallelNorm& mp,
-                                                   bool offload) {
-  return std::make_unique<ZeroOptimizer>(params, options, dp, stage, mp, offload);
+                                                   Communicator& dp, const ZeroOptions& zero,
+                                                   const ModelParallelNorm& mp) {
+  return std::make_unique<ZeroOptimizer>(params, options, dp, zero, mp);
 }
 
 }  // namespace cpt::exec

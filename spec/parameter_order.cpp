@@ -1,0 +1,80 @@
+#include "spec/parameter_order.h"
+
+#include <array>
+#include <charconv>
+#include <climits>
+
+namespace cpt::spec {
+
+namespace {
+
+// One block's tensors in the order the forward pass consumes them (see the header).
+enum class BlockTensor { kInputNorm, kQ, kQBias, kK, kKBias, kV, kVBias, kO, kPostNorm, kGate, kUp, kDown };
+constexpr std::array<std::pair<std::string_view, BlockTensor>, 12> kBlockTensors{{
+    {"input_layernorm.weight", BlockTensor::kInputNorm},
+    {"self_attn.q_proj.weight", BlockTensor::kQ},
+    {"self_attn.q_proj.bias", BlockTensor::kQBias},
+    {"self_attn.k_proj.weight", BlockTensor::kK},
+    {"self_attn.k_proj.bias", BlockTensor::kKBias},
+    {"self_attn.v_proj.weight", BlockTensor::kV},
+    {"self_attn.v_proj.bias", BlockTensor::kVBias},
+    {"self_attn.o_proj.weight", BlockTensor::kO},
+    {"post_attention_layernorm.weight", BlockTensor::kPostNorm},
+    {"mlp.up_proj.weight", BlockTensor::kUp},  // up before gate: backward gives gate's gradient first
+    {"mlp.gate_proj.weight", BlockTensor::kGate},
+    {"mlp.down_proj.weight", BlockTensor::kDown},
+}};
+
+}  // namespace
+
+std::pair<int, int> gradient_order_key(std::string_view name) {
+  constexpr int kAfterLayers = INT_MAX - 1;
+  if (name == "embed_tokens.weight") return {-1, 0};
+  if (name == "norm.weight") return {kAfterLayers, 0};
+  if (name == "lm_head.weight") return {kAfterLayers, 1};
+  constexpr std::string_view prefix = "layers.";
+  if (name.starts_with(prefix)) {
+    const auto rest = name.substr(prefix.size());
+    int layer = 0;
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), layer);
+    if (ec == std::errc() && end < rest.data() + rest.size() && *end == '.') {
+      const auto tensor = rest.substr(static_cast<std::size_t>(end - rest.data()) + 1);
+      for (std::size_t i = 0; i < kBlockTensors.size(); ++i) {
+        if (kBlockTensors[i].first == tensor) return {layer, static_cast<int>(i)};
+      }
+    }
+  }
+  return {INT_MAX, 0};
+}
+
+void visit_gradient_order(const ModelSpec& m, int tp, int layers, bool first, bool last, bool single_stage,
+                          const std::function<void(std::int64_t numel)>& visit) {
+  const std::int64_t h = m.hidden, d = m.head_dim(), f = m.ffn_hidden / tp;
+  const std::int64_t q = std::int64_t{m.heads} / tp * d, kv = std::int64_t{m.kv_heads} / tp * d;
+  const std::int64_t vocab_rows = m.tp_padded_vocab(tp) / tp;
+  if (first) visit(vocab_rows * h);
+  for (int i = 0; i < layers; ++i) {
+    for (const auto& [name, tensor] : kBlockTensors) {
+      switch (tensor) {
+        case BlockTensor::kInputNorm:
+        case BlockTensor::kPostNorm: visit(h); break;
+        case BlockTensor::kQ: visit(h * q); break;
+        case BlockTensor::kK:
+        case BlockTensor::kV: visit(h * kv); break;
+        case BlockTensor::kQBias: if (m.qkv_bias) visit(q); break;
+        case BlockTensor::kKBias:
+        case BlockTensor::kVBias: if (m.qkv_bias) visit(kv); break;
+        case BlockTensor::kO: visit(q * h); break;
+        case BlockTensor::kGate:
+        case BlockTensor::kUp:
+        case BlockTensor::kDown: visit(h * f); break;
+      }
+    }
+  }
+  if (last) {
+    visit(h);
+    if (!m.tied_embeddings || !single_stage) visit(vocab_rows * h);
+  }
+}
+
+}  // namespace cpt::spec

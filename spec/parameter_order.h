@@ -1,0 +1,33 @@
+#pragma once
+// The order in which data parallelism lays out a LLaMA model's parameter tensors for its gradient
+// buckets (spec/gradient_buckets.h): the order the forward pass consumes them — the embedding; per
+// layer the input norm, q, k, v (each weight, then its bias with qkv_bias), o, the
+// post-attention norm, up, gate, down; the final norm; the LM head. The buckets take it in
+// reverse, which is the order backward produces the gradients (LibTorch 2.11's autograd engine,
+// observed per parameter on the executor's model): a norm's weight gradient arrives after the
+// block part it feeds, so it sits before that part (Megatron-LM registers its modules this way;
+// Hugging Face lists the two norms after the MLP, which held four buckets open at once instead of
+// two), and gate's gradient arrives before up's. Names are the executor's (Hugging Face's).
+// Used by the executor's data-parallel and ZeRO-1/2 buckets and by the cost model's count of them
+// (costmodel/executor_buckets.h), so the two cannot drift.
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <utility>
+
+#include "spec/model_spec.h"
+
+namespace cpt::spec {
+
+// Sort key of parameter `name` ("embed_tokens.weight", "layers.<i>.<tensor>", "norm.weight",
+// "lm_head.weight"): smaller comes first. Names it does not know sort last, in their given order
+// (use a stable sort).
+std::pair<int, int> gradient_order_key(std::string_view name);
+
+// Calls `visit(numel)` for every parameter tensor of one rank, per tp rank, in that order: the
+// embedding when `first`; `layers` blocks; the final norm and the LM head when `last` (no head
+// when tied on a single stage).
+void visit_gradient_order(const ModelSpec& model, int tp, int layers, bool first, bool last, bool single_stage,
+                          const std::function<void(std::int64_t numel)>& visit);
+
+}  // namespace cpt::spec
