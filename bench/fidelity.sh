@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The fidelity loop of issue #9 on this machine: calibrate, then for each layout plan for `--gpu
 # local`, train a few steps and `cpt compare` predicted vs measured. Prints one table row per
-# layout (step time predicted / measured / error, and the model-state error).
+# layout (step time predicted / measured / error, and the model-state error). With REPEATS=N
+# (default 1) every layout trains N times and the run with the median step time is compared:
+# this VM's step time moves by up to 40% between runs of one layout.
 #
-# usage: bench/fidelity.sh [BUILD_DIR] [WORK_DIR]
+# usage: [REPEATS=N] bench/fidelity.sh [BUILD_DIR] [WORK_DIR]
 set -euo pipefail
 BUILD="$(cd "${1:-build}" && pwd)"
 WORK="${2:-$(mktemp -d)}"
@@ -48,9 +50,17 @@ for row in "${LAYOUTS[@]}"; do
 JSON
   "$CPT" plan --model "$model" --gpu local --gpus "$gpus" --global-batch "$gb" --seq-len "$seq" --fix "$fix" \
     --out "plan-$name" >/dev/null
-  rm -rf "run-$name"
   launch=(); [ "$gpus" -gt 1 ] && launch=(--nproc-per-node "$gpus")
-  "$CPT" train --plan "plan-$name/plan.json" --config "train-$name.json" --out "run-$name" "${launch[@]}" >/dev/null 2>&1
+  for ((i = 1; i <= ${REPEATS:-1}; i++)); do
+    rm -rf "run-$name.$i"
+    "$CPT" train --plan "plan-$name/plan.json" --config "train-$name.json" --out "run-$name.$i" "${launch[@]}" >/dev/null 2>&1
+  done
+  # The run with the median step time becomes run-NAME.
+  median=$(python3 -c '
+import json, sys
+runs = sorted(sys.argv[1:], key=lambda d: json.load(open(d + "/measured.json"))["step_time_s"])
+print(runs[(len(runs) - 1) // 2])' run-"$name".*)
+  rm -rf "run-$name" && mv "$median" "run-$name" && rm -rf run-"$name".*
   "$CPT" compare "run-$name" --json --log "$WORK/fidelity.jsonl" | python3 -c '
 import json, sys
 f = json.load(sys.stdin)["fields"]; name = sys.argv[1]

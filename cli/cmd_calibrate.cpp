@@ -19,6 +19,7 @@
 #include "core/str_cat.h"
 #include "costmodel/layer_costs.h"
 #include "costmodel/step_estimator.h"
+#include "costmodel/straggler.h"
 #include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
 #include "spec/plan.h"
@@ -263,6 +264,19 @@ void run(const CalibrateOptions& o) {
     if (s.op == cost::MeasuredOp::kAllReduce) all_reduce.push_back(s);
   }
   c.comm = cost::fit_alpha_beta(all_reduce.size() >= 2 ? all_reduce : samples);
+  // The compute jitter: the extra waits after compute, least squares through the origin on
+  // e_n · √(segment) (costmodel/straggler.h).
+  Json sync_waits = comm.value("sync_waits", Json::array());
+  if (!sync_waits.empty()) {
+    const double e = cost::expected_max_of_normals(ranks);
+    double xy = 0, xx = 0;
+    for (const auto& w : sync_waits) {
+      const double x = e * std::sqrt(w["segment_s"].get<double>());
+      xy += x * w["extra_wait_s"].get<double>();
+      xx += x * x;
+    }
+    c.compute_jitter_sqrt_s = xx > 0 ? std::max(0.0, xy / xx) : 0.0;
+  }
   const auto cluster = local_cluster(c);
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
@@ -298,6 +312,8 @@ void run(const CalibrateOptions& o) {
                     {"copy_bytes_per_s", c.copy_bytes_per_s},
                     {"adamw_params_per_s", host["adamw_params_per_s"]},
                     {"collective_alpha_s", c.comm.alpha_s},
+                    {"compute_jitter_sqrt_s", c.compute_jitter_sqrt_s},
+                    {"sync_waits", sync_waits},
                     {"collective_bandwidth_bytes_per_s", c.comm.bandwidth_bytes_per_s},
                     {"collective_fit_on", all_reduce.size() >= 2 ? "all_reduce" : "all"},
                     {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
@@ -332,6 +348,10 @@ void run(const CalibrateOptions& o) {
                        fixed(100 * per_op["all_gather"].get<double>(), 0), "%, reduce_scatter ",
                        fixed(100 * per_op["reduce_scatter"].get<double>(), 0), "%, send_recv ",
                        fixed(100 * per_op["send_recv"].get<double>(), 0), "%\n",
+                       "  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),
+                       " ms per sqrt(s): a blocking call waits for the slowest rank (",
+                       sync_waits.empty() ? std::string("not measured") : str_cat(sync_waits.size(), " compute lengths"),
+                       ")\n",
                        "  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
 }
 

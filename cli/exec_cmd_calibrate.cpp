@@ -82,12 +82,15 @@ void register_exec_calibrate_commands(CLI::App& app) {
     for (int r = 0; r < launch.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
     const auto world = exec::make_gloo_group(*store, "world", all, launch.rank, timeout, launch.gloo_socket_ifname);
     const auto samples = exec::measure_collectives(*world, args->max_mib * 1024 * 1024, args->seconds_per_point);
+    const auto waits = exec::measure_sync_waits(*world, std::max(1.5, 10 * args->seconds_per_point));
     if (launch.rank != 0) return;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (const auto& s : samples) {
       rows.push_back({{"op", s.op}, {"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
     }
-    print_json({{"backend", "gloo"}, {"ranks", launch.world_size}, {"samples", rows}});
+    nlohmann::ordered_json sync = nlohmann::ordered_json::array();
+    for (const auto& w : waits) sync.push_back({{"segment_s", w.segment_s}, {"extra_wait_s", w.extra_s}});
+    print_json({{"backend", "gloo"}, {"ranks", launch.world_size}, {"samples", rows}, {"sync_waits", sync}});
   });
 }
 

@@ -25,6 +25,8 @@ struct LocalCalibration {
   double cross_entropy_backward_logits_per_s = 0;
   double seconds_per_dispatched_op = 0;           // 0: not measured (the cost model's default)
   cost::AlphaBetaFit comm;
+  // σ of a rank's compute over T seconds is this · √T (costmodel/straggler.h); < 0: not measured.
+  double compute_jitter_sqrt_s = -1;
 };
 
 // One machine as a cluster: a node of `devices` copies of `gpu` joined at `intra_bandwidth` and

@@ -102,6 +102,9 @@ struct CostModelOptions {
   // stream synchronisation, framework bookkeeping); fitted likewise. Both fits sit in a flat
   // valley (20-25 us, 100-150 us): they lump per-layer framework costs cpt does not model apart.
   core::Seconds collective_overhead = core::microseconds(100.0);
+  // The device's compute jitter (spec::GpuSpec::compute_jitter_sqrt_s, √s): blocking calls wait
+  // for the group's slowest rank (costmodel/straggler.h). 0: the ranks keep pace.
+  double compute_jitter_sqrt_s = 0;
 
   // HBM bytes the optimizer step moves per parameter of the local shard: fused Adam reads the fp32
   // parameter, gradient and two moments and writes three back (28), the gradient norm for clipping

@@ -11,6 +11,7 @@
 #include "costmodel/kernel_dispatch.h"
 #include "costmodel/layer_costs.h"
 #include "costmodel/pipeline_replay.h"
+#include "costmodel/straggler.h"
 #include "costmodel/topology.h"
 #include "spec/pipeline_schedule.h"
 #include "spec/rank_layout.h"
@@ -54,6 +55,7 @@ CostModelOptions with_device_overheads(const CostModelOptions& options, const sp
   CostModelOptions o = options;
   if (gpu.kernel_overhead) o.kernel_overhead = *gpu.kernel_overhead;
   if (gpu.collective_overhead) o.collective_overhead = *gpu.collective_overhead;
+  if (gpu.compute_jitter_sqrt_s) o.compute_jitter_sqrt_s = *gpu.compute_jitter_sqrt_s;
   return o;
 }
 
@@ -62,7 +64,8 @@ namespace {
 // True when with_device_overheads would change `o` (then evaluate works on a copy).
 bool needs_device_overheads(const CostModelOptions& o, const spec::GpuSpec& gpu) {
   return (gpu.kernel_overhead && *gpu.kernel_overhead != o.kernel_overhead) ||
-         (gpu.collective_overhead && *gpu.collective_overhead != o.collective_overhead);
+         (gpu.collective_overhead && *gpu.collective_overhead != o.collective_overhead) ||
+         (gpu.compute_jitter_sqrt_s && *gpu.compute_jitter_sqrt_s != o.compute_jitter_sqrt_s);
 }
 
 // The checks before any cost, in two phases: without `layout`, every rule of ParallelConfig; with
@@ -133,13 +136,30 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     pass.kernels += calls * per_call;
     pass.overhead += o.kernel_overhead * (calls * per_call);
   };
-  if (o.context_parallel == ContextParallelKind::kAllGather && p.cp > 1) {
+  // Blocking calls also wait for the group's slowest rank (straggler.h), after the layer's compute
+  // shared among its blocking calls: the tensor-parallel ones and the all-gather CP's four (six
+  // with full recomputation).
+  const bool cp_gathers = o.context_parallel == ContextParallelKind::kAllGather && p.cp > 1;
+  const double cp_calls = cp_gathers ? (p.recompute == spec::Recompute::kFull ? 6.0 : 4.0) : 0.0;
+  const double blocking_calls =
+      (p.tp > 1 ? static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
+                                      blk.tp_collectives_recompute)
+                : 0.0) +
+      cp_calls;
+  const Seconds segment = blocking_calls > 0
+                              ? (blk.forward.total() + blk.backward.total() + blk.recompute.total()) / blocking_calls
+                              : Seconds(0);
+  if (p.tp > 1) x.tp_one += straggler_wait(o.compute_jitter_sqrt_s, segment, p.tp);
+  const Seconds cp_straggler = straggler_wait(o.compute_jitter_sqrt_s, segment, p.cp);
+  if (cp_gathers) {
     // K and V gathered before attention (two collectives), their gradients reduce-scattered after
     // it (two): blocking, nothing hidden. Full recomputation gathers them again in backward.
-    const Seconds gather = (collective_time(Collective::kAllGather, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0;
+    const Seconds gather =
+        (collective_time(Collective::kAllGather, blk.cp_gathered_bytes, lc.cp, eff) + call + cp_straggler) * 2.0;
     x.cp_fwd = gather;
-    x.cp_bwd = (collective_time(Collective::kReduceScatter, blk.cp_gathered_bytes, lc.cp, eff) + call) * 2.0 +
-               (p.recompute == spec::Recompute::kFull ? gather : Seconds(0));
+    x.cp_bwd =
+        (collective_time(Collective::kReduceScatter, blk.cp_gathered_bytes, lc.cp, eff) + call + cp_straggler) * 2.0 +
+        (p.recompute == spec::Recompute::kFull ? gather : Seconds(0));
     add_call_kernels(x.blk.forward, 2, kernels_per_context_parallel_call(o));
     add_call_kernels(x.blk.backward, 2, kernels_per_context_parallel_call(o));
     if (p.recompute == spec::Recompute::kFull) add_call_kernels(x.blk.recompute, 2, kernels_per_context_parallel_call(o));
@@ -293,6 +313,11 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   // (DeepSpeed's micro-step reduction), not once per step; ZeRO 0/1 accumulate full gradients.
   const double reductions = p.zero_stage == 2 ? mm : 1.0;
   t.dp_comm = (overlappable - std::max(Seconds(0), hidden)) * reductions + exposed_after + zero3_exposed;
+  // The step's last data-parallel reduction waits for the group's slowest rank after the whole
+  // step's compute (straggler.h).
+  if (x.n_shard > 1 || (p.hybrid_shard && x.replicate_g.size > 1)) {
+    t.dp_comm += straggler_wait(o.compute_jitter_sqrt_s, t.compute + t.recompute, std::max(x.n_shard, x.dp_g.size));
+  }
   t.other = std::max(Seconds(0), hidden) * (reductions * x.slow_dp) + x.z3_overlapped * (rank_layers * mm) * x.slow_dp;
   StepEnd end;
   end.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);

@@ -105,6 +105,7 @@ GpuSpec gpu_from_json(JsonObjectReader& r) {
   if (r.has("collective_overhead_us")) {
     g.collective_overhead = core::microseconds(r.number("collective_overhead_us", 0.0));
   }
+  if (r.has("compute_jitter_sqrt_s")) g.compute_jitter_sqrt_s = r.number("compute_jitter_sqrt_s", 0.0);
   read_efficiency_curves(r, "gemm_efficiency", g.gemm_efficiency);
   read_efficiency_curves(r, "attention_efficiency", g.attention_efficiency);
   g.cross_entropy_forward_logits_per_s = r.optional_positive_number("cross_entropy_forward_logits_per_s");
@@ -189,6 +190,7 @@ Json gpu_to_json(const GpuSpec& g) {
   }
   if (g.kernel_overhead) j["kernel_overhead_us"] = g.kernel_overhead->value() * 1e6;
   if (g.collective_overhead) j["collective_overhead_us"] = g.collective_overhead->value() * 1e6;
+  if (g.compute_jitter_sqrt_s) j["compute_jitter_sqrt_s"] = *g.compute_jitter_sqrt_s;
   return j;
 }
 

@@ -54,6 +54,10 @@ struct GpuSpec {
   // (`cpt calibrate --from-runs`); absent: the cost model's defaults (CostModelOptions).
   std::optional<core::Seconds> kernel_overhead;
   std::optional<core::Seconds> collective_overhead;
+  // How much a rank's compute time varies: its standard deviation over a stretch of compute of
+  // T seconds is compute_jitter · √T (unit √s; `cpt calibrate` on a CPU). Every blocking call
+  // then also waits for the group's slowest rank (costmodel/straggler.h). Absent: no wait.
+  std::optional<double> compute_jitter_sqrt_s;
 
   [[nodiscard]] std::optional<core::FlopsPerSecond> peak(Precision p) const {
     return dense_peak[static_cast<std::size_t>(p)];

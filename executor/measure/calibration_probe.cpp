@@ -171,4 +171,47 @@ std::vector<CommMeasurement> measure_collectives(Communicator& world, double max
   return out;
 }
 
+std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds) {
+  torch::NoGradGuard no_grad;
+  const int n = world.size();
+  auto small = torch::ones({1024});
+  const auto a = torch::randn({192, 192}), b = torch::randn({192, 192});
+  auto gemms = [&](int count) {
+    for (int i = 0; i < count; ++i) (void)torch::mm(a, b);
+  };
+  // Rank 0 sizes the segments and the calls; every rank uses its numbers.
+  gemms(5);
+  const auto t0 = Clock::now();
+  gemms(20);
+  const double per_gemm = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count() / 20);
+  std::vector<SyncWait> out;
+  for (const double target : {1e-3, 4e-3, 16e-3}) {
+    auto plan = torch::tensor({std::max(1.0, std::round(target / per_gemm)),
+                               std::max(10.0, std::min(3000.0, seconds / 3 / (target + 1e-3)))},
+                              torch::kFloat64);
+    world.broadcast(plan, 0)->wait();
+    const int count = static_cast<int>(plan[0].item<double>()), calls = static_cast<int>(plan[1].item<double>());
+    world.barrier();
+    const auto t1 = Clock::now();
+    for (int i = 0; i < calls; ++i) world.all_reduce_sum(small)->wait();
+    const double back_to_back = std::chrono::duration<double>(Clock::now() - t1).count() / calls;
+    world.barrier();
+    double computed = 0, waited = 0;
+    for (int i = 0; i < calls; ++i) {
+      const auto c = Clock::now();
+      gemms(count);
+      const auto w = Clock::now();
+      world.all_reduce_sum(small)->wait();
+      computed += std::chrono::duration<double>(w - c).count();
+      waited += std::chrono::duration<double>(Clock::now() - w).count();
+    }
+    auto mine = torch::tensor({computed / calls, waited / calls - back_to_back}, torch::kFloat64);
+    auto all = torch::empty({n, 2}, torch::kFloat64);
+    world.all_gather(mine, all)->wait();
+    const auto mean = all.mean(0);
+    out.push_back({mean[0].item<double>(), mean[1].item<double>()});
+  }
+  return out;
+}
+
 }  // namespace cpt::exec

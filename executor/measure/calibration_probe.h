@@ -58,4 +58,15 @@ struct CommMeasurement {
 // for about `seconds_per_point`; every rank returns the same list.
 std::vector<CommMeasurement> measure_collectives(Communicator& world, double max_bytes, double seconds_per_point);
 
+// A blocking call's wait beyond its back-to-back time when every rank computes before it, as
+// training's tensor- and context-parallel calls do (the ranks' compute varies, so each call waits
+// for the slowest), at one length of compute.
+struct SyncWait {
+  double segment_s = 0;  // the ranks' mean compute before each call
+  double extra_s = 0;    // their mean wait per call minus the back-to-back call's time
+};
+// COLLECTIVE over `world`: GEMMs for about 1, 4 and 16 ms, then a 4 KiB all-reduce, repeated for
+// about `seconds` in total; every rank returns the same list.
+std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds);
+
 }  // namespace cpt::exec

@@ -50,6 +50,9 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_GT(gpu["cross_entropy_backward_logits_per_s"].get<double>(), 1e6);
   EXPECT_GT(gpu["kernel_overhead_us"].get<double>(), 0.1);
   EXPECT_LT(gpu["kernel_overhead_us"].get<double>(), 1000);
+  // The compute jitter, from the waits of small all-reduces after 1, 4 and 16 ms of GEMMs.
+  EXPECT_GE(gpu["compute_jitter_sqrt_s"].get<double>(), 0.0);
+  EXPECT_LT(gpu["compute_jitter_sqrt_s"].get<double>(), 1.0);
 
   // The profile as any other: the estimate on it uses the calibrated peak.
   const auto est = sh(cpt + " estimate --model tiny --cluster " + profile +

@@ -1,6 +1,7 @@
 #include "costmodel/step_estimator.h"
 
 #include "costmodel/memory_model.h"
+#include "costmodel/straggler.h"
 
 #include <gtest/gtest.h>
 
@@ -132,6 +133,39 @@ TEST(StepEstimator, ContextParallelAllGatherIsExposedAndKeepsTheGatheredKeys) {
   const spec::ParallelConfig q{.tp = 2, .dp = 4, .global_batch = 4, .zero_stage = 1, .recompute = spec::Recompute::kFull};
   EXPECT_EQ(expect_feasible(evaluate(model, cluster, q, 8192, ring)).time.total(),
             expect_feasible(evaluate(model, cluster, q, 8192, gather)).time.total());
+}
+
+// Waiting for the slowest rank (straggler.h): E[max of n normals] tabulated and continued by
+// Blom's approximation; with a device's compute jitter every blocking tensor-parallel call and the
+// step's last data-parallel reduction wait σ·e_n more, σ = jitter·√(compute since the last call),
+// and nothing else moves; a single rank never waits.
+TEST(StepEstimator, BlockingCallsWaitForTheSlowestRank) {
+  EXPECT_EQ(expected_max_of_normals(1), 0.0);
+  EXPECT_NEAR(expected_max_of_normals(2), 1 / std::sqrt(std::acos(-1.0)), 1e-4);
+  EXPECT_NEAR(expected_max_of_normals(17), 1.79, 0.02);  // tables: 1.7939
+  EXPECT_NEAR(expected_max_of_normals(100), 2.5076, 0.03);
+  EXPECT_EQ(straggler_wait(0.0, core::Seconds(1), 8).value(), 0.0);
+  EXPECT_NEAR(straggler_wait(0.01, core::Seconds(0.04), 2).value(), 0.01 * 0.2 * 0.5642, 1e-9);
+
+  const auto model = spec::find_catalog_model("llama3-8b")->spec;
+  const auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
+  CostModelOptions steady, jittery;
+  jittery.compute_jitter_sqrt_s = 0.01;
+  const spec::ParallelConfig tp{.tp = 2, .dp = 4, .global_batch = 8, .zero_stage = 1};
+  const Estimate a = expect_feasible(evaluate(model, cluster, tp, 4096, steady));
+  const Estimate b = expect_feasible(evaluate(model, cluster, tp, 4096, jittery));
+  EXPECT_GT(b.time.tp_comm.value(), a.time.tp_comm.value());
+  EXPECT_GT(b.time.dp_comm.value(), a.time.dp_comm.value());
+  EXPECT_EQ(b.time.compute.value(), a.time.compute.value());
+  EXPECT_EQ(b.time.optimizer.value(), a.time.optimizer.value());
+  // The step's last reduction: jitter·√(the step's compute)·e_4 over the dp group of 4.
+  const double dp_wait = 0.01 * std::sqrt((a.time.compute + a.time.recompute).value()) * expected_max_of_normals(4);
+  EXPECT_GT(b.time.dp_comm.value() - a.time.dp_comm.value(), 0.99 * dp_wait);
+  const auto small = spec::find_catalog_model("tiny")->spec;
+  const auto single = cat().cluster_for_gpu("h100", 1, "--gpu");
+  const spec::ParallelConfig one{.global_batch = 1};
+  EXPECT_EQ(expect_feasible(evaluate(small, single, one, 128, jittery)).time.total(),
+            expect_feasible(evaluate(small, single, one, 128, steady)).time.total());
 }
 
 // Each communication term is zero when its configuration is off (costmodel-reference §5.3).

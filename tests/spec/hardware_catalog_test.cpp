@@ -124,7 +124,8 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   // A calibrated CPU's extra measurements: the attention curve and the cross-entropy rates.
   const auto cpu_doc = core::parse_json_text(
       base + R"({"fp32": [[1, 0.9]]}, "attention_efficiency": {"fp32": [[0.01, 0.2], [1, 0.4]]},
-      "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8})",
+      "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8,
+      "compute_jitter_sqrt_s": 0.012})",
       "cpu.json");
   auto cpu_r = core::JsonObjectReader::root_of(cpu_doc);
   const GpuSpec cpu = gpu_from_json(cpu_r);
@@ -133,6 +134,7 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   EXPECT_EQ(cpu.attention_efficiency[fp32][1], (EfficiencyPoint{1, 0.4}));
   EXPECT_EQ(cpu.cross_entropy_forward_logits_per_s, 4.5e8);
   EXPECT_EQ(cpu.cross_entropy_backward_logits_per_s, 2e8);
+  EXPECT_EQ(cpu.compute_jitter_sqrt_s, 0.012);
   const auto cpu_again = core::parse_json_text(gpu_to_json(cpu).dump(), "y");
   auto again_r = core::JsonObjectReader::root_of(cpu_again);
   EXPECT_EQ(gpu_from_json(again_r), cpu);
