@@ -124,7 +124,11 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
   // ZeRO-2 keeps its gradient shard and the buckets being reduced: one reducing while the next
   // fills (DeepSpeed's overlap_comm; cpt's executor, train/zero_optimizer.cpp), never more than
   // the whole gradient.
-  if (p.zero_stage == 2) {
+  if (p.zero_stage == 2 && o.dispatch == KernelDispatch::kEager && p.pp > 1) {
+    // cpt's executor under a pipeline schedule accumulates whole gradients like ZeRO-1
+    // (train/zero_optimizer.cpp): its microbatches' backward passes interleave.
+    mb.grads = bytes(grad_b * (layers * block + root_psi));
+  } else if (p.zero_stage == 2) {
     const double reducing =
         o.dispatch == KernelDispatch::kEager && t.model != nullptr
             ? executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)), holds_first, holds_last,

@@ -24,8 +24,8 @@
 //    about two buckets (measured.json reports the peak).
 // Update: the global norm is the square root of the all-reduced shard norms²; after AdamW each
 // bucket's updated slices are all-gathered (into the full buffer, or a buffer of the bucket's size)
-// back into the parameters. Checkpoints gather the moments into the same per-parameter names as a single process,
-// so a checkpoint moves between layouts.
+// back into the parameters. Checkpoints gather the moments into the same per-parameter names as a
+// single process, so a checkpoint moves between layouts.
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 

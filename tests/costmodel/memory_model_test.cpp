@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "costmodel/executor_buckets.h"
 #include "spec/model_catalog.h"
 
 namespace cpt::cost {
@@ -133,6 +134,32 @@ TEST(MemoryModel, ParametersOfEachPipelineRank) {
   double total = 0;
   for (int r = 0; r < 4; ++r) total += params_of_pp_rank(m, p, stages, r);
   EXPECT_EQ(static_cast<std::int64_t>(total), m.num_params());  // untied, vocab already a multiple of 128
+}
+
+// ZeRO-2 holds its gradient shard and the buckets being reduced: two of Megatron's size (never
+// more than the whole gradient), cpt's executor's own under eager dispatch, and under a pipeline
+// schedule the executor accumulates whole gradients like ZeRO-1.
+TEST(MemoryModel, ZeroTwoHoldsTheBucketsInFlight) {
+  const spec::ModelSpec m = spec::find_catalog_model("llama3-8b")->spec;
+  const spec::ParallelConfig p{.dp = 8, .micro_batch = 1, .global_batch = 8, .zero_stage = 2};
+  const spec::RankLayout layout(p, 8);
+  const auto stages = spec::StagePartition::balanced(32, 1, 1);
+  const double psi = params_of_pp_rank(m, p, stages, 0);
+  CostModelOptions o;
+  const auto fused = memory_per_pp_rank(m, p, 8192, stages, nullptr, layout, o).at(0);
+  EXPECT_NEAR(static_cast<double>(fused.grads.value()), 4 * psi / 8 + 4 * 2.0 * 40e6, 2.0);
+  // The executor's whole-parameter buckets of 25 MiB: the 525 M-element embedding and LM head are
+  // buckets alone, so its two in flight outweigh Megatron's two of 40 M.
+  const auto ex = as_run_by_cpt_executor(o);
+  const auto eager = memory_per_pp_rank(m, p, 8192, stages, nullptr, layout, ex).at(0);
+  const auto buckets = executor_gradient_buckets(m, 1, 32, true, true, true, ex.bucket_elements, 8);
+  EXPECT_GE(buckets.largest_pair, 128256.0 * 4096);
+  EXPECT_NEAR(static_cast<double>(eager.grads.value()), 4 * psi / 8 + 4 * buckets.largest_pair, 2.0);
+
+  const spec::ParallelConfig pp{.dp = 4, .pp = 2, .micro_batch = 1, .global_batch = 8, .zero_stage = 2};
+  const auto two = spec::StagePartition::balanced(32, 2, 1);
+  const auto piped = memory_per_pp_rank(m, pp, 8192, two, nullptr, spec::RankLayout(pp, 8), as_run_by_cpt_executor(o));
+  EXPECT_NEAR(static_cast<double>(piped.at(0).grads.value()), 4 * params_of_pp_rank(m, pp, two, 0), 2.0);
 }
 
 // ZeRO-3 keeps the root unit (embedding, final norm, LM head) whole for a microbatch, as FSDP's root
