@@ -1,29 +1,12 @@
 #include "executor/parallel/data_parallel.h"
 
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <algorithm>
 
 #include "core/check.h"
+#include "executor/parallel/gradient_hook.h"
 #include "spec/gradient_buckets.h"
 
 namespace cpt::exec {
-
-namespace {
-
-// Runs after autograd has added a gradient into the parameter's .grad.
-class BucketHook : public torch::autograd::PostAccumulateGradHook {
- public:
-  BucketHook(DataParallelGrads* owner, std::size_t param) : owner_(owner), param_(param) {}
-  void operator()(const torch::autograd::Variable&) override { owner_->on_accumulated(param_); }
-
- private:
-  DataParallelGrads* owner_;
-  std::size_t param_;
-};
-
-}  // namespace
 
 DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communicator& dp, std::int64_t bucket_bytes)
     : params_(std::move(params)), dp_(dp) {
@@ -57,13 +40,13 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
     }
   }
   for (std::size_t k = 0; k < params_.size(); ++k) {
-    torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<BucketHook>(this, k));
+    set_gradient_hook(params_[k], [this, k] { on_accumulated(k); });
   }
 }
 
 DataParallelGrads::~DataParallelGrads() {
   for (auto& p : params_) {
-    if (dp_.size() > 1) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    if (dp_.size() > 1) clear_gradient_hook(p);
   }
 }
 

@@ -46,9 +46,9 @@ class DataParallelGrads {
   // The buckets (empty for a group of one), for memory accounting.
   [[nodiscard]] std::vector<torch::Tensor> buffers() const;
 
-  void on_accumulated(std::size_t param);  // called by the hook
-
  private:
+  void on_accumulated(std::size_t param);  // the gradient hook of parameter `param`
+
   struct Bucket {
     std::vector<std::size_t> params;  // indices into params_
     torch::Tensor flat;

@@ -1,8 +1,5 @@
 #include "executor/parallel/fully_sharded.h"
 
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <cmath>
 
 #include "core/check.h"
@@ -10,6 +7,7 @@
 #include "core/str_cat.h"
 #include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
+#include "executor/parallel/gradient_hook.h"
 #include "spec/shard_layout.h"
 
 namespace cpt::exec {
@@ -23,18 +21,6 @@ int unit_of(const std::string& name) {
   if (!name.starts_with("layers.")) return ParameterResidency::kRoot;
   return std::stoi(name.substr(7, name.find('.', 7) - 7));
 }
-
-class FullyShardedImpl;
-
-class GradInHook : public torch::autograd::PostAccumulateGradHook {
- public:
-  GradInHook(FullyShardedImpl* owner, std::size_t param) : owner_(owner), param_(param) {}
-  void operator()(const torch::autograd::Variable&) override;
-
- private:
-  FullyShardedImpl* owner_;
-  std::size_t param_;
-};
 
 class FullyShardedImpl : public FullyShardedModel {
  public:
@@ -84,14 +70,14 @@ class FullyShardedImpl : public FullyShardedModel {
       unit.gathered = true;  // the parameters hold whole values now
     }
     for (std::size_t k = 0; k < params_.size() && !frozen_; ++k) {
-      torch::autograd::impl::set_post_acc_grad_hooks(params_[k].tensor, std::make_unique<GradInHook>(this, k));
+      set_gradient_hook(params_[k].tensor, [this, k] { on_grad_in(k); });
     }
     release_all();
   }
 
   ~FullyShardedImpl() override {
     if (frozen_) return;
-    for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
+    for (auto& p : params_) clear_gradient_hook(p.tensor);
   }
 
   // ParameterResidency.
@@ -482,8 +468,6 @@ class FullyShardedImpl : public FullyShardedModel {
   double ewc_penalty_ = 0;
   ModelStateBytes peak_;
 };
-
-void GradInHook::operator()(const torch::autograd::Variable&) { owner_->on_grad_in(param_); }
 
 }  // namespace
 

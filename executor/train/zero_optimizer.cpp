@@ -26,9 +26,6 @@
 // bucket's updated slices are all-gathered (into the full buffer, or a buffer of the bucket's size)
 // back into the parameters. Checkpoints gather the moments into the same per-parameter names as a
 // single process, so a checkpoint moves between layouts.
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <cmath>
 #include <deque>
 
@@ -37,6 +34,7 @@
 #include "core/str_cat.h"
 #include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
+#include "executor/parallel/gradient_hook.h"
 #include "executor/train/step_optimizer.h"
 #include "spec/gradient_buckets.h"
 #include "spec/shard_layout.h"
@@ -46,19 +44,6 @@ namespace cpt::exec {
 namespace {
 
 using core::str_cat;
-
-class ZeroOptimizer;
-
-// Runs after autograd has added a gradient into the parameter's .grad.
-class GradHook : public torch::autograd::PostAccumulateGradHook {
- public:
-  GradHook(ZeroOptimizer* owner, std::size_t param) : owner_(owner), param_(param) {}
-  void operator()(const torch::autograd::Variable&) override;
-
- private:
-  ZeroOptimizer* owner_;
-  std::size_t param_;
-};
 
 class ZeroOptimizer : public StepOptimizer {
  public:
@@ -126,12 +111,12 @@ class ZeroOptimizer : public StepOptimizer {
       }
     }
     for (std::size_t k = 0; k < params_.size(); ++k) {
-      torch::autograd::impl::set_post_acc_grad_hooks(params_[k].tensor, std::make_unique<GradHook>(this, k));
+      set_gradient_hook(params_[k].tensor, [this, k] { on_gradient(k); });
     }
   }
 
   ~ZeroOptimizer() override {
-    for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
+    for (auto& p : params_) clear_gradient_hook(p.tensor);
   }
 
   void before_backward(int i, int n) override {
@@ -434,8 +419,6 @@ class ZeroOptimizer : public StepOptimizer {
   bool armed_ = false;
   int expected_ = 0;
 };
-
-void GradHook::operator()(const torch::autograd::Variable&) { owner_->on_gradient(param_); }
 
 }  // namespace
 
