@@ -348,10 +348,11 @@ void run(const CalibrateOptions& o) {
                        fixed(100 * per_op["all_gather"].get<double>(), 0), "%, reduce_scatter ",
                        fixed(100 * per_op["reduce_scatter"].get<double>(), 0), "%, send_recv ",
                        fixed(100 * per_op["send_recv"].get<double>(), 0), "%\n",
-                       "  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),
-                       " ms per sqrt(s): a blocking call waits for the slowest rank (",
-                       sync_waits.empty() ? std::string("not measured") : str_cat(sync_waits.size(), " compute lengths"),
-                       ")\n",
+                       sync_waits.empty()
+                           ? std::string("  compute jitter not measured\n")
+                           : str_cat("  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),
+                                     " ms per sqrt(s): a blocking call waits for the slowest rank (",
+                                     sync_waits.size(), " compute lengths)\n"),
                        "  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
 }
 

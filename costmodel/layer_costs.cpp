@@ -172,7 +172,9 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
     c.tp_embedding_backward = p.sequence_parallel ? 1 : 0;  // the all-gather of the scattered output's gradient
     c.tp_head_forward = p.sequence_parallel ? 1 : 0;
     c.tp_head_backward = 1;
-    c.tp_loss_forward = 3;
+    // Megatron's three all-reduces (max, target logit, exp-sum); cpt's executor gathers the maxima
+    // and reduces the other two in one call (parallel/tensor_parallel.cpp).
+    c.tp_loss_forward = o.dispatch == KernelDispatch::kEager ? 2 : 3;
     c.tp_loss_bytes = core::Bytes(static_cast<std::int64_t>(x.T * 4));  // fp32 per token
     if (p.sequence_parallel && o.dispatch == KernelDispatch::kEager) c.tp_norm_grad_allreduces = 1;  // final norm
   }

@@ -174,7 +174,7 @@ std::vector<CommMeasurement> measure_collectives(Communicator& world, double max
 std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds) {
   torch::NoGradGuard no_grad;
   const int n = world.size();
-  auto small = torch::ones({1024});
+  auto small = torch::zeros({1024});  // summed in place thousands of times: zeros stay finite
   const auto a = torch::randn({192, 192}), b = torch::randn({192, 192});
   auto gemms = [&](int count) {
     for (int i = 0; i < count; ++i) (void)torch::mm(a, b);

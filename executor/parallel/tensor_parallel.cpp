@@ -225,7 +225,8 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
     const auto mine = (targets >= first_row).logical_and(targets < first_row + v);  // [B, S]
     const auto index = (targets - first_row).masked_fill(mine.logical_not(), 0).unsqueeze(-1);
     const auto mine_f = mine.to(torch::kFloat32);
-    auto sums = torch::stack({probs.gather(-1, index).squeeze(-1) * mine_f, probs.exp_().sum(-1)});  // [2, B, S]
+    const auto picked = probs.gather(-1, index).squeeze(-1) * mine_f;  // before exp_ below
+    auto sums = torch::stack({picked, probs.exp_().sum(-1)});          // [2, B, S]
     tp.all_reduce_sum(sums)->wait();
     const auto valid = (targets != kIgnoreIndex).to(torch::kFloat32);
     const auto loss = ((sums[1].log() - sums[0]) * valid).sum();

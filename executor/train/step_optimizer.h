@@ -15,6 +15,7 @@
 
 #include "executor/dist/communicator.h"
 #include "executor/train/adamw.h"
+#include "spec/gradient_buckets.h"
 
 namespace cpt::exec {
 
@@ -69,11 +70,11 @@ std::unique_ptr<StepOptimizer> make_replicated_optimizer(const NamedParams& para
                                                          const ModelParallelNorm& mp = {});
 
 // ZeRO-1/2 (train/zero_optimizer.cpp): each gradient bucket (spec::reverse_order_buckets) split
-// over the group (spec::ShardLayout); optimizer state and fp32 master weights exist only for this
-// rank's slices; buckets reduce-scatter while backward continues.
+// over the group (spec::ShardLayout); optimizer state exists only for this rank's slices (and an
+// fp32 master of them only with offload); buckets reduce-scatter while backward continues.
 struct ZeroOptions {
   int stage = 1;  // 1: the step's accumulated gradient reduced once; 2: and only the shard kept
-  std::int64_t bucket_bytes = 25 * 1024 * 1024;  // gradient bucket (fp32)
+  std::int64_t bucket_bytes = spec::kDefaultGradientBucketBytes;  // gradient bucket (fp32)
   // Stage 2 reduces each microbatch's gradients as its backward produces them, holding only the
   // gradient shard and two buckets. That needs before/after_backward around every microbatch's
   // backward; under a pipeline schedule, whose microbatches' backward passes interleave, stage 2

@@ -293,7 +293,9 @@ class ZeroOptimizer : public StepOptimizer {
   }
 
   // Every bucket not reduced yet (a parameter without a gradient this time: zeros) joins in bucket
-  // order, so every rank reduces the same buckets in the same order; then all reductions land.
+  // order; then all reductions land. Buckets reduce in the order they complete, which is the same
+  // on every rank as long as every rank's backward produces the same gradients in the same order
+  // (the same model and schedule; DDP assumes the same).
   void finish() {
     armed_ = false;
     for (std::size_t k = 0; k < buckets_.size(); ++k) {
