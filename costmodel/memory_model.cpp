@@ -5,6 +5,7 @@
 
 #include "costmodel/executor_buckets.h"
 #include "costmodel/layer_costs.h"
+#include "spec/executor_support.h"
 #include "spec/shard_layout.h"
 
 namespace cpt::cost {
@@ -124,9 +125,8 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
   // ZeRO-2 keeps its gradient shard and the buckets being reduced: one reducing while the next
   // fills (DeepSpeed's overlap_comm; cpt's executor, train/zero_optimizer.cpp), never more than
   // the whole gradient.
-  if (p.zero_stage == 2 && o.dispatch == KernelDispatch::kEager && p.pp > 1) {
-    // cpt's executor under a pipeline schedule accumulates whole gradients like ZeRO-1
-    // (train/zero_optimizer.cpp): its microbatches' backward passes interleave.
+  if (p.zero_stage == 2 && o.dispatch == KernelDispatch::kEager && !spec::executor_zero2_reduces_each_microbatch(p)) {
+    // cpt's executor under a pipeline schedule accumulates whole gradients like ZeRO-1.
     mb.grads = bytes(grad_b * (layers * block + root_psi));
   } else if (p.zero_stage == 2) {
     const double reducing =

@@ -13,6 +13,7 @@
 #include "costmodel/pipeline_replay.h"
 #include "costmodel/straggler.h"
 #include "costmodel/topology.h"
+#include "spec/executor_support.h"
 #include "spec/pipeline_schedule.h"
 #include "spec/rank_layout.h"
 #include "spec/stage_partition.h"
@@ -311,9 +312,9 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
       o.overlap_dp_with_backward ? std::min(overlappable - bucket_time, Seconds(crit.backward_s)) : Seconds(0);
   // ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every microbatch's backward
   // (DeepSpeed's micro-step reduction), not once per step; ZeRO 0/1 accumulate full gradients.
-  // cpt's executor under a pipeline schedule accumulates whole gradients like ZeRO-1
-  // (train/zero_optimizer.cpp), so reduces once.
-  const bool executor_accumulates = o.dispatch == KernelDispatch::kEager && p.pp > 1;
+  // cpt's executor under a pipeline schedule accumulates whole gradients like ZeRO-1, so reduces once.
+  const bool executor_accumulates =
+      o.dispatch == KernelDispatch::kEager && !spec::executor_zero2_reduces_each_microbatch(p);
   const double reductions = p.zero_stage == 2 && !executor_accumulates ? mm : 1.0;
   t.dp_comm = (overlappable - std::max(Seconds(0), hidden)) * reductions + exposed_after + zero3_exposed;
   // The step's last data-parallel reduction waits for the group's slowest rank after the whole

@@ -25,4 +25,10 @@ std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const Mode
 // One sentence naming the gap and the configuration's values.
 std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len);
 
+// How the executor runs what it runs, where the cost model must price it the same way.
+// ZeRO-2 reduce-scatters each microbatch's gradients (keeping only the shard and the buckets in
+// flight) unless a pipeline schedule interleaves the microbatches' backward passes; then it
+// accumulates whole gradients and reduces once per step, like ZeRO-1.
+inline bool executor_zero2_reduces_each_microbatch(const ParallelConfig& p) { return p.pp == 1; }
+
 }  // namespace cpt::spec

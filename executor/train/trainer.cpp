@@ -294,7 +294,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     ZeroOptions zero;
     zero.stage = par.zero_stage;
     zero.bucket_bytes = static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024);
-    zero.reduce_each_microbatch = par.pp == 1;
+    zero.reduce_each_microbatch = spec::executor_zero2_reduces_each_microbatch(par);
     zero.offload = par.offload == spec::Offload::kOptimizer;
     optimizer = make_zero_optimizer(in_gradient_order(named), config.optimizer, replicas, zero, norm_groups);
   }
