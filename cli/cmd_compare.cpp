@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "cli/output.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "costmodel/estimate_json.h"
 #include "costmodel/step_estimator.h"
 #include "spec/hardware_catalog.h"
 #include "spec/plan.h"
@@ -47,6 +49,30 @@ Json read_json(const fs::path& p) {
   const auto j = Json::parse(in, nullptr, false);
   if (j.is_discarded()) throw core::ConfigError(str_cat(p.string(), ": not valid JSON"));
   return j;
+}
+
+// The newest profiled step (`cpt train --profile-step`, OUT/profile/step_S.rank_R.ops.json) of the
+// lowest rank on pipeline rank `pp_rank`, if the run was profiled.
+std::optional<Json> find_step_profile(const fs::path& dir, const Json& measured, int pp_rank) {
+  const fs::path profile_dir = dir / "profile";
+  if (!fs::is_directory(profile_dir) || !measured.contains("memory_per_rank")) return std::nullopt;
+  std::optional<std::pair<long long, long long>> best;  // (step, -rank)
+  fs::path best_path;
+  for (const auto& entry : fs::directory_iterator(profile_dir)) {
+    long long step = 0, rank = 0;
+    const auto name = entry.path().filename().string();
+    if (std::sscanf(name.c_str(), "step_%lld.rank_%lld.ops.json", &step, &rank) != 2 || !name.ends_with(".ops.json")) continue;
+    bool on_pp_rank = false;
+    for (const auto& r : measured["memory_per_rank"]) on_pp_rank |= r.value("rank", -1) == rank && r.value("pp", -1) == pp_rank;
+    if (!on_pp_rank) continue;
+    const std::pair<long long, long long> key{step, -rank};
+    if (!best || key > *best) {
+      best = key;
+      best_path = entry.path();
+    }
+  }
+  if (!best) return std::nullopt;
+  return read_json(best_path);
 }
 
 void run(const CompareOptions& o) {
@@ -120,6 +146,23 @@ void run(const CompareOptions& o) {
     }
     add("kernels_per_step", e->kernels_per_step, dispatched);
   }
+  // Kinds of work, where the run profiled a step: that step of the critical pipeline rank (its
+  // lowest rank) split as measure/op_kind.h splits it, beside the cost model's StepTimeByKind.
+  // "other" measured is the run's mean step less the profiled kinds: the profiled step's own
+  // remainder would also hold the profiler's cost (a few µs per event, mostly small operators).
+  const auto profile = find_step_profile(dir, measured, e->critical_pp_rank);
+  if (profile) {
+    const auto& kinds = (*profile)["seconds_by_kind"];
+    double classified = 0;
+    const auto predicted_kinds = cost::time_by_kind_to_json(e->by_kind);
+    for (const auto& [kind, predicted] : predicted_kinds.items()) {
+      if (kind == "other") continue;
+      const double m = kinds.value(kind, 0.0);
+      classified += m;
+      add(str_cat("kind_", kind, "_s"), predicted.get<double>(), m);
+    }
+    add("kind_other_s", e->by_kind.other.value(), std::max(0.0, measured.value("step_time_s", 0.0) - classified));
+  }
   if (state != nullptr && measured.contains("memory_per_rank")) {
     // The largest over ranks of each category, against the prediction for that rank's pp coordinate.
     for (const auto& [key, field] : {std::pair{"weights", "weights_bytes"}, std::pair{"grads", "grads_bytes"},
@@ -157,6 +200,11 @@ void run(const CompareOptions& o) {
                          " ", fixed(f["predicted"].get<double>(), 6), "  ", fixed(f["measured"].get<double>(), 6), "  ",
                          f["rel_err"].is_null() ? std::string("-") : fixed(100 * f["rel_err"].get<double>(), 1) + "%",
                          "\n");
+  }
+  if (profile) {
+    std::cout << str_cat("  (kind_*: step ", (*profile)["step"].get<long long>(), " of rank ",
+                         (*profile)["rank"].get<long long>(), ", profiled: ",
+                         fixed((*profile)["step_time_s"].get<double>(), 6), " s with the profiler on)\n");
   }
   std::cout << "  (appended to " << log.string() << ")\n";
 }

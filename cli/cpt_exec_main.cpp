@@ -11,11 +11,13 @@
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "executor/measure/calibration_probe.h"
+#include "executor/host_memory.h"
 #include "executor/measure/host_probe.h"
 #include "executor/torch_compat.h"
 
 int main(int argc, char** argv) {
   using namespace cpt;
+  (void)exec::keep_freed_host_memory();  // before any thread or large allocation (host_memory.h)
   // Started by `cpt train|data|checkpoint`, it answers as `cpt` (usage lines, error prefixes).
   const char* invoked_as = std::getenv("CPT_EXEC_INVOKED_AS");
   const std::string name = invoked_as != nullptr ? invoked_as : "cpt-exec";

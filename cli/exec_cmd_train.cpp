@@ -16,7 +16,7 @@ void register_exec_train_command(CLI::App& app) {
   struct Args {
     std::string plan, config, out = "runs/train", device;
     bool resume = false;
-    std::int64_t steps = 0, stop_at = 0;
+    std::int64_t steps = 0, stop_at = 0, profile_step = -1;
     exec::LocalLaunch launch;
   };
   auto args = std::make_shared<Args>();
@@ -31,6 +31,10 @@ void register_exec_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--stop-at", args->stop_at, "Stop with a checkpoint after this step (resume later with --resume)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--profile-step", args->profile_step,
+                  "Profile this step (0-based) on every rank: OUT/profile/step_S.rank_R.trace.json (Perfetto) and "
+                  ".ops.json (time by operator)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", args->device, "auto, cpu or cuda (overrides TRAIN.json)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--nproc-per-node", args->launch.nproc_per_node,
@@ -51,6 +55,7 @@ void register_exec_train_command(CLI::App& app) {
       if (args->steps > 0) a.insert(a.end(), {"--steps", std::to_string(args->steps)});
       if (args->stop_at > 0) a.insert(a.end(), {"--stop-at", std::to_string(args->stop_at)});
       if (!args->device.empty()) a.insert(a.end(), {"--device", args->device});
+      if (args->profile_step >= 0) a.insert(a.end(), {"--profile-step", std::to_string(args->profile_step)});
       // Bad input is reported once, here, not by every rank.
       (void)spec::load_plan(args->plan);
       (void)exec::load_train_config(args->config);
@@ -66,6 +71,7 @@ void register_exec_train_command(CLI::App& app) {
     if (args->steps > 0) o.steps = args->steps;
     if (args->stop_at > 0) o.stop_at = args->stop_at;
     if (!args->device.empty()) o.device = args->device;
+    if (args->profile_step >= 0) o.profile_step = args->profile_step;
     const auto s = exec::train(plan, config, o);
     if (const char* rank = std::getenv("RANK"); rank != nullptr && std::string(rank) != "0") return;
     std::cout << core::str_cat("trained steps ", s.first_step, " -> ", s.last_step, ": final loss ", s.final_loss, ", ",

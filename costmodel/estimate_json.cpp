@@ -18,6 +18,12 @@ Json time_to_json(const StepTimeBreakdown& t) {
           {"dp_comm", t.dp_comm.value()},     {"optimizer", t.optimizer.value()}, {"other", t.other.value()}};
 }
 
+Json time_by_kind_to_json(const StepTimeByKind& k) {
+  return {{"gemm", k.gemm.value()},           {"attention", k.attention.value()},
+          {"loss", k.loss.value()},           {"optimizer", k.optimizer.value()},
+          {"communication", k.communication.value()}, {"other", k.other.value()}};
+}
+
 Json evaluation_to_json(const Evaluation& ev) {
   if (const auto* inf = std::get_if<Infeasible>(&ev)) {
     return {{"feasible", false}, {"infeasible_reason", to_string(inf->reason)}, {"infeasible_detail", inf->detail}};
@@ -41,7 +47,8 @@ Json evaluation_to_json(const Evaluation& ev) {
           {"kernels_per_step", e.kernels_per_step},
           {"memory_GiB", memory_to_json(e.peak_memory())},
           {"memory_GiB_per_pp_rank", per_rank},
-          {"time_s", time_to_json(e.time)}};
+          {"time_s", time_to_json(e.time)},
+          {"time_by_kind_s", time_by_kind_to_json(e.by_kind)}};
 }
 
 spec::Prediction prediction_of(const Estimate& e) {

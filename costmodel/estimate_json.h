@@ -11,10 +11,12 @@ namespace cpt::cost {
 // {feasible, infeasible_reason, infeasible_detail, step_time_s, tokens_per_s_per_gpu,
 //  model_tflops_per_gpu, mfu, hfu, flop_convention, peak_memory_GiB, worst_pp_rank,
 //  memory_GiB {weights, grads, optimizer, activations, other}, memory_GiB_per_pp_rank [...],
-//  time_s {compute, recompute, tp_comm, cp_comm, pp_comm, pp_bubble, dp_comm, optimizer, other}}
+//  time_s {compute, recompute, tp_comm, cp_comm, pp_comm, pp_bubble, dp_comm, optimizer, other},
+//  time_by_kind_s {gemm, attention, loss, optimizer, communication, other}}
 core::Json evaluation_to_json(const Evaluation& evaluation);
 core::Json memory_to_json(const MemoryBreakdown& m);
 core::Json time_to_json(const StepTimeBreakdown& t);
+core::Json time_by_kind_to_json(const StepTimeByKind& k);
 // The prediction a plan file carries (spec::Prediction, same keys as above).
 spec::Prediction prediction_of(const Estimate& e);
 

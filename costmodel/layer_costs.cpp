@@ -205,6 +205,8 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
                         head_k.backward + region_call * c.tp_head_backward +
                             kernels_per_call(o) * c.tp_norm_grad_allreduces,
                         o);
+  c.loss_forward = ce_fwd;
+  c.loss_backward = ce_bwd;
   c.model_flops = core::Flops(3 * head);
   return c;
 }

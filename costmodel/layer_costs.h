@@ -60,6 +60,9 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   PassTime embedding_backward;
   PassTime head_forward;
   PassTime head_backward;
+  // The cross-entropy loss's part of head_forward.memory and head_backward.memory.
+  core::Seconds loss_forward;
+  core::Seconds loss_backward;
   core::Flops model_flops;  // LM head GEMMs, forward + backward
   // Tensor-parallel traffic outside the blocks (Megatron's vocabulary-parallel layers; cpt's
   // executor does the same): collectives of BlockCosts::tp_bytes — the embedding's sum over the

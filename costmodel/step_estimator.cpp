@@ -245,6 +245,25 @@ struct StepEnd {
   double kernels = 0;  // dispatched by the critical rank in the step (costmodel/kernel_dispatch.h)
 };
 
+// `t` split by kind of work on the critical rank (StepTimeByKind); "other" is what is left.
+StepTimeByKind time_by_kind(const LayerTerms& x, const CriticalRank& crit, double microbatches,
+                            const StepTimeBreakdown& t) {
+  const double per_step = crit.layers * microbatches;
+  const BlockCosts& blk = x.blk;
+  const HeadCosts& head = x.head;
+  StepTimeByKind k;
+  k.gemm = (blk.forward.gemm + blk.backward.gemm + blk.recompute.gemm) * per_step;
+  k.attention = (blk.forward.attention + blk.backward.attention + blk.recompute.attention) * per_step;
+  if (crit.last) {
+    k.gemm += (head.head_forward.gemm + head.head_backward.gemm) * microbatches;
+    k.loss = (head.loss_forward + head.loss_backward) * microbatches;
+  }
+  k.optimizer = t.optimizer;
+  k.communication = t.tp_comm + t.cp_comm + t.dp_comm + t.pp_comm + t.pp_bubble;
+  k.other = std::max(Seconds(0), t.total() - k.gemm - k.attention - k.loss - k.optimizer - k.communication);
+  return k;
+}
+
 // The step time by cause on the critical rank: its compute, recomputation and exposed TP/CP/ZeRO-3
 // per microbatch, the pipeline terms, the data-parallel reduction (overlapped with the last
 // backward), the ZeRO-1/2 all-gather, the HSDP all-reduce and the optimizer step.
@@ -500,6 +519,8 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   est.stages.overlap_slowdown = x.slow_dp;
   est.kernels_per_step = end.kernels;
   est.critical_pp_rank = crit.rank;
+
+  est.by_kind = time_by_kind(x, crit, p.grad_accum(), est.time);
 
   // 6. Rates.
   const Rates r = rates(model, cluster, p, seq_len, o, x, est.time.total());

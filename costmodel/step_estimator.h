@@ -47,6 +47,18 @@ struct StepTimeBreakdown {
   }
 };
 
+// The same step time split by the kind of work the critical rank does, as a profiled step of the
+// executor can be split (cpt compare, exec::StepProfile's classes); total() is the step time.
+struct StepTimeByKind {
+  core::Seconds gemm;           // matrix products, forward, backward and recomputed
+  core::Seconds attention;      // the attention core
+  core::Seconds loss;           // the cross-entropy over the logits
+  core::Seconds optimizer;      // the optimizer step (with its kernels)
+  core::Seconds communication;  // exposed tp, cp, dp and pp communication and the pipeline bubble
+  core::Seconds other;          // the rest: memory-bound kernels, kernel dispatch, overlap slowdown
+  [[nodiscard]] core::Seconds total() const { return gemm + attention + loss + optimizer + communication + other; }
+};
+
 // The per-stage durations and step-end terms an estimate was built from, so that the simulator
 // (costmodel/sim/) replays exactly the same costs: one source of truth for every formula.
 struct StageDurations {
@@ -69,6 +81,7 @@ struct StageDurations {
 
 struct Estimate {
   StepTimeBreakdown time;
+  StepTimeByKind by_kind;
   StageDurations stages;
   double tokens_per_s_per_gpu = 0;
   double model_tflops_per_gpu = 0;

@@ -1,6 +1,11 @@
 #include "executor/dist/timed_communicator.h"
 
+#include "executor/measure/op_kind.h"
+
+#include <ATen/record_function.h>
+
 #include <chrono>
+#include <string>
 
 namespace cpt::exec {
 
@@ -10,8 +15,10 @@ using Clock = std::chrono::steady_clock;
 
 class TimedHandle : public CommHandle {
  public:
-  TimedHandle(std::unique_ptr<CommHandle> inner, CommClock& clock) : inner_(std::move(inner)), clock_(clock) {}
+  TimedHandle(std::unique_ptr<CommHandle> inner, CommClock& clock, std::shared_ptr<const std::string> scope)
+      : inner_(std::move(inner)), clock_(clock), scope_(std::move(scope)) {}
   void wait() override {
+    RECORD_USER_SCOPE(*scope_);  // seen by a running step profiler (measure/step_profiler.h) only
     const auto t0 = Clock::now();
     inner_->wait();
     clock_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -20,11 +27,15 @@ class TimedHandle : public CommHandle {
  private:
   std::unique_ptr<CommHandle> inner_;
   CommClock& clock_;
+  std::shared_ptr<const std::string> scope_;  // "comm wait GROUP"
 };
 
 class TimedCommunicator : public Communicator {
  public:
-  TimedCommunicator(std::unique_ptr<Communicator> inner, CommClock& clock) : inner_(std::move(inner)), clock_(clock) {}
+  TimedCommunicator(std::unique_ptr<Communicator> inner, CommClock& clock)
+      : inner_(std::move(inner)),
+        clock_(clock),
+        scope_(std::make_shared<const std::string>(kCommWaitScopePrefix + inner_->name())) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   const std::string& name() const override { return inner_->name(); }
@@ -40,6 +51,7 @@ class TimedCommunicator : public Communicator {
   std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) override { return timed(inner_->recv(t, peer, tag)); }
   void barrier() override {
     ++clock_.calls;
+    RECORD_USER_SCOPE(*scope_);
     const auto t0 = Clock::now();
     inner_->barrier();
     clock_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -48,10 +60,11 @@ class TimedCommunicator : public Communicator {
  private:
   std::unique_ptr<CommHandle> timed(std::unique_ptr<CommHandle> h) {
     ++clock_.calls;
-    return std::make_unique<TimedHandle>(std::move(h), clock_);
+    return std::make_unique<TimedHandle>(std::move(h), clock_, scope_);
   }
   std::unique_ptr<Communicator> inner_;
   CommClock& clock_;
+  std::shared_ptr<const std::string> scope_;
 };
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "executor/parallel/tensor_parallel.h"
 
+#include <ATen/record_function.h>
+
 #include <limits>
 
 #include "core/check.h"
 #include "executor/data/batch.h"
+#include "executor/measure/op_kind.h"
 #include "spec/model_spec.h"
 
 namespace cpt::exec {
@@ -213,6 +216,7 @@ namespace {
 struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& local_logits, const torch::Tensor& targets,
                                std::int64_t first_row, std::int64_t comm) {
+    RECORD_USER_SCOPE(kCrossEntropyScope);  // a step profile's "loss" (measure/op_kind.h)
     auto& tp = *reinterpret_cast<Communicator*>(comm);
     auto probs = local_logits.detach().to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);  // [B, S, V_r]
     const auto local_max = probs.amax(-1).contiguous();                                            // [B, S]

@@ -3,7 +3,10 @@
 #include <cmath>
 #include <limits>
 
+#include <ATen/record_function.h>
+
 #include "executor/device.h"
+#include "executor/measure/op_kind.h"
 #include "executor/parallel/pipeline_executor.h"
 
 namespace cpt::exec {
@@ -24,6 +27,7 @@ std::int64_t step_loss_tokens(const std::vector<Batch>& micro, Communicator& dp)
 
 // The norm, clipping and update once the gradients are in.
 void finish_step(StepResult& r, StepOptimizer& optimizer, double lr, double grad_clip) {
+  RECORD_USER_SCOPE(kOptimizerScope);  // a step profile's "optimizer" (measure/op_kind.h)
   r.state = optimizer.state_bytes();
   r.grad_norm = optimizer.grad_norm();
   r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);

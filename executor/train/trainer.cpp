@@ -32,6 +32,7 @@
 #include "spec/sequence_split.h"
 #include "executor/io/model_weights.h"
 #include "executor/measure/op_counter.h"
+#include "executor/measure/step_profiler.h"
 #include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
 #include "executor/train/adamw.h"
@@ -144,6 +145,26 @@ std::vector<std::pair<std::string, torch::Tensor>> in_gradient_order(std::vector
     return spec::gradient_order_key(a.first) < spec::gradient_order_key(b.first);
   });
   return named;
+}
+
+// Stops `profiler` and writes DIR/step_S.rank_R.trace.json and .ops.json; rank 0 logs its
+// largest operators.
+void write_step_profile(StepProfiler& profiler, const fs::path& dir, std::int64_t step, int rank, double step_s) {
+  const auto stem = str_cat("step_", step, ".rank_", rank);
+  const auto profile = profiler.finish(dir / (stem + ".trace.json"));
+  auto j = to_json(profile);
+  j["step"] = step;
+  j["rank"] = rank;
+  j["step_time_s"] = step_s;
+  core::write_file_atomic(dir / (stem + ".ops.json"), j.dump(2) + "\n");
+  if (rank != 0) return;
+  std::string top;
+  for (std::size_t i = 0; i < std::min<std::size_t>(6, profile.by_name.size()); ++i) {
+    const auto& t = profile.by_name[i];
+    top += str_cat(i == 0 ? "" : ", ", t.name, " ", core::fixed(t.seconds * 1e3, 1), " ms x", t.calls);
+  }
+  core::info0("profile: step ", step, " took ", core::fixed(step_s * 1e3, 1), " ms with the profiler on; ", top,
+              "; per rank in ", dir.string());
 }
 
 }  // namespace
@@ -520,6 +541,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
       op_counter.emplace();
       calls0 = {clocks.tp.calls, clocks.cp.calls, clocks.dp.calls, clocks.pp.calls};
     }
+    std::optional<StepProfiler> profiler;
+    if (options.profile_step && step == *options.profile_step) profiler.emplace(device.is_cuda());
     const auto t0 = Clock::now();
     const double tp0 = clocks.tp.seconds, dp0 = clocks.dp.seconds, pp0 = clocks.pp.seconds, cp0 = clocks.cp.seconds;
     const double lr = schedule.at(step) * lr_scale;
@@ -556,6 +579,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                           clocks.pp.calls - calls0[3]};
       op_counter.reset();
     }
+    if (profiler) write_step_profile(*profiler, options.out_dir / "profile", step, launch.rank, dt);
     const std::int64_t step_tokens = std::int64_t{par.global_batch} * seq_len;
     tokens_seen += step_tokens;
     if (step > first_step) {  // the first step of a process pays one-off allocation costs

@@ -21,6 +21,8 @@ struct TrainOptions {
   std::optional<std::int64_t> stop_at;  // stop (with a checkpoint) after this step; the schedule still
                                         // spans all steps (for time-limited jobs that resume)
   std::optional<std::string> device;    // overrides TRAIN.json's device
+  std::optional<std::int64_t> profile_step;  // profile this step on every rank into OUT/profile/
+                                             // (measure/step_profiler.h)
   bool progress = true;                 // progress bar when stdout is a terminal
 };
 

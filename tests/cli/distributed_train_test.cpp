@@ -386,6 +386,71 @@ TEST_F(DistributedTrain, ZeroTwoHoldsItsShardAndTheBucketsInFlight) {
   EXPECT_LT(f["grads_bytes"]["measured"].get<double>(), f["weights_bytes"]["measured"].get<double>());
 }
 
+// `--profile-step S` profiles step S on every rank (measure/step_profiler.h): each writes a Chrome
+// trace and its time by operator, where the model's matrix products, backward's nodes and the
+// data-parallel waits appear with their calls, inside the step's own time; the profiled run
+// trains exactly as an unprofiled one.
+TEST_F(DistributedTrain, ProfilingAStepWritesEachRanksTraceAndOperatorTimes) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "three.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 3, "seed": 5,
+    "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
+  const auto plain = train("dp2", "unprofiled-dp2", 2, "three.json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto r = train("dp2", "profiled-dp2", 2, "three.json", " --profile-step 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("ERROR"), std::string::npos) << r.err;
+  EXPECT_EQ(losses(dir_ / "profiled-dp2/metrics.jsonl"), losses(dir_ / "unprofiled-dp2/metrics.jsonl"));
+  const auto step_s = metric(dir_ / "profiled-dp2/metrics.jsonl", "step_time_s").at(1);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto stem = dir_ / "profiled-dp2/profile" / ("step_1.rank_" + std::to_string(rank));
+    const auto trace = nlohmann::json::parse(slurp(stem.string() + ".trace.json"));
+    EXPECT_GT(trace.at("traceEvents").size(), 100u) << rank;
+    const auto ops = nlohmann::json::parse(slurp(stem.string() + ".ops.json"));
+    EXPECT_EQ(ops["step"], 1);
+    EXPECT_EQ(ops["rank"], rank);
+    std::map<std::string, std::int64_t> calls;
+    for (const auto& o : ops["by_name"]) {
+      EXPECT_GT(o["seconds"].get<double>(), 0) << o;
+      calls[o["name"].get<std::string>()] = o["calls"].get<std::int64_t>();
+    }
+    // tiny: 2 layers of 7 projections, and the head; two microbatches of 2 per rank.
+    EXPECT_EQ(calls["aten::matmul"], 30) << ops["by_name"];
+    EXPECT_EQ(calls["autograd::engine::evaluate_function: MmBackward0"], 30) << ops["by_name"];
+    // The replicated gradients' buckets (0.1 MiB: six) and the loss's all-reduce are waited for.
+    EXPECT_GE(calls["comm wait dp/0"], 6) << ops["by_name"];
+    const double top = ops["top_level_s"].get<double>(), span = ops["span_s"].get<double>();
+    EXPECT_GT(top, 0.3 * span);
+    EXPECT_LE(top, span * (1 + 1e-9));
+    // Each rank times its own step; rank 0's is the one in metrics.jsonl.
+    const double own_step_s = ops["step_time_s"].get<double>();
+    if (rank == 0) {
+      EXPECT_DOUBLE_EQ(own_step_s, step_s);
+    }
+    EXPECT_LE(span, own_step_s * 1.01);
+    // Its time by kind of work (measure/op_kind.h) adds up to the stepping thread's.
+    double kinds = 0;
+    for (const auto& [kind, seconds] : ops["seconds_by_kind"].items()) kinds += seconds.get<double>();
+    EXPECT_NEAR(kinds, top, 1e-6 * top) << ops["seconds_by_kind"];
+    EXPECT_GT(ops["seconds_by_kind"]["gemm"].get<double>(), 0);
+    EXPECT_GT(ops["seconds_by_kind"]["loss"].get<double>(), 0);
+    EXPECT_GT(ops["seconds_by_kind"]["optimizer"].get<double>(), 0);
+    EXPECT_GT(ops["seconds_by_kind"]["communication"].get<double>(), 0);
+  }
+  // `cpt compare` puts the profiled kinds beside the cost model's, whose kinds add up to its step.
+  const auto cmp = sh(cpt() + " compare " + d + "/profiled-dp2 --json --log " + d + "/fidelity.jsonl", dir_);
+  ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
+  const auto f = nlohmann::json::parse(cmp.out)["fields"];
+  double predicted = 0;
+  for (const char* kind : {"gemm", "attention", "loss", "optimizer", "communication", "other"}) {
+    const auto key = std::string("kind_") + kind + "_s";
+    ASSERT_TRUE(f.contains(key)) << key << ": " << f;
+    predicted += f[key]["predicted"].get<double>();
+  }
+  EXPECT_NEAR(predicted, f["step_time_s"]["predicted"].get<double>(), 1e-9);
+  EXPECT_GT(f["kind_gemm_s"]["measured"].get<double>(), 0);
+  EXPECT_GT(f["kind_communication_s"]["predicted"].get<double>(), 0);
+}
+
 // Checkpoints hold whole tensors, so a run moves between layouts: pp2 x tp2 with sequence
 // parallelism into tp2 x ZeRO-2 dp2; ZeRO-2 dp2 into a single process (the sharded state is
 // gathered); a single process into ZeRO-3 (the state is cut into shards) and into ZeRO-2 with the
