@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fidelity loop of issue #9 on this machine: calibrate, then for each layout plan for `--gpu
-# local`, train a few steps and `cpt compare` predicted vs measured. Prints one table row per
-# layout (step time predicted / measured / error, and the model-state error). With REPEATS=N
+# local`, train a few steps (step 2 profiled) and `cpt compare` predicted vs measured. Prints one
+# table row per layout: step time predicted / measured / error, the model-state error, and the
+# error of each kind of work of the profiled step (gemm, attention, loss, communication, other). With REPEATS=N
 # (default 1) every layout trains N times and the run with the median step time is compared:
 # this VM's step time moves by up to 40% between runs of one layout.
 #
@@ -42,7 +43,8 @@ LAYOUTS=(
   "25m-tp2 cpt-25m 2 256 8 4 tp=2,micro_batch=2"
   "25m-pp2 cpt-25m 2 256 8 4 pp=2,schedule=1f1b,micro_batch=2"
 )
-printf '%-16s %12s %12s %8s %10s\n' layout predicted_s measured_s error state_err
+printf '%-16s %12s %12s %8s %10s %8s %8s %8s %8s %8s\n' layout predicted_s measured_s error state_err \
+  gemm attn loss comm other
 for row in "${LAYOUTS[@]}"; do
   read -r name model gpus seq gb steps fix <<<"$row"
   cat > "train-$name.json" <<JSON
@@ -53,7 +55,8 @@ JSON
   launch=(); [ "$gpus" -gt 1 ] && launch=(--nproc-per-node "$gpus")
   for ((i = 1; i <= ${REPEATS:-1}; i++)); do
     rm -rf "run-$name.$i"
-    "$CPT" train --plan "plan-$name/plan.json" --config "train-$name.json" --out "run-$name.$i" "${launch[@]}" >/dev/null 2>&1
+    "$CPT" train --plan "plan-$name/plan.json" --config "train-$name.json" --out "run-$name.$i" \
+      --profile-step 2 "${launch[@]}" >/dev/null 2>&1
   done
   # The run with the median step time becomes run-NAME.
   median=$(python3 -c '
@@ -66,5 +69,9 @@ import json, sys
 f = json.load(sys.stdin)["fields"]; name = sys.argv[1]
 state = max(abs(f[k]["rel_err"]) for k in ("weights_bytes", "grads_bytes", "optimizer_bytes"))
 t = f["step_time_s"]
-print("%-16s %12.4f %12.4f %7.1f%% %9.1f%%" % (name, t["predicted"], t["measured"], 100 * t["rel_err"], 100 * state))' "$name"
+def kind(k):
+    e = f.get("kind_%s_s" % k, {}).get("rel_err")
+    return "%7.0f%%" % (100 * e) if e is not None else "%8s" % "-"
+print("%-16s %12.4f %12.4f %7.1f%% %9.1f%% %s" % (name, t["predicted"], t["measured"], 100 * t["rel_err"], 100 * state,
+      " ".join(kind(k) for k in ("gemm", "attention", "loss", "communication", "other"))))' "$name"
 done

@@ -249,6 +249,11 @@ void run(const CalibrateOptions& o) {
   if (!attention.empty()) c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
   c.cross_entropy_forward_logits_per_s = host["cross_entropy_forward_logits_per_s"].get<double>();
   c.cross_entropy_backward_logits_per_s = host["cross_entropy_backward_logits_per_s"].get<double>();
+  for (const auto& ce : host.value("cross_entropy", Json::array())) {
+    const double logits = ce["tokens"].get<double>() * ce["vocab"].get<double>();
+    c.cross_entropy_rates.push_back({logits, logits / ce["forward_seconds"].get<double>(),
+                                     logits / ce["backward_seconds"].get<double>()});
+  }
   c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
   std::vector<cost::CollectiveSample> samples;
   for (const auto& s : comm["samples"]) {
@@ -336,9 +341,16 @@ void run(const CalibrateOptions& o) {
   for (const auto& p : c.gemm.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
   std::cout << "\n  attention efficiency";
   for (const auto& p : c.attention.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
-  std::cout << str_cat("\n  cross-entropy ", fixed(c.cross_entropy_forward_logits_per_s / 1e6, 0), " M logits/s forward, ",
-                       fixed(c.cross_entropy_backward_logits_per_s / 1e6, 0), " M logits/s backward; ",
-                       fixed(c.seconds_per_dispatched_op * 1e6, 1), " us per dispatched operator\n");
+  std::cout << "\n  cross-entropy M logits/s forward/backward";
+  if (c.cross_entropy_rates.empty()) {
+    std::cout << str_cat(" ", fixed(c.cross_entropy_forward_logits_per_s / 1e6, 0), "/",
+                         fixed(c.cross_entropy_backward_logits_per_s / 1e6, 0), " (one size)");
+  }
+  for (const auto& p : c.cross_entropy_rates) {
+    std::cout << str_cat(" ", fixed(p.forward_logits_per_s / 1e6, 0), "/", fixed(p.backward_logits_per_s / 1e6, 0), "@",
+                         fixed(p.logits / 1e6, 1), "M");
+  }
+  std::cout << str_cat("; ", fixed(c.seconds_per_dispatched_op * 1e6, 1), " us per dispatched operator\n");
   std::cout << str_cat("  memory copy ", fixed(c.copy_bytes_per_s / 1e9, 1), " GB/s; AdamW ",
                        fixed(host["adamw_params_per_s"].get<double>() / 1e6, 0), " M parameters/s\n",
                        "  collectives (Gloo, ", ranks, " ranks): alpha ", fixed(c.comm.alpha_s * 1e6, 0),

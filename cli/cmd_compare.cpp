@@ -61,7 +61,10 @@ std::optional<Json> find_step_profile(const fs::path& dir, const Json& measured,
   for (const auto& entry : fs::directory_iterator(profile_dir)) {
     long long step = 0, rank = 0;
     const auto name = entry.path().filename().string();
-    if (std::sscanf(name.c_str(), "step_%lld.rank_%lld.ops.json", &step, &rank) != 2 || !name.ends_with(".ops.json")) continue;
+    if (std::sscanf(name.c_str(), "step_%lld.rank_%lld.ops.json", &step, &rank) != 2 ||
+        name != str_cat("step_", step, ".rank_", rank, ".ops.json")) {
+      continue;
+    }
     bool on_pp_rank = false;
     for (const auto& r : measured["memory_per_rank"]) on_pp_rank |= r.value("rank", -1) == rank && r.value("pp", -1) == pp_rank;
     if (!on_pp_rank) continue;
@@ -148,11 +151,13 @@ void run(const CompareOptions& o) {
   }
   // Kinds of work, where the run profiled a step: that step of the critical pipeline rank (its
   // lowest rank) split as measure/op_kind.h splits it, beside the cost model's StepTimeByKind.
-  // "other" measured is the run's mean step less the profiled kinds: the profiled step's own
-  // remainder would also hold the profiler's cost (a few µs per event, mostly small operators).
-  const auto profile = find_step_profile(dir, measured, e->critical_pp_rank);
+  // "other" measured is the rest of that step, which also holds the profiler's own cost (a few µs
+  // per event, mostly on the small operators): the kinds add up to the profiled step, which on a
+  // noisy machine can differ from the run's mean step by more than that.
+  // On the CPU only: on a GPU the host's operator times are launch times, not the kernels'.
+  const auto profile = cpu ? find_step_profile(dir, measured, e->critical_pp_rank) : std::nullopt;
   if (profile) {
-    const auto& kinds = (*profile)["seconds_by_kind"];
+    const auto& kinds = profile->at("seconds_by_kind");
     double classified = 0;
     const auto predicted_kinds = cost::time_by_kind_to_json(e->by_kind);
     for (const auto& [kind, predicted] : predicted_kinds.items()) {
@@ -161,7 +166,7 @@ void run(const CompareOptions& o) {
       classified += m;
       add(str_cat("kind_", kind, "_s"), predicted.get<double>(), m);
     }
-    add("kind_other_s", e->by_kind.other.value(), std::max(0.0, measured.value("step_time_s", 0.0) - classified));
+    add("kind_other_s", e->by_kind.other.value(), std::max(0.0, profile->at("step_time_s").get<double>() - classified));
   }
   if (state != nullptr && measured.contains("memory_per_rank")) {
     // The largest over ranks of each category, against the prediction for that rank's pp coordinate.
@@ -202,9 +207,9 @@ void run(const CompareOptions& o) {
                          "\n");
   }
   if (profile) {
-    std::cout << str_cat("  (kind_*: step ", (*profile)["step"].get<long long>(), " of rank ",
-                         (*profile)["rank"].get<long long>(), ", profiled: ",
-                         fixed((*profile)["step_time_s"].get<double>(), 6), " s with the profiler on)\n");
+    std::cout << str_cat("  (kind_*: step ", profile->at("step").get<long long>(), " of rank ",
+                         profile->at("rank").get<long long>(), ", profiled: ",
+                         fixed(profile->at("step_time_s").get<double>(), 6), " s with the profiler on)\n");
   }
   std::cout << "  (appended to " << log.string() << ")\n";
 }

@@ -43,6 +43,11 @@ void register_exec_calibrate_commands(CLI::App& app) {
                            {"head_dim", a.head_dim}, {"forward_seconds", a.forward_seconds},
                            {"backward_seconds", a.backward_seconds}});
     }
+    nlohmann::ordered_json cross_entropy = nlohmann::ordered_json::array();
+    for (const auto& c : h.cross_entropy) {
+      cross_entropy.push_back({{"tokens", c.tokens}, {"vocab", c.vocab}, {"forward_seconds", c.forward_seconds},
+                               {"backward_seconds", c.backward_seconds}});
+    }
     print_json({{"cores", h.cores},
                 {"threads", h.threads},
                 {"memory_bytes", h.memory_bytes},
@@ -50,6 +55,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
                 {"adamw_params_per_s", h.adamw_params_per_s},
                 {"cross_entropy_forward_logits_per_s", h.cross_entropy_forward_logits_per_s},
                 {"cross_entropy_backward_logits_per_s", h.cross_entropy_backward_logits_per_s},
+                {"cross_entropy", cross_entropy},
                 {"seconds_per_dispatched_op", h.seconds_per_dispatched_op},
                 {"gemm", gemm},
                 {"attention", attention}});

@@ -26,10 +26,6 @@ void exec_with(const std::filesystem::path& exe, const std::vector<std::string>&
   std::vector<char*> argv;
   for (auto& s : storage) argv.push_back(s.data());
   argv.push_back(nullptr);
-  // LibTorch's Kineto profiler (`cpt train --profile-step`) reads its log level when LibTorch
-  // loads, and on a machine without a GPU logs an ERROR line for the GPUs it did not find. Quiet
-  // (5 is above its highest level; 4 still prints errors) unless the user chose a level.
-  ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
   ::execv(exe.c_str(), argv.data());
 }
 

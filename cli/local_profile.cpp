@@ -57,6 +57,7 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
   if (c.cross_entropy_backward_logits_per_s > 0) {
     g.cross_entropy_backward_logits_per_s = c.cross_entropy_backward_logits_per_s;
   }
+  g.cross_entropy_rates = c.cross_entropy_rates;
   if (c.seconds_per_dispatched_op > 0) g.kernel_overhead = core::Seconds(c.seconds_per_dispatched_op);
   if (c.compute_jitter_sqrt_s >= 0) g.compute_jitter_sqrt_s = c.compute_jitter_sqrt_s;
   return one_machine_cluster("local", g, c.devices,

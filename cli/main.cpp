@@ -3,6 +3,7 @@
 // Exit codes (core/error.h): 0 ok, 1 internal error (a bug), 2 bad input, 3 runtime failure.
 // Every error is one line on stderr: "cpt: error: <message>".
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <algorithm>
 #include <exception>
 #include <iostream>
@@ -28,6 +29,11 @@ int fail(int code, const std::string& message) {
 
 int main(int argc, char** argv) {
   using namespace cpt;
+  // For the executor processes it starts: LibTorch's Kineto profiler (`cpt train --profile-step`)
+  // reads its log level when LibTorch loads, and on a machine without a GPU logs an ERROR line for
+  // the GPUs it did not find. Quiet (5 is above its highest level; 4 still prints errors) unless
+  // the user chose a level. Set here, before any fork, and inherited.
+  ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
   CLI::App app("cpt: plan, simulate and run distributed continual pre-training of LLaMA-style models", "cpt");
   app.set_version_flag("--version", std::string(core::kVersion) + "+g" + core::kGitSha +
                                         (core::kBuiltWithTorch ? std::string(" (LibTorch ") + core::kTorchVersion + ")"

@@ -139,6 +139,10 @@ spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scal
   for (auto* rate : {&g.cross_entropy_forward_logits_per_s, &g.cross_entropy_backward_logits_per_s}) {
     if (*rate) *rate = **rate / compute_scale;
   }
+  for (auto& p : g.cross_entropy_rates) {
+    p.forward_logits_per_s /= compute_scale;
+    p.backward_logits_per_s /= compute_scale;
+  }
   g.kernel_overhead = kernel_overhead;
   g.collective_overhead = collective_overhead;
   c.node.intra_latency = core::Seconds(c.node.intra_latency.value() * comm_scale);

@@ -17,7 +17,8 @@ core::Json evaluation_to_json(const Evaluation& evaluation);
 core::Json memory_to_json(const MemoryBreakdown& m);
 core::Json time_to_json(const StepTimeBreakdown& t);
 core::Json time_by_kind_to_json(const StepTimeByKind& k);
-// The prediction a plan file carries (spec::Prediction, same keys as above).
+// The prediction a plan file carries (spec::Prediction: step_time_s, tokens_per_s_per_gpu, mfu,
+// time_s as step_time_breakdown_s, memory_GiB as peak_memory_GiB_per_rank).
 spec::Prediction prediction_of(const Estimate& e);
 
 }  // namespace cpt::cost

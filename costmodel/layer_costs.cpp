@@ -1,6 +1,8 @@
 #include "costmodel/layer_costs.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "costmodel/kernel_dispatch.h"
 
@@ -9,6 +11,24 @@ namespace cpt::cost {
 using core::Seconds;
 
 int activation_bytes(spec::Precision p) { return p == spec::Precision::kFp32 ? 4 : 2; }
+
+std::optional<spec::CrossEntropyPoint> cross_entropy_rates_at(const spec::GpuSpec& gpu, double logits) {
+  const auto& c = gpu.cross_entropy_rates;
+  if (c.empty()) {
+    if (!gpu.cross_entropy_forward_logits_per_s || !gpu.cross_entropy_backward_logits_per_s) return std::nullopt;
+    return spec::CrossEntropyPoint{logits, *gpu.cross_entropy_forward_logits_per_s,
+                                   *gpu.cross_entropy_backward_logits_per_s};
+  }
+  if (logits <= c.front().logits) return spec::CrossEntropyPoint{logits, c.front().forward_logits_per_s, c.front().backward_logits_per_s};
+  if (logits >= c.back().logits) return spec::CrossEntropyPoint{logits, c.back().forward_logits_per_s, c.back().backward_logits_per_s};
+  const auto hi = std::upper_bound(c.begin(), c.end(), logits,
+                                   [](double v, const spec::CrossEntropyPoint& p) { return v < p.logits; });
+  const auto lo = hi - 1;
+  const double w = std::log(logits / lo->logits) / std::log(hi->logits / lo->logits);
+  auto mix = [w](double a, double b) { return a + w * (b - a); };
+  return spec::CrossEntropyPoint{logits, mix(lo->forward_logits_per_s, hi->forward_logits_per_s),
+                                 mix(lo->backward_logits_per_s, hi->backward_logits_per_s)};
+}
 
 namespace {
 
@@ -192,13 +212,10 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   const double ce_bytes = logits * (x.e + 4 * 3);
   const double norm_bytes = 2 * x.T * x.h * x.e / (x.sp ? x.tp : 1.0);
   // A profile with measured cross-entropy rates (a CPU's, bound by its exponentials) prices the
-  // loss by its logits instead of its bytes.
-  const Seconds ce_fwd = gpu.cross_entropy_forward_logits_per_s
-                             ? Seconds(logits / *gpu.cross_entropy_forward_logits_per_s)
-                             : memory_time(ce_bytes, gpu, o);
-  const Seconds ce_bwd = gpu.cross_entropy_backward_logits_per_s
-                             ? Seconds(logits / *gpu.cross_entropy_backward_logits_per_s)
-                             : memory_time(logits * (4 + x.e), gpu, o);
+  // loss by its logits instead of its bytes: at this size where measured at several.
+  const auto rates = cross_entropy_rates_at(gpu, logits);
+  const Seconds ce_fwd = rates ? Seconds(logits / rates->forward_logits_per_s) : memory_time(ce_bytes, gpu, o);
+  const Seconds ce_bwd = rates ? Seconds(logits / rates->backward_logits_per_s) : memory_time(logits * (4 + x.e), gpu, o);
   c.head_forward = pass(gemm_time(head, gpu, o), Seconds(0), ce_fwd + memory_time(norm_bytes, gpu, o),
                        head_k.forward + region_call * c.tp_head_forward + kernels_per_call(o) * c.tp_loss_forward, o);
   c.head_backward = pass(gemm_time(head, gpu, o) * 2.0, Seconds(0), ce_bwd + memory_time(2 * norm_bytes, gpu, o),

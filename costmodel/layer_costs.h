@@ -10,6 +10,8 @@
 // Sources: Narayanan et al. 2021 §3.1 / Korthikanti et al. 2022 §3 for the GPT block; the SwiGLU
 // and GQA widths follow the model (docs/costmodel.md, "FLOPs").
 
+#include <optional>
+
 #include "core/units.h"
 #include "costmodel/cost_options.h"
 #include "spec/hardware_spec.h"
@@ -77,6 +79,11 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   core::Bytes tp_loss_bytes;
   int tp_norm_grad_allreduces = 0;  // the final norm's, as BlockCosts' (backward)
 };
+
+// The cross-entropy's rates for `logits` fp32 elements per call on `gpu`: its measured curve
+// (interpolated in log(logits), held beyond the ends), else its two rates, else none (the loss is
+// then priced as memory traffic).
+std::optional<spec::CrossEntropyPoint> cross_entropy_rates_at(const spec::GpuSpec& gpu, double logits);
 
 // FLOPs of causal fused attention as the cost model counts them: `queries` tokens attending to
 // `keys` keys, `heads` heads of `head_dim` — forward 2·queries·keys·d per head (half of QK^T and

@@ -83,6 +83,28 @@ Json efficiency_curves_to_json(const std::array<std::vector<EfficiencyPoint>, 5>
   return j;
 }
 
+std::vector<CrossEntropyPoint> read_cross_entropy_rates(JsonObjectReader& r, const std::string& key) {
+  const Json& arr = r.raw(key);
+  const auto expected =
+      "a non-empty array of {logits, forward_logits_per_s, backward_logits_per_s} (numbers > 0, logits increasing)";
+  if (!arr.is_array() || arr.empty()) r.fail(key, expected, core::describe_json(arr));
+  std::vector<CrossEntropyPoint> out;
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    if (!arr[i].is_object()) r.fail(str_cat(key, "[", i, "]"), expected, core::describe_json(arr[i]));
+    JsonObjectReader pt(arr[i], r.origin(), str_cat(r.path_of(key), "[", i, "]"));
+    CrossEntropyPoint p;
+    p.logits = pt.positive_number("logits");
+    p.forward_logits_per_s = pt.positive_number("forward_logits_per_s");
+    p.backward_logits_per_s = pt.positive_number("backward_logits_per_s");
+    pt.finish();
+    if (!out.empty() && p.logits <= out.back().logits) {
+      r.fail(str_cat(key, "[", i, "].logits"), "logits increasing", core::describe_json(arr[i]["logits"]));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
 }  // namespace
 
 GpuSpec gpu_from_json(JsonObjectReader& r) {
@@ -110,6 +132,7 @@ GpuSpec gpu_from_json(JsonObjectReader& r) {
   read_efficiency_curves(r, "attention_efficiency", g.attention_efficiency);
   g.cross_entropy_forward_logits_per_s = r.optional_positive_number("cross_entropy_forward_logits_per_s");
   g.cross_entropy_backward_logits_per_s = r.optional_positive_number("cross_entropy_backward_logits_per_s");
+  if (r.has("cross_entropy_rates")) g.cross_entropy_rates = read_cross_entropy_rates(r, "cross_entropy_rates");
   r.finish();
   return g;
 }
@@ -187,6 +210,15 @@ Json gpu_to_json(const GpuSpec& g) {
   }
   if (g.cross_entropy_backward_logits_per_s) {
     j["cross_entropy_backward_logits_per_s"] = *g.cross_entropy_backward_logits_per_s;
+  }
+  if (!g.cross_entropy_rates.empty()) {
+    Json rates = Json::array();
+    for (const auto& p : g.cross_entropy_rates) {
+      rates.push_back({{"logits", p.logits},
+                       {"forward_logits_per_s", p.forward_logits_per_s},
+                       {"backward_logits_per_s", p.backward_logits_per_s}});
+    }
+    j["cross_entropy_rates"] = rates;
   }
   if (g.kernel_overhead) j["kernel_overhead_us"] = g.kernel_overhead->value() * 1e6;
   if (g.collective_overhead) j["collective_overhead_us"] = g.collective_overhead->value() * 1e6;

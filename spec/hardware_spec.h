@@ -28,6 +28,14 @@ struct EfficiencyPoint {
   bool operator==(const EfficiencyPoint&) const = default;
 };
 
+// The cross-entropy's rates at one size: `logits` fp32 elements per call.
+struct CrossEntropyPoint {
+  double logits = 0;
+  double forward_logits_per_s = 0;
+  double backward_logits_per_s = 0;
+  bool operator==(const CrossEntropyPoint&) const = default;
+};
+
 struct GpuSpec {
   std::string name;                  // profile id, e.g. "h100_sxm5_80gb"
   std::string display_name;          // e.g. "NVIDIA H100 SXM5 80GB"
@@ -50,6 +58,10 @@ struct GpuSpec {
   // the exponentials, not the bytes, bound it (`cpt calibrate`).
   std::optional<double> cross_entropy_forward_logits_per_s;
   std::optional<double> cross_entropy_backward_logits_per_s;
+  // The same rates measured at several sizes, by logits per call (ascending): a CPU's caches make
+  // a small vocabulary's loss several times faster per logit than a large one's. When present they
+  // replace the two numbers above, interpolated in log(logits) and held beyond the ends.
+  std::vector<CrossEntropyPoint> cross_entropy_rates;
   // Fixed costs per kernel launch and per collective call, when calibrated for this device
   // (`cpt calibrate --from-runs`); absent: the cost model's defaults (CostModelOptions).
   std::optional<core::Seconds> kernel_overhead;

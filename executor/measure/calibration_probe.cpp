@@ -97,18 +97,27 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
     h.attention.push_back({b, a, kv_heads, seq, d, fwd, bwd});
     progress(++done, total);
   }
-  // Cross-entropy over [tokens, vocab] fp32 logits: the executor's loss (sum over tokens), at a
-  // small and a LLaMA-sized vocabulary (rows in and out of the core's caches); the rate is over both.
+  // Cross-entropy over [tokens, vocab] fp32 logits: the executor's loss (sum over tokens), from a
+  // vocabulary whose logits stay in the core's caches to a LLaMA-sized one (4 to 128 MiB of logits):
+  // a CPU's rate per logit falls by several times between them (cost::cross_entropy_rates_at).
+  // Forward reads logits the LM head has just written (timed in a loop, as hot as that); backward
+  // reads what forward saved a whole step earlier, so the caches are flushed before each call
+  // (timed back to back it measured 2.6x the rate the training step showed).
   {
+    auto flush = torch::empty({64 * 1024 * 1024}, torch::kFloat32);  // 256 MiB, beyond any cache
+    const auto evict = [&] { flush.fill_(1.0f); };
     double logit_elements = 0, forward_s = 0, backward_s = 0;
-    for (const std::int64_t vocab : {4096, 32768}) {
+    for (const std::int64_t vocab : {1024, 4096, 16384, 32768}) {
       const std::int64_t tokens = 1024;
       const auto logits = torch::randn({tokens, vocab}).requires_grad_(true);
       const auto targets = torch::randint(vocab, {tokens});
-      forward_s += time_per_call([&] { (void)cross_entropy_sum(logits, targets); }, seconds * 0.015, 3);
+      const double fwd = time_per_call([&] { (void)cross_entropy_sum(logits, targets); }, seconds * 0.008, 3);
       const auto loss = cross_entropy_sum(logits, targets);
-      backward_s += time_per_call([&] { (void)torch::autograd::grad({loss}, {logits}, {}, /*retain_graph=*/true); },
-                                  seconds * 0.015, 3);
+      const double bwd = time_per_cold_call(
+          [&] { (void)torch::autograd::grad({loss}, {logits}, {}, /*retain_graph=*/true); }, evict, seconds * 0.008, 3);
+      h.cross_entropy.push_back({tokens, vocab, fwd, bwd});
+      forward_s += fwd;
+      backward_s += bwd;
       logit_elements += static_cast<double>(tokens * vocab);
     }
     h.cross_entropy_forward_logits_per_s = logit_elements / forward_s;

@@ -25,6 +25,12 @@ struct AttentionMeasurement {  // the executor's causal attention_core on [batch
   double backward_seconds = 0;
 };
 
+struct CrossEntropyMeasurement {
+  std::int64_t tokens = 0, vocab = 0;
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+};
+
 struct HostMeasurements {
   int cores = 0;
   int threads = 0;             // intra-op threads the measurements used
@@ -33,7 +39,10 @@ struct HostMeasurements {
   double copy_bytes_per_s = 0;      // read + write, counted once each
   double adamw_params_per_s = 0;    // fused AdamW on fp32 parameters
   std::vector<AttentionMeasurement> attention;
-  double cross_entropy_forward_logits_per_s = 0;   // the executor's loss (cross_entropy_sum) over fp32 logits
+  // The executor's loss (cross_entropy_sum) over fp32 logits [tokens, vocab], per size, and the
+  // rates over all sizes together.
+  std::vector<CrossEntropyMeasurement> cross_entropy;
+  double cross_entropy_forward_logits_per_s = 0;
   double cross_entropy_backward_logits_per_s = 0;
   // Seconds per dispatched operator (op_counter.h's count: ATen operators plus autograd nodes) of
   // a chain of element-wise operators on a 16 x 64 tensor, forward and backward.

@@ -55,7 +55,9 @@ std::map<std::string, double> seconds_by_kind(const std::vector<const ProfiledEv
   }
   std::vector<Open> stack;
   for (const auto* e : events) {
-    while (!stack.empty() && stack.back().end_ns <= e->start_ns) stack.pop_back();
+    // Enclosing events are those that contain this one whole (an event that overlaps without
+    // containing it is not its parent).
+    while (!stack.empty() && (stack.back().end_ns <= e->start_ns || stack.back().end_ns < e->end_ns)) stack.pop_back();
     const std::string_view own = op_kind(e->name);
     const std::string_view region = stack.empty() ? std::string_view() : stack.back().region;
     const std::string_view kind = own == kKindCommunication ? own : !region.empty() ? region : own;
@@ -160,7 +162,11 @@ StepProfiler::StepProfiler(bool cuda) {
 }
 
 StepProfiler::~StepProfiler() {
-  if (running_) (void)prof::disableProfiler();
+  if (!running_) return;
+  try {
+    (void)prof::disableProfiler();
+  } catch (...) {  // unwinding already: the profile is lost, the run goes on
+  }
 }
 
 StepProfile StepProfiler::finish(const std::filesystem::path& trace_path) {
@@ -171,8 +177,10 @@ StepProfile StepProfiler::finish(const std::filesystem::path& trace_path) {
   host.reserve(result->events().size());
   for (const auto& e : result->events()) {
     // Host-side events only: a GPU's kernels run asynchronously and belong to the trace, not to
-    // the host's per-operator time.
-    if (e.deviceType() != c10::DeviceType::CPU || e.endNs() < e.startNs()) continue;
+    // the host's per-operator time. Asynchronous records too (c10d's "gloo:send" opens when a
+    // send is posted and closes when it is waited for, across everything in between): they do
+    // not nest.
+    if (e.deviceType() != c10::DeviceType::CPU || e.isAsync() || e.endNs() < e.startNs()) continue;
     host.push_back({e.startThreadId(), e.startNs(), e.endNs(), e.name()});
   }
   std::filesystem::create_directories(trace_path.parent_path());

@@ -9,11 +9,12 @@
 // which is what one needs to see where a layout's step time goes beside a single-process run
 // (issue #9's per-operator comparison).
 //
-// Contract: one StepProfiler alive at a time per process; it observes the thread that made it and
-// the threads the autograd engine runs backward on (Kineto propagates its state to them), not the
-// communication libraries' worker threads (their work shows as the waits). While the profiler is
-// on, each operator costs a few µs more: the profiled step is slower than the others and is
-// excluded from nothing else (its time still counts in metrics.jsonl).
+// Contract: one StepProfiler alive at a time per process; it observes the thread that made it (the
+// "stepping thread") and the threads LibTorch propagates its state to (the autograd engine's
+// device threads, Gloo's workers): those land in StepProfile::other_threads. Asynchronous records
+// (a posted send, open until waited for) stay in the trace but not in the aggregate. While the
+// profiler is on each operator costs a few µs more, so the trainer leaves the profiled step out
+// of measured.json's means (metrics.jsonl still lists it) and lines the ranks up after it.
 #include <cstdint>
 #include <filesystem>
 #include <map>

@@ -521,12 +521,16 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   TrainSummary summary;
   summary.first_step = first_step;
   double timed_seconds = 0;
-  std::int64_t timed_tokens = 0;
+  std::int64_t timed_tokens = 0, timed_step_count = 0;
   const auto run_start = Clock::now();
   core::info0("train: ", spec.name, " (", spec.num_params(), " parameters) on ", device.str(), ", steps ", first_step,
               " -> ", total_steps, ", ", par.global_batch, " x ", seq_len, " tokens per step (micro-batch ",
               par.micro_batch, " x ", accum, ")");
   const auto end_step = std::min(total_steps, options.stop_at.value_or(total_steps));
+  if (rank0 && options.profile_step && (*options.profile_step < step || *options.profile_step >= end_step)) {
+    core::warn("--profile-step ", *options.profile_step, ": this run trains steps ", step, " to ", end_step - 1,
+                "; no step is profiled");
+  }
   if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
   // The first step's operator and communication-call counts (untimed: observing operators costs
   // time). On the CPU only: on a GPU the autograd engine runs backward on its device thread, which
@@ -579,16 +583,23 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                           clocks.pp.calls - calls0[3]};
       op_counter.reset();
     }
-    if (profiler) write_step_profile(*profiler, options.out_dir / "profile", step, launch.rank, dt);
+    const bool profiled = profiler.has_value();
+    if (profiler) {
+      write_step_profile(*profiler, options.out_dir / "profile", step, launch.rank, dt);
+      profiler.reset();
+      groups.world->barrier();  // ranks wrote for different times: start the next step together
+    }
     const std::int64_t step_tokens = std::int64_t{par.global_batch} * seq_len;
     tokens_seen += step_tokens;
-    if (step > first_step) {  // the first step of a process pays one-off allocation costs
+    // The first step of a process pays one-off allocation costs; a profiled step, the profiler's.
+    if (step > first_step && !profiled) {
       timed_seconds += dt;
       timed_tp_wait += clocks.tp.seconds - tp0;
       timed_dp_wait += clocks.dp.seconds - dp0;
       timed_pp_wait += clocks.pp.seconds - pp0;
       timed_cp_wait += clocks.cp.seconds - cp0;
       timed_tokens += step_tokens;
+      ++timed_step_count;
     }
     ++step;
     nlohmann::ordered_json row{{"step", step - 1},
@@ -658,7 +669,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   groups.world->all_gather(mine, all)->wait();
   // Per timed step, each rank's seconds blocked in communication; the rest is computation (and
   // the loader and optimizer).
-  const double timed_steps = std::max<double>(1.0, static_cast<double>(step - first_step - 1));
+  const double timed_steps = std::max<double>(1.0, static_cast<double>(timed_step_count));
   auto waits = torch::tensor({timed_tp_wait / timed_steps, timed_dp_wait / timed_steps, timed_pp_wait / timed_steps,
                               timed_cp_wait / timed_steps},
                              torch::kFloat64);

@@ -449,6 +449,22 @@ TEST_F(DistributedTrain, ProfilingAStepWritesEachRanksTraceAndOperatorTimes) {
   EXPECT_NEAR(predicted, f["step_time_s"]["predicted"].get<double>(), 1e-9);
   EXPECT_GT(f["kind_gemm_s"]["measured"].get<double>(), 0);
   EXPECT_GT(f["kind_communication_s"]["predicted"].get<double>(), 0);
+  // A pipeline posts its sends asynchronously (records that do not nest): every kind stays
+  // non-negative and the kinds still add up, on both stages.
+  const auto pp = train("pp2", "profiled-pp2", 2, "three.json", " --profile-step 1");
+  ASSERT_EQ(pp.exit_code, 0) << pp.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto ops = nlohmann::json::parse(
+        slurp(dir_ / "profiled-pp2/profile" / ("step_1.rank_" + std::to_string(rank) + ".ops.json")));
+    double kinds = 0;
+    for (const auto& [kind, seconds] : ops["seconds_by_kind"].items()) {
+      EXPECT_GE(seconds.get<double>(), 0) << rank << ": " << kind;
+      kinds += seconds.get<double>();
+    }
+    EXPECT_NEAR(kinds, ops["top_level_s"].get<double>(), 1e-6) << rank;
+    EXPECT_GT(ops["seconds_by_kind"]["communication"].get<double>(), 0) << rank;
+    EXPECT_LE(ops["top_level_s"].get<double>(), ops["span_s"].get<double>() * (1 + 1e-9)) << rank;
+  }
 }
 
 // Checkpoints hold whole tensors, so a run moves between layouts: pp2 x tp2 with sequence

@@ -66,6 +66,29 @@ TEST(LayerCosts, MeasuredCrossEntropyRatesPriceTheLoss) {
   EXPECT_EQ(after.head_forward.gemm, before.head_forward.gemm);
 }
 
+// Rates measured at several sizes are interpolated in log(logits) and held beyond the ends; they
+// replace the two single rates.
+TEST(LayerCosts, CrossEntropyRatesFollowTheLossSize) {
+  auto gpu = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
+  EXPECT_FALSE(cross_entropy_rates_at(gpu, 1e6).has_value());  // priced as memory traffic
+  gpu.cross_entropy_forward_logits_per_s = 3e8;
+  gpu.cross_entropy_backward_logits_per_s = 1e8;
+  EXPECT_EQ(cross_entropy_rates_at(gpu, 1e6)->forward_logits_per_s, 3e8);
+  gpu.cross_entropy_rates = {{1e6, 1e9, 5e8}, {4e6, 2.5e8, 1e8}};
+  const auto mid = cross_entropy_rates_at(gpu, 2e6);  // halfway in log(logits)
+  EXPECT_DOUBLE_EQ(mid->forward_logits_per_s, 6.25e8);
+  EXPECT_DOUBLE_EQ(mid->backward_logits_per_s, 3e8);
+  EXPECT_EQ(cross_entropy_rates_at(gpu, 1e5)->forward_logits_per_s, 1e9);
+  EXPECT_EQ(cross_entropy_rates_at(gpu, 1e8)->backward_logits_per_s, 1e8);
+  // The head's loss at tiny's size (micro-batch 2 x 64 tokens x 512 logits = 65,536: below the
+  // curve) takes the small size's rates.
+  const spec::ModelSpec m = spec::find_catalog_model("tiny")->spec;
+  const auto h = head_costs(m, spec::ParallelConfig{.micro_batch = 2}, 64, gpu, CostModelOptions{});
+  const double logits = 2.0 * 64 * static_cast<double>(m.tp_padded_vocab(1));
+  EXPECT_NEAR(h.loss_forward.value(), logits / 1e9, 1e-15);
+  EXPECT_NEAR(h.loss_backward.value(), logits / 5e8, 1e-15);
+}
+
 // cpt's executor dispatches many more kernels than Megatron's fused ones; each costs
 // kernel_overhead, and the step counts them (costmodel/kernel_dispatch.h).
 TEST(LayerCosts, EagerDispatchCountsTheExecutorsKernels) {

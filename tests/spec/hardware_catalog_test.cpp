@@ -125,6 +125,8 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   const auto cpu_doc = core::parse_json_text(
       base + R"({"fp32": [[1, 0.9]]}, "attention_efficiency": {"fp32": [[0.01, 0.2], [1, 0.4]]},
       "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8,
+      "cross_entropy_rates": [{"logits": 1e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8},
+                              {"logits": 3.2e7, "forward_logits_per_s": 4e8, "backward_logits_per_s": 1.8e8}],
       "compute_jitter_sqrt_s": 0.012})",
       "cpu.json");
   auto cpu_r = core::JsonObjectReader::root_of(cpu_doc);
@@ -135,6 +137,8 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   EXPECT_EQ(cpu.cross_entropy_forward_logits_per_s, 4.5e8);
   EXPECT_EQ(cpu.cross_entropy_backward_logits_per_s, 2e8);
   EXPECT_EQ(cpu.compute_jitter_sqrt_s, 0.012);
+  ASSERT_EQ(cpu.cross_entropy_rates.size(), 2u);
+  EXPECT_EQ(cpu.cross_entropy_rates[1], (CrossEntropyPoint{3.2e7, 4e8, 1.8e8}));
   const auto cpu_again = core::parse_json_text(gpu_to_json(cpu).dump(), "y");
   auto again_r = core::JsonObjectReader::root_of(cpu_again);
   EXPECT_EQ(gpu_from_json(again_r), cpu);
@@ -146,6 +150,19 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
                            "pairs with increasing GFLOP, got [0.1,0.2]");
   }
   EXPECT_THROW(parse(R"({"bf17": [[1, 0.5]]})"), core::ConfigError);
+  // Sizes must grow along the cross-entropy curve.
+  try {
+    const auto bad = core::parse_json_text(
+        base + R"({"fp32": [[1, 0.9]]}, "cross_entropy_rates": [
+          {"logits": 4e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8},
+          {"logits": 1e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8}]})",
+        "cpu.json");
+    auto bad_r = core::JsonObjectReader::root_of(bad);
+    (void)gpu_from_json(bad_r);
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "cpu.json: $.cross_entropy_rates[1].logits: expected logits increasing, got 1000000.0");
+  }
 }
 
 TEST(HardwareCatalog, ProfileNameMustMatchFileName) {
