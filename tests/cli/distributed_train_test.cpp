@@ -159,6 +159,14 @@ class DistributedTrain : public ::testing::Test {
     const auto r = train(plan, out, 1);
     ASSERT_EQ(r.exit_code, 0) << plan << ": " << r.err;
   }
+  // A TRAIN.json of `steps` steps on the prepared data, 0.1 MiB gradient buckets (six on tiny):
+  // its file name in the test directory.
+  static std::string short_config(int steps) {
+    const auto name = "steps-" + std::to_string(steps) + ".json";
+    std::ofstream(dir_ / name) << R"({"data": [{"name": "py", "path": "data"}], "steps": )" << steps
+                               << R"(, "seed": 5, "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
+    return name;
+  }
   // Checkpoints hold whole tensors: `from` stopped at step 10 resumes as `to` and ends where the
   // reference run `ref` ends.
   static void expect_resume(const std::string& from, int from_procs, const std::string& to, int to_procs,
@@ -326,8 +334,7 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
 // recomputation too.
 TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
   const auto d = dir_.string();
-  std::ofstream(dir_ / "short.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
-    "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
+  const auto two_steps = short_config(2);
   for (const auto& [layout, procs, flags] :
        {std::tuple{"single", 1, "--gpus 1"}, std::tuple{"dp2", 2, "--gpus 2 --dp 2"},
         std::tuple{"zero1-dp2", 2, "--gpus 2 --dp 2 --zero 1"}, std::tuple{"tp2", 2, "--gpus 2 --tp 2"},
@@ -337,7 +344,7 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
         std::tuple{"dp2-full-recompute", 2, "--gpus 2 --dp 2 --recompute full"},
         std::tuple{"zero1-dp2-selective", 2, "--gpus 2 --dp 2 --zero 1 --recompute selective"}}) {
     const auto out = d + "/mem-" + layout;
-    const auto r = train(layout, std::string("mem-") + layout, procs, "short.json");
+    const auto r = train(layout, std::string("mem-") + layout, procs, two_steps);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     const auto e = sh(cpt() + " estimate --model tiny --gpu h100 " + flags +
                           " --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
@@ -372,9 +379,7 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
 // within 5%, and below what ZeRO-1 holds (every gradient, 4Ψ); weights and optimizer state exact.
 TEST_F(DistributedTrain, ZeroTwoHoldsItsShardAndTheBucketsInFlight) {
   const auto d = dir_.string();
-  std::ofstream(dir_ / "buckets.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
-    "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
-  const auto r = train("zero2-dp2", "buckets-zero2-dp2", 2, "buckets.json");
+  const auto r = train("zero2-dp2", "buckets-zero2-dp2", 2, short_config(2));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto cmp = sh(cpt() + " compare " + d + "/buckets-zero2-dp2 --json --log " + d + "/fidelity.jsonl", dir_);
   ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
@@ -392,11 +397,10 @@ TEST_F(DistributedTrain, ZeroTwoHoldsItsShardAndTheBucketsInFlight) {
 // trains exactly as an unprofiled one.
 TEST_F(DistributedTrain, ProfilingAStepWritesEachRanksTraceAndOperatorTimes) {
   const auto d = dir_.string();
-  std::ofstream(dir_ / "three.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 3, "seed": 5,
-    "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
-  const auto plain = train("dp2", "unprofiled-dp2", 2, "three.json");
+  const auto three_steps = short_config(3);
+  const auto plain = train("dp2", "unprofiled-dp2", 2, three_steps);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  const auto r = train("dp2", "profiled-dp2", 2, "three.json", " --profile-step 1");
+  const auto r = train("dp2", "profiled-dp2", 2, three_steps, " --profile-step 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("ERROR"), std::string::npos) << r.err;
   EXPECT_EQ(losses(dir_ / "profiled-dp2/metrics.jsonl"), losses(dir_ / "unprofiled-dp2/metrics.jsonl"));
@@ -451,7 +455,7 @@ TEST_F(DistributedTrain, ProfilingAStepWritesEachRanksTraceAndOperatorTimes) {
   EXPECT_GT(f["kind_communication_s"]["predicted"].get<double>(), 0);
   // A pipeline posts its sends asynchronously (records that do not nest): every kind stays
   // non-negative and the kinds still add up, on both stages.
-  const auto pp = train("pp2", "profiled-pp2", 2, "three.json", " --profile-step 1");
+  const auto pp = train("pp2", "profiled-pp2", 2, three_steps, " --profile-step 1");
   ASSERT_EQ(pp.exit_code, 0) << pp.err;
   for (int rank = 0; rank < 2; ++rank) {
     const auto ops = nlohmann::json::parse(
