@@ -247,8 +247,6 @@ void run(const CalibrateOptions& o) {
     attention.push_back({bwd / 1e9, bwd / a["backward_seconds"].get<double>()});
   }
   if (!attention.empty()) c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
-  c.cross_entropy_forward_logits_per_s = host["cross_entropy_forward_logits_per_s"].get<double>();
-  c.cross_entropy_backward_logits_per_s = host["cross_entropy_backward_logits_per_s"].get<double>();
   for (const auto& ce : host.value("cross_entropy", Json::array())) {
     const double logits = ce["tokens"].get<double>() * ce["vocab"].get<double>();
     c.cross_entropy_rates.push_back({logits, logits / ce["forward_seconds"].get<double>(),
@@ -304,6 +302,12 @@ void run(const CalibrateOptions& o) {
   Json curve = Json::array(), attention_curve = Json::array();
   for (const auto& p : c.gemm.curve) curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
   for (const auto& p : c.attention.curve) attention_curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
+  Json ce_rates = Json::array();
+  for (const auto& p : c.cross_entropy_rates) {
+    ce_rates.push_back({{"logits", p.logits},
+                        {"forward_logits_per_s", p.forward_logits_per_s},
+                        {"backward_logits_per_s", p.backward_logits_per_s}});
+  }
   const Json report{{"profile", out.string()},
                     {"cores", c.cores},
                     {"threads_per_rank", c.threads},
@@ -311,8 +315,7 @@ void run(const CalibrateOptions& o) {
                     {"gemm_peak_flops_per_s", c.gemm.peak_flops_per_s},
                     {"gemm_efficiency", curve},
                     {"attention_efficiency", attention_curve},
-                    {"cross_entropy_forward_logits_per_s", c.cross_entropy_forward_logits_per_s},
-                    {"cross_entropy_backward_logits_per_s", c.cross_entropy_backward_logits_per_s},
+                    {"cross_entropy_rates", ce_rates},
                     {"kernel_overhead_s", c.seconds_per_dispatched_op},
                     {"copy_bytes_per_s", c.copy_bytes_per_s},
                     {"adamw_params_per_s", host["adamw_params_per_s"]},
@@ -342,10 +345,6 @@ void run(const CalibrateOptions& o) {
   std::cout << "\n  attention efficiency";
   for (const auto& p : c.attention.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
   std::cout << "\n  cross-entropy M logits/s forward/backward";
-  if (c.cross_entropy_rates.empty()) {
-    std::cout << str_cat(" ", fixed(c.cross_entropy_forward_logits_per_s / 1e6, 0), "/",
-                         fixed(c.cross_entropy_backward_logits_per_s / 1e6, 0), " (one size)");
-  }
   for (const auto& p : c.cross_entropy_rates) {
     std::cout << str_cat(" ", fixed(p.forward_logits_per_s / 1e6, 0), "/", fixed(p.backward_logits_per_s / 1e6, 0), "@",
                          fixed(p.logits / 1e6, 1), "M");

@@ -21,6 +21,7 @@
 #include "costmodel/step_estimator.h"
 #include "spec/hardware_catalog.h"
 #include "spec/plan.h"
+#include "spec/work_kinds.h"
 
 namespace cpt::cli {
 
@@ -158,15 +159,15 @@ void run(const CompareOptions& o) {
   const auto profile = cpu ? find_step_profile(dir, measured, e->critical_pp_rank) : std::nullopt;
   if (profile) {
     const auto& kinds = profile->at("seconds_by_kind");
+    const auto predicted = cost::time_by_kind_to_json(e->by_kind);
     double classified = 0;
-    const auto predicted_kinds = cost::time_by_kind_to_json(e->by_kind);
-    for (const auto& [kind, predicted] : predicted_kinds.items()) {
-      if (kind == "other") continue;
-      const double m = kinds.value(kind, 0.0);
+    for (const auto kind_view : spec::kWorkKinds) {
+      const std::string kind(kind_view);
+      const double m = kind_view == spec::kKindOther ? std::max(0.0, profile->at("step_time_s").get<double>() - classified)
+                                                     : kinds.value(kind, 0.0);
       classified += m;
-      add(str_cat("kind_", kind, "_s"), predicted.get<double>(), m);
+      add(str_cat("kind_", kind, "_s"), predicted.at(kind).get<double>(), m);
     }
-    add("kind_other_s", e->by_kind.other.value(), std::max(0.0, profile->at("step_time_s").get<double>() - classified));
   }
   if (state != nullptr && measured.contains("memory_per_rank")) {
     // The largest over ranks of each category, against the prediction for that rank's pp coordinate.

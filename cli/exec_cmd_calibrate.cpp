@@ -53,8 +53,6 @@ void register_exec_calibrate_commands(CLI::App& app) {
                 {"memory_bytes", h.memory_bytes},
                 {"copy_bytes_per_s", h.copy_bytes_per_s},
                 {"adamw_params_per_s", h.adamw_params_per_s},
-                {"cross_entropy_forward_logits_per_s", h.cross_entropy_forward_logits_per_s},
-                {"cross_entropy_backward_logits_per_s", h.cross_entropy_backward_logits_per_s},
                 {"cross_entropy", cross_entropy},
                 {"seconds_per_dispatched_op", h.seconds_per_dispatched_op},
                 {"gemm", gemm},

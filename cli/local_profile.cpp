@@ -53,10 +53,6 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
     g.attention_efficiency[static_cast<std::size_t>(p)] = c.attention.curve;
   }
   // Compute-bound on a CPU core (exponentials), so not divided among the ranks like the bandwidth.
-  if (c.cross_entropy_forward_logits_per_s > 0) g.cross_entropy_forward_logits_per_s = c.cross_entropy_forward_logits_per_s;
-  if (c.cross_entropy_backward_logits_per_s > 0) {
-    g.cross_entropy_backward_logits_per_s = c.cross_entropy_backward_logits_per_s;
-  }
   g.cross_entropy_rates = c.cross_entropy_rates;
   if (c.seconds_per_dispatched_op > 0) g.kernel_overhead = core::Seconds(c.seconds_per_dispatched_op);
   if (c.compute_jitter_sqrt_s >= 0) g.compute_jitter_sqrt_s = c.compute_jitter_sqrt_s;

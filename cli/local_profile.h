@@ -21,8 +21,6 @@ struct LocalCalibration {
   double copy_bytes_per_s = 0;  // per rank, every rank copying at once
   cost::GemmFit gemm;
   cost::GemmFit attention;                       // against gemm's peak; empty curve: not measured
-  double cross_entropy_forward_logits_per_s = 0;  // 0: not measured
-  double cross_entropy_backward_logits_per_s = 0;
   std::vector<spec::CrossEntropyPoint> cross_entropy_rates;  // by size; empty: not measured
   double seconds_per_dispatched_op = 0;           // 0: not measured (the cost model's default)
   cost::AlphaBetaFit comm;

@@ -136,9 +136,6 @@ spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scal
     if (peak) peak = core::FlopsPerSecond(peak->value() / compute_scale);
   }
   g.hbm_bandwidth = core::BytesPerSecond(g.hbm_bandwidth.value() / compute_scale);
-  for (auto* rate : {&g.cross_entropy_forward_logits_per_s, &g.cross_entropy_backward_logits_per_s}) {
-    if (*rate) *rate = **rate / compute_scale;
-  }
   for (auto& p : g.cross_entropy_rates) {
     p.forward_logits_per_s /= compute_scale;
     p.backward_logits_per_s /= compute_scale;

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "spec/work_kinds.h"
+
 namespace cpt::cost {
 
 using core::Json;
@@ -19,9 +21,14 @@ Json time_to_json(const StepTimeBreakdown& t) {
 }
 
 Json time_by_kind_to_json(const StepTimeByKind& k) {
-  return {{"gemm", k.gemm.value()},           {"attention", k.attention.value()},
-          {"loss", k.loss.value()},           {"optimizer", k.optimizer.value()},
-          {"communication", k.communication.value()}, {"other", k.other.value()}};
+  Json j = Json::object();
+  j[std::string(spec::kKindGemm)] = k.gemm.value();
+  j[std::string(spec::kKindAttention)] = k.attention.value();
+  j[std::string(spec::kKindLoss)] = k.loss.value();
+  j[std::string(spec::kKindOptimizer)] = k.optimizer.value();
+  j[std::string(spec::kKindCommunication)] = k.communication.value();
+  j[std::string(spec::kKindOther)] = k.other.value();
+  return j;
 }
 
 Json evaluation_to_json(const Evaluation& ev) {

@@ -14,11 +14,7 @@ int activation_bytes(spec::Precision p) { return p == spec::Precision::kFp32 ? 4
 
 std::optional<spec::CrossEntropyPoint> cross_entropy_rates_at(const spec::GpuSpec& gpu, double logits) {
   const auto& c = gpu.cross_entropy_rates;
-  if (c.empty()) {
-    if (!gpu.cross_entropy_forward_logits_per_s || !gpu.cross_entropy_backward_logits_per_s) return std::nullopt;
-    return spec::CrossEntropyPoint{logits, *gpu.cross_entropy_forward_logits_per_s,
-                                   *gpu.cross_entropy_backward_logits_per_s};
-  }
+  if (c.empty()) return std::nullopt;
   if (logits <= c.front().logits) return spec::CrossEntropyPoint{logits, c.front().forward_logits_per_s, c.front().backward_logits_per_s};
   if (logits >= c.back().logits) return spec::CrossEntropyPoint{logits, c.back().forward_logits_per_s, c.back().backward_logits_per_s};
   const auto hi = std::upper_bound(c.begin(), c.end(), logits,

@@ -80,9 +80,9 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   int tp_norm_grad_allreduces = 0;  // the final norm's, as BlockCosts' (backward)
 };
 
-// The cross-entropy's rates for `logits` fp32 elements per call on `gpu`: its measured curve
-// (interpolated in log(logits), held beyond the ends), else its two rates, else none (the loss is
-// then priced as memory traffic).
+// The cross-entropy's rates for `logits` fp32 elements per call on `gpu`: its measured curve,
+// interpolated in log(logits) and held beyond the ends; none where it has none (the loss is then
+// priced as memory traffic).
 std::optional<spec::CrossEntropyPoint> cross_entropy_rates_at(const spec::GpuSpec& gpu, double logits);
 
 // FLOPs of causal fused attention as the cost model counts them: `queries` tokens attending to

@@ -47,8 +47,8 @@ struct StepTimeBreakdown {
   }
 };
 
-// The same step time split by the kind of work the critical rank does, as a profiled step of the
-// executor can be split (cpt compare, exec::StepProfile's classes); total() is the step time.
+// The same step time split by the kind of work the critical rank does (spec/work_kinds.h), as a
+// profiled step of the executor is split (cpt compare); total() is the step time.
 struct StepTimeByKind {
   core::Seconds gemm;           // matrix products, forward, backward and recomputed
   core::Seconds attention;      // the attention core

@@ -13,9 +13,8 @@
 // free) and grows the heap 256 MiB at a time, so freed blocks are reused at the next step: the
 // process's resident set stays near its peak, which is what the peak-memory figures count anyway.
 // (A profiled step, whose records shift the heap, page-faulted its loss 3x slower without the
-// padding.) CPT_HOST_MALLOC=system leaves glibc's
-// defaults (to measure the difference). Call it first in main(), before any thread starts.
-// Elsewhere than glibc it does nothing.
+// padding.) CPT_HOST_MALLOC=system leaves glibc's defaults (to measure the difference). Call it
+// first in main(), before any thread starts. Elsewhere than glibc it does nothing.
 namespace cpt::exec {
 
 // Returns false when the environment asked for the system defaults (or the C library has no

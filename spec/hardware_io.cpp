@@ -130,9 +130,18 @@ GpuSpec gpu_from_json(JsonObjectReader& r) {
   if (r.has("compute_jitter_sqrt_s")) g.compute_jitter_sqrt_s = r.number("compute_jitter_sqrt_s", 0.0);
   read_efficiency_curves(r, "gemm_efficiency", g.gemm_efficiency);
   read_efficiency_curves(r, "attention_efficiency", g.attention_efficiency);
-  g.cross_entropy_forward_logits_per_s = r.optional_positive_number("cross_entropy_forward_logits_per_s");
-  g.cross_entropy_backward_logits_per_s = r.optional_positive_number("cross_entropy_backward_logits_per_s");
   if (r.has("cross_entropy_rates")) g.cross_entropy_rates = read_cross_entropy_rates(r, "cross_entropy_rates");
+  // The one-size form of the same rates (profiles calibrated before the curve): one point.
+  const auto forward = r.optional_positive_number("cross_entropy_forward_logits_per_s");
+  const auto backward = r.optional_positive_number("cross_entropy_backward_logits_per_s");
+  if (forward || backward) {
+    const char* key = forward ? "cross_entropy_backward_logits_per_s" : "cross_entropy_forward_logits_per_s";
+    if (!forward || !backward) r.fail(key, "a number > 0 beside its forward/backward partner", "nothing");
+    if (!g.cross_entropy_rates.empty()) {
+      r.fail("cross_entropy_forward_logits_per_s", "no one-size rates beside cross_entropy_rates", "both");
+    }
+    g.cross_entropy_rates = {{1.0, *forward, *backward}};
+  }
   r.finish();
   return g;
 }
@@ -205,12 +214,6 @@ Json gpu_to_json(const GpuSpec& g) {
   if (!g.default_node.empty()) j["default_node"] = g.default_node;
   if (auto c = efficiency_curves_to_json(g.gemm_efficiency); !c.empty()) j["gemm_efficiency"] = c;
   if (auto c = efficiency_curves_to_json(g.attention_efficiency); !c.empty()) j["attention_efficiency"] = c;
-  if (g.cross_entropy_forward_logits_per_s) {
-    j["cross_entropy_forward_logits_per_s"] = *g.cross_entropy_forward_logits_per_s;
-  }
-  if (g.cross_entropy_backward_logits_per_s) {
-    j["cross_entropy_backward_logits_per_s"] = *g.cross_entropy_backward_logits_per_s;
-  }
   if (!g.cross_entropy_rates.empty()) {
     Json rates = Json::array();
     for (const auto& p : g.cross_entropy_rates) {

@@ -54,13 +54,11 @@ struct GpuSpec {
   // causal forward 2·T·s·d per head, backward 2.5× that), per precision; empty = the default.
   std::array<std::vector<EfficiencyPoint>, 5> attention_efficiency{};
   // Measured rates of the cross-entropy over fp32 logits (log-softmax and its gradient), in logit
-  // elements per second, forward and backward apart; absent = priced as memory traffic. On a CPU
-  // the exponentials, not the bytes, bound it (`cpt calibrate`).
-  std::optional<double> cross_entropy_forward_logits_per_s;
-  std::optional<double> cross_entropy_backward_logits_per_s;
-  // The same rates measured at several sizes, by logits per call (ascending): a CPU's caches make
-  // a small vocabulary's loss several times faster per logit than a large one's. When present they
-  // replace the two numbers above, interpolated in log(logits) and held beyond the ends.
+  // elements per second, forward and backward apart, by logits per call (ascending); empty =
+  // priced as memory traffic. On a CPU the exponentials and the caches bound it, not the bytes: a
+  // small vocabulary's loss runs several times faster per logit than a large one's (`cpt
+  // calibrate`). Interpolated in log(logits), held beyond the ends; one point holds everywhere
+  // (the older profile keys cross_entropy_{forward,backward}_logits_per_s read as that).
   std::vector<CrossEntropyPoint> cross_entropy_rates;
   // Fixed costs per kernel launch and per collective call, when calibrated for this device
   // (`cpt calibrate --from-runs`); absent: the cost model's defaults (CostModelOptions).

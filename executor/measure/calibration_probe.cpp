@@ -106,7 +106,6 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
   {
     auto flush = torch::empty({64 * 1024 * 1024}, torch::kFloat32);  // 256 MiB, beyond any cache
     const auto evict = [&] { flush.fill_(1.0f); };
-    double logit_elements = 0, forward_s = 0, backward_s = 0;
     for (const std::int64_t vocab : {1024, 4096, 16384, 32768}) {
       const std::int64_t tokens = 1024;
       const auto logits = torch::randn({tokens, vocab}).requires_grad_(true);
@@ -116,12 +115,7 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
       const double bwd = time_per_cold_call(
           [&] { (void)torch::autograd::grad({loss}, {logits}, {}, /*retain_graph=*/true); }, evict, seconds * 0.008, 3);
       h.cross_entropy.push_back({tokens, vocab, fwd, bwd});
-      forward_s += fwd;
-      backward_s += bwd;
-      logit_elements += static_cast<double>(tokens * vocab);
     }
-    h.cross_entropy_forward_logits_per_s = logit_elements / forward_s;
-    h.cross_entropy_backward_logits_per_s = logit_elements / backward_s;
     progress(++done, total);
   }
   h.seconds_per_dispatched_op = measure_dispatch_cost(seconds * 0.04);

@@ -39,11 +39,8 @@ struct HostMeasurements {
   double copy_bytes_per_s = 0;      // read + write, counted once each
   double adamw_params_per_s = 0;    // fused AdamW on fp32 parameters
   std::vector<AttentionMeasurement> attention;
-  // The executor's loss (cross_entropy_sum) over fp32 logits [tokens, vocab], per size, and the
-  // rates over all sizes together.
+  // The executor's loss (cross_entropy_sum) over fp32 logits [tokens, vocab], per size.
   std::vector<CrossEntropyMeasurement> cross_entropy;
-  double cross_entropy_forward_logits_per_s = 0;
-  double cross_entropy_backward_logits_per_s = 0;
   // Seconds per dispatched operator (op_counter.h's count: ATen operators plus autograd nodes) of
   // a chain of element-wise operators on a 16 x 64 tensor, forward and backward.
   double seconds_per_dispatched_op = 0;

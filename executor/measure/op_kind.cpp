@@ -4,6 +4,8 @@
 
 namespace cpt::exec {
 
+using namespace spec;  // the kinds
+
 namespace {
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }

@@ -1,7 +1,6 @@
 #pragma once
-// The kind of work a profiled event is, in the cost model's terms (cost::StepTimeByKind, the keys
-// of `cpt estimate --json`'s time_by_kind_s), so that a profiled step can be put beside the
-// prediction kind by kind (`cpt compare`).
+// The kind of work a profiled event is (spec/work_kinds.h, the cost model's StepTimeByKind's
+// names), so that a profiled step can be put beside the prediction kind by kind (`cpt compare`).
 //
 // Rule (step_profiler.cpp applies it to the stepping thread's events): an event's own time (its
 // duration less its children's) goes to the kind of its outermost classified enclosing event, or
@@ -10,14 +9,9 @@
 // matmuls too), everything inside the optimizer's scope is optimizer (its all-gather waits apart).
 #include <string_view>
 
-namespace cpt::exec {
+#include "spec/work_kinds.h"
 
-inline constexpr std::string_view kKindGemm = "gemm";
-inline constexpr std::string_view kKindAttention = "attention";
-inline constexpr std::string_view kKindLoss = "loss";
-inline constexpr std::string_view kKindOptimizer = "optimizer";
-inline constexpr std::string_view kKindCommunication = "communication";
-inline constexpr std::string_view kKindOther = "other";
+namespace cpt::exec {
 
 // The record names the executor itself opens (RECORD_USER_SCOPE), each of a known kind.
 inline constexpr char kOptimizerScope[] = "cpt optimizer step";        // train_step.cpp
@@ -25,8 +19,8 @@ inline constexpr char kCrossEntropyScope[] = "cpt cross_entropy forward";  // te
 inline constexpr char kCommWaitScopePrefix[] = "comm wait ";          // timed_communicator.cpp
 
 // The kind of an event by its name (an ATen operator, an autograd node
-// "autograd::engine::evaluate_function: XBackward0", a scope above); empty where the name says
-// nothing (element-wise operators, views, custom nodes).
+// "autograd::engine::evaluate_function: XBackward0", a scope above): one of spec::kWorkKinds but
+// "other", or empty where the name says nothing (element-wise operators, views, custom nodes).
 std::string_view op_kind(std::string_view name);
 
 }  // namespace cpt::exec

@@ -10,8 +10,9 @@
 #include <set>
 
 #include "core/error.h"
-#include "executor/measure/op_kind.h"
 #include "core/str_cat.h"
+#include "executor/measure/op_kind.h"
+#include "spec/work_kinds.h"
 
 namespace cpt::exec {
 
@@ -27,10 +28,6 @@ std::set<ActivityType> activities(bool cuda) {
   if (cuda) a.insert(ActivityType::CUDA);
   return a;
 }
-
-}  // namespace
-
-namespace {
 
 std::vector<OpTime> sorted(std::map<std::string, OpTime>& by) {
   std::vector<OpTime> out;
@@ -50,9 +47,7 @@ std::map<std::string, double> seconds_by_kind(const std::vector<const ProfiledEv
     std::string_view credited;  // the kind its duration was added to
   };
   std::map<std::string, double> by;
-  for (const auto k : {kKindGemm, kKindAttention, kKindLoss, kKindOptimizer, kKindCommunication, kKindOther}) {
-    by[std::string(k)] = 0;
-  }
+  for (const auto k : spec::kWorkKinds) by[std::string(k)] = 0;
   std::vector<Open> stack;
   for (const auto* e : events) {
     // Enclosing events are those that contain this one whole (an event that overlaps without
@@ -60,8 +55,8 @@ std::map<std::string, double> seconds_by_kind(const std::vector<const ProfiledEv
     while (!stack.empty() && (stack.back().end_ns <= e->start_ns || stack.back().end_ns < e->end_ns)) stack.pop_back();
     const std::string_view own = op_kind(e->name);
     const std::string_view region = stack.empty() ? std::string_view() : stack.back().region;
-    const std::string_view kind = own == kKindCommunication ? own : !region.empty() ? region : own;
-    const std::string_view credited = kind.empty() ? kKindOther : kind;
+    const std::string_view kind = own == spec::kKindCommunication ? own : !region.empty() ? region : own;
+    const std::string_view credited = kind.empty() ? spec::kKindOther : kind;
     const double s = static_cast<double>(e->end_ns - e->start_ns) * 1e-9;
     by[std::string(credited)] += s;
     if (!stack.empty()) by[std::string(stack.back().credited)] -= s;  // the parent's own time excludes it

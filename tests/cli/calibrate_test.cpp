@@ -46,13 +46,14 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
     EXPECT_GT(point[1].get<double>(), 0);
     EXPECT_LE(point[1].get<double>(), 1);
   }
-  EXPECT_GT(gpu["cross_entropy_forward_logits_per_s"].get<double>(), 1e6);
-  EXPECT_GT(gpu["cross_entropy_backward_logits_per_s"].get<double>(), 1e6);
-  // ... at four sizes, from 1M to 32M logits.
+  // The cross-entropy at four sizes, from 1M to 32M logits.
   ASSERT_EQ(gpu["cross_entropy_rates"].size(), 4u) << gpu.dump();
   EXPECT_EQ(gpu["cross_entropy_rates"][0]["logits"].get<double>(), 1024.0 * 1024);
   EXPECT_EQ(gpu["cross_entropy_rates"][3]["logits"].get<double>(), 1024.0 * 32768);
-  for (const auto& point : gpu["cross_entropy_rates"]) EXPECT_GT(point["forward_logits_per_s"].get<double>(), 1e6);
+  for (const auto& point : gpu["cross_entropy_rates"]) {
+    EXPECT_GT(point["forward_logits_per_s"].get<double>(), 1e6);
+    EXPECT_GT(point["backward_logits_per_s"].get<double>(), 1e6);
+  }
   EXPECT_GT(gpu["kernel_overhead_us"].get<double>(), 0.1);
   EXPECT_LT(gpu["kernel_overhead_us"].get<double>(), 1000);
   // The compute jitter, from the waits of small all-reduces after 1, 4 and 16 ms of GEMMs.

@@ -56,8 +56,7 @@ TEST(LayerCosts, MeasuredCrossEntropyRatesPriceTheLoss) {
   const spec::ParallelConfig p{.tp = 2, .micro_batch = 2};
   CostModelOptions o;
   const auto before = head_costs(m, p, 64, gpu, o);
-  gpu.cross_entropy_forward_logits_per_s = 1e6;
-  gpu.cross_entropy_backward_logits_per_s = 5e5;
+  gpu.cross_entropy_rates = {{1.0, 1e6, 5e5}};  // one point: the same rates at every size
   const auto after = head_costs(m, p, 64, gpu, o);
   const double logits = 2.0 * 64 * static_cast<double>(m.tp_padded_vocab(2)) / 2;
   const double norm_fwd = 2.0 * 2 * 64 * m.hidden * 2 / (gpu.hbm_bandwidth.value() * o.hbm_efficiency);
@@ -66,13 +65,11 @@ TEST(LayerCosts, MeasuredCrossEntropyRatesPriceTheLoss) {
   EXPECT_EQ(after.head_forward.gemm, before.head_forward.gemm);
 }
 
-// Rates measured at several sizes are interpolated in log(logits) and held beyond the ends; they
-// replace the two single rates.
+// Rates measured at several sizes are interpolated in log(logits) and held beyond the ends.
 TEST(LayerCosts, CrossEntropyRatesFollowTheLossSize) {
   auto gpu = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
   EXPECT_FALSE(cross_entropy_rates_at(gpu, 1e6).has_value());  // priced as memory traffic
-  gpu.cross_entropy_forward_logits_per_s = 3e8;
-  gpu.cross_entropy_backward_logits_per_s = 1e8;
+  gpu.cross_entropy_rates = {{1.0, 3e8, 1e8}};
   EXPECT_EQ(cross_entropy_rates_at(gpu, 1e6)->forward_logits_per_s, 3e8);
   gpu.cross_entropy_rates = {{1e6, 1e9, 5e8}, {4e6, 2.5e8, 1e8}};
   const auto mid = cross_entropy_rates_at(gpu, 2e6);  // halfway in log(logits)

@@ -124,7 +124,6 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   // A calibrated CPU's extra measurements: the attention curve and the cross-entropy rates.
   const auto cpu_doc = core::parse_json_text(
       base + R"({"fp32": [[1, 0.9]]}, "attention_efficiency": {"fp32": [[0.01, 0.2], [1, 0.4]]},
-      "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8,
       "cross_entropy_rates": [{"logits": 1e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8},
                               {"logits": 3.2e7, "forward_logits_per_s": 4e8, "backward_logits_per_s": 1.8e8}],
       "compute_jitter_sqrt_s": 0.012})",
@@ -134,8 +133,6 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   const auto fp32 = static_cast<std::size_t>(Precision::kFp32);
   ASSERT_EQ(cpu.attention_efficiency[fp32].size(), 2u);
   EXPECT_EQ(cpu.attention_efficiency[fp32][1], (EfficiencyPoint{1, 0.4}));
-  EXPECT_EQ(cpu.cross_entropy_forward_logits_per_s, 4.5e8);
-  EXPECT_EQ(cpu.cross_entropy_backward_logits_per_s, 2e8);
   EXPECT_EQ(cpu.compute_jitter_sqrt_s, 0.012);
   ASSERT_EQ(cpu.cross_entropy_rates.size(), 2u);
   EXPECT_EQ(cpu.cross_entropy_rates[1], (CrossEntropyPoint{3.2e7, 4e8, 1.8e8}));
@@ -150,6 +147,19 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
                            "pairs with increasing GFLOP, got [0.1,0.2]");
   }
   EXPECT_THROW(parse(R"({"bf17": [[1, 0.5]]})"), core::ConfigError);
+  // The one-size rates of older profiles read as a one-point curve; not beside a curve, not alone.
+  auto gpu_of = [&](const std::string& extra) {
+    const auto text = core::parse_json_text(base + R"({"fp32": [[1, 0.9]]})" + extra + "}", "cpu.json");
+    auto reader = core::JsonObjectReader::root_of(text);
+    return gpu_from_json(reader);
+  };
+  const auto old = gpu_of(R"(, "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8)");
+  ASSERT_EQ(old.cross_entropy_rates.size(), 1u);
+  EXPECT_EQ(old.cross_entropy_rates[0], (CrossEntropyPoint{1.0, 4.5e8, 2e8}));
+  EXPECT_THROW(gpu_of(R"(, "cross_entropy_forward_logits_per_s": 4.5e8)"), core::ConfigError);
+  EXPECT_THROW(gpu_of(R"(, "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8,
+      "cross_entropy_rates": [{"logits": 1e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8}])"),
+               core::ConfigError);
   // Sizes must grow along the cross-entropy curve.
   try {
     const auto bad = core::parse_json_text(
