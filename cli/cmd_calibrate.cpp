@@ -3,6 +3,7 @@
 // the cost model's parameters (costmodel/calibration_fit.h) and write the machine as a cluster
 // profile that `--gpu local` and `--cluster FILE` accept (cli/local_profile.h).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <future>
@@ -231,10 +232,12 @@ void run(const CalibrateOptions& o) {
   c.copy_bytes_per_s = host["copy_bytes_per_s"].get<double>();
   std::vector<cost::GemmSample> gemm;
   for (const auto& g : host["gemm"]) {
-    const double flop = 2.0 * g["m"].get<double>() * g["n"].get<double>() * g["k"].get<double>();
-    gemm.push_back({flop / 1e9, flop / g["seconds"].get<double>()});
+    const double m = g["m"].get<double>(), n = g["n"].get<double>(), k = g["k"].get<double>();
+    const double flop = 2.0 * m * n * k;
+    gemm.push_back({flop / 1e9, flop / g["seconds"].get<double>(), std::min({m, n, k})});
   }
   c.gemm = cost::fit_gemm_curve(gemm);
+  c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, c.gemm.peak_flops_per_s);
   // The attention kernel against the GEMM peak, forward and backward samples in one curve (FLOPs
   // in the cost model's causal convention, costmodel/layer_costs.h).
   std::vector<cost::GemmSample> attention;
@@ -302,6 +305,12 @@ void run(const CalibrateOptions& o) {
   Json curve = Json::array(), attention_curve = Json::array();
   for (const auto& p : c.gemm.curve) curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
   for (const auto& p : c.attention.curve) attention_curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
+  Json by_min_dim = Json::array();
+  for (const auto& shaped : c.gemm_by_min_dim) {
+    Json points = Json::array();
+    for (const auto& p : shaped.points) points.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
+    by_min_dim.push_back({{"min_dim", shaped.min_dim}, {"efficiency", points}});
+  }
   Json ce_rates = Json::array();
   for (const auto& p : c.cross_entropy_rates) {
     ce_rates.push_back({{"logits", p.logits},
@@ -314,6 +323,7 @@ void run(const CalibrateOptions& o) {
                     {"ranks", c.devices},
                     {"gemm_peak_flops_per_s", c.gemm.peak_flops_per_s},
                     {"gemm_efficiency", curve},
+                    {"gemm_efficiency_by_min_dim", by_min_dim},
                     {"attention_efficiency", attention_curve},
                     {"cross_entropy_rates", ce_rates},
                     {"kernel_overhead_s", c.seconds_per_dispatched_op},
@@ -342,6 +352,10 @@ void run(const CalibrateOptions& o) {
                        "  GEMM fp32 peak ", fixed(c.gemm.peak_flops_per_s / 1e9, 1), " GFLOP/s per rank (", c.threads,
                        " thread", c.threads == 1 ? "" : "s", "); efficiency");
   for (const auto& p : c.gemm.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+  for (const auto& shaped : c.gemm_by_min_dim) {
+    std::cout << str_cat("\n    smallest dimension ", fixed(shaped.min_dim, 0), ":");
+    for (const auto& p : shaped.points) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+  }
   std::cout << "\n  attention efficiency";
   for (const auto& p : c.attention.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
   std::cout << "\n  cross-entropy M logits/s forward/backward";

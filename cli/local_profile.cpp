@@ -50,6 +50,7 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
   for (const auto p : {spec::Precision::kFp32, spec::Precision::kBf16}) {
     g.dense_peak[static_cast<std::size_t>(p)] = core::FlopsPerSecond(c.gemm.peak_flops_per_s);
     g.gemm_efficiency[static_cast<std::size_t>(p)] = c.gemm.curve;
+    g.gemm_efficiency_by_min_dim[static_cast<std::size_t>(p)] = c.gemm_by_min_dim;
     g.attention_efficiency[static_cast<std::size_t>(p)] = c.attention.curve;
   }
   // Compute-bound on a CPU core (exponentials), so not divided among the ranks like the bandwidth.

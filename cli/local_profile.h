@@ -20,6 +20,7 @@ struct LocalCalibration {
   double memory_bytes = 0;   // of the whole machine
   double copy_bytes_per_s = 0;  // per rank, every rank copying at once
   cost::GemmFit gemm;
+  std::vector<spec::GemmShapeCurve> gemm_by_min_dim;  // against gemm's peak; empty: not measured
   cost::GemmFit attention;                       // against gemm's peak; empty curve: not measured
   std::vector<spec::CrossEntropyPoint> cross_entropy_rates;  // by size; empty: not measured
   double seconds_per_dispatched_op = 0;           // 0: not measured (the cost model's default)

@@ -99,6 +99,17 @@ GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples, double peak_flops
   return fit;
 }
 
+std::vector<spec::GemmShapeCurve> fit_gemm_shape_curves(const std::vector<GemmSample>& samples,
+                                                        double peak_flops_per_s) {
+  std::map<double, std::vector<GemmSample>> by_min_dim;
+  for (const auto& s : samples) {
+    if (s.min_dim > 0) by_min_dim[s.min_dim].push_back(s);
+  }
+  std::vector<spec::GemmShapeCurve> out;
+  for (const auto& [min_dim, group] : by_min_dim) out.push_back({min_dim, fit_gemm_curve(group, peak_flops_per_s).curve});
+  return out;
+}
+
 ScaleAndFixed fit_scale_and_fixed(const std::vector<RunTerm>& runs) {
   std::vector<RunTerm> used;
   for (const auto& r : runs) {

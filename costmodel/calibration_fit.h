@@ -9,7 +9,8 @@
 // millisecond calls count alike (relative errors).
 //
 // GEMMs: the peak is the fastest measured rate; the efficiency curve is the median achieved/peak
-// of the samples in each half-decade of GEMM size, at the bin's median size.
+// of the samples in each half-decade of GEMM size, at the bin's median size; and the same again
+// for the samples of each smallest dimension apart.
 #include <string>
 #include <vector>
 
@@ -44,6 +45,7 @@ AlphaBetaFit fit_alpha_beta(const std::vector<CollectiveSample>& samples);
 struct GemmSample {
   double gflop = 0;         // per call
   double flops_per_s = 0;
+  double min_dim = 0;       // the smallest of m, n, k (0: unknown; fit_gemm_shape_curves skips it)
 };
 
 struct GemmFit {
@@ -54,6 +56,12 @@ struct GemmFit {
 // REQUIRES: at least one sample. Efficiencies are against `peak_flops_per_s` when given (> 0; the
 // attention kernel's curve against the GEMM peak, capped at 1), else against the fastest sample.
 GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples, double peak_flops_per_s = 0);
+
+// One curve per smallest dimension (spec::GpuSpec::gemm_efficiency_by_min_dim): the samples grouped
+// by their exact min_dim, each group's curve fitted as fit_gemm_curve does, against
+// `peak_flops_per_s` (> 0, the peak of all samples). Ascending min_dim; samples without one skipped.
+std::vector<spec::GemmShapeCurve> fit_gemm_shape_curves(const std::vector<GemmSample>& samples,
+                                                        double peak_flops_per_s);
 
 // Recalibration from training runs (`cpt calibrate --from-runs`). For each run and each part
 // (computation; exposed tensor- and data-parallel communication) the cost model's time splits into

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "costmodel/elementwise_traffic.h"
 #include "costmodel/kernel_dispatch.h"
 
 namespace cpt::cost {
@@ -72,6 +73,21 @@ Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_
   return x;
 }
 
+ActivationWidths widths_of(const Shape& x) {
+  ActivationWidths w;
+  w.tokens = x.T;
+  w.hidden = x.h;
+  w.query_width = x.a * x.d / x.tp;
+  w.key_value_width = x.g * x.d / x.tp;
+  w.ffn_width = x.f / x.tp;
+  w.head_dim = x.d;
+  w.sequence_divisor = x.sp ? x.tp : 1.0;
+  w.element_bytes = x.e;
+  w.gated = x.gated;
+  w.dropout = x.dropout;
+  return w;
+}
+
 }  // namespace
 
 double causal_attention_forward_flops(double queries, double keys, double head_dim, double heads) {
@@ -80,25 +96,50 @@ double causal_attention_forward_flops(double queries, double keys, double head_d
 
 double causal_attention_backward_flops(double forward_flops) { return 2.5 * forward_flops; }
 
-Seconds gemm_time(double flops, const spec::GpuSpec& gpu, const CostModelOptions& o) {
+double gemm_efficiency_at(double flops, double min_dim, const spec::GpuSpec& gpu, const CostModelOptions& o) {
+  const auto index = static_cast<std::size_t>(o.precision);
+  if (const auto& shaped = gpu.gemm_efficiency_by_min_dim[index]; !shaped.empty()) {
+    if (min_dim <= shaped.front().min_dim) return interpolate_efficiency(shaped.front().points, flops);
+    if (min_dim >= shaped.back().min_dim) return interpolate_efficiency(shaped.back().points, flops);
+    const auto hi = std::upper_bound(shaped.begin(), shaped.end(), min_dim,
+                                     [](double v, const spec::GemmShapeCurve& c) { return v < c.min_dim; });
+    const auto lo = hi - 1;
+    const double w = std::log(min_dim / lo->min_dim) / std::log(hi->min_dim / lo->min_dim);
+    const double a = interpolate_efficiency(lo->points, flops), b = interpolate_efficiency(hi->points, flops);
+    return a + w * (b - a);
+  }
+  const auto& measured = gpu.gemm_efficiency[index];
+  return measured.empty() ? o.gemm_efficiency.at(flops) : interpolate_efficiency(measured, flops);
+}
+
+Seconds gemm_time(double flops, double min_dim, const spec::GpuSpec& gpu, const CostModelOptions& o) {
   if (flops <= 0) return Seconds(0);
-  const auto& measured = gpu.gemm_efficiency[static_cast<std::size_t>(o.precision)];
-  const double eff = measured.empty() ? o.gemm_efficiency.at(flops) : interpolate_efficiency(measured, flops);
-  return Seconds(flops / (peak(gpu, o.precision) * eff));
+  return Seconds(flops / (peak(gpu, o.precision) * gemm_efficiency_at(flops, min_dim, gpu, o)));
 }
 
 BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len,
                        const spec::GpuSpec& gpu, const CostModelOptions& o) {
   const Shape x = shape_of(m, p, seq_len, o);
   BlockCosts c;
-  // GEMMs: 2·m·n·k each.
-  const double qkv = 2 * x.T * x.h * (x.a + 2 * x.g) * x.d / x.tp;
-  const double out = 2 * x.T * (x.a * x.d / x.tp) * x.h;
-  const double up = 2 * x.T * x.h * (x.gated ? 2 : 1) * x.f / x.tp;
-  const double down = 2 * x.T * (x.f / x.tp) * x.h;
+  // GEMMs [T, in] x [in, out], 2·T·in·out FLOPs each. Megatron fuses Q, K and V into one GEMM
+  // and SwiGLU's gate and up into another; cpt's executor (eager) runs each projection as its own
+  // GEMM (executor/model/llama_blocks.cpp), each priced at its own shape.
+  const double q_width = x.a * x.d / x.tp, kv_width = x.g * x.d / x.tp, ffn_width = x.f / x.tp;
+  const double up_count = x.gated ? 2 : 1;
+  const double qkv = 2 * x.T * x.h * (q_width + 2 * kv_width);
+  const double out = 2 * x.T * q_width * x.h;
+  const double up = 2 * x.T * x.h * up_count * ffn_width;
+  const double down = 2 * x.T * ffn_width * x.h;
   const double gemm_flops = qkv + out + up + down;
-  const Seconds gemm_fwd = gemm_time(qkv, gpu, o) + gemm_time(out, gpu, o) + gemm_time(up, gpu, o) +
-                           gemm_time(down, gpu, o);
+  auto linear = [&](double in, double out_width) {
+    return gemm_time(2 * x.T * in * out_width, std::min({x.T, in, out_width}), gpu, o);
+  };
+  Seconds gemm_fwd = linear(q_width, x.h) + linear(ffn_width, x.h);  // attention output, down
+  if (o.dispatch == KernelDispatch::kEager) {
+    gemm_fwd += linear(x.h, q_width) + linear(x.h, kv_width) * 2.0 + linear(x.h, ffn_width) * up_count;
+  } else {
+    gemm_fwd += linear(x.h, q_width + 2 * kv_width) + linear(x.h, up_count * ffn_width);
+  }
 
   // Attention core: QK^T and AV, each 2·T·s·d per head; causal with a fused kernel does half.
   const double attn_full = 4 * x.T * x.s * x.d * (x.a / x.tp);
@@ -120,18 +161,15 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
     // write + 1-byte mask, read by AV (Korthikanti et al. 2022 §4.1 lists the stored tensors).
     const double scores = x.T * x.s * (x.a / x.tp);
     score_bytes = scores * (5 * x.e + 1);
-    attn_fwd = gemm_time(attn_full, gpu, o) + memory_time(score_bytes, gpu, o);
-    attn_bwd = gemm_time(2 * attn_full, gpu, o) + memory_time(2 * score_bytes, gpu, o);
+    // QK^T and AV, batched over the heads: [T, d] x [d, s] and [T, s] x [s, d].
+    attn_fwd = gemm_time(attn_full, x.d, gpu, o) + memory_time(score_bytes, gpu, o);
+    attn_bwd = gemm_time(2 * attn_full, x.d, gpu, o) + memory_time(2 * score_bytes, gpu, o);
   }
 
-  // Element-wise traffic (bytes): norms read + write, residual adds read 2 write 1, activation,
-  // RoPE on q and k, dropout masks (GPT). Norm/residual work is split over tp under SP.
-  const double sp_div = x.sp ? x.tp : 1.0;
-  double elementwise = (2 * 2 + 2 * 3) * x.T * x.h * x.e / sp_div;
-  elementwise += (x.gated ? 3 : 2) * x.T * x.f / x.tp * x.e;
-  if (!x.dropout) elementwise += 2 * x.T * (x.a + x.g) * x.d / x.tp * x.e;  // RoPE (LLaMA family)
-  if (x.dropout) elementwise += 2 * x.T * x.h / sp_div;                  // dropout masks, 1 byte
-  const Seconds mem_fwd = memory_time(elementwise, gpu, o);
+  // Element-wise traffic (costmodel/elementwise_traffic.h): as the runtime dispatches it.
+  const PassBytes elementwise = layer_elementwise_bytes(widths_of(x), o.dispatch);
+  const Seconds mem_fwd = memory_time(elementwise.forward, gpu, o);
+  const Seconds mem_bwd = memory_time(elementwise.backward, gpu, o);
 
   c.tp_bytes = core::Bytes(static_cast<std::int64_t>(x.T * x.h * x.e));
   const int tp_coll = p.tp > 1 ? 2 : 0;  // after attention and after the MLP (Megatron f/g)
@@ -146,7 +184,7 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   const PassKernels own = layer_kernels(o);
   const double around = x.sp ? 2 * kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
   c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward + around * tp_coll, o);
-  c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_fwd * 2.0,
+  c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_bwd,
                     own.backward + around * tp_coll + kernels_per_call(o) * c.tp_norm_grad_allreduces, o);
   switch (p.recompute) {
     case spec::Recompute::kNone:
@@ -206,15 +244,16 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   const double head = 2 * x.T * x.h * x.V / x.tp;
   const double logits = x.T * x.V / x.tp;
   const double ce_bytes = logits * (x.e + 4 * 3);
-  const double norm_bytes = 2 * x.T * x.h * x.e / (x.sp ? x.tp : 1.0);
+  const PassBytes norm = final_norm_bytes(widths_of(x), o.dispatch);
   // A profile with measured cross-entropy rates (a CPU's, bound by its exponentials) prices the
   // loss by its logits instead of its bytes: at this size where measured at several.
   const auto rates = cross_entropy_rates_at(gpu, logits);
   const Seconds ce_fwd = rates ? Seconds(logits / rates->forward_logits_per_s) : memory_time(ce_bytes, gpu, o);
   const Seconds ce_bwd = rates ? Seconds(logits / rates->backward_logits_per_s) : memory_time(logits * (4 + x.e), gpu, o);
-  c.head_forward = pass(gemm_time(head, gpu, o), Seconds(0), ce_fwd + memory_time(norm_bytes, gpu, o),
+  const Seconds head_gemm = gemm_time(head, std::min({x.T, x.h, x.V / x.tp}), gpu, o);
+  c.head_forward = pass(head_gemm, Seconds(0), ce_fwd + memory_time(norm.forward, gpu, o),
                        head_k.forward + region_call * c.tp_head_forward + kernels_per_call(o) * c.tp_loss_forward, o);
-  c.head_backward = pass(gemm_time(head, gpu, o) * 2.0, Seconds(0), ce_bwd + memory_time(2 * norm_bytes, gpu, o),
+  c.head_backward = pass(head_gemm * 2.0, Seconds(0), ce_bwd + memory_time(norm.backward, gpu, o),
                         head_k.backward + region_call * c.tp_head_backward +
                             kernels_per_call(o) * c.tp_norm_grad_allreduces,
                         o);

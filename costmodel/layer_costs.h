@@ -99,8 +99,12 @@ BlockCosts block_costs(const spec::ModelSpec& model, const spec::ParallelConfig&
 HeadCosts head_costs(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                      const spec::GpuSpec& gpu, const CostModelOptions& options);
 
-// Time of one GEMM of `flops` on `gpu` at the options' precision: the GPU profile's measured curve
-// for that precision when it has one, else CostModelOptions::gemm_efficiency.
-core::Seconds gemm_time(double flops, const spec::GpuSpec& gpu, const CostModelOptions& options);
+// Efficiency of a GEMM of `flops` whose smallest dimension is `min_dim` on `gpu` at the options'
+// precision: the profile's curves by smallest dimension when it has them (interpolated in
+// log(min_dim), held beyond the ends), else its curve by size, else
+// CostModelOptions::gemm_efficiency.
+double gemm_efficiency_at(double flops, double min_dim, const spec::GpuSpec& gpu, const CostModelOptions& options);
+// Time of one GEMM of `flops` (2·m·n·k) whose smallest dimension is `min_dim`, at that efficiency.
+core::Seconds gemm_time(double flops, double min_dim, const spec::GpuSpec& gpu, const CostModelOptions& options);
 
 }  // namespace cpt::cost

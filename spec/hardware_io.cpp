@@ -47,6 +47,29 @@ void check_cluster(const ClusterSpec& c, const JsonObjectReader& r) {
   if (!errors.empty()) throw core::ConfigError(str_cat(r.origin(), ": ", r.path_of("num_nodes"), ": ", errors.front()));
 }
 
+// `r[key]`: [[GFLOP, efficiency], ...] with increasing GFLOP.
+std::vector<EfficiencyPoint> read_efficiency_points(JsonObjectReader& r, const std::string& key) {
+  const Json& arr = r.raw(key);
+  const auto expected = "an array of [GFLOP > 0, efficiency in (0, 1]] pairs with increasing GFLOP";
+  if (!arr.is_array() || arr.empty()) r.fail(key, expected, core::describe_json(arr));
+  std::vector<EfficiencyPoint> curve;
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    const Json& pt = arr[i];
+    const bool ok = pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number() &&
+                    pt[0].get<double>() > 0 && pt[1].get<double>() > 0 && pt[1].get<double>() <= 1 &&
+                    (curve.empty() || pt[0].get<double>() > curve.back().gflops);
+    if (!ok) r.fail(str_cat(key, "[", i, "]"), expected, core::describe_json(pt));
+    curve.push_back({pt[0].get<double>(), pt[1].get<double>()});
+  }
+  return curve;
+}
+
+Json efficiency_points_to_json(const std::vector<EfficiencyPoint>& curve) {
+  Json arr = Json::array();
+  for (const auto& pt : curve) arr.push_back({pt.gflops, pt.efficiency});
+  return arr;
+}
+
 // `key`: {"bf16": [[GFLOP, efficiency], ...], ...}, each curve with increasing GFLOP.
 void read_efficiency_curves(JsonObjectReader& r, const std::string& key,
                             std::array<std::vector<EfficiencyPoint>, 5>& out) {
@@ -54,19 +77,7 @@ void read_efficiency_curves(JsonObjectReader& r, const std::string& key,
   auto curves = r.object(key);
   for (auto p : kAllPrecisions) {
     const auto name = to_string(p);
-    if (!curves.has(name)) continue;
-    const Json& arr = curves.raw(name);
-    const auto expected = "an array of [GFLOP > 0, efficiency in (0, 1]] pairs with increasing GFLOP";
-    if (!arr.is_array() || arr.empty()) curves.fail(name, expected, core::describe_json(arr));
-    auto& curve = out[static_cast<std::size_t>(p)];
-    for (std::size_t i = 0; i < arr.size(); ++i) {
-      const Json& pt = arr[i];
-      const bool ok = pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number() &&
-                      pt[0].get<double>() > 0 && pt[1].get<double>() > 0 && pt[1].get<double>() <= 1 &&
-                      (curve.empty() || pt[0].get<double>() > curve.back().gflops);
-      if (!ok) curves.fail(str_cat(name, "[", i, "]"), expected, core::describe_json(pt));
-      curve.push_back({pt[0].get<double>(), pt[1].get<double>()});
-    }
+    if (curves.has(name)) out[static_cast<std::size_t>(p)] = read_efficiency_points(curves, name);
   }
   curves.finish();
 }
@@ -75,9 +86,46 @@ Json efficiency_curves_to_json(const std::array<std::vector<EfficiencyPoint>, 5>
   Json j = Json::object();
   for (auto p : kAllPrecisions) {
     const auto& curve = curves[static_cast<std::size_t>(p)];
-    if (curve.empty()) continue;
+    if (!curve.empty()) j[to_string(p)] = efficiency_points_to_json(curve);
+  }
+  return j;
+}
+
+// `key`: {"fp32": [{"min_dim": N, "efficiency": [[GFLOP, efficiency], ...]}, ...], ...}, each
+// precision's curves with increasing min_dim.
+void read_shape_curves(JsonObjectReader& r, const std::string& key, std::array<std::vector<GemmShapeCurve>, 5>& out) {
+  if (!r.has(key)) return;
+  auto curves = r.object(key);
+  for (auto p : kAllPrecisions) {
+    const auto name = to_string(p);
+    if (!curves.has(name)) continue;
+    const Json& arr = curves.raw(name);
+    const auto expected = "a non-empty array of {min_dim, efficiency} with increasing min_dim";
+    if (!arr.is_array() || arr.empty()) curves.fail(name, expected, core::describe_json(arr));
+    auto& list = out[static_cast<std::size_t>(p)];
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      if (!arr[i].is_object()) curves.fail(str_cat(name, "[", i, "]"), expected, core::describe_json(arr[i]));
+      JsonObjectReader c(arr[i], curves.origin(), str_cat(curves.path_of(name), "[", i, "]"));
+      GemmShapeCurve curve;
+      curve.min_dim = c.positive_number("min_dim");
+      curve.points = read_efficiency_points(c, "efficiency");
+      c.finish();
+      if (!list.empty() && curve.min_dim <= list.back().min_dim) {
+        curves.fail(str_cat(name, "[", i, "].min_dim"), "min_dim increasing", core::describe_json(arr[i]["min_dim"]));
+      }
+      list.push_back(std::move(curve));
+    }
+  }
+  curves.finish();
+}
+
+Json shape_curves_to_json(const std::array<std::vector<GemmShapeCurve>, 5>& curves) {
+  Json j = Json::object();
+  for (auto p : kAllPrecisions) {
+    const auto& list = curves[static_cast<std::size_t>(p)];
+    if (list.empty()) continue;
     Json arr = Json::array();
-    for (const auto& pt : curve) arr.push_back({pt.gflops, pt.efficiency});
+    for (const auto& c : list) arr.push_back({{"min_dim", c.min_dim}, {"efficiency", efficiency_points_to_json(c.points)}});
     j[to_string(p)] = arr;
   }
   return j;
@@ -129,6 +177,7 @@ GpuSpec gpu_from_json(JsonObjectReader& r) {
   }
   if (r.has("compute_jitter_sqrt_s")) g.compute_jitter_sqrt_s = r.number("compute_jitter_sqrt_s", 0.0);
   read_efficiency_curves(r, "gemm_efficiency", g.gemm_efficiency);
+  read_shape_curves(r, "gemm_efficiency_by_min_dim", g.gemm_efficiency_by_min_dim);
   read_efficiency_curves(r, "attention_efficiency", g.attention_efficiency);
   if (r.has("cross_entropy_rates")) g.cross_entropy_rates = read_cross_entropy_rates(r, "cross_entropy_rates");
   // The one-size form of the same rates (profiles calibrated before the curve): one point.
@@ -213,6 +262,7 @@ Json gpu_to_json(const GpuSpec& g) {
   j["nvlink_bandwidth_GB_per_s_per_direction"] = core::to_gigabytes_per_second(g.nvlink_bandwidth);
   if (!g.default_node.empty()) j["default_node"] = g.default_node;
   if (auto c = efficiency_curves_to_json(g.gemm_efficiency); !c.empty()) j["gemm_efficiency"] = c;
+  if (auto c = shape_curves_to_json(g.gemm_efficiency_by_min_dim); !c.empty()) j["gemm_efficiency_by_min_dim"] = c;
   if (auto c = efficiency_curves_to_json(g.attention_efficiency); !c.empty()) j["attention_efficiency"] = c;
   if (!g.cross_entropy_rates.empty()) {
     Json rates = Json::array();

@@ -28,6 +28,13 @@ struct EfficiencyPoint {
   bool operator==(const EfficiencyPoint&) const = default;
 };
 
+// A GEMM efficiency curve for GEMMs whose smallest dimension (of m, n, k) is `min_dim`.
+struct GemmShapeCurve {
+  double min_dim = 0;
+  std::vector<EfficiencyPoint> points;  // increasing gflops
+  bool operator==(const GemmShapeCurve&) const = default;
+};
+
 // The cross-entropy's rates at one size: `logits` fp32 elements per call.
 struct CrossEntropyPoint {
   double logits = 0;
@@ -50,6 +57,12 @@ struct GpuSpec {
   // Measured GEMM efficiency per precision (index = Precision); empty = the cost model's default
   // curve. Written by `cpt calibrate`, or by hand from benchmarks.
   std::array<std::vector<EfficiencyPoint>, 5> gemm_efficiency{};
+  // Measured GEMM efficiency by the GEMM's smallest dimension as well as its size, per precision:
+  // curves at increasing min_dim. On a CPU a skinny GEMM (a 64-wide hidden, a tensor-parallel
+  // slice of K and V) runs well below a square one of the same FLOPs (`cpt calibrate`).
+  // Interpolated in log(min_dim), held beyond the ends; where present it takes the place of
+  // gemm_efficiency for that precision.
+  std::array<std::vector<GemmShapeCurve>, 5> gemm_efficiency_by_min_dim{};
   // Measured efficiency of the fused attention kernel (FLOPs as the cost model counts them:
   // causal forward 2·T·s·d per head, backward 2.5× that), per precision; empty = the default.
   std::array<std::vector<EfficiencyPoint>, 5> attention_efficiency{};

@@ -40,11 +40,13 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
   h.cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   h.threads = at::get_num_threads();
   h.memory_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
-  // Tokens x hidden x hidden-like shapes of small to mid-size layers (the sizes a CPU trains).
+  // Tokens x in x out of small to mid-size layers (the sizes a CPU trains), from a tensor-parallel
+  // slice of K and V (32 wide) to a vocabulary-sized head (2,048): the smallest dimension, not only
+  // the size, sets a CPU GEMM's rate (spec::GpuSpec::gemm_efficiency_by_min_dim).
   std::vector<std::array<std::int64_t, 3>> shapes;
   for (const std::int64_t m : {128, 512, 2048}) {
-    for (const std::int64_t n : {64, 256, 1024}) {
-      for (const std::int64_t k : {64, 256, 1024}) shapes.push_back({m, n, k});
+    for (const std::int64_t n : {32, 128, 512, 2048}) {
+      for (const std::int64_t k : {32, 128, 512, 2048}) shapes.push_back({m, n, k});
     }
   }
   // Attention shapes: batch 4, 4 query heads on 2 key/value heads (GQA, as LLaMA models), causal.
@@ -56,10 +58,16 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
   const double per_gemm = seconds * 0.8 / static_cast<double>(shapes.size());
   int done = 0;
   for (const auto& [m, n, k] : shapes) {
-    const auto a = torch::randn({m, k});
-    const auto b = torch::randn({k, n});
-    auto c = torch::empty({m, n});
-    h.gemm.push_back({m, n, k, time_per_call([&] { torch::mm_out(c, a, b); }, per_gemm, 3)});
+    const auto x = torch::randn({m, k});
+    const auto w = torch::randn({n, k});
+    const auto g = torch::randn({m, n});
+    auto y = torch::empty({m, n});
+    auto dx = torch::empty({m, k});
+    auto dw = torch::empty({n, k});
+    const double forward = time_per_call([&] { torch::mm_out(y, x, w.t()); }, per_gemm / 3, 3);
+    const double input_grad = time_per_call([&] { torch::mm_out(dx, g, w); }, per_gemm / 3, 3);
+    const double weight_grad = time_per_call([&] { torch::mm_out(dw, g.t(), x); }, per_gemm / 3, 3);
+    h.gemm.push_back({m, n, k, (forward + input_grad + weight_grad) / 3});
     progress(++done, total);
   }
   const std::int64_t elements = 32ll << 20;  // 128 MiB of fp32
@@ -100,21 +108,37 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
   // Cross-entropy over [tokens, vocab] fp32 logits: the executor's loss (sum over tokens), from a
   // vocabulary whose logits stay in the core's caches to a LLaMA-sized one (4 to 128 MiB of logits):
   // a CPU's rate per logit falls by several times between them (cost::cross_entropy_rates_at).
-  // Forward reads logits the LM head has just written (timed in a loop, as hot as that); backward
-  // reads what forward saved a whole step earlier, so the caches are flushed before each call
-  // (timed back to back it measured 2.6x the rate the training step showed).
+  // Timed as training runs it: the LM head has just written the logits (a copy into them), forward
+  // reads them, and backward follows at once and reads what forward saved. Forward is (write +
+  // forward) − write, backward (write + forward + backward) − (write + forward). (Forward timed hot
+  // in a loop overstated the rate, and backward timed after a cache flush understated it 2x on the
+  // tiny model, whose 16 MiB of logits stay in this machine's 32 MiB L3 between the two.)
   {
-    auto flush = torch::empty({64 * 1024 * 1024}, torch::kFloat32);  // 256 MiB, beyond any cache
-    const auto evict = [&] { flush.fill_(1.0f); };
     for (const std::int64_t vocab : {1024, 4096, 16384, 32768}) {
       const std::int64_t tokens = 1024;
-      const auto logits = torch::randn({tokens, vocab}).requires_grad_(true);
+      const auto source = torch::randn({tokens, vocab});
+      const auto logits = torch::empty({tokens, vocab}).requires_grad_(true);
       const auto targets = torch::randint(vocab, {tokens});
-      const double fwd = time_per_call([&] { (void)cross_entropy_sum(logits, targets); }, seconds * 0.008, 3);
-      const auto loss = cross_entropy_sum(logits, targets);
-      const double bwd = time_per_cold_call(
-          [&] { (void)torch::autograd::grad({loss}, {logits}, {}, /*retain_graph=*/true); }, evict, seconds * 0.008, 3);
-      h.cross_entropy.push_back({tokens, vocab, fwd, bwd});
+      const auto write = [&] {
+        torch::NoGradGuard no_grad_write;
+        logits.copy_(source);
+      };
+      const double budget = seconds * 0.006;
+      const double t_write = time_per_call(write, budget, 3);
+      const double t_forward = time_per_call(
+          [&] {
+            write();
+            (void)cross_entropy_sum(logits, targets);
+          },
+          budget, 3);
+      const double t_both = time_per_call(
+          [&] {
+            write();
+            (void)torch::autograd::grad({cross_entropy_sum(logits, targets)}, {logits});
+          },
+          budget, 3);
+      const double forward = std::max(1e-9, t_forward - t_write);
+      h.cross_entropy.push_back({tokens, vocab, forward, std::max(1e-9, t_both - t_write - forward)});
     }
     progress(++done, total);
   }

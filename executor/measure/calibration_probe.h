@@ -1,6 +1,6 @@
 #pragma once
 // What `cpt calibrate --device cpu` measures through LibTorch, for costmodel/calibration_fit.h:
-// fp32 GEMMs over a grid of training-like shapes, the causal attention kernel (SDPA) forward and
+// fp32 GEMMs over a grid of training-like shapes, in a linear layer's three forms, the causal attention kernel (SDPA) forward and
 // backward, the cross-entropy over fp32 logits forward and backward, the fixed cost of one
 // dispatched operator, memory bandwidth (a large copy), the fused AdamW step, and the collectives
 // of the executor's own c10d backend over message sizes.
@@ -14,9 +14,12 @@
 
 namespace cpt::exec {
 
+// A linear layer's three GEMMs as training runs them, input [m, k] and weight [n, k]: forward
+// x·Wᵀ, the input gradient g·W and the weight gradient gᵀ·x (each 2·m·n·k FLOPs; LibTorch picks a
+// different kernel for each layout, and the transposed forms are what training dispatches).
 struct GemmMeasurement {
   std::int64_t m = 0, n = 0, k = 0;
-  double seconds = 0;  // one [m, k] x [k, n] product
+  double seconds = 0;  // the mean of the three
 };
 
 struct AttentionMeasurement {  // the executor's causal attention_core on [batch, heads, seq, head_dim]

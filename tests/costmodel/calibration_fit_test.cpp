@@ -65,6 +65,29 @@ TEST(CalibrationFit, GemmCurveFollowsTheMeasurements) {
   }
 }
 
+// Skinny GEMMs slower than square ones of the same size: rate = peak · g / (g + 0.5) · s(min_dim)
+// with s = 0.5 at 32, 0.8 at 128, 1 at 512. Each smallest dimension gets its own curve against
+// the common peak, in ascending order; samples without a smallest dimension are left out.
+TEST(CalibrationFit, GemmCurvesBySmallestDimensionSeparateSkinnyShapes) {
+  const double peak = 100e9;
+  const std::vector<std::pair<double, double>> slowdown{{32, 0.5}, {128, 0.8}, {512, 1.0}};
+  std::vector<GemmSample> samples;
+  for (const auto& [min_dim, s] : slowdown) {
+    for (double g = 0.01; g <= 10; g *= 2) samples.push_back({g, peak * g / (g + 0.5) * s, min_dim});
+  }
+  samples.push_back({1.0, 1e9, 0});  // no shape: ignored by the split
+  const auto curves = fit_gemm_shape_curves(samples, peak);
+  ASSERT_EQ(curves.size(), 3u);
+  for (std::size_t i = 0; i < curves.size(); ++i) {
+    EXPECT_EQ(curves[i].min_dim, slowdown[i].first);
+    ASSERT_GE(curves[i].points.size(), 5u);
+    for (const auto& p : curves[i].points) {
+      const double expected = p.gflops / (p.gflops + 0.5) * slowdown[i].second;
+      EXPECT_NEAR(p.efficiency, expected, 0.05 * expected) << curves[i].min_dim << " " << p.gflops;
+    }
+  }
+}
+
 // Runs generated as m = 1.7·a + 40 µs·b (±2% noise) give back the slowdown and the fixed cost; a
 // fixed cost the data cannot support (negative) falls back to the scale alone; the rescaled
 // profile carries both.

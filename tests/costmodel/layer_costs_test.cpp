@@ -31,8 +31,8 @@ TEST(LayerCosts, GemmTimeUsesTheEfficiencyCurve) {
   const auto a100 = spec::HardwareCatalog::builtin().gpu("a100", "--gpu");
   CostModelOptions o;
   o.gemm_efficiency = EfficiencyCurve{{{1.0, 0.5}, {100.0, 0.9}}};
-  EXPECT_DOUBLE_EQ(gemm_time(312e12, a100, o).value(), 1.0 / 0.9);  // 312 TFLOP, beyond the last point
-  EXPECT_DOUBLE_EQ(gemm_time(1e9, a100, o).value(), 1e9 / (312e12 * 0.5));
+  EXPECT_DOUBLE_EQ(gemm_time(312e12, 4096, a100, o).value(), 1.0 / 0.9);  // 312 TFLOP, beyond the last point
+  EXPECT_DOUBLE_EQ(gemm_time(1e9, 4096, a100, o).value(), 1e9 / (312e12 * 0.5));
   EXPECT_NEAR(o.gemm_efficiency.at(10e9), 0.7, 1e-12);  // halfway in log10 between 1 and 100 GFLOP
   EXPECT_DOUBLE_EQ(o.gemm_efficiency.at(1e6), 0.5);
 }
@@ -40,12 +40,31 @@ TEST(LayerCosts, GemmTimeUsesTheEfficiencyCurve) {
 TEST(LayerCosts, AProfileCurveForThePrecisionWins) {
   auto h100 = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
   CostModelOptions o;
-  const double before = gemm_time(989.4e12, h100, o).value();
+  const double before = gemm_time(989.4e12, 4096, h100, o).value();
   h100.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kBf16)] = {{1.0, 0.25}, {1000.0, 0.5}};
-  EXPECT_DOUBLE_EQ(gemm_time(989.4e12, h100, o).value(), 2.0);  // 989.4 TFLOP at half the peak
+  EXPECT_DOUBLE_EQ(gemm_time(989.4e12, 4096, h100, o).value(), 2.0);  // 989.4 TFLOP at half the peak
   EXPECT_NE(before, 2.0);
   o.precision = spec::Precision::kFp8;  // no fp8 curve in the profile: the default applies
-  EXPECT_DOUBLE_EQ(gemm_time(1978.9e12, h100, o).value(), 1.0 / o.gemm_efficiency.at(1978.9e12));
+  EXPECT_DOUBLE_EQ(gemm_time(1978.9e12, 4096, h100, o).value(), 1.0 / o.gemm_efficiency.at(1978.9e12));
+}
+
+// A profile with curves by smallest dimension prices a skinny GEMM below a square one of the same
+// FLOPs: each curve at its own min_dim, log-interpolated between them, held beyond the ends; the
+// curve by size alone no longer applies.
+TEST(LayerCosts, CurvesBySmallestDimensionPriceSkinnyGemms) {
+  auto gpu = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
+  CostModelOptions o;
+  o.precision = spec::Precision::kBf16;
+  auto& shaped = gpu.gemm_efficiency_by_min_dim[static_cast<std::size_t>(spec::Precision::kBf16)];
+  shaped = {{32, {{1.0, 0.2}, {100.0, 0.4}}}, {512, {{1.0, 0.6}, {100.0, 0.8}}}};
+  gpu.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kBf16)] = {{1.0, 0.01}};  // not used
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 32, gpu, o), 0.3);   // halfway in log(GFLOP)
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 16, gpu, o), 0.3);   // held below the first
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 4096, gpu, o), 0.7);  // held above the last
+  EXPECT_NEAR(gemm_efficiency_at(10e9, 128, gpu, o), 0.3 + 0.5 * 0.4, 1e-12);  // halfway in log(min_dim)
+  EXPECT_DOUBLE_EQ(gemm_time(10e9, 512, gpu, o).value(), 10e9 / (989.4e12 * 0.7));
+  o.precision = spec::Precision::kFp8;  // no curves for fp8: the default curve by size
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 32, gpu, o), o.gemm_efficiency.at(10e9));
 }
 
 // A profile that measured the cross-entropy (a CPU's) prices the loss by its logits: forward

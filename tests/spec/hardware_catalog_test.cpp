@@ -126,7 +126,9 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
       base + R"({"fp32": [[1, 0.9]]}, "attention_efficiency": {"fp32": [[0.01, 0.2], [1, 0.4]]},
       "cross_entropy_rates": [{"logits": 1e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8},
                               {"logits": 3.2e7, "forward_logits_per_s": 4e8, "backward_logits_per_s": 1.8e8}],
-      "compute_jitter_sqrt_s": 0.012})",
+      "compute_jitter_sqrt_s": 0.012,
+      "gemm_efficiency_by_min_dim": {"fp32": [{"min_dim": 32, "efficiency": [[0.01, 0.5], [1, 0.6]]},
+                                              {"min_dim": 512, "efficiency": [[0.1, 0.95]]}]}})",
       "cpu.json");
   auto cpu_r = core::JsonObjectReader::root_of(cpu_doc);
   const GpuSpec cpu = gpu_from_json(cpu_r);
@@ -134,6 +136,8 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   ASSERT_EQ(cpu.attention_efficiency[fp32].size(), 2u);
   EXPECT_EQ(cpu.attention_efficiency[fp32][1], (EfficiencyPoint{1, 0.4}));
   EXPECT_EQ(cpu.compute_jitter_sqrt_s, 0.012);
+  ASSERT_EQ(cpu.gemm_efficiency_by_min_dim[fp32].size(), 2u);
+  EXPECT_EQ(cpu.gemm_efficiency_by_min_dim[fp32][1], (GemmShapeCurve{512, {{0.1, 0.95}}}));
   ASSERT_EQ(cpu.cross_entropy_rates.size(), 2u);
   EXPECT_EQ(cpu.cross_entropy_rates[1], (CrossEntropyPoint{3.2e7, 4e8, 1.8e8}));
   const auto cpu_again = core::parse_json_text(gpu_to_json(cpu).dump(), "y");
@@ -160,6 +164,15 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   EXPECT_THROW(gpu_of(R"(, "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8,
       "cross_entropy_rates": [{"logits": 1e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8}])"),
                core::ConfigError);
+  // The curves by smallest dimension in ascending order.
+  try {
+    (void)gpu_of(R"(, "gemm_efficiency_by_min_dim": {"fp32": [{"min_dim": 128, "efficiency": [[1, 0.9]]},
+                                                            {"min_dim": 32, "efficiency": [[1, 0.5]]}]})");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "cpu.json: $.gemm_efficiency_by_min_dim.fp32[1].min_dim: expected min_dim increasing, got 32");
+  }
+  EXPECT_THROW(gpu_of(R"(, "gemm_efficiency_by_min_dim": {"fp32": [{"min_dim": 32}]})"), core::ConfigError);
   // Sizes must grow along the cross-entropy curve.
   try {
     const auto bad = core::parse_json_text(

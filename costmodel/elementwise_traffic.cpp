@@ -1,0 +1,38 @@
+#include "costmodel/elementwise_traffic.h"
+
+namespace cpt::cost {
+
+namespace {
+
+// cpt's executor runs only the LLaMA family (SwiGLU, RMSNorm, RoPE); its operators are counted.
+bool counted_eager(const ActivationWidths& x, KernelDispatch dispatch) {
+  return dispatch == KernelDispatch::kEager && x.gated && !x.dropout;
+}
+
+}  // namespace
+
+PassBytes layer_elementwise_bytes(const ActivationWidths& x, KernelDispatch dispatch) {
+  const double T = x.tokens, s = x.sequence_divisor, e = x.element_bytes;
+  const double h = x.hidden, q = x.query_width, kv = x.key_value_width, f = x.ffn_width, d = x.head_dim;
+  if (counted_eager(x, dispatch)) {
+    const double fwd = 20 * T * h / s + 10 * T * q + 10 * T * kv + 5 * T * f + 4 * T * d + 12 * T / s;
+    const double bwd = 54 * T * h / s + 9 * T * h + 16 * T * q + 16 * T * kv + 9 * T * f + 3 * T * d + 22 * T / s;
+    return {fwd * e, bwd * e};
+  }
+  // Norms read + write, residual adds read 2 write 1 (split over tp under sequence parallelism),
+  // the activation, RoPE on q and k (LLaMA family), dropout masks (GPT family, 1 byte).
+  double fwd = (2 * 2 + 2 * 3) * T * h * e / s;
+  fwd += (x.gated ? 3 : 2) * T * f * e;
+  if (!x.dropout) fwd += 2 * T * (q + kv) * e;
+  if (x.dropout) fwd += 2 * T * h / s;
+  return {fwd, 2 * fwd};
+}
+
+PassBytes final_norm_bytes(const ActivationWidths& x, KernelDispatch dispatch) {
+  const double T = x.tokens, s = x.sequence_divisor, e = x.element_bytes, h = x.hidden;
+  if (counted_eager(x, dispatch)) return {(7 * T * h + 6 * T) / s * e, (24 * T * h + 11 * T) / s * e};
+  const double fwd = 2 * T * h * e / s;
+  return {fwd, 2 * fwd};
+}
+
+}  // namespace cpt::cost
