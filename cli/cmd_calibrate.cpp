@@ -43,11 +43,11 @@ struct CalibrateOptions {
   std::string base;
 };
 
-cost::MeasuredOp op_of(const std::string& s) {
-  if (s == "all_reduce") return cost::MeasuredOp::kAllReduce;
-  if (s == "all_gather") return cost::MeasuredOp::kAllGather;
-  if (s == "reduce_scatter") return cost::MeasuredOp::kReduceScatter;
-  return cost::MeasuredOp::kSendRecv;
+spec::LinkCall op_of(const std::string& s) {
+  if (s == "all_reduce") return spec::LinkCall::kAllReduce;
+  if (s == "all_gather") return spec::LinkCall::kAllGather;
+  if (s == "reduce_scatter") return spec::LinkCall::kReduceScatter;
+  return spec::LinkCall::kSendRecv;
 }
 
 // `--from-runs`: rescale a profile's computation and communication so that the cost model's parts
@@ -267,9 +267,23 @@ void run(const CalibrateOptions& o) {
   // calls on) and the error of every op against it is reported.
   std::vector<cost::CollectiveSample> all_reduce;
   for (const auto& s : samples) {
-    if (s.op == cost::MeasuredOp::kAllReduce) all_reduce.push_back(s);
+    if (s.op == spec::LinkCall::kAllReduce) all_reduce.push_back(s);
   }
   c.comm = cost::fit_alpha_beta(all_reduce.size() >= 2 ? all_reduce : samples);
+  // Each call also apart, in its own form (spec::NodeSpec::intra_measured): on Gloo the
+  // reduce-scatter costs 2-3x what the all-reduce's pair says, a send/recv a tenth.
+  for (const auto call : spec::kAllLinkCalls) {
+    std::vector<cost::CollectiveSample> own;
+    for (const auto& s : samples) {
+      if (s.op == call) own.push_back(s);
+    }
+    if (own.size() < 2) continue;
+    try {
+      c.per_call[static_cast<std::size_t>(call)] = cost::fit_alpha_beta(own);
+    } catch (const core::ConfigError& e) {  // degenerate (e.g. no size dependence): the shared pair
+      std::cerr << str_cat("calibrate: ", spec::to_string(call), " not fitted apart (", e.what(), ")\n");
+    }
+  }
   // The compute jitter: the extra waits after compute, least squares through the origin on
   // e_n · √(segment) (costmodel/straggler.h).
   Json sync_waits = comm.value("sync_waits", Json::array());
@@ -289,8 +303,8 @@ void run(const CalibrateOptions& o) {
   core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");
   // The raw measurements and the fit's errors, beside the profile.
   Json per_op = Json::object();
-  for (const auto op : {cost::MeasuredOp::kAllReduce, cost::MeasuredOp::kAllGather, cost::MeasuredOp::kReduceScatter,
-                        cost::MeasuredOp::kSendRecv}) {
+  for (const auto op : {spec::LinkCall::kAllReduce, spec::LinkCall::kAllGather, spec::LinkCall::kReduceScatter,
+                        spec::LinkCall::kSendRecv}) {
     double sq = 0;
     int n = 0;
     for (const auto& s : samples) {
@@ -300,11 +314,19 @@ void run(const CalibrateOptions& o) {
       sq += std::pow((t - s.seconds) / s.seconds, 2);
       ++n;
     }
-    per_op[cost::to_string(op)] = n ? std::sqrt(sq / n) : 0.0;
+    per_op[spec::to_string(op)] = n ? std::sqrt(sq / n) : 0.0;
   }
   Json curve = Json::array(), attention_curve = Json::array();
   for (const auto& p : c.gemm.curve) curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
   for (const auto& p : c.attention.curve) attention_curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
+  Json per_call = Json::object();
+  for (const auto call : spec::kAllLinkCalls) {
+    if (const auto& f = c.per_call[static_cast<std::size_t>(call)]) {
+      per_call[spec::to_string(call)] = {{"alpha_s", f->alpha_s},
+                                         {"bandwidth_bytes_per_s", f->bandwidth_bytes_per_s},
+                                         {"rms_relative_error", f->rms_relative_error}};
+    }
+  }
   Json by_min_dim = Json::array();
   for (const auto& shaped : c.gemm_by_min_dim) {
     Json points = Json::array();
@@ -336,6 +358,7 @@ void run(const CalibrateOptions& o) {
                     {"collective_fit_on", all_reduce.size() >= 2 ? "all_reduce" : "all"},
                     {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
                     {"collective_fit_rms_relative_error_per_op", per_op},
+                    {"collective_fit_per_call", per_call},
                     {"host", host},
                     {"collectives", comm}};
   auto report_path = out;

@@ -57,9 +57,16 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
   g.cross_entropy_rates = c.cross_entropy_rates;
   if (c.seconds_per_dispatched_op > 0) g.kernel_overhead = core::Seconds(c.seconds_per_dispatched_op);
   if (c.compute_jitter_sqrt_s >= 0) g.compute_jitter_sqrt_s = c.compute_jitter_sqrt_s;
-  return one_machine_cluster("local", g, c.devices,
-                             core::BytesPerSecond(c.comm.bandwidth_bytes_per_s / defaults.network_efficiency),
-                             core::Seconds(c.comm.alpha_s));
+  auto cluster = one_machine_cluster("local", g, c.devices,
+                                     core::BytesPerSecond(c.comm.bandwidth_bytes_per_s / defaults.network_efficiency),
+                                     core::Seconds(c.comm.alpha_s));
+  for (std::size_t i = 0; i < c.per_call.size(); ++i) {
+    if (const auto& f = c.per_call[i]) {
+      cluster.node.intra_measured[i] = spec::MeasuredLink{
+          core::Seconds(f->alpha_s), core::BytesPerSecond(f->bandwidth_bytes_per_s / defaults.network_efficiency)};
+    }
+  }
+  return cluster;
 }
 
 fs::path local_profile_path() {

@@ -5,7 +5,9 @@
 //
 // A "device" of the local profile is one executor rank with `threads` intra-op threads (the
 // machine's cores shared by `devices` ranks); the node holds `devices` of them.
+#include <array>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "costmodel/calibration_fit.h"
@@ -24,7 +26,8 @@ struct LocalCalibration {
   cost::GemmFit attention;                       // against gemm's peak; empty curve: not measured
   std::vector<spec::CrossEntropyPoint> cross_entropy_rates;  // by size; empty: not measured
   double seconds_per_dispatched_op = 0;           // 0: not measured (the cost model's default)
-  cost::AlphaBetaFit comm;
+  cost::AlphaBetaFit comm;  // the node's link: fitted to the all-reduces
+  std::array<std::optional<cost::AlphaBetaFit>, 4> per_call;  // by spec::LinkCall, where fitted apart
   // σ of a rank's compute over T seconds is this · √T (costmodel/straggler.h); < 0: not measured.
   double compute_jitter_sqrt_s = -1;
 };

@@ -12,29 +12,15 @@ namespace cpt::cost {
 
 using core::str_cat;
 
-std::string to_string(MeasuredOp op) {
-  switch (op) {
-    case MeasuredOp::kAllReduce:
-      return "all_reduce";
-    case MeasuredOp::kAllGather:
-      return "all_gather";
-    case MeasuredOp::kReduceScatter:
-      return "reduce_scatter";
-    case MeasuredOp::kSendRecv:
-      return "send_recv";
-  }
-  return "?";
-}
-
-std::pair<double, double> alpha_beta_factors(MeasuredOp op, int ranks) {
+std::pair<double, double> alpha_beta_factors(spec::LinkCall op, int ranks) {
   const double n = ranks;
   switch (op) {
-    case MeasuredOp::kAllReduce:
+    case spec::LinkCall::kAllReduce:
       return {2 * (n - 1), 2 * (n - 1) / n};
-    case MeasuredOp::kAllGather:
-    case MeasuredOp::kReduceScatter:
+    case spec::LinkCall::kAllGather:
+    case spec::LinkCall::kReduceScatter:
       return {n - 1, (n - 1) / n};
-    case MeasuredOp::kSendRecv:
+    case spec::LinkCall::kSendRecv:
       return {1, 1};
   }
   return {1, 1};
@@ -155,6 +141,9 @@ spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scal
   g.collective_overhead = collective_overhead;
   c.node.intra_latency = core::Seconds(c.node.intra_latency.value() * comm_scale);
   c.node.intra_bandwidth = core::BytesPerSecond(c.node.intra_bandwidth.value() / comm_scale);
+  for (auto& m : c.node.intra_measured) {
+    if (m) *m = spec::MeasuredLink{m->latency * comm_scale, core::BytesPerSecond(m->bandwidth.value() / comm_scale)};
+  }
   c.node.nic_bandwidth = core::BytesPerSecond(c.node.nic_bandwidth.value() / comm_scale);
   c.fabric.latency = core::Seconds(c.fabric.latency.value() * comm_scale);
   c.fabric.link_bandwidth = core::BytesPerSecond(c.fabric.link_bandwidth.value() / comm_scale);

@@ -18,11 +18,9 @@
 
 namespace cpt::cost {
 
-enum class MeasuredOp { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
-std::string to_string(MeasuredOp op);
 
 struct CollectiveSample {
-  MeasuredOp op = MeasuredOp::kAllReduce;
+  spec::LinkCall op = spec::LinkCall::kAllReduce;
   int ranks = 2;
   double bytes = 0;    // S: the full buffer
   double seconds = 0;  // one call
@@ -36,7 +34,7 @@ struct AlphaBetaFit {
 };
 
 // (c, f) of `op` on `ranks` ranks.
-std::pair<double, double> alpha_beta_factors(MeasuredOp op, int ranks);
+std::pair<double, double> alpha_beta_factors(spec::LinkCall op, int ranks);
 
 // REQUIRES: at least two samples with different sizes. ConfigError when the fit is degenerate
 // (non-positive bandwidth or latency).

@@ -29,24 +29,43 @@ double one_level(Collective kind, double S, int n, const LinkCost& link, double 
   return 0.0;
 }
 
+// The intra-node link as `kind` sees it (GroupPlacement::intra_scale; all-to-all unscaled).
+LinkCost intra_for(Collective kind, const GroupPlacement& g) {
+  spec::LinkCall call = spec::LinkCall::kAllReduce;
+  switch (kind) {
+    case Collective::kAllReduce:
+      break;
+    case Collective::kAllGather:
+      call = spec::LinkCall::kAllGather;
+      break;
+    case Collective::kReduceScatter:
+      call = spec::LinkCall::kReduceScatter;
+      break;
+    case Collective::kAllToAll:
+      return g.intra;
+  }
+  const CallScale& s = g.intra_scale[static_cast<std::size_t>(call)];
+  return {core::BytesPerSecond(g.intra.bandwidth.value() * s.bandwidth), g.intra.latency * s.latency};
+}
+
 }  // namespace
 
 Seconds collective_time(Collective kind, core::Bytes bytes, const GroupPlacement& g, double eff) {
   const double S = static_cast<double>(bytes.value());
   if (g.size <= 1 || S <= 0) return Seconds(0);
-  if (g.nodes <= 1) return Seconds(one_level(kind, S, g.size, g.intra, eff));
+  if (g.nodes <= 1) return Seconds(one_level(kind, S, g.size, intra_for(kind, g), eff));
   if (g.ranks_per_node <= 1) return Seconds(one_level(kind, S, g.size, g.inter, eff));
   // Two levels: k ranks in each of N nodes.
   const int k = g.ranks_per_node;
   const int N = g.nodes;
   switch (kind) {
     case Collective::kAllReduce:
-      return Seconds(one_level(Collective::kReduceScatter, S, k, g.intra, eff) +
+      return Seconds(one_level(Collective::kReduceScatter, S, k, intra_for(Collective::kReduceScatter, g), eff) +
                      one_level(Collective::kAllReduce, S / k, N, g.inter, eff) +
-                     one_level(Collective::kAllGather, S, k, g.intra, eff));
+                     one_level(Collective::kAllGather, S, k, intra_for(Collective::kAllGather, g), eff));
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-      return Seconds(one_level(kind, S / k, N, g.inter, eff) + one_level(kind, S, k, g.intra, eff));
+      return Seconds(one_level(kind, S / k, N, g.inter, eff) + one_level(kind, S, k, intra_for(kind, g), eff));
     case Collective::kAllToAll:
       return Seconds(one_level(kind, S, k, g.intra, eff) + one_level(kind, S * (N - 1) / N, N, g.inter, eff));
   }

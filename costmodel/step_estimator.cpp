@@ -123,7 +123,19 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   const BlockCosts& blk = x.blk;
   x.call = o.collective_overhead;
   const Seconds call = x.call;
-  x.tp_one = p.tp > 1 ? collective_time(Collective::kAllReduce, blk.tp_bytes, lc.tp, eff) + call : Seconds(0);
+  // A block's tensor-parallel collective: an all-reduce, or under sequence parallelism a
+  // reduce-scatter and an all-gather (equal to it in the ring model; a backend may price them
+  // apart, GroupPlacement::intra_scale). The embedding's and the head's are one or the other
+  // (forward and backward pair them), so each costs half the pair.
+  Seconds tp_single;
+  if (p.tp > 1 && p.sequence_parallel) {
+    x.tp_one = collective_time(Collective::kReduceScatter, blk.tp_bytes, lc.tp, eff) +
+               collective_time(Collective::kAllGather, blk.tp_bytes, lc.tp, eff) + call;
+    tp_single = (x.tp_one - call) * 0.5 + call;
+  } else if (p.tp > 1) {
+    x.tp_one = collective_time(Collective::kAllReduce, blk.tp_bytes, lc.tp, eff) + call;
+    tp_single = x.tp_one;
+  }
   auto cp_exposed = [&](Bytes bytes, Seconds attention) {
     if (p.cp <= 1) return Seconds(0);
     // cp − 1 ring steps, each a transfer of one block to the next rank of the ring.
@@ -150,7 +162,11 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   const Seconds segment = blocking_calls > 0
                               ? (blk.forward.total() + blk.backward.total() + blk.recompute.total()) / blocking_calls
                               : Seconds(0);
-  if (p.tp > 1) x.tp_one += straggler_wait(o.compute_jitter_sqrt_s, segment, p.tp);
+  if (p.tp > 1) {
+    const Seconds wait = straggler_wait(o.compute_jitter_sqrt_s, segment, p.tp);
+    x.tp_one += wait;
+    tp_single += wait;
+  }
   const Seconds cp_straggler = straggler_wait(o.compute_jitter_sqrt_s, segment, p.cp);
   if (cp_gathers) {
     // K and V gathered before attention (two collectives), their gradients reduce-scattered after
@@ -210,11 +226,11 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
                                                (p.sequence_parallel ? p.tp : 1)));
   if (p.tp > 1) {
     const Seconds loss_one = collective_time(Collective::kAllReduce, x.head.tp_loss_bytes, lc.tp, eff) + call;
-    x.tp_embedding_fwd = x.tp_one * static_cast<double>(x.head.tp_embedding_forward);
-    x.tp_embedding_bwd = x.tp_one * static_cast<double>(x.head.tp_embedding_backward);
-    x.tp_head_fwd = x.tp_one * static_cast<double>(x.head.tp_head_forward) +
+    x.tp_embedding_fwd = tp_single * static_cast<double>(x.head.tp_embedding_forward);
+    x.tp_embedding_bwd = tp_single * static_cast<double>(x.head.tp_embedding_backward);
+    x.tp_head_fwd = tp_single * static_cast<double>(x.head.tp_head_forward) +
                     loss_one * static_cast<double>(x.head.tp_loss_forward);
-    x.tp_head_bwd = x.tp_one * static_cast<double>(x.head.tp_head_backward) +
+    x.tp_head_bwd = tp_single * static_cast<double>(x.head.tp_head_backward) +
                     (x.head.tp_norm_grad_allreduces > 0
                          ? (collective_time(Collective::kAllReduce, blk.tp_norm_grad_bytes, lc.tp, eff) + call) *
                                static_cast<double>(x.head.tp_norm_grad_allreduces)

@@ -85,6 +85,12 @@ Topology::Topology(const spec::ClusterSpec& c) : graph_(std::make_unique<Graph>(
   const double half_net = c.fabric.latency.value() / 2;
   const double half_intra = c.node.intra_latency.value() / 2;
 
+  for (const auto call : spec::kAllLinkCalls) {
+    const auto i = static_cast<std::size_t>(call);
+    if (const auto& m = c.node.intra_measured[i]; m && intra_bw > 0 && half_intra > 0) {
+      intra_scale_[i] = {m->latency.value() / (2 * half_intra), m->bandwidth.value() / intra_bw};
+    }
+  }
   G.spine = boost::add_vertex(G.g);
   // Leaves: radix/2 ports down, radix/2 up.
   const int down_ports = std::max(1, c.fabric.switch_radix / 2);
@@ -341,7 +347,10 @@ GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) 
     }
   }
   // Intra rings are the members of a group on one node; inter rings take one member per node.
-  if (!intra_rings.empty()) p.intra = route_rings(G, intra_rings, Router::Flows::kWithinNodes);
+  if (!intra_rings.empty()) {
+    p.intra = route_rings(G, intra_rings, Router::Flows::kWithinNodes);
+    p.intra_scale = intra_scale_;
+  }
   if (!inter_rings.empty()) p.inter = route_rings(G, inter_rings, Router::Flows::kAcrossNodes);
   std::lock_guard lock(cache_->mutex);
   cache_->placements.emplace(key, p);
@@ -384,7 +393,11 @@ LinkCost Topology::p2p(int a, int b, int gpus_per_node) const {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->links.find({a, b}); it != cache_->links.end()) return it->second;
   }
-  const LinkCost link = single_flow_cost(*graph_, a, b);
+  LinkCost link = single_flow_cost(*graph_, a, b);
+  if (a / gpus_per_node == b / gpus_per_node) {
+    const CallScale& scale = intra_scale_[static_cast<std::size_t>(spec::LinkCall::kSendRecv)];
+    link = {core::BytesPerSecond(link.bandwidth.value() * scale.bandwidth), link.latency * scale.latency};
+  }
   std::lock_guard lock(cache_->mutex);
   cache_->links.emplace(std::make_pair(a, b), link);
   return link;

@@ -15,6 +15,7 @@
 // that span nodes with several ranks per node use the two-level algorithm (inside each node, then k
 // parallel rings across nodes), as NCCL does.
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,12 +46,21 @@ struct LinkSum {
   }
 };
 
+// How one kind of call departs from the node's intra-node link (spec::NodeSpec::intra_measured):
+// its α is `latency` times the link's, its B `bandwidth` times.
+struct CallScale {
+  double latency = 1;
+  double bandwidth = 1;
+};
+using CallScales = std::array<CallScale, 4>;  // indexed by spec::LinkCall
+
 struct GroupPlacement {
   int size = 1;            // ranks in a group
   int nodes = 1;           // nodes a group spans
   int ranks_per_node = 1;  // members of a group on one node (the largest)
   LinkCost intra;          // ring inside a node (valid when ranks_per_node > 1)
   LinkCost inter;          // ring across nodes (valid when nodes > 1)
+  CallScales intra_scale{};  // per call on `intra` (all 1 unless the node measured its calls)
 };
 
 // What a step estimate needs to know of where one layout's groups run: computed once per layout
@@ -83,7 +93,8 @@ class Topology {
   // per evaluation (the search evaluates millions). The reference stays valid for the Topology's
   // life. Thread-safe.
   [[nodiscard]] const LayoutCosts& layout_costs(const spec::RankLayout& layout) const;
-  // Point-to-point between two ranks, alone on the fabric. Memoised per pair. Thread-safe.
+  // Point-to-point between two ranks, alone on the fabric (inside a node scaled as the node's
+  // measured send/recv says). Memoised per pair. Thread-safe.
   [[nodiscard]] LinkCost p2p(int rank_a, int rank_b, int gpus_per_node) const;
 
   struct Graph;  // opaque: Boost.Graph stays inside topology.cpp
@@ -92,6 +103,7 @@ class Topology {
  private:
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Cache> cache_;
+  CallScales intra_scale_{};  // the node's measured calls against its intra-node link
 };
 
 }  // namespace cpt::cost

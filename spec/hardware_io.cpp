@@ -206,6 +206,19 @@ NodeSpec node_from_json(JsonObjectReader& r, const HardwareResolver& resolve) {
                                                                             : IntraNodeKind::kPcie;
   n.intra_bandwidth = core::gigabytes_per_second(intra.positive_number("bandwidth_GB_per_s_per_direction"));
   n.intra_latency = read_latency(intra, "latency_us");
+  if (intra.has("measured")) {
+    auto measured = intra.object("measured");
+    for (const auto call : kAllLinkCalls) {
+      const auto name = to_string(call);
+      if (!measured.has(name)) continue;
+      auto one = measured.object(name);
+      n.intra_measured[static_cast<std::size_t>(call)] =
+          MeasuredLink{core::microseconds(one.positive_number("latency_us")),
+                       core::gigabytes_per_second(one.positive_number("bandwidth_GB_per_s_per_direction"))};
+      one.finish();
+    }
+    measured.finish();
+  }
   intra.finish();
   n.nics_per_node = static_cast<int>(r.integer("nics_per_node", 0, 1024));
   n.nic_bandwidth = core::gigabits_per_second(r.number("nic_bandwidth_Gbit_per_s", 0.0));
@@ -288,6 +301,14 @@ Json node_to_json(const NodeSpec& n) {
   j["intra_node"] = {{"kind", n.intra_kind == IntraNodeKind::kNvSwitch ? "nvswitch" : "pcie"},
                      {"bandwidth_GB_per_s_per_direction", core::to_gigabytes_per_second(n.intra_bandwidth)},
                      {"latency_us", core::to_microseconds(n.intra_latency)}};
+  Json measured = Json::object();
+  for (const auto call : kAllLinkCalls) {
+    if (const auto& m = n.intra_measured[static_cast<std::size_t>(call)]) {
+      measured[to_string(call)] = {{"latency_us", core::to_microseconds(m->latency)},
+                                   {"bandwidth_GB_per_s_per_direction", core::to_gigabytes_per_second(m->bandwidth)}};
+    }
+  }
+  if (!measured.empty()) j["intra_node"]["measured"] = measured;
   j["nics_per_node"] = n.nics_per_node;
   j["nic_bandwidth_Gbit_per_s"] = core::to_gigabits_per_second(n.nic_bandwidth);
   if (!n.default_fabric.empty()) j["default_fabric"] = n.default_fabric;

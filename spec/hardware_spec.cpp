@@ -24,6 +24,20 @@ std::string to_string(Precision p) {
   return "?";
 }
 
+std::string to_string(LinkCall c) {
+  switch (c) {
+    case LinkCall::kAllReduce:
+      return "all_reduce";
+    case LinkCall::kAllGather:
+      return "all_gather";
+    case LinkCall::kReduceScatter:
+      return "reduce_scatter";
+    case LinkCall::kSendRecv:
+      return "send_recv";
+  }
+  return "?";
+}
+
 core::BytesPerSecond ClusterSpec::inter_node_bandwidth_per_gpu() const {
   if (node.gpus_per_node <= 0) return core::BytesPerSecond(0);
   const double per_nic = std::min(node.nic_bandwidth.value(), fabric.link_bandwidth.value());

@@ -91,6 +91,21 @@ struct GpuSpec {
 // Serialized as "nvswitch", "pcie". DO NOT CHANGE the strings.
 enum class IntraNodeKind { kNvSwitch, kPcie };
 
+// The calls whose intra-node cost a node profile may give apart (NodeSpec::intra_measured).
+// DO NOT REORDER: the index of NodeSpec::intra_measured.
+enum class LinkCall { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
+inline constexpr std::array<LinkCall, 4> kAllLinkCalls{LinkCall::kAllReduce, LinkCall::kAllGather,
+                                                       LinkCall::kReduceScatter, LinkCall::kSendRecv};
+std::string to_string(LinkCall c);  // "all_reduce", "all_gather", "reduce_scatter", "send_recv"
+
+// One call's α–β as measured inside a node: α per ring step (the whole call for send/recv) and B
+// per rank and direction, in the cost model's forms (costmodel/collective_model.h).
+struct MeasuredLink {
+  core::Seconds latency;
+  core::BytesPerSecond bandwidth;
+  bool operator==(const MeasuredLink&) const = default;
+};
+
 struct NodeSpec {
   std::string name;
   std::string display_name;
@@ -99,6 +114,11 @@ struct NodeSpec {
   IntraNodeKind intra_kind = IntraNodeKind::kNvSwitch;
   core::BytesPerSecond intra_bandwidth;  // GPU-to-GPU inside the node, per GPU, per direction
   core::Seconds intra_latency;           // small-message latency of one intra-node transfer
+  // Per call, where measured (`cpt calibrate`): a backend need not follow one ring model for all
+  // its calls — Gloo's reduce-scatter on a CPU costs about an all-reduce, its send/recv a tenth of
+  // a ring step. The cost model scales the intra-node link by each call's ratio to
+  // intra_bandwidth / intra_latency (costmodel/topology.h); absent: the link as it is.
+  std::array<std::optional<MeasuredLink>, 4> intra_measured{};
   int nics_per_node = 0;                 // NICs for the compute fabric
   core::BytesPerSecond nic_bandwidth;    // per NIC, per direction
   std::string default_fabric;            // fabric profile implied by this node

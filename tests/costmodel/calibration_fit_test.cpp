@@ -18,7 +18,7 @@ TEST(CalibrationFit, AlphaBetaRecoversKnownParameters) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> noise(0.97, 1.03);
   std::vector<CollectiveSample> samples;
-  for (const auto op : {MeasuredOp::kAllReduce, MeasuredOp::kAllGather, MeasuredOp::kReduceScatter, MeasuredOp::kSendRecv}) {
+  for (const auto op : {spec::LinkCall::kAllReduce, spec::LinkCall::kAllGather, spec::LinkCall::kReduceScatter, spec::LinkCall::kSendRecv}) {
     for (const int ranks : {2, 4}) {
       for (double bytes = 1024; bytes <= 64e6; bytes *= 4) {
         const auto [c, f] = alpha_beta_factors(op, ranks);
@@ -34,14 +34,14 @@ TEST(CalibrationFit, AlphaBetaRecoversKnownParameters) {
 }
 
 TEST(CalibrationFit, AlphaBetaFactorsAreTheCostModelsRing) {
-  EXPECT_EQ(alpha_beta_factors(MeasuredOp::kAllReduce, 4), (std::pair<double, double>{6.0, 1.5}));
-  EXPECT_EQ(alpha_beta_factors(MeasuredOp::kAllGather, 4), (std::pair<double, double>{3.0, 0.75}));
-  EXPECT_EQ(alpha_beta_factors(MeasuredOp::kSendRecv, 8), (std::pair<double, double>{1.0, 1.0}));
+  EXPECT_EQ(alpha_beta_factors(spec::LinkCall::kAllReduce, 4), (std::pair<double, double>{6.0, 1.5}));
+  EXPECT_EQ(alpha_beta_factors(spec::LinkCall::kAllGather, 4), (std::pair<double, double>{3.0, 0.75}));
+  EXPECT_EQ(alpha_beta_factors(spec::LinkCall::kSendRecv, 8), (std::pair<double, double>{1.0, 1.0}));
 }
 
 TEST(CalibrationFit, DegenerateMeasurementsAreRefused) {
   // Larger messages faster than small ones: no positive bandwidth explains them.
-  std::vector<CollectiveSample> s{{MeasuredOp::kAllReduce, 2, 1e3, 1e-2}, {MeasuredOp::kAllReduce, 2, 1e7, 1e-4}};
+  std::vector<CollectiveSample> s{{spec::LinkCall::kAllReduce, 2, 1e3, 1e-2}, {spec::LinkCall::kAllReduce, 2, 1e7, 1e-4}};
   EXPECT_THROW(fit_alpha_beta(s), core::ConfigError);
   EXPECT_THROW(fit_alpha_beta({}), core::ConfigError);
 }

@@ -86,6 +86,33 @@ TEST(HardwareCatalog, ClusterFileWithReferencesAndInlineParts) {
   std::filesystem::remove(path);
 }
 
+// A calibrated node's calls measured apart load, write and load back the same; an unknown call
+// name is an error naming its path.
+TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
+  auto c = cat().cluster_for_gpu("h100", 8, "--gpu");
+  c.node.intra_measured[static_cast<std::size_t>(LinkCall::kReduceScatter)] =
+      MeasuredLink{core::microseconds(1500), core::gigabytes_per_second(0.5)};
+  c.node.intra_measured[static_cast<std::size_t>(LinkCall::kSendRecv)] =
+      MeasuredLink{core::microseconds(40), core::gigabytes_per_second(4)};
+  const auto text = cluster_to_json(c).dump();
+  EXPECT_NE(text.find(R"("measured":{"reduce_scatter":)"), std::string::npos) << text;
+  const auto path = write_temp("cpt_test_measured.json", text);
+  const auto back = cat().load_cluster(path.string(), "--cluster");
+  EXPECT_EQ(back.node, c.node);
+  auto bad = nlohmann::json::parse(text);
+  bad["node"]["intra_node"]["measured"]["all_to_all"] = {{"latency_us", 1}, {"bandwidth_GB_per_s_per_direction", 1}};
+  const auto bad_path = write_temp("cpt_test_measured_bad.json", bad.dump());
+  try {
+    (void)cat().load_cluster(bad_path.string(), "--cluster");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.node.intra_node.measured"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("all_to_all"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(bad_path);
+}
+
 TEST(HardwareCatalog, BadClusterFilesNameFileAndPath) {
   const auto bad_node = write_temp("cpt_test_bad1.json", R"({"name": "x", "node": "dgx_h1000", "num_nodes": 2, "fabric": "ib_ndr_400g"})");
   try {
