@@ -43,11 +43,10 @@ struct CalibrateOptions {
   std::string base;
 };
 
+// A collective sample's op, as cpt-exec calibrate-comm names it.
 spec::LinkCall op_of(const std::string& s) {
-  if (s == "all_reduce") return spec::LinkCall::kAllReduce;
-  if (s == "all_gather") return spec::LinkCall::kAllGather;
-  if (s == "reduce_scatter") return spec::LinkCall::kReduceScatter;
-  return spec::LinkCall::kSendRecv;
+  if (auto call = spec::link_call_from_string(s)) return *call;
+  throw core::RuntimeError(str_cat("calibrate: the executor reported an unknown collective \"", s, "\""));
 }
 
 // `--from-runs`: rescale a profile's computation and communication so that the cost model's parts
@@ -303,8 +302,7 @@ void run(const CalibrateOptions& o) {
   core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");
   // The raw measurements and the fit's errors, beside the profile.
   Json per_op = Json::object();
-  for (const auto op : {spec::LinkCall::kAllReduce, spec::LinkCall::kAllGather, spec::LinkCall::kReduceScatter,
-                        spec::LinkCall::kSendRecv}) {
+  for (const auto op : spec::kAllLinkCalls) {
     double sq = 0;
     int n = 0;
     for (const auto& s : samples) {
@@ -395,7 +393,15 @@ void run(const CalibrateOptions& o) {
                        fixed(100 * per_op["all_reduce"].get<double>(), 0), "%, all_gather ",
                        fixed(100 * per_op["all_gather"].get<double>(), 0), "%, reduce_scatter ",
                        fixed(100 * per_op["reduce_scatter"].get<double>(), 0), "%, send_recv ",
-                       fixed(100 * per_op["send_recv"].get<double>(), 0), "%\n",
+                       fixed(100 * per_op["send_recv"].get<double>(), 0), "%\n");
+  std::cout << "    each call apart (alpha us, GB/s, rms):";
+  for (const auto call : spec::kAllLinkCalls) {
+    if (const auto& f = c.per_call[static_cast<std::size_t>(call)]) {
+      std::cout << str_cat(" ", spec::to_string(call), " ", fixed(f->alpha_s * 1e6, 0), ", ",
+                           fixed(f->bandwidth_bytes_per_s / 1e9, 2), ", ", fixed(100 * f->rms_relative_error, 0), "%;");
+    }
+  }
+  std::cout << str_cat("\n",
                        sync_waits.empty()
                            ? std::string("  compute jitter not measured\n")
                            : str_cat("  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 
@@ -87,6 +88,7 @@ GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples, double peak_flops
 
 std::vector<spec::GemmShapeCurve> fit_gemm_shape_curves(const std::vector<GemmSample>& samples,
                                                         double peak_flops_per_s) {
+  CPT_CHECK(peak_flops_per_s > 0, "fit_gemm_shape_curves needs the common peak, got ", peak_flops_per_s);
   std::map<double, std::vector<GemmSample>> by_min_dim;
   for (const auto& s : samples) {
     if (s.min_dim > 0) by_min_dim[s.min_dim].push_back(s);

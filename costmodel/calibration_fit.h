@@ -11,13 +11,12 @@
 // GEMMs: the peak is the fastest measured rate; the efficiency curve is the median achieved/peak
 // of the samples in each half-decade of GEMM size, at the bin's median size; and the same again
 // for the samples of each smallest dimension apart.
-#include <string>
+#include <utility>
 #include <vector>
 
 #include "spec/hardware_spec.h"
 
 namespace cpt::cost {
-
 
 struct CollectiveSample {
   spec::LinkCall op = spec::LinkCall::kAllReduce;

@@ -55,7 +55,9 @@ enum class ContextParallelKind {
 };
 
 // How the software that runs the plan dispatches its work: the number of kernels each layer, head
-// and step pays CostModelOptions::kernel_overhead for (costmodel/kernel_dispatch.h).
+// and step pays CostModelOptions::kernel_overhead for (costmodel/kernel_dispatch.h), the bytes its
+// element-wise operators move (costmodel/elementwise_traffic.h) and whether the projections are
+// fused GEMMs (costmodel/layer_costs.h).
 enum class KernelDispatch {
   // Megatron-LM / Transformer Engine: fused kernels, 12 per layer forward with FlashAttention (15
   // without), twice that backward.

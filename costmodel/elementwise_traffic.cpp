@@ -15,8 +15,16 @@ PassBytes layer_elementwise_bytes(const ActivationWidths& x, KernelDispatch disp
   const double T = x.tokens, s = x.sequence_divisor, e = x.element_bytes;
   const double h = x.hidden, q = x.query_width, kv = x.key_value_width, f = x.ffn_width, d = x.head_dim;
   if (counted_eager(x, dispatch)) {
-    const double fwd = 20 * T * h / s + 10 * T * q + 10 * T * kv + 5 * T * f + 4 * T * d + 12 * T / s;
-    const double bwd = 54 * T * h / s + 9 * T * h + 16 * T * q + 16 * T * kv + 9 * T * f + 3 * T * d + 22 * T / s;
+    double fwd = 20 * T * h / s + 10 * T * q + 10 * T * kv + 5 * T * f + 4 * T * d + 12 * T / s;
+    double bwd = 54 * T * h / s + 9 * T * h + 16 * T * q + 16 * T * kv + 9 * T * f + 3 * T * d + 22 * T / s;
+    if (x.sequence_divisor > 1) {
+      // The projections copy their gathered input (a transposed view); the regions' transposes.
+      fwd += 10 * T * h + 4 * T * h + 4 * T * h / s;
+      bwd += 4 * T * h + 4 * T * h + 4 * T * h / s;
+    } else if (x.tensor_parallel) {
+      fwd += 4 * T * h;  // the clone each all-reduce makes of its input
+      bwd += 4 * T * h;
+    }
     return {fwd * e, bwd * e};
   }
   // Norms read + write, residual adds read 2 write 1 (split over tp under sequence parallelism),

@@ -82,6 +82,7 @@ ActivationWidths widths_of(const Shape& x) {
   w.ffn_width = x.f / x.tp;
   w.head_dim = x.d;
   w.sequence_divisor = x.sp ? x.tp : 1.0;
+  w.tensor_parallel = x.tp > 1;
   w.element_bytes = x.e;
   w.gated = x.gated;
   w.dropout = x.dropout;

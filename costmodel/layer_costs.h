@@ -6,6 +6,8 @@
 //   qkv   [T, h] x [h, (a + 2g)·d / tp]        out   [T, a·d / tp] x [a·d / tp, h]
 //   up    [T, h] x [h, f / tp] (x2 for SwiGLU) down  [T, f / tp] x [f / tp, h]
 //   attention core per rank: a / tp heads, T queries against seq_len keys (causal)
+// cpt's executor (KernelDispatch::kEager) runs q, k and v, and SwiGLU's gate and up, as separate
+// GEMMs ([T, h] x [h, a·d / tp], [T, h] x [h, g·d / tp] twice, [T, h] x [h, f / tp] twice).
 // Backward runs two GEMMs (input and weight gradient) per forward GEMM.
 // Sources: Narayanan et al. 2021 §3.1 / Korthikanti et al. 2022 §3 for the GPT block; the SwiGLU
 // and GQA widths follow the model (docs/costmodel.md, "FLOPs").

@@ -100,7 +100,7 @@ struct LayerTerms {
   BlockCosts blk;
   HeadCosts head;
   Seconds call;    // fixed cost of one collective or point-to-point call
-  Seconds tp_one;  // one tensor-parallel collective
+  Seconds tp_one;  // one tensor-parallel collective of a block (under SP a reduce-scatter + all-gather pair)
   Seconds cp_fwd, cp_bwd;
   Seconds z3_fwd_exposed, z3_bwd_exposed, z3_overlapped;
   Seconds layer_fwd, layer_bwd;  // one layer, everything exposed included
@@ -124,23 +124,29 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   x.call = o.collective_overhead;
   const Seconds call = x.call;
   // A block's tensor-parallel collective: an all-reduce, or under sequence parallelism a
-  // reduce-scatter and an all-gather (equal to it in the ring model; a backend may price them
-  // apart, GroupPlacement::intra_scale). The embedding's and the head's are one or the other
-  // (forward and backward pair them), so each costs half the pair.
-  Seconds tp_single;
+  // reduce-scatter and an all-gather — the ring all-reduce's time (the all-reduce may take the
+  // tree where it is faster, the pair may not), or apart where the node measured them apart
+  // (GroupPlacement::intra_scale). The pair pays one `call`: collective_overhead was fitted per
+  // Megatron collective, pair or all-reduce alike. Outside the blocks under sequence
+  // parallelism the embedding's forward and the head's backward are one reduce-scatter, the
+  // embedding's backward and the head's forward one all-gather; without it all are all-reduces.
+  Seconds tp_scatter, tp_gather;  // the embedding's and head's single calls
   if (p.tp > 1 && p.sequence_parallel) {
-    x.tp_one = collective_time(Collective::kReduceScatter, blk.tp_bytes, lc.tp, eff) +
-               collective_time(Collective::kAllGather, blk.tp_bytes, lc.tp, eff) + call;
-    tp_single = (x.tp_one - call) * 0.5 + call;
+    tp_scatter = collective_time(Collective::kReduceScatter, blk.tp_bytes, lc.tp, eff) + call;
+    tp_gather = collective_time(Collective::kAllGather, blk.tp_bytes, lc.tp, eff) + call;
+    x.tp_one = tp_scatter + tp_gather - call;
   } else if (p.tp > 1) {
     x.tp_one = collective_time(Collective::kAllReduce, blk.tp_bytes, lc.tp, eff) + call;
-    tp_single = x.tp_one;
+    tp_scatter = tp_gather = x.tp_one;
   }
   auto cp_exposed = [&](Bytes bytes, Seconds attention) {
     if (p.cp <= 1) return Seconds(0);
     // cp − 1 ring steps, each a transfer of one block to the next rank of the ring.
     const Bytes per_step = Bytes(bytes.value() / (p.cp - 1));
-    const LinkCost link = lc.cp.nodes > 1 ? lc.cp.inter : lc.cp.intra;
+    const CallScale& inside = lc.cp.intra_scale[static_cast<std::size_t>(spec::LinkCall::kSendRecv)];
+    const LinkCost link = lc.cp.nodes > 1 ? lc.cp.inter
+                                          : LinkCost{core::BytesPerSecond(lc.cp.intra.bandwidth.value() * inside.bandwidth),
+                                                     lc.cp.intra.latency * inside.latency};
     const Seconds comm = (p2p_time(per_step, link, eff) + call) * static_cast<double>(p.cp - 1);
     return std::max(Seconds(0), comm - attention);
   };
@@ -165,7 +171,8 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   if (p.tp > 1) {
     const Seconds wait = straggler_wait(o.compute_jitter_sqrt_s, segment, p.tp);
     x.tp_one += wait;
-    tp_single += wait;
+    tp_scatter += wait;
+    tp_gather += wait;
   }
   const Seconds cp_straggler = straggler_wait(o.compute_jitter_sqrt_s, segment, p.cp);
   if (cp_gathers) {
@@ -191,7 +198,7 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   x.dp_g = lc.dp;
   x.shard_g = lc.dp;
   if (p.hybrid_shard) {
-    x.shard_g = GroupPlacement{lc.dp.ranks_per_node, 1, lc.dp.ranks_per_node, lc.dp.intra, {}};
+    x.shard_g = GroupPlacement{lc.dp.ranks_per_node, 1, lc.dp.ranks_per_node, lc.dp.intra, {}, lc.dp.intra_scale};
     x.replicate_g = GroupPlacement{lc.dp.nodes, lc.dp.nodes, 1, {}, lc.dp.inter};
   }
   const double e = activation_bytes(o.precision);
@@ -226,11 +233,11 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
                                                (p.sequence_parallel ? p.tp : 1)));
   if (p.tp > 1) {
     const Seconds loss_one = collective_time(Collective::kAllReduce, x.head.tp_loss_bytes, lc.tp, eff) + call;
-    x.tp_embedding_fwd = tp_single * static_cast<double>(x.head.tp_embedding_forward);
-    x.tp_embedding_bwd = tp_single * static_cast<double>(x.head.tp_embedding_backward);
-    x.tp_head_fwd = tp_single * static_cast<double>(x.head.tp_head_forward) +
+    x.tp_embedding_fwd = tp_scatter * static_cast<double>(x.head.tp_embedding_forward);
+    x.tp_embedding_bwd = tp_gather * static_cast<double>(x.head.tp_embedding_backward);
+    x.tp_head_fwd = tp_gather * static_cast<double>(x.head.tp_head_forward) +
                     loss_one * static_cast<double>(x.head.tp_loss_forward);
-    x.tp_head_bwd = tp_single * static_cast<double>(x.head.tp_head_backward) +
+    x.tp_head_bwd = tp_scatter * static_cast<double>(x.head.tp_head_backward) +
                     (x.head.tp_norm_grad_allreduces > 0
                          ? (collective_time(Collective::kAllReduce, blk.tp_norm_grad_bytes, lc.tp, eff) + call) *
                                static_cast<double>(x.head.tp_norm_grad_allreduces)

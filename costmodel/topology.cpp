@@ -87,8 +87,10 @@ Topology::Topology(const spec::ClusterSpec& c) : graph_(std::make_unique<Graph>(
 
   for (const auto call : spec::kAllLinkCalls) {
     const auto i = static_cast<std::size_t>(call);
-    if (const auto& m = c.node.intra_measured[i]; m && intra_bw > 0 && half_intra > 0) {
-      intra_scale_[i] = {m->latency.value() / (2 * half_intra), m->bandwidth.value() / intra_bw};
+    if (const auto& m = c.node.intra_measured[i]) {
+      // A node latency of 0 (allowed) leaves α unscaled: no ratio to take.
+      if (half_intra > 0) intra_scale_[i].latency = m->latency.value() / (2 * half_intra);
+      if (intra_bw > 0) intra_scale_[i].bandwidth = m->bandwidth.value() / intra_bw;
     }
   }
   G.spine = boost::add_vertex(G.g);

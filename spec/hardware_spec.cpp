@@ -38,6 +38,13 @@ std::string to_string(LinkCall c) {
   return "?";
 }
 
+std::optional<LinkCall> link_call_from_string(std::string_view name) {
+  for (const auto c : kAllLinkCalls) {
+    if (to_string(c) == name) return c;
+  }
+  return std::nullopt;
+}
+
 core::BytesPerSecond ClusterSpec::inter_node_bandwidth_per_gpu() const {
   if (node.gpus_per_node <= 0) return core::BytesPerSecond(0);
   const double per_nic = std::min(node.nic_bandwidth.value(), fabric.link_bandwidth.value());

@@ -8,6 +8,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/units.h"
@@ -97,6 +98,7 @@ enum class LinkCall { kAllReduce, kAllGather, kReduceScatter, kSendRecv };
 inline constexpr std::array<LinkCall, 4> kAllLinkCalls{LinkCall::kAllReduce, LinkCall::kAllGather,
                                                        LinkCall::kReduceScatter, LinkCall::kSendRecv};
 std::string to_string(LinkCall c);  // "all_reduce", "all_gather", "reduce_scatter", "send_recv"
+std::optional<LinkCall> link_call_from_string(std::string_view name);  // to_string's inverse
 
 // One call's α–β as measured inside a node: α per ring step (the whole call for send/recv) and B
 // per rank and direction, in the cost model's forms (costmodel/collective_model.h).

@@ -1,9 +1,9 @@
 #pragma once
 // What `cpt calibrate --device cpu` measures through LibTorch, for costmodel/calibration_fit.h:
-// fp32 GEMMs over a grid of training-like shapes, in a linear layer's three forms, the causal attention kernel (SDPA) forward and
-// backward, the cross-entropy over fp32 logits forward and backward, the fixed cost of one
-// dispatched operator, memory bandwidth (a large copy), the fused AdamW step, and the collectives
-// of the executor's own c10d backend over message sizes.
+// fp32 GEMMs in a linear layer's three forms over a grid of training-like shapes, the causal
+// attention kernel (SDPA) forward and backward, the cross-entropy over fp32 logits forward and
+// backward, the fixed cost of one dispatched operator, memory bandwidth (a large copy), the fused
+// AdamW step, and the collectives of the executor's own c10d backend over message sizes.
 #include <cstdint>
 #include <array>
 #include <functional>
