@@ -74,26 +74,22 @@ def _scattered_dim1(x, n):  # reduce_scattered_dim1
     return _uncounted(lambda: t.narrow(0, 0, t.size(0) // n).contiguous()).transpose(0, 1)
 
 
-class Gather(torch.autograd.Function):  # GatherSequence: gather forward, reduce-scatter backward
-    @staticmethod
-    def forward(ctx, x, n):
-        ctx.n = n
-        return _gathered_dim1(x, n)
+def _region(forward, backward):  # an autograd function: `forward` on the way in, `backward` on the way out
+    class Region(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, n):
+            ctx.n = n
+            return forward(x, n)
 
-    @staticmethod
-    def backward(ctx, g):
-        return _scattered_dim1(g, ctx.n), None
+        @staticmethod
+        def backward(ctx, g):
+            return backward(g, ctx.n), None
+
+    return Region
 
 
-class Scatter(torch.autograd.Function):  # ReduceScatterSequence: reduce-scatter forward, gather backward
-    @staticmethod
-    def forward(ctx, x, n):
-        ctx.n = n
-        return _scattered_dim1(x, n)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _gathered_dim1(g, ctx.n), None
+Gather = _region(_gathered_dim1, _scattered_dim1)   # GatherSequence: gather forward, reduce-scatter backward
+Scatter = _region(_scattered_dim1, _gathered_dim1)  # ReduceScatterSequence: the reverse
 
 
 class CopyToTp(torch.autograd.Function):  # identity forward, all-reduce (of a clone) backward

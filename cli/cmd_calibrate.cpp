@@ -43,6 +43,13 @@ struct CalibrateOptions {
   std::string base;
 };
 
+// An efficiency curve in the report: [{gflop, efficiency}, ...].
+Json curve_json(const std::vector<spec::EfficiencyPoint>& points) {
+  Json out = Json::array();
+  for (const auto& p : points) out.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
+  return out;
+}
+
 // A collective sample's op, as cpt-exec calibrate-comm names it.
 spec::LinkCall op_of(const std::string& s) {
   if (auto call = spec::link_call_from_string(s)) return *call;
@@ -314,9 +321,7 @@ void run(const CalibrateOptions& o) {
     }
     per_op[spec::to_string(op)] = n ? std::sqrt(sq / n) : 0.0;
   }
-  Json curve = Json::array(), attention_curve = Json::array();
-  for (const auto& p : c.gemm.curve) curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
-  for (const auto& p : c.attention.curve) attention_curve.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
+  const Json curve = curve_json(c.gemm.curve), attention_curve = curve_json(c.attention.curve);
   Json per_call = Json::object();
   for (const auto call : spec::kAllLinkCalls) {
     if (const auto& f = c.per_call[static_cast<std::size_t>(call)]) {
@@ -327,9 +332,7 @@ void run(const CalibrateOptions& o) {
   }
   Json by_min_dim = Json::array();
   for (const auto& shaped : c.gemm_by_min_dim) {
-    Json points = Json::array();
-    for (const auto& p : shaped.points) points.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
-    by_min_dim.push_back({{"min_dim", shaped.min_dim}, {"efficiency", points}});
+    by_min_dim.push_back({{"min_dim", shaped.min_dim}, {"efficiency", curve_json(shaped.points)}});
   }
   Json ce_rates = Json::array();
   for (const auto& p : c.cross_entropy_rates) {

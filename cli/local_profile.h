@@ -27,7 +27,7 @@ struct LocalCalibration {
   std::vector<spec::CrossEntropyPoint> cross_entropy_rates;  // by size; empty: not measured
   double seconds_per_dispatched_op = 0;           // 0: not measured (the cost model's default)
   cost::AlphaBetaFit comm;  // the node's link: fitted to the all-reduces
-  std::array<std::optional<cost::AlphaBetaFit>, 4> per_call;  // by spec::LinkCall, where fitted apart
+  std::array<std::optional<cost::AlphaBetaFit>, spec::kAllLinkCalls.size()> per_call;  // by spec::LinkCall, where fitted apart
   // σ of a rank's compute over T seconds is this · √T (costmodel/straggler.h); < 0: not measured.
   double compute_jitter_sqrt_s = -1;
 };

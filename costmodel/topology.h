@@ -52,7 +52,7 @@ struct CallScale {
   double latency = 1;
   double bandwidth = 1;
 };
-using CallScales = std::array<CallScale, 4>;  // indexed by spec::LinkCall
+using CallScales = std::array<CallScale, spec::kAllLinkCalls.size()>;  // indexed by spec::LinkCall
 
 struct GroupPlacement {
   int size = 1;            // ranks in a group

@@ -120,7 +120,7 @@ struct NodeSpec {
   // its calls — Gloo's reduce-scatter on a CPU costs about an all-reduce, its send/recv a tenth of
   // a ring step. The cost model scales the intra-node link by each call's ratio to
   // intra_bandwidth / intra_latency (costmodel/topology.h); absent: the link as it is.
-  std::array<std::optional<MeasuredLink>, 4> intra_measured{};
+  std::array<std::optional<MeasuredLink>, kAllLinkCalls.size()> intra_measured{};
   int nics_per_node = 0;                 // NICs for the compute fabric
   core::BytesPerSecond nic_bandwidth;    // per NIC, per direction
   std::string default_fabric;            // fabric profile implied by this node
