@@ -309,7 +309,22 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   if (crit.first) t.tp_comm += (x.tp_embedding_fwd + x.tp_embedding_bwd) * mm;
   if (crit.last) t.tp_comm += (x.tp_head_fwd + x.tp_head_bwd) * mm;
   t.cp_comm = (x.cp_fwd + x.cp_bwd) * (rank_layers * mm);
-  const Seconds zero3_exposed = (x.z3_fwd_exposed + x.z3_bwd_exposed) * (rank_layers * mm);
+  Seconds zero3_exposed = (x.z3_fwd_exposed + x.z3_bwd_exposed) * (rank_layers * mm);
+  if (o.dispatch == KernelDispatch::kEager && p.zero_stage == 3 && x.n_shard > 1) {
+    // cpt's executor gathers the root unit (embedding, final norm, LM head: what the rank holds
+    // outside its blocks) before each microbatch's forward and reduce-scatters its gradients after
+    // its backward (executor/parallel/fully_sharded.h): nothing runs beside either.
+    const double root = crit.params - crit.layers * block_params_per_tp(model.param_counts(), p.tp);
+    if (root > 0) {
+      const double grad_bytes = o.fp32_main_grads || o.precision == spec::Precision::kFp32 ? 4 : 2;
+      const Bytes whole(static_cast<std::int64_t>(root * activation_bytes(o.precision)));
+      const Bytes grads(static_cast<std::int64_t>(root * grad_bytes));
+      zero3_exposed += (collective_time(Collective::kAllGather, whole, x.shard_g, o.network_efficiency) +
+                        collective_time(Collective::kReduceScatter, grads, x.shard_g, o.network_efficiency) +
+                        x.call * 2.0) *
+                       mm;
+    }
+  }
   t.pp_comm = crit.pp_comm;
   t.pp_bubble = crit.pp_bubble;
 

@@ -1,6 +1,9 @@
 #include "costmodel/step_estimator.h"
 
+#include "costmodel/collective_model.h"
 #include "costmodel/memory_model.h"
+#include "costmodel/topology.h"
+#include "spec/rank_layout.h"
 #include "costmodel/straggler.h"
 
 #include <gtest/gtest.h>
@@ -222,6 +225,33 @@ TEST(StepEstimator, ZeroStagesTradeMemoryForCommunication) {
   EXPECT_GT(z1.time.dp_comm, z3.time.dp_comm);
   EXPECT_GT(z1.mfu, 0.2);
   EXPECT_LT(z1.mfu, 0.8);
+}
+
+// cpt's executor (eager dispatch) gathers the ZeRO-3 root unit (embedding, final norm, LM head)
+// before every microbatch's forward and reduce-scatters its gradients after its backward, with
+// nothing beside them: the data-parallel time grows by exactly those two calls per microbatch over
+// the same plan priced for a runtime that does not (fused dispatch, whose root goes unpriced).
+TEST(StepEstimator, EagerZeroThreeExposesTheRootUnitEveryMicrobatch) {
+  const auto model = spec::find_catalog_model("llama3-8b")->spec;
+  const auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
+  const spec::ParallelConfig p{.dp = 8, .micro_batch = 1, .global_batch = 24, .zero_stage = 3};  // 3 microbatches
+  CostModelOptions fused, eager;
+  eager.dispatch = KernelDispatch::kEager;
+  const Estimate f = expect_feasible(evaluate(model, cluster, p, 4096, fused));
+  const Estimate e = expect_feasible(evaluate(model, cluster, p, 4096, eager));
+  const Topology topo(cluster);
+  const auto dp = topo.place(spec::RankLayout(p, 8), spec::Axis::kDp);
+  const double root = root_params(model, model.param_counts(), 1, true, true, true);
+  const double per_microbatch =
+      collective_time(Collective::kAllGather, core::Bytes(static_cast<std::int64_t>(root * 2)), dp, eager.network_efficiency)
+          .value() +
+      collective_time(Collective::kReduceScatter, core::Bytes(static_cast<std::int64_t>(root * 4)), dp,
+                      eager.network_efficiency)
+          .value() +
+      2 * eager.collective_overhead.value();
+  // The eager plan's other differences (kernels around calls, its own buckets) are not in dp_comm
+  // for ZeRO-3; the root's two calls are.
+  EXPECT_NEAR(e.time.dp_comm.value() - f.time.dp_comm.value(), 3 * per_microbatch, 1e-3 * per_microbatch);
 }
 
 }  // namespace
