@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
 
 #include "costmodel/elementwise_traffic.h"
 #include "costmodel/kernel_dispatch.h"
@@ -13,21 +14,21 @@ using core::Seconds;
 
 int activation_bytes(spec::Precision p) { return p == spec::Precision::kFp32 ? 4 : 2; }
 
-std::optional<spec::CrossEntropyPoint> cross_entropy_rates_at(const spec::GpuSpec& gpu, double logits) {
-  const auto& c = gpu.cross_entropy_rates;
-  if (c.empty()) return std::nullopt;
-  if (logits <= c.front().logits) return spec::CrossEntropyPoint{logits, c.front().forward_logits_per_s, c.front().backward_logits_per_s};
-  if (logits >= c.back().logits) return spec::CrossEntropyPoint{logits, c.back().forward_logits_per_s, c.back().backward_logits_per_s};
-  const auto hi = std::upper_bound(c.begin(), c.end(), logits,
-                                   [](double v, const spec::CrossEntropyPoint& p) { return v < p.logits; });
-  const auto lo = hi - 1;
-  const double w = std::log(logits / lo->logits) / std::log(hi->logits / lo->logits);
-  auto mix = [w](double a, double b) { return a + w * (b - a); };
-  return spec::CrossEntropyPoint{logits, mix(lo->forward_logits_per_s, hi->forward_logits_per_s),
-                                 mix(lo->backward_logits_per_s, hi->backward_logits_per_s)};
-}
-
 namespace {
+
+// Where `key` falls among `points` (ascending by key_of): the bracketing pair's indices and the
+// weight of the upper one, linear in log(key); held at the ends (weight 0 on the nearest point).
+// REQUIRES: points non-empty.
+template <class Points, class KeyOf>
+std::tuple<std::size_t, std::size_t, double> log_bracket(const Points& points, double key, KeyOf key_of) {
+  const std::size_t last = points.size() - 1;
+  if (key <= key_of(points.front())) return {0, 0, 0.0};
+  if (key >= key_of(points.back())) return {last, last, 0.0};
+  std::size_t hi = 1;
+  while (key_of(points[hi]) < key) ++hi;
+  const double lo_key = key_of(points[hi - 1]);
+  return {hi - 1, hi, std::log(key / lo_key) / std::log(key_of(points[hi]) / lo_key)};
+}
 
 // The matrix-engine peak for the options' precision; bf16 when the part lacks it (documented:
 // e.g. fp8 on A100 falls back to bf16).
@@ -91,6 +92,15 @@ ActivationWidths widths_of(const Shape& x) {
 
 }  // namespace
 
+std::optional<spec::CrossEntropyPoint> cross_entropy_rates_at(const spec::GpuSpec& gpu, double logits) {
+  const auto& c = gpu.cross_entropy_rates;
+  if (c.empty()) return std::nullopt;
+  const auto [lo, hi, w] = log_bracket(c, logits, [](const spec::CrossEntropyPoint& p) { return p.logits; });
+  auto mix = [w = w](double a, double b) { return a + w * (b - a); };
+  return spec::CrossEntropyPoint{logits, mix(c[lo].forward_logits_per_s, c[hi].forward_logits_per_s),
+                                 mix(c[lo].backward_logits_per_s, c[hi].backward_logits_per_s)};
+}
+
 double causal_attention_forward_flops(double queries, double keys, double head_dim, double heads) {
   return 2 * queries * keys * head_dim * heads;
 }
@@ -100,14 +110,9 @@ double causal_attention_backward_flops(double forward_flops) { return 2.5 * forw
 double gemm_efficiency_at(double flops, double min_dim, const spec::GpuSpec& gpu, const CostModelOptions& o) {
   const auto index = static_cast<std::size_t>(o.precision);
   if (const auto& shaped = gpu.gemm_efficiency_by_min_dim[index]; !shaped.empty()) {
-    if (min_dim <= shaped.front().min_dim) return interpolate_efficiency(shaped.front().points, flops);
-    if (min_dim >= shaped.back().min_dim) return interpolate_efficiency(shaped.back().points, flops);
-    const auto hi = std::upper_bound(shaped.begin(), shaped.end(), min_dim,
-                                     [](double v, const spec::GemmShapeCurve& c) { return v < c.min_dim; });
-    const auto lo = hi - 1;
-    const double w = std::log(min_dim / lo->min_dim) / std::log(hi->min_dim / lo->min_dim);
-    const double a = interpolate_efficiency(lo->points, flops), b = interpolate_efficiency(hi->points, flops);
-    return a + w * (b - a);
+    const auto [lo, hi, w] = log_bracket(shaped, min_dim, [](const spec::GemmShapeCurve& c) { return c.min_dim; });
+    const double a = interpolate_efficiency(shaped[lo].points, flops);
+    return w == 0.0 ? a : a + w * (interpolate_efficiency(shaped[hi].points, flops) - a);
   }
   const auto& measured = gpu.gemm_efficiency[index];
   return measured.empty() ? o.gemm_efficiency.at(flops) : interpolate_efficiency(measured, flops);

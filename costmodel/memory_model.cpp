@@ -22,10 +22,14 @@ double block_params_per_tp(const spec::ParamCounts& c, int tp) {
   return static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / tp + static_cast<double>(c.norms_per_layer);
 }
 
+double gradient_bytes_per_param(const CostModelOptions& o) {
+  return (o.precision == spec::Precision::kFp32 || o.fp32_main_grads) ? 4 : 2;
+}
+
 MemoryBreakdown model_state_bytes(double psi, int zero_stage, int n, const CostModelOptions& o) {
   const bool fp32 = o.precision == spec::Precision::kFp32;
   const double weight_b = fp32 ? 4 : 2;
-  const double grad_b = (fp32 || o.fp32_main_grads) ? 4 : 2;
+  const double grad_b = gradient_bytes_per_param(o);
   const double optim_b = fp32 ? 8 : 12;  // (master copy +) two Adam moments, fp32
   const auto shard = spec::zero_sharding(zero_stage);
   MemoryBreakdown m;
@@ -121,7 +125,7 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
   const double e = activation_bytes(o.precision);
   const double block = t.block_params;
   MemoryBreakdown mb = model_state_bytes(layers * block + root_psi, p.zero_stage, n, o);
-  const double grad_b = (o.precision == spec::Precision::kFp32 || o.fp32_main_grads) ? 4 : 2;
+  const double grad_b = gradient_bytes_per_param(o);
   // ZeRO-2 keeps its gradient shard and the buckets being reduced: one reducing while the next
   // fills (DeepSpeed's overlap_comm; cpt's executor, train/zero_optimizer.cpp), never more than
   // the whole gradient.

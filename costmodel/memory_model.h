@@ -56,6 +56,10 @@ double root_params_of_pp_rank(const spec::ModelSpec& model, const spec::Parallel
 double root_params(const spec::ModelSpec& model, const spec::ParamCounts& counts, int tp, bool holds_first,
                    bool holds_last, bool single_stage);
 
+// Bytes of one parameter's gradient: fp32 when training in fp32 or keeping fp32 main gradients
+// (Megatron), else the compute precision's 2.
+double gradient_bytes_per_param(const CostModelOptions& options);
+
 // Parameters of one transformer block per tp rank: attention and MLP matrices split over tp,
 // norms (and row-parallel biases) replicated.
 double block_params_per_tp(const spec::ParamCounts& counts, int tp);

@@ -205,7 +205,7 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   if (p.zero_stage == 3 && x.n_shard > 1) {
     const double block_params = block_params_per_tp(model.param_counts(), p.tp);
     const Bytes gathered(static_cast<std::int64_t>(block_params * e));
-    const Bytes grads(static_cast<std::int64_t>(block_params * (o.fp32_main_grads ? 4 : 2)));
+    const Bytes grads(static_cast<std::int64_t>(block_params * gradient_bytes_per_param(o)));
     const Seconds ag = collective_time(Collective::kAllGather, gathered, x.shard_g, eff) + call;
     const Seconds rs = collective_time(Collective::kReduceScatter, grads, x.shard_g, eff) + call;
     // The unit's gather forward, its gather again and the reduce-scatter backward; the root unit
@@ -314,11 +314,11 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
     // cpt's executor gathers the root unit (embedding, final norm, LM head: what the rank holds
     // outside its blocks) before each microbatch's forward and reduce-scatters its gradients after
     // its backward (executor/parallel/fully_sharded.h): nothing runs beside either.
-    const double root = crit.params - crit.layers * block_params_per_tp(model.param_counts(), p.tp);
+    const double root =
+        root_params(model, model.param_counts(), p.tp, crit.first, crit.last, p.pp * p.virtual_stages == 1);
     if (root > 0) {
-      const double grad_bytes = o.fp32_main_grads || o.precision == spec::Precision::kFp32 ? 4 : 2;
       const Bytes whole(static_cast<std::int64_t>(root * activation_bytes(o.precision)));
-      const Bytes grads(static_cast<std::int64_t>(root * grad_bytes));
+      const Bytes grads(static_cast<std::int64_t>(root * gradient_bytes_per_param(o)));
       zero3_exposed += (collective_time(Collective::kAllGather, whole, x.shard_g, o.network_efficiency) +
                         collective_time(Collective::kReduceScatter, grads, x.shard_g, o.network_efficiency) +
                         x.call * 2.0) *
@@ -332,7 +332,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   // parameter all-gather after the optimizer, the HSDP cross-node all-reduce.
   const double psi = crit.params;
   const double e = activation_bytes(o.precision);
-  const double grad_b = o.fp32_main_grads || o.precision == spec::Precision::kFp32 ? 4 : 2;
+  const double grad_b = gradient_bytes_per_param(o);
   const Bytes grad_bytes(static_cast<std::int64_t>(psi * grad_b));
   const Bytes param_bytes(static_cast<std::int64_t>(psi * e));
   Seconds overlappable, exposed_after;
