@@ -41,8 +41,8 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
   h.threads = at::get_num_threads();
   h.memory_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
   // Tokens x in x out of small to mid-size layers (the sizes a CPU trains), from a tensor-parallel
-  // slice of K and V (32 wide) to a vocabulary-sized head (2,048): the smallest dimension, not only
-  // the size, sets a CPU GEMM's rate (spec::GpuSpec::gemm_efficiency_by_min_dim).
+  // slice of K and V (32 wide) to 2,048 wide: the smallest dimension, not only the size, sets a
+  // CPU GEMM's rate (spec::GpuSpec::gemm_efficiency_by_min_dim).
   std::vector<std::array<std::int64_t, 3>> shapes;
   for (const std::int64_t m : {128, 512, 2048}) {
     for (const std::int64_t n : {32, 128, 512, 2048}) {
@@ -141,9 +141,10 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
           },
           budget, 3);
       // Differences of separately timed loops: noise can make one tiny or negative, which would
-      // price the loss at nothing. Each is held to at least a tenth of what it was taken from.
+      // price the loss at nothing. Each is held to at least a tenth of the loop it came from
+      // (positive: every loop runs the work).
       const double forward = std::max(0.1 * t_forward, t_forward - t_write);
-      const double backward = std::max(0.1 * (t_both - t_write), t_both - t_write - forward);
+      const double backward = std::max(0.1 * t_both, t_both - t_write - forward);
       h.cross_entropy.push_back({tokens, vocab, forward, backward});
     }
     progress(++done, total);
