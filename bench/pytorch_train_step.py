@@ -3,8 +3,13 @@ LLaMA-style decoder (RMSNorm in fp32, rotate-half RoPE, GQA through scaled_dot_p
 SwiGLU), token-summed cross-entropy scaled by 1/tokens, clip_grad_norm_(1.0), AdamW(fused=True,
 betas (0.9, 0.95), weight decay 0.1 except norms). Same dimensions as cpt's catalog model.
 
+On --device cuda the step runs under bf16 autocast with fp32 master weights (as cpt's executor
+does); --tied shares the embedding with the LM head (Llama 3.2). MFU (with --peak-tflops) uses the
+same convention as cpt_bench_train_step: 6·P_matmul + 12·L·(a·d)·S FLOPs per token.
+
 usage: pytorch_train_step.py [--layers 8 --hidden 384 --heads 6 --kv-heads 2 --ffn 1024 --vocab 16000]
-                             [--batch 4] [--seq 512] [--steps 10] [--warmup 2] [--threads N] [--json]
+                             [--batch 4] [--seq 512] [--steps 10] [--warmup 2] [--threads N]
+                             [--device cpu|cuda] [--tied] [--peak-tflops T] [--json]
 """
 import argparse
 import json
@@ -66,6 +71,8 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList(Block(a) for _ in range(a.layers))
         self.norm = RMSNorm(a.hidden, 1e-5)
         self.head = nn.Linear(a.hidden, a.vocab, bias=False)
+        if a.tied:
+            self.head.weight = self.embed.weight
         d = a.hidden // a.heads
         inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
         ang = torch.outer(torch.arange(a.seq).float(), inv)
@@ -94,24 +101,30 @@ def main():
     for k, v in dict(layers=8, hidden=384, heads=6, kv_heads=2, ffn=1024, vocab=16000, batch=4, seq=512, steps=10,
                      warmup=2, threads=0).items():
         p.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--tied", action="store_true")
+    p.add_argument("--peak-tflops", type=float, default=0.0)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    dev = torch.device(a.device)
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = Model(a)
     init_weights(model)
+    model.to(dev)
     decay = [w for n, w in model.named_parameters() if not (n.startswith("norm") or ".n1." in n or ".n2." in n)]
     no_decay = [w for n, w in model.named_parameters() if n.startswith("norm") or ".n1." in n or ".n2." in n]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
     tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
-    inp, tgt = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    pos = torch.arange(a.seq).unsqueeze(0).expand(a.batch, a.seq)
+    inp, tgt = tokens[:, :-1].contiguous().to(dev), tokens[:, 1:].contiguous().to(dev)
+    pos = torch.arange(a.seq).unsqueeze(0).expand(a.batch, a.seq).to(dev)
     n = a.batch * a.seq
 
     def step():
-        logits = model(inp, pos)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.device == "cuda"):
+            logits = model(inp, pos)
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), tgt.view(-1), reduction="sum")
         (loss / n).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -119,20 +132,33 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss.item() / n
 
+    def sync():
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+
     for _ in range(a.warmup):
         loss = step()
+    sync()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
+    sync()
     s = time.perf_counter() - t0
     tps = a.steps * n / s
     params = sum(w.numel() for w in model.parameters())
+    matmul_params = params - (0 if a.tied else a.vocab * a.hidden)
+    flops_per_token = 6 * matmul_params + 12 * a.layers * a.hidden * a.seq
+    mfu = tps * flops_per_token / (a.peak_tflops * 1e12) if a.peak_tflops > 0 else 0.0
+    peak_mib = torch.cuda.max_memory_allocated() / 2**20 if a.device == "cuda" else 0.0
     if a.json:
-        print(json.dumps(dict(impl="pytorch", params=params, threads=torch.get_num_threads(), batch=a.batch, seq=a.seq,
-                              steps=a.steps, seconds=round(s, 4), tokens_per_s=round(tps, 1), final_loss=round(loss, 5))))
+        print(json.dumps(dict(impl="pytorch", params=params, device=a.device, threads=torch.get_num_threads(),
+                              batch=a.batch, seq=a.seq, steps=a.steps, seconds=round(s, 4), tokens_per_s=round(tps, 1),
+                              model_flops_per_token=flops_per_token, mfu=round(mfu, 4), peak_memory_mib=round(peak_mib, 1),
+                              final_loss=round(loss, 5))))
     else:
-        print(f"pytorch: {params} params, {torch.get_num_threads()} threads, batch {a.batch} x {a.seq}: "
-              f"{tps:.1f} tokens/s ({s / a.steps:.3f} s/step), loss {loss:.4f}")
+        print(f"pytorch: {params} params on {a.device}, {torch.get_num_threads()} threads, batch {a.batch} x {a.seq}: "
+              f"{tps:.1f} tokens/s ({s / a.steps:.3f} s/step)" + (f", MFU {100 * mfu:.1f}%" if mfu else "") +
+              f", loss {loss:.4f}")
 
 
 if __name__ == "__main__":

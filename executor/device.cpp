@@ -13,15 +13,32 @@
 
 namespace cpt::exec {
 
-torch::Device pick_device(const std::string& want) {
+namespace {
+
+torch::Device cuda_device_of_local_rank(int local_rank, int local_ranks) {
+  const auto visible = static_cast<int>(torch::cuda::device_count());
+  if (visible < local_ranks) {
+    throw core::ConfigError(core::str_cat("device \"cuda\": ", local_ranks, " ranks on this host need one CUDA device each, ",
+                                          visible, " visible"));
+  }
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+#ifdef CPT_EXECUTOR_CUDA
+  c10::cuda::set_device(device.index());
+#endif
+  return device;
+}
+
+}  // namespace
+
+torch::Device pick_device(const std::string& want, int local_rank, int local_ranks) {
   const bool cuda = torch::cuda::is_available();
   if (want == "cpu") return torch::kCPU;
   if (want == "cuda") {
     if (!cuda) throw core::ConfigError("device \"cuda\": no CUDA device is visible (or this LibTorch has no CUDA)");
-    return {torch::kCUDA, 0};
+    return cuda_device_of_local_rank(local_rank, local_ranks);
   }
   if (want != "auto") throw core::ConfigError(core::str_cat("device: expected auto, cpu or cuda, got \"", want, "\""));
-  return cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  return cuda ? cuda_device_of_local_rank(local_rank, local_ranks) : torch::Device(torch::kCPU);
 }
 
 AutocastGuard::AutocastGuard(const torch::Device& device) {

@@ -73,6 +73,11 @@ std::vector<CatalogModel> build() {
   add(numerics(llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072), 500000.0, 1e-5),
       {"llama3-405b", "llama-3.1-405b", "llama31-405b"},
       std::string("meta-llama/Llama-3.1-405B ") + kHf, 405'853'388'800, 1);
+  // Meta Llama 3.2 text models (tied embeddings): small continual pre-training targets.
+  add(numerics(llama("llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, true), 500000.0, 1e-5),
+      {"llama-3.2-1b", "llama32-1b"}, std::string("meta-llama/Llama-3.2-1B ") + kHf, 1'235'814'400, 1);
+  add(numerics(llama("llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, true), 500000.0, 1e-5),
+      {"llama-3.2-3b", "llama32-3b"}, std::string("meta-llama/Llama-3.2-3B ") + kHf, 3'212'749'824, 1);
   // Mistral 7B v0.1 (Jiang et al. 2023, Table 1).
   add(llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768), {"mistral-7b-v0.1"},
       std::string("mistralai/Mistral-7B-v0.1 ") + kHf, 7'241'732'096, 1);

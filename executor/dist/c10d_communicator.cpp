@@ -1,10 +1,17 @@
 // The one translation unit that includes c10d. Gloo's headers come from Debian's libgloo-dev; the
 // symbols are LibTorch's own (libtorch_cpu), whose ProcessGroupGloo.hpp compiles only with
-// USE_C10D_GLOO defined (the precompiled <torch/torch.h> does not depend on it).
+// USE_C10D_GLOO defined (the precompiled <torch/torch.h> does not depend on it). ProcessGroupNCCL
+// (libtorch_cuda) is compiled in when LibTorch is a CUDA build (CPT_EXECUTOR_CUDA).
 #define USE_C10D_GLOO 1
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef CPT_EXECUTOR_CUDA
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "core/check.h"
 #include "core/error.h"
@@ -51,9 +58,11 @@ std::shared_ptr<JobStore> JobStore::connect(const LaunchInfo& launch, std::chron
 
 namespace {
 
-class GlooHandle : public CommHandle {
+// A c10d Work. Gloo's wait() blocks until the operation is done; NCCL's orders the current CUDA
+// stream after it and returns (its timeout is the NCCL watchdog's, which ends the process).
+class C10dHandle : public CommHandle {
  public:
-  GlooHandle(c10::intrusive_ptr<c10d::Work> work, std::string what) : work_(std::move(work)), what_(std::move(what)) {}
+  C10dHandle(c10::intrusive_ptr<c10d::Work> work, std::string what) : work_(std::move(work)), what_(std::move(what)) {}
   void wait() override {
     try {
       work_->wait();
@@ -69,9 +78,11 @@ class GlooHandle : public CommHandle {
   std::string what_;
 };
 
-class GlooCommunicator : public Communicator {
+// One c10d process group (ProcessGroupGloo or ProcessGroupNCCL) behind the Communicator interface.
+template <typename ProcessGroup>
+class C10dCommunicator : public Communicator {
  public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, std::string name, int self_global)
+  C10dCommunicator(c10::intrusive_ptr<ProcessGroup> pg, std::string name, int self_global)
       : pg_(std::move(pg)), name_(std::move(name)), self_(self_global) {}
   int rank() const override { return pg_->getRank(); }
   int size() const override { return pg_->getSize(); }
@@ -111,15 +122,48 @@ class GlooCommunicator : public Communicator {
 
  private:
   std::unique_ptr<CommHandle> handle(c10::intrusive_ptr<c10d::Work> w, const std::string& op) {
-    return std::make_unique<GlooHandle>(std::move(w), str_cat(op, " on group ", name_, " (global rank ", self_,
+    return std::make_unique<C10dHandle>(std::move(w), str_cat(op, " on group ", name_, " (global rank ", self_,
                                                               ", rank ", pg_->getRank(), " of ", pg_->getSize(), ")"));
   }
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  c10::intrusive_ptr<ProcessGroup> pg_;
   std::string name_;
   int self_;
 };
 
+// Two groups over the same ranks, each operation routed by its tensor's device: CUDA tensors to the
+// NCCL group, CPU tensors (the executor's scalar reductions: loss tokens, norms, counts) to Gloo, as
+// a c10d group with the backends "cpu:gloo,cuda:nccl" does. Barriers go to Gloo.
+class DeviceRoutedCommunicator : public Communicator {
+ public:
+  DeviceRoutedCommunicator(std::unique_ptr<Communicator> cpu, std::unique_ptr<Communicator> cuda)
+      : cpu_(std::move(cpu)), cuda_(std::move(cuda)) {}
+  int rank() const override { return cpu_->rank(); }
+  int size() const override { return cpu_->size(); }
+  const std::string& name() const override { return cpu_->name(); }
+  std::unique_ptr<CommHandle> all_reduce_sum(torch::Tensor& inout) override { return on(inout).all_reduce_sum(inout); }
+  std::unique_ptr<CommHandle> all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+    return on(in).all_gather(in, out);
+  }
+  std::unique_ptr<CommHandle> reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
+    return on(in).reduce_scatter_sum(in, out);
+  }
+  std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) override { return on(t).broadcast(t, root); }
+  std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override { return on(t).send(t, peer, tag); }
+  std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) override { return on(t).recv(t, peer, tag); }
+  void barrier() override { cpu_->barrier(); }
+
+ private:
+  Communicator& on(const torch::Tensor& t) { return t.is_cuda() ? *cuda_ : *cpu_; }
+  std::unique_ptr<Communicator> cpu_, cuda_;
+};
+
 }  // namespace
+
+std::unique_ptr<Communicator> route_by_device(std::unique_ptr<Communicator> cpu, std::unique_ptr<Communicator> cuda) {
+  CPT_CHECK(cpu && cuda && cpu->size() == cuda->size() && cpu->rank() == cuda->rank(),
+            "route_by_device: the two groups must span the same ranks");
+  return std::make_unique<DeviceRoutedCommunicator>(std::move(cpu), std::move(cuda));
+}
 
 std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name, const std::vector<int>& ranks,
                                               int self, std::chrono::seconds timeout, const std::string& interface) {
@@ -134,12 +178,40 @@ std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::
                                               : c10d::ProcessGroupGloo::createDeviceForInterface(interface));
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, static_cast<int>(it - ranks.begin()),
                                                           static_cast<int>(ranks.size()), opts);
-    return std::make_unique<GlooCommunicator>(std::move(pg), name, self);
+    return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(std::move(pg), name, self);
   } catch (const c10::Error& e) {
     throw core::RuntimeError(str_cat("rank ", self, ": creating group ", name, " failed: ", first_line(e.what_without_backtrace())));
   } catch (const std::exception& e) {
     throw core::RuntimeError(str_cat("rank ", self, ": creating group ", name, " failed: ", first_line(e.what())));
   }
+}
+
+std::unique_ptr<Communicator> make_nccl_group(const JobStore& store, const std::string& name,
+                                              const std::vector<int>& ranks, int self, std::chrono::seconds timeout) {
+  const auto it = std::find(ranks.begin(), ranks.end(), self);
+  CPT_CHECK(it != ranks.end(), "rank ", self, " is not in group ", name);
+  if (ranks.size() == 1) return make_solo_communicator(name);
+#ifdef CPT_EXECUTOR_CUDA
+  // Its own key space in the store: the Gloo group of the same name keys its rendezvous there too.
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(str_cat(name, "/nccl"), store.impl().store);
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  try {
+    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, static_cast<int>(it - ranks.begin()),
+                                                          static_cast<int>(ranks.size()), opts);
+    return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(std::move(pg), name, self);
+  } catch (const c10::Error& e) {
+    throw core::RuntimeError(str_cat("rank ", self, ": creating NCCL group ", name, " failed: ",
+                                     first_line(e.what_without_backtrace())));
+  } catch (const std::exception& e) {
+    throw core::RuntimeError(str_cat("rank ", self, ": creating NCCL group ", name, " failed: ", first_line(e.what())));
+  }
+#else
+  (void)store;
+  (void)timeout;
+  throw core::ConfigError(str_cat("group ", name, ": NCCL needs a CUDA build of LibTorch; this cpt was built against a ",
+                                  "CPU-only one"));
+#endif
 }
 
 }  // namespace cpt::exec

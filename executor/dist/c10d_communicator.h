@@ -1,7 +1,8 @@
 #pragma once
 // Communicators over LibTorch's c10d: one TCPStore per job (rank 0 serves it), one PrefixStore per
-// group ("dp/3", "tp/0", ...), ProcessGroupGloo for CPU tensors (ProcessGroupNCCL for CUDA tensors is
-// issue #7's GPU part). The only file that includes c10d headers is c10d_communicator.cpp.
+// group ("dp/3", "tp/0", ...), ProcessGroupGloo for CPU tensors and ProcessGroupNCCL for CUDA
+// tensors (a run on GPUs routes each operation by its tensor's device: route_by_device). The only
+// file that includes c10d headers is c10d_communicator.cpp.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -33,5 +34,16 @@ class JobStore {
 std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name,
                                               const std::vector<int>& ranks, int self, std::chrono::seconds timeout,
                                               const std::string& interface = "");
+
+// The group `name` over NCCL, as make_gloo_group; for CUDA tensors on the current CUDA device
+// (set it to the rank's device first). Groups of one are solo communicators. ConfigError when
+// LibTorch has no CUDA; RuntimeError when NCCL fails to start.
+std::unique_ptr<Communicator> make_nccl_group(const JobStore& store, const std::string& name,
+                                              const std::vector<int>& ranks, int self, std::chrono::seconds timeout);
+
+// One communicator over two groups of the same ranks: operations on CUDA tensors go to `cuda`, on
+// CPU tensors to `cpu`, barriers to `cpu`; rank, size and name are `cpu`'s. REQUIRES: same rank and
+// size.
+std::unique_ptr<Communicator> route_by_device(std::unique_ptr<Communicator> cpu, std::unique_ptr<Communicator> cuda);
 
 }  // namespace cpt::exec

@@ -8,7 +8,8 @@ namespace cpt::exec {
 
 using core::str_cat;
 
-ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchInfo& launch, std::chrono::seconds timeout) {
+ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchInfo& launch, std::chrono::seconds timeout,
+                                  bool cuda) {
   if (layout.world_size() != launch.world_size) {
     throw core::ConfigError(str_cat("the plan needs ", layout.world_size(), " processes (tp · cp · dp · pp), the launch has ",
                                     launch.world_size,
@@ -30,10 +31,17 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
   std::vector<int> all(static_cast<std::size_t>(launch.world_size));
   for (int r = 0; r < launch.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
   const auto& nic = launch.gloo_socket_ifname;
+  // The world group carries only CPU tensors (barriers, the run's small bookkeeping): Gloo alone.
   g.world = make_gloo_group(*store, "world", all, launch.rank, timeout, nic);
+  // Every other group: Gloo, or on GPUs Gloo for CPU tensors and NCCL for CUDA tensors.
+  auto make = [&](const std::string& name, const std::vector<int>& ranks) {
+    auto gloo = make_gloo_group(*store, name, ranks, launch.rank, timeout, nic);
+    if (!cuda || ranks.size() == 1) return gloo;
+    return route_by_device(std::move(gloo), make_nccl_group(*store, name, ranks, launch.rank, timeout));
+  };
   auto group = [&](spec::Axis axis, const char* name) {
     const auto ranks = layout.group_of(launch.rank, axis);
-    return make_gloo_group(*store, str_cat(name, "/", ranks.front()), ranks, launch.rank, timeout, nic);
+    return make(str_cat(name, "/", ranks.front()), ranks);
   };
   g.tp = with_timing(group(spec::Axis::kTp, "tp"), clocks.tp);
   g.cp = with_timing(group(spec::Axis::kCp, "cp"), clocks.cp);
@@ -41,17 +49,13 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
   g.pp = with_timing(group(spec::Axis::kPp, "pp"), clocks.pp);
   if (layout.degree(spec::Axis::kCp) > 1) {
     const auto replicas = layout.replica_group(launch.rank);
-    g.dp_cp = with_timing(
-        make_gloo_group(*store, str_cat("dp_cp/", replicas.front()), replicas, launch.rank, timeout, nic), clocks.dp);
+    g.dp_cp = with_timing(make(str_cat("dp_cp/", replicas.front()), replicas), clocks.dp);
   }
   if (layout.degree(spec::Axis::kDp) > 1 && launch.world_size > 1) {
     const auto shard = layout.dp_shard_group(launch.rank), replicate = layout.dp_replicate_group(launch.rank);
     if (shard.size() != layout.group_of(launch.rank, spec::Axis::kDp).size()) {
-      g.dp_shard = with_timing(
-          make_gloo_group(*store, str_cat("dp_shard/", shard.front()), shard, launch.rank, timeout, nic), clocks.dp);
-      g.dp_replicate = with_timing(
-          make_gloo_group(*store, str_cat("dp_replicate/", replicate.front()), replicate, launch.rank, timeout, nic),
-          clocks.dp);
+      g.dp_shard = with_timing(make(str_cat("dp_shard/", shard.front()), shard), clocks.dp);
+      g.dp_replicate = with_timing(make(str_cat("dp_replicate/", replicate.front()), replicate), clocks.dp);
     }
   }
   return g;

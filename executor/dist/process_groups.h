@@ -36,8 +36,10 @@ struct ProcessGroups {
 };
 
 // COLLECTIVE over the job: every rank calls it with the same layout. ConfigError when the layout's
-// world size is not the launch's.
+// world size is not the launch's. `cuda`: the ranks train on CUDA devices (each on its own, set as
+// the current device before this call); every group but the world then routes CUDA tensors to
+// NCCL and CPU tensors to Gloo (c10d_communicator.h, route_by_device).
 ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchInfo& launch,
-                                  std::chrono::seconds timeout);
+                                  std::chrono::seconds timeout, bool cuda = false);
 
 }  // namespace cpt::exec

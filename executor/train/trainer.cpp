@@ -176,7 +176,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   const bool rank0 = launch.rank == 0;
   if (launch.distributed()) core::set_log_prefix(str_cat("r", launch.rank), rank0);
   const spec::RankLayout layout(par, plan.cluster.node.gpus_per_node);
-  const auto groups = make_process_groups(layout, launch, std::chrono::seconds(config.collective_timeout_s));
+  // The device first: on CUDA each local rank takes its own, which NCCL's groups are then made on.
+  const auto device = pick_device(options.device.value_or(config.device), launch.local_rank, launch.local_world_size);
+  const auto groups =
+      make_process_groups(layout, launch, std::chrono::seconds(config.collective_timeout_s), device.is_cuda());
   if (config.threads > 0) {
     at::set_num_threads(config.threads);
   } else if (launch.local_world_size > 1) {
@@ -184,7 +187,6 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     const auto cores = static_cast<int>(std::thread::hardware_concurrency());
     at::set_num_threads(std::max(1, cores / launch.local_world_size));
   }
-  const auto device = pick_device(options.device.value_or(config.device));
   const auto& spec = plan.model;
   const int seq_len = plan.workload.seq_len;
   if (seq_len > spec.max_seq_len) {

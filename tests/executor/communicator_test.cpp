@@ -1,0 +1,79 @@
+// route_by_device (executor/dist/c10d_communicator.h): a run on GPUs sends each operation to the
+// group of its tensor's device. Only the CPU side can run here; the routing itself is checked with
+// two recording groups.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "executor/dist/c10d_communicator.h"
+
+namespace cpt::exec {
+namespace {
+
+class Done : public CommHandle {
+ public:
+  void wait() override {}
+};
+
+// Records which operations reached it.
+class Recording : public Communicator {
+ public:
+  Recording(std::string name, int rank, int size, std::vector<std::string>& log)
+      : name_(std::move(name)), rank_(rank), size_(size), log_(log) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  std::unique_ptr<CommHandle> all_reduce_sum(torch::Tensor&) override { return note("all_reduce"); }
+  std::unique_ptr<CommHandle> all_gather(const torch::Tensor&, torch::Tensor&) override { return note("all_gather"); }
+  std::unique_ptr<CommHandle> reduce_scatter_sum(const torch::Tensor&, torch::Tensor&) override {
+    return note("reduce_scatter");
+  }
+  std::unique_ptr<CommHandle> broadcast(torch::Tensor&, int) override { return note("broadcast"); }
+  std::unique_ptr<CommHandle> send(torch::Tensor&, int, int) override { return note("send"); }
+  std::unique_ptr<CommHandle> recv(torch::Tensor&, int, int) override { return note("recv"); }
+  void barrier() override { note("barrier"); }
+
+ private:
+  std::unique_ptr<CommHandle> note(const char* op) {
+    log_.push_back(name_ + ":" + op);
+    return std::make_unique<Done>();
+  }
+  std::string name_;
+  int rank_, size_;
+  std::vector<std::string>& log_;
+};
+
+TEST(RouteByDevice, CpuTensorsAndBarriersGoToTheCpuGroup) {
+  std::vector<std::string> log;
+  auto routed = route_by_device(std::make_unique<Recording>("gloo", 1, 2, log),
+                                std::make_unique<Recording>("nccl", 1, 2, log));
+  EXPECT_EQ(routed->name(), "gloo");
+  EXPECT_EQ(routed->rank(), 1);
+  EXPECT_EQ(routed->size(), 2);
+  auto t = torch::zeros({4});
+  auto half = torch::zeros({2});
+  routed->all_reduce_sum(t)->wait();
+  routed->all_gather(half, t)->wait();
+  routed->reduce_scatter_sum(t, half)->wait();
+  routed->broadcast(t, 0)->wait();
+  routed->send(t, 0, 7)->wait();
+  routed->recv(t, 0, 7)->wait();
+  routed->barrier();
+  EXPECT_EQ(log, (std::vector<std::string>{"gloo:all_reduce", "gloo:all_gather", "gloo:reduce_scatter", "gloo:broadcast",
+                                           "gloo:send", "gloo:recv", "gloo:barrier"}));
+  if (torch::cuda::is_available()) {  // on a GPU machine: CUDA tensors take the other group
+    auto c = torch::zeros({4}, torch::kCUDA);
+    routed->all_reduce_sum(c)->wait();
+    EXPECT_EQ(log.back(), "nccl:all_reduce");
+  }
+}
+
+TEST(RouteByDevice, RefusesGroupsOfDifferentRanks) {
+  std::vector<std::string> log;
+  EXPECT_ANY_THROW(route_by_device(std::make_unique<Recording>("gloo", 0, 2, log),
+                                   std::make_unique<Recording>("nccl", 0, 4, log)));
+}
+
+}  // namespace
+}  // namespace cpt::exec
