@@ -1,7 +1,8 @@
-// cpt calibrate [--device cpu] [--out FILE] [--ranks N] [--seconds S]: measure this machine through
-// the executor (LibTorch GEMMs, memory bandwidth, AdamW, Gloo collectives among N local ranks), fit
-// the cost model's parameters (costmodel/calibration_fit.h) and write the machine as a cluster
-// profile that `--gpu local` and `--cluster FILE` accept (cli/local_profile.h).
+// cpt calibrate [--device cpu|cuda] [--out FILE] [--ranks N] [--seconds S]: measure this machine
+// through the executor (LibTorch GEMMs, attention, cross-entropy, memory bandwidth, AdamW, and the
+// collectives of its own backend: Gloo among N local ranks, or NCCL among the GPUs), fit the cost
+// model's parameters (costmodel/calibration_fit.h) and write the machine as a cluster profile that
+// `--gpu local` and `--cluster FILE` accept (cli/local_profile.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -41,6 +42,8 @@ struct CalibrateOptions {
   bool json = false;
   std::vector<std::string> from_runs;
   std::string base;
+  std::string base_gpu;  // --device cuda: the catalog GPU to start from (default: by device name)
+  std::string measurements;  // --device cuda: fit these (a report of an earlier run) instead of measuring
 };
 
 // An efficiency curve in the report: [{gflop, efficiency}, ...].
@@ -212,14 +215,205 @@ Json measure_hosts_together(int ranks, double seconds, int threads) {
   return mean;
 }
 
+// The GEMM samples of calibrate-host's JSON, as calibration_fit.h takes them.
+std::vector<cost::GemmSample> gemm_samples(const Json& host) {
+  std::vector<cost::GemmSample> gemm;
+  for (const auto& g : host["gemm"]) {
+    const double m = g["m"].get<double>(), n = g["n"].get<double>(), k = g["k"].get<double>();
+    const double flop = 2.0 * m * n * k;
+    gemm.push_back({flop / 1e9, flop / g["seconds"].get<double>(), std::min({m, n, k})});
+  }
+  return gemm;
+}
+
+// The attention samples (forward and backward in one curve; FLOPs in the cost model's causal
+// convention, costmodel/layer_costs.h).
+std::vector<cost::GemmSample> attention_samples(const Json& host) {
+  std::vector<cost::GemmSample> attention;
+  for (const auto& a : host["attention"]) {
+    const double seq = a["seq"].get<double>();
+    const double fwd = cost::causal_attention_forward_flops(a["batch"].get<double>() * seq, seq,
+                                                            a["head_dim"].get<double>(), a["heads"].get<double>());
+    const double bwd = cost::causal_attention_backward_flops(fwd);
+    attention.push_back({fwd / 1e9, fwd / a["forward_seconds"].get<double>()});
+    attention.push_back({bwd / 1e9, bwd / a["backward_seconds"].get<double>()});
+  }
+  return attention;
+}
+
+std::vector<spec::CrossEntropyPoint> cross_entropy_points(const Json& host) {
+  std::vector<spec::CrossEntropyPoint> out;
+  for (const auto& ce : host.value("cross_entropy", Json::array())) {
+    const double logits = ce["tokens"].get<double>() * ce["vocab"].get<double>();
+    out.push_back({logits, logits / ce["forward_seconds"].get<double>(), logits / ce["backward_seconds"].get<double>()});
+  }
+  return out;
+}
+
+// `cpt calibrate --device cuda`: the first CUDA device measured in bf16 (calibrate-host --device
+// cuda), NCCL's collectives among all visible devices when there are two or more, fitted as on the
+// CPU, and written as the catalog's profile of the same GPU with the measurements in place of the
+// defaults (local_profile.h, calibrated_gpu_cluster). The report sets the fitted curves beside the
+// cost model's defaults for the catalog GPU (what plans for it use) at the measured sizes.
+void run_cuda(const CalibrateOptions& o) {
+  Json host, comm = nullptr;
+  int devices = 0;
+  if (!o.measurements.empty()) {
+    // An earlier run's report (its "host" and "collectives"), or calibrate-host's JSON alone.
+    std::ifstream in(o.measurements);
+    const auto j = Json::parse(in, nullptr, false);
+    if (!in || j.is_discarded() || !j.is_object()) {
+      throw core::ConfigError(str_cat("--measurements: ", o.measurements, ": expected the JSON of a calibration report"));
+    }
+    host = j.contains("host") ? j["host"] : j;
+    if (host.value("device", std::string()).rfind("cuda", 0) != 0 || !host.contains("gemm")) {
+      throw core::ConfigError(str_cat("--measurements: ", o.measurements, ": $.host.device: expected a CUDA device's ",
+                                      "measurements, found \"", host.value("device", std::string("none")), "\""));
+    }
+    comm = j.value("collectives", Json(nullptr));
+    devices = j.value("devices", host.value("cuda_devices", 1));
+  } else {
+    if (!find_executor()) throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
+    const auto info = run_executor_json({"info", "--json"});
+    devices = info.value("cuda_devices", 0);
+    if (!info.value("cuda_compiled", false) || devices < 1) {
+      throw core::ConfigError(str_cat("--device cuda: cpt-exec sees no CUDA device (",
+                                      info.value("cuda_compiled", false) ? "0 visible" : "a CPU-only LibTorch", ")"));
+    }
+    host = run_executor_json({"calibrate-host", "--device", "cuda", "--seconds", fixed(o.seconds * 0.7, 1)});
+    if (devices >= 2) {
+      comm = run_executor_json({"calibrate-comm", "--device", "cuda", "--nproc-per-node", std::to_string(devices),
+                                "--max-mib", "256", "--seconds-per-point", fixed(std::max(0.02, o.seconds * 0.3 / 36), 3)});
+    }
+  }
+  const std::string device_name = host.value("device_name", std::string("CUDA device"));
+  const auto& cat = spec::HardwareCatalog::builtin();
+  std::string base_gpu = o.base_gpu;
+  if (base_gpu.empty()) {
+    const auto found = catalog_gpu_for_device(device_name);
+    if (!found) {
+      throw core::ConfigError(str_cat("--base-gpu: the device \"", device_name,
+                                      "\" is no GPU of the catalog (cpt profiles list); name the closest one"));
+    }
+    base_gpu = *found;
+  }
+  const auto gpu = cat.gpu(base_gpu, "--base-gpu");
+  const auto base = cat.cluster_for_gpu(gpu.name, 1, "--base-gpu");
+  const double peak = gpu.peak(spec::Precision::kBf16)->value();
+  LocalCalibration c;
+  c.cores = host["cores"].get<int>();
+  c.threads = host["threads"].get<int>();
+  c.devices = devices;
+  c.memory_bytes = host["memory_bytes"].get<double>();
+  c.copy_bytes_per_s = host["copy_bytes_per_s"].get<double>();
+  const auto gemm = gemm_samples(host);
+  c.gemm = cost::fit_gemm_curve(gemm, peak);
+  c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, peak);
+  c.attention = cost::fit_gemm_curve(attention_samples(host), peak);
+  c.cross_entropy_rates = cross_entropy_points(host);
+  c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
+  const bool measured_comm = comm.is_object() && comm.contains("samples");
+  if (measured_comm) {
+    std::vector<cost::CollectiveSample> samples;
+    for (const auto& s : comm["samples"]) {
+      samples.push_back({op_of(s["op"].get<std::string>()), s["ranks"].get<int>(), s["bytes"].get<double>(),
+                         s["seconds"].get<double>()});
+    }
+    std::vector<cost::CollectiveSample> all_reduce;
+    for (const auto& s : samples) {
+      if (s.op == spec::LinkCall::kAllReduce) all_reduce.push_back(s);
+    }
+    c.comm = cost::fit_alpha_beta(all_reduce.size() >= 2 ? all_reduce : samples);
+    for (const auto call : spec::kAllLinkCalls) {
+      std::vector<cost::CollectiveSample> own;
+      for (const auto& s : samples) {
+        if (s.op == call) own.push_back(s);
+      }
+      if (own.size() < 2) continue;
+      try {
+        c.per_call[static_cast<std::size_t>(call)] = cost::fit_alpha_beta(own);
+      } catch (const core::ConfigError& e) {
+        std::cerr << str_cat("calibrate: ", spec::to_string(call), " not fitted apart (", e.what(), ")\n");
+      }
+    }
+  }
+  const auto cluster = calibrated_gpu_cluster(c, base, device_name);
+  const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");
+  // Fitted against what plans for the catalog GPU assume (the cost model's default curves and
+  // hbm_efficiency), at the measured sizes.
+  const cost::CostModelOptions defaults;
+  Json versus = Json::array();
+  for (const auto& p : c.gemm.curve) {
+    versus.push_back({{"gflop", p.gflops},
+                      {"measured_efficiency", p.efficiency},
+                      {"catalog_efficiency", defaults.gemm_efficiency.at(p.gflops * 1e9)}});
+  }
+  Json attention_versus = Json::array();
+  for (const auto& p : c.attention.curve) {
+    attention_versus.push_back({{"gflop", p.gflops},
+                                {"measured_efficiency", p.efficiency},
+                                {"catalog_efficiency", defaults.attention_efficiency.at(p.gflops * 1e9)}});
+  }
+  const double catalog_copy = gpu.hbm_bandwidth.value() * defaults.hbm_efficiency;
+  const Json report{{"profile", out.string()},
+                    {"device_name", device_name},
+                    {"base_gpu", gpu.name},
+                    {"devices", devices},
+                    {"datasheet_bf16_flops_per_s", peak},
+                    {"fastest_gemm_flops_per_s", cost::fit_gemm_curve(gemm).peak_flops_per_s},
+                    {"gemm_efficiency_vs_catalog", versus},
+                    {"attention_efficiency_vs_catalog", attention_versus},
+                    {"copy_bytes_per_s", c.copy_bytes_per_s},
+                    {"catalog_copy_bytes_per_s", catalog_copy},
+                    {"adamw_params_per_s", host["adamw_params_per_s"]},
+                    {"kernel_overhead_s_measured_not_applied", c.seconds_per_dispatched_op},
+                    {"collectives_measured", measured_comm},
+                    {"host", host},
+                    {"collectives", comm}};
+  auto report_path = out;
+  report_path.replace_extension(".report.json");
+  core::write_file_atomic(report_path, report.dump(2) + "\n");
+  if (o.json) {
+    Json brief = report;
+    brief.erase("host");
+    brief.erase("collectives");
+    print_json(brief);
+    return;
+  }
+  std::cout << str_cat("calibrated ", out.string(), ": ", devices, " x ", device_name, " on the catalog's ", gpu.name,
+                       " (measurements and fit: ", report_path.string(), ")\n",
+                       "  bf16 GEMM: fastest ", fixed(report["fastest_gemm_flops_per_s"].get<double>() / 1e12, 0),
+                       " TFLOP/s of the datasheet's ", fixed(peak / 1e12, 0), "; efficiency measured / catalog:");
+  for (const auto& v : versus) {
+    std::cout << str_cat(" ", fixed(v["measured_efficiency"].get<double>(), 2), "/",
+                         fixed(v["catalog_efficiency"].get<double>(), 2), "@", fixed(v["gflop"].get<double>(), 1), "GF");
+  }
+  std::cout << "\n  attention efficiency measured / catalog:";
+  for (const auto& v : attention_versus) {
+    std::cout << str_cat(" ", fixed(v["measured_efficiency"].get<double>(), 2), "/",
+                         fixed(v["catalog_efficiency"].get<double>(), 2), "@", fixed(v["gflop"].get<double>(), 1), "GF");
+  }
+  std::cout << str_cat("\n  memory copy ", fixed(c.copy_bytes_per_s / 1e9, 0), " GB/s (catalog assumes ",
+                       fixed(catalog_copy / 1e9, 0), "); AdamW ",
+                       fixed(host["adamw_params_per_s"].get<double>() / 1e9, 2), " G parameters/s; ",
+                       fixed(c.seconds_per_dispatched_op * 1e6, 1), " us per dispatched operator (not applied)\n",
+                       measured_comm ? str_cat("  collectives (NCCL, ", devices, " GPUs): alpha ",
+                                              fixed(c.comm.alpha_s * 1e6, 1), " us per step, bandwidth ",
+                                              fixed(c.comm.bandwidth_bytes_per_s / 1e9, 0), " GB/s\n")
+                                    : std::string("  collectives: not measured (one GPU), kept the catalog's node links\n"),
+                       "  use it: cpt plan --gpu local --gpus ", devices, " ... (or --cluster ", out.string(), ")\n");
+}
+
 void run(const CalibrateOptions& o) {
   if (!o.from_runs.empty()) {
     refit_from_runs(o);
     return;
   }
-  if (o.device != "cpu") {
-    throw core::ConfigError(str_cat("--device ", o.device, ": only cpu is calibrated so far (a CUDA calibration needs ",
-                                    "the GPU build and a GPU; issue #9)"));
+  if (o.device == "cuda") {
+    run_cuda(o);
+    return;
   }
   if (!find_executor()) throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -236,31 +430,14 @@ void run(const CalibrateOptions& o) {
   c.devices = ranks;
   c.memory_bytes = host["memory_bytes"].get<double>();
   c.copy_bytes_per_s = host["copy_bytes_per_s"].get<double>();
-  std::vector<cost::GemmSample> gemm;
-  for (const auto& g : host["gemm"]) {
-    const double m = g["m"].get<double>(), n = g["n"].get<double>(), k = g["k"].get<double>();
-    const double flop = 2.0 * m * n * k;
-    gemm.push_back({flop / 1e9, flop / g["seconds"].get<double>(), std::min({m, n, k})});
-  }
+  const auto gemm = gemm_samples(host);
   c.gemm = cost::fit_gemm_curve(gemm);
   c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, c.gemm.peak_flops_per_s);
-  // The attention kernel against the GEMM peak, forward and backward samples in one curve (FLOPs
-  // in the cost model's causal convention, costmodel/layer_costs.h).
-  std::vector<cost::GemmSample> attention;
-  for (const auto& a : host["attention"]) {
-    const double seq = a["seq"].get<double>();
-    const double fwd = cost::causal_attention_forward_flops(a["batch"].get<double>() * seq, seq,
-                                                            a["head_dim"].get<double>(), a["heads"].get<double>());
-    const double bwd = cost::causal_attention_backward_flops(fwd);
-    attention.push_back({fwd / 1e9, fwd / a["forward_seconds"].get<double>()});
-    attention.push_back({bwd / 1e9, bwd / a["backward_seconds"].get<double>()});
+  // The attention kernel against the GEMM peak.
+  if (const auto attention = attention_samples(host); !attention.empty()) {
+    c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
   }
-  if (!attention.empty()) c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
-  for (const auto& ce : host.value("cross_entropy", Json::array())) {
-    const double logits = ce["tokens"].get<double>() * ce["vocab"].get<double>();
-    c.cross_entropy_rates.push_back({logits, logits / ce["forward_seconds"].get<double>(),
-                                     logits / ce["backward_seconds"].get<double>()});
-  }
+  c.cross_entropy_rates = cross_entropy_points(host);
   c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
   std::vector<cost::CollectiveSample> samples;
   for (const auto& s : comm["samples"]) {
@@ -418,7 +595,7 @@ void run(const CalibrateOptions& o) {
 void register_calibrate_command(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
   auto* cmd = app.add_subcommand("calibrate", "Measure this machine and fit a hardware profile (--gpu local)");
-  cmd->add_option("--device", o->device, "cpu (cuda: not built yet)")->check(CLI::IsMember({"cpu", "cuda"}))
+  cmd->add_option("--device", o->device, "cpu (ranks of this machine's cores, Gloo) or cuda (its GPUs in bf16, NCCL)")->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--out", o->out, "Profile to write (default: $CPT_LOCAL_PROFILE or hardware_profiles/calibration/local.json)");
   cmd->add_option("--ranks", o->ranks, "Executor ranks sharing this machine (default: its cores, at least 2)")
@@ -429,6 +606,10 @@ void register_calibrate_command(CLI::App& app) {
                   "Instead of measuring: rescale a profile so that its predictions match these cpt train output "
                   "directories (their measured.json step parts)");
   cmd->add_option("--base", o->base, "with --from-runs: the profile to start from (default: the local profile)");
+  cmd->add_option("--measurements", o->measurements,
+                  "with --device cuda: fit a saved report (NAME.report.json of a GPU machine) instead of measuring");
+  cmd->add_option("--base-gpu", o->base_gpu,
+                  "with --device cuda: the catalog GPU whose datasheet and node to start from (default: by device name)");
   cmd->callback([o] { run(*o); });
 }
 

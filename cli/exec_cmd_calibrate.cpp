@@ -8,12 +8,17 @@
 
 #include "cli/exec_commands.h"
 #include "cli/output.h"
+#include "executor/device.h"
 #include "executor/dist/c10d_communicator.h"
 #include "executor/dist/launch_info.h"
 #include "executor/dist/local_launcher.h"
 #include "executor/measure/calibration_probe.h"
 
 namespace cpt::cli {
+
+namespace {
+std::string h_label(const torch::Device& device) { return device.is_cuda() ? "device" : "host"; }
+}  // namespace
 
 void register_exec_calibrate_commands(CLI::App& app) {
   struct Args {
@@ -22,18 +27,26 @@ void register_exec_calibrate_commands(CLI::App& app) {
     int ranks = 2;
     double max_mib = 16;
     double seconds_per_point = 0.15;
+    std::string device = "cpu";
     bool quiet = false;
   };
   auto args = std::make_shared<Args>();
   auto* host = app.add_subcommand("calibrate-host", "Measure GEMMs, attention, cross-entropy, dispatch cost, memory bandwidth and AdamW on this machine (JSON)");
   host->add_option("--seconds", args->seconds, "Time budget")->check(CLI::Range(1.0, 600.0))->capture_default_str();
   host->add_option("--threads", args->threads, "Intra-op threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+  host->add_option("--device", args->device, "cpu, or cuda (the first CUDA device, bf16)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   host->add_flag("--quiet", args->quiet, "No progress on stderr");
   host->callback([args] {
     if (args->threads > 0) at::set_num_threads(args->threads);
-    const auto h = exec::measure_host(args->seconds, [&](int done, int total) {
-      if (!args->quiet) std::cerr << "\rcalibrate: host " << done << "/" << total << std::flush;
-    });
+    const auto device = exec::pick_device(args->device);
+    const auto h = exec::measure_host(
+        args->seconds,
+        [&](int done, int total) {
+          if (!args->quiet) std::cerr << "\rcalibrate: " << h_label(device) << " " << done << "/" << total << std::flush;
+        },
+        device);
     if (!args->quiet) std::cerr << "\n";
     nlohmann::ordered_json gemm = nlohmann::ordered_json::array();
     for (const auto& g : h.gemm) gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"seconds", g.seconds}});
@@ -48,7 +61,11 @@ void register_exec_calibrate_commands(CLI::App& app) {
       cross_entropy.push_back({{"tokens", c.tokens}, {"vocab", c.vocab}, {"forward_seconds", c.forward_seconds},
                                {"backward_seconds", c.backward_seconds}});
     }
-    print_json({{"cores", h.cores},
+    print_json({{"device", h.device},
+                {"device_name", h.device_name},
+                {"dtype", h.dtype},
+                {"cuda_devices", device.is_cuda() ? static_cast<int>(torch::cuda::device_count()) : 0},
+                {"cores", h.cores},
                 {"threads", h.threads},
                 {"memory_bytes", h.memory_bytes},
                 {"copy_bytes_per_s", h.copy_bytes_per_s},
@@ -66,27 +83,37 @@ void register_exec_calibrate_commands(CLI::App& app) {
   comm->add_option("--seconds-per-point", args->seconds_per_point, "Time per (op, size)")
       ->check(CLI::Range(0.01, 10.0))
       ->capture_default_str();
+  comm->add_option("--device", args->device, "cpu (Gloo), or cuda (NCCL, one CUDA device per rank)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   comm->callback([args] {
     if (std::getenv("RANK") == nullptr) {
       exec::LocalLaunch launch;
       launch.nproc_per_node = args->ranks;
       const int code = exec::run_local_ranks(
           {"calibrate-comm", "--max-mib", std::to_string(args->max_mib), "--seconds-per-point",
-           std::to_string(args->seconds_per_point)},
+           std::to_string(args->seconds_per_point), "--device", args->device},
           launch);
       if (code != 0) throw ExitWith{code};
       return;
     }
     const auto launch = exec::launch_info_from_env();
+    const auto device = exec::pick_device(args->device, launch.local_rank, launch.local_world_size);
     // Ranks on one host share its cores.
     at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / launch.local_world_size));
     const auto timeout = std::chrono::seconds(120);
     const auto store = exec::JobStore::connect(launch, timeout);
     std::vector<int> all(static_cast<std::size_t>(launch.world_size));
     for (int r = 0; r < launch.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
-    const auto world = exec::make_gloo_group(*store, "world", all, launch.rank, timeout, launch.gloo_socket_ifname);
-    const auto samples = exec::measure_collectives(*world, args->max_mib * 1024 * 1024, args->seconds_per_point);
-    const auto waits = exec::measure_sync_waits(*world, std::max(1.5, 10 * args->seconds_per_point));
+    auto world = exec::make_gloo_group(*store, "world", all, launch.rank, timeout, launch.gloo_socket_ifname);
+    if (device.is_cuda()) {
+      world = exec::route_by_device(std::move(world), exec::make_nccl_group(*store, "world", all, launch.rank, timeout));
+    }
+    const auto samples =
+        exec::measure_collectives(*world, args->max_mib * 1024 * 1024, args->seconds_per_point, device);
+    // The compute jitter is a CPU measurement (host GEMMs between blocking calls).
+    const auto waits = device.is_cuda() ? std::vector<exec::SyncWait>{}
+                                        : exec::measure_sync_waits(*world, std::max(1.5, 10 * args->seconds_per_point));
     if (launch.rank != 0) return;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (const auto& s : samples) {
@@ -94,7 +121,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
     }
     nlohmann::ordered_json sync = nlohmann::ordered_json::array();
     for (const auto& w : waits) sync.push_back({{"segment_s", w.segment_s}, {"extra_wait_s", w.extra_s}});
-    print_json({{"backend", "gloo"}, {"ranks", launch.world_size}, {"samples", rows}, {"sync_waits", sync}});
+    print_json({{"backend", device.is_cuda() ? "nccl" : "gloo"}, {"ranks", launch.world_size}, {"samples", rows}, {"sync_waits", sync}});
   });
 }
 

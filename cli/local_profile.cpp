@@ -1,5 +1,6 @@
 #include "cli/local_profile.h"
 
+#include <cctype>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -67,6 +68,63 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
     }
   }
   return cluster;
+}
+
+spec::ClusterSpec calibrated_gpu_cluster(const LocalCalibration& c, const spec::ClusterSpec& base,
+                                         const std::string& device_name) {
+  const cost::CostModelOptions defaults;
+  auto cluster = base;
+  cluster.name = "local";
+  cluster.num_nodes = 1;
+  cluster.num_gpus = c.devices;
+  auto& node = cluster.node;
+  node.gpus_per_node = c.devices;
+  node.display_name = str_cat("this machine: ", c.devices, " x ", device_name, " (node profile ", base.node.name, ")");
+  auto& g = node.gpu;
+  const std::string base_gpu = g.name;
+  g.name = "local";
+  g.aliases = {"local-gpu"};
+  g.display_name = str_cat(device_name, " (calibrated bf16; datasheet from ", base_gpu, ")");
+  for (const auto p : {spec::Precision::kBf16, spec::Precision::kFp16}) {
+    g.gemm_efficiency[static_cast<std::size_t>(p)] = c.gemm.curve;
+    g.gemm_efficiency_by_min_dim[static_cast<std::size_t>(p)] = c.gemm_by_min_dim;
+    g.attention_efficiency[static_cast<std::size_t>(p)] = c.attention.curve;
+  }
+  g.hbm_bandwidth = core::BytesPerSecond(c.copy_bytes_per_s / defaults.hbm_efficiency);
+  g.cross_entropy_rates = c.cross_entropy_rates;
+  if (c.comm.samples > 0) {
+    node.intra_bandwidth = core::BytesPerSecond(c.comm.bandwidth_bytes_per_s / defaults.network_efficiency);
+    node.intra_latency = core::Seconds(c.comm.alpha_s);
+    for (std::size_t i = 0; i < c.per_call.size(); ++i) {
+      if (const auto& f = c.per_call[i]) {
+        node.intra_measured[i] = spec::MeasuredLink{
+            core::Seconds(f->alpha_s), core::BytesPerSecond(f->bandwidth_bytes_per_s / defaults.network_efficiency)};
+      }
+    }
+  }
+  return cluster;
+}
+
+std::optional<std::string> catalog_gpu_for_device(const std::string& device_name) {
+  auto norm = [](std::string s) {
+    for (auto& ch : s) ch = ch == '-' || ch == '_' ? ' ' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  const std::string device = norm(device_name);
+  std::optional<std::string> best;
+  std::size_t best_length = 0;
+  for (const auto& [name, gpu] : spec::HardwareCatalog::builtin().gpus()) {
+    std::vector<std::string> names = gpu.aliases;
+    names.push_back(name);
+    for (const auto& n : names) {
+      const std::string key = norm(n);
+      if (key.size() > best_length && device.find(key) != std::string::npos) {
+        best = name;
+        best_length = key.size();
+      }
+    }
+  }
+  return best;
 }
 
 fs::path local_profile_path() {

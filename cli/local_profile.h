@@ -41,6 +41,20 @@ spec::ClusterSpec one_machine_cluster(const std::string& name, spec::GpuSpec gpu
 // efficiencies (hbm_efficiency, network_efficiency) turn them back into the measured rates.
 spec::ClusterSpec local_cluster(const LocalCalibration& c);
 
+// A CUDA machine as a profile (`cpt calibrate --device cuda`): `base` (the catalog's cluster of the
+// same GPU model: its datasheet peaks, node and fabric) with this machine's `c.devices` GPUs and
+// what was measured in place of the cost model's defaults: the bf16/fp16 GEMM efficiency curves
+// (against the datasheet peak, which MFU is reported against), those by smallest dimension, the
+// attention kernel's curve, the memory bandwidth, the cross-entropy rates, and, where collectives
+// were measured (2 GPUs or more, NCCL), the node's link per call. The per-operator dispatch cost
+// is reported but not applied: on a GPU it overlaps the kernels of a busy stream.
+spec::ClusterSpec calibrated_gpu_cluster(const LocalCalibration& c, const spec::ClusterSpec& base,
+                                         const std::string& device_name);
+
+// The catalog GPU a CUDA device name ("NVIDIA H200", "NVIDIA A100-SXM4-80GB") is: the GPU with the
+// longest name or alias found in it (case-insensitive, '-' and ' ' alike); nullopt when none is.
+std::optional<std::string> catalog_gpu_for_device(const std::string& device_name);
+
 // $CPT_LOCAL_PROFILE, else hardware_profiles/calibration/local.json under the current directory.
 std::filesystem::path local_profile_path();
 

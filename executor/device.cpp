@@ -3,7 +3,10 @@
 #include <ATen/autocast_mode.h>
 #include <sys/resource.h>
 
+#include <fstream>
+
 #ifdef CPT_EXECUTOR_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -78,6 +81,29 @@ void synchronize(const torch::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+std::string device_name(const torch::Device& device) {
+#ifdef CPT_EXECUTOR_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
+#endif
+  if (device.is_cuda()) return "CUDA device";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto start = line.find_first_not_of(" \t", line.find(':') + 1);
+      return start == std::string::npos ? std::string() : line.substr(start);
+    }
+  }
+  return "";
+}
+
+std::int64_t device_memory_bytes(const torch::Device& device) {
+#ifdef CPT_EXECUTOR_CUDA
+  if (device.is_cuda()) return static_cast<std::int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+#endif
+  (void)device;
+  return 0;
 }
 
 }  // namespace cpt::exec

@@ -35,4 +35,9 @@ std::int64_t peak_memory_bytes(const torch::Device& device);
 // Waits for queued device work (timing); nothing on the CPU.
 void synchronize(const torch::Device& device);
 
+// The CUDA device's name ("NVIDIA H200") and memory; on the CPU, its model name from
+// /proc/cpuinfo ("" where unknown) and 0.
+std::string device_name(const torch::Device& device);
+std::int64_t device_memory_bytes(const torch::Device& device);
+
 }  // namespace cpt::exec

@@ -14,12 +14,13 @@ namespace cpt::exec {
 
 using Clock = std::chrono::steady_clock;
 
-double measure_dispatch_cost(double seconds) {
+double measure_dispatch_cost(double seconds, const torch::Device& device) {
   // A chain of small element-wise operators with autograd, forward and backward, per operator and
   // autograd node as op_counter.h counts them.
   torch::AutoGradMode grad_mode(true);
-  auto x0 = torch::randn({16, 64}).requires_grad_(true);
-  const auto w = torch::randn({16, 64});
+  const auto on = torch::TensorOptions().device(device);
+  auto x0 = torch::randn({16, 64}, on).requires_grad_(true);
+  const auto w = torch::randn({16, 64}, on);
   auto chain = [&] {
     auto y = x0;
     for (int i = 0; i < 50; ++i) y = torch::silu(y * w + 0.5);
@@ -31,63 +32,102 @@ double measure_dispatch_cost(double seconds) {
     chain();
     ops = counter.counts().top_level();
   }
-  return time_per_call(chain, seconds, 3) / static_cast<double>(std::max<std::int64_t>(1, ops));
+  return time_per_call_on(device, chain, seconds, 3) / static_cast<double>(std::max<std::int64_t>(1, ops));
 }
 
-HostMeasurements measure_host(double seconds, const std::function<void(int, int)>& progress) {
+namespace {
+
+// What is measured where: a CPU trains small to mid-size layers in fp32; a GPU LLaMA-sized ones in
+// bf16 (the executor's autocast), so its grid reaches the 8k-16k-wide GEMMs and 8k-token sequences.
+struct ProbeGrid {
+  torch::ScalarType dtype;
+  std::vector<std::int64_t> gemm_m, gemm_nk;  // tokens; in and out widths
+  std::int64_t attention_batch, attention_heads, attention_kv_heads;
+  std::vector<std::int64_t> attention_seq, attention_head_dim;
+  std::int64_t copy_elements, adamw_params, ce_tokens;
+  std::vector<std::int64_t> ce_vocab;
+};
+
+ProbeGrid grid_for(const torch::Device& device) {
+  if (device.is_cuda()) {
+    return {torch::kBFloat16, {1024, 4096, 16384}, {256, 1024, 4096, 16384}, 2, 32, 8, {1024, 2048, 4096, 8192},
+            {64, 128}, 1ll << 30, 64ll << 20, 8192, {4096, 32000, 128256}};
+  }
+  // Tokens x in x out from a tensor-parallel slice of K and V (32 wide) to 2,048 wide: the smallest
+  // dimension, not only the size, sets a CPU GEMM's rate (spec::GpuSpec::gemm_efficiency_by_min_dim).
+  // Attention: batch 4, 4 query heads on 2 key/value heads (GQA, as LLaMA models), causal. The
+  // cross-entropy from a vocabulary whose logits stay in the core's caches to a LLaMA-sized one (4
+  // to 128 MiB of logits): a CPU's rate per logit falls by several times between them.
+  return {torch::kFloat32, {128, 512, 2048}, {32, 128, 512, 2048}, 4, 4, 2, {128, 256, 512, 1024}, {16, 64},
+          32ll << 20, 4ll << 20, 1024, {1024, 4096, 16384, 32768}};
+}
+
+}  // namespace
+
+HostMeasurements measure_host(double seconds, const std::function<void(int, int)>& progress,
+                              const torch::Device& device) {
   torch::NoGradGuard no_grad;
+  const ProbeGrid grid = grid_for(device);
+  const auto on = torch::TensorOptions().device(device).dtype(grid.dtype);
+  const auto fp32 = torch::TensorOptions().device(device).dtype(torch::kFloat32);
   HostMeasurements h;
+  h.device = device.str();
+  h.device_name = device_name(device);
+  h.dtype = grid.dtype == torch::kBFloat16 ? "bf16" : "fp32";
   h.cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   h.threads = at::get_num_threads();
-  h.memory_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
-  // Tokens x in x out of small to mid-size layers (the sizes a CPU trains), from a tensor-parallel
-  // slice of K and V (32 wide) to 2,048 wide: the smallest dimension, not only the size, sets a
-  // CPU GEMM's rate (spec::GpuSpec::gemm_efficiency_by_min_dim).
+  h.memory_bytes = device.is_cuda()
+                       ? static_cast<double>(device_memory_bytes(device))
+                       : static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
   std::vector<std::array<std::int64_t, 3>> shapes;
-  for (const std::int64_t m : {128, 512, 2048}) {
-    for (const std::int64_t n : {32, 128, 512, 2048}) {
-      for (const std::int64_t k : {32, 128, 512, 2048}) shapes.push_back({m, n, k});
+  for (const std::int64_t m : grid.gemm_m) {
+    for (const std::int64_t n : grid.gemm_nk) {
+      for (const std::int64_t k : grid.gemm_nk) shapes.push_back({m, n, k});
     }
   }
-  // Attention shapes: batch 4, 4 query heads on 2 key/value heads (GQA, as LLaMA models), causal.
   std::vector<std::array<std::int64_t, 2>> attention_shapes;  // (seq, head_dim)
-  for (const std::int64_t seq : {128, 256, 512, 1024}) {
-    for (const std::int64_t d : {16, 64}) attention_shapes.push_back({seq, d});
+  for (const std::int64_t seq : grid.attention_seq) {
+    for (const std::int64_t d : grid.attention_head_dim) attention_shapes.push_back({seq, d});
   }
   const int total = static_cast<int>(shapes.size() + attention_shapes.size()) + 4;
   const double per_gemm = seconds * 0.8 / static_cast<double>(shapes.size());
   int done = 0;
   for (const auto& [m, n, k] : shapes) {
-    const auto x = torch::randn({m, k});
-    const auto w = torch::randn({n, k});
-    const auto g = torch::randn({m, n});
-    auto y = torch::empty({m, n});
-    auto dx = torch::empty({m, k});
-    auto dw = torch::empty({n, k});
-    // A GEMM above 1 GFLOP (10 ms and more here) is timed once after its warm-up, so the grid stays
-    // within the budget; the small ones, noisier, at least three times.
-    const int min_calls = 2.0 * static_cast<double>(m * n * k) > 1e9 ? 1 : 3;
-    const double forward = time_per_call([&] { torch::mm_out(y, x, w.t()); }, per_gemm / 3, min_calls);
-    const double input_grad = time_per_call([&] { torch::mm_out(dx, g, w); }, per_gemm / 3, min_calls);
-    const double weight_grad = time_per_call([&] { torch::mm_out(dw, g.t(), x); }, per_gemm / 3, min_calls);
+    const auto x = torch::randn({m, k}, on);
+    const auto w = torch::randn({n, k}, on);
+    const auto g = torch::randn({m, n}, on);
+    auto y = torch::empty({m, n}, on);
+    auto dx = torch::empty({m, k}, on);
+    auto dw = torch::empty({n, k}, on);
+    // A GEMM above 1 GFLOP on a CPU (10 ms and more) is timed once after its warm-up, so the grid
+    // stays within the budget; the small ones, noisier, at least three times.
+    const int min_calls = !device.is_cuda() && 2.0 * static_cast<double>(m * n * k) > 1e9 ? 1 : 3;
+    const double forward = time_per_call_on(device, [&] { torch::mm_out(y, x, w.t()); }, per_gemm / 3, min_calls);
+    const double input_grad = time_per_call_on(device, [&] { torch::mm_out(dx, g, w); }, per_gemm / 3, min_calls);
+    const double weight_grad = time_per_call_on(device, [&] { torch::mm_out(dw, g.t(), x); }, per_gemm / 3, min_calls);
     h.gemm.push_back({m, n, k, (forward + input_grad + weight_grad) / 3});
     progress(++done, total);
   }
-  const std::int64_t elements = 32ll << 20;  // 128 MiB of fp32
-  const auto src = torch::ones({elements});
-  auto dst = torch::empty({elements});
-  h.copy_bytes_per_s = 2.0 * static_cast<double>(elements) * 4.0 / time_per_call([&] { dst.copy_(src); }, seconds * 0.1, 3);
+  {
+    const auto src = torch::ones({grid.copy_elements}, on);
+    auto dst = torch::empty({grid.copy_elements}, on);
+    h.copy_bytes_per_s = 2.0 * static_cast<double>(src.nbytes()) /
+                         time_per_call_on(device, [&] { dst.copy_(src); }, seconds * 0.1, 3);
+  }
   progress(++done, total);
-  const std::int64_t params = 4ll << 20;
-  std::vector<torch::Tensor> w{torch::randn({params})}, g{torch::randn({params})}, m{torch::zeros({params})},
-      v{torch::zeros({params})}, steps{torch::zeros({})};
-  const double adam = time_per_call(
-      [&] {
-        steps[0].add_(1);
-        at::_fused_adamw_(w, g, m, v, {}, steps, 1e-4, 0.9, 0.95, 0.1, 1e-8, false, false);
-      },
-      seconds * 0.1, 3);
-  h.adamw_params_per_s = static_cast<double>(params) / adam;
+  {
+    const std::int64_t params = grid.adamw_params;
+    std::vector<torch::Tensor> w{torch::randn({params}, fp32)}, g{torch::randn({params}, fp32)},
+        m{torch::zeros({params}, fp32)}, v{torch::zeros({params}, fp32)}, steps{torch::zeros({}, fp32)};
+    const double adam = time_per_call_on(
+        device,
+        [&] {
+          steps[0].add_(1);
+          at::_fused_adamw_(w, g, m, v, {}, steps, 1e-4, 0.9, 0.95, 0.1, 1e-8, false, false);
+        },
+        seconds * 0.1, 3);
+    h.adamw_params_per_s = static_cast<double>(params) / adam;
+  }
   progress(++done, total);
 
   // The rest runs with autograd, as training does.
@@ -96,45 +136,47 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
   // accumulates into the inputs' .grad, as nothing does in training).
   const double per_attention = seconds * 0.1 / static_cast<double>(attention_shapes.size());
   for (const auto& [seq, d] : attention_shapes) {
-    const std::int64_t b = 4, a = 4, kv_heads = 2;
-    const auto q = torch::randn({b, a, seq, d}).requires_grad_(true);
-    const auto key = torch::randn({b, kv_heads, seq, d}).requires_grad_(true);
-    const auto value = torch::randn({b, kv_heads, seq, d}).requires_grad_(true);
-    const auto grad = torch::randn({b, a, seq, d});
-    const double fwd = time_per_call([&] { (void)attention_core(q, key, value, {}, /*gqa=*/true); }, per_attention / 2, 3);
+    const std::int64_t b = grid.attention_batch, a = grid.attention_heads, kv_heads = grid.attention_kv_heads;
+    const auto q = torch::randn({b, a, seq, d}, on).requires_grad_(true);
+    const auto key = torch::randn({b, kv_heads, seq, d}, on).requires_grad_(true);
+    const auto value = torch::randn({b, kv_heads, seq, d}, on).requires_grad_(true);
+    const auto grad = torch::randn({b, a, seq, d}, on);
+    const double fwd = time_per_call_on(
+        device, [&] { (void)attention_core(q, key, value, {}, /*gqa=*/true); }, per_attention / 2, 3);
     const auto out = attention_core(q, key, value, {}, /*gqa=*/true);
-    const double bwd = time_per_call(
-        [&] { (void)torch::autograd::grad({out}, {q, key, value}, {grad}, /*retain_graph=*/true); }, per_attention / 2, 3);
+    const double bwd = time_per_call_on(
+        device, [&] { (void)torch::autograd::grad({out}, {q, key, value}, {grad}, /*retain_graph=*/true); },
+        per_attention / 2, 3);
     h.attention.push_back({b, a, kv_heads, seq, d, fwd, bwd});
     progress(++done, total);
   }
-  // Cross-entropy over [tokens, vocab] fp32 logits: the executor's loss (sum over tokens), from a
-  // vocabulary whose logits stay in the core's caches to a LLaMA-sized one (4 to 128 MiB of logits):
-  // a CPU's rate per logit falls by several times between them (cost::cross_entropy_rates_at).
+  // Cross-entropy over [tokens, vocab] fp32 logits: the executor's loss (sum over tokens).
   // Timed as training runs it: the LM head has just written the logits (a copy into them), forward
   // reads them, and backward follows at once and reads what forward saved. Forward is (write +
   // forward) − write, backward (write + forward + backward) − (write + forward). (Forward timed hot
   // in a loop overstated the rate, and backward timed after a cache flush understated it 2x on the
   // tiny model, whose 16 MiB of logits stay in this machine's 32 MiB L3 between the two.)
   {
-    for (const std::int64_t vocab : {1024, 4096, 16384, 32768}) {
-      const std::int64_t tokens = 1024;
-      const auto source = torch::randn({tokens, vocab});
-      const auto logits = torch::empty({tokens, vocab}).requires_grad_(true);
-      const auto targets = torch::randint(vocab, {tokens});
+    for (const std::int64_t vocab : grid.ce_vocab) {
+      const std::int64_t tokens = grid.ce_tokens;
+      const auto source = torch::randn({tokens, vocab}, fp32);
+      const auto logits = torch::empty({tokens, vocab}, fp32).requires_grad_(true);
+      const auto targets = torch::randint(vocab, {tokens}, torch::TensorOptions().device(device).dtype(torch::kLong));
       const auto write_logits = [&] {
         torch::NoGradGuard no_grad_write;
         logits.copy_(source);
       };
       const double budget = seconds * 0.006;
-      const double t_write = time_per_call(write_logits, budget, 3);
-      const double t_forward = time_per_call(
+      const double t_write = time_per_call_on(device, write_logits, budget, 3);
+      const double t_forward = time_per_call_on(
+          device,
           [&] {
             write_logits();
             (void)cross_entropy_sum(logits, targets);
           },
           budget, 3);
-      const double t_both = time_per_call(
+      const double t_both = time_per_call_on(
+          device,
           [&] {
             write_logits();
             (void)torch::autograd::grad({cross_entropy_sum(logits, targets)}, {logits});
@@ -149,21 +191,23 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
     }
     progress(++done, total);
   }
-  h.seconds_per_dispatched_op = measure_dispatch_cost(seconds * 0.04);
+  h.seconds_per_dispatched_op = measure_dispatch_cost(seconds * 0.04, device);
   progress(++done, total);
   return h;
 }
 
-std::vector<CommMeasurement> measure_collectives(Communicator& world, double max_bytes, double seconds_per_point) {
+std::vector<CommMeasurement> measure_collectives(Communicator& world, double max_bytes, double seconds_per_point,
+                                                const torch::Device& device) {
   torch::NoGradGuard no_grad;
   const int n = world.size(), me = world.rank();
+  const auto on = torch::TensorOptions().device(device);
   std::vector<CommMeasurement> out;
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
     for (double bytes = 4096; bytes <= max_bytes; bytes *= 4) {
       // Elements of the full buffer, a multiple of the group size.
       const auto elements = static_cast<std::int64_t>(bytes / 4) / n * n;
-      auto full = torch::ones({elements});
-      auto part = torch::ones({elements / n});
+      auto full = torch::ones({elements}, on);
+      auto part = torch::ones({elements / n}, on);
       const std::string name = op;
       auto call = [&] {
         if (name == "all_reduce") {
@@ -182,10 +226,13 @@ std::vector<CommMeasurement> measure_collectives(Communicator& world, double max
           }
         }
       };
+      call();  // warm-up (NCCL connects a pair of ranks on its first call)
+      synchronize(device);
       world.barrier();
       // Every rank runs the same number of calls: rank 0 decides how many from its own timing.
       const auto t0 = Clock::now();
       call();
+      synchronize(device);
       const double first = std::chrono::duration<double>(Clock::now() - t0).count();
       auto reps = torch::tensor({me == 0 ? std::max(3.0, std::min(2000.0, seconds_per_point / std::max(first, 1e-6))) : 0.0},
                                 torch::kFloat64);
@@ -194,6 +241,7 @@ std::vector<CommMeasurement> measure_collectives(Communicator& world, double max
       world.barrier();
       const auto t1 = Clock::now();
       for (int i = 0; i < calls; ++i) call();
+      synchronize(device);  // NCCL's wait() only orders the stream
       auto mean = torch::tensor({std::chrono::duration<double>(Clock::now() - t1).count() / calls}, torch::kFloat64);
       auto all = torch::empty({n}, torch::kFloat64);
       world.all_gather(mean, all)->wait();

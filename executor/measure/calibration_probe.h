@@ -1,9 +1,10 @@
 #pragma once
-// What `cpt calibrate --device cpu` measures through LibTorch, for costmodel/calibration_fit.h:
-// fp32 GEMMs in a linear layer's three forms over a grid of training-like shapes, the causal
-// attention kernel (SDPA) forward and backward, the cross-entropy over fp32 logits forward and
-// backward, the fixed cost of one dispatched operator, memory bandwidth (a large copy), the fused
-// AdamW step, and the collectives of the executor's own c10d backend over message sizes.
+// What `cpt calibrate` measures through LibTorch, for costmodel/calibration_fit.h: GEMMs in a
+// linear layer's three forms over a grid of training-like shapes (fp32 on a CPU, bf16 on a CUDA
+// device), the causal attention kernel (SDPA) forward and backward, the cross-entropy over fp32
+// logits forward and backward, the fixed cost of one dispatched operator, memory bandwidth (a large
+// copy), the fused AdamW step, and the collectives of the executor's own c10d backend (Gloo on CPU
+// tensors, NCCL on CUDA tensors) over message sizes.
 #include <cstdint>
 #include <array>
 #include <functional>
@@ -35,9 +36,12 @@ struct CrossEntropyMeasurement {
 };
 
 struct HostMeasurements {
+  std::string device;       // "cpu", "cuda:0"
+  std::string device_name;  // the CPU's model, or the CUDA device's name ("NVIDIA H200")
+  std::string dtype;        // of the GEMMs and attention: "fp32" (CPU) or "bf16" (CUDA)
   int cores = 0;
   int threads = 0;             // intra-op threads the measurements used
-  double memory_bytes = 0;
+  double memory_bytes = 0;   // the machine's (CPU) or the device's (CUDA)
   std::vector<GemmMeasurement> gemm;
   double copy_bytes_per_s = 0;      // read + write, counted once each
   double adamw_params_per_s = 0;    // fused AdamW on fp32 parameters
@@ -50,11 +54,13 @@ struct HostMeasurements {
 };
 
 // Seconds per dispatched operator (op_counter.h's count) of a chain of element-wise operators on a
-// 16 x 64 tensor, forward and backward with autograd; timed for about `seconds`.
-double measure_dispatch_cost(double seconds);
+// 16 x 64 tensor on `device`, forward and backward with autograd; timed for about `seconds`.
+double measure_dispatch_cost(double seconds, const torch::Device& device = torch::kCPU);
 
-// About `seconds` in total; `progress(done, total)` after each measurement.
-HostMeasurements measure_host(double seconds, const std::function<void(int, int)>& progress);
+// About `seconds` in total, on `device` (a CUDA device: its own grid of LLaMA-sized shapes in bf16;
+// executor/measure/timing.h's time_per_call_on); `progress(done, total)` after each measurement.
+HostMeasurements measure_host(double seconds, const std::function<void(int, int)>& progress,
+                              const torch::Device& device = torch::kCPU);
 
 struct CommMeasurement {
   std::string op;      // all_reduce, all_gather, reduce_scatter, send_recv
@@ -64,8 +70,10 @@ struct CommMeasurement {
 };
 
 // COLLECTIVE over `world`: every op at every size in [4 KiB, max_bytes], ×4 apart, each timed
-// for about `seconds_per_point`; every rank returns the same list.
-std::vector<CommMeasurement> measure_collectives(Communicator& world, double max_bytes, double seconds_per_point);
+// for about `seconds_per_point`, on buffers on `device` (CUDA: `world` must route CUDA tensors to
+// NCCL); every rank returns the same list.
+std::vector<CommMeasurement> measure_collectives(Communicator& world, double max_bytes, double seconds_per_point,
+                                                const torch::Device& device = torch::kCPU);
 
 // A blocking call's wait beyond its back-to-back time when every rank computes before it, as
 // training's tensor- and context-parallel calls do (the ranks' compute varies, so each call waits

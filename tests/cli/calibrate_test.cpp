@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +141,77 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_EQ(sh(cpt + " run --model tiny --gpus 2 --config " + d + "/train.json --global-batch 8 --seq-len 64", dir)
                 .exit_code,
             2);  // neither --gpu nor --cpu
+  fs::remove_all(dir);
+}
+
+// A GPU's measurements (as `cpt-exec calibrate-host --device cuda` writes them) fitted into a
+// profile without a GPU: `cpt calibrate --device cuda --measurements FILE`. Synthetic H200-like
+// numbers with known efficiencies; the profile keeps the catalog H200's datasheet and node, takes
+// the measured curves and bandwidth, and plans.
+TEST(Calibrate, GpuMeasurementsBecomeAProfileOfTheCatalogGpu) {
+  const auto dir = fs::temp_directory_path() / ("cpt-calibrate-gpu-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string cpt = CPT_BINARY, d = dir.string();
+  const double peak = 989.4e12;
+  // Efficiency by GEMM size: 0.30 at 1 GFLOP rising log-linearly to 0.80 at 1 TFLOP and above.
+  auto efficiency = [](double flop) {
+    const double x = std::log10(flop / 1e9);
+    return std::clamp(0.30 + 0.5 * x / 3.0, 0.30, 0.80);
+  };
+  nlohmann::json gemm = nlohmann::json::array();
+  for (const double m : {1024.0, 4096.0, 16384.0}) {
+    for (const double n : {256.0, 1024.0, 4096.0, 16384.0}) {
+      for (const double k : {256.0, 1024.0, 4096.0, 16384.0}) {
+        const double flop = 2 * m * n * k;
+        gemm.push_back({{"m", m}, {"n", n}, {"k", k}, {"seconds", flop / (peak * efficiency(flop))}});
+      }
+    }
+  }
+  nlohmann::json attention = nlohmann::json::array();
+  for (const double seq : {1024.0, 4096.0}) {
+    const double fwd = 2 * (2 * seq) * seq * 128 * 32;  // batch 2, 32 heads of 128, causal convention
+    attention.push_back({{"batch", 2}, {"heads", 32}, {"kv_heads", 8}, {"seq", seq}, {"head_dim", 128},
+                         {"forward_seconds", fwd / (0.5 * peak)}, {"backward_seconds", 2.5 * fwd / (0.4 * peak)}});
+  }
+  const nlohmann::json host{{"device", "cuda:0"}, {"device_name", "NVIDIA H200"}, {"dtype", "bf16"},
+                            {"cuda_devices", 1}, {"cores", 16}, {"threads", 16}, {"memory_bytes", 150e9},
+                            {"copy_bytes_per_s", 4.3e12}, {"adamw_params_per_s", 2e10},
+                            {"cross_entropy", {{{"tokens", 8192}, {"vocab", 128256}, {"forward_seconds", 2e-3},
+                                                {"backward_seconds", 3e-3}}}},
+                            {"seconds_per_dispatched_op", 6e-6}, {"gemm", gemm}, {"attention", attention}};
+  std::ofstream(dir / "h200.json") << host.dump();
+  const auto profile = d + "/gpu.json";
+  const auto r = sh(cpt + " calibrate --device cuda --measurements " + d + "/h200.json --out " + profile + " --json", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["base_gpu"], "h200_sxm_141gb");
+  EXPECT_DOUBLE_EQ(report["datasheet_bf16_flops_per_s"].get<double>(), peak);
+  EXPECT_FALSE(report["collectives_measured"].get<bool>());
+  ASSERT_FALSE(report["gemm_efficiency_vs_catalog"].empty());
+  for (const auto& p : report["gemm_efficiency_vs_catalog"]) {  // the known curve, at each fitted size
+    EXPECT_NEAR(p["measured_efficiency"].get<double>(), efficiency(p["gflop"].get<double>() * 1e9), 0.02) << p;
+    EXPECT_GT(p["catalog_efficiency"].get<double>(), 0);
+  }
+  for (const auto& p : report["attention_efficiency_vs_catalog"]) {
+    EXPECT_GT(p["measured_efficiency"].get<double>(), 0.39);
+    EXPECT_LT(p["measured_efficiency"].get<double>(), 0.51);
+  }
+  const auto cluster = nlohmann::json::parse(slurp(fs::path(profile)));
+  const auto text = cluster.dump();
+  EXPECT_NE(text.find("\"gpus_per_node\":1"), std::string::npos) << text.substr(0, 400);
+  EXPECT_NE(text.find("989.4"), std::string::npos);  // the datasheet peak stays
+  // The profile plans: Llama 3.2 1B on this one calibrated GPU.
+  const auto plan = sh("CPT_LOCAL_PROFILE=" + profile + " " + cpt +
+                           " plan --model llama3.2-1b --gpu local --gpus 1 --global-batch 8 --seq-len 2048 --json",
+                       dir);
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  // A CPU's measurements are refused in one line.
+  std::ofstream(dir / "cpu.json") << nlohmann::json{{"device", "cpu"}, {"gemm", nlohmann::json::array()}}.dump();
+  const auto bad = sh(cpt + " calibrate --device cuda --measurements " + d + "/cpu.json --out " + d + "/x.json", dir);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("$.host.device: expected a CUDA device's measurements, found \"cpu\""), std::string::npos)
+      << bad.err;
   fs::remove_all(dir);
 }
 
