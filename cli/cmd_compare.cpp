@@ -185,6 +185,30 @@ void run(const CompareOptions& o) {
       add(str_cat(key, "_bytes"), predicted, worst_measured);
     }
   }
+  // On a GPU, the caching allocator's peak per rank (measured.json's peak_memory_bytes) is the
+  // model state, the activations and the temporaries: the activation peak is measured as the peak
+  // less the rank's state, against the cost model's stored activations (bf16 under autocast) plus
+  // its other bytes left out (the CUDA context is outside the allocator). The rank with the
+  // highest peak. (On the CPU the peak is the process's resident set, LibTorch included: not
+  // comparable.)
+  if (!cpu && state != nullptr && measured.contains("memory_per_rank")) {
+    double worst = -1, measured_activations = 0, predicted_activations = 0, predicted_peak = 0;
+    for (const auto& r : measured["memory_per_rank"]) {
+      const double peak = r.value("peak_memory_bytes", 0.0);
+      if (peak <= worst) continue;
+      worst = peak;
+      measured_activations = peak - r.value("weights_bytes", 0.0) - r.value("grads_bytes", 0.0) -
+                             r.value("optimizer_bytes", 0.0);
+      const auto pp = r.value("pp", std::size_t{0});
+      const auto& mb = state->memory_per_pp_rank.at(pp);
+      predicted_activations = static_cast<double>(e->memory_per_pp_rank.at(pp).activations.value());
+      predicted_peak = static_cast<double>((mb.weights + mb.grads + mb.optimizer).value()) + predicted_activations;
+    }
+    if (worst > 0) {
+      add("activation_peak_bytes", predicted_activations, measured_activations);
+      add("peak_memory_bytes", predicted_peak, worst);
+    }
+  }
   const std::string layout = config_summary(plan.parallel);
   const fs::path log = o.log.empty() ? default_log() : fs::path(o.log);
   if (log.has_parent_path()) fs::create_directories(log.parent_path());

@@ -113,6 +113,26 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   const auto text = slurp(log);
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
   EXPECT_EQ(sh(cpt + " compare " + d + "/nothing", dir).exit_code, 2);
+  // A GPU run's measured.json (the device and the allocator's peaks edited into this run's): the
+  // activation peak is the highest peak less that rank's model state, beside the cost model's.
+  fs::copy(dir / "run", dir / "gpu-run", fs::copy_options::recursive);
+  {
+    auto m = nlohmann::json::parse(slurp(dir / "gpu-run/measured.json"));
+    m["device"] = "cuda:0";
+    double i = 0;
+    for (auto& r : m["memory_per_rank"]) {
+      r["peak_memory_bytes"] = r["weights_bytes"].get<double>() + r["grads_bytes"].get<double>() +
+                               r["optimizer_bytes"].get<double>() + 1e6 + (i++) * 1e5;
+    }
+    std::ofstream(dir / "gpu-run/measured.json") << m.dump();
+  }
+  const auto gpu_cmp = sh(cpt + " compare " + d + "/gpu-run --json --log " + d + "/f3.jsonl", dir);
+  ASSERT_EQ(gpu_cmp.exit_code, 0) << gpu_cmp.err;
+  const auto gpu_fields = nlohmann::json::parse(gpu_cmp.out)["fields"];
+  ASSERT_TRUE(gpu_fields.contains("activation_peak_bytes")) << gpu_fields;
+  EXPECT_NEAR(gpu_fields["activation_peak_bytes"]["measured"].get<double>(), 1.1e6, 1.0);  // rank 1's
+  EXPECT_GT(gpu_fields["activation_peak_bytes"]["predicted"].get<double>(), 0);
+  EXPECT_FALSE(fields.contains("activation_peak_bytes"));  // not on the CPU
 
   // Recalibration from the run: a profile with the fitted slowdowns and fixed costs, which compare
   // accepts in place of the plan's.
