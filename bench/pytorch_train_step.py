@@ -71,7 +71,7 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList(Block(a) for _ in range(a.layers))
         self.norm = RMSNorm(a.hidden, 1e-5)
         self.head = nn.Linear(a.hidden, a.vocab, bias=False)
-        if a.tied:
+        if getattr(a, "tied", False):
             self.head.weight = self.embed.weight
         d = a.hidden // a.heads
         inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))

@@ -130,9 +130,30 @@ class C10dCommunicator : public Communicator {
   int self_;
 };
 
-// Two groups over the same ranks, each operation routed by its tensor's device: CUDA tensors to the
-// NCCL group, CPU tensors (the executor's scalar reductions: loss tokens, norms, counts) to Gloo, as
-// a c10d group with the backends "cpu:gloo,cuda:nccl" does. Barriers go to Gloo.
+// A point-to-point transfer of a CUDA tensor staged through host memory over Gloo: the send copies
+// the tensor to the host when it is posted; the receive lands in a host buffer and is copied into
+// the tensor by wait().
+class StagedHandle : public CommHandle {
+ public:
+  StagedHandle(std::unique_ptr<CommHandle> inner, torch::Tensor host, torch::Tensor device_target)
+      : inner_(std::move(inner)), host_(std::move(host)), target_(std::move(device_target)) {}
+  void wait() override {
+    inner_->wait();
+    if (target_.defined()) target_.copy_(host_);
+  }
+
+ private:
+  std::unique_ptr<CommHandle> inner_;
+  torch::Tensor host_, target_;
+};
+
+// Two groups over the same ranks, each collective routed by its tensor's device: CUDA tensors to
+// the NCCL group, CPU tensors (the executor's scalar reductions: loss tokens, norms, counts) to
+// Gloo, as a c10d group with the backends "cpu:gloo,cuda:nccl" does. Barriers go to Gloo.
+// Point-to-point transfers go through Gloo even for CUDA tensors (staged in host memory): NCCL
+// matches a pair's sends and receives in posting order, not by tag, and a 1F1B step posts its send
+// before its receive on both ranks of a pair, so large messages would wait on each other forever.
+// (NCCL's batched send/receive, Megatron's batch_isend_irecv, is the faster way; not built.)
 class DeviceRoutedCommunicator : public Communicator {
  public:
   DeviceRoutedCommunicator(std::unique_ptr<Communicator> cpu, std::unique_ptr<Communicator> cuda)
@@ -148,8 +169,18 @@ class DeviceRoutedCommunicator : public Communicator {
     return on(in).reduce_scatter_sum(in, out);
   }
   std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) override { return on(t).broadcast(t, root); }
-  std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override { return on(t).send(t, peer, tag); }
-  std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) override { return on(t).recv(t, peer, tag); }
+  std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override {
+    if (!t.is_cuda()) return cpu_->send(t, peer, tag);
+    auto host = t.to(torch::kCPU).contiguous();
+    auto inner = cpu_->send(host, peer, tag);
+    return std::make_unique<StagedHandle>(std::move(inner), host, torch::Tensor());
+  }
+  std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) override {
+    if (!t.is_cuda()) return cpu_->recv(t, peer, tag);
+    auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
+    auto inner = cpu_->recv(host, peer, tag);
+    return std::make_unique<StagedHandle>(std::move(inner), host, t);
+  }
   void barrier() override { cpu_->barrier(); }
 
  private:

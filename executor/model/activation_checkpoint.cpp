@@ -1,5 +1,7 @@
 #include "executor/model/activation_checkpoint.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cstdint>
 
 #include "executor/model/llama_blocks.h"
@@ -28,6 +30,22 @@ variable_list recompute_and_backward(const std::function<torch::Tensor(const var
   return grads;
 }
 
+// Autocast keeps each fp32 weight's bf16 copy for reuse while it is on (at::autocast's cast
+// cache). In LibTorch versions whose cache also took copies made with grad mode off (PyTorch issue
+// 112583; the pinned 2.11 no longer does), a copy made in the checkpointed forward had no history,
+// and the recomputation in backward reused it and cut the weights off their gradients, silently.
+// The checkpointed forward casts without the cache, whatever LibTorch cpt is built against.
+class AutocastCacheOff {
+ public:
+  AutocastCacheOff() : previous_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
+  ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(previous_); }
+  AutocastCacheOff(const AutocastCacheOff&) = delete;
+  AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
+
+ private:
+  bool previous_;
+};
+
 struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
   // `mask` is an empty placeholder when has_mask is false (apply() cannot take undefined tensors).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
@@ -36,6 +54,7 @@ struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     ctx->saved_data["block"] = block;
     ctx->saved_data["has_mask"] = has_mask;
     ctx->save_for_backward({x, cos, sin, mask});
+    const AutocastCacheOff no_cache;
     return reinterpret_cast<DecoderBlockImpl*>(block)->forward(x, cos, sin, has_mask ? mask : torch::Tensor());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -76,6 +95,14 @@ torch::Tensor placeholder(const torch::Tensor& like) { return torch::empty({0}, 
 
 torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& mask, bool gqa) {
+  if (mask.defined() && gqa && q.is_cuda()) {
+    // On CUDA the flash kernel takes no mask and the memory-efficient one no grouped K/V: with
+    // both, SDPA would fall back to its math path (the B·A·S² scores in fp32). K and V repeated
+    // to the query heads keep the memory-efficient kernel. (The CPU's flash kernel takes both.)
+    const auto groups = q.size(1) / k.size(1);
+    return at::scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), mask,
+                                            0.0, /*is_causal=*/false, std::nullopt, /*enable_gqa=*/false);
+  }
   if (mask.defined()) return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, std::nullopt, gqa);
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
 }

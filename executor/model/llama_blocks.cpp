@@ -44,10 +44,12 @@ std::pair<torch::Tensor, torch::Tensor> RotaryTables::lookup(const torch::Tensor
   return {cos, sin};
 }
 
+// In q's dtype: under bf16 autocast q and k come out of their projections in bf16, and fp32 tables
+// would promote them (and the attention's inputs) to fp32. On the CPU everything is fp32.
 torch::Tensor apply_rotary(const torch::Tensor& q, const torch::Tensor& cos, const torch::Tensor& sin) {
   const auto half = q.size(-1) / 2;
   const auto rotated = torch::cat({-q.narrow(-1, half, half), q.narrow(-1, 0, half)}, -1);
-  return q * cos + rotated * sin;
+  return q * cos.to(q.scalar_type()) + rotated * sin.to(q.scalar_type());
 }
 
 AttentionImpl::AttentionImpl(const spec::ModelSpec& m, const TensorParallel& tp, const ContextParallel& cp)

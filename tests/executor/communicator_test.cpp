@@ -1,6 +1,6 @@
-// route_by_device (executor/dist/c10d_communicator.h): a run on GPUs sends each operation to the
-// group of its tensor's device. Only the CPU side can run here; the routing itself is checked with
-// two recording groups.
+// route_by_device (executor/dist/c10d_communicator.h): a run on GPUs sends each collective to the
+// group of its tensor's device, and point-to-point transfers through Gloo. Only the CPU side runs
+// on a machine without a GPU; the routing itself is checked with two recording groups.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -66,6 +66,8 @@ TEST(RouteByDevice, CpuTensorsAndBarriersGoToTheCpuGroup) {
     auto c = torch::zeros({4}, torch::kCUDA);
     routed->all_reduce_sum(c)->wait();
     EXPECT_EQ(log.back(), "nccl:all_reduce");
+    routed->send(c, 0, 3)->wait();  // point-to-point: staged through the host, over Gloo
+    EXPECT_EQ(log.back(), "gloo:send");
   }
 }
 

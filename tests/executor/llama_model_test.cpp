@@ -1,5 +1,6 @@
 #include "executor/model/llama_model.h"
 
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -173,6 +174,35 @@ TEST(ActivationCheckpoint, FullAndSelectiveGiveThePlainGradients) {
             << spec::to_string(mode) << " " << p.key();
       }
     }
+  }
+}
+
+// Under mixed precision (autocast, bf16) full recomputation must still train every block weight
+// (the executor's GPU regime, which no other test reaches: CPU runs are fp32). Autocast caches each
+// weight's bf16 copy; where a LibTorch cached one made in the checkpointed forward (grad mode off),
+// the recomputation reused it and the weights got no gradient (activation_checkpoint.cpp guards
+// against it). CPU autocast has the same cache as CUDA's, so this runs anywhere.
+TEST(ActivationCheckpoint, FullRecomputeUnderAutocastStillGivesEveryWeightItsGradient) {
+  const auto spec = catalog("tiny");
+  const auto batch = causal_batch(2, 16, spec.vocab, 3);
+  LlamaModel model(spec);
+  model->init_weights(4);
+  model->train();
+  model->set_recompute(spec::Recompute::kFull);
+  const bool was_enabled = at::autocast::is_autocast_enabled(at::kCPU);
+  const auto was_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::increment_nesting();
+  ASSERT_TRUE(at::autocast::is_autocast_cache_enabled());
+  model->loss_sum(batch).backward();
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(at::kCPU, was_enabled);
+  at::autocast::set_autocast_dtype(at::kCPU, was_dtype);
+  for (const auto& p : model->named_parameters()) {
+    if (p.key().find("layers.") == std::string::npos) continue;
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0) << p.key();
   }
 }
 
