@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "costmodel/estimate_json.h"
+#include "costmodel/memory_model.h"
 #include "costmodel/step_estimator.h"
 #include "spec/hardware_catalog.h"
 #include "spec/plan.h"
@@ -187,10 +188,13 @@ void run(const CompareOptions& o) {
   }
   // On a GPU, the caching allocator's peak per rank (measured.json's peak_memory_bytes) is the
   // model state, the activations and the temporaries: the activation peak is measured as the peak
-  // less the rank's state, against the cost model's stored activations (bf16 under autocast) plus
-  // its other bytes left out (the CUDA context is outside the allocator). The rank with the
-  // highest peak. (On the CPU the peak is the process's resident set, LibTorch included: not
-  // comparable.)
+  // less the rank's state, against the cost model's stored activations (bf16 under autocast) and
+  // the executor's bf16 copies of the weights: autocast casts each fp32 weight once per step (its
+  // cast cache; ZeRO-3's gathered weights are cast per use) and autograd keeps every copy for
+  // backward, so 2 bytes per parameter of the pipeline rank (per tp rank, unsharded) are alive at
+  // the peak. The cost model's "other" bytes are left out (the CUDA context is outside the
+  // allocator). The rank with the highest peak. (On the CPU the peak is the process's resident set,
+  // LibTorch included: not comparable.)
   if (!cpu && state != nullptr && measured.contains("memory_per_rank")) {
     double worst = -1, measured_activations = 0, predicted_activations = 0, predicted_peak = 0;
     for (const auto& r : measured["memory_per_rank"]) {
@@ -201,7 +205,11 @@ void run(const CompareOptions& o) {
                              r.value("optimizer_bytes", 0.0);
       const auto pp = r.value("pp", std::size_t{0});
       const auto& mb = state->memory_per_pp_rank.at(pp);
-      predicted_activations = static_cast<double>(e->memory_per_pp_rank.at(pp).activations.value());
+      const double weight_copies =
+          options.precision == spec::Precision::kFp32
+              ? 0.0
+              : 2.0 * cost::params_of_pp_rank(plan.model, plan.parallel, plan.stages, static_cast<int>(pp));
+      predicted_activations = static_cast<double>(e->memory_per_pp_rank.at(pp).activations.value()) + weight_copies;
       predicted_peak = static_cast<double>((mb.weights + mb.grads + mb.optimizer).value()) + predicted_activations;
     }
     if (worst > 0) {
