@@ -70,11 +70,17 @@ TEST(CliSmoke, HelpOfEverySubcommand) {
   EXPECT_EQ(cpt("--version").exit_code, 0);
 }
 
-TEST(CliSmoke, UnbuiltCalibrationSaysWhatIsMissing) {
+TEST(CliSmoke, CudaCalibrationWithoutAGpuSaysWhatIsMissing) {
+  if (std::filesystem::exists("/dev/nvidia0")) GTEST_SKIP() << "this machine has a CUDA device";
   const auto r = cpt("calibrate --device cuda");
+#ifdef CPT_HAVE_TORCH
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "cpt: error: --device cuda: only cpu is calibrated so far (a CUDA calibration needs the GPU build "
-                   "and a GPU; issue #9)\n");
+  EXPECT_EQ(r.err.rfind("cpt: error: --device cuda: cpt-exec sees no CUDA device (", 0), 0u) << r.err;
+#else
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("needs the LibTorch executor"), std::string::npos) << r.err;
+#endif
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 TEST(CliSmoke, ModelsListAndShow) {
