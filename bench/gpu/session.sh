@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of issues #7 and #9 in one run on the device machine (one H200, the image's
 # PyTorch 2.11.0+cu130, no network), from the repository root with .device/ carried (made here by
-# bench/gpu/pack.sh). About 5 minutes; each step is independent and logged, a failed one does not
+# bench/gpu/pack.sh). About 6 minutes; each step is independent and logged, a failed one does not
 # stop the others. Writes at most 8 files to $OUT (the device tool's folder; ./gpu-out elsewhere):
 #   log.txt               everything printed, step by step
 #   calibrate.report.json `cpt calibrate --device cuda`: measured curves beside the catalog H200's
@@ -53,6 +53,44 @@ cd "$WORK"
 "$B/cpt" data train-tokenizer "$SRC/asyncio" "$SRC/email" --ext .py --vocab-size 4000 --out tok >/dev/null \
   && "$B/cpt" data prepare "$SRC/asyncio" "$SRC/email" "$SRC/json" --ext .py --tokenizer tok.model --out data >/dev/null \
   || echo "FAILED: data"
+step "the GPU trains as the CPU does: a small model, 30 steps, bf16 on CUDA (none and full recompute) vs fp32 on CPU"
+python3 - <<'PY'
+import json
+json.dump({"name": "small", "layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 704, "vocab": 4000,
+           "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "tied_embeddings": False, "max_seq_len": 512},
+          open("small.json", "w"))
+PY
+for r in none full; do
+  "$B/cpt" plan --model small.json --gpu h200 --gpus 1 --global-batch 16 --seq-len 256 \
+    --fix micro_batch=8,recompute=$r --out plan-small-$r >/dev/null || echo "FAILED: plan small $r"
+done
+for dev in cpu cuda; do
+  cat > small-$dev.json <<JSON
+{"data": [{"name": "py", "path": "data"}], "steps": 30, "seed": 3, "log_interval_steps": 10, "device": "$dev",
+ "lr": {"schedule": "cosine", "peak": 0.002, "warmup_steps": 5}}
+JSON
+done
+timeout 120 "$B/cpt" train --plan plan-small-none/plan.json --config small-cpu.json --out small-cpu >/dev/null || echo "FAILED: small cpu"
+timeout 120 "$B/cpt" train --plan plan-small-none/plan.json --config small-cuda.json --out small-cuda >/dev/null || echo "FAILED: small cuda"
+timeout 120 "$B/cpt" train --plan plan-small-full/plan.json --config small-cuda.json --out small-cuda-full >/dev/null \
+  || echo "FAILED: small cuda full recompute"
+python3 - <<'PY'
+import json
+def losses(d):
+    try:
+        return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+    except OSError:
+        return []
+cpu, cuda, full = losses("small-cpu"), losses("small-cuda"), losses("small-cuda-full")
+print("losses cpu  ", [round(x, 4) for x in cpu[::5]])
+print("losses cuda ", [round(x, 4) for x in cuda[::5]])
+print("losses cuda full recompute", [round(x, 4) for x in full[::5]])
+if cpu and cuda and full:
+    rel = lambda a, b: max(abs(x - y) / abs(y) for x, y in zip(a, b))
+    print("max relative difference, cuda bf16 vs cpu fp32: %.4f (expect < 0.03)" % rel(cuda, cpu))
+    print("max relative difference, cuda full recompute vs none: %.5f (expect < 0.01)" % rel(full, cuda))
+PY
+
 cat > train.json <<JSON
 {"data": [{"name": "py", "path": "data"}], "steps": 12, "seed": 1, "log_interval_steps": 4, "device": "cuda"}
 JSON
