@@ -4,7 +4,8 @@
 # table row per layout: step time predicted / measured / error, the model-state error, and the
 # error of each kind of work of the profiled step (gemm, attention, loss, communication, other). With REPEATS=N
 # (default 1) every layout trains N times and the run with the median step time is compared:
-# this VM's step time moves by up to 40% between runs of one layout.
+# this VM's step time moves by up to 40% between runs of one layout. A second table predicts each
+# run held out, on a profile refitted from the other runs (`cpt calibrate --from-runs`).
 #
 # usage: [REPEATS=N] bench/fidelity.sh [BUILD_DIR] [WORK_DIR]
 set -euo pipefail
@@ -74,4 +75,19 @@ def kind(k):
     return "%7.0f%%" % (100 * e) if e is not None else "%8s" % "-"
 print("%-16s %12.4f %12.4f %7.1f%% %9.1f%% %s" % (name, t["predicted"], t["measured"], 100 * t["rel_err"], 100 * state,
       " ".join(kind(k) for k in ("gemm", "attention", "loss", "communication", "other"))))' "$name"
+done
+# Recalibration from runs, held out: each run predicted on a profile refitted (`cpt calibrate
+# --from-runs`) from the other layouts' runs only, as a user's next run would be.
+echo
+echo "held out: each run on a profile refitted from the other runs (cpt calibrate --from-runs)"
+printf '%-16s %12s %12s %8s\n' layout predicted_s measured_s error
+RUNS=(run-*)
+for r in "${RUNS[@]}"; do
+  others=()
+  for o in "${RUNS[@]}"; do [ "$o" != "$r" ] && others+=("$o"); done
+  "$CPT" calibrate --from-runs "${others[@]}" --base local.json --out "refit-${r#run-}.json" >/dev/null
+  "$CPT" compare "$r" --cluster "refit-${r#run-}.json" --json --log "$WORK/fidelity-refit.jsonl" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["fields"]["step_time_s"]
+print("%-16s %12.4f %12.4f %7.1f%%" % (sys.argv[1], t["predicted"], t["measured"], 100 * t["rel_err"]))' "${r#run-}"
 done
