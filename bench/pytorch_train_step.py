@@ -33,6 +33,7 @@ class RMSNorm(nn.Module):
 
 def rotate(q, cos, sin):
     half = q.shape[-1] // 2
+    cos, sin = cos.to(q.dtype), sin.to(q.dtype)  # in q's dtype, as cpt's executor (bf16 under autocast)
     return q * cos + torch.cat((-q[..., half:], q[..., :half]), -1) * sin
 
 

@@ -2,7 +2,7 @@
 // AdamW) for a catalog model on random tokens, on the CPU (fp32) or a CUDA device (bf16 autocast,
 // fp32 master weights, as `cpt train` runs it). bench/train_step_vs_pytorch.sh runs it beside
 // bench/pytorch_train_step.py (the same model and step in PyTorch eager from Python) with the same
-// threads and batch; bench/gpu_session.sh does the same on a GPU; docs/benchmarks.md records both.
+// threads and batch; bench/gpu/session.sh does the same on a GPU; docs/benchmarks.md records both.
 //
 // MFU (with --peak-tflops, the device's dense peak for the precision) counts the model FLOPs per
 // token as 6·P_matmul + 12·L·(a·d)·S (PaLM's convention: P_matmul the parameters that take part in

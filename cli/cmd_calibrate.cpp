@@ -250,6 +250,43 @@ std::vector<spec::CrossEntropyPoint> cross_entropy_points(const Json& host) {
   return out;
 }
 
+// The collective samples of calibrate-comm's JSON.
+std::vector<cost::CollectiveSample> collective_samples(const Json& comm) {
+  std::vector<cost::CollectiveSample> samples;
+  for (const auto& s : comm["samples"]) {
+    samples.push_back({op_of(s["op"].get<std::string>()), s["ranks"].get<int>(), s["bytes"].get<double>(),
+                       s["seconds"].get<double>()});
+  }
+  return samples;
+}
+
+// The node's α–β pair and each call's own (spec::NodeSpec::intra_measured). One pair describes
+// every collective in the cost model; Gloo's all-reduce carries a much larger fixed cost than its
+// all-gather or reduce-scatter, so the pair is fitted to the all-reduces (what data- and
+// tensor-parallel steps spend most calls on), and each call is also fitted apart in its own form
+// (on Gloo the reduce-scatter costs 2-3x what the all-reduce's pair says, a send/recv a tenth).
+// Returns whether the pair was fitted to the all-reduces alone.
+bool fit_collectives(const std::vector<cost::CollectiveSample>& samples, LocalCalibration& c) {
+  std::vector<cost::CollectiveSample> all_reduce;
+  for (const auto& s : samples) {
+    if (s.op == spec::LinkCall::kAllReduce) all_reduce.push_back(s);
+  }
+  c.comm = cost::fit_alpha_beta(all_reduce.size() >= 2 ? all_reduce : samples);
+  for (const auto call : spec::kAllLinkCalls) {
+    std::vector<cost::CollectiveSample> own;
+    for (const auto& s : samples) {
+      if (s.op == call) own.push_back(s);
+    }
+    if (own.size() < 2) continue;
+    try {
+      c.per_call[static_cast<std::size_t>(call)] = cost::fit_alpha_beta(own);
+    } catch (const core::ConfigError& e) {  // degenerate (e.g. no size dependence): the shared pair
+      std::cerr << str_cat("calibrate: ", spec::to_string(call), " not fitted apart (", e.what(), ")\n");
+    }
+  }
+  return all_reduce.size() >= 2;
+}
+
 // `cpt calibrate --device cuda`: the first CUDA device measured in bf16 (calibrate-host --device
 // cuda), NCCL's collectives among all visible devices when there are two or more, fitted as on the
 // CPU, and written as the catalog's profile of the same GPU with the measurements in place of the
@@ -314,28 +351,7 @@ void run_cuda(const CalibrateOptions& o) {
   c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
   const bool measured_comm = comm.is_object() && comm.contains("samples");
   if (measured_comm) {
-    std::vector<cost::CollectiveSample> samples;
-    for (const auto& s : comm["samples"]) {
-      samples.push_back({op_of(s["op"].get<std::string>()), s["ranks"].get<int>(), s["bytes"].get<double>(),
-                         s["seconds"].get<double>()});
-    }
-    std::vector<cost::CollectiveSample> all_reduce;
-    for (const auto& s : samples) {
-      if (s.op == spec::LinkCall::kAllReduce) all_reduce.push_back(s);
-    }
-    c.comm = cost::fit_alpha_beta(all_reduce.size() >= 2 ? all_reduce : samples);
-    for (const auto call : spec::kAllLinkCalls) {
-      std::vector<cost::CollectiveSample> own;
-      for (const auto& s : samples) {
-        if (s.op == call) own.push_back(s);
-      }
-      if (own.size() < 2) continue;
-      try {
-        c.per_call[static_cast<std::size_t>(call)] = cost::fit_alpha_beta(own);
-      } catch (const core::ConfigError& e) {
-        std::cerr << str_cat("calibrate: ", spec::to_string(call), " not fitted apart (", e.what(), ")\n");
-      }
-    }
+    fit_collectives(collective_samples(comm), c);
   }
   const auto cluster = calibrated_gpu_cluster(c, base, device_name);
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
@@ -439,34 +455,8 @@ void run(const CalibrateOptions& o) {
   }
   c.cross_entropy_rates = cross_entropy_points(host);
   c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
-  std::vector<cost::CollectiveSample> samples;
-  for (const auto& s : comm["samples"]) {
-    samples.push_back({op_of(s["op"].get<std::string>()), s["ranks"].get<int>(), s["bytes"].get<double>(),
-                       s["seconds"].get<double>()});
-  }
-  // One α–β pair describes every collective in the cost model. Gloo's all-reduce carries a much
-  // larger fixed cost than its all-gather or reduce-scatter, so a joint fit predicts none of them
-  // well; the pair is fitted to the all-reduces (what data- and tensor-parallel steps spend most
-  // calls on) and the error of every op against it is reported.
-  std::vector<cost::CollectiveSample> all_reduce;
-  for (const auto& s : samples) {
-    if (s.op == spec::LinkCall::kAllReduce) all_reduce.push_back(s);
-  }
-  c.comm = cost::fit_alpha_beta(all_reduce.size() >= 2 ? all_reduce : samples);
-  // Each call also apart, in its own form (spec::NodeSpec::intra_measured): on Gloo the
-  // reduce-scatter costs 2-3x what the all-reduce's pair says, a send/recv a tenth.
-  for (const auto call : spec::kAllLinkCalls) {
-    std::vector<cost::CollectiveSample> own;
-    for (const auto& s : samples) {
-      if (s.op == call) own.push_back(s);
-    }
-    if (own.size() < 2) continue;
-    try {
-      c.per_call[static_cast<std::size_t>(call)] = cost::fit_alpha_beta(own);
-    } catch (const core::ConfigError& e) {  // degenerate (e.g. no size dependence): the shared pair
-      std::cerr << str_cat("calibrate: ", spec::to_string(call), " not fitted apart (", e.what(), ")\n");
-    }
-  }
+  const auto samples = collective_samples(comm);
+  const bool fitted_on_all_reduce = fit_collectives(samples, c);
   // The compute jitter: the extra waits after compute, least squares through the origin on
   // e_n · √(segment) (costmodel/straggler.h).
   Json sync_waits = comm.value("sync_waits", Json::array());
@@ -533,7 +523,7 @@ void run(const CalibrateOptions& o) {
                     {"compute_jitter_sqrt_s", c.compute_jitter_sqrt_s},
                     {"sync_waits", sync_waits},
                     {"collective_bandwidth_bytes_per_s", c.comm.bandwidth_bytes_per_s},
-                    {"collective_fit_on", all_reduce.size() >= 2 ? "all_reduce" : "all"},
+                    {"collective_fit_on", fitted_on_all_reduce ? "all_reduce" : "all"},
                     {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
                     {"collective_fit_rms_relative_error_per_op", per_op},
                     {"collective_fit_per_call", per_call},

@@ -41,7 +41,9 @@ torch::Device pick_device(const std::string& want, int local_rank, int local_ran
     return cuda_device_of_local_rank(local_rank, local_ranks);
   }
   if (want != "auto") throw core::ConfigError(core::str_cat("device: expected auto, cpu or cuda, got \"", want, "\""));
-  return cuda ? cuda_device_of_local_rank(local_rank, local_ranks) : torch::Device(torch::kCPU);
+  // "auto" takes the GPUs only where every local rank gets its own (NCCL needs one per rank).
+  const bool enough = cuda && static_cast<int>(torch::cuda::device_count()) >= local_ranks;
+  return enough ? cuda_device_of_local_rank(local_rank, local_ranks) : torch::Device(torch::kCPU);
 }
 
 AutocastGuard::AutocastGuard(const torch::Device& device) {

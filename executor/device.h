@@ -10,7 +10,8 @@ namespace cpt::exec {
 
 // "cpu", "cuda" or "auto" (CUDA when a device is visible). ConfigError for "cuda" without one.
 // On CUDA, local rank r of `local_ranks` on this host takes device r and makes it current
-// (ConfigError when fewer devices are visible than local ranks: NCCL needs one per rank).
+// (ConfigError when fewer devices are visible than local ranks: NCCL needs one per rank; "auto"
+// then takes the CPU).
 torch::Device pick_device(const std::string& want, int local_rank = 0, int local_ranks = 1);
 
 // bf16 autocast for CUDA devices while alive; nothing on the CPU, where bf16 matmuls are slow on

@@ -62,7 +62,7 @@ json.dump({"name": "small", "layers": 4, "hidden": 256, "heads": 8, "kv_heads": 
 PY
 for r in none full; do
   "$B/cpt" plan --model small.json --gpu h200 --gpus 1 --global-batch 16 --seq-len 256 \
-    --fix micro_batch=8,recompute=$r --out plan-small-$r >/dev/null || echo "FAILED: plan small $r"
+    --fix micro_batch=8,recompute=$r --for-executor --out plan-small-$r >/dev/null || echo "FAILED: plan small $r"
 done
 for dev in cpu cuda; do
   cat > small-$dev.json <<JSON
@@ -97,7 +97,7 @@ JSON
 export CPT_LOCAL_PROFILE="$WORK/h200.json"
 [ -f h200.json ] || export CPT_LOCAL_PROFILE=""  # calibration failed: plan on the catalog's H200 instead
 GPU=local; [ -n "$CPT_LOCAL_PROFILE" ] || GPU=h200
-"$B/cpt" plan --model llama3.2-1b --gpu $GPU --gpus 1 --global-batch 8 --seq-len 2048 --fix micro_batch=4 --out plan-1b \
+"$B/cpt" plan --model llama3.2-1b --gpu $GPU --gpus 1 --global-batch 8 --seq-len 2048 --fix micro_batch=4 --for-executor --out plan-1b \
   && timeout 240 "$B/cpt" train --plan plan-1b/plan.json --config train.json --out run-1b \
   && cp run-1b/measured.json "$OUT/measured-1b.json" \
   && "$B/cpt" compare run-1b --log "$WORK/fidelity.jsonl" \
