@@ -22,6 +22,7 @@
 #include "costmodel/layer_costs.h"
 #include "costmodel/step_estimator.h"
 #include "costmodel/straggler.h"
+#include "spec/gpu_for_device_name.h"
 #include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
 #include "spec/plan.h"
@@ -287,6 +288,35 @@ bool fit_collectives(const std::vector<cost::CollectiveSample>& samples, LocalCa
   return all_reduce.size() >= 2;
 }
 
+// A saved GPU report's measurements must hold every number the fit reads: a one-line ConfigError
+// naming the file and the first missing or mistyped key otherwise (not a JSON exception, exit 1).
+void check_gpu_measurements(const Json& host, const std::string& file) {
+  auto fail = [&](const std::string& key, const char* expected, const Json* found) {
+    throw core::ConfigError(str_cat("--measurements: ", file, ": $.host.", key, ": expected ", expected, ", found ",
+                                    found == nullptr ? std::string("nothing") : found->dump()));
+  };
+  for (const char* key : {"cores", "threads", "memory_bytes", "copy_bytes_per_s", "seconds_per_dispatched_op",
+                          "adamw_params_per_s"}) {
+    const Json* v = host.contains(key) ? &host[key] : nullptr;
+    if (v == nullptr || !v->is_number()) fail(key, "a number", v);
+  }
+  const std::pair<const char*, std::vector<const char*>> arrays[] = {
+      {"gemm", {"m", "n", "k", "seconds"}},
+      {"attention", {"batch", "seq", "head_dim", "heads", "forward_seconds", "backward_seconds"}},
+      {"cross_entropy", {"tokens", "vocab", "forward_seconds", "backward_seconds"}}};
+  for (const auto& [key, fields] : arrays) {
+    const Json* v = host.contains(key) ? &host[key] : nullptr;
+    if (v == nullptr || !v->is_array() || v->empty()) fail(key, "a non-empty array of measurements", v);
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      for (const char* field : fields) {
+        const auto& row = (*v)[i];
+        const Json* f = row.is_object() && row.contains(field) ? &row[field] : nullptr;
+        if (f == nullptr || !f->is_number()) fail(str_cat(key, "[", i, "].", field), "a number", f);
+      }
+    }
+  }
+}
+
 // `cpt calibrate --device cuda`: the first CUDA device measured in bf16 (calibrate-host --device
 // cuda), NCCL's collectives among all visible devices when there are two or more, fitted as on the
 // CPU, and written as the catalog's profile of the same GPU with the measurements in place of the
@@ -307,7 +337,12 @@ void run_cuda(const CalibrateOptions& o) {
       throw core::ConfigError(str_cat("--measurements: ", o.measurements, ": $.host.device: expected a CUDA device's ",
                                       "measurements, found \"", host.value("device", std::string("none")), "\""));
     }
+    check_gpu_measurements(host, o.measurements);
     comm = j.value("collectives", Json(nullptr));
+    if (!comm.is_null() && !(comm.is_object() && comm.contains("samples") && comm["samples"].is_array())) {
+      throw core::ConfigError(str_cat("--measurements: ", o.measurements,
+                                      ": $.collectives: expected calibrate-comm's JSON ({\"samples\": [...]}) or null"));
+    }
     devices = j.value("devices", host.value("cuda_devices", 1));
   } else {
     if (!find_executor()) throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
@@ -327,7 +362,7 @@ void run_cuda(const CalibrateOptions& o) {
   const auto& cat = spec::HardwareCatalog::builtin();
   std::string base_gpu = o.base_gpu;
   if (base_gpu.empty()) {
-    const auto found = catalog_gpu_for_device(device_name);
+    const auto found = spec::gpu_for_device_name(device_name, cat);
     if (!found) {
       throw core::ConfigError(str_cat("--base-gpu: the device \"", device_name,
                                       "\" is no GPU of the catalog (cpt profiles list); name the closest one"));

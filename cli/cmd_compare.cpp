@@ -28,6 +28,24 @@ namespace cpt::cli {
 
 namespace {
 
+// The bf16 copies of the weights that autocast keeps alive at a CUDA rank's peak. Autocast casts
+// each fp32 weight a matmul uses once per step (its cast cache; ZeRO-3's gathered weights per use)
+// and autograd keeps the copy for backward: 2 bytes per parameter of the pipeline rank's blocks
+// (per tp rank, unsharded) and of the LM head. The embedding's lookup and the norms are not cast.
+// Under full recomputation the checkpointed forward casts outside the cache
+// (activation_checkpoint.cpp) and each block's copies live only through its own recomputation and
+// backward: one block's, not all of them.
+double autocast_weight_copy_bytes(const spec::Plan& plan, int pp_rank) {
+  const auto& m = plan.model;
+  const int tp = plan.parallel.tp;
+  const int layers = plan.stages.layers_of_rank(pp_rank);
+  const int blocks_alive = plan.parallel.recompute == spec::Recompute::kFull ? std::min(layers, 1) : layers;
+  const int last_stage = plan.stages.num_stages() - 1;
+  const bool holds_head = plan.stages.pp_rank_of(last_stage) == pp_rank;
+  const double head = holds_head ? static_cast<double>(m.tp_padded_vocab(tp)) / tp * m.hidden : 0.0;
+  return 2.0 * (blocks_alive * cost::block_params_per_tp(m.param_counts(), tp) + head);
+}
+
 using core::str_cat;
 using Json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -189,12 +207,10 @@ void run(const CompareOptions& o) {
   // On a GPU, the caching allocator's peak per rank (measured.json's peak_memory_bytes) is the
   // model state, the activations and the temporaries: the activation peak is measured as the peak
   // less the rank's state, against the cost model's stored activations (bf16 under autocast) and
-  // the executor's bf16 copies of the weights: autocast casts each fp32 weight once per step (its
-  // cast cache; ZeRO-3's gathered weights are cast per use) and autograd keeps every copy for
-  // backward, so 2 bytes per parameter of the pipeline rank (per tp rank, unsharded) are alive at
-  // the peak. The cost model's "other" bytes are left out (the CUDA context is outside the
-  // allocator). The rank with the highest peak. (On the CPU the peak is the process's resident set,
-  // LibTorch included: not comparable.)
+  // the executor's bf16 copies of the weights (autocast_weight_copy_bytes). The cost model's
+  // "other" bytes are left out (the CUDA context is outside the allocator). The rank with the
+  // highest peak. (On the CPU the peak is the process's resident set, LibTorch included: not
+  // comparable.)
   if (!cpu && state != nullptr && measured.contains("memory_per_rank")) {
     double worst = -1, measured_activations = 0, predicted_activations = 0, predicted_peak = 0;
     for (const auto& r : measured["memory_per_rank"]) {
@@ -205,10 +221,9 @@ void run(const CompareOptions& o) {
                              r.value("optimizer_bytes", 0.0);
       const auto pp = r.value("pp", std::size_t{0});
       const auto& mb = state->memory_per_pp_rank.at(pp);
-      const double weight_copies =
-          options.precision == spec::Precision::kFp32
-              ? 0.0
-              : 2.0 * cost::params_of_pp_rank(plan.model, plan.parallel, plan.stages, static_cast<int>(pp));
+      const double weight_copies = options.precision == spec::Precision::kFp32
+                                       ? 0.0
+                                       : autocast_weight_copy_bytes(plan, static_cast<int>(pp));
       predicted_activations = static_cast<double>(e->memory_per_pp_rank.at(pp).activations.value()) + weight_copies;
       predicted_peak = static_cast<double>((mb.weights + mb.grads + mb.optimizer).value()) + predicted_activations;
     }

@@ -6,6 +6,7 @@
 #include "cli/exec_commands.h"
 #include "core/str_cat.h"
 #include "core/error.h"
+#include "executor/device.h"
 #include "executor/dist/local_launcher.h"
 #include "executor/train/trainer.h"
 #include "spec/plan.h"
@@ -58,7 +59,8 @@ void register_exec_train_command(CLI::App& app) {
       if (args->profile_step >= 0) a.insert(a.end(), {"--profile-step", std::to_string(args->profile_step)});
       // Bad input is reported once, here, not by every rank.
       (void)spec::load_plan(args->plan);
-      (void)exec::load_train_config(args->config);
+      const auto config = exec::load_train_config(args->config);
+      exec::check_device(args->device.empty() ? config.device : args->device, args->launch.nproc_per_node);
       const int code = exec::run_local_ranks(a, args->launch);
       if (code != 0) throw ExitWith{code};
       return;

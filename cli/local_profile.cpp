@@ -105,28 +105,6 @@ spec::ClusterSpec calibrated_gpu_cluster(const LocalCalibration& c, const spec::
   return cluster;
 }
 
-std::optional<std::string> catalog_gpu_for_device(const std::string& device_name) {
-  auto norm = [](std::string s) {
-    for (auto& ch : s) ch = ch == '-' || ch == '_' ? ' ' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return s;
-  };
-  const std::string device = norm(device_name);
-  std::optional<std::string> best;
-  std::size_t best_length = 0;
-  for (const auto& [name, gpu] : spec::HardwareCatalog::builtin().gpus()) {
-    std::vector<std::string> names = gpu.aliases;
-    names.push_back(name);
-    for (const auto& n : names) {
-      const std::string key = norm(n);
-      if (key.size() > best_length && device.find(key) != std::string::npos) {
-        best = name;
-        best_length = key.size();
-      }
-    }
-  }
-  return best;
-}
-
 fs::path local_profile_path() {
   if (const char* p = std::getenv("CPT_LOCAL_PROFILE"); p != nullptr && *p != '\0') return p;
   return fs::path("hardware_profiles") / "calibration" / "local.json";

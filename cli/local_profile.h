@@ -51,10 +51,6 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c);
 spec::ClusterSpec calibrated_gpu_cluster(const LocalCalibration& c, const spec::ClusterSpec& base,
                                          const std::string& device_name);
 
-// The catalog GPU a CUDA device name ("NVIDIA H200", "NVIDIA A100-SXM4-80GB") is: the GPU with the
-// longest name or alias found in it (case-insensitive, '-' and ' ' alike); nullopt when none is.
-std::optional<std::string> catalog_gpu_for_device(const std::string& device_name);
-
 // $CPT_LOCAL_PROFILE, else hardware_profiles/calibration/local.json under the current directory.
 std::filesystem::path local_profile_path();
 

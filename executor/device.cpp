@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <sys/resource.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #ifdef CPT_EXECUTOR_CUDA
@@ -18,13 +19,21 @@ namespace cpt::exec {
 
 namespace {
 
+// Whether the launcher gave this task a GPU of its own: Slurm's per-task binding (srun
+// --gpus-per-task=1, or a wrapper setting CUDA_VISIBLE_DEVICES per task) leaves each task one visible
+// device, which it addresses as device 0 whatever its local rank.
+bool launcher_bound_one_gpu_per_task() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const char* slurm_task = std::getenv("SLURM_LOCALID");
+  if (visible == nullptr || slurm_task == nullptr) return false;
+  const std::string v(visible);
+  return !v.empty() && v.find(',') == std::string::npos;
+}
+
 torch::Device cuda_device_of_local_rank(int local_rank, int local_ranks) {
   const auto visible = static_cast<int>(torch::cuda::device_count());
-  if (visible < local_ranks) {
-    throw core::ConfigError(core::str_cat("device \"cuda\": ", local_ranks, " ranks on this host need one CUDA device each, ",
-                                          visible, " visible"));
-  }
-  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  const int index = cuda_device_index(visible, local_rank, local_ranks, launcher_bound_one_gpu_per_task());
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 #ifdef CPT_EXECUTOR_CUDA
   c10::cuda::set_device(device.index());
 #endif
@@ -32,6 +41,22 @@ torch::Device cuda_device_of_local_rank(int local_rank, int local_ranks) {
 }
 
 }  // namespace
+
+int cuda_device_index(int visible, int local_rank, int local_ranks, bool bound_per_task) {
+  if (visible >= local_ranks) return local_rank;
+  if (bound_per_task && visible == 1) return 0;
+  throw core::ConfigError(core::str_cat("device \"cuda\": ", local_ranks, " ranks on this host need one CUDA device each, ",
+                                        visible, " visible"));
+}
+
+void check_device(const std::string& want, int local_ranks) {
+  if (want == "cuda") {
+    if (!torch::cuda::is_available()) throw core::ConfigError("device \"cuda\": no CUDA device is visible (or this LibTorch has no CUDA)");
+    (void)cuda_device_index(static_cast<int>(torch::cuda::device_count()), 0, local_ranks, launcher_bound_one_gpu_per_task());
+  } else if (want != "cpu" && want != "auto") {
+    throw core::ConfigError(core::str_cat("device: expected auto, cpu or cuda, got \"", want, "\""));
+  }
+}
 
 torch::Device pick_device(const std::string& want, int local_rank, int local_ranks) {
   const bool cuda = torch::cuda::is_available();
@@ -42,7 +67,8 @@ torch::Device pick_device(const std::string& want, int local_rank, int local_ran
   }
   if (want != "auto") throw core::ConfigError(core::str_cat("device: expected auto, cpu or cuda, got \"", want, "\""));
   // "auto" takes the GPUs only where every local rank gets its own (NCCL needs one per rank).
-  const bool enough = cuda && static_cast<int>(torch::cuda::device_count()) >= local_ranks;
+  const bool enough = cuda && (static_cast<int>(torch::cuda::device_count()) >= local_ranks ||
+                               (launcher_bound_one_gpu_per_task() && torch::cuda::device_count() == 1));
   return enough ? cuda_device_of_local_rank(local_rank, local_ranks) : torch::Device(torch::kCPU);
 }
 

@@ -9,10 +9,20 @@
 namespace cpt::exec {
 
 // "cpu", "cuda" or "auto" (CUDA when a device is visible). ConfigError for "cuda" without one.
-// On CUDA, local rank r of `local_ranks` on this host takes device r and makes it current
-// (ConfigError when fewer devices are visible than local ranks: NCCL needs one per rank; "auto"
-// then takes the CPU).
+// On CUDA, local rank r of `local_ranks` on this host takes device cuda_device_index(...) and makes
+// it current (ConfigError when fewer devices are visible than local ranks and the launcher did not
+// bind one per task: NCCL needs one per rank; "auto" then takes the CPU).
 torch::Device pick_device(const std::string& want, int local_rank = 0, int local_ranks = 1);
+
+// pick_device's ConfigErrors for `local_ranks` ranks on this host, without touching a device: the
+// launcher checks once what each rank it starts would otherwise report by itself.
+void check_device(const std::string& want, int local_ranks);
+
+// The CUDA device local rank `local_rank` of `local_ranks` takes among `visible` devices: its own
+// index where every local rank has a device; device 0 where the launcher bound one GPU to each task
+// (`bound_per_task`: Slurm's per-task binding leaves each task one visible device). ConfigError
+// otherwise, naming how many ranks need devices and how many are visible.
+int cuda_device_index(int visible, int local_rank, int local_ranks, bool bound_per_task);
 
 // bf16 autocast for CUDA devices while alive; nothing on the CPU, where bf16 matmuls are slow on
 // the machines cpt tests on and fp32 keeps the CPU runs exactly comparable.

@@ -9,14 +9,18 @@
 #   run(command="bash bench/gpu/session.sh", carry=[".device"], timeout_s=540)
 set -euo pipefail
 BUILD="${1:-build}"
+TARGETS=(cpt cpt-exec cpt_bench_train_step cpt_tests_executor)
+[ -f "$BUILD/build.ninja" ] || { echo "pack: $BUILD is not a configured build directory (run make build first)" >&2; exit 2; }
+# Never a stale pack: bring the four binaries up to date with the working tree first.
+cmake --build "$BUILD" --target "${TARGETS[@]}" >/dev/null ||
+  { echo "pack: building ${TARGETS[*]} in $BUILD failed" >&2; exit 2; }
 rm -rf .device && mkdir -p .device/bin .device/lib
-for b in cpt cpt-exec cpt_bench_train_step cpt_tests_executor; do
-  [ -x "$BUILD/bin/$b" ] || { echo "pack: $BUILD/bin/$b missing (build first)" >&2; exit 2; }
+for b in "${TARGETS[@]}"; do
   cp "$BUILD/bin/$b" .device/bin/
   strip --strip-debug .device/bin/$b
 done
 for l in libsentencepiece.so.0 libsentencepiece_train.so.0; do
   cp -L "$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')" .device/lib/$l
 done
-git rev-parse HEAD > .device/commit
+git describe --always --dirty > .device/commit  # "-dirty": built from uncommitted changes
 du -sh .device

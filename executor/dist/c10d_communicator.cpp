@@ -90,40 +90,51 @@ class C10dCommunicator : public Communicator {
 
   std::unique_ptr<CommHandle> all_reduce_sum(torch::Tensor& inout) override {
     std::vector<at::Tensor> t{inout};
-    return handle(pg_->allreduce(t), "all_reduce");
+    return post("all_reduce", [&] { return pg_->allreduce(t); });
   }
   // Flat views: c10d wants the output as [size · in.size(0), ...]; the contract is the flat
   // concatenation, whatever the shapes. REQUIRES: `out` contiguous.
   std::unique_ptr<CommHandle> all_gather(const torch::Tensor& in, torch::Tensor& out) override {
     auto input = in.contiguous().view({-1});
     auto output = out.view({-1});
-    return handle(pg_->_allgather_base(output, input), "all_gather");
+    return post("all_gather", [&] { return pg_->_allgather_base(output, input); });
   }
   std::unique_ptr<CommHandle> reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
     auto input = in.contiguous().view({-1});
     auto output = out.view({-1});
-    return handle(pg_->_reduce_scatter_base(output, input), "reduce_scatter");
+    return post("reduce_scatter", [&] { return pg_->_reduce_scatter_base(output, input); });
   }
   std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) override {
     std::vector<at::Tensor> v{t};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    return handle(pg_->broadcast(v, o), "broadcast");
+    return post("broadcast", [&] { return pg_->broadcast(v, o); });
   }
   std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override {
     std::vector<at::Tensor> v{t};
-    return handle(pg_->send(v, peer, tag), str_cat("send to ", peer));
+    return post(str_cat("send to ", peer), [&] { return pg_->send(v, peer, tag); });
   }
   std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) override {
     std::vector<at::Tensor> v{t};
-    return handle(pg_->recv(v, peer, tag), str_cat("recv from ", peer));
+    return post(str_cat("recv from ", peer), [&] { return pg_->recv(v, peer, tag); });
   }
-  void barrier() override { handle(pg_->barrier(), "barrier")->wait(); }
+  void barrier() override { post("barrier", [&] { return pg_->barrier(); })->wait(); }
 
  private:
-  std::unique_ptr<CommHandle> handle(c10::intrusive_ptr<c10d::Work> w, const std::string& op) {
-    return std::make_unique<C10dHandle>(std::move(w), str_cat(op, " on group ", name_, " (global rank ", self_,
-                                                              ", rank ", pg_->getRank(), " of ", pg_->getSize(), ")"));
+  // Starts an operation (`start` returns its c10d Work). A failure while posting (a malformed
+  // tensor; NCCL raises its start-up errors here, on the first operation of a group, not in wait())
+  // is a RuntimeError naming the operation and the rank, as a failure in wait() is.
+  template <typename Start>
+  std::unique_ptr<CommHandle> post(const std::string& op, Start&& start) {
+    auto what = str_cat(op, " on group ", name_, " (global rank ", self_, ", rank ", pg_->getRank(), " of ",
+                        pg_->getSize(), ")");
+    try {
+      return std::make_unique<C10dHandle>(start(), std::move(what));
+    } catch (const c10::Error& e) {
+      throw core::RuntimeError(str_cat(what, " failed: ", first_line(e.what_without_backtrace())));
+    } catch (const std::exception& e) {
+      throw core::RuntimeError(str_cat(what, " failed: ", first_line(e.what())));
+    }
   }
   c10::intrusive_ptr<ProcessGroup> pg_;
   std::string name_;

@@ -213,6 +213,7 @@ TEST(Calibrate, GpuMeasurementsBecomeAProfileOfTheCatalogGpu) {
     EXPECT_NEAR(p["measured_efficiency"].get<double>(), efficiency(p["gflop"].get<double>() * 1e9), 0.02) << p;
     EXPECT_GT(p["catalog_efficiency"].get<double>(), 0);
   }
+  ASSERT_FALSE(report["attention_efficiency_vs_catalog"].empty());
   for (const auto& p : report["attention_efficiency_vs_catalog"]) {
     EXPECT_GT(p["measured_efficiency"].get<double>(), 0.39);
     EXPECT_LT(p["measured_efficiency"].get<double>(), 0.51);
@@ -232,6 +233,15 @@ TEST(Calibrate, GpuMeasurementsBecomeAProfileOfTheCatalogGpu) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("$.host.device: expected a CUDA device's measurements, found \"cpu\""), std::string::npos)
       << bad.err;
+  // So is a GPU report with a measurement missing, naming the key.
+  auto partial = host;
+  partial["attention"][1].erase("backward_seconds");
+  std::ofstream(dir / "partial.json") << partial.dump();
+  const auto missing = sh(cpt + " calibrate --device cuda --measurements " + d + "/partial.json --out " + d + "/y.json", dir);
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("$.host.attention[1].backward_seconds: expected a number, found nothing"),
+            std::string::npos) << missing.err;
+  EXPECT_EQ(std::count(missing.err.begin(), missing.err.end(), '\n'), 1) << missing.err;
   fs::remove_all(dir);
 }
 

@@ -501,12 +501,13 @@ TEST_F(DistributedTrain, ADeadRankTakesTheJobDown) {
 TEST_F(DistributedTrain, CudaRanksWithoutDevicesFailAtOnceInOneLine) {
   if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "this machine has a CUDA device";
   const auto d = dir_.string();
-  // Each rank picks its CUDA device before the rendezvous: none here, so each fails at once.
+  // The launcher checks the device before it starts the ranks: none here.
   const auto r = sh("timeout 60 " + cpt() + " train --plan " + d + "/dp2/plan.json --config " + d +
                         "/train.json --out " + d + "/o5 --nproc-per-node 2 --device cuda",
                     dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("device \"cuda\": no CUDA device is visible"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // said once, by the launcher
 }
 
 TEST_F(DistributedTrain, AMissingPeerEndsInATimeoutNotAHang) {

@@ -3,8 +3,14 @@
 // on a machine without a GPU; the routing itself is checked with two recording groups.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "core/error.h"
 
 #include "executor/dist/c10d_communicator.h"
 
@@ -75,6 +81,44 @@ TEST(RouteByDevice, RefusesGroupsOfDifferentRanks) {
   std::vector<std::string> log;
   EXPECT_ANY_THROW(route_by_device(std::make_unique<Recording>("gloo", 0, 2, log),
                                    std::make_unique<Recording>("nccl", 0, 4, log)));
+}
+
+// An operation Gloo refuses when it is posted (here an all-gather whose output is not size × input;
+// NCCL raises its start-up errors the same way) is a RuntimeError naming the operation, group and
+// rank (exit 3), not a LibTorch exception (exit 1). Two ranks as two threads of this process.
+TEST(C10dCommunicator, AnOperationRefusedWhenPostedIsARuntimeErrorNamingIt) {
+  const int port = 29000 + static_cast<int>(::getpid() % 2000);
+  std::vector<std::string> errors(2);
+  auto rank_main = [&](int rank) {
+    LaunchInfo launch;
+    launch.rank = rank;
+    launch.world_size = 2;
+    launch.local_world_size = 2;
+    launch.local_rank = rank;
+    launch.master_port = port;
+    const auto store = JobStore::connect(launch, std::chrono::seconds(30));
+    auto group = make_gloo_group(*store, "g", {0, 1}, rank, std::chrono::seconds(30), "lo");
+    auto in = torch::ones({4});
+    auto out = torch::empty({5});  // should be 8
+    try {
+      group->all_gather(in, out);
+    } catch (const core::RuntimeError& e) {
+      errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+    group->barrier();  // the group still works
+  };
+  std::thread second(rank_main, 1);
+  rank_main(0);
+  second.join();
+  for (int rank : {0, 1}) {
+    const auto& e = errors[static_cast<std::size_t>(rank)];
+    EXPECT_EQ(e.rfind("all_gather on group g (global rank " + std::to_string(rank) + ", rank " + std::to_string(rank) +
+                          " of 2) failed: ",
+                      0),
+              0u)
+        << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
 }
 
 }  // namespace

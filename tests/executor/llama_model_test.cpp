@@ -182,28 +182,85 @@ TEST(ActivationCheckpoint, FullAndSelectiveGiveThePlainGradients) {
 // weight's bf16 copy; where a LibTorch cached one made in the checkpointed forward (grad mode off),
 // the recomputation reused it and the weights got no gradient (activation_checkpoint.cpp guards
 // against it). CPU autocast has the same cache as CUDA's, so this runs anywhere.
-TEST(ActivationCheckpoint, FullRecomputeUnderAutocastStillGivesEveryWeightItsGradient) {
+// bf16 autocast on `device_type` while alive, restored after (an assertion that fails in between
+// must not leave autocast on for the tests that follow).
+class ScopedAutocast {
+ public:
+  explicit ScopedAutocast(at::DeviceType device_type)
+      : type_(device_type), was_enabled_(at::autocast::is_autocast_enabled(type_)),
+        was_dtype_(at::autocast::get_autocast_dtype(type_)) {
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::increment_nesting();
+  }
+  ~ScopedAutocast() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, was_enabled_);
+    at::autocast::set_autocast_dtype(type_, was_dtype_);
+  }
+  ScopedAutocast(const ScopedAutocast&) = delete;
+  ScopedAutocast& operator=(const ScopedAutocast&) = delete;
+
+ private:
+  at::DeviceType type_;
+  bool was_enabled_;
+  at::ScalarType was_dtype_;
+};
+
+void expect_every_block_weight_gets_a_gradient_under_full_recompute(const torch::Device& device) {
   const auto spec = catalog("tiny");
-  const auto batch = causal_batch(2, 16, spec.vocab, 3);
+  const auto batch = causal_batch(2, 16, spec.vocab, 3).to(device);
   LlamaModel model(spec);
   model->init_weights(4);
+  model->to(device);
   model->train();
   model->set_recompute(spec::Recompute::kFull);
-  const bool was_enabled = at::autocast::is_autocast_enabled(at::kCPU);
-  const auto was_dtype = at::autocast::get_autocast_dtype(at::kCPU);
-  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCPU, true);
-  at::autocast::increment_nesting();
-  ASSERT_TRUE(at::autocast::is_autocast_cache_enabled());
-  model->loss_sum(batch).backward();
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_autocast_enabled(at::kCPU, was_enabled);
-  at::autocast::set_autocast_dtype(at::kCPU, was_dtype);
+  {
+    ScopedAutocast autocast(device.type());
+    ASSERT_TRUE(at::autocast::is_autocast_cache_enabled());
+    model->loss_sum(batch).backward();
+  }
+  int checked = 0;
   for (const auto& p : model->named_parameters()) {
     if (p.key().find("layers.") == std::string::npos) continue;
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
     EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0) << p.key();
+    ++checked;
   }
+  EXPECT_EQ(checked, 2 * 9);  // two blocks of nine weights
+}
+
+TEST(ActivationCheckpoint, FullRecomputeUnderAutocastStillGivesEveryWeightItsGradient) {
+  expect_every_block_weight_gets_a_gradient_under_full_recompute(torch::kCPU);
+}
+
+// The same on a GPU, where the executor trains under bf16 autocast (bench/gpu/session.sh runs the
+// tests named Cuda*).
+TEST(ActivationCheckpoint, CudaFullRecomputeUnderBf16AutocastStillGivesEveryWeightItsGradient) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_every_block_weight_gets_a_gradient_under_full_recompute(torch::Device(torch::kCUDA, 0));
+}
+
+// On CUDA a document-masked GQA attention repeats K and V to the query heads (so SDPA takes a fused
+// kernel, not the math one); on the CPU it does not. Both must give the same logits (fp32, no
+// autocast).
+TEST(LlamaModel, CudaDocumentMaskedGqaMatchesTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto spec = catalog("tiny");
+  ASSERT_LT(spec.kv_heads, spec.heads);  // grouped-query attention
+  LlamaModel model(spec);
+  model->init_weights(2);
+  torch::NoGradGuard no_grad;
+  auto batch = causal_batch(1, 16, spec.vocab, 4);
+  auto doc = torch::tensor({0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, torch::kInt64);
+  batch.positions = torch::cat({torch::arange(6, torch::kInt64), torch::arange(10, torch::kInt64)}).unsqueeze(0);
+  batch.mask = (doc.unsqueeze(0) == doc.unsqueeze(1)).logical_and(torch::ones({16, 16}, torch::kBool).tril())
+                   .view({1, 1, 16, 16});
+  const auto on_cpu = model->forward(batch);
+  const torch::Device cuda(torch::kCUDA, 0);
+  model->to(cuda);
+  const auto on_gpu = model->forward(batch.to(cuda)).cpu();
+  EXPECT_TRUE(torch::allclose(on_gpu, on_cpu, 1e-3, 1e-3)) << (on_gpu - on_cpu).abs().max().item<double>();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "spec/gpu_for_device_name.h"
 #include "spec/hardware_io.h"
 #include <nlohmann/json.hpp>
 
@@ -223,4 +224,28 @@ TEST(HardwareCatalog, ProfileNameMustMatchFileName) {
 }
 
 }  // namespace
+TEST(GpuForDeviceName, TheDriversNamesFindTheirCatalogGpu) {
+  const auto& cat = HardwareCatalog::builtin();
+  const std::pair<const char*, const char*> known[] = {
+      {"NVIDIA H200", "h200_sxm_141gb"},
+      {"NVIDIA H100 80GB HBM3", "h100_sxm5_80gb"},
+      {"NVIDIA H100 PCIe", "h100_pcie_80gb"},
+      {"NVIDIA A100-SXM4-80GB", "a100_sxm4_80gb"},
+      {"NVIDIA A100-SXM4-40GB", "a100_sxm4_40gb"},
+      {"NVIDIA A100 80GB PCIe", "a100_pcie_80gb"},
+      {"NVIDIA B200", "b200_sxm_180gb"},
+  };
+  for (const auto& [device, gpu] : known) {
+    EXPECT_EQ(gpu_for_device_name(device, cat).value_or("none"), gpu) << device;
+  }
+}
+
+TEST(GpuForDeviceName, AVariantTheCatalogLacksIsNoneRatherThanItsSibling) {
+  const auto& cat = HardwareCatalog::builtin();
+  // Other form factors (NVL: lower clocks and power) and other memory sizes are not the SXM card.
+  for (const char* device : {"NVIDIA H200 NVL", "NVIDIA H100 NVL", "NVIDIA A100-PCIE-40GB", "NVIDIA GeForce RTX 4090"}) {
+    EXPECT_EQ(gpu_for_device_name(device, cat), std::nullopt) << device;
+  }
+}
+
 }  // namespace cpt::spec
