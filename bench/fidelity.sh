@@ -7,6 +7,12 @@
 # this VM's step time moves by up to 40% between runs of one layout. A second table predicts each
 # run held out, on a profile refitted from the other runs (`cpt calibrate --from-runs`).
 #
+# The four-rank layouts of examples/tiny/plans/ run four ranks on this machine's cores: they are
+# planned on a second calibration made with four ranks (`cpt calibrate --ranks 4`: every rate
+# measured with four ranks sharing the cores; the cost model speeds a rank up while fewer compute,
+# costmodel/compute_sharing.h). HSDP is left out: on one node its shard group is the whole data-
+# parallel group, which is the zero3-dp4 row.
+#
 # usage: [REPEATS=N] bench/fidelity.sh [BUILD_DIR] [WORK_DIR]
 set -euo pipefail
 BUILD="$(cd "${1:-build}" && pwd)"
@@ -15,6 +21,7 @@ CPT="$BUILD/bin/cpt"
 mkdir -p "$WORK" && cd "$WORK"
 export CPT_LOCAL_PROFILE="$WORK/local.json"
 [ -f local.json ] || "$CPT" calibrate --seconds 30 --out local.json >/dev/null
+[ -f local4.json ] || "$CPT" calibrate --ranks 4 --seconds 30 --out local4.json >/dev/null 2>&1
 SRC=$(python3 -c 'import json, os; print(os.path.dirname(json.__file__))')
 [ -f tok.model ] || "$CPT" data train-tokenizer "$SRC/.." --ext .py --vocab-size 4000 --out tok >/dev/null 2>&1
 [ -d data ] || "$CPT" data prepare "$SRC/../asyncio" "$SRC/../email" --ext .py --tokenizer tok.model --out data >/dev/null 2>&1
@@ -43,7 +50,14 @@ LAYOUTS=(
   "25m-zero2 cpt-25m 2 256 8 4 dp=2,zero=2,offload=none,micro_batch=2"
   "25m-tp2 cpt-25m 2 256 8 4 tp=2,micro_batch=2"
   "25m-pp2 cpt-25m 2 256 8 4 pp=2,schedule=1f1b,micro_batch=2"
+  "tp2-dp2 tinyv.json 4 128 16 20 tp=2,dp=2,sequence_parallel=true,zero=0,micro_batch=8"
+  "pp2-dp2 tinyv.json 4 128 16 20 pp=2,dp=2,zero=0,schedule=1f1b,micro_batch=4"
+  "pp2-tp2 tinyv.json 4 128 16 20 pp=2,tp=2,sequence_parallel=true,schedule=1f1b,micro_batch=4"
+  "cp2-dp2 tinyv.json 4 128 16 20 cp=2,dp=2,zero=1,offload=none,micro_batch=8"
+  "zero3-dp4 tinyv.json 4 128 16 20 dp=4,zero=3,offload=none,micro_batch=4"
 )
+# The profile a layout is planned on: the four-rank calibration for four ranks.
+profile_for() { if [ "$1" -gt 2 ]; then echo "$WORK/local4.json"; else echo "$WORK/local.json"; fi; }
 printf '%-16s %12s %12s %8s %10s %8s %8s %8s %8s %8s\n' layout predicted_s measured_s error state_err \
   gemm attn loss comm other
 for row in "${LAYOUTS[@]}"; do
@@ -51,8 +65,9 @@ for row in "${LAYOUTS[@]}"; do
   cat > "train-$name.json" <<JSON
 {"data": [{"name": "py", "path": "data"}], "steps": $steps, "seed": 1, "threads": 1, "log_interval_steps": 0}
 JSON
-  "$CPT" plan --model "$model" --gpu local --gpus "$gpus" --global-batch "$gb" --seq-len "$seq" --fix "$fix" \
-    --out "plan-$name" >/dev/null
+  CPT_LOCAL_PROFILE="$(profile_for "$gpus")" "$CPT" plan --model "$model" --gpu local --gpus "$gpus" \
+    --global-batch "$gb" --seq-len "$seq" --fix "$fix" --out "plan-$name" >/dev/null
+  echo "$gpus" > "plan-$name/ranks"
   launch=(); [ "$gpus" -gt 1 ] && launch=(--nproc-per-node "$gpus")
   for ((i = 1; i <= ${REPEATS:-1}; i++)); do
     rm -rf "run-$name.$i"
@@ -83,9 +98,13 @@ echo "held out: each run on a profile refitted from the other runs (cpt calibrat
 printf '%-16s %12s %12s %8s\n' layout predicted_s measured_s error
 RUNS=(run-*)
 for r in "${RUNS[@]}"; do
+  # The other runs planned on the same calibration.
+  ranks=$(cat "plan-${r#run-}/ranks")
   others=()
-  for o in "${RUNS[@]}"; do [ "$o" != "$r" ] && others+=("$o"); done
-  "$CPT" calibrate --from-runs "${others[@]}" --base local.json --out "refit-${r#run-}.json" >/dev/null
+  for o in "${RUNS[@]}"; do
+    [ "$o" != "$r" ] && [ "$(profile_for "$(cat "plan-${o#run-}/ranks")")" = "$(profile_for "$ranks")" ] && others+=("$o")
+  done
+  "$CPT" calibrate --from-runs "${others[@]}" --base "$(profile_for "$ranks")" --out "refit-${r#run-}.json" >/dev/null
   "$CPT" compare "$r" --cluster "refit-${r#run-}.json" --json --log "$WORK/fidelity-refit.jsonl" | python3 -c '
 import json, sys
 t = json.load(sys.stdin)["fields"]["step_time_s"]

@@ -67,6 +67,8 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
           core::Seconds(f->alpha_s), core::BytesPerSecond(f->bandwidth_bytes_per_s / defaults.network_efficiency)};
     }
   }
+  // The ranks share the machine's cores; the rates above were measured with all of them computing.
+  cluster.node.shared_cores = spec::SharedCores{c.cores, c.threads};
   return cluster;
 }
 

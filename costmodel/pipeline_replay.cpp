@@ -74,8 +74,122 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const do
   ReplayResult out;
   for (std::size_t r = 0; r < pp; ++r) {
     out.busy.emplace_back(busy[r]);
+    out.work.emplace_back(busy[r]);
     out.finish.emplace_back(clock[r]);
     out.makespan = std::max(out.makespan, core::Seconds(clock[r]));
+  }
+  return out;
+}
+
+ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& s, std::span<const double> fwd,
+                                       std::span<const double> bwd, std::span<const double> p2p,
+                                       std::span<const double> wgrad, const RankSpeed& speed) {
+  const int stages = s.num_stages();
+  const int m = s.num_microbatches;
+  CPT_CHECK(static_cast<int>(fwd.size()) == stages && static_cast<int>(bwd.size()) == stages &&
+                static_cast<int>(p2p.size()) == stages,
+            "durations for ", fwd.size(), "/", bwd.size(), "/", p2p.size(), " stages, schedule has ", stages);
+  const auto idx = [m](int stage, int mb) { return static_cast<std::size_t>(stage * m + mb); };
+  constexpr double kUnknown = -1.0;
+  std::vector<double> act_arrives(static_cast<std::size_t>(stages * m), kUnknown);
+  std::vector<double> grad_arrives(static_cast<std::size_t>(stages * m), kUnknown);
+  std::vector<double> fwd_end(static_cast<std::size_t>(stages * m), 0.0);
+  std::vector<double> bwd_end(static_cast<std::size_t>(stages * m), 0.0);
+
+  const auto pp = static_cast<std::size_t>(s.pp);
+  std::vector<std::size_t> next(pp, 0);
+  std::vector<char> computing(pp, 0);
+  std::vector<double> remaining(pp, 0.0), duration(pp, 0.0), wake(pp, kUnknown), rate(pp, 0.0);
+  std::vector<double> busy(pp, 0.0), work(pp, 0.0), finish(pp, 0.0);
+  double now = 0;
+  const auto compute_of = [&](const spec::Action& a) -> double {
+    const auto su = static_cast<std::size_t>(a.stage);
+    switch (a.kind) {
+      case K::kForward: return fwd[su];
+      case K::kBackward: return bwd[su];
+      case K::kBackwardInput:
+      case K::kBackwardWeight:
+        CPT_CHECK(static_cast<int>(wgrad.size()) == stages, "split backward ", spec::to_string(a),
+                  " needs weight-gradient durations for ", stages, " stages, got ", wgrad.size());
+        return a.kind == K::kBackwardInput ? bwd[su] - wgrad[su] : wgrad[su];
+      default: return -1.0;  // not a compute action
+    }
+  };
+  // Runs rank r's non-compute actions at `now` until it starts a compute, waits or is done.
+  // Returns whether anything happened.
+  const auto advance = [&](std::size_t r) {
+    bool moved = false;
+    const auto& list = s.per_rank[r];
+    while (!computing[r] && next[r] < list.size()) {
+      const auto& a = list[next[r]];
+      const auto su = static_cast<std::size_t>(a.stage);
+      if (a.kind == K::kRecvActivation || a.kind == K::kRecvGrad) {
+        const double at = a.kind == K::kRecvActivation ? act_arrives[idx(a.stage, a.microbatch)]
+                                                       : grad_arrives[idx(a.stage, a.microbatch)];
+        if (at == kUnknown || at > now) {
+          wake[r] = at;
+          return moved;
+        }
+        wake[r] = kUnknown;
+      } else if (a.kind == K::kSendActivation) {
+        act_arrives[idx(a.stage + 1, a.microbatch)] = fwd_end[idx(a.stage, a.microbatch)] + p2p[su];
+      } else if (a.kind == K::kSendGrad) {
+        grad_arrives[idx(a.stage - 1, a.microbatch)] = bwd_end[idx(a.stage, a.microbatch)] + p2p[su - 1];
+      } else {
+        duration[r] = compute_of(a);
+        remaining[r] = duration[r];
+        computing[r] = 1;
+        return true;
+      }
+      ++next[r];
+      moved = true;
+      finish[r] = now;
+    }
+    return moved;
+  };
+  for (;;) {
+    // Settle every rank at `now` (a send may release another rank's receive at this instant).
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (std::size_t r = 0; r < pp; ++r) moved = advance(r) || moved;
+    }
+    // The next event: a compute ending at its current rate, or a transfer arriving.
+    double dt = -1;
+    for (std::size_t r = 0; r < pp; ++r) {
+      if (computing[r]) {
+        rate[r] = speed(computing, static_cast<int>(r));
+        CPT_CHECK(rate[r] > 0, "replay_schedule_at_speeds: rank ", r, " has speed ", rate[r]);
+        const double left = remaining[r] / rate[r];
+        dt = dt < 0 ? left : std::min(dt, left);
+      } else if (wake[r] != kUnknown) {
+        dt = dt < 0 ? wake[r] - now : std::min(dt, wake[r] - now);
+      }
+    }
+    if (dt < 0) break;  // nothing computes and nothing is on its way: done (or deadlocked, below)
+    now += dt;
+    for (std::size_t r = 0; r < pp; ++r) {
+      if (!computing[r]) continue;
+      busy[r] += dt;
+      remaining[r] -= rate[r] * dt;
+      if (remaining[r] > 1e-12 * std::max(1.0, duration[r])) continue;
+      const auto& a = s.per_rank[r][next[r]];
+      if (a.kind == K::kForward) fwd_end[idx(a.stage, a.microbatch)] = now;
+      if (a.kind == K::kBackward || a.kind == K::kBackwardInput) bwd_end[idx(a.stage, a.microbatch)] = now;
+      work[r] += duration[r];
+      computing[r] = 0;
+      ++next[r];
+      finish[r] = now;
+    }
+  }
+  for (std::size_t r = 0; r < pp; ++r) {
+    CPT_CHECK(next[r] == s.per_rank[r].size(), "schedule deadlocks; run find_schedule_error first");
+  }
+  ReplayResult out;
+  for (std::size_t r = 0; r < pp; ++r) {
+    out.busy.emplace_back(busy[r]);
+    out.work.emplace_back(work[r]);
+    out.finish.emplace_back(finish[r]);
+    out.makespan = std::max(out.makespan, core::Seconds(finish[r]));
   }
   return out;
 }
@@ -124,6 +238,7 @@ ReplayResult closed_form_makespan(int pp, int v, int m, std::span<const double> 
   out.makespan = core::Seconds(t.makespan_s);
   for (std::size_t r = 0; r < f.size(); ++r) {
     out.busy.emplace_back(m * (f[r] + b[r]));
+    out.work.emplace_back(m * (f[r] + b[r]));
     out.finish.emplace_back(r == crit ? out.makespan.value() : m * (f[r] + b[r]));
   }
   return out;

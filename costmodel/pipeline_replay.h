@@ -7,6 +7,7 @@
 // rank is free and its input activation (output gradient) has arrived; a send is asynchronous and
 // its data arrives `p2p_after[s]` after the producing compute ends (stage s -> s+1, and back).
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -17,8 +18,9 @@ namespace cpt::cost {
 
 struct ReplayResult {
   core::Seconds makespan;                // last action of any rank
-  std::vector<core::Seconds> busy;       // compute time of each rank
+  std::vector<core::Seconds> busy;       // wall-clock time each rank computes
   std::vector<core::Seconds> finish;     // finish time of each rank
+  std::vector<core::Seconds> work;       // each rank's compute at the given durations (= busy at speed 1)
 };
 
 // A split backward (zero-bubble schedules) runs as I, taking backward_s − weight_grad_s and
@@ -28,6 +30,17 @@ struct ReplayResult {
 ReplayResult replay_schedule(const spec::PipelineSchedule& schedule, std::span<const double> forward_s,
                              std::span<const double> backward_s, std::span<const double> p2p_after_s,
                              std::span<const double> weight_grad_s = {});
+
+// The replay on ranks whose speed depends on which of them compute at the moment (ranks sharing CPU
+// cores: costmodel/compute_sharing.h): `speed(computing, r)` is rank r's rate, relative to the
+// durations given, while the ranks with computing[q] != 0 compute. A fluid replay: between two
+// events (a compute ending, a transfer arriving) every computing rank progresses at its rate; at
+// each event the set and the rates are renewed. With speed ≡ 1 it equals replay_schedule.
+// REQUIRES: as replay_schedule; speed(...) > 0.
+using RankSpeed = std::function<double(std::span<const char> computing, int pp_rank)>;
+ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& schedule, std::span<const double> forward_s,
+                                       std::span<const double> backward_s, std::span<const double> p2p_after_s,
+                                       std::span<const double> weight_grad_s, const RankSpeed& speed);
 
 // The closed form of the replay, for fast evaluation in a search: with W_r the forward + backward
 // time of pipeline rank r over its chunks (one microbatch) and r* the busiest rank,

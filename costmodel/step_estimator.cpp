@@ -11,6 +11,7 @@
 #include "costmodel/kernel_dispatch.h"
 #include "costmodel/layer_costs.h"
 #include "costmodel/pipeline_replay.h"
+#include "costmodel/compute_sharing.h"
 #include "costmodel/straggler.h"
 #include "costmodel/topology.h"
 #include "spec/executor_support.h"
@@ -256,6 +257,9 @@ struct CriticalRank {
   double backward_s = 0;   // its backward over its stages, one microbatch
   Seconds pp_comm;         // transfers on the critical path
   Seconds pp_bubble;       // idle time in the schedule
+  // Its wall-clock compute over its compute at the profile's rates: 1 unless ranks share CPU cores
+  // and it computed while others waited (compute_sharing.h). Scales its per-microbatch terms.
+  double compute_scale = 1;
 };
 
 // The step-end terms of StageDurations (data parallelism and the optimizer).
@@ -281,6 +285,9 @@ StepTimeByKind time_by_kind(const LayerTerms& x, const CriticalRank& crit, doubl
     k.gemm += (head.head_forward.gemm + head.head_backward.gemm) * microbatches;
     k.loss = (head.loss_forward + head.loss_backward) * microbatches;
   }
+  k.gemm = k.gemm * crit.compute_scale;
+  k.attention = k.attention * crit.compute_scale;
+  k.loss = k.loss * crit.compute_scale;
   k.optimizer = t.optimizer;
   k.communication = t.tp_comm + t.cp_comm + t.dp_comm + t.pp_comm + t.pp_bubble;
   k.other = std::max(Seconds(0), t.total() - k.gemm - k.attention - k.loss - k.optimizer - k.communication);
@@ -325,6 +332,12 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
                        mm;
     }
   }
+  // The per-microbatch terms make up the stage durations the replay ran at the ranks' speeds.
+  t.compute = t.compute * crit.compute_scale;
+  t.recompute = t.recompute * crit.compute_scale;
+  t.tp_comm = t.tp_comm * crit.compute_scale;
+  t.cp_comm = t.cp_comm * crit.compute_scale;
+  zero3_exposed = zero3_exposed * crit.compute_scale;
   t.pp_comm = crit.pp_comm;
   t.pp_bubble = crit.pp_bubble;
 
@@ -524,10 +537,17 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   const std::vector<double> no_p2p(static_cast<std::size_t>(S), 0.0);
   const std::span<const double> split =
       p.schedule == spec::ScheduleKind::kZeroBubbleH1 ? std::span<const double>(wgrad) : std::span<const double>();
-  const ReplayResult with_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, p2p, split)
-                                         : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, p2p, split);
-  const ReplayResult without_p2p = schedule ? replay_schedule(*schedule, fwd, bwd, no_p2p, split)
-                                            : closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, no_p2p, split);
+  // Ranks sharing CPU cores (an oversubscribed local profile) run faster while others wait: the
+  // exact replay follows it (compute_sharing.h); the search's closed form does not.
+  const ComputeSharing sharing(cluster, p);
+  auto replay = [&](std::span<const double> transfers) {
+    if (!schedule) return closed_form_makespan(p.pp, p.virtual_stages, m, fwd, bwd, transfers, split);
+    if (!sharing.active()) return replay_schedule(*schedule, fwd, bwd, transfers, split);
+    return replay_schedule_at_speeds(*schedule, fwd, bwd, transfers, split,
+                                     [&](std::span<const char> computing, int r) { return sharing.speed(computing, r); });
+  };
+  const ReplayResult with_p2p = replay(p2p);
+  const ReplayResult without_p2p = replay(no_p2p);
   // The critical rank: the one that finishes last.
   CriticalRank crit;
   for (int r = 0; r < p.pp; ++r) {
@@ -541,7 +561,9 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   }
   crit.params = params_of_pp_rank(model, p, stages, crit.rank);
   crit.pp_comm = with_p2p.makespan - without_p2p.makespan;
-  crit.pp_bubble = std::max(Seconds(0), without_p2p.makespan - without_p2p.busy[static_cast<std::size_t>(crit.rank)]);
+  const auto cr = static_cast<std::size_t>(crit.rank);
+  crit.pp_bubble = std::max(Seconds(0), without_p2p.makespan - without_p2p.busy[cr]);
+  if (without_p2p.work[cr] > Seconds(0)) crit.compute_scale = without_p2p.busy[cr] / without_p2p.work[cr];
 
   // 5. Data parallelism and the optimizer on the critical rank.
   const StepEnd end = step_time(model, cluster, p, o, x, crit, est.time);

@@ -223,6 +223,14 @@ NodeSpec node_from_json(JsonObjectReader& r, const HardwareResolver& resolve) {
   n.nics_per_node = static_cast<int>(r.integer("nics_per_node", 0, 1024));
   n.nic_bandwidth = core::gigabits_per_second(r.number("nic_bandwidth_Gbit_per_s", 0.0));
   n.default_fabric = r.optional_string("default_fabric").value_or("");
+  if (r.has("shared_cores")) {
+    auto shared = r.object("shared_cores");
+    SharedCores c;
+    c.cores = static_cast<int>(shared.integer("cores", 1, 1 << 16));
+    c.threads_per_device = static_cast<int>(shared.integer("threads_per_device", 1, 1 << 16));
+    shared.finish();
+    n.shared_cores = c;
+  }
   r.finish();
   return n;
 }
@@ -312,6 +320,9 @@ Json node_to_json(const NodeSpec& n) {
   j["nics_per_node"] = n.nics_per_node;
   j["nic_bandwidth_Gbit_per_s"] = core::to_gigabits_per_second(n.nic_bandwidth);
   if (!n.default_fabric.empty()) j["default_fabric"] = n.default_fabric;
+  if (n.shared_cores) {
+    j["shared_cores"] = {{"cores", n.shared_cores->cores}, {"threads_per_device", n.shared_cores->threads_per_device}};
+  }
   return j;
 }
 

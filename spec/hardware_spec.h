@@ -108,6 +108,17 @@ struct MeasuredLink {
   bool operator==(const MeasuredLink&) const = default;
 };
 
+// A CPU node whose devices (executor ranks) share the machine's cores: `cores` cores for
+// gpus_per_node ranks of `threads_per_device` intra-op threads each. The device's rates in such a
+// profile were measured with all gpus_per_node ranks computing at once (`cpt calibrate --ranks`);
+// when fewer compute, the operating system gives each a larger share of the cores, up to one core
+// per thread (costmodel/compute_sharing.h).
+struct SharedCores {
+  int cores = 0;
+  int threads_per_device = 0;
+  bool operator==(const SharedCores&) const = default;
+};
+
 struct NodeSpec {
   std::string name;
   std::string display_name;
@@ -124,6 +135,9 @@ struct NodeSpec {
   int nics_per_node = 0;                 // NICs for the compute fabric
   core::BytesPerSecond nic_bandwidth;    // per NIC, per direction
   std::string default_fabric;            // fabric profile implied by this node
+  // Set for a CPU node whose ranks share its cores (SharedCores); absent: each device computes on
+  // its own, as a GPU does.
+  std::optional<SharedCores> shared_cores;
   bool operator==(const NodeSpec&) const = default;
 };
 

@@ -89,5 +89,61 @@ TEST(PipelineReplay, ClosedFormMatchesTheReplay) {
   EXPECT_EQ(checked, 24 + 12 + 12);  // v = 1: all 24; v = 2 and 3: p >= 2 with m % p == 0
 }
 
+// At speed 1 everywhere the fluid replay is the list replay, for every schedule and with
+// transfers and uneven stages.
+TEST(PipelineReplayAtSpeeds, AtSpeedOneItIsTheReplay) {
+  const RankSpeed one = [](std::span<const char>, int) { return 1.0; };
+  for (const auto kind : {spec::ScheduleKind::k1F1B, spec::ScheduleKind::kGPipe, spec::ScheduleKind::kZeroBubbleH1}) {
+    for (int p : {1, 2, 4}) {
+      for (int m : {1, 3, 8}) {
+        const auto s = spec::make_schedule(kind, p, 1, m);
+        std::vector<double> f, b, w, x;
+        for (int i = 0; i < p; ++i) {
+          f.push_back(1.0 + 0.3 * i);
+          b.push_back(2.0 + 0.5 * (i % 2));
+          w.push_back(0.8);
+          x.push_back(0.1 * i);
+        }
+        const std::span<const double> split = kind == spec::ScheduleKind::kZeroBubbleH1 ? std::span<const double>(w)
+                                                                                         : std::span<const double>();
+        const auto a = replay_schedule(s, f, b, x, split);
+        const auto c = replay_schedule_at_speeds(s, f, b, x, split, one);
+        EXPECT_NEAR(c.makespan.value(), a.makespan.value(), 1e-9) << spec::to_string(kind) << " " << p << " " << m;
+        for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) {
+          EXPECT_NEAR(c.busy[r].value(), a.busy[r].value(), 1e-9);
+          EXPECT_NEAR(c.work[r].value(), a.work[r].value(), 1e-9);
+          EXPECT_NEAR(c.finish[r].value(), a.finish[r].value(), 1e-9);
+        }
+      }
+    }
+  }
+  const auto s = spec::make_schedule(spec::ScheduleKind::kInterleaved1F1B, 4, 2, 8);
+  const std::vector<double> f(8, 0.5), b(8, 1.0), z(8, 0.0);
+  EXPECT_NEAR(replay_schedule_at_speeds(s, f, b, z, {}, one).makespan.value(), replay_schedule(s, f, b, z).makespan.value(),
+              1e-9);
+}
+
+// Two pipeline ranks sharing cores: a rank computing alone runs at speed 2, both together at 1.
+// 1F1B, p = 2, m = 2, forward 1, backward 2, by hand:
+//   0.0-0.5  r0 F0 alone                 2.5-3.5  r0 B0 (1 of 2 done), r1 F1 together
+//   0.5-1.5  r0 F1, r1 F0 together       3.5-4.5  r0 B0 (done), r1 B1 (1 of 2) together
+//   1.5-2.5  r1 B0 alone (2 at speed 2)  4.5-5.0  r1 B1 alone;  5.0-6.0  r0 B1 alone
+// Makespan 6 (9 at speed 1, 4.5 at speed 2); each rank computes 4.5 s of wall clock for 6 s of work.
+TEST(PipelineReplayAtSpeeds, RanksComputingAloneRunFaster) {
+  const RankSpeed shared = [](std::span<const char> computing, int) {
+    return computing[0] && computing[1] ? 1.0 : 2.0;
+  };
+  const auto s = spec::make_schedule(spec::ScheduleKind::k1F1B, 2, 1, 2);
+  const std::vector<double> f(2, 1.0), b(2, 2.0), z(2, 0.0);
+  const auto r = replay_schedule_at_speeds(s, f, b, z, {}, shared);
+  EXPECT_NEAR(r.makespan.value(), 6.0, 1e-9);
+  EXPECT_NEAR(r.finish[0].value(), 6.0, 1e-9);
+  EXPECT_NEAR(r.finish[1].value(), 5.0, 1e-9);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(r.busy[i].value(), 4.5, 1e-9);
+    EXPECT_NEAR(r.work[i].value(), 6.0, 1e-9);
+  }
+}
+
 }  // namespace
 }  // namespace cpt::cost

@@ -1,6 +1,7 @@
 #include "costmodel/step_estimator.h"
 
 #include "costmodel/collective_model.h"
+#include "costmodel/compute_sharing.h"
 #include "costmodel/memory_model.h"
 #include "costmodel/topology.h"
 #include "spec/rank_layout.h"
@@ -169,6 +170,49 @@ TEST(StepEstimator, BlockingCallsWaitForTheSlowestRank) {
   const spec::ParallelConfig one{.global_batch = 1};
   EXPECT_EQ(expect_feasible(evaluate(small, single, one, 128, jittery)).time.total(),
             expect_feasible(evaluate(small, single, one, 128, steady)).time.total());
+}
+
+// A node of 8 ranks of 1 thread on 4 cores (spec::SharedCores): the profile's rates were measured
+// with all 8 computing, each on half a core.
+TEST(ComputeSharing, ARankRunsFasterWhileFewerRanksCompute) {
+  auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
+  const spec::ParallelConfig pp2{.dp = 4, .pp = 2, .global_batch = 8};
+  EXPECT_FALSE(ComputeSharing(cluster, pp2).active());  // GPUs: each computes on its own
+  cluster.node.shared_cores = spec::SharedCores{4, 1};
+  const ComputeSharing sharing(cluster, pp2);
+  ASSERT_TRUE(sharing.active());
+  const std::vector<char> both{1, 1}, first{1, 0};
+  EXPECT_DOUBLE_EQ(sharing.speed(both, 0), 1.0);   // 8 threads on 4 cores, as measured
+  EXPECT_DOUBLE_EQ(sharing.speed(first, 0), 2.0);  // 4 threads on 4 cores: a core each
+  cluster.node.shared_cores = spec::SharedCores{2, 1};
+  EXPECT_DOUBLE_EQ(ComputeSharing(cluster, pp2).speed(first, 0), 2.0);  // 4 on 2 cores vs 8 on 2
+  cluster.node.shared_cores = spec::SharedCores{8, 1};
+  EXPECT_FALSE(ComputeSharing(cluster, pp2).active());  // a core per rank: nothing shared
+}
+
+// The estimate on such a node: a pipeline's ranks run faster in its bubble, so the step is shorter
+// than on the same profile with a core per rank; a single stage using every rank is unchanged, and
+// one using half of them computes twice as fast.
+TEST(StepEstimator, RanksSharingCoresRunFasterWhileOthersWait) {
+  const auto model = spec::find_catalog_model("tiny")->spec;
+  auto own = cat().cluster_for_gpu("h100", 8, "--gpu");
+  auto shared = own;
+  shared.node.shared_cores = spec::SharedCores{4, 1};
+  const spec::ParallelConfig pp2{.dp = 4, .pp = 2, .micro_batch = 1, .global_batch = 8};
+  const Estimate a = expect_feasible(evaluate(model, own, pp2, 128));
+  const Estimate b = expect_feasible(evaluate(model, shared, pp2, 128));
+  EXPECT_LT(b.time.total().value(), 0.95 * a.time.total().value());
+  EXPECT_LT(b.time.pp_bubble.value(), a.time.pp_bubble.value());
+  const spec::ParallelConfig dp8{.dp = 8, .global_batch = 8};
+  EXPECT_DOUBLE_EQ(expect_feasible(evaluate(model, shared, dp8, 128)).time.total().value(),
+                   expect_feasible(evaluate(model, own, dp8, 128)).time.total().value());
+  auto half_own = cat().cluster_for_gpu("h100", 4, "--gpu");
+  auto half_shared = half_own;
+  half_shared.node.shared_cores = spec::SharedCores{4, 1};
+  const spec::ParallelConfig dp4{.dp = 4, .global_batch = 8};
+  const Estimate c = expect_feasible(evaluate(model, half_own, dp4, 128));
+  const Estimate d = expect_feasible(evaluate(model, half_shared, dp4, 128));
+  EXPECT_NEAR(d.time.compute.value(), 0.5 * c.time.compute.value(), 1e-12);
 }
 
 // Each communication term is zero when its configuration is off (costmodel-reference §5.3).

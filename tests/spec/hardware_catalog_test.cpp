@@ -114,6 +114,28 @@ TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   std::filesystem::remove(bad_path);
 }
 
+// A CPU node whose ranks share its cores (spec::SharedCores) round-trips; a zero core count is
+// refused naming the key.
+TEST(HardwareCatalog, SharedCoresRoundTrip) {
+  auto c = cat().cluster_for_gpu("h100", 8, "--gpu");
+  c.node.shared_cores = SharedCores{2, 1};
+  const auto text = cluster_to_json(c).dump();
+  EXPECT_NE(text.find(R"("shared_cores":{"cores":2,"threads_per_device":1})"), std::string::npos) << text;
+  const auto path = write_temp("cpt_test_shared_cores.json", text);
+  EXPECT_EQ(cat().load_cluster(path.string(), "--cluster").node, c.node);
+  auto bad = nlohmann::json::parse(text);
+  bad["node"]["shared_cores"]["cores"] = 0;
+  const auto bad_path = write_temp("cpt_test_shared_cores_bad.json", bad.dump());
+  try {
+    (void)cat().load_cluster(bad_path.string(), "--cluster");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.node.shared_cores.cores"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(bad_path);
+}
+
 TEST(HardwareCatalog, BadClusterFilesNameFileAndPath) {
   const auto bad_node = write_temp("cpt_test_bad1.json", R"({"name": "x", "node": "dgx_h1000", "num_nodes": 2, "fabric": "ib_ndr_400g"})");
   try {
