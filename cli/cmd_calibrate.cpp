@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <cstdlib>
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -202,16 +203,34 @@ void scale_floats(Json& j, double f) {
 // The host probe run by `ranks` processes at once, each with `threads` threads — the machine as
 // `cpt train` shares it among its local ranks (on a small VM two busy ranks each run ~20% slower
 // than one alone: shared caches, memory bandwidth and the hypervisor) — and the mean of their
-// measurements.
+// measurements. The processes run each measurement in step (calibrate-host --together-dir), so
+// every one is taken with all of them busy.
 Json measure_hosts_together(int ranks, double seconds, int threads) {
+  std::string pattern = (fs::temp_directory_path() / "cpt-calibrate-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw core::RuntimeError(str_cat("calibrate: cannot create ", pattern));
+  const fs::path together(pattern);
   std::vector<std::future<Json>> runs;
   for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> args{"calibrate-host", "--seconds", fixed(seconds, 2), "--threads", std::to_string(threads)};
+    std::vector<std::string> args{"calibrate-host", "--seconds", fixed(seconds, 2), "--threads", std::to_string(threads),
+                                  "--together-dir", together.string(), "--together-rank", std::to_string(r),
+                                  "--together-ranks", std::to_string(ranks)};
     if (r > 0) args.emplace_back("--quiet");
     runs.push_back(std::async(std::launch::async, [args] { return run_executor_json(args); }));
   }
-  Json mean = runs.front().get();
-  for (std::size_t r = 1; r < runs.size(); ++r) accumulate(mean, runs[r].get());
+  std::vector<Json> results;
+  std::exception_ptr failed;
+  for (auto& run : runs) {
+    try {
+      results.push_back(run.get());
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  std::error_code ignored;
+  fs::remove_all(together, ignored);
+  if (failed) std::rethrow_exception(failed);
+  Json mean = results.front();
+  for (std::size_t r = 1; r < results.size(); ++r) accumulate(mean, results[r]);
   scale_floats(mean, 1.0 / ranks);
   return mean;
 }

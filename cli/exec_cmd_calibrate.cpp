@@ -4,10 +4,16 @@
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cli/exec_commands.h"
 #include "cli/output.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/str_cat.h"
 #include "executor/device.h"
 #include "executor/dist/c10d_communicator.h"
 #include "executor/dist/launch_info.h"
@@ -18,6 +24,38 @@ namespace cpt::cli {
 
 namespace {
 std::string h_label(const torch::Device& device) { return device.is_cuda() ? "device" : "host"; }
+
+// The host probes of `ranks` processes run in step (`cpt calibrate` starts one per rank, as `cpt
+// train` shares the machine): before each measurement every process waits until all have finished
+// the one before, so each runs while all the others run too (a process that started late, or
+// whose last step ran long, would otherwise measure part of its grid on a quieter machine). Each
+// writes the steps it has done to DIR/rank.R and polls the others' files (1 ms sleeps).
+class StepBarrier {
+ public:
+  StepBarrier(std::filesystem::path dir, int rank, int ranks) : dir_(std::move(dir)), rank_(rank), ranks_(ranks) {}
+  void arrive(int step) const {
+    if (ranks_ <= 1) return;
+    const auto mine = dir_ / ("rank." + std::to_string(rank_));
+    core::write_file_atomic(mine, std::to_string(step));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+    for (int r = 0; r < ranks_; ++r) {
+      for (;;) {
+        std::ifstream in(dir_ / ("rank." + std::to_string(r)));
+        int theirs = -1;
+        if (in >> theirs && theirs >= step) break;
+        if (std::chrono::steady_clock::now() > deadline) {
+          throw core::RuntimeError(core::str_cat("calibrate-host: rank ", r, " of ", ranks_, " did not reach step ", step,
+                                                 " within 300 s (", dir_.string(), ")"));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+
+ private:
+  std::filesystem::path dir_;
+  int rank_, ranks_;
+};
 }  // namespace
 
 void register_exec_calibrate_commands(CLI::App& app) {
@@ -29,6 +67,9 @@ void register_exec_calibrate_commands(CLI::App& app) {
     double seconds_per_point = 0.15;
     std::string device = "cpu";
     bool quiet = false;
+    std::string together_dir;
+    int together_rank = 0;
+    int together_ranks = 1;
   };
   auto args = std::make_shared<Args>();
   auto* host = app.add_subcommand("calibrate-host", "Measure GEMMs, attention, cross-entropy, dispatch cost, memory bandwidth and AdamW on this machine (JSON)");
@@ -38,13 +79,26 @@ void register_exec_calibrate_commands(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   host->add_flag("--quiet", args->quiet, "No progress on stderr");
+  host->add_option("--together-dir", args->together_dir,
+                   "Run each measurement in step with the other processes of --together-ranks (a shared directory)");
+  host->add_option("--together-rank", args->together_rank, "This process's index among --together-ranks")
+      ->check(CLI::NonNegativeNumber);
+  host->add_option("--together-ranks", args->together_ranks, "Processes measuring together")->check(CLI::PositiveNumber);
   host->callback([args] {
     if (args->threads > 0) at::set_num_threads(args->threads);
     const auto device = exec::pick_device(args->device);
+    if (!args->together_dir.empty() && args->together_rank >= args->together_ranks) {
+      throw core::ConfigError(core::str_cat("--together-rank: expected below --together-ranks (", args->together_ranks,
+                                            "), got ", args->together_rank));
+    }
+    const StepBarrier barrier(args->together_dir, args->together_rank,
+                              args->together_dir.empty() ? 1 : args->together_ranks);
+    barrier.arrive(0);
     const auto h = exec::measure_host(
         args->seconds,
         [&](int done, int total) {
           if (!args->quiet) std::cerr << "\rcalibrate: " << h_label(device) << " " << done << "/" << total << std::flush;
+          barrier.arrive(done);
         },
         device);
     if (!args->quiet) std::cerr << "\n";
