@@ -56,6 +56,11 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
     EXPECT_GT(point["forward_logits_per_s"].get<double>(), 1e6);
     EXPECT_GT(point["backward_logits_per_s"].get<double>(), 1e6);
   }
+  // The ranks share the machine's cores: the node says how many and with how many threads each.
+  const auto node = nlohmann::json::parse(slurp(profile))["node"];
+  ASSERT_TRUE(node.contains("shared_cores")) << node.dump();
+  EXPECT_EQ(node["shared_cores"]["cores"].get<int>(), report["cores"].get<int>());
+  EXPECT_EQ(node["shared_cores"]["threads_per_device"].get<int>(), report["threads_per_rank"].get<int>());
   EXPECT_GT(gpu["kernel_overhead_us"].get<double>(), 0.1);
   EXPECT_LT(gpu["kernel_overhead_us"].get<double>(), 1000);
   // The compute jitter, from the waits of small all-reduces after 1, 4 and 16 ms of GEMMs.
@@ -131,7 +136,17 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   const auto gpu_fields = nlohmann::json::parse(gpu_cmp.out)["fields"];
   ASSERT_TRUE(gpu_fields.contains("activation_peak_bytes")) << gpu_fields;
   EXPECT_NEAR(gpu_fields["activation_peak_bytes"]["measured"].get<double>(), 1.1e6, 1.0);  // rank 1's
-  EXPECT_GT(gpu_fields["activation_peak_bytes"]["predicted"].get<double>(), 0);
+  // Predicted: the cost model's bf16 activations plus autocast's bf16 copies of the weights a
+  // matmul uses (cmd_compare.cpp): both blocks and the LM head, not the embedding, 2 bytes each.
+  const auto bf16 = sh(cpt + " estimate --model tiny --cluster " + profile + " --dp 2 --zero 1 --micro-batch 2 " +
+                           "--global-batch 8 --seq-len 64 --precision bf16 --for-executor --json",
+                       dir);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  const double activations =
+      nlohmann::json::parse(bf16.out)["memory_GiB"]["activations"].get<double>() * 1024 * 1024 * 1024;
+  const double block = 2 * 64.0 * 64 + 2 * 64.0 * 32 + 3 * 64.0 * 176 + 2 * 64;  // q, o; k, v; gate, up, down; norms
+  const double copies = 2.0 * (2 * block + 512.0 * 64);
+  EXPECT_NEAR(gpu_fields["activation_peak_bytes"]["predicted"].get<double>(), activations + copies, 2.0);
   EXPECT_FALSE(fields.contains("activation_peak_bytes"));  // not on the CPU
 
   // Recalibration from the run: a profile with the fitted slowdowns and fixed costs, which compare
