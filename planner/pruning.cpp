@@ -51,7 +51,9 @@ LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node) 
   plain.hybrid_shard = false;
   const auto runs = spec::RankLayout(plain, gpus_per_node).dp_node_runs();
   LayoutFacts f;
-  f.hybrid_shard_uneven = runs.uneven;
+  // Hybrid sharding also needs each cp group inside a node (RankLayout::find_hybrid_shard_error).
+  f.hybrid_shard_uneven = runs.uneven || (config.cp > 1 && spec::RankLayout(plain, gpus_per_node).max_nodes_spanned(
+                                                               spec::Axis::kCp) > 1);
   f.dp_spans_nodes = runs.spans_nodes;
   f.shard_group = config.dp * config.cp;
   f.hybrid_shard_group = runs.rank0_run * config.cp;

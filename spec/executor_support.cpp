@@ -11,7 +11,6 @@ std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const Mode
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
     return ExecutorGap::kParameterOffload;
   }
-  if (p.hybrid_shard && p.cp > 1) return ExecutorGap::kHybridShardWithCp;
   if (m.tied_embeddings && p.num_stages() > 1) return ExecutorGap::kTiedOverStages;
   if (p.sequence_parallel && (seq_len / p.cp) % p.tp != 0) return ExecutorGap::kSequenceParallelTokens;
   return std::nullopt;
@@ -25,9 +24,6 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
     case ExecutorGap::kParameterOffload:
       return str_cat("offload ", to_string(p.offload), " with ZeRO ", p.zero_stage,
                      ": the executor offloads the optimizer state of ZeRO-1, 2 and 3, not parameters (issue #7)");
-    case ExecutorGap::kHybridShardWithCp:
-      return str_cat("cp ", p.cp, " with hybrid sharding: the executor shards ZeRO-3 over dp × cp, or hybridly over dp ",
-                     "without context parallelism");
     case ExecutorGap::kTiedOverStages:
       return str_cat("tied embeddings over ", p.num_stages(),
                      " pipeline stages: the executor needs the embedding and the LM head on one stage");

@@ -12,7 +12,6 @@ namespace cpt::spec {
 enum class ExecutorGap {
   kZero3WithPipeline,   // ZeRO-3 shards whole models, not pipeline stages (as Megatron-LM and FSDP)
   kParameterOffload,    // offload other than the optimizer state of ZeRO-1/2/3
-  kHybridShardWithCp,   // hybrid sharding shards over dp only; with cp > 1 ZeRO-3 shards over dp x cp
   kTiedOverStages,      // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
 };

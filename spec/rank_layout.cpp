@@ -144,6 +144,26 @@ std::vector<int> RankLayout::dp_replicate_group(int rank) const {
   return out;
 }
 
+std::vector<int> RankLayout::zero_shard_group(int rank) const {
+  auto group = replica_group(rank);
+  if (!hybrid_shard_) return group;
+  const int node = node_of(rank);
+  std::erase_if(group, [&](int r) { return node_of(r) != node; });
+  return group;
+}
+
+std::vector<int> RankLayout::zero_replicate_group(int rank) const {
+  if (!hybrid_shard_) return {rank};
+  const auto shard = zero_shard_group(rank);
+  const auto pos = std::find(shard.begin(), shard.end(), rank) - shard.begin();
+  std::vector<int> out;
+  for (int r : replica_group(rank)) {
+    const auto other = zero_shard_group(r);
+    if (other.size() == shard.size() && other[static_cast<std::size_t>(pos)] == r) out.push_back(r);
+  }
+  return out;
+}
+
 RankLayout::DpNodeRuns RankLayout::dp_node_runs() const {
   const int stride = this->stride(Axis::kDp);
   const int d = degree(Axis::kDp);
@@ -178,6 +198,14 @@ RankLayout::DpNodeRuns RankLayout::dp_node_runs() const {
 }
 
 std::optional<std::string> RankLayout::find_hybrid_shard_error() const {
+  if (degree(Axis::kCp) > 1) {
+    for (const auto& g : groups(Axis::kCp)) {
+      if (const int nodes = nodes_spanned(g.front(), Axis::kCp); nodes > 1) {
+        return core::str_cat("hybrid_shard with cp ", degree(Axis::kCp), " needs every cp group inside one node; cp ",
+                             "group of rank ", g.front(), " spans ", nodes, " nodes");
+      }
+    }
+  }
   const DpNodeRuns runs = dp_node_runs();
   if (!runs.uneven) return std::nullopt;
   return core::str_cat("hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of rank ",

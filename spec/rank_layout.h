@@ -76,6 +76,13 @@ class RankLayout {
   [[nodiscard]] int zero_shard_group_size() const;
   // With hybrid_shard: the ranks holding the same shard on the other nodes; {rank} otherwise.
   [[nodiscard]] std::vector<int> dp_replicate_group(int rank) const;
+  // ZeRO-3's shard group of `rank`, ascending: its replica group (dp × cp), or with hybrid_shard
+  // the members of it on its node — its dp shard group times its cp group (cp groups lie inside a
+  // node under hybrid sharding: find_hybrid_shard_error). Size zero_shard_group_size().
+  [[nodiscard]] std::vector<int> zero_shard_group(int rank) const;
+  // With hybrid_shard: the members of `rank`'s replica group at its position in their own node's
+  // zero shard group (the ranks holding the same shard), ascending; {rank} otherwise.
+  [[nodiscard]] std::vector<int> zero_replicate_group(int rank) const;
   // How the dp groups lie on the nodes, in one O(world size) pass without allocation: the members
   // of a dp group are r + i·stride(dp), so their nodes are non-decreasing in i and each group is a
   // sequence of runs of members on one node.
@@ -88,7 +95,8 @@ class RankLayout {
   };
   [[nodiscard]] DpNodeRuns dp_node_runs() const;
   // Why this layout cannot shard hybridly, or std::nullopt: every dp group must split into
-  // shard groups of one size (the same number of its members on each node it touches).
+  // shard groups of one size (the same number of its members on each node it touches), and every
+  // cp group must lie inside one node (its ranks shard together).
   [[nodiscard]] std::optional<std::string> find_hybrid_shard_error() const;
 
  private:

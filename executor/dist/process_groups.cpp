@@ -51,9 +51,10 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
     const auto replicas = layout.replica_group(launch.rank);
     g.dp_cp = with_timing(make(str_cat("dp_cp/", replicas.front()), replicas), clocks.dp);
   }
-  if (layout.degree(spec::Axis::kDp) > 1 && launch.world_size > 1) {
-    const auto shard = layout.dp_shard_group(launch.rank), replicate = layout.dp_replicate_group(launch.rank);
-    if (shard.size() != layout.group_of(launch.rank, spec::Axis::kDp).size()) {
+  // Hybrid sharding: ZeRO-3 shards over the replicas on this node (dp × cp) and replicates across.
+  if (layout.hybrid_shard() && launch.world_size > 1) {
+    const auto shard = layout.zero_shard_group(launch.rank), replicate = layout.zero_replicate_group(launch.rank);
+    if (shard.size() != layout.replica_group(launch.rank).size()) {
       g.dp_shard = with_timing(make(str_cat("dp_shard/", shard.front()), shard), clocks.dp);
       g.dp_replicate = with_timing(make(str_cat("dp_replicate/", replicate.front()), replicate), clocks.dp);
     }

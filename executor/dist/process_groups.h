@@ -25,8 +25,9 @@ struct ProcessGroups {
   std::shared_ptr<CommClocks> clocks = std::make_shared<CommClocks>();
   spec::RankCoord coord;
   std::unique_ptr<Communicator> world, tp, cp, dp, pp;
-  // Hybrid sharding only (null otherwise): the dp group's members on this node (ZeRO-3 shards over
-  // them) and this rank's peers holding the same shard on the other nodes.
+  // Hybrid sharding only (null otherwise): the replicas (dp × cp) on this node, over which ZeRO-3
+  // shards (spec::RankLayout::zero_shard_group), and this rank's peers holding the same shard on
+  // the other nodes (zero_replicate_group).
   std::unique_ptr<Communicator> dp_shard, dp_replicate;
   // Context parallelism only (null otherwise): the ranks holding the same parameters, dp × cp
   // (spec::RankLayout::replica_group): gradients are summed and ZeRO shards spread over them.

@@ -122,6 +122,7 @@ class DistributedTrain : public ::testing::Test {
           std::tuple{"cp2", "tiny", "cp=2,zero=0,micro_batch=2", 2},
           std::tuple{"cp2-zero1-dp2", "tiny", "cp=2,dp=2,zero=1,offload=none,micro_batch=2", 4},
           std::tuple{"zero3-cp2", "tiny", "cp=2,zero=3,offload=none,recompute=full,micro_batch=2", 2},
+          std::tuple{"zero3-cp2-dp2", "tiny", "cp=2,dp=2,zero=3,offload=none,micro_batch=2", 4},
           std::tuple{"cp2-tp2-sp", "tiny", "cp=2,tp=2,sequence_parallel=true,micro_batch=2", 4},
           std::tuple{"cp2-pp2", "tiny", "cp=2,pp=2,schedule=1f1b,recompute=selective,micro_batch=2", 4},
           std::tuple{"pp2-tp2-sp-tiny", "tiny", "pp=2,tp=2,sequence_parallel=true,schedule=1f1b,micro_batch=2", 4}}) {
@@ -141,6 +142,14 @@ class DistributedTrain : public ::testing::Test {
     hsdp["parallel"]["hybrid_shard"] = true;
     fs::create_directories(dir_ / "hsdp-dp4");
     std::ofstream(dir_ / "hsdp-dp4/plan.json") << hsdp.dump(2);
+    // With context parallelism: cp 2 × dp 2 on nodes of 2 GPUs, each node one cp pair, so ZeRO-3
+    // shards over the cp pair and replicates over dp across the nodes.
+    auto hsdp_cp = nlohmann::json::parse(slurp(dir_ / "zero3-cp2-dp2/plan.json"));
+    hsdp_cp["cluster"]["node"]["gpus_per_node"] = 2;
+    hsdp_cp["cluster"]["num_nodes"] = 2;
+    hsdp_cp["parallel"]["hybrid_shard"] = true;
+    fs::create_directories(dir_ / "hsdp-cp2-dp2");
+    std::ofstream(dir_ / "hsdp-cp2-dp2/plan.json") << hsdp_cp.dump(2);
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
@@ -244,12 +253,13 @@ TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
 }
 
 // Context parallelism (each rank holds 2 of 4 sequence chunks, keys and values all-gathered per
-// layer): alone, with ZeRO-1 over dp × cp, with ZeRO-3 and full recomputation, with tensor and
-// sequence parallelism, with a pipeline and selective recomputation: each the single-process run.
+// layer): alone, with ZeRO-1 over dp × cp, with ZeRO-3 and full recomputation, hybrid-sharded over
+// the cp pair of each node and replicated across nodes, with tensor and sequence parallelism, with a
+// pipeline and selective recomputation: each the single-process run.
 TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
   reference("single", "o1");
   for (const auto& [layout, procs] : {std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4}, std::pair{"zero3-cp2", 2},
-                                      std::pair{"cp2-tp2-sp", 4}, std::pair{"cp2-pp2", 4}}) {
+                                      std::pair{"hsdp-cp2-dp2", 4}, std::pair{"cp2-tp2-sp", 4}, std::pair{"cp2-pp2", 4}}) {
     const auto out = std::string("o-") + layout;
     const auto r = train(layout, out, procs);
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;

@@ -97,4 +97,36 @@ TEST(RankLayout, HybridShardNeedsEvenSplits) {
 }
 
 }  // namespace
+// Hybrid sharding with context parallelism: cp 2 × dp 4 on nodes of 4 (order tp, cp, dp, pp): each
+// node holds two cp pairs of two dp ranks; ZeRO-3 shards over those four and replicates across the
+// two nodes. A cp group across nodes cannot shard hybridly.
+TEST(RankLayout, HybridShardWithContextParallelShardsOverTheNodesReplicas) {
+  ParallelConfig p;
+  p.cp = 2;
+  p.dp = 4;
+  p.zero_stage = 3;
+  p.hybrid_shard = true;
+  const RankLayout l(p, 4);
+  EXPECT_EQ(l.zero_shard_group(0), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(l.zero_shard_group(5), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(l.zero_replicate_group(1), (std::vector<int>{1, 5}));
+  EXPECT_EQ(static_cast<int>(l.zero_shard_group(0).size()), l.zero_shard_group_size());
+  EXPECT_FALSE(l.find_hybrid_shard_error());
+  for (int r = 0; r < l.world_size(); ++r) {  // shard × replicate = the replica group, every rank once
+    std::vector<int> all;
+    for (int s : l.zero_shard_group(r)) {
+      for (int x : l.zero_replicate_group(s)) all.push_back(x);
+    }
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(all, l.replica_group(r));
+  }
+  p.hybrid_shard = false;
+  EXPECT_EQ(RankLayout(p, 4).zero_shard_group(0), RankLayout(p, 4).replica_group(0));
+  EXPECT_EQ(RankLayout(p, 4).zero_replicate_group(3), std::vector<int>{3});
+  p.hybrid_shard = true;
+  p.axis_order = {Axis::kTp, Axis::kDp, Axis::kCp, Axis::kPp};  // cp outermost but pp: cp 2 of stride 4
+  EXPECT_EQ(*RankLayout(p, 4).find_hybrid_shard_error(),
+            "hybrid_shard with cp 2 needs every cp group inside one node; cp group of rank 0 spans 2 nodes");
+}
+
 }  // namespace cpt::spec
