@@ -21,7 +21,8 @@ CPT="$BUILD/bin/cpt"
 mkdir -p "$WORK" && cd "$WORK"
 export CPT_LOCAL_PROFILE="$WORK/local.json"
 [ -f local.json ] || "$CPT" calibrate --seconds 30 --out local.json >/dev/null
-[ -f local4.json ] || "$CPT" calibrate --ranks 4 --seconds 30 --out local4.json >/dev/null 2>&1
+[ -f local4.json ] || "$CPT" calibrate --ranks 4 --seconds 30 --out local4.json >/dev/null 2>calibrate4.log ||
+  { echo "fidelity: cpt calibrate --ranks 4 failed:" >&2; tail -3 calibrate4.log >&2; exit 1; }
 SRC=$(python3 -c 'import json, os; print(os.path.dirname(json.__file__))')
 [ -f tok.model ] || "$CPT" data train-tokenizer "$SRC/.." --ext .py --vocab-size 4000 --out tok >/dev/null 2>&1
 [ -d data ] || "$CPT" data prepare "$SRC/../asyncio" "$SRC/../email" --ext .py --tokenizer tok.model --out data >/dev/null 2>&1
@@ -62,8 +63,11 @@ printf '%-16s %12s %12s %8s %10s %8s %8s %8s %8s %8s\n' layout predicted_s measu
   gemm attn loss comm other
 for row in "${LAYOUTS[@]}"; do
   read -r name model gpus seq gb steps fix <<<"$row"
+  # Each rank's threads as its profile measured them (shared_cores.threads_per_device).
+  threads=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["node"].get("shared_cores", {}).get("threads_per_device", 1))' \
+    "$(profile_for "$gpus")")
   cat > "train-$name.json" <<JSON
-{"data": [{"name": "py", "path": "data"}], "steps": $steps, "seed": 1, "threads": 1, "log_interval_steps": 0}
+{"data": [{"name": "py", "path": "data"}], "steps": $steps, "seed": 1, "threads": $threads, "log_interval_steps": 0}
 JSON
   CPT_LOCAL_PROFILE="$(profile_for "$gpus")" "$CPT" plan --model "$model" --gpu local --gpus "$gpus" \
     --global-batch "$gb" --seq-len "$seq" --fix "$fix" --out "plan-$name" >/dev/null

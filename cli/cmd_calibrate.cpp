@@ -209,6 +209,13 @@ Json measure_hosts_together(int ranks, double seconds, int threads) {
   std::string pattern = (fs::temp_directory_path() / "cpt-calibrate-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) throw core::RuntimeError(str_cat("calibrate: cannot create ", pattern));
   const fs::path together(pattern);
+  struct RemoveOnExit {
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } remove_on_exit{together};
   std::vector<std::future<Json>> runs;
   for (int r = 0; r < ranks; ++r) {
     std::vector<std::string> args{"calibrate-host", "--seconds", fixed(seconds, 2), "--threads", std::to_string(threads),
@@ -226,8 +233,6 @@ Json measure_hosts_together(int ranks, double seconds, int threads) {
       if (!failed) failed = std::current_exception();
     }
   }
-  std::error_code ignored;
-  fs::remove_all(together, ignored);
   if (failed) std::rethrow_exception(failed);
   Json mean = results.front();
   for (std::size_t r = 1; r < results.size(); ++r) accumulate(mean, results[r]);
@@ -331,6 +336,7 @@ void check_gpu_measurements(const Json& host, const std::string& file) {
         const auto& row = (*v)[i];
         const Json* f = row.is_object() && row.contains(field) ? &row[field] : nullptr;
         if (f == nullptr || !f->is_number()) fail(str_cat(key, "[", i, "].", field), "a number", f);
+        if (f->get<double>() <= 0) fail(str_cat(key, "[", i, "].", field), "a number > 0", f);
       }
     }
   }
@@ -361,6 +367,19 @@ void run_cuda(const CalibrateOptions& o) {
     if (!comm.is_null() && !(comm.is_object() && comm.contains("samples") && comm["samples"].is_array())) {
       throw core::ConfigError(str_cat("--measurements: ", o.measurements,
                                       ": $.collectives: expected calibrate-comm's JSON ({\"samples\": [...]}) or null"));
+    }
+    if (!comm.is_null()) {
+      for (std::size_t i = 0; i < comm["samples"].size(); ++i) {
+        const auto& sample = comm["samples"][i];
+        const bool ok = sample.is_object() && sample.contains("op") && sample["op"].is_string() &&
+                        spec::link_call_from_string(sample["op"].get<std::string>()).has_value() && sample.contains("ranks") &&
+                        sample["ranks"].is_number_integer() && sample.contains("bytes") && sample["bytes"].is_number() &&
+                        sample.contains("seconds") && sample["seconds"].is_number() && sample["seconds"].get<double>() > 0;
+        if (!ok) {
+          throw core::ConfigError(str_cat("--measurements: ", o.measurements, ": $.collectives.samples[", i,
+                                          "]: expected {op, ranks, bytes, seconds > 0}, found ", sample.dump()));
+        }
+      }
     }
     devices = j.value("devices", host.value("cuda_devices", 1));
   } else {

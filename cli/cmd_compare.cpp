@@ -30,8 +30,9 @@ namespace {
 
 // The bf16 copies of the weights that autocast keeps alive at a CUDA rank's peak. Autocast casts
 // each fp32 weight a matmul uses once per step (its cast cache; ZeRO-3's gathered weights per use)
-// and autograd keeps the copy for backward: 2 bytes per parameter of the pipeline rank's blocks
-// (per tp rank, unsharded) and of the LM head. The embedding's lookup and the norms are not cast.
+// and autograd keeps the copy for backward: 2 bytes per parameter of the pipeline rank's blocks'
+// linear layers (per tp rank, unsharded) and of the LM head. The embedding's lookup and the norms
+// are not cast.
 // Under full recomputation the checkpointed forward casts outside the cache
 // (activation_checkpoint.cpp) and each block's copies live only through its own recomputation and
 // backward: one block's, not all of them.
@@ -43,7 +44,9 @@ double autocast_weight_copy_bytes(const spec::Plan& plan, int pp_rank) {
   const int last_stage = plan.stages.num_stages() - 1;
   const bool holds_head = plan.stages.pp_rank_of(last_stage) == pp_rank;
   const double head = holds_head ? static_cast<double>(m.tp_padded_vocab(tp)) / tp * m.hidden : 0.0;
-  return 2.0 * (blocks_alive * cost::block_params_per_tp(m.param_counts(), tp) + head);
+  const auto counts = m.param_counts();
+  const double cast_per_block = cost::block_params_per_tp(counts, tp) - static_cast<double>(counts.norms_per_layer);
+  return 2.0 * (blocks_alive * cast_per_block + head);
 }
 
 using core::str_cat;

@@ -1,6 +1,7 @@
 // cpt-exec calibrate-host | calibrate-comm: the measurements behind `cpt calibrate` (JSON on
 // stdout; calibrate-comm from rank 0 of the ranks it starts).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -29,32 +30,47 @@ std::string h_label(const torch::Device& device) { return device.is_cuda() ? "de
 // train` shares the machine): before each measurement every process waits until all have finished
 // the one before, so each runs while all the others run too (a process that started late, or
 // whose last step ran long, would otherwise measure part of its grid on a quieter machine). Each
-// writes the steps it has done to DIR/rank.R and polls the others' files (1 ms sleeps).
+// writes the steps it has done to DIR/rank.R (-1: it failed, and the others stop waiting) and
+// polls the others' files (1 ms sleeps). A process that finishes a step first sleeps until the
+// others have, so the tail of a step runs on a slightly quieter machine.
 class StepBarrier {
  public:
-  StepBarrier(std::filesystem::path dir, int rank, int ranks) : dir_(std::move(dir)), rank_(rank), ranks_(ranks) {}
+  StepBarrier(std::filesystem::path dir, int rank, int ranks, double seconds)
+      : dir_(std::move(dir)), rank_(rank), ranks_(ranks), patience_s_(std::max(300.0, 4 * seconds)) {}
   void arrive(int step) const {
     if (ranks_ <= 1) return;
-    const auto mine = dir_ / ("rank." + std::to_string(rank_));
-    core::write_file_atomic(mine, std::to_string(step));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+    core::write_file_atomic(file_of(rank_), std::to_string(step));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(patience_s_);
     for (int r = 0; r < ranks_; ++r) {
       for (;;) {
-        std::ifstream in(dir_ / ("rank." + std::to_string(r)));
-        int theirs = -1;
-        if (in >> theirs && theirs >= step) break;
+        std::ifstream in(file_of(r));
+        int theirs = -2;
+        if (in >> theirs && theirs == -1) {
+          throw core::RuntimeError(core::str_cat("calibrate-host: process ", r, " of ", ranks_, " failed"));
+        }
+        if (theirs >= step) break;
         if (std::chrono::steady_clock::now() > deadline) {
-          throw core::RuntimeError(core::str_cat("calibrate-host: rank ", r, " of ", ranks_, " did not reach step ", step,
-                                                 " within 300 s (", dir_.string(), ")"));
+          throw core::RuntimeError(core::str_cat("calibrate-host: process ", r, " of ", ranks_, " did not reach step ",
+                                                 step, " within ", patience_s_, " s (", dir_.string(), ")"));
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
   }
+  // Tells the others this process failed (they stop waiting for it).
+  void fail() const noexcept {
+    if (ranks_ <= 1) return;
+    try {
+      core::write_file_atomic(file_of(rank_), "-1");
+    } catch (...) {  // the caller is already failing; the others time out instead
+    }
+  }
 
  private:
+  [[nodiscard]] std::filesystem::path file_of(int r) const { return dir_ / ("rank." + std::to_string(r)); }
   std::filesystem::path dir_;
   int rank_, ranks_;
+  double patience_s_;
 };
 }  // namespace
 
@@ -92,15 +108,21 @@ void register_exec_calibrate_commands(CLI::App& app) {
                                             "), got ", args->together_rank));
     }
     const StepBarrier barrier(args->together_dir, args->together_rank,
-                              args->together_dir.empty() ? 1 : args->together_ranks);
-    barrier.arrive(0);
-    const auto h = exec::measure_host(
-        args->seconds,
-        [&](int done, int total) {
-          if (!args->quiet) std::cerr << "\rcalibrate: " << h_label(device) << " " << done << "/" << total << std::flush;
-          barrier.arrive(done);
-        },
-        device);
+                              args->together_dir.empty() ? 1 : args->together_ranks, args->seconds);
+    exec::HostMeasurements h;
+    try {
+      barrier.arrive(0);
+      h = exec::measure_host(
+          args->seconds,
+          [&](int done, int total) {
+            if (!args->quiet) std::cerr << "\rcalibrate: " << h_label(device) << " " << done << "/" << total << std::flush;
+            barrier.arrive(done);
+          },
+          device);
+    } catch (...) {
+      barrier.fail();
+      throw;
+    }
     if (!args->quiet) std::cerr << "\n";
     nlohmann::ordered_json gemm = nlohmann::ordered_json::array();
     for (const auto& g : h.gemm) gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"seconds", g.seconds}});

@@ -137,6 +137,7 @@ ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& s, std::spa
         grad_arrives[idx(a.stage - 1, a.microbatch)] = bwd_end[idx(a.stage, a.microbatch)] + p2p[su - 1];
       } else {
         duration[r] = compute_of(a);
+        CPT_CHECK(duration[r] >= 0, "replay_schedule_at_speeds: ", spec::to_string(a), " lasts ", duration[r], " s");
         remaining[r] = duration[r];
         computing[r] = 1;
         return true;

@@ -35,7 +35,8 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& schedule, std::span<c
 // cores: costmodel/compute_sharing.h): `speed(computing, r)` is rank r's rate, relative to the
 // durations given, while the ranks with computing[q] != 0 compute. A fluid replay: between two
 // events (a compute ending, a transfer arriving) every computing rank progresses at its rate; at
-// each event the set and the rates are renewed. With speed ≡ 1 it equals replay_schedule.
+// each event the set and the rates are renewed. With speed ≡ 1 it equals replay_schedule (for
+// schedules whose sends follow their compute, as spec::make_schedule's do).
 // REQUIRES: as replay_schedule; speed(...) > 0.
 using RankSpeed = std::function<double(std::span<const char> computing, int pp_rank)>;
 ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& schedule, std::span<const double> forward_s,

@@ -316,7 +316,8 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   if (crit.first) t.tp_comm += (x.tp_embedding_fwd + x.tp_embedding_bwd) * mm;
   if (crit.last) t.tp_comm += (x.tp_head_fwd + x.tp_head_bwd) * mm;
   t.cp_comm = (x.cp_fwd + x.cp_bwd) * (rank_layers * mm);
-  Seconds zero3_exposed = (x.z3_fwd_exposed + x.z3_bwd_exposed) * (rank_layers * mm);
+  // The blocks' exposed gathers run inside the stage durations the replay ran at the rank's speed.
+  Seconds zero3_exposed = (x.z3_fwd_exposed + x.z3_bwd_exposed) * (rank_layers * mm) * crit.compute_scale;
   if (o.dispatch == KernelDispatch::kEager && p.zero_stage == 3 && x.n_shard > 1) {
     // cpt's executor gathers the root unit (embedding, final norm, LM head: what the rank holds
     // outside its blocks) before each microbatch's forward and reduce-scatters its gradients after
@@ -337,7 +338,6 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   t.recompute = t.recompute * crit.compute_scale;
   t.tp_comm = t.tp_comm * crit.compute_scale;
   t.cp_comm = t.cp_comm * crit.compute_scale;
-  zero3_exposed = zero3_exposed * crit.compute_scale;
   t.pp_comm = crit.pp_comm;
   t.pp_bubble = crit.pp_bubble;
 
@@ -379,7 +379,8 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
           ? overlappable * std::min(1.0, static_cast<double>(o.bucket_elements) * grad_b / static_cast<double>(grad_bytes.value()))
           : Seconds(0);
   const Seconds hidden =
-      o.overlap_dp_with_backward ? std::min(overlappable - bucket_time, Seconds(crit.backward_s)) : Seconds(0);
+      o.overlap_dp_with_backward ? std::min(overlappable - bucket_time, Seconds(crit.backward_s * crit.compute_scale))
+                                 : Seconds(0);
   // ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every microbatch's backward
   // (DeepSpeed's micro-step reduction), not once per step; ZeRO 0/1 accumulate full gradients.
   // cpt's executor under a pipeline schedule accumulates whole gradients like ZeRO-1, so reduces once.
@@ -560,7 +561,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     crit.backward_s += bwd[static_cast<std::size_t>(s)];
   }
   crit.params = params_of_pp_rank(model, p, stages, crit.rank);
-  crit.pp_comm = with_p2p.makespan - without_p2p.makespan;
+  crit.pp_comm = std::max(Seconds(0), with_p2p.makespan - without_p2p.makespan);
   const auto cr = static_cast<std::size_t>(crit.rank);
   crit.pp_bubble = std::max(Seconds(0), without_p2p.makespan - without_p2p.busy[cr]);
   if (without_p2p.work[cr] > Seconds(0)) crit.compute_scale = without_p2p.busy[cr] / without_p2p.work[cr];

@@ -20,12 +20,14 @@ namespace cpt::exec {
 namespace {
 
 // Whether the launcher gave this task a GPU of its own: Slurm's per-task binding (srun
-// --gpus-per-task=1, or a wrapper setting CUDA_VISIBLE_DEVICES per task) leaves each task one visible
-// device, which it addresses as device 0 whatever its local rank.
+// --gpus-per-task=1, which sets SLURM_GPUS_PER_TASK=1) leaves each task one visible device, which
+// it addresses as device 0 whatever its local rank. One visible device without that binding may be
+// one GPU shared by every task of the node (--gres=gpu:1): not a binding.
 bool launcher_bound_one_gpu_per_task() {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const char* slurm_task = std::getenv("SLURM_LOCALID");
-  if (visible == nullptr || slurm_task == nullptr) return false;
+  const char* per_task = std::getenv("SLURM_GPUS_PER_TASK");
+  if (visible == nullptr || slurm_task == nullptr || per_task == nullptr || std::string(per_task) != "1") return false;
   const std::string v(visible);
   return !v.empty() && v.find(',') == std::string::npos;
 }

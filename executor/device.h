@@ -20,7 +20,8 @@ void check_device(const std::string& want, int local_ranks);
 
 // The CUDA device local rank `local_rank` of `local_ranks` takes among `visible` devices: its own
 // index where every local rank has a device; device 0 where the launcher bound one GPU to each task
-// (`bound_per_task`: Slurm's per-task binding leaves each task one visible device). ConfigError
+// (`bound_per_task`: Slurm's per-task binding, srun --gpus-per-task=1, leaves each task one visible
+// device). ConfigError
 // otherwise, naming how many ranks need devices and how many are visible.
 int cuda_device_index(int visible, int local_rank, int local_ranks, bool bound_per_task);
 

@@ -144,7 +144,7 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
   const double activations =
       nlohmann::json::parse(bf16.out)["memory_GiB"]["activations"].get<double>() * 1024 * 1024 * 1024;
-  const double block = 2 * 64.0 * 64 + 2 * 64.0 * 32 + 3 * 64.0 * 176 + 2 * 64;  // q, o; k, v; gate, up, down; norms
+  const double block = 2 * 64.0 * 64 + 2 * 64.0 * 32 + 3 * 64.0 * 176;  // q, o; k, v; gate, up, down (norms stay fp32)
   const double copies = 2.0 * (2 * block + 512.0 * 64);
   EXPECT_NEAR(gpu_fields["activation_peak_bytes"]["predicted"].get<double>(), activations + copies, 2.0);
   EXPECT_FALSE(fields.contains("activation_peak_bytes"));  // not on the CPU
@@ -176,6 +176,23 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_EQ(sh(cpt + " run --model tiny --gpus 2 --config " + d + "/train.json --global-batch 8 --seq-len 64", dir)
                 .exit_code,
             2);  // neither --gpu nor --cpu
+  fs::remove_all(dir);
+}
+
+// The host probes of several processes run in step; one that fails marks its file, and the others
+// stop waiting at once (exit 3, one line) instead of timing out.
+TEST(Calibrate, AProbeProcessThatFailedReleasesTheOthers) {
+  const auto dir = fs::temp_directory_path() / ("cpt-calibrate-together-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "rank.1") << "-1";
+  const auto exec = (fs::path(CPT_BINARY).parent_path() / "cpt-exec").string();
+  const auto r = sh("timeout 60 " + exec + " calibrate-host --seconds 1 --quiet --together-dir " + dir.string() +
+                        " --together-rank 0 --together-ranks 2",
+                    dir);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("calibrate-host: process 1 of 2 failed"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   fs::remove_all(dir);
 }
 
