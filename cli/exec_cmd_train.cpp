@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "executor/device.h"
 #include "executor/dist/local_launcher.h"
+#include "executor/train/run_inputs.h"
 #include "executor/train/trainer.h"
 #include "spec/plan.h"
 
@@ -58,9 +59,13 @@ void register_exec_train_command(CLI::App& app) {
       if (!args->device.empty()) a.insert(a.end(), {"--device", args->device});
       if (args->profile_step >= 0) a.insert(a.end(), {"--profile-step", std::to_string(args->profile_step)});
       // Bad input is reported once, here, not by every rank.
-      (void)spec::load_plan(args->plan);
+      const auto plan = spec::load_plan(args->plan);
       const auto config = exec::load_train_config(args->config);
       exec::check_device(args->device.empty() ? config.device : args->device, args->launch.nproc_per_node);
+      // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
+      // the model's vocabulary) here, once; the ranks find them in OUT and reuse them. (Several
+      // nodes may share OUT's file system: their launchers must not prepare it at once.)
+      if (args->launch.nnodes == 1) (void)exec::prepare_run_inputs(config, plan.model, args->out);
       const int code = exec::run_local_ranks(a, args->launch);
       if (code != 0) throw ExitWith{code};
       return;

@@ -520,6 +520,24 @@ TEST_F(DistributedTrain, CudaRanksWithoutDevicesFailAtOnceInOneLine) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // said once, by the launcher
 }
 
+// Data that does not fit the model is reported once, by the launcher, before any rank starts (not
+// by rank 0 and then by every other rank as a failed barrier).
+TEST_F(DistributedTrain, DataThatDoesNotFitTheModelIsOneLineFromTheLauncher) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "tiny256.json") << R"({"name": "tiny256", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+    "ffn_hidden": 176, "vocab": 256, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+    "tied_embeddings": false, "max_seq_len": 128})";
+  ASSERT_EQ(sh(cpt() + " plan --model " + d + "/tiny256.json --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 " +
+                   "--fix dp=2,zero=0,micro_batch=2 --out " + d + "/dp2-v256",
+               dir_)
+                .exit_code,
+            0);
+  const auto r = train("dp2-v256", "o-v256", 2);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("tokenized with a 512-token vocabulary, but model tiny256 has 256"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 TEST_F(DistributedTrain, AMissingPeerEndsInATimeoutNotAHang) {
   const auto d = dir_.string();
   std::ofstream(dir_ / "timeout.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2,
