@@ -174,7 +174,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
       return;
     }
     const auto launch = exec::launch_info_from_env();
-    const auto device = exec::pick_device(args->device, launch.local_rank, launch.local_world_size);
+    const auto device = exec::pick_device(args->device, launch.local_rank, launch.local_world_size, launch.gpu_bound_per_task);
     // Ranks on one host share its cores.
     at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / launch.local_world_size));
     const auto timeout = std::chrono::seconds(120);

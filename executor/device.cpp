@@ -3,7 +3,6 @@
 #include <ATen/autocast_mode.h>
 #include <sys/resource.h>
 
-#include <cstdlib>
 #include <fstream>
 
 #ifdef CPT_EXECUTOR_CUDA
@@ -19,22 +18,9 @@ namespace cpt::exec {
 
 namespace {
 
-// Whether the launcher gave this task a GPU of its own: Slurm's per-task binding (srun
-// --gpus-per-task=1, which sets SLURM_GPUS_PER_TASK=1) leaves each task one visible device, which
-// it addresses as device 0 whatever its local rank. One visible device without that binding may be
-// one GPU shared by every task of the node (--gres=gpu:1): not a binding.
-bool launcher_bound_one_gpu_per_task() {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  const char* slurm_task = std::getenv("SLURM_LOCALID");
-  const char* per_task = std::getenv("SLURM_GPUS_PER_TASK");
-  if (visible == nullptr || slurm_task == nullptr || per_task == nullptr || std::string(per_task) != "1") return false;
-  const std::string v(visible);
-  return !v.empty() && v.find(',') == std::string::npos;
-}
-
-torch::Device cuda_device_of_local_rank(int local_rank, int local_ranks) {
+torch::Device cuda_device_of_local_rank(int local_rank, int local_ranks, bool bound_per_task) {
   const auto visible = static_cast<int>(torch::cuda::device_count());
-  const int index = cuda_device_index(visible, local_rank, local_ranks, launcher_bound_one_gpu_per_task());
+  const int index = cuda_device_index(visible, local_rank, local_ranks, bound_per_task);
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 #ifdef CPT_EXECUTOR_CUDA
   c10::cuda::set_device(device.index());
@@ -51,27 +37,27 @@ int cuda_device_index(int visible, int local_rank, int local_ranks, bool bound_p
                                         visible, " visible"));
 }
 
-void check_device(const std::string& want, int local_ranks) {
+void check_device(const std::string& want, int local_ranks, bool bound_per_task) {
   if (want == "cuda") {
     if (!torch::cuda::is_available()) throw core::ConfigError("device \"cuda\": no CUDA device is visible (or this LibTorch has no CUDA)");
-    (void)cuda_device_index(static_cast<int>(torch::cuda::device_count()), 0, local_ranks, launcher_bound_one_gpu_per_task());
+    (void)cuda_device_index(static_cast<int>(torch::cuda::device_count()), 0, local_ranks, bound_per_task);
   } else if (want != "cpu" && want != "auto") {
     throw core::ConfigError(core::str_cat("device: expected auto, cpu or cuda, got \"", want, "\""));
   }
 }
 
-torch::Device pick_device(const std::string& want, int local_rank, int local_ranks) {
+torch::Device pick_device(const std::string& want, int local_rank, int local_ranks, bool bound_per_task) {
   const bool cuda = torch::cuda::is_available();
   if (want == "cpu") return torch::kCPU;
   if (want == "cuda") {
     if (!cuda) throw core::ConfigError("device \"cuda\": no CUDA device is visible (or this LibTorch has no CUDA)");
-    return cuda_device_of_local_rank(local_rank, local_ranks);
+    return cuda_device_of_local_rank(local_rank, local_ranks, bound_per_task);
   }
   if (want != "auto") throw core::ConfigError(core::str_cat("device: expected auto, cpu or cuda, got \"", want, "\""));
   // "auto" takes the GPUs only where every local rank gets its own (NCCL needs one per rank).
   const bool enough = cuda && (static_cast<int>(torch::cuda::device_count()) >= local_ranks ||
-                               (launcher_bound_one_gpu_per_task() && torch::cuda::device_count() == 1));
-  return enough ? cuda_device_of_local_rank(local_rank, local_ranks) : torch::Device(torch::kCPU);
+                               (bound_per_task && torch::cuda::device_count() == 1));
+  return enough ? cuda_device_of_local_rank(local_rank, local_ranks, bound_per_task) : torch::Device(torch::kCPU);
 }
 
 AutocastGuard::AutocastGuard(const torch::Device& device) {

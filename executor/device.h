@@ -12,16 +12,15 @@ namespace cpt::exec {
 // On CUDA, local rank r of `local_ranks` on this host takes device cuda_device_index(...) and makes
 // it current (ConfigError when fewer devices are visible than local ranks and the launcher did not
 // bind one per task: NCCL needs one per rank; "auto" then takes the CPU).
-torch::Device pick_device(const std::string& want, int local_rank = 0, int local_ranks = 1);
+torch::Device pick_device(const std::string& want, int local_rank = 0, int local_ranks = 1, bool bound_per_task = false);
 
 // pick_device's ConfigErrors for `local_ranks` ranks on this host, without touching a device: the
 // launcher checks once what each rank it starts would otherwise report by itself.
-void check_device(const std::string& want, int local_ranks);
+void check_device(const std::string& want, int local_ranks, bool bound_per_task = false);
 
 // The CUDA device local rank `local_rank` of `local_ranks` takes among `visible` devices: its own
 // index where every local rank has a device; device 0 where the launcher bound one GPU to each task
-// (`bound_per_task`: Slurm's per-task binding, srun --gpus-per-task=1, leaves each task one visible
-// device). ConfigError
+// (`bound_per_task`: LaunchInfo::gpu_bound_per_task, Slurm's srun --gpus-per-task=1). ConfigError
 // otherwise, naming how many ranks need devices and how many are visible.
 int cuda_device_index(int visible, int local_rank, int local_ranks, bool bound_per_task);
 

@@ -12,8 +12,8 @@ BUILD="${1:-build}"
 TARGETS=(cpt cpt-exec cpt_bench_train_step cpt_tests_executor)
 [ -f "$BUILD/build.ninja" ] || { echo "pack: $BUILD is not a configured build directory (run make build first)" >&2; exit 2; }
 # Never a stale pack: bring the four binaries up to date with the working tree first.
-cmake --build "$BUILD" --target "${TARGETS[@]}" >/dev/null ||
-  { echo "pack: building ${TARGETS[*]} in $BUILD failed" >&2; exit 2; }
+cmake --build "$BUILD" --target "${TARGETS[@]}" >"$BUILD/pack-build.log" 2>&1 ||
+  { echo "pack: building ${TARGETS[*]} in $BUILD failed:" >&2; tail -20 "$BUILD/pack-build.log" >&2; exit 2; }
 rm -rf .device && mkdir -p .device/bin .device/lib
 for b in "${TARGETS[@]}"; do
   cp "$BUILD/bin/$b" .device/bin/

@@ -1,6 +1,7 @@
 #include "executor/dist/launch_info.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -47,6 +48,10 @@ LaunchInfo launch_info_from_env() {
   if (const char* a = env("MASTER_ADDR")) l.master_addr = a;
   if (const char* i = env("GLOO_SOCKET_IFNAME")) l.gloo_socket_ifname = i;
   l.master_port = int_env("MASTER_PORT", nullptr, 0);
+  const char* visible = env("CUDA_VISIBLE_DEVICES");
+  const char* per_task = env("SLURM_GPUS_PER_TASK");
+  l.gpu_bound_per_task = env("SLURM_LOCALID") != nullptr && per_task != nullptr && std::string(per_task) == "1" &&
+                         visible != nullptr && std::string(visible).find(',') == std::string::npos;
   if (l.distributed() && (env("MASTER_ADDR") == nullptr || l.master_port == 0)) {
     throw core::ConfigError(core::str_cat("environment: WORLD_SIZE ", l.world_size,
                                           " needs MASTER_ADDR and MASTER_PORT (the rendezvous of rank 0)"));

@@ -3,8 +3,9 @@
 // launcher (`cpt train --nproc-per-node N`) and torchrun set RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT; under Slurm (srun) SLURM_PROCID,
 // SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID stand in for the first four (MASTER_ADDR/PORT must
-// still be exported, as for torchrun), and GLOO_SOCKET_IFNAME. This is the only place the executor
-// reads the environment.
+// still be exported, as for torchrun), GLOO_SOCKET_IFNAME, and Slurm's GPU binding
+// (SLURM_GPUS_PER_TASK, CUDA_VISIBLE_DEVICES). This is the only place the executor reads the
+// environment.
 #include <string>
 
 namespace cpt::exec {
@@ -20,6 +21,10 @@ struct LaunchInfo {
   // GLOO_SOCKET_IFNAME (as in PyTorch): the network interface Gloo uses; empty: the address the
   // host name resolves to, or loopback.
   std::string gloo_socket_ifname;
+  // Slurm bound one GPU to this task (srun --gpus-per-task=1: SLURM_GPUS_PER_TASK=1, and
+  // CUDA_VISIBLE_DEVICES names one device): it is device 0 whatever the local rank. One visible
+  // device without that binding may be one GPU every task of the node shares: not a binding.
+  bool gpu_bound_per_task = false;
   [[nodiscard]] bool distributed() const { return world_size > 1; }
 };
 

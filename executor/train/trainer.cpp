@@ -177,7 +177,8 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   if (launch.distributed()) core::set_log_prefix(str_cat("r", launch.rank), rank0);
   const spec::RankLayout layout(par, plan.cluster.node.gpus_per_node);
   // The device first: on CUDA each local rank takes its own, which NCCL's groups are then made on.
-  const auto device = pick_device(options.device.value_or(config.device), launch.local_rank, launch.local_world_size);
+  const auto device = pick_device(options.device.value_or(config.device), launch.local_rank, launch.local_world_size,
+                                  launch.gpu_bound_per_task);
   const auto groups =
       make_process_groups(layout, launch, std::chrono::seconds(config.collective_timeout_s), device.is_cuda());
   if (config.threads > 0) {
