@@ -1,6 +1,6 @@
 #pragma once
-// A Communicator that counts the seconds its caller spends blocked in it (inside wait() and
-// barrier()): the exposed communication time of a group, which the trainer reports per step in
+// A Communicator that counts the seconds its caller spends blocked in it (starting an operation,
+// inside wait() and barrier()): the exposed communication time of a group, which the trainer reports per step in
 // measured.json beside the cost model's tp_comm / dp_comm / pp_comm + pp_bubble. Work that
 // overlaps computation (an asynchronous bucket all-reduce) only counts for the part still running
 // when it is waited for. It also counts the operations started (measured.json's *_calls).

@@ -13,6 +13,7 @@
 #include "core/error.h"
 
 #include "executor/dist/c10d_communicator.h"
+#include "executor/dist/timed_communicator.h"
 
 namespace cpt::exec {
 namespace {
@@ -119,6 +120,32 @@ TEST(C10dCommunicator, AnOperationRefusedWhenPostedIsARuntimeErrorNamingIt) {
         << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
+}
+
+// A group whose operations block their caller for a while when started (as Gloo's reduce-scatter
+// does for part of its work) and whose wait() blocks too.
+class SlowToStart : public Recording {
+ public:
+  explicit SlowToStart(std::vector<std::string>& log) : Recording("slow", 0, 2, log) {}
+  std::unique_ptr<CommHandle> reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return Recording::reduce_scatter_sum(in, out);
+  }
+};
+
+// The time a caller spends blocked in a group counts both starting an operation and waiting for it.
+TEST(TimedCommunicator, CountsTheTimeAnOperationBlocksItsStartAndItsWait) {
+  std::vector<std::string> log;
+  CommClock clock;
+  auto timed = with_timing(std::make_unique<SlowToStart>(log), clock);
+  auto in = torch::ones({4});
+  auto out = torch::empty({2});
+  auto handle = timed->reduce_scatter_sum(in, out);
+  EXPECT_GE(clock.seconds, 0.029);  // before the wait: the start alone
+  EXPECT_EQ(clock.calls, 1);
+  handle->wait();
+  EXPECT_LT(clock.seconds, 1.0);
+  EXPECT_EQ(log, std::vector<std::string>{"slow:reduce_scatter"});
 }
 
 }  // namespace
