@@ -8,19 +8,53 @@ namespace cpt::cost {
 
 using K = spec::ActionKind;
 
+namespace {
+
+constexpr double kUnknown = -1.0;
+
+// What both replays track per (stage, microbatch): when its input activation and its output
+// gradient arrive (kUnknown until sent) and when its forward and backward end.
+struct Transfers {
+  Transfers(const spec::PipelineSchedule& s, std::span<const double> fwd, std::span<const double> bwd,
+            std::span<const double> p2p)
+      : m(s.num_microbatches),
+        act_arrives(static_cast<std::size_t>(s.num_stages() * m), kUnknown),
+        grad_arrives(act_arrives),
+        fwd_end(static_cast<std::size_t>(s.num_stages() * m), 0.0),
+        bwd_end(fwd_end) {
+    const int stages = s.num_stages();
+    CPT_CHECK(static_cast<int>(fwd.size()) == stages && static_cast<int>(bwd.size()) == stages &&
+                  static_cast<int>(p2p.size()) == stages,
+              "durations for ", fwd.size(), "/", bwd.size(), "/", p2p.size(), " stages, schedule has ", stages);
+  }
+  [[nodiscard]] std::size_t idx(int stage, int mb) const { return static_cast<std::size_t>(stage * m + mb); }
+  int m;
+  std::vector<double> act_arrives, grad_arrives;  // input / output gradient of (stage, mb)
+  std::vector<double> fwd_end, bwd_end;
+};
+
+ReplayResult result_of(const std::vector<double>& busy, const std::vector<double>& work, const std::vector<double>& finish) {
+  ReplayResult out;
+  for (std::size_t r = 0; r < busy.size(); ++r) {
+    out.busy.emplace_back(busy[r]);
+    out.work.emplace_back(work[r]);
+    out.finish.emplace_back(finish[r]);
+    out.makespan = std::max(out.makespan, core::Seconds(finish[r]));
+  }
+  return out;
+}
+
+}  // namespace
+
 ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const double> fwd, std::span<const double> bwd,
                              std::span<const double> p2p, std::span<const double> wgrad) {
   const int stages = s.num_stages();
-  const int m = s.num_microbatches;
-  CPT_CHECK(static_cast<int>(fwd.size()) == stages && static_cast<int>(bwd.size()) == stages &&
-                static_cast<int>(p2p.size()) == stages,
-            "durations for ", fwd.size(), "/", bwd.size(), "/", p2p.size(), " stages, schedule has ", stages);
-  const auto idx = [m](int stage, int mb) { return static_cast<std::size_t>(stage * m + mb); };
-  constexpr double kUnknown = -1.0;
-  std::vector<double> act_arrives(static_cast<std::size_t>(stages * m), kUnknown);   // input of (s, mb)
-  std::vector<double> grad_arrives(static_cast<std::size_t>(stages * m), kUnknown);  // output grad of (s, mb)
-  std::vector<double> fwd_end(static_cast<std::size_t>(stages * m), 0.0);
-  std::vector<double> bwd_end(static_cast<std::size_t>(stages * m), 0.0);
+  Transfers x(s, fwd, bwd, p2p);
+  const auto idx = [&x](int stage, int mb) { return x.idx(stage, mb); };
+  auto& act_arrives = x.act_arrives;
+  auto& grad_arrives = x.grad_arrives;
+  auto& fwd_end = x.fwd_end;
+  auto& bwd_end = x.bwd_end;
 
   const auto pp = static_cast<std::size_t>(s.pp);
   std::vector<std::size_t> next(pp, 0);
@@ -71,30 +105,19 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const do
     }
     CPT_CHECK(progress, "schedule deadlocks; run find_schedule_error first");
   }
-  ReplayResult out;
-  for (std::size_t r = 0; r < pp; ++r) {
-    out.busy.emplace_back(busy[r]);
-    out.work.emplace_back(busy[r]);
-    out.finish.emplace_back(clock[r]);
-    out.makespan = std::max(out.makespan, core::Seconds(clock[r]));
-  }
-  return out;
+  return result_of(busy, busy, clock);
 }
 
 ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& s, std::span<const double> fwd,
                                        std::span<const double> bwd, std::span<const double> p2p,
                                        std::span<const double> wgrad, const RankSpeed& speed) {
   const int stages = s.num_stages();
-  const int m = s.num_microbatches;
-  CPT_CHECK(static_cast<int>(fwd.size()) == stages && static_cast<int>(bwd.size()) == stages &&
-                static_cast<int>(p2p.size()) == stages,
-            "durations for ", fwd.size(), "/", bwd.size(), "/", p2p.size(), " stages, schedule has ", stages);
-  const auto idx = [m](int stage, int mb) { return static_cast<std::size_t>(stage * m + mb); };
-  constexpr double kUnknown = -1.0;
-  std::vector<double> act_arrives(static_cast<std::size_t>(stages * m), kUnknown);
-  std::vector<double> grad_arrives(static_cast<std::size_t>(stages * m), kUnknown);
-  std::vector<double> fwd_end(static_cast<std::size_t>(stages * m), 0.0);
-  std::vector<double> bwd_end(static_cast<std::size_t>(stages * m), 0.0);
+  Transfers x(s, fwd, bwd, p2p);
+  const auto idx = [&x](int stage, int mb) { return x.idx(stage, mb); };
+  auto& act_arrives = x.act_arrives;
+  auto& grad_arrives = x.grad_arrives;
+  auto& fwd_end = x.fwd_end;
+  auto& bwd_end = x.bwd_end;
 
   const auto pp = static_cast<std::size_t>(s.pp);
   std::vector<std::size_t> next(pp, 0);
@@ -185,14 +208,7 @@ ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& s, std::spa
   for (std::size_t r = 0; r < pp; ++r) {
     CPT_CHECK(next[r] == s.per_rank[r].size(), "schedule deadlocks; run find_schedule_error first");
   }
-  ReplayResult out;
-  for (std::size_t r = 0; r < pp; ++r) {
-    out.busy.emplace_back(busy[r]);
-    out.work.emplace_back(work[r]);
-    out.finish.emplace_back(finish[r]);
-    out.makespan = std::max(out.makespan, core::Seconds(finish[r]));
-  }
-  return out;
+  return result_of(busy, work, finish);
 }
 
 double bubble_fill(double f, double b, double w, bool zero_bubble) {
