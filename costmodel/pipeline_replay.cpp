@@ -1,6 +1,7 @@
 #include "costmodel/pipeline_replay.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/check.h"
 
@@ -12,25 +13,66 @@ namespace {
 
 constexpr double kUnknown = -1.0;
 
-// What both replays track per (stage, microbatch): when its input activation and its output
-// gradient arrive (kUnknown until sent) and when its forward and backward end.
-struct Transfers {
-  Transfers(const spec::PipelineSchedule& s, std::span<const double> fwd, std::span<const double> bwd,
-            std::span<const double> p2p)
-      : m(s.num_microbatches),
-        act_arrives(static_cast<std::size_t>(s.num_stages() * m), kUnknown),
-        grad_arrives(act_arrives),
-        fwd_end(static_cast<std::size_t>(s.num_stages() * m), 0.0),
-        bwd_end(fwd_end) {
+// What an action means to both replays, per (stage, microbatch): how long a compute action takes,
+// when a receive's data arrives (kUnknown until it is sent), and that a send's data arrives
+// `p2p_after` after the compute that produced it ends.
+class ActionTimes {
+ public:
+  ActionTimes(const spec::PipelineSchedule& s, std::span<const double> fwd, std::span<const double> bwd,
+              std::span<const double> p2p, std::span<const double> wgrad)
+      : m_(s.num_microbatches), fwd_(fwd), bwd_(bwd), p2p_(p2p), wgrad_(wgrad),
+        act_arrives_(static_cast<std::size_t>(s.num_stages() * m_), kUnknown), grad_arrives_(act_arrives_),
+        fwd_end_(static_cast<std::size_t>(s.num_stages() * m_), 0.0), bwd_end_(fwd_end_) {
     const int stages = s.num_stages();
     CPT_CHECK(static_cast<int>(fwd.size()) == stages && static_cast<int>(bwd.size()) == stages &&
                   static_cast<int>(p2p.size()) == stages,
               "durations for ", fwd.size(), "/", bwd.size(), "/", p2p.size(), " stages, schedule has ", stages);
   }
-  [[nodiscard]] std::size_t idx(int stage, int mb) const { return static_cast<std::size_t>(stage * m + mb); }
-  int m;
-  std::vector<double> act_arrives, grad_arrives;  // input / output gradient of (stage, mb)
-  std::vector<double> fwd_end, bwd_end;
+
+  // Seconds of a compute action (forward, backward, or a split backward's I or W part); nullopt
+  // for the others.
+  [[nodiscard]] std::optional<double> compute_seconds(const spec::Action& a) const {
+    const auto su = static_cast<std::size_t>(a.stage);
+    switch (a.kind) {
+      case K::kForward: return fwd_[su];
+      case K::kBackward: return bwd_[su];
+      case K::kBackwardInput:
+      case K::kBackwardWeight:
+        CPT_CHECK(wgrad_.size() == fwd_.size(), "split backward ", spec::to_string(a),
+                  " needs weight-gradient durations for ", fwd_.size(), " stages, got ", wgrad_.size());
+        return a.kind == K::kBackwardInput ? bwd_[su] - wgrad_[su] : wgrad_[su];
+      default: return std::nullopt;
+    }
+  }
+  [[nodiscard]] static bool is_receive(const spec::Action& a) {
+    return a.kind == K::kRecvActivation || a.kind == K::kRecvGrad;
+  }
+  // When a receive's data arrives; kUnknown until its sender has sent it.
+  [[nodiscard]] double arrival(const spec::Action& recv) const {
+    return (recv.kind == K::kRecvActivation ? act_arrives_ : grad_arrives_)[idx(recv.stage, recv.microbatch)];
+  }
+  // A send action: its data arrives at the neighbouring stage after the transfer.
+  void send(const spec::Action& a) {
+    const auto su = static_cast<std::size_t>(a.stage);
+    if (a.kind == K::kSendActivation) {
+      act_arrives_[idx(a.stage + 1, a.microbatch)] = fwd_end_[idx(a.stage, a.microbatch)] + p2p_[su];
+    } else if (a.kind == K::kSendGrad) {
+      grad_arrives_[idx(a.stage - 1, a.microbatch)] = bwd_end_[idx(a.stage, a.microbatch)] + p2p_[su - 1];
+    }
+  }
+  // A compute action ended at `t` (a backward's, or a split backward's I part's, end is when its
+  // input gradient can be sent).
+  void compute_ended(const spec::Action& a, double t) {
+    if (a.kind == K::kForward) fwd_end_[idx(a.stage, a.microbatch)] = t;
+    if (a.kind == K::kBackward || a.kind == K::kBackwardInput) bwd_end_[idx(a.stage, a.microbatch)] = t;
+  }
+
+ private:
+  [[nodiscard]] std::size_t idx(int stage, int mb) const { return static_cast<std::size_t>(stage * m_ + mb); }
+  int m_;
+  std::span<const double> fwd_, bwd_, p2p_, wgrad_;
+  std::vector<double> act_arrives_, grad_arrives_;  // input / output gradient of (stage, mb)
+  std::vector<double> fwd_end_, bwd_end_;
 };
 
 ReplayResult result_of(const std::vector<double>& busy, const std::vector<double>& work, const std::vector<double>& finish) {
@@ -48,14 +90,7 @@ ReplayResult result_of(const std::vector<double>& busy, const std::vector<double
 
 ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const double> fwd, std::span<const double> bwd,
                              std::span<const double> p2p, std::span<const double> wgrad) {
-  const int stages = s.num_stages();
-  Transfers x(s, fwd, bwd, p2p);
-  const auto idx = [&x](int stage, int mb) { return x.idx(stage, mb); };
-  auto& act_arrives = x.act_arrives;
-  auto& grad_arrives = x.grad_arrives;
-  auto& fwd_end = x.fwd_end;
-  auto& bwd_end = x.bwd_end;
-
+  ActionTimes times(s, fwd, bwd, p2p, wgrad);
   const auto pp = static_cast<std::size_t>(s.pp);
   std::vector<std::size_t> next(pp, 0);
   std::vector<double> clock(pp, 0.0);
@@ -68,35 +103,17 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const do
       const auto& list = s.per_rank[r];
       while (next[r] < list.size()) {
         const auto& a = list[next[r]];
-        const auto su = static_cast<std::size_t>(a.stage);
         double& t = clock[r];
-        if (a.kind == K::kRecvActivation) {
-          const double at = act_arrives[idx(a.stage, a.microbatch)];
+        if (ActionTimes::is_receive(a)) {
+          const double at = times.arrival(a);
           if (at == kUnknown) break;
           t = std::max(t, at);
-        } else if (a.kind == K::kRecvGrad) {
-          const double at = grad_arrives[idx(a.stage, a.microbatch)];
-          if (at == kUnknown) break;
-          t = std::max(t, at);
-        } else if (a.kind == K::kForward) {
-          t += fwd[su];
-          busy[r] += fwd[su];
-          fwd_end[idx(a.stage, a.microbatch)] = t;
-        } else if (a.kind == K::kBackward) {
-          t += bwd[su];
-          busy[r] += bwd[su];
-          bwd_end[idx(a.stage, a.microbatch)] = t;
-        } else if (a.kind == K::kBackwardInput || a.kind == K::kBackwardWeight) {
-          CPT_CHECK(static_cast<int>(wgrad.size()) == stages, "split backward ", spec::to_string(a),
-                    " needs weight-gradient durations for ", stages, " stages, got ", wgrad.size());
-          const double d = a.kind == K::kBackwardInput ? bwd[su] - wgrad[su] : wgrad[su];
-          t += d;
-          busy[r] += d;
-          if (a.kind == K::kBackwardInput) bwd_end[idx(a.stage, a.microbatch)] = t;
-        } else if (a.kind == K::kSendActivation) {
-          act_arrives[idx(a.stage + 1, a.microbatch)] = fwd_end[idx(a.stage, a.microbatch)] + p2p[su];
-        } else if (a.kind == K::kSendGrad) {
-          grad_arrives[idx(a.stage - 1, a.microbatch)] = bwd_end[idx(a.stage, a.microbatch)] + p2p[su - 1];
+        } else if (const auto d = times.compute_seconds(a)) {
+          t += *d;
+          busy[r] += *d;
+          times.compute_ended(a, t);
+        } else {
+          times.send(a);
         }
         ++next[r];
         --remaining;
@@ -111,33 +128,13 @@ ReplayResult replay_schedule(const spec::PipelineSchedule& s, std::span<const do
 ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& s, std::span<const double> fwd,
                                        std::span<const double> bwd, std::span<const double> p2p,
                                        std::span<const double> wgrad, const RankSpeed& speed) {
-  const int stages = s.num_stages();
-  Transfers x(s, fwd, bwd, p2p);
-  const auto idx = [&x](int stage, int mb) { return x.idx(stage, mb); };
-  auto& act_arrives = x.act_arrives;
-  auto& grad_arrives = x.grad_arrives;
-  auto& fwd_end = x.fwd_end;
-  auto& bwd_end = x.bwd_end;
-
+  ActionTimes times(s, fwd, bwd, p2p, wgrad);
   const auto pp = static_cast<std::size_t>(s.pp);
   std::vector<std::size_t> next(pp, 0);
   std::vector<char> computing(pp, 0);
   std::vector<double> remaining(pp, 0.0), duration(pp, 0.0), wake(pp, kUnknown), rate(pp, 0.0);
   std::vector<double> busy(pp, 0.0), work(pp, 0.0), finish(pp, 0.0);
   double now = 0;
-  const auto compute_of = [&](const spec::Action& a) -> double {
-    const auto su = static_cast<std::size_t>(a.stage);
-    switch (a.kind) {
-      case K::kForward: return fwd[su];
-      case K::kBackward: return bwd[su];
-      case K::kBackwardInput:
-      case K::kBackwardWeight:
-        CPT_CHECK(static_cast<int>(wgrad.size()) == stages, "split backward ", spec::to_string(a),
-                  " needs weight-gradient durations for ", stages, " stages, got ", wgrad.size());
-        return a.kind == K::kBackwardInput ? bwd[su] - wgrad[su] : wgrad[su];
-      default: return -1.0;  // not a compute action
-    }
-  };
   // Runs rank r's non-compute actions at `now` until it starts a compute, waits or is done.
   // Returns whether anything happened.
   const auto advance = [&](std::size_t r) {
@@ -145,25 +142,21 @@ ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& s, std::spa
     const auto& list = s.per_rank[r];
     while (!computing[r] && next[r] < list.size()) {
       const auto& a = list[next[r]];
-      const auto su = static_cast<std::size_t>(a.stage);
-      if (a.kind == K::kRecvActivation || a.kind == K::kRecvGrad) {
-        const double at = a.kind == K::kRecvActivation ? act_arrives[idx(a.stage, a.microbatch)]
-                                                       : grad_arrives[idx(a.stage, a.microbatch)];
+      if (ActionTimes::is_receive(a)) {
+        const double at = times.arrival(a);
         if (at == kUnknown || at > now) {
           wake[r] = at;
           return moved;
         }
         wake[r] = kUnknown;
-      } else if (a.kind == K::kSendActivation) {
-        act_arrives[idx(a.stage + 1, a.microbatch)] = fwd_end[idx(a.stage, a.microbatch)] + p2p[su];
-      } else if (a.kind == K::kSendGrad) {
-        grad_arrives[idx(a.stage - 1, a.microbatch)] = bwd_end[idx(a.stage, a.microbatch)] + p2p[su - 1];
-      } else {
-        duration[r] = compute_of(a);
-        CPT_CHECK(duration[r] >= 0, "replay_schedule_at_speeds: ", spec::to_string(a), " lasts ", duration[r], " s");
-        remaining[r] = duration[r];
+      } else if (const auto d = times.compute_seconds(a)) {
+        CPT_CHECK(*d >= 0, "replay_schedule_at_speeds: ", spec::to_string(a), " lasts ", *d, " s");
+        duration[r] = *d;
+        remaining[r] = *d;
         computing[r] = 1;
         return true;
+      } else {
+        times.send(a);
       }
       ++next[r];
       moved = true;
@@ -196,9 +189,7 @@ ReplayResult replay_schedule_at_speeds(const spec::PipelineSchedule& s, std::spa
       busy[r] += dt;
       remaining[r] -= rate[r] * dt;
       if (remaining[r] > 1e-12 * std::max(1.0, duration[r])) continue;
-      const auto& a = s.per_rank[r][next[r]];
-      if (a.kind == K::kForward) fwd_end[idx(a.stage, a.microbatch)] = now;
-      if (a.kind == K::kBackward || a.kind == K::kBackwardInput) bwd_end[idx(a.stage, a.microbatch)] = now;
+      times.compute_ended(s.per_rank[r][next[r]], now);
       work[r] += duration[r];
       computing[r] = 0;
       ++next[r];
