@@ -19,6 +19,7 @@
 #include "cli/output.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_reader.h"
 #include "core/str_cat.h"
 #include "costmodel/layer_costs.h"
 #include "costmodel/step_estimator.h"
@@ -315,29 +316,21 @@ bool fit_collectives(const std::vector<cost::CollectiveSample>& samples, LocalCa
 // A saved GPU report's measurements must hold every number the fit reads: a one-line ConfigError
 // naming the file and the first missing or mistyped key otherwise (not a JSON exception, exit 1).
 void check_gpu_measurements(const Json& host, const std::string& file) {
-  auto fail = [&](const std::string& key, const char* expected, const Json* found) {
-    throw core::ConfigError(str_cat("--measurements: ", file, ": $.host.", key, ": expected ", expected, ", found ",
-                                    found == nullptr ? std::string("nothing") : found->dump()));
-  };
+  core::JsonObjectReader r(host, str_cat("--measurements: ", file), "$.host");
   for (const char* key : {"cores", "threads", "memory_bytes", "copy_bytes_per_s", "seconds_per_dispatched_op",
                           "adamw_params_per_s"}) {
-    const Json* v = host.contains(key) ? &host[key] : nullptr;
-    if (v == nullptr || !v->is_number()) fail(key, "a number", v);
+    (void)r.positive_number(key);
   }
   const std::pair<const char*, std::vector<const char*>> arrays[] = {
       {"gemm", {"m", "n", "k", "seconds"}},
       {"attention", {"batch", "seq", "head_dim", "heads", "forward_seconds", "backward_seconds"}},
       {"cross_entropy", {"tokens", "vocab", "forward_seconds", "backward_seconds"}}};
   for (const auto& [key, fields] : arrays) {
-    const Json* v = host.contains(key) ? &host[key] : nullptr;
-    if (v == nullptr || !v->is_array() || v->empty()) fail(key, "a non-empty array of measurements", v);
-    for (std::size_t i = 0; i < v->size(); ++i) {
-      for (const char* field : fields) {
-        const auto& row = (*v)[i];
-        const Json* f = row.is_object() && row.contains(field) ? &row[field] : nullptr;
-        if (f == nullptr || !f->is_number()) fail(str_cat(key, "[", i, "].", field), "a number", f);
-        if (f->get<double>() <= 0) fail(str_cat(key, "[", i, "].", field), "a number > 0", f);
-      }
+    const Json& rows = r.raw(key);
+    if (!rows.is_array() || rows.empty()) r.fail(key, "a non-empty array of measurements", core::describe_json(rows));
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      core::JsonObjectReader row(rows[i], r.origin(), str_cat(r.path_of(key), "[", i, "]"));
+      for (const char* field : fields) (void)row.positive_number(field);
     }
   }
 }
@@ -369,16 +362,15 @@ void run_cuda(const CalibrateOptions& o) {
                                       ": $.collectives: expected calibrate-comm's JSON ({\"samples\": [...]}) or null"));
     }
     if (!comm.is_null()) {
+      std::vector<std::string> ops;
+      for (const auto call : spec::kAllLinkCalls) ops.push_back(spec::to_string(call));
       for (std::size_t i = 0; i < comm["samples"].size(); ++i) {
-        const auto& sample = comm["samples"][i];
-        const bool ok = sample.is_object() && sample.contains("op") && sample["op"].is_string() &&
-                        spec::link_call_from_string(sample["op"].get<std::string>()).has_value() && sample.contains("ranks") &&
-                        sample["ranks"].is_number_integer() && sample.contains("bytes") && sample["bytes"].is_number() &&
-                        sample.contains("seconds") && sample["seconds"].is_number() && sample["seconds"].get<double>() > 0;
-        if (!ok) {
-          throw core::ConfigError(str_cat("--measurements: ", o.measurements, ": $.collectives.samples[", i,
-                                          "]: expected {op, ranks, bytes, seconds > 0}, found ", sample.dump()));
-        }
+        core::JsonObjectReader sample(comm["samples"][i], str_cat("--measurements: ", o.measurements),
+                                      str_cat("$.collectives.samples[", i, "]"));
+        (void)sample.one_of("op", ops);
+        (void)sample.integer("ranks", 2);
+        (void)sample.positive_number("bytes");
+        (void)sample.positive_number("seconds");
       }
     }
     devices = j.value("devices", host.value("cuda_devices", 1));

@@ -47,16 +47,12 @@ void check_device(const std::string& want, int local_ranks, bool bound_per_task)
 }
 
 torch::Device pick_device(const std::string& want, int local_rank, int local_ranks, bool bound_per_task) {
-  const bool cuda = torch::cuda::is_available();
+  check_device(want, local_ranks, bound_per_task);
   if (want == "cpu") return torch::kCPU;
-  if (want == "cuda") {
-    if (!cuda) throw core::ConfigError("device \"cuda\": no CUDA device is visible (or this LibTorch has no CUDA)");
-    return cuda_device_of_local_rank(local_rank, local_ranks, bound_per_task);
-  }
-  if (want != "auto") throw core::ConfigError(core::str_cat("device: expected auto, cpu or cuda, got \"", want, "\""));
+  if (want == "cuda") return cuda_device_of_local_rank(local_rank, local_ranks, bound_per_task);
   // "auto" takes the GPUs only where every local rank gets its own (NCCL needs one per rank).
-  const bool enough = cuda && (static_cast<int>(torch::cuda::device_count()) >= local_ranks ||
-                               (bound_per_task && torch::cuda::device_count() == 1));
+  const auto visible = static_cast<int>(torch::cuda::device_count());
+  const bool enough = torch::cuda::is_available() && (visible >= local_ranks || (bound_per_task && visible == 1));
   return enough ? cuda_device_of_local_rank(local_rank, local_ranks, bound_per_task) : torch::Device(torch::kCPU);
 }
 

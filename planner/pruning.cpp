@@ -49,11 +49,11 @@ LayoutKey layout_key(const spec::ParallelConfig& p) {
 LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node) {
   spec::ParallelConfig plain = config;
   plain.hybrid_shard = false;
-  const auto runs = spec::RankLayout(plain, gpus_per_node).dp_node_runs();
+  const spec::RankLayout layout(plain, gpus_per_node);
+  const auto runs = layout.dp_node_runs();
   LayoutFacts f;
   // Hybrid sharding also needs each cp group inside a node (RankLayout::find_hybrid_shard_error).
-  f.hybrid_shard_uneven = runs.uneven || (config.cp > 1 && spec::RankLayout(plain, gpus_per_node).max_nodes_spanned(
-                                                               spec::Axis::kCp) > 1);
+  f.hybrid_shard_uneven = runs.uneven || (config.cp > 1 && layout.max_nodes_spanned(spec::Axis::kCp) > 1);
   f.dp_spans_nodes = runs.spans_nodes;
   f.shard_group = config.dp * config.cp;
   f.hybrid_shard_group = runs.rank0_run * config.cp;

@@ -3,24 +3,27 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <string_view>
 #include <vector>
 
 namespace cpt::spec {
 
 namespace {
 
-// Lower-case words; a memory size ("80gb", "80g") as "80g".
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
+// A memory size: digits then "g" (after words() normalised "80gb" to "80g").
+bool is_memory_word(const std::string& w) { return w.size() >= 2 && w.back() == 'g' && all_digits(std::string_view(w).substr(0, w.size() - 1)); }
+
+// Lower-case words split at ' ', '-' and '_'; a memory size ("80GB", "80G") as "80g".
 std::vector<std::string> words(const std::string& s) {
   std::vector<std::string> out;
   std::string w;
   auto flush = [&] {
-    if (w.empty()) return;
-    const bool memory = w.size() >= 2 && std::isdigit(static_cast<unsigned char>(w.front())) != 0 &&
-                        (w.ends_with("gb") || w.ends_with("g")) &&
-                        std::all_of(w.begin(), w.end() - (w.ends_with("gb") ? 2 : 1),
-                                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
-    if (memory) w = w.substr(0, w.size() - (w.ends_with("gb") ? 2 : 1)) + "g";
-    out.push_back(w);
+    if (w.ends_with("gb") && all_digits(std::string_view(w).substr(0, w.size() - 2))) w.pop_back();
+    if (!w.empty()) out.push_back(w);
     w.clear();
   };
   for (const char ch : s) {
@@ -33,8 +36,6 @@ std::vector<std::string> words(const std::string& s) {
   flush();
   return out;
 }
-
-bool is_memory_word(const std::string& w) { return w.size() >= 2 && w.back() == 'g' && std::isdigit(static_cast<unsigned char>(w.front())) != 0; }
 
 }  // namespace
 

@@ -132,18 +132,6 @@ int RankLayout::zero_shard_group_size() const {
   return static_cast<int>(dp_shard_group(0).size()) * degree(Axis::kCp);
 }
 
-std::vector<int> RankLayout::dp_replicate_group(int rank) const {
-  if (!hybrid_shard_) return {rank};
-  const auto shard = dp_shard_group(rank);
-  const auto pos = std::find(shard.begin(), shard.end(), rank) - shard.begin();
-  std::vector<int> out;
-  for (int r : group_of(rank, Axis::kDp)) {
-    const auto other = dp_shard_group(r);
-    if (other.size() == shard.size() && other[static_cast<std::size_t>(pos)] == r) out.push_back(r);
-  }
-  return out;
-}
-
 std::vector<int> RankLayout::zero_shard_group(int rank) const {
   auto group = replica_group(rank);
   if (!hybrid_shard_) return group;

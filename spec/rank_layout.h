@@ -69,13 +69,12 @@ class RankLayout {
   // Largest nodes_spanned over all groups of `axis` (1 = every group is inside a node).
   [[nodiscard]] int max_nodes_spanned(Axis axis) const;
 
-  // ZeRO shard group of `rank`: its dp group, or with hybrid_shard the part of it on its node.
+  // The dp part of `rank`'s ZeRO shard group: its dp group, or with hybrid_shard the part of it on
+  // its node (zero_shard_group is the whole group, these times the cp group).
   [[nodiscard]] std::vector<int> dp_shard_group(int rank) const;
   // How many ranks ZeRO shards rank 0's parameters over (every rank's group has the size): its
   // dp shard group (dp_shard_group) times the cp degree, whose ranks hold the same parameters.
   [[nodiscard]] int zero_shard_group_size() const;
-  // With hybrid_shard: the ranks holding the same shard on the other nodes; {rank} otherwise.
-  [[nodiscard]] std::vector<int> dp_replicate_group(int rank) const;
   // ZeRO-3's shard group of `rank`, ascending: its replica group (dp × cp), or with hybrid_shard
   // the members of it on its node — its dp shard group times its cp group (cp groups lie inside a
   // node under hybrid sharding: find_hybrid_shard_error). Size zero_shard_group_size().

@@ -271,9 +271,17 @@ TEST(Calibrate, GpuMeasurementsBecomeAProfileOfTheCatalogGpu) {
   std::ofstream(dir / "partial.json") << partial.dump();
   const auto missing = sh(cpt + " calibrate --device cuda --measurements " + d + "/partial.json --out " + d + "/y.json", dir);
   EXPECT_EQ(missing.exit_code, 2) << missing.err;
-  EXPECT_NE(missing.err.find("$.host.attention[1].backward_seconds: expected a number, found nothing"),
+  EXPECT_NE(missing.err.find("$.host.attention[1].backward_seconds: expected a value (required key is missing)"),
             std::string::npos) << missing.err;
   EXPECT_EQ(std::count(missing.err.begin(), missing.err.end(), '\n'), 1) << missing.err;
+  // And one whose collectives name a call the executor does not make.
+  const nlohmann::json with_comm{{"host", host},
+                                 {"collectives", {{"samples", {{{"op", "all_to_all"}, {"ranks", 2}, {"bytes", 4096},
+                                                                {"seconds", 1e-4}}}}}}};
+  std::ofstream(dir / "bad-comm.json") << with_comm.dump();
+  const auto bad_comm = sh(cpt + " calibrate --device cuda --measurements " + d + "/bad-comm.json --out " + d + "/z.json", dir);
+  EXPECT_EQ(bad_comm.exit_code, 2) << bad_comm.err;
+  EXPECT_NE(bad_comm.err.find("$.collectives.samples[0].op"), std::string::npos) << bad_comm.err;
   fs::remove_all(dir);
 }
 

@@ -134,22 +134,17 @@ class DistributedTrain : public ::testing::Test {
                 0)
           << name;
     }
-    // Hybrid sharding needs several nodes: the dp4 ZeRO-3 plan on nodes of 2 GPUs, so each rank
-    // shards over its node's 2 ranks and replicates across the 2 nodes.
-    auto hsdp = nlohmann::json::parse(slurp(dir_ / "zero3-dp4/plan.json"));
-    hsdp["cluster"]["node"]["gpus_per_node"] = 2;
-    hsdp["cluster"]["num_nodes"] = 2;
-    hsdp["parallel"]["hybrid_shard"] = true;
-    fs::create_directories(dir_ / "hsdp-dp4");
-    std::ofstream(dir_ / "hsdp-dp4/plan.json") << hsdp.dump(2);
-    // With context parallelism: cp 2 × dp 2 on nodes of 2 GPUs, each node one cp pair, so ZeRO-3
-    // shards over the cp pair and replicates over dp across the nodes.
-    auto hsdp_cp = nlohmann::json::parse(slurp(dir_ / "zero3-cp2-dp2/plan.json"));
-    hsdp_cp["cluster"]["node"]["gpus_per_node"] = 2;
-    hsdp_cp["cluster"]["num_nodes"] = 2;
-    hsdp_cp["parallel"]["hybrid_shard"] = true;
-    fs::create_directories(dir_ / "hsdp-cp2-dp2");
-    std::ofstream(dir_ / "hsdp-cp2-dp2/plan.json") << hsdp_cp.dump(2);
+    // Hybrid sharding needs several nodes: a ZeRO-3 plan of 4 ranks moved onto 2 nodes of 2 GPUs.
+    // dp4: each rank shards over its node's 2 ranks and replicates across the 2 nodes. cp2 × dp2:
+    // each node is one cp pair, so ZeRO-3 shards over the pair and replicates over dp.
+    for (const auto& [from, to] : {std::pair{"zero3-dp4", "hsdp-dp4"}, std::pair{"zero3-cp2-dp2", "hsdp-cp2-dp2"}}) {
+      auto hsdp = nlohmann::json::parse(slurp(dir_ / from / "plan.json"));
+      hsdp["cluster"]["node"]["gpus_per_node"] = 2;
+      hsdp["cluster"]["num_nodes"] = 2;
+      hsdp["parallel"]["hybrid_shard"] = true;
+      fs::create_directories(dir_ / to);
+      std::ofstream(dir_ / to / "plan.json") << hsdp.dump(2);
+    }
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 

@@ -72,7 +72,7 @@ TEST(RankLayout, HybridShardGroupsStayInsideNodesAndReplicateAcross) {
     const auto shard = l.dp_shard_group(r);
     ASSERT_EQ(shard.size(), 2u);
     for (int s : shard) EXPECT_EQ(l.node_of(s), l.node_of(r));
-    const auto rep = l.dp_replicate_group(r);
+    const auto rep = l.zero_replicate_group(r);
     ASSERT_EQ(rep.size(), 4u);
     std::set<int> nodes;
     for (int s : rep) nodes.insert(l.node_of(s));
@@ -80,11 +80,12 @@ TEST(RankLayout, HybridShardGroupsStayInsideNodesAndReplicateAcross) {
     EXPECT_NE(std::find(rep.begin(), rep.end(), r), rep.end());
   }
   EXPECT_EQ(l.dp_shard_group(0), (std::vector<int>{0, 2}));
-  EXPECT_EQ(l.dp_replicate_group(0), (std::vector<int>{0, 4, 8, 12}));
+  EXPECT_EQ(l.zero_replicate_group(0), (std::vector<int>{0, 4, 8, 12}));
+  EXPECT_EQ(l.zero_shard_group(0), l.dp_shard_group(0));  // cp 1: the dp shard group
   // Without hybrid sharding the shard group is the whole dp group.
   const RankLayout flat(ParallelConfig{.tp = 2, .dp = 8, .zero_stage = 3}, 4);
   EXPECT_EQ(flat.dp_shard_group(0).size(), 8u);
-  EXPECT_EQ(flat.dp_replicate_group(0), std::vector<int>{0});
+  EXPECT_EQ(flat.zero_replicate_group(0), std::vector<int>{0});
   EXPECT_FALSE(l.find_hybrid_shard_error());
 }
 
@@ -96,7 +97,6 @@ TEST(RankLayout, HybridShardNeedsEvenSplits) {
             "node 0 and 1 on node 1");
 }
 
-}  // namespace
 // Hybrid sharding with context parallelism: cp 2 × dp 4 on nodes of 4 (order tp, cp, dp, pp): each
 // node holds two cp pairs of two dp ranks; ZeRO-3 shards over those four and replicates across the
 // two nodes. A cp group across nodes cannot shard hybridly.
@@ -129,4 +129,5 @@ TEST(RankLayout, HybridShardWithContextParallelShardsOverTheNodesReplicas) {
             "hybrid_shard with cp 2 needs every cp group inside one node; cp group of rank 0 spans 2 nodes");
 }
 
+}  // namespace
 }  // namespace cpt::spec
