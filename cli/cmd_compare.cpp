@@ -171,6 +171,17 @@ void run(const CompareOptions& o) {
       dispatched = std::max(dispatched, counts[r].value("forward_ops", 0.0) + counts[r].value("backward_nodes", 0.0));
     }
     add("kernels_per_step", e->kernels_per_step, dispatched);
+    // Communication calls started per step by group, the count behind each fixed per-call cost
+    // (the busiest rank of the critical pipeline rank).
+    for (const auto& [group, predicted] : {std::pair{"tp", e->calls_per_step.tp}, std::pair{"cp", e->calls_per_step.cp},
+                                           std::pair{"dp", e->calls_per_step.dp}, std::pair{"pp", e->calls_per_step.pp}}) {
+      double started = 0;
+      for (std::size_t r = 0; r < ranks.size() && r < counts.size(); ++r) {
+        if (ranks[r].value("pp", 0) != e->critical_pp_rank) continue;
+        started = std::max(started, counts[r].value(str_cat(group, "_calls"), 0.0));
+      }
+      add(str_cat(group, "_calls_per_step"), predicted, started);
+    }
   }
   // Kinds of work, where the run profiled a step: that step of the critical pipeline rank (its
   // lowest rank) split as measure/op_kind.h splits it, beside the cost model's StepTimeByKind.

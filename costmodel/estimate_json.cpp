@@ -52,6 +52,8 @@ Json evaluation_to_json(const Evaluation& ev) {
           {"worst_pp_rank", e.worst_pp_rank},
           {"critical_pp_rank", e.critical_pp_rank},
           {"kernels_per_step", e.kernels_per_step},
+          {"calls_per_step",
+           {{"tp", e.calls_per_step.tp}, {"cp", e.calls_per_step.cp}, {"dp", e.calls_per_step.dp}, {"pp", e.calls_per_step.pp}}},
           {"memory_GiB", memory_to_json(e.peak_memory())},
           {"memory_GiB_per_pp_rank", per_rank},
           {"time_s", time_to_json(e.time)},

@@ -110,7 +110,9 @@ struct LayerTerms {
   Seconds tp_embedding_fwd, tp_embedding_bwd, tp_head_fwd, tp_head_bwd;
   Seconds tp_norm_grads_bwd;  // one layer's norm-gradient all-reduces (cpt's executor under SP)
   Bytes boundary;                // the activation passed between stages
-  GroupPlacement dp_g, shard_g, replicate_g;
+  GroupPlacement dp_g, shard_g, replicate_g;  // dp_g: the dp × cp replicas
+  GroupPlacement tp_g, pp_g;
+  double cp_calls = 0;  // context-parallel calls of one layer and microbatch, every pass
   int n_shard = 1;
   double slow_dp = 0;  // compute slowdown per second of overlapped DP communication
 };
@@ -161,6 +163,8 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   // with full recomputation).
   const bool cp_gathers = o.context_parallel == ContextParallelKind::kAllGather && p.cp > 1;
   const double cp_calls = cp_gathers ? (p.recompute == spec::Recompute::kFull ? 6.0 : 4.0) : 0.0;
+  // The ring sends and receives a block per step, forward and backward.
+  x.cp_calls = cp_gathers ? cp_calls : p.cp > 1 ? 4.0 * (p.cp - 1) : 0.0;
   const double blocking_calls =
       (p.tp > 1 ? static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
                                       blk.tp_collectives_recompute)
@@ -195,12 +199,17 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
 
   // ZeRO-3: every microbatch gathers each block's parameters forward and backward and
   // reduce-scatters its gradients over the shard group, prefetched behind compute.
+  // Gradients are summed and ZeRO shards spread over the dp × cp replicas (Megatron's
+  // data-and-context-parallel group; cpt's executor's replica group).
   x.n_shard = lc.shard_group;
-  x.dp_g = lc.dp;
-  x.shard_g = lc.dp;
+  const GroupPlacement& replicas = lc.replicas;
+  x.dp_g = replicas;
+  x.shard_g = replicas;
+  x.tp_g = lc.tp;
+  x.pp_g = lc.pp;
   if (p.hybrid_shard) {
-    x.shard_g = GroupPlacement{lc.dp.ranks_per_node, 1, lc.dp.ranks_per_node, lc.dp.intra, {}, lc.dp.intra_scale};
-    x.replicate_g = GroupPlacement{lc.dp.nodes, lc.dp.nodes, 1, {}, lc.dp.inter};
+    x.shard_g = GroupPlacement{replicas.ranks_per_node, 1, replicas.ranks_per_node, replicas.intra, {}, replicas.intra_scale};
+    x.replicate_g = GroupPlacement{replicas.nodes, replicas.nodes, 1, {}, replicas.inter};
   }
   const double e = activation_bytes(o.precision);
   if (p.zero_stage == 3 && x.n_shard > 1) {
@@ -219,7 +228,7 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     x.z3_bwd_exposed = std::max(Seconds(0), ag + rs - blk.backward.total() - blk.recompute.total());
     x.z3_overlapped = (ag - x.z3_fwd_exposed) + (ag + rs - x.z3_bwd_exposed);
   }
-  x.slow_dp = lc.dp.nodes > 1 ? o.overlap_slowdown_network : o.overlap_slowdown_nvlink;
+  x.slow_dp = replicas.nodes > 1 ? o.overlap_slowdown_network : o.overlap_slowdown_nvlink;
   x.layer_fwd = blk.forward.total() + x.tp_one * static_cast<double>(blk.tp_collectives_forward) + x.cp_fwd +
                 x.z3_fwd_exposed;
   x.tp_norm_grads_bwd =
@@ -270,6 +279,7 @@ struct StepEnd {
   Seconds dp_after;
   Seconds optimizer;
   double kernels = 0;  // dispatched by the critical rank in the step (costmodel/kernel_dispatch.h)
+  CallsPerStep calls;
 };
 
 // `t` split by kind of work on the critical rank (StepTimeByKind); "other" is what is left.
@@ -409,11 +419,59 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   t.dp_comm += o.kernel_overhead * (kernels_per_call(o) * dp_calls);
   t.pp_comm += o.kernel_overhead * (kernels_per_call(o) * pp_calls);
 
+  // The step's scalar all-reduces (the loss, its token count, the gradient norm): latency-bound
+  // calls that end the step on every group. Priced for cpt's executor, whose calls are known
+  // exactly (spec::executor_step_scalar_all_reduces; on Gloo each costs a millisecond or more);
+  // Megatron's few (microseconds on NCCL) are left out. They join the step-end terms the
+  // simulator replays (StageDurations::dp_after).
+  const int sharded_stage = x.n_shard > 1 ? p.zero_stage : 0;
+  const spec::StepScalarAllReduces scalars = spec::executor_step_scalar_all_reduces(p, x.n_shard);
+  Seconds scalar_dp, scalar_tp, scalar_pp;
+  if (eager) {
+    const Bytes scalar_bytes(16);  // two fp64 values
+    auto scalar_time = [&](const GroupPlacement& g, int n) {
+      return n > 0 && g.size > 1 ? (collective_time(Collective::kAllReduce, scalar_bytes, g, eff) + call) * n : Seconds(0);
+    };
+    scalar_dp = scalar_time(x.dp_g, scalars.replicas) + scalar_time(x.shard_g, scalars.shard);
+    scalar_tp = scalar_time(x.tp_g, scalars.tp);
+    scalar_pp = scalar_time(x.pp_g, scalars.pp);
+    t.dp_comm += scalar_dp;
+    t.tp_comm += scalar_tp;
+    t.pp_comm += scalar_pp;
+    end.dp_after += scalar_dp + scalar_tp + scalar_pp;
+  }
+
+  // The calls the critical rank starts per step, by group (Estimate::calls_per_step).
+  if (p.tp > 1) {
+    const double pair = p.sequence_parallel ? 2.0 : 1.0;  // a reduce-scatter and an all-gather
+    end.calls.tp = (static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
+                                        blk.tp_collectives_recompute) *
+                        pair +
+                    blk.tp_norm_grad_allreduces) *
+                   (rank_layers * mm);
+    if (crit.first) end.calls.tp += static_cast<double>(head.tp_embedding_forward + head.tp_embedding_backward) * mm;
+    if (crit.last) {
+      end.calls.tp += static_cast<double>(head.tp_head_forward + head.tp_head_backward + head.tp_loss_forward +
+                                          head.tp_norm_grad_allreduces) *
+                      mm;
+    }
+  }
+  end.calls.cp = x.cp_calls * (rank_layers * mm);
+  end.calls.dp = dp_calls;
+  if (p.zero_stage == 3 && x.n_shard > 1) {
+    end.calls.dp += 3.0 * (rank_layers * mm);  // each block's gather forward and backward, its reduce-scatter
+    if (eager) end.calls.dp += 2.0 * mm;        // the root unit's gather and reduce-scatter
+  }
+  end.calls.pp = pp_calls;
+  end.calls.tp += scalars.tp;
+  end.calls.dp += scalars.replicas + scalars.shard;
+  end.calls.pp += scalars.pp;
+
   // Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param), with its
   // kernels and those of the step's small all-reduces (the gradient norm over tp, pp and a
-  // sharded dp; the loss over pp).
-  const int sharded_stage = x.n_shard > 1 ? p.zero_stage : 0;
-  const double step_calls = (p.tp > 1 ? 1 : 0) + (p.pp > 1 ? 2 : 0) + (sharded_stage >= 1 ? 1 : 0);
+  // sharded dp; the loss over pp; for the executor also the loss and its token count over the
+  // replicas).
+  const double step_calls = scalars.tp + scalars.pp + scalars.shard + (eager ? scalars.replicas : 0);
   const double step_k = step_kernels(model, rank_layers, crit.first, crit.last, sharded_stage,
                                      executor_buckets.busiest_segments, o) +
                         kernels_per_call(o) * step_calls;
@@ -579,6 +637,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   est.stages.optimizer = end.optimizer;
   est.stages.overlap_slowdown = x.slow_dp;
   est.kernels_per_step = end.kernels;
+  est.calls_per_step = end.calls;
   est.critical_pp_rank = crit.rank;
 
   est.by_kind = time_by_kind(x, crit, p.grad_accum(), est.time);

@@ -71,12 +71,23 @@ struct StageDurations {
   core::Seconds dp_reduce;          // one gradient reduction of the critical rank (bucketed, overlappable)
   int dp_buckets = 1;               // buckets of that reduction
   int dp_reductions = 1;            // reductions per step: 1, or the microbatches for ZeRO-2
-  core::Seconds dp_after;           // after the reductions: ZeRO-1/2 all-gather, HSDP all-reduce
+  // After the reductions: ZeRO-1/2 all-gather, HSDP all-reduce, and (cpt's executor) the step's
+  // scalar all-reduces over every group (spec::executor_step_scalar_all_reduces).
+  core::Seconds dp_after;
   core::Seconds optimizer;
   double overlap_slowdown = 0;      // compute slowdown per second of overlapped DP communication
   // What-if only (the simulator's per-rank mode; never set by the cost model): per pipeline rank,
   // a multiplier of its data-parallel collectives. Empty: 1 everywhere.
   std::vector<double> dp_slowdown;
+};
+
+// Communication calls a rank starts in one step, by group (collectives, sends and receives): what
+// measured.json's dispatch_per_step_per_rank counts for the executor's ranks.
+struct CallsPerStep {
+  double tp = 0;
+  double cp = 0;
+  double dp = 0;  // the dp × cp replicas' and the ZeRO shard group's
+  double pp = 0;
 };
 
 struct Estimate {
@@ -98,6 +109,7 @@ struct Estimate {
   int worst_pp_rank = 0;  // the rank with the highest memory
   // Kernels the critical pipeline rank dispatches per step (CostModelOptions::dispatch's counts).
   double kernels_per_step = 0;
+  CallsPerStep calls_per_step;  // of the critical pipeline rank
   int critical_pp_rank = 0;  // the pipeline rank that finishes the step last
   [[nodiscard]] const MemoryBreakdown& peak_memory() const {
     return memory_per_pp_rank[static_cast<std::size_t>(worst_pp_rank)];

@@ -57,7 +57,8 @@ struct Loads {
 struct Topology::Cache {
   // The groups of an axis are {base + i·stride : i < degree} over the ranks of the world: their
   // placement depends on (degree, stride, world size) alone, whatever the other axes are.
-  using PlaceKey = std::tuple<int, int, int>;
+  // (degree_a, stride_a, degree_b, stride_b, world): Topology::place_groups' groups.
+  using PlaceKey = std::tuple<int, int, int, int, int>;
   // Layout costs: (degrees, strides, hybrid) -> costs; node-based, so references stay valid.
   using LayoutKey = std::array<int, 9>;
   struct LayoutKeyHash {
@@ -279,7 +280,7 @@ LinkCost route_rings(const Topology::Graph& G, const Rings& rings, Router::Flows
 namespace {
 
 Topology::Cache::PlaceKey place_key(const spec::RankLayout& layout, spec::Axis axis) {
-  return {layout.degree(axis), layout.stride(axis), layout.world_size()};
+  return {layout.degree(axis), layout.stride(axis), 1, 0, layout.world_size()};
 }
 
 }  // namespace
@@ -297,20 +298,47 @@ std::optional<std::string> Topology::hybrid_shard_error(const spec::RankLayout& 
 }
 
 GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) const {
-  const Cache::PlaceKey key = place_key(layout, axis);
+  CPT_CHECK(layout.gpus_per_node() == graph_->gpus_per_node, "layout with ", layout.gpus_per_node(),
+            " GPUs per node on a cluster with ", graph_->gpus_per_node);
+  return place_groups(layout.degree(axis), layout.stride(axis), 1, 0, layout.world_size());
+}
+
+GroupPlacement Topology::place_replicas(const spec::RankLayout& layout) const {
+  using spec::Axis;
+  CPT_CHECK(layout.gpus_per_node() == graph_->gpus_per_node, "layout with ", layout.gpus_per_node(),
+            " GPUs per node on a cluster with ", graph_->gpus_per_node);
+  int da = layout.degree(Axis::kCp), sa = layout.stride(Axis::kCp);
+  int db = layout.degree(Axis::kDp), sb = layout.stride(Axis::kDp);
+  if (sb < sa) {
+    std::swap(da, db);
+    std::swap(sa, sb);
+  }
+  // Adjacent in the axis order (the default tp, cp, dp, pp): one strided axis of cp · dp ranks.
+  if (da == 1 || db == 1 || sb == sa * da) {
+    return place_groups(da * db, da == 1 ? sb : sa, 1, 0, layout.world_size());
+  }
+  return place_groups(da, sa, db, sb, layout.world_size());
+}
+
+GroupPlacement Topology::place_groups(int degree_a, int stride_a, int degree_b, int stride_b, int world) const {
+  const Cache::PlaceKey key{degree_a, stride_a, degree_b, stride_b, world};
   {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->placements.find(key); it != cache_->placements.end()) return it->second;
   }
   const auto& G = *graph_;
-  CPT_CHECK(layout.gpus_per_node() == G.gpus_per_node, "layout with ", layout.gpus_per_node(),
-            " GPUs per node on a cluster with ", G.gpus_per_node);
-  CPT_CHECK(layout.world_size() <= static_cast<int>(G.gpu.size()), "layout of ", layout.world_size(),
-            " ranks on ", G.gpu.size(), " GPUs");
-  // The groups are {r0 + i·stride : i < degree} for every r0 whose axis coordinate is 0 (RankLayout's
-  // groups, in the same order). Members' nodes never decrease with i, so each group is a sequence
-  // of runs of members on one node.
-  const int degree = layout.degree(axis), stride = layout.stride(axis), world = layout.world_size();
+  CPT_CHECK(world <= static_cast<int>(G.gpu.size()), "layout of ", world, " ranks on ", G.gpu.size(), " GPUs");
+  // The groups are {r0 + offset[i]} for every r0 whose coordinates on the group's axes are 0
+  // (RankLayout's groups, members in the same ascending order). Members' nodes never decrease
+  // with i, so each group is a sequence of runs of members on one node.
+  const int degree = degree_a * degree_b;
+  std::vector<int> offset;
+  offset.reserve(static_cast<std::size_t>(degree));
+  for (int b = 0; b < degree_b; ++b) {
+    for (int a = 0; a < degree_a; ++a) offset.push_back(a * stride_a + b * stride_b);
+  }
+  std::sort(offset.begin(), offset.end());
+  auto member = [&](int r0, int i) { return r0 + offset[static_cast<std::size_t>(i)]; };
   GroupPlacement p;
   p.size = degree;
   Rings intra_rings;
@@ -318,11 +346,11 @@ GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) 
   if (degree > 1) {
     std::vector<std::pair<int, int>> runs;  // (first member index i, members) per node of one group
     for (int r0 = 0; r0 < world; ++r0) {
-      if ((r0 / stride) % degree != 0) continue;
+      if ((r0 / stride_a) % degree_a != 0 || (degree_b > 1 && (r0 / stride_b) % degree_b != 0)) continue;
       runs.clear();
       for (int i = 0; i < degree; ++i) {
-        const int node = (r0 + i * stride) / G.gpus_per_node;
-        if (runs.empty() || (r0 + runs.back().first * stride) / G.gpus_per_node != node) {
+        const int node = member(r0, i) / G.gpus_per_node;
+        if (runs.empty() || member(r0, runs.back().first) / G.gpus_per_node != node) {
           runs.emplace_back(i, 1);
         } else {
           ++runs.back().second;
@@ -333,7 +361,7 @@ GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) 
       for (const auto& [first, members] : runs) {
         k = std::max(k, members);
         if (members < 2) continue;
-        for (int i = 0; i < members; ++i) intra_rings.ranks.push_back(r0 + (first + i) * stride);
+        for (int i = 0; i < members; ++i) intra_rings.ranks.push_back(member(r0, first + i));
         intra_rings.close_ring();
       }
       p.ranks_per_node = std::max(p.ranks_per_node, k);
@@ -341,7 +369,7 @@ GroupPlacement Topology::place(const spec::RankLayout& layout, spec::Axis axis) 
         // k parallel rings across nodes: the i-th member of the group on every node.
         for (int i = 0; i < k; ++i) {
           for (const auto& [first, members] : runs) {
-            if (i < members) inter_rings.ranks.push_back(r0 + (first + i) * stride);
+            if (i < members) inter_rings.ranks.push_back(member(r0, first + i));
           }
           inter_rings.close_ring();
         }
@@ -372,8 +400,10 @@ const LayoutCosts& Topology::layout_costs(const spec::RankLayout& layout) const 
   costs->tp = place(layout, Axis::kTp);
   costs->cp = place(layout, Axis::kCp);
   costs->dp = place(layout, Axis::kDp);
+  costs->replicas = layout.degree(Axis::kCp) == 1 ? costs->dp : place_replicas(layout);
   const int pp = layout.degree(Axis::kPp);
   if (pp > 1) {
+    costs->pp = place(layout, Axis::kPp);
     for (int r = 0; r < pp; ++r) {
       spec::RankCoord a{}, b{};
       a.pp = r;

@@ -67,6 +67,10 @@ struct GroupPlacement {
 // (degrees, axis order, hybrid sharding) and memoised by the Topology.
 struct LayoutCosts {
   GroupPlacement tp, cp, dp;  // Topology::place of each axis
+  // The dp × cp replica groups (Topology::place_replicas): gradients are summed and ZeRO shards
+  // spread over them; `dp` when cp = 1.
+  GroupPlacement replicas;
+  GroupPlacement pp;  // the pp groups (their step's scalar all-reduces; transfers use pp_next)
   // Point-to-point from pipeline rank r to r + 1 (mod pp), between the ranks whose other
   // coordinates are 0 (stage s -> s + 1 runs from pp rank s mod pp to (s + 1) mod pp); empty
   // when pp = 1.
@@ -87,6 +91,8 @@ class Topology {
   // The worst placement over all groups of `axis` (all of them communicating at once). Memoised
   // per (degrees, axis order, axis): a search meets the same layouts many times. Thread-safe.
   [[nodiscard]] GroupPlacement place(const spec::RankLayout& layout, spec::Axis axis) const;
+  // The same for the dp × cp replica groups (spec::RankLayout::replica_group), in any axis order.
+  [[nodiscard]] GroupPlacement place_replicas(const spec::RankLayout& layout) const;
   // RankLayout::find_hybrid_shard_error, memoised per layout (it is O(world size)). Thread-safe.
   [[nodiscard]] std::optional<std::string> hybrid_shard_error(const spec::RankLayout& layout) const;
   // Every placement a step estimate needs of `layout`, built on first use and kept: one lookup
@@ -101,6 +107,10 @@ class Topology {
   struct Cache;
 
  private:
+  // Groups {r0 + a·stride_a + b·stride_b : a < degree_a, b < degree_b} for every r0 whose two
+  // coordinates are 0, members ascending; one axis when degree_b = 1.
+  [[nodiscard]] GroupPlacement place_groups(int degree_a, int stride_a, int degree_b, int stride_b, int world) const;
+
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Cache> cache_;
   CallScales intra_scale_{};  // the node's measured calls against its intra-node link

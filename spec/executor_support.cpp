@@ -16,6 +16,15 @@ std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const Mode
   return std::nullopt;
 }
 
+StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks) {
+  StepScalarAllReduces n;
+  if (p.dp * p.cp > 1) n.replicas = 2;  // loss tokens, loss sums
+  if (p.zero_stage >= 1 && shard_ranks > 1) n.shard = 1;
+  if (p.tp > 1) n.tp = 1;
+  if (p.pp > 1) n.pp = 2;  // the loss, the gradient norm
+  return n;
+}
+
 std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
   switch (gap) {
     case ExecutorGap::kZero3WithPipeline:

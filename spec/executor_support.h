@@ -30,4 +30,20 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len);
 // accumulates whole gradients and reduces once per step, like ZeRO-1.
 inline bool executor_zero2_reduces_each_microbatch(const ParallelConfig& p) { return p.pp == 1; }
 
+// The scalar all-reduces (a few bytes each) cpt's executor runs once per step beside the model's
+// traffic, by group: over the data-parallel replicas (dp × cp ranks) the step's loss-token count
+// and its loss sums (executor/train/train_step.cpp); over pp the last stage's loss
+// (parallel/pipeline_executor.cpp); the gradient norm's sum of squares over tp and over pp
+// (train/step_optimizer.cpp) and, where ZeRO shards the gradients or the state over
+// `shard_ranks` > 1, over the shard group (train/zero_optimizer.cpp, parallel/fully_sharded.cpp).
+// An objective's own terms (KL over tp, EWC) add theirs; not counted here.
+struct StepScalarAllReduces {
+  int replicas = 0;  // over the dp × cp replicas
+  int shard = 0;     // over the ZeRO shard group
+  int tp = 0;
+  int pp = 0;
+  [[nodiscard]] int total() const { return replicas + shard + tp + pp; }
+};
+StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks);
+
 }  // namespace cpt::spec

@@ -334,9 +334,10 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
 // cost model's weights, gradients and optimizer state for the same layout in its fp32 regime
 // (4 + 4 + 8 bytes per parameter held), exactly: replicated data parallelism (gradients live in
 // the all-reduce buckets), ZeRO-1, tensor and pipeline parallelism, and ZeRO-3 (the step's peaks of
-// weights and gradients: shards, whole root, running and prefetched block, one reduction in flight). And the kernels the cost model counts for the executor are within 6% of those the
+// weights and gradients: shards, whole root, running and prefetched block, one reduction in
+// flight). The kernels the cost model counts for the executor are within 6% of those the
 // executor dispatched (`cpt compare`'s kernels_per_step), with sequence parallelism and
-// recomputation too.
+// recomputation too; its communication calls per group are the executor's exactly.
 TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
   const auto d = dir_.string();
   const auto two_steps = short_config(2);
@@ -362,7 +363,14 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
     // `cpt compare` puts them side by side (the critical pipeline rank's busiest rank).
     const auto cmp = sh(cpt() + " compare " + out + " --json --log " + d + "/fidelity.jsonl", dir_);
     ASSERT_EQ(cmp.exit_code, 0) << layout << ": " << cmp.err;
-    const auto kernels = nlohmann::json::parse(cmp.out)["fields"]["kernels_per_step"];
+    const auto fields = nlohmann::json::parse(cmp.out)["fields"];
+    const auto kernels = fields["kernels_per_step"];
+    // The communication calls the executor started per step, by group, are the cost model's
+    // exactly (each pays a fixed per-call cost; spec::executor_step_scalar_all_reduces' included).
+    for (const std::string group : {"tp", "cp", "dp", "pp"}) {
+      const auto calls = fields[group + "_calls_per_step"];
+      EXPECT_EQ(calls["predicted"].get<double>(), calls["measured"].get<double>()) << layout << ": " << group << " calls";
+    }
     EXPECT_GT(kernels["measured"].get<double>(), 0) << layout;
     EXPECT_LE(std::abs(kernels["rel_err"].get<double>()), 0.06)
         << layout << ": cost model " << kernels["predicted"] << " kernels, executor " << kernels["measured"];

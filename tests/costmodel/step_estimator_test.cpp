@@ -293,9 +293,28 @@ TEST(StepEstimator, EagerZeroThreeExposesTheRootUnitEveryMicrobatch) {
                       eager.network_efficiency)
           .value() +
       2 * eager.collective_overhead.value();
+  // The executor's scalar all-reduces over the 8 replicas: the loss, its token count and the
+  // sharded gradient norm (spec::executor_step_scalar_all_reduces).
+  const double scalars =
+      3 * (collective_time(Collective::kAllReduce, core::Bytes(16), dp, eager.network_efficiency).value() +
+           eager.collective_overhead.value());
   // The eager plan's other differences (kernels around calls, its own buckets) are not in dp_comm
-  // for ZeRO-3; the root's two calls are.
-  EXPECT_NEAR(e.time.dp_comm.value() - f.time.dp_comm.value(), 3 * per_microbatch, 1e-3 * per_microbatch);
+  // for ZeRO-3; the root's two calls and the scalar all-reduces are.
+  EXPECT_NEAR(e.time.dp_comm.value() - f.time.dp_comm.value(), 3 * per_microbatch + scalars, 1e-3 * per_microbatch);
+}
+
+// Context-parallel ranks hold the same parameters, so gradients are summed over dp × cp (Megatron's
+// data-and-context-parallel group): cp 2 × dp 1 reduces them like dp 2 × cp 1 does, over two
+// NVLink ranks holding the same parameters.
+TEST(StepEstimator, ContextParallelRanksReduceTheirGradients) {
+  const auto model = spec::find_catalog_model("llama3-8b")->spec;
+  const auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
+  const Estimate cp2 = expect_feasible(
+      evaluate(model, cluster, spec::ParallelConfig{.tp = 4, .cp = 2, .micro_batch = 1, .global_batch = 8}, 8192));
+  const Estimate dp2 = expect_feasible(
+      evaluate(model, cluster, spec::ParallelConfig{.tp = 4, .dp = 2, .micro_batch = 1, .global_batch = 8}, 8192));
+  EXPECT_GT(cp2.stages.dp_reduce.value(), 0.0);
+  EXPECT_NEAR(cp2.stages.dp_reduce.value(), dp2.stages.dp_reduce.value(), 1e-9);
 }
 
 }  // namespace

@@ -30,6 +30,34 @@ TEST(Topology, TensorGroupsUseNvLinkAndDataGroupsTheirOwnNic) {
   EXPECT_DOUBLE_EQ(dp.inter.latency.value(), 5e-6);        // NIC-leaf-NIC, same rail
 }
 
+// The dp × cp replica groups (gradients, ZeRO shards) are placed as RankLayout::replica_group
+// lists them, in the default axis order (cp and dp adjacent: one strided group) and in one that
+// puts pp between them.
+TEST(Topology, ReplicaGroupsSpanDataAndContextRanks) {
+  const auto c = cat().cluster_for_gpu("h100", 32, "--gpu");
+  const Topology t(c);
+  const spec::RankLayout adjacent(spec::ParallelConfig{.tp = 4, .cp = 2, .dp = 4}, 8);
+  const auto r = t.place_replicas(adjacent);
+  EXPECT_EQ(r.size, 8);
+  EXPECT_EQ(r.nodes, adjacent.nodes_spanned(0, spec::Axis::kDp));  // {0,4} on node 0, {8,12} on 1, ...
+  EXPECT_EQ(r.nodes, 4);
+  EXPECT_EQ(r.ranks_per_node, 2);
+  EXPECT_DOUBLE_EQ(r.intra.bandwidth.value(), 450e9);
+
+  spec::ParallelConfig apart{.cp = 2, .dp = 2, .pp = 8};
+  apart.axis_order = {spec::Axis::kTp, spec::Axis::kCp, spec::Axis::kPp, spec::Axis::kDp};
+  const spec::RankLayout layout(apart, 8);  // replicas of rank 0: {0, 1, 16, 17}
+  ASSERT_EQ(layout.replica_group(0), (std::vector<int>{0, 1, 16, 17}));
+  const auto g = t.place_replicas(layout);
+  EXPECT_EQ(g.size, 4);
+  EXPECT_EQ(g.nodes, 2);
+  EXPECT_EQ(g.ranks_per_node, 2);
+  // Without context parallelism the replicas are the dp group.
+  const spec::RankLayout plain(spec::ParallelConfig{.tp = 8, .dp = 4}, 8);
+  EXPECT_EQ(t.place_replicas(plain).nodes, t.place(plain, spec::Axis::kDp).nodes);
+  EXPECT_EQ(t.place_replicas(plain).size, 4);
+}
+
 // PCIe servers with one NIC per two GPUs: eight concurrent cross-node rings share four NICs.
 TEST(Topology, SharedNicsHalveTheBandwidth) {
   const auto c = cat().cluster_for_gpu("a100-pcie-80g", 16, "--gpu");
