@@ -377,11 +377,28 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
       overlappable = collective_time(Collective::kReduceScatter, grad_bytes, x.dp_g, eff) + call * buckets;
       exposed_after = collective_time(Collective::kAllGather, param_bytes, x.dp_g, eff) + call * buckets;
       overlappable_calls = after_calls = buckets;
-    } else if (p.hybrid_shard) {
-      exposed_after = collective_time(Collective::kAllReduce, Bytes(grad_bytes.value() / std::max(1, x.shard_g.size)),
-                                      x.replicate_g, eff) +
-                      call * buckets;
-      after_calls = buckets;
+    } else if (p.hybrid_shard && x.replicate_g.size > 1) {
+      const double shard = std::max(1, x.shard_g.size);
+      if (eager) {
+        // cpt's executor all-reduces each unit's gradient shard across nodes right after its
+        // reduce-scatter, every microbatch, and waits for it (parallel/fully_sharded.cpp).
+        const auto counts = model.param_counts();
+        const double root = root_params(model, counts, p.tp, crit.first, crit.last, p.pp * p.virtual_stages == 1);
+        auto shard_all_reduce = [&](double params) {
+          return collective_time(Collective::kAllReduce, Bytes(static_cast<std::int64_t>(params * grad_b / shard)),
+                                 x.replicate_g, eff) +
+                 call;
+        };
+        exposed_after = (shard_all_reduce(block_params_per_tp(counts, p.tp)) * rank_layers +
+                         (root > 0 ? shard_all_reduce(root) : Seconds(0))) *
+                        mm;
+        after_calls = (rank_layers + (root > 0 ? 1.0 : 0.0)) * mm;
+      } else {
+        exposed_after = collective_time(Collective::kAllReduce, Bytes(static_cast<std::int64_t>(static_cast<double>(grad_bytes.value()) / shard)),
+                                        x.replicate_g, eff) +
+                        call * buckets;
+        after_calls = buckets;
+      }
     }
   }
   const Seconds bucket_time =
@@ -463,9 +480,11 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
     if (eager) end.calls.dp += 2.0 * mm;        // the root unit's gather and reduce-scatter
   }
   end.calls.pp = pp_calls;
-  end.calls.tp += scalars.tp;
-  end.calls.dp += scalars.replicas + scalars.shard;
-  end.calls.pp += scalars.pp;
+  if (eager) {
+    end.calls.tp += scalars.tp;
+    end.calls.dp += scalars.replicas + scalars.shard;
+    end.calls.pp += scalars.pp;
+  }
 
   // Optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param), with its
   // kernels and those of the step's small all-reduces (the gradient norm over tp, pp and a

@@ -277,16 +277,11 @@ LinkCost route_rings(const Topology::Graph& G, const Rings& rings, Router::Flows
 
 }  // namespace
 
-namespace {
-
-Topology::Cache::PlaceKey place_key(const spec::RankLayout& layout, spec::Axis axis) {
-  return {layout.degree(axis), layout.stride(axis), 1, 0, layout.world_size()};
-}
-
-}  // namespace
 
 std::optional<std::string> Topology::hybrid_shard_error(const spec::RankLayout& layout) const {
-  const auto key = place_key(layout, spec::Axis::kDp);  // it is about the dp groups alone
+  // It is about the dp groups and the cp groups (which must lie inside a node).
+  const Cache::PlaceKey key{layout.degree(spec::Axis::kDp), layout.stride(spec::Axis::kDp), layout.degree(spec::Axis::kCp),
+                            layout.stride(spec::Axis::kCp), layout.world_size()};
   {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->hybrid_errors.find(key); it != cache_->hybrid_errors.end()) return it->second;

@@ -271,7 +271,7 @@ class StepSimulation {
       k.tail_start = start;
       k.after_s = after;
       double t = start;
-      if (after > 0) t = comm(h, Stream::kCollective, t, after, "dp after (all-gather / all-reduce)");
+      if (after > 0) t = comm(h, Stream::kCollective, t, after, "step-end collectives");
       const double opt = d_[rep].optimizer.value();
       record(h, Stream::kCompute, t, t + opt, "optimizer");
       k.busy_s += opt;

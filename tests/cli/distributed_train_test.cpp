@@ -171,6 +171,18 @@ class DistributedTrain : public ::testing::Test {
                                << R"(, "seed": 5, "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
     return name;
   }
+  // The communication calls the run's ranks started per step, by group, are the cost model's
+  // for its plan exactly (`cpt compare`'s *_calls_per_step; each call pays a fixed cost).
+  static void expect_calls_of_the_cost_model(const std::string& out, const std::string& what) {
+    const auto d = dir_.string();
+    const auto cmp = sh(cpt() + " compare " + d + "/" + out + " --json --log " + d + "/fidelity.jsonl", dir_);
+    ASSERT_EQ(cmp.exit_code, 0) << what << ": " << cmp.err;
+    const auto fields = nlohmann::json::parse(cmp.out)["fields"];
+    for (const std::string group : {"tp", "cp", "dp", "pp"}) {
+      const auto calls = fields[group + "_calls_per_step"];
+      EXPECT_EQ(calls["predicted"].get<double>(), calls["measured"].get<double>()) << what << ": " << group << " calls";
+    }
+  }
   // Checkpoints hold whole tensors: `from` stopped at step 10 resumes as `to` and ends where the
   // reference run `ref` ends.
   static void expect_resume(const std::string& from, int from_procs, const std::string& to, int to_procs,
@@ -231,7 +243,7 @@ TEST_F(DistributedTrain, DataParallelLayoutsMatchTheSingleProcessRun) {
 
 // Tensor parallelism (plain and sequence-parallel), pipelines (1F1B and interleaved 1F1B), ZeRO-3
 // and hybrid sharding, and their products with data parallelism and each other: each the
-// single-process run.
+// single-process run, with the cost model's communication calls.
 TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
   reference("single", "o1");
   reference("single4", "o1-4");
@@ -244,13 +256,15 @@ TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
     const auto r = train(layout, out, procs);
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     if (r.exit_code == 0) expect_same_run(dir_ / ref, dir_ / out, layout);
+    if (r.exit_code == 0) expect_calls_of_the_cost_model(out, layout);
   }
 }
 
 // Context parallelism (each rank holds 2 of 4 sequence chunks, keys and values all-gathered per
 // layer): alone, with ZeRO-1 over dp × cp, with ZeRO-3 and full recomputation, hybrid-sharded over
 // the cp pair of each node and replicated across nodes, with tensor and sequence parallelism, with a
-// pipeline and selective recomputation: each the single-process run.
+// pipeline and selective recomputation: each the single-process run, with the cost model's
+// communication calls.
 TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
   reference("single", "o1");
   for (const auto& [layout, procs] : {std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4}, std::pair{"zero3-cp2", 2},
@@ -259,6 +273,7 @@ TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
     const auto r = train(layout, out, procs);
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     if (r.exit_code == 0) expect_same_run(dir_ / "o1", dir_ / out, layout);
+    if (r.exit_code == 0) expect_calls_of_the_cost_model(out, layout);
   }
 }
 
@@ -363,14 +378,8 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
     // `cpt compare` puts them side by side (the critical pipeline rank's busiest rank).
     const auto cmp = sh(cpt() + " compare " + out + " --json --log " + d + "/fidelity.jsonl", dir_);
     ASSERT_EQ(cmp.exit_code, 0) << layout << ": " << cmp.err;
-    const auto fields = nlohmann::json::parse(cmp.out)["fields"];
-    const auto kernels = fields["kernels_per_step"];
-    // The communication calls the executor started per step, by group, are the cost model's
-    // exactly (each pays a fixed per-call cost; spec::executor_step_scalar_all_reduces' included).
-    for (const std::string group : {"tp", "cp", "dp", "pp"}) {
-      const auto calls = fields[group + "_calls_per_step"];
-      EXPECT_EQ(calls["predicted"].get<double>(), calls["measured"].get<double>()) << layout << ": " << group << " calls";
-    }
+    const auto kernels = nlohmann::json::parse(cmp.out)["fields"]["kernels_per_step"];
+    expect_calls_of_the_cost_model(std::string("mem-") + layout, layout);
     EXPECT_GT(kernels["measured"].get<double>(), 0) << layout;
     EXPECT_LE(std::abs(kernels["rel_err"].get<double>()), 0.06)
         << layout << ": cost model " << kernels["predicted"] << " kernels, executor " << kernels["measured"];
