@@ -286,6 +286,16 @@ std::vector<cost::CollectiveSample> collective_samples(const Json& comm) {
   return samples;
 }
 
+// The per-ring-step latency of calibrate-comm's scalar all-reduce (spec::NodeSpec::
+// scalar_all_reduce_step_latency): its seconds over 2(n − 1) steps; 0 where it was not measured.
+double scalar_all_reduce_step_s(const Json& comm) {
+  if (!comm.is_object() || !comm.contains("scalar_all_reduce")) return 0;
+  const auto& s = comm["scalar_all_reduce"];
+  const int n = s.value("ranks", 0);
+  const double seconds = s.value("seconds", 0.0);
+  return n >= 2 && seconds > 0 ? seconds / (2.0 * (n - 1)) : 0.0;
+}
+
 // The node's α–β pair and each call's own (spec::NodeSpec::intra_measured). One pair describes
 // every collective in the cost model; Gloo's all-reduce carries a much larger fixed cost than its
 // all-gather or reduce-scatter, so the pair is fitted to the all-reduces (what data- and
@@ -372,6 +382,13 @@ void run_cuda(const CalibrateOptions& o) {
         (void)sample.positive_number("bytes");
         (void)sample.positive_number("seconds");
       }
+      if (comm.contains("scalar_all_reduce")) {
+        core::JsonObjectReader scalar(comm["scalar_all_reduce"], str_cat("--measurements: ", o.measurements),
+                                      "$.collectives.scalar_all_reduce");
+        (void)scalar.integer("ranks", 2);
+        (void)scalar.positive_number("bytes");
+        (void)scalar.positive_number("seconds");
+      }
     }
     devices = j.value("devices", host.value("cuda_devices", 1));
   } else {
@@ -417,6 +434,7 @@ void run_cuda(const CalibrateOptions& o) {
   const bool measured_comm = comm.is_object() && comm.contains("samples");
   if (measured_comm) {
     fit_collectives(collective_samples(comm), c);
+    c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(comm);
   }
   const auto cluster = calibrated_gpu_cluster(c, base, device_name);
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
@@ -522,6 +540,7 @@ void run(const CalibrateOptions& o) {
   c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
   const auto samples = collective_samples(comm);
   const bool fitted_on_all_reduce = fit_collectives(samples, c);
+  c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(comm);
   // The compute jitter: the extra waits after compute, least squares through the origin on
   // e_n · √(segment) (costmodel/straggler.h).
   Json sync_waits = comm.value("sync_waits", Json::array());
@@ -592,6 +611,7 @@ void run(const CalibrateOptions& o) {
                     {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
                     {"collective_fit_rms_relative_error_per_op", per_op},
                     {"collective_fit_per_call", per_call},
+                    {"scalar_all_reduce_step_s", c.scalar_all_reduce_step_s},
                     {"host", host},
                     {"collectives", comm}};
   auto report_path = out;
@@ -635,6 +655,12 @@ void run(const CalibrateOptions& o) {
       std::cout << str_cat(" ", spec::to_string(call), " ", fixed(f->alpha_s * 1e6, 0), ", ",
                            fixed(f->bandwidth_bytes_per_s / 1e9, 2), ", ", fixed(100 * f->rms_relative_error, 0), "%;");
     }
+  }
+  if (c.scalar_all_reduce_step_s > 0) {
+    std::cout << str_cat("\n    scalar all-reduce (16 bytes): ", fixed(c.scalar_all_reduce_step_s * 1e6, 0),
+                         " us per step (", fixed(2.0 * (ranks - 1) * c.scalar_all_reduce_step_s * 1e3, 2), " ms on ",
+                         ranks, " ranks; the ring fit says ",
+                         fixed(2.0 * (ranks - 1) * c.comm.alpha_s * 1e3, 2), ")");
   }
   std::cout << str_cat("\n",
                        sync_waits.empty()

@@ -187,6 +187,8 @@ void register_exec_calibrate_commands(CLI::App& app) {
     }
     const auto samples =
         exec::measure_collectives(*world, args->max_mib * 1024 * 1024, args->seconds_per_point, device);
+    // The executor's per-step scalar all-reduces (CPU tensors, Gloo).
+    const double scalar_s = exec::measure_scalar_all_reduce(*world, std::max(0.5, args->seconds_per_point));
     // The compute jitter is a CPU measurement (host GEMMs between blocking calls).
     const auto waits = device.is_cuda() ? std::vector<exec::SyncWait>{}
                                         : exec::measure_sync_waits(*world, std::max(1.5, 10 * args->seconds_per_point));
@@ -197,7 +199,11 @@ void register_exec_calibrate_commands(CLI::App& app) {
     }
     nlohmann::ordered_json sync = nlohmann::ordered_json::array();
     for (const auto& w : waits) sync.push_back({{"segment_s", w.segment_s}, {"extra_wait_s", w.extra_s}});
-    print_json({{"backend", device.is_cuda() ? "nccl" : "gloo"}, {"ranks", launch.world_size}, {"samples", rows}, {"sync_waits", sync}});
+    print_json({{"backend", device.is_cuda() ? "nccl" : "gloo"},
+                {"ranks", launch.world_size},
+                {"samples", rows},
+                {"scalar_all_reduce", {{"ranks", launch.world_size}, {"bytes", 16}, {"seconds", scalar_s}}},
+                {"sync_waits", sync}});
   });
 }
 

@@ -67,6 +67,7 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
           core::Seconds(f->alpha_s), core::BytesPerSecond(f->bandwidth_bytes_per_s / defaults.network_efficiency)};
     }
   }
+  if (c.scalar_all_reduce_step_s > 0) cluster.node.scalar_all_reduce_step_latency = core::Seconds(c.scalar_all_reduce_step_s);
   // The ranks share the machine's cores; the rates above were measured with all of them computing.
   cluster.node.shared_cores = spec::SharedCores{c.cores, c.threads};
   return cluster;
@@ -103,6 +104,7 @@ spec::ClusterSpec calibrated_gpu_cluster(const LocalCalibration& c, const spec::
             core::Seconds(f->alpha_s), core::BytesPerSecond(f->bandwidth_bytes_per_s / defaults.network_efficiency)};
       }
     }
+    if (c.scalar_all_reduce_step_s > 0) node.scalar_all_reduce_step_latency = core::Seconds(c.scalar_all_reduce_step_s);
   }
   return cluster;
 }

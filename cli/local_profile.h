@@ -28,6 +28,9 @@ struct LocalCalibration {
   double seconds_per_dispatched_op = 0;           // 0: not measured (the cost model's default)
   cost::AlphaBetaFit comm;  // the node's link: fitted to the all-reduces
   std::array<std::optional<cost::AlphaBetaFit>, spec::kAllLinkCalls.size()> per_call;  // by spec::LinkCall, where fitted apart
+  // An all-reduce of a few bytes inside the node, per ring step (spec::NodeSpec::
+  // scalar_all_reduce_step_latency); 0: not measured.
+  double scalar_all_reduce_step_s = 0;
   // σ of a rank's compute over T seconds is this · √T (costmodel/straggler.h); < 0: not measured.
   double compute_jitter_sqrt_s = -1;
 };

@@ -446,8 +446,14 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   Seconds scalar_dp, scalar_tp, scalar_pp;
   if (eager) {
     const Bytes scalar_bytes(16);  // two fp64 values
+    // Inside a node at the node's measured scalar latency where it has one (a backend may take
+    // another path for a few bytes than the link's fit describes).
+    const auto& scalar_step = cluster.node.scalar_all_reduce_step_latency;
     auto scalar_time = [&](const GroupPlacement& g, int n) {
-      return n > 0 && g.size > 1 ? (collective_time(Collective::kAllReduce, scalar_bytes, g, eff) + call) * n : Seconds(0);
+      if (n <= 0 || g.size <= 1) return Seconds(0);
+      const Seconds one = scalar_step && g.nodes <= 1 ? *scalar_step * (2.0 * (g.size - 1))
+                                                      : collective_time(Collective::kAllReduce, scalar_bytes, g, eff);
+      return (one + call) * static_cast<double>(n);
     };
     scalar_dp = scalar_time(x.dp_g, scalars.replicas) + scalar_time(x.shard_g, scalars.shard);
     scalar_tp = scalar_time(x.tp_g, scalars.tp);

@@ -132,6 +132,12 @@ struct NodeSpec {
   // a ring step. The cost model scales the intra-node link by each call's ratio to
   // intra_bandwidth / intra_latency (costmodel/topology.h); absent: the link as it is.
   std::array<std::optional<MeasuredLink>, kAllLinkCalls.size()> intra_measured{};
+  // Where measured (`cpt calibrate`): an all-reduce of a few bytes inside the node costs this per
+  // ring step, 2(n − 1) steps for n ranks. A backend may take another path for scalars than for
+  // the 4 KiB and larger messages the link is fitted to (Gloo on this project's CPU VM: 0.2 ms per
+  // step for 16 bytes against the fit's 0.75 ms). The cost model prices the step's scalar
+  // all-reduces with it; absent: as any all-reduce.
+  std::optional<core::Seconds> scalar_all_reduce_step_latency;
   int nics_per_node = 0;                 // NICs for the compute fabric
   core::BytesPerSecond nic_bandwidth;    // per NIC, per direction
   std::string default_fabric;            // fabric profile implied by this node

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 
 #include "executor/measure/op_counter.h"
 #include "executor/model/activation_checkpoint.h"
@@ -196,6 +197,37 @@ HostMeasurements measure_host(double seconds, const std::function<void(int, int)
   return h;
 }
 
+namespace {
+
+// Seconds per call of `call` run back to back by every rank of `world` for about `seconds` (rank
+// 0 decides how many calls from its first timing, so every rank runs as many), after a warm-up
+// (NCCL connects a pair of ranks on its first call): the slowest rank's mean.
+double time_collective_call(Communicator& world, const std::function<void()>& call, double seconds,
+                            const torch::Device& device) {
+  const int n = world.size(), me = world.rank();
+  call();
+  synchronize(device);
+  world.barrier();
+  const auto t0 = Clock::now();
+  call();
+  synchronize(device);
+  const double first = std::chrono::duration<double>(Clock::now() - t0).count();
+  auto reps = torch::tensor({me == 0 ? std::max(3.0, std::min(2000.0, seconds / std::max(first, 1e-6))) : 0.0},
+                            torch::kFloat64);
+  world.broadcast(reps, 0)->wait();
+  const int calls = static_cast<int>(reps.item<double>());
+  world.barrier();
+  const auto t1 = Clock::now();
+  for (int i = 0; i < calls; ++i) call();
+  synchronize(device);  // NCCL's wait() only orders the stream
+  auto mean = torch::tensor({std::chrono::duration<double>(Clock::now() - t1).count() / calls}, torch::kFloat64);
+  auto all = torch::empty({n}, torch::kFloat64);
+  world.all_gather(mean, all)->wait();
+  return all.max().item<double>();
+}
+
+}  // namespace
+
 std::vector<CommMeasurement> measure_collectives(Communicator& world, double max_bytes, double seconds_per_point,
                                                 const torch::Device& device) {
   torch::NoGradGuard no_grad;
@@ -226,31 +258,18 @@ std::vector<CommMeasurement> measure_collectives(Communicator& world, double max
           }
         }
       };
-      call();  // warm-up (NCCL connects a pair of ranks on its first call)
-      synchronize(device);
-      world.barrier();
-      // Every rank runs the same number of calls: rank 0 decides how many from its own timing.
-      const auto t0 = Clock::now();
-      call();
-      synchronize(device);
-      const double first = std::chrono::duration<double>(Clock::now() - t0).count();
-      auto reps = torch::tensor({me == 0 ? std::max(3.0, std::min(2000.0, seconds_per_point / std::max(first, 1e-6))) : 0.0},
-                                torch::kFloat64);
-      world.broadcast(reps, 0)->wait();
-      const int calls = static_cast<int>(reps.item<double>());
-      world.barrier();
-      const auto t1 = Clock::now();
-      for (int i = 0; i < calls; ++i) call();
-      synchronize(device);  // NCCL's wait() only orders the stream
-      auto mean = torch::tensor({std::chrono::duration<double>(Clock::now() - t1).count() / calls}, torch::kFloat64);
-      auto all = torch::empty({n}, torch::kFloat64);
-      world.all_gather(mean, all)->wait();
-      double seconds = all.max().item<double>();
+      double seconds = time_collective_call(world, call, seconds_per_point, device);
       if (name == "send_recv") seconds /= 2;
       out.push_back({name, name == "send_recv" ? 2 : n, static_cast<double>(elements) * 4.0, seconds});
     }
   }
   return out;
+}
+
+double measure_scalar_all_reduce(Communicator& world, double seconds) {
+  torch::NoGradGuard no_grad;
+  auto t = torch::zeros({2}, torch::kFloat64);  // summed thousands of times: zeros stay finite
+  return time_collective_call(world, [&] { world.all_reduce_sum(t)->wait(); }, seconds, torch::kCPU);
 }
 
 std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds) {

@@ -63,6 +63,13 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_EQ(node["shared_cores"]["threads_per_device"].get<int>(), report["threads_per_rank"].get<int>());
   EXPECT_GT(gpu["kernel_overhead_us"].get<double>(), 0.1);
   EXPECT_LT(gpu["kernel_overhead_us"].get<double>(), 1000);
+  // The executor's scalar all-reduce (16 bytes), per ring step: in the profile, and the report's
+  // seconds over 2(n − 1) = 2 steps on its two ranks.
+  ASSERT_TRUE(node["intra_node"].contains("scalar_all_reduce_step_latency_us")) << node.dump();
+  const double scalar_step_us = node["intra_node"]["scalar_all_reduce_step_latency_us"].get<double>();
+  EXPECT_GT(scalar_step_us, 0.1);
+  EXPECT_LT(scalar_step_us, 1e5);
+  EXPECT_NEAR(report["scalar_all_reduce_step_s"].get<double>() * 1e6, scalar_step_us, 1e-6 * scalar_step_us);
   // The compute jitter, from the waits of small all-reduces after 1, 4 and 16 ms of GEMMs.
   EXPECT_GE(gpu["compute_jitter_sqrt_s"].get<double>(), 0.0);
   EXPECT_LT(gpu["compute_jitter_sqrt_s"].get<double>(), 1.0);

@@ -303,6 +303,29 @@ TEST(StepEstimator, EagerZeroThreeExposesTheRootUnitEveryMicrobatch) {
   EXPECT_NEAR(e.time.dp_comm.value() - f.time.dp_comm.value(), 3 * per_microbatch + scalars, 1e-3 * per_microbatch);
 }
 
+// The executor's scalar all-reduces inside a node cost 2(n − 1) of the node's measured scalar
+// step latency where the profile has one (spec::NodeSpec::scalar_all_reduce_step_latency), in
+// place of the link's all-reduce of 16 bytes: DP2 has two (the loss and its token count).
+TEST(StepEstimator, ScalarAllReducesUseTheNodesMeasuredLatency) {
+  const auto model = spec::find_catalog_model("llama3-8b")->spec;
+  auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
+  const spec::ParallelConfig p{.tp = 4, .dp = 2, .micro_batch = 1, .global_batch = 8};
+  CostModelOptions eager;
+  eager.dispatch = KernelDispatch::kEager;
+  const Estimate link = expect_feasible(evaluate(model, cluster, p, 4096, eager));
+  cluster.node.scalar_all_reduce_step_latency = core::microseconds(1000);
+  const Estimate measured = expect_feasible(evaluate(model, cluster, p, 4096, eager));
+  const Topology topo(cluster);
+  const auto dp = topo.place(spec::RankLayout(p, 8), spec::Axis::kDp);
+  const double on_link = collective_time(Collective::kAllReduce, core::Bytes(16), dp, eager.network_efficiency).value();
+  EXPECT_NEAR(measured.time.dp_comm.value() - link.time.dp_comm.value(), 2 * (2 * 1e-3 - on_link), 1e-9);
+  // And tp's one (the gradient norm), on 4 ranks: 6 steps.
+  const auto tp = topo.place(spec::RankLayout(p, 8), spec::Axis::kTp);
+  const double tp_link = collective_time(Collective::kAllReduce, core::Bytes(16), tp, eager.network_efficiency).value();
+  EXPECT_NEAR(measured.time.tp_comm.value() - link.time.tp_comm.value(), 6 * 1e-3 - tp_link, 1e-9);
+  EXPECT_EQ(measured.calls_per_step.dp, link.calls_per_step.dp);
+}
+
 // Context-parallel ranks hold the same parameters, so gradients are summed over dp × cp (Megatron's
 // data-and-context-parallel group): cp 2 × dp 1 reduces them like dp 2 × cp 1 does, over two
 // NVLink ranks holding the same parameters.

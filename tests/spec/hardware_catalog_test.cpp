@@ -87,16 +87,18 @@ TEST(HardwareCatalog, ClusterFileWithReferencesAndInlineParts) {
   std::filesystem::remove(path);
 }
 
-// A calibrated node's calls measured apart load, write and load back the same; an unknown call
-// name is an error naming its path.
+// A calibrated node's calls measured apart and its scalar all-reduce load, write and load back the
+// same; an unknown call name is an error naming its path.
 TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   auto c = cat().cluster_for_gpu("h100", 8, "--gpu");
   c.node.intra_measured[static_cast<std::size_t>(LinkCall::kReduceScatter)] =
       MeasuredLink{core::microseconds(1500), core::gigabytes_per_second(0.5)};
   c.node.intra_measured[static_cast<std::size_t>(LinkCall::kSendRecv)] =
       MeasuredLink{core::microseconds(40), core::gigabytes_per_second(4)};
+  c.node.scalar_all_reduce_step_latency = core::microseconds(250);
   const auto text = cluster_to_json(c).dump();
   EXPECT_NE(text.find(R"("measured":{"reduce_scatter":)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("scalar_all_reduce_step_latency_us":250)"), std::string::npos) << text;
   const auto path = write_temp("cpt_test_measured.json", text);
   const auto back = cat().load_cluster(path.string(), "--cluster");
   EXPECT_EQ(back.node, c.node);
