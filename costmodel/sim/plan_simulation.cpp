@@ -84,13 +84,10 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
       peer.pp = from == c.pp ? to : from;
       if (layout.node_of(layout.rank_of(peer)) != layout.node_of(g)) rd.p2p_after_s[static_cast<std::size_t>(s)] *= w.nic_slowdown;
     }
-    // The data-parallel group of the GPU, when it crosses nodes: its ring runs at the slow link.
+    // The GPU's replica group (dp × cp: its gradients' ring), when it crosses nodes: the ring runs
+    // at the slow link.
     bool crosses = false;
-    for (int r = 0; r < p.dp; ++r) {
-      auto peer = c;
-      peer.dp = r;
-      crosses = crosses || layout.node_of(layout.rank_of(peer)) != layout.node_of(g);
-    }
+    for (const int peer : layout.replica_group(g)) crosses = crosses || layout.node_of(peer) != layout.node_of(g);
     if (crosses) {
       rd.dp_slowdown.assign(static_cast<std::size_t>(p.pp), 1.0);
       rd.dp_slowdown[static_cast<std::size_t>(c.pp)] = w.nic_slowdown;
