@@ -3,7 +3,8 @@
 // inside wait() and barrier()): the exposed communication time of a group, which the trainer reports per step in
 // measured.json beside the cost model's tp_comm / dp_comm / pp_comm + pp_bubble. Work that
 // overlaps computation (an asynchronous bucket all-reduce) only counts for the part still running
-// when it is waited for. It also counts the operations started (measured.json's *_calls).
+// when it is waited for. It also counts the operations started on a group of two ranks or more
+// (measured.json's *_calls; on one rank an operation is a local copy).
 #include <cstdint>
 #include <memory>
 
@@ -13,7 +14,7 @@ namespace cpt::exec {
 
 struct CommClock {
   double seconds = 0;       // blocked in this group's operations since the start
-  std::int64_t calls = 0;   // operations started (collectives, sends, receives, barriers)
+  std::int64_t calls = 0;   // operations started (collectives, sends, receives, barriers) among ≥ 2 ranks
 };
 
 // `clock` must outlive the returned communicator.

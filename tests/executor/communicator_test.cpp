@@ -148,5 +148,21 @@ TEST(TimedCommunicator, CountsTheTimeAnOperationBlocksItsStartAndItsWait) {
   EXPECT_EQ(log, std::vector<std::string>{"slow:reduce_scatter"});
 }
 
+// On a group of one rank an operation is a local copy: timed, not counted as a call (the cost
+// model counts none; a ZeRO optimizer of one shard still calls its group).
+TEST(TimedCommunicator, OperationsOnOneRankAreNotCalls) {
+  CommClock clock;
+  auto timed = with_timing(make_solo_communicator("solo"), clock);
+  auto t = torch::ones({4});
+  timed->all_reduce_sum(t)->wait();
+  timed->barrier();
+  EXPECT_EQ(clock.calls, 0);
+  std::vector<std::string> log;
+  CommClock two;
+  auto pair = with_timing(std::make_unique<Recording>("pair", 0, 2, log), two);
+  pair->all_reduce_sum(t)->wait();
+  EXPECT_EQ(two.calls, 1);
+}
+
 }  // namespace
 }  // namespace cpt::exec
