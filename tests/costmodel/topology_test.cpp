@@ -52,6 +52,16 @@ TEST(Topology, ReplicaGroupsSpanDataAndContextRanks) {
   EXPECT_EQ(g.size, 4);
   EXPECT_EQ(g.nodes, 2);
   EXPECT_EQ(g.ranks_per_node, 2);
+  // dp inner of cp (order tp, dp, pp, cp): replicas of rank 0 are {0, 1, 8, 9} (dp stride 1, cp
+  // stride 8), two runs of two on nodes 0 and 1.
+  spec::ParallelConfig swapped{.cp = 2, .dp = 2, .pp = 4};
+  swapped.axis_order = {spec::Axis::kTp, spec::Axis::kDp, spec::Axis::kPp, spec::Axis::kCp};
+  const spec::RankLayout dp_inner(swapped, 8);
+  ASSERT_EQ(dp_inner.replica_group(0), (std::vector<int>{0, 1, 8, 9}));
+  const auto s = t.place_replicas(dp_inner);
+  EXPECT_EQ(s.size, 4);
+  EXPECT_EQ(s.nodes, 2);
+  EXPECT_EQ(s.ranks_per_node, 2);
   // Without context parallelism the replicas are the dp group.
   const spec::RankLayout plain(spec::ParallelConfig{.tp = 8, .dp = 4}, 8);
   EXPECT_EQ(t.place_replicas(plain).nodes, t.place(plain, spec::Axis::kDp).nodes);
