@@ -55,9 +55,10 @@ struct Loads {
 }  // namespace
 
 struct Topology::Cache {
-  // The groups of an axis are {base + i·stride : i < degree} over the ranks of the world: their
-  // placement depends on (degree, stride, world size) alone, whatever the other axes are.
-  // (degree_a, stride_a, degree_b, stride_b, world): Topology::place_groups' groups.
+  // The groups of an axis are {base + i·stride : i < degree} over the ranks of the world (of two
+  // axes, the dp × cp replicas: {base + a·stride_a + b·stride_b}): their placement depends on
+  // (degree_a, stride_a, degree_b, stride_b, world size) alone, whatever the other axes are
+  // (degree_b = 1, stride_b = 0 for one axis). Also the key of the hybrid-shard errors (dp, cp).
   using PlaceKey = std::tuple<int, int, int, int, int>;
   // Layout costs: (degrees, strides, hybrid) -> costs; node-based, so references stay valid.
   using LayoutKey = std::array<int, 9>;
@@ -277,11 +278,11 @@ LinkCost route_rings(const Topology::Graph& G, const Rings& rings, Router::Flows
 
 }  // namespace
 
-
 std::optional<std::string> Topology::hybrid_shard_error(const spec::RankLayout& layout) const {
   // It is about the dp groups and the cp groups (which must lie inside a node).
-  const Cache::PlaceKey key{layout.degree(spec::Axis::kDp), layout.stride(spec::Axis::kDp), layout.degree(spec::Axis::kCp),
-                            layout.stride(spec::Axis::kCp), layout.world_size()};
+  using spec::Axis;
+  const Cache::PlaceKey key{layout.degree(Axis::kDp), layout.stride(Axis::kDp), layout.degree(Axis::kCp),
+                            layout.stride(Axis::kCp), layout.world_size()};
   {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->hybrid_errors.find(key); it != cache_->hybrid_errors.end()) return it->second;
