@@ -163,24 +163,24 @@ void run(const CompareOptions& o) {
   // Kernels dispatched per step on the critical pipeline rank (the busiest of its tp/cp/dp ranks):
   // what the per-kernel cost is charged for.
   if (measured.contains("dispatch_per_step_per_rank") && measured.contains("memory_per_rank")) {
-    double dispatched = 0;
     const auto& ranks = measured["memory_per_rank"];
     const auto& counts = measured["dispatch_per_step_per_rank"];
-    for (std::size_t r = 0; r < ranks.size() && r < counts.size(); ++r) {
-      if (ranks[r].value("pp", 0) != e->critical_pp_rank) continue;
-      dispatched = std::max(dispatched, counts[r].value("forward_ops", 0.0) + counts[r].value("backward_nodes", 0.0));
-    }
-    add("kernels_per_step", e->kernels_per_step, dispatched);
-    // Communication calls started per step by group, the count behind each fixed per-call cost
-    // (the busiest rank of the critical pipeline rank).
+    // The largest count(rank's row) over the ranks of the critical pipeline rank.
+    auto busiest = [&](auto&& count) {
+      double most = 0;
+      for (std::size_t r = 0; r < ranks.size() && r < counts.size(); ++r) {
+        if (ranks[r].value("pp", 0) == e->critical_pp_rank) most = std::max(most, count(counts[r]));
+      }
+      return most;
+    };
+    add("kernels_per_step", e->kernels_per_step, busiest([](const Json& c) {
+          return c.value("forward_ops", 0.0) + c.value("backward_nodes", 0.0);
+        }));
+    // Communication calls started per step by group, the count behind each fixed per-call cost.
     for (const auto& [group, predicted] : {std::pair{"tp", e->calls_per_step.tp}, std::pair{"cp", e->calls_per_step.cp},
                                            std::pair{"dp", e->calls_per_step.dp}, std::pair{"pp", e->calls_per_step.pp}}) {
-      double started = 0;
-      for (std::size_t r = 0; r < ranks.size() && r < counts.size(); ++r) {
-        if (ranks[r].value("pp", 0) != e->critical_pp_rank) continue;
-        started = std::max(started, counts[r].value(str_cat(group, "_calls"), 0.0));
-      }
-      add(str_cat(group, "_calls_per_step"), predicted, started);
+      const std::string key = str_cat(group, "_calls");
+      add(str_cat(group, "_calls_per_step"), predicted, busiest([&](const Json& c) { return c.value(key, 0.0); }));
     }
   }
   // Kinds of work, where the run profiled a step: that step of the critical pipeline rank (its

@@ -74,6 +74,27 @@ std::filesystem::path write_temp(const std::string& name, const std::string& tex
   return path;
 }
 
+// `text` written as cluster file `name` and loaded back; the file removed.
+ClusterSpec load_cluster_text(const std::string& name, const std::string& text) {
+  const auto path = write_temp(name, text);
+  auto c = cat().load_cluster(path.string(), "--cluster");
+  std::filesystem::remove(path);
+  return c;
+}
+
+// The ConfigError loading `text` as cluster file `name` gives ("" when it loads).
+std::string cluster_text_error(const std::string& name, const std::string& text) {
+  const auto path = write_temp(name, text);
+  std::string what;
+  try {
+    (void)cat().load_cluster(path.string(), "--cluster");
+  } catch (const core::ConfigError& e) {
+    what = e.what();
+  }
+  std::filesystem::remove(path);
+  return what;
+}
+
 TEST(HardwareCatalog, ClusterFileWithReferencesAndInlineParts) {
   const auto path = write_temp("cpt_test_cluster.json", R"({
     "name": "mine", "node": "dgx_h100", "num_nodes": 4,
@@ -88,7 +109,7 @@ TEST(HardwareCatalog, ClusterFileWithReferencesAndInlineParts) {
 }
 
 // A calibrated node's calls measured apart and its scalar all-reduce load, write and load back the
-// same; an unknown call name is an error naming its path.
+// same; an unknown call name and a latency of 0 are errors naming their paths.
 TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   auto c = cat().cluster_for_gpu("h100", 8, "--gpu");
   c.node.intra_measured[static_cast<std::size_t>(LinkCall::kReduceScatter)] =
@@ -99,21 +120,17 @@ TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   const auto text = cluster_to_json(c).dump();
   EXPECT_NE(text.find(R"("measured":{"reduce_scatter":)"), std::string::npos) << text;
   EXPECT_NE(text.find(R"("scalar_all_reduce_step_latency_us":250)"), std::string::npos) << text;
-  const auto path = write_temp("cpt_test_measured.json", text);
-  const auto back = cat().load_cluster(path.string(), "--cluster");
-  EXPECT_EQ(back.node, c.node);
+  EXPECT_EQ(load_cluster_text("cpt_test_measured.json", text).node, c.node);
   auto bad = nlohmann::json::parse(text);
   bad["node"]["intra_node"]["measured"]["all_to_all"] = {{"latency_us", 1}, {"bandwidth_GB_per_s_per_direction", 1}};
-  const auto bad_path = write_temp("cpt_test_measured_bad.json", bad.dump());
-  try {
-    (void)cat().load_cluster(bad_path.string(), "--cluster");
-    FAIL();
-  } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("$.node.intra_node.measured"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("all_to_all"), std::string::npos) << e.what();
-  }
-  std::filesystem::remove(path);
-  std::filesystem::remove(bad_path);
+  const auto unknown = cluster_text_error("cpt_test_measured_bad.json", bad.dump());
+  EXPECT_NE(unknown.find("$.node.intra_node.measured"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("all_to_all"), std::string::npos) << unknown;
+  auto zero = nlohmann::json::parse(text);
+  zero["node"]["intra_node"]["scalar_all_reduce_step_latency_us"] = 0;
+  const auto not_positive = cluster_text_error("cpt_test_scalar_bad.json", zero.dump());
+  EXPECT_NE(not_positive.find("$.node.intra_node.scalar_all_reduce_step_latency_us"), std::string::npos)
+      << not_positive;
 }
 
 // A CPU node whose ranks share its cores (spec::SharedCores) round-trips; a zero core count is
@@ -123,19 +140,11 @@ TEST(HardwareCatalog, SharedCoresRoundTrip) {
   c.node.shared_cores = SharedCores{2, 1};
   const auto text = cluster_to_json(c).dump();
   EXPECT_NE(text.find(R"("shared_cores":{"cores":2,"threads_per_device":1})"), std::string::npos) << text;
-  const auto path = write_temp("cpt_test_shared_cores.json", text);
-  EXPECT_EQ(cat().load_cluster(path.string(), "--cluster").node, c.node);
+  EXPECT_EQ(load_cluster_text("cpt_test_shared_cores.json", text).node, c.node);
   auto bad = nlohmann::json::parse(text);
   bad["node"]["shared_cores"]["cores"] = 0;
-  const auto bad_path = write_temp("cpt_test_shared_cores_bad.json", bad.dump());
-  try {
-    (void)cat().load_cluster(bad_path.string(), "--cluster");
-    FAIL();
-  } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("$.node.shared_cores.cores"), std::string::npos) << e.what();
-  }
-  std::filesystem::remove(path);
-  std::filesystem::remove(bad_path);
+  const auto error = cluster_text_error("cpt_test_shared_cores_bad.json", bad.dump());
+  EXPECT_NE(error.find("$.node.shared_cores.cores"), std::string::npos) << error;
 }
 
 TEST(HardwareCatalog, BadClusterFilesNameFileAndPath) {
