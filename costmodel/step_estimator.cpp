@@ -113,6 +113,11 @@ struct LayerTerms {
   GroupPlacement dp_g, shard_g, replicate_g;  // dp_g: the dp × cp replicas
   GroupPlacement tp_g, pp_g;
   double cp_calls = 0;  // context-parallel calls of one layer and microbatch, every pass
+  struct PassCalls {
+    double forward = 0, backward = 0;
+    [[nodiscard]] double total() const { return forward + backward; }
+  };
+  PassCalls z3_block_calls, z3_root_calls;  // ZeRO-3's per microbatch (0 without it)
   int n_shard = 1;
   double slow_dp = 0;  // compute slowdown per second of overlapped DP communication
 };
@@ -162,14 +167,14 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   // shared among its blocking calls: the tensor-parallel ones and the all-gather CP's four (six
   // with full recomputation).
   const bool cp_gathers = o.context_parallel == ContextParallelKind::kAllGather && p.cp > 1;
-  const double cp_calls = cp_gathers ? (p.recompute == spec::Recompute::kFull ? 6.0 : 4.0) : 0.0;
-  // The ring sends and receives a block per step, forward and backward.
-  x.cp_calls = cp_gathers ? cp_calls : p.cp > 1 ? 4.0 * (p.cp - 1) : 0.0;
+  // The all-gather form's four (six) blocking calls; the ring sends and receives a block per
+  // step, forward and backward.
+  x.cp_calls = cp_gathers ? (p.recompute == spec::Recompute::kFull ? 6.0 : 4.0) : p.cp > 1 ? 4.0 * (p.cp - 1) : 0.0;
   const double blocking_calls =
       (p.tp > 1 ? static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
                                       blk.tp_collectives_recompute)
                 : 0.0) +
-      cp_calls;
+      (cp_gathers ? x.cp_calls : 0.0);
   const Seconds segment = blocking_calls > 0
                               ? (blk.forward.total() + blk.backward.total() + blk.recompute.total()) / blocking_calls
                               : Seconds(0);
@@ -218,12 +223,15 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     const Bytes grads(static_cast<std::int64_t>(block_params * gradient_bytes_per_param(o)));
     const Seconds ag = collective_time(Collective::kAllGather, gathered, x.shard_g, eff) + call;
     const Seconds rs = collective_time(Collective::kReduceScatter, grads, x.shard_g, eff) + call;
-    // The unit's gather forward, its gather again and the reduce-scatter backward; the root unit
-    // (embedding, final norm, LM head) likewise.
-    add_call_kernels(x.blk.forward, 1, kernels_per_zero3_call(o));
-    add_call_kernels(x.blk.backward, 2, kernels_per_zero3_call(o));
-    add_call_kernels(x.head.embedding_forward, 1, kernels_per_zero3_call(o));
-    add_call_kernels(x.head.embedding_backward, 2, kernels_per_zero3_call(o));
+    // Each block's gather forward, its gather again and the reduce-scatter backward; the root
+    // unit's (embedding, final norm, LM head) gather forward and reduce-scatter backward, kept
+    // gathered in between (cpt's executor; FSDP's root is not resharded after forward).
+    x.z3_block_calls = {1, 2};
+    x.z3_root_calls = {1, 1};
+    add_call_kernels(x.blk.forward, x.z3_block_calls.forward, kernels_per_zero3_call(o));
+    add_call_kernels(x.blk.backward, x.z3_block_calls.backward, kernels_per_zero3_call(o));
+    add_call_kernels(x.head.embedding_forward, x.z3_root_calls.forward, kernels_per_zero3_call(o));
+    add_call_kernels(x.head.embedding_backward, x.z3_root_calls.backward, kernels_per_zero3_call(o));
     x.z3_fwd_exposed = std::max(Seconds(0), ag - blk.forward.total());
     x.z3_bwd_exposed = std::max(Seconds(0), ag + rs - blk.backward.total() - blk.recompute.total());
     x.z3_overlapped = (ag - x.z3_fwd_exposed) + (ag + rs - x.z3_bwd_exposed);
@@ -480,10 +488,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   }
   end.calls.cp = x.cp_calls * (rank_layers * mm);
   end.calls.dp = dp_calls;
-  if (p.zero_stage == 3 && x.n_shard > 1) {
-    end.calls.dp += 3.0 * (rank_layers * mm);  // each block's gather forward and backward, its reduce-scatter
-    if (eager) end.calls.dp += 2.0 * mm;        // the root unit's gather and reduce-scatter
-  }
+  end.calls.dp += x.z3_block_calls.total() * (rank_layers * mm) + (crit.first ? x.z3_root_calls.total() * mm : 0.0);
   end.calls.pp = pp_calls;
   if (eager) {
     end.calls.tp += scalars.tp;
