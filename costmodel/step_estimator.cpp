@@ -111,7 +111,8 @@ struct LayerTerms {
   Seconds tp_norm_grads_bwd;  // one layer's norm-gradient all-reduces (cpt's executor under SP)
   Bytes boundary;                // the activation passed between stages
   GroupPlacement dp_g, shard_g, replicate_g;  // dp_g: the dp × cp replicas
-  GroupPlacement tp_g, pp_g;
+  GroupPlacement tp_g;
+  LinkSum pp_ring;  // the pipeline's transfers around its ring (the pp scalars' hops)
   double cp_calls = 0;  // context-parallel calls of one layer and microbatch, every pass
   struct PassCalls {
     double forward = 0, backward = 0;
@@ -211,7 +212,7 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   x.dp_g = replicas;
   x.shard_g = replicas;
   x.tp_g = lc.tp;
-  x.pp_g = lc.pp;
+  x.pp_ring = lc.pp_ring;
   if (p.hybrid_shard) {
     x.shard_g = GroupPlacement{replicas.ranks_per_node, 1, replicas.ranks_per_node, replicas.intra, {}, replicas.intra_scale};
     x.replicate_g = GroupPlacement{replicas.nodes, replicas.nodes, 1, {}, replicas.inter};
@@ -464,7 +465,15 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
     };
     scalar_dp = scalar_time(x.dp_g, scalars.replicas) + scalar_time(x.shard_g, scalars.shard);
     scalar_tp = scalar_time(x.tp_g, scalars.tp);
-    scalar_pp = scalar_time(x.pp_g, scalars.pp);
+    // Over pp, a ring of the pipeline's own links (not placed as a group: the search would route
+    // a 64-deep pp group of 16,384 GPUs for it): 2(pp − 1) hops at their mean latency, or at the
+    // node's scalar latency when the whole cluster is one node.
+    if (scalars.pp > 0 && p.pp > 1 && x.pp_ring.links > 0) {
+      const Seconds hop = scalar_step && cluster.num_nodes == 1
+                              ? *scalar_step
+                              : Seconds(x.pp_ring.latency_s / static_cast<double>(x.pp_ring.links));
+      scalar_pp = (hop * (2.0 * (p.pp - 1)) + call) * static_cast<double>(scalars.pp);
+    }
     t.dp_comm += scalar_dp;
     t.tp_comm += scalar_tp;
     t.pp_comm += scalar_pp;

@@ -58,7 +58,8 @@ struct Topology::Cache {
   // The groups of an axis are {base + i·stride : i < degree} over the ranks of the world (of two
   // axes, the dp × cp replicas: {base + a·stride_a + b·stride_b}): their placement depends on
   // (degree_a, stride_a, degree_b, stride_b, world size) alone, whatever the other axes are
-  // (degree_b = 1, stride_b = 0 for one axis). Also the key of the hybrid-shard errors (dp, cp).
+  // (degree_b = 1, stride_b = 0 for one axis). Also the key of the dp half of the hybrid-shard
+  // errors.
   using PlaceKey = std::tuple<int, int, int, int, int>;
   // Layout costs: (degrees, strides, hybrid) -> costs; node-based, so references stay valid.
   using LayoutKey = std::array<int, 9>;
@@ -279,15 +280,16 @@ LinkCost route_rings(const Topology::Graph& G, const Rings& rings, Router::Flows
 }  // namespace
 
 std::optional<std::string> Topology::hybrid_shard_error(const spec::RankLayout& layout) const {
-  // It is about the dp groups and the cp groups (which must lie inside a node).
+  // The cp half costs a pass over the cp groups' ends; the dp half, a pass over every rank,
+  // depends on the dp degree and stride alone: memoised by them.
+  if (auto cp_error = layout.find_hybrid_cp_error()) return cp_error;
   using spec::Axis;
-  const Cache::PlaceKey key{layout.degree(Axis::kDp), layout.stride(Axis::kDp), layout.degree(Axis::kCp),
-                            layout.stride(Axis::kCp), layout.world_size()};
+  const Cache::PlaceKey key{layout.degree(Axis::kDp), layout.stride(Axis::kDp), 1, 0, layout.world_size()};
   {
     std::lock_guard lock(cache_->mutex);
     if (auto it = cache_->hybrid_errors.find(key); it != cache_->hybrid_errors.end()) return it->second;
   }
-  auto error = layout.find_hybrid_shard_error();
+  auto error = layout.find_hybrid_dp_error();
   std::lock_guard lock(cache_->mutex);
   cache_->hybrid_errors.emplace(key, error);
   return error;
@@ -395,11 +397,9 @@ const LayoutCosts& Topology::layout_costs(const spec::RankLayout& layout) const 
   auto costs = std::make_unique<LayoutCosts>();
   costs->tp = place(layout, Axis::kTp);
   costs->cp = place(layout, Axis::kCp);
-  costs->dp = place(layout, Axis::kDp);
-  costs->replicas = layout.degree(Axis::kCp) == 1 ? costs->dp : place_replicas(layout);
+  costs->replicas = place_replicas(layout);
   const int pp = layout.degree(Axis::kPp);
   if (pp > 1) {
-    costs->pp = place(layout, Axis::kPp);
     for (int r = 0; r < pp; ++r) {
       spec::RankCoord a{}, b{};
       a.pp = r;

@@ -66,11 +66,10 @@ struct GroupPlacement {
 // What a step estimate needs to know of where one layout's groups run: computed once per layout
 // (degrees, axis order, hybrid sharding) and memoised by the Topology.
 struct LayoutCosts {
-  GroupPlacement tp, cp, dp;  // Topology::place of each axis
-  // The dp × cp replica groups (Topology::place_replicas): gradients are summed and ZeRO shards
-  // spread over them; `dp` when cp = 1.
+  GroupPlacement tp, cp;  // Topology::place of each axis
+  // The dp × cp replica groups (Topology::place_replicas; the dp groups when cp = 1): gradients
+  // are summed and ZeRO shards spread over them.
   GroupPlacement replicas;
-  GroupPlacement pp;  // the pp groups (their step's scalar all-reduces; transfers use pp_next)
   // Point-to-point from pipeline rank r to r + 1 (mod pp), between the ranks whose other
   // coordinates are 0 (stage s -> s + 1 runs from pp rank s mod pp to (s + 1) mod pp); empty
   // when pp = 1.
@@ -93,7 +92,8 @@ class Topology {
   [[nodiscard]] GroupPlacement place(const spec::RankLayout& layout, spec::Axis axis) const;
   // The same for the dp × cp replica groups (spec::RankLayout::replica_group), in any axis order.
   [[nodiscard]] GroupPlacement place_replicas(const spec::RankLayout& layout) const;
-  // RankLayout::find_hybrid_shard_error, memoised per layout (it is O(world size)). Thread-safe.
+  // RankLayout::find_hybrid_shard_error: its cp half computed, its dp half (O(world size))
+  // memoised by the dp degree and stride. Thread-safe.
   [[nodiscard]] std::optional<std::string> hybrid_shard_error(const spec::RankLayout& layout) const;
   // Every placement a step estimate needs of `layout`, built on first use and kept: one lookup
   // per evaluation (the search evaluates millions). The reference stays valid for the Topology's

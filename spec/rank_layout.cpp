@@ -186,14 +186,23 @@ RankLayout::DpNodeRuns RankLayout::dp_node_runs() const {
 }
 
 std::optional<std::string> RankLayout::find_hybrid_shard_error() const {
-  if (degree(Axis::kCp) > 1) {
-    for (const auto& g : groups(Axis::kCp)) {
-      if (const int nodes = nodes_spanned(g.front(), Axis::kCp); nodes > 1) {
-        return core::str_cat("hybrid_shard with cp ", degree(Axis::kCp), " needs every cp group inside one node; cp ",
-                             "group of rank ", g.front(), " spans ", nodes, " nodes");
-      }
-    }
+  if (auto e = find_hybrid_cp_error()) return e;
+  return find_hybrid_dp_error();
+}
+
+std::optional<std::string> RankLayout::find_hybrid_cp_error() const {
+  const int d = degree(Axis::kCp), s = stride(Axis::kCp);
+  if (d <= 1) return std::nullopt;
+  // A cp group's members r0 + i·s ascend, so it lies in one node iff its first and last do.
+  for (int r0 = 0; r0 < world_size_; ++r0) {
+    if ((r0 / s) % d != 0 || node_of(r0) == node_of(r0 + (d - 1) * s)) continue;
+    return core::str_cat("hybrid_shard with cp ", d, " needs every cp group inside one node; cp group of rank ", r0,
+                         " spans ", nodes_spanned(r0, Axis::kCp), " nodes");
   }
+  return std::nullopt;
+}
+
+std::optional<std::string> RankLayout::find_hybrid_dp_error() const {
   const DpNodeRuns runs = dp_node_runs();
   if (!runs.uneven) return std::nullopt;
   return core::str_cat("hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of rank ",

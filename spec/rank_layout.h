@@ -93,10 +93,16 @@ class RankLayout {
     int first_node = 0, first_count = 0, other_node = 0, other_count = 0;  // two runs that differ
   };
   [[nodiscard]] DpNodeRuns dp_node_runs() const;
-  // Why this layout cannot shard hybridly, or std::nullopt: every dp group must split into
-  // shard groups of one size (the same number of its members on each node it touches), and every
-  // cp group must lie inside one node (its ranks shard together).
+  // Why this layout cannot shard hybridly, or std::nullopt: every cp group must lie inside one
+  // node (its ranks shard together: find_hybrid_cp_error), and every dp group must split into
+  // shard groups of one size (the same number of its members on each node it touches:
+  // find_hybrid_dp_error).
   [[nodiscard]] std::optional<std::string> find_hybrid_shard_error() const;
+  // The two halves, each in one pass without allocation until an error is found: O(world size / cp)
+  // and O(world size). The dp half depends on the dp degree and stride alone (the cost model
+  // memoises it by them).
+  [[nodiscard]] std::optional<std::string> find_hybrid_cp_error() const;
+  [[nodiscard]] std::optional<std::string> find_hybrid_dp_error() const;
 
  private:
   [[nodiscard]] static std::size_t index(Axis a) { return static_cast<std::size_t>(a); }
