@@ -112,7 +112,8 @@ struct LayerTerms {
   Bytes boundary;                // the activation passed between stages
   GroupPlacement dp_g, shard_g, replicate_g;  // dp_g: the dp × cp replicas
   GroupPlacement tp_g;
-  LinkSum pp_ring;  // the pipeline's transfers around its ring (the pp scalars' hops)
+  GroupPlacement pp_in_node;  // LayoutCosts::pp_in_node
+  LinkSum pp_ring;            // the pipeline's transfers around its ring (the pp scalars' hops)
   double cp_calls = 0;  // context-parallel calls of one layer and microbatch, every pass
   struct PassCalls {
     double forward = 0, backward = 0;
@@ -212,6 +213,7 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
   x.dp_g = replicas;
   x.shard_g = replicas;
   x.tp_g = lc.tp;
+  x.pp_in_node = lc.pp_in_node;
   x.pp_ring = lc.pp_ring;
   if (p.hybrid_shard) {
     x.shard_g = GroupPlacement{replicas.ranks_per_node, 1, replicas.ranks_per_node, replicas.intra, {}, replicas.intra_scale};
@@ -465,13 +467,12 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
     };
     scalar_dp = scalar_time(x.dp_g, scalars.replicas) + scalar_time(x.shard_g, scalars.shard);
     scalar_tp = scalar_time(x.tp_g, scalars.tp);
-    // Over pp, a ring of the pipeline's own links (not placed as a group: the search would route
-    // a 64-deep pp group of 16,384 GPUs for it): 2(pp − 1) hops at their mean latency, or at the
-    // node's scalar latency when the whole cluster is one node.
-    if (scalars.pp > 0 && p.pp > 1 && x.pp_ring.links > 0) {
-      const Seconds hop = scalar_step && cluster.num_nodes == 1
-                              ? *scalar_step
-                              : Seconds(x.pp_ring.latency_s / static_cast<double>(x.pp_ring.links));
+    // Over pp: inside one node as any group; across nodes (the pp groups are not placed there)
+    // 2(pp − 1) hops of the pipeline's own ring at their mean latency.
+    if (x.pp_in_node.size > 1) {
+      scalar_pp = scalar_time(x.pp_in_node, scalars.pp);
+    } else if (scalars.pp > 0 && x.pp_ring.links > 0) {
+      const Seconds hop(x.pp_ring.latency_s / static_cast<double>(x.pp_ring.links));
       scalar_pp = (hop * (2.0 * (p.pp - 1)) + call) * static_cast<double>(scalars.pp);
     }
     t.dp_comm += scalar_dp;

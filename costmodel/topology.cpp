@@ -400,6 +400,7 @@ const LayoutCosts& Topology::layout_costs(const spec::RankLayout& layout) const 
   costs->replicas = place_replicas(layout);
   const int pp = layout.degree(Axis::kPp);
   if (pp > 1) {
+    if (layout.world_size() <= layout.gpus_per_node()) costs->pp_in_node = place(layout, Axis::kPp);
     for (int r = 0; r < pp; ++r) {
       spec::RankCoord a{}, b{};
       a.pp = r;

@@ -70,6 +70,10 @@ struct LayoutCosts {
   // The dp × cp replica groups (Topology::place_replicas; the dp groups when cp = 1): gradients
   // are summed and ZeRO shards spread over them.
   GroupPlacement replicas;
+  // The pp groups, placed only when the whole layout fits one node (a CPU or one GPU server: its
+  // pp scalars are priced as all-reduces there); size 1 otherwise (routing a 64-deep pp group of
+  // 16,384 GPUs per layout would cost the search more than the estimate it serves).
+  GroupPlacement pp_in_node;
   // Point-to-point from pipeline rank r to r + 1 (mod pp), between the ranks whose other
   // coordinates are 0 (stage s -> s + 1 runs from pp rank s mod pp to (s + 1) mod pp); empty
   // when pp = 1.

@@ -324,6 +324,15 @@ TEST(StepEstimator, ScalarAllReducesUseTheNodesMeasuredLatency) {
   const double tp_link = collective_time(Collective::kAllReduce, core::Bytes(16), tp, eager.network_efficiency).value();
   EXPECT_NEAR(measured.time.tp_comm.value() - link.time.tp_comm.value(), 6 * 1e-3 - tp_link, 1e-9);
   EXPECT_EQ(measured.calls_per_step.dp, link.calls_per_step.dp);
+  // Over pp (the loss and the norm) inside the node likewise: pp 2, 2 steps each.
+  const spec::ParallelConfig piped{.tp = 4, .pp = 2, .micro_batch = 1, .global_batch = 8};
+  auto without = cluster;
+  without.node.scalar_all_reduce_step_latency.reset();
+  const Estimate pp_link = expect_feasible(evaluate(model, without, piped, 4096, eager));
+  const Estimate pp_measured = expect_feasible(evaluate(model, cluster, piped, 4096, eager));
+  const auto pp = topo.place(spec::RankLayout(piped, 8), spec::Axis::kPp);
+  const double pp_on_link = collective_time(Collective::kAllReduce, core::Bytes(16), pp, eager.network_efficiency).value();
+  EXPECT_NEAR(pp_measured.time.pp_comm.value() - pp_link.time.pp_comm.value(), 2 * (2 * 1e-3 - pp_on_link), 1e-9);
 }
 
 // Context-parallel ranks hold the same parameters, so gradients are summed over dp × cp (Megatron's
