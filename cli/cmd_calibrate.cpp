@@ -554,6 +554,9 @@ void run(const CalibrateOptions& o) {
     }
     c.compute_jitter_sqrt_s = xx > 0 ? std::max(0.0, xy / xx) : 0.0;
   }
+  // Compute beside an in-flight collective (calibration_probe.h's OverlapMeasurement).
+  const Json overlap = comm.value("overlap", Json());
+  if (overlap.is_object()) c.overlap_slowdown = overlap["slowdown"].get<double>();
   const auto cluster = local_cluster(c);
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
@@ -606,6 +609,8 @@ void run(const CalibrateOptions& o) {
                     {"collective_alpha_s", c.comm.alpha_s},
                     {"compute_jitter_sqrt_s", c.compute_jitter_sqrt_s},
                     {"sync_waits", sync_waits},
+                    {"overlap_compute_slowdown", c.overlap_slowdown},
+                    {"overlap", overlap},
                     {"collective_bandwidth_bytes_per_s", c.comm.bandwidth_bytes_per_s},
                     {"collective_fit_on", fitted_on_all_reduce ? "all_reduce" : "all"},
                     {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
@@ -668,6 +673,13 @@ void run(const CalibrateOptions& o) {
                            : str_cat("  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),
                                      " ms per sqrt(s): a blocking call waits for the slowest rank (",
                                      sync_waits.size(), " compute lengths)\n"),
+                       c.overlap_slowdown < 0
+                           ? std::string("  overlap not measured\n")
+                           : str_cat("  overlap: computing beside an all-gather loses ", fixed(c.overlap_slowdown, 2),
+                                     " s per s of it (", fixed(overlap["gemm_s"].get<double>() * 1e3, 0),
+                                     " ms of GEMMs and ", fixed(overlap["comm_s"].get<double>() * 1e3, 0),
+                                     " ms of calls took ", fixed(overlap["overlapped_s"].get<double>() * 1e3, 0),
+                                     " ms overlapped)\n"),
                        "  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
 }
 

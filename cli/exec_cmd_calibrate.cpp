@@ -192,6 +192,17 @@ void register_exec_calibrate_commands(CLI::App& app) {
     // The compute jitter is a CPU measurement (host GEMMs between blocking calls).
     const auto waits = device.is_cuda() ? std::vector<exec::SyncWait>{}
                                         : exec::measure_sync_waits(*world, std::max(1.5, 10 * args->seconds_per_point));
+    // Compute beside an in-flight collective: a CPU measurement too (host GEMMs; on a GPU the
+    // copy engines and SMs contend otherwise, the profile's default stands).
+    nlohmann::ordered_json overlap;  // null on a GPU
+    if (!device.is_cuda()) {
+      const auto m = exec::measure_overlap_slowdown(*world, std::max(1.0, 5 * args->seconds_per_point));
+      overlap = {{"bytes", m.bytes},
+                 {"gemm_s", m.gemm_s},
+                 {"comm_s", m.comm_s},
+                 {"overlapped_s", m.overlapped_s},
+                 {"slowdown", m.slowdown}};
+    }
     if (launch.rank != 0) return;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (const auto& s : samples) {
@@ -203,7 +214,8 @@ void register_exec_calibrate_commands(CLI::App& app) {
                 {"ranks", launch.world_size},
                 {"samples", rows},
                 {"scalar_all_reduce", {{"ranks", launch.world_size}, {"bytes", 16}, {"seconds", scalar_s}}},
-                {"sync_waits", sync}});
+                {"sync_waits", sync},
+                {"overlap", overlap}});
   });
 }
 

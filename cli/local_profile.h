@@ -33,6 +33,9 @@ struct LocalCalibration {
   double scalar_all_reduce_step_s = 0;
   // σ of a rank's compute over T seconds is this · √T (costmodel/straggler.h); < 0: not measured.
   double compute_jitter_sqrt_s = -1;
+  // Compute seconds lost per second of communication overlapped with it (spec::NodeSpec::
+  // overlap_compute_slowdown); < 0: not measured.
+  double overlap_slowdown = -1;
 };
 
 // One machine as a cluster: a node of `devices` copies of `gpu` joined at `intra_bandwidth` and

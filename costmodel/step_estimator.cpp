@@ -239,7 +239,9 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     x.z3_bwd_exposed = std::max(Seconds(0), ag + rs - blk.backward.total() - blk.recompute.total());
     x.z3_overlapped = (ag - x.z3_fwd_exposed) + (ag + rs - x.z3_bwd_exposed);
   }
-  x.slow_dp = replicas.nodes > 1 ? o.overlap_slowdown_network : o.overlap_slowdown_nvlink;
+  // A calibrated node's own slowdown inside it (spec::NodeSpec::overlap_compute_slowdown).
+  x.slow_dp = replicas.nodes > 1 ? o.overlap_slowdown_network
+                                 : cluster.node.overlap_compute_slowdown.value_or(o.overlap_slowdown_nvlink);
   x.layer_fwd = blk.forward.total() + x.tp_one * static_cast<double>(blk.tp_collectives_forward) + x.cp_fwd +
                 x.z3_fwd_exposed;
   x.tp_norm_grads_bwd =

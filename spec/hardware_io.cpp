@@ -222,6 +222,9 @@ NodeSpec node_from_json(JsonObjectReader& r, const HardwareResolver& resolve) {
   if (intra.has("scalar_all_reduce_step_latency_us")) {
     n.scalar_all_reduce_step_latency = core::microseconds(intra.positive_number("scalar_all_reduce_step_latency_us"));
   }
+  if (intra.has("overlap_compute_slowdown")) {
+    n.overlap_compute_slowdown = intra.number("overlap_compute_slowdown", 0.0, 4.0);
+  }
   intra.finish();
   n.nics_per_node = static_cast<int>(r.integer("nics_per_node", 0, 1024));
   n.nic_bandwidth = core::gigabits_per_second(r.number("nic_bandwidth_Gbit_per_s", 0.0));
@@ -323,6 +326,7 @@ Json node_to_json(const NodeSpec& n) {
   if (n.scalar_all_reduce_step_latency) {
     j["intra_node"]["scalar_all_reduce_step_latency_us"] = core::to_microseconds(*n.scalar_all_reduce_step_latency);
   }
+  if (n.overlap_compute_slowdown) j["intra_node"]["overlap_compute_slowdown"] = *n.overlap_compute_slowdown;
   j["nics_per_node"] = n.nics_per_node;
   j["nic_bandwidth_Gbit_per_s"] = core::to_gigabits_per_second(n.nic_bandwidth);
   if (!n.default_fabric.empty()) j["default_fabric"] = n.default_fabric;

@@ -138,6 +138,12 @@ struct NodeSpec {
   // step for 16 bytes against the fit's 0.75 ms). The cost model prices the step's scalar
   // all-reduces with it; absent: as any all-reduce.
   std::optional<core::Seconds> scalar_all_reduce_step_latency;
+  // Where measured (`cpt calibrate` on a CPU): seconds of compute lost per second of intra-node
+  // communication that overlaps it (ZeRO-3's prefetched gathers, DP's bucket reductions during
+  // backward). Ranks sharing a CPU's cores lose about all of it — the backend's threads compute
+  // the copies and sums on the same cores (0.8-1.4 on this project's VM); absent: the cost
+  // model's GPU default (CostModelOptions::overlap_slowdown_nvlink, 0.15).
+  std::optional<double> overlap_compute_slowdown;
   int nics_per_node = 0;                 // NICs for the compute fabric
   core::BytesPerSecond nic_bandwidth;    // per NIC, per direction
   std::string default_fabric;            // fabric profile implied by this node

@@ -315,4 +315,59 @@ std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds) {
   return out;
 }
 
+OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds) {
+  torch::NoGradGuard no_grad;
+  const int n = world.size();
+  const auto a = torch::randn({192, 192}), b = torch::randn({192, 192});
+  auto gemms = [&](int count) {
+    for (int i = 0; i < count; ++i) (void)torch::mm(a, b);
+  };
+  const std::int64_t part_elements = 64 * 1024;  // 256 KiB from each rank
+  auto part = torch::ones({part_elements}), full = torch::empty({part_elements * n});
+  auto gather = [&] { return world.all_gather(part, full); };
+  // Rank 0 sizes a chunk of GEMMs to twice a call (the call then fits inside it) and the number
+  // of calls to the time given; every rank uses its numbers.
+  gemms(5);
+  gather()->wait();
+  auto t0 = Clock::now();
+  gemms(20);
+  const double per_gemm = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count() / 20);
+  t0 = Clock::now();
+  for (int i = 0; i < 5; ++i) gather()->wait();
+  const double per_call = std::chrono::duration<double>(Clock::now() - t0).count() / 5;
+  auto plan = torch::tensor({std::max(1.0, std::round(2 * per_call / per_gemm)),
+                             std::max(5.0, std::min(2000.0, seconds / (5 * per_call)))},
+                            torch::kFloat64);
+  world.broadcast(plan, 0)->wait();
+  const int chunk = static_cast<int>(plan[0].item<double>()), calls = static_cast<int>(plan[1].item<double>());
+  auto timed = [&](const std::function<void()>& body) {
+    world.barrier();
+    const auto start = Clock::now();
+    body();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  const double gemm_s = timed([&] { gemms(chunk * calls); });
+  const double comm_s = timed([&] {
+    for (int i = 0; i < calls; ++i) gather()->wait();
+  });
+  const double overlapped_s = timed([&] {
+    for (int i = 0; i < calls; ++i) {
+      auto handle = gather();
+      gemms(chunk);
+      handle->wait();
+    }
+  });
+  auto mine = torch::tensor({gemm_s, comm_s, overlapped_s}, torch::kFloat64);
+  auto all = torch::empty({n, 3}, torch::kFloat64);
+  world.all_gather(mine, all)->wait();
+  const auto mean = all.mean(0);
+  OverlapMeasurement m;
+  m.bytes = static_cast<double>(full.numel()) * 4.0;
+  m.gemm_s = mean[0].item<double>();
+  m.comm_s = mean[1].item<double>();
+  m.overlapped_s = mean[2].item<double>();
+  m.slowdown = m.comm_s > 0 ? std::max(0.0, (m.overlapped_s - m.gemm_s) / m.comm_s) : 0.0;
+  return m;
+}
+
 }  // namespace cpt::exec

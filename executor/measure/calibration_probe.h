@@ -92,4 +92,21 @@ struct SyncWait {
 // about `seconds` in total; every rank returns the same list.
 std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds);
 
+// What computing costs while a collective is in flight (ZeRO-3's prefetched all-gathers, DP's
+// bucket all-reduces during backward): the same GEMMs and the same all-gathers timed alone and
+// overlapped (each call started before a chunk of GEMMs, waited for after it).
+struct OverlapMeasurement {
+  double bytes = 0;         // the gathered buffer of one call
+  double gemm_s = 0;        // the GEMMs alone
+  double comm_s = 0;        // the calls alone, back to back
+  double overlapped_s = 0;  // both, each call overlapping a chunk of the GEMMs
+  // Seconds lost per second of overlapped communication, (overlapped − gemm) / comm, ≥ 0: 0 when
+  // the calls hide entirely behind the GEMMs, 1 when overlapping saves nothing (ranks that share
+  // cores: the backend's threads take the GEMMs' cores); the cost model's overlap slowdown.
+  double slowdown = 0;
+};
+// COLLECTIVE over `world`: all-gathers sized to take about half a chunk of GEMMs, for about
+// `seconds` in total; the ranks' mean; every rank returns the same.
+OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds);
+
 }  // namespace cpt::exec

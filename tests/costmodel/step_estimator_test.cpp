@@ -335,6 +335,37 @@ TEST(StepEstimator, ScalarAllReducesUseTheNodesMeasuredLatency) {
   EXPECT_NEAR(pp_measured.time.pp_comm.value() - pp_link.time.pp_comm.value(), 2 * (2 * 1e-3 - pp_on_link), 1e-9);
 }
 
+// A node's measured overlap slowdown (spec::NodeSpec::overlap_compute_slowdown) replaces the GPU
+// default inside the node: ZeRO-3's prefetched gathers, overlapped with compute, cost that fraction
+// of their time in compute — linearly in it. Across nodes the network's slowdown stands.
+TEST(StepEstimator, OverlappedCommunicationCostsTheNodesMeasuredSlowdown) {
+  const auto model = spec::find_catalog_model("llama3-8b")->spec;
+  auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
+  const spec::ParallelConfig p{.dp = 8, .micro_batch = 1, .global_batch = 8, .zero_stage = 3};
+  CostModelOptions eager;
+  eager.dispatch = KernelDispatch::kEager;
+  const Estimate gpu_default = expect_feasible(evaluate(model, cluster, p, 4096, eager));
+  EXPECT_DOUBLE_EQ(gpu_default.stages.overlap_slowdown, eager.overlap_slowdown_nvlink);
+  auto other_at = [&](double slowdown) {
+    auto c = cluster;
+    c.node.overlap_compute_slowdown = slowdown;
+    const Estimate e = expect_feasible(evaluate(model, c, p, 4096, eager));
+    EXPECT_DOUBLE_EQ(e.stages.overlap_slowdown, slowdown);
+    return e.time.other.value();
+  };
+  const double none = other_at(0), half = other_at(0.5), all = other_at(1.0);
+  EXPECT_GT(half, none);
+  EXPECT_NEAR(all - none, 2 * (half - none), 1e-9 * all);
+  EXPECT_NEAR(gpu_default.time.other.value() - none, eager.overlap_slowdown_nvlink * (all - none), 1e-9 * all);
+  // Two nodes, the gathers over the network: the node's value does not apply.
+  auto two_nodes = cat().cluster_for_gpu("h100", 16, "--gpu");
+  two_nodes.node.overlap_compute_slowdown = 1.0;
+  const Estimate across = expect_feasible(
+      evaluate(model, two_nodes, spec::ParallelConfig{.dp = 16, .micro_batch = 1, .global_batch = 16, .zero_stage = 3},
+               4096, eager));
+  EXPECT_DOUBLE_EQ(across.stages.overlap_slowdown, eager.overlap_slowdown_network);
+}
+
 // Context-parallel ranks hold the same parameters, so gradients are summed over dp × cp (Megatron's
 // data-and-context-parallel group): cp 2 × dp 1 reduces them like dp 2 × cp 1 does, over two
 // NVLink ranks holding the same parameters.

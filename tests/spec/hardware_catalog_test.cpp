@@ -108,8 +108,9 @@ TEST(HardwareCatalog, ClusterFileWithReferencesAndInlineParts) {
   std::filesystem::remove(path);
 }
 
-// A calibrated node's calls measured apart and its scalar all-reduce load, write and load back the
-// same; an unknown call name and a latency of 0 are errors naming their paths.
+// A calibrated node's calls measured apart, its scalar all-reduce and its overlap slowdown load,
+// write and load back the same; an unknown call name, a latency of 0 and a negative slowdown are
+// errors naming their paths.
 TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   auto c = cat().cluster_for_gpu("h100", 8, "--gpu");
   c.node.intra_measured[static_cast<std::size_t>(LinkCall::kReduceScatter)] =
@@ -117,7 +118,9 @@ TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   c.node.intra_measured[static_cast<std::size_t>(LinkCall::kSendRecv)] =
       MeasuredLink{core::microseconds(40), core::gigabytes_per_second(4)};
   c.node.scalar_all_reduce_step_latency = core::microseconds(250);
+  c.node.overlap_compute_slowdown = 1.25;
   const auto text = cluster_to_json(c).dump();
+  EXPECT_NE(text.find(R"("overlap_compute_slowdown":1.25)"), std::string::npos) << text;
   EXPECT_NE(text.find(R"("measured":{"reduce_scatter":)"), std::string::npos) << text;
   EXPECT_NE(text.find(R"("scalar_all_reduce_step_latency_us":250)"), std::string::npos) << text;
   EXPECT_EQ(load_cluster_text("cpt_test_measured.json", text).node, c.node);
@@ -131,6 +134,10 @@ TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   const auto not_positive = cluster_text_error("cpt_test_scalar_bad.json", zero.dump());
   EXPECT_NE(not_positive.find("$.node.intra_node.scalar_all_reduce_step_latency_us"), std::string::npos)
       << not_positive;
+  auto negative = nlohmann::json::parse(text);
+  negative["node"]["intra_node"]["overlap_compute_slowdown"] = -0.5;
+  const auto below = cluster_text_error("cpt_test_overlap_bad.json", negative.dump());
+  EXPECT_NE(below.find("$.node.intra_node.overlap_compute_slowdown"), std::string::npos) << below;
 }
 
 // A CPU node whose ranks share its cores (spec::SharedCores) round-trips; a zero core count is
