@@ -196,12 +196,13 @@ void register_exec_calibrate_commands(CLI::App& app) {
     // copy engines and SMs contend otherwise, the profile's default stands).
     nlohmann::ordered_json overlap;  // null on a GPU
     if (!device.is_cuda()) {
-      const auto m = exec::measure_overlap_slowdown(*world, std::max(1.0, 5 * args->seconds_per_point));
+      const auto m = exec::measure_overlap_slowdown(*world, std::max(2.0, 10 * args->seconds_per_point));
       overlap = {{"bytes", m.bytes},
                  {"gemm_s", m.gemm_s},
                  {"comm_s", m.comm_s},
                  {"overlapped_s", m.overlapped_s},
-                 {"slowdown", m.slowdown}};
+                 {"slowdown", m.slowdown},
+                 {"round_slowdowns", m.round_slowdowns}};
     }
     if (launch.rank != 0) return;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();

@@ -3,8 +3,11 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
+#include <vector>
 
 #include "executor/measure/op_counter.h"
 #include "executor/model/activation_checkpoint.h"
@@ -326,17 +329,18 @@ OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds)
   auto part = torch::ones({part_elements}), full = torch::empty({part_elements * n});
   auto gather = [&] { return world.all_gather(part, full); };
   // Rank 0 sizes a chunk of GEMMs to twice a call (the call then fits inside it) and the number
-  // of calls to the time given; every rank uses its numbers.
+  // of calls per round; every rank uses its numbers.
   gemms(5);
-  gather()->wait();
+  for (int i = 0; i < 3; ++i) gather()->wait();
   auto t0 = Clock::now();
   gemms(20);
   const double per_gemm = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count() / 20);
   t0 = Clock::now();
-  for (int i = 0; i < 5; ++i) gather()->wait();
-  const double per_call = std::chrono::duration<double>(Clock::now() - t0).count() / 5;
+  for (int i = 0; i < 10; ++i) gather()->wait();
+  const double per_call = std::chrono::duration<double>(Clock::now() - t0).count() / 10;
+  constexpr int kRounds = 5;
   auto plan = torch::tensor({std::max(1.0, std::round(2 * per_call / per_gemm)),
-                             std::max(5.0, std::min(2000.0, seconds / (5 * per_call)))},
+                             std::max(5.0, std::min(1000.0, seconds / (kRounds * 5 * per_call)))},
                             torch::kFloat64);
   world.broadcast(plan, 0)->wait();
   const int chunk = static_cast<int>(plan[0].item<double>()), calls = static_cast<int>(plan[1].item<double>());
@@ -346,27 +350,40 @@ OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds)
     body();
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
-  const double gemm_s = timed([&] { gemms(chunk * calls); });
-  const double comm_s = timed([&] {
-    for (int i = 0; i < calls; ++i) gather()->wait();
-  });
-  const double overlapped_s = timed([&] {
-    for (int i = 0; i < calls; ++i) {
-      auto handle = gather();
-      gemms(chunk);
-      handle->wait();
-    }
-  });
-  auto mine = torch::tensor({gemm_s, comm_s, overlapped_s}, torch::kFloat64);
-  auto all = torch::empty({n, 3}, torch::kFloat64);
-  world.all_gather(mine, all)->wait();
-  const auto mean = all.mean(0);
+  // Rounds of the three, each round's slowdown apart: the median round is the machine's (the
+  // scheduler does not always treat the backend's threads alike; one round can hide the calls
+  // that the next does not).
+  auto times = torch::empty({kRounds, 3}, torch::kFloat64);
+  for (int r = 0; r < kRounds; ++r) {
+    times[r][0] = timed([&] { gemms(chunk * calls); });
+    times[r][1] = timed([&] {
+      for (int i = 0; i < calls; ++i) gather()->wait();
+    });
+    times[r][2] = timed([&] {
+      for (int i = 0; i < calls; ++i) {
+        auto handle = gather();
+        gemms(chunk);
+        handle->wait();
+      }
+    });
+  }
+  auto all = torch::empty({n, kRounds, 3}, torch::kFloat64);
+  world.all_gather(times, all)->wait();
+  const auto mean = all.mean(0);  // [round, 3]: the ranks' mean
+  std::vector<std::array<double, 4>> rounds;  // gemm, comm, overlapped, slowdown
+  for (int r = 0; r < kRounds; ++r) {
+    const double g = mean[r][0].item<double>(), c = mean[r][1].item<double>(), o = mean[r][2].item<double>();
+    rounds.push_back({g, c, o, c > 0 ? std::max(0.0, (o - g) / c) : 0.0});
+  }
+  std::sort(rounds.begin(), rounds.end(), [](const auto& x, const auto& y) { return x[3] < y[3]; });
+  const auto& median = rounds[kRounds / 2];
   OverlapMeasurement m;
   m.bytes = static_cast<double>(full.numel()) * 4.0;
-  m.gemm_s = mean[0].item<double>();
-  m.comm_s = mean[1].item<double>();
-  m.overlapped_s = mean[2].item<double>();
-  m.slowdown = m.comm_s > 0 ? std::max(0.0, (m.overlapped_s - m.gemm_s) / m.comm_s) : 0.0;
+  m.gemm_s = median[0];
+  m.comm_s = median[1];
+  m.overlapped_s = median[2];
+  m.slowdown = median[3];
+  for (const auto& r : rounds) m.round_slowdowns.push_back(r[3]);
   return m;
 }
 

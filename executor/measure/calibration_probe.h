@@ -104,9 +104,11 @@ struct OverlapMeasurement {
   // the calls hide entirely behind the GEMMs, 1 when overlapping saves nothing (ranks that share
   // cores: the backend's threads take the GEMMs' cores); the cost model's overlap slowdown.
   double slowdown = 0;
+  std::vector<double> round_slowdowns;  // every round's, ascending; the fields above: the median's
 };
-// COLLECTIVE over `world`: all-gathers sized to take about half a chunk of GEMMs, for about
-// `seconds` in total; the ranks' mean; every rank returns the same.
+// COLLECTIVE over `world`: five rounds of the three timings, all-gathers sized to take about half
+// a chunk of GEMMs, about `seconds` in total; the ranks' mean per round, the median round's
+// slowdown; every rank returns the same.
 OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds);
 
 }  // namespace cpt::exec

@@ -5,12 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <optional>
-#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <thread>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
@@ -48,6 +49,15 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The q-quantile of `values` (nearest rank, q in [0, 1]); 0 for none.
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0.0;
+  const auto k = static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size()))) - (q > 0 ? 1 : 0);
+  const auto nth = values.begin() + static_cast<std::ptrdiff_t>(std::min(k, values.size() - 1));
+  std::nth_element(values.begin(), nth, values.end());
+  return *nth;
+}
 
 std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   if (options.steps) return *options.steps;
@@ -525,6 +535,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   summary.first_step = first_step;
   double timed_seconds = 0;
   std::int64_t timed_tokens = 0, timed_step_count = 0;
+  std::vector<double> timed_step_seconds;  // each timed step's, for the spread in measured.json
   const auto run_start = Clock::now();
   core::info0("train: ", spec.name, " (", spec.num_params(), " parameters) on ", device.str(), ", steps ", first_step,
               " -> ", total_steps, ", ", par.global_batch, " x ", seq_len, " tokens per step (micro-batch ",
@@ -597,6 +608,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     // The first step of a process pays one-off allocation costs; a profiled step, the profiler's.
     if (step > first_step && !profiled) {
       timed_seconds += dt;
+      timed_step_seconds.push_back(dt);
       timed_tp_wait += clocks.tp.seconds - tp0;
       timed_dp_wait += clocks.dp.seconds - dp0;
       timed_pp_wait += clocks.pp.seconds - pp0;
@@ -656,6 +668,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                   {"step_time_s", timed_tokens > 0 ? timed_seconds * static_cast<double>(par.global_batch * seq_len) /
                                                                           static_cast<double>(timed_tokens)
                                                                     : 0.0},
+                                  // The spread of the timed steps (rank 0's): a step that stalled on
+                                  // one rank stalls them all, so the mean sits above the median.
+                                  {"step_time_median_s", quantile(timed_step_seconds, 0.5)},
+                                  {"step_time_p90_s", quantile(timed_step_seconds, 0.9)},
                                   {"peak_memory_bytes", peak_memory_bytes(device)},
                                   {"device", device.str()},
                                   // The gradient bucket, which the cost model needs to price this run.

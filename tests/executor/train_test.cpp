@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -103,6 +105,22 @@ TEST_F(TrainTest, LossFallsAndEveryOutputIsWritten) {
   EXPECT_TRUE(fs::exists(out.path() / "eval.jsonl"));
   EXPECT_TRUE(fs::exists(out.path() / "measured.json"));
   EXPECT_EQ(Checkpoint::open(s.checkpoint).step(), 12);
+  // measured.json's spread of the timed steps (all but the first): the nearest-rank median and
+  // 90th percentile of metrics.jsonl's step times, beside their mean.
+  std::vector<double> timed;
+  std::ifstream rows(out.path() / "metrics.jsonl");
+  for (std::string r; std::getline(rows, r);) {
+    const auto j = nlohmann::json::parse(r);
+    if (j.at("step").get<int>() > 0) timed.push_back(j.at("step_time_s").get<double>());
+  }
+  ASSERT_EQ(timed.size(), 11u);
+  double sum = 0;
+  for (const double t : timed) sum += t;
+  std::sort(timed.begin(), timed.end());
+  const auto measured = nlohmann::json::parse(std::ifstream(out.path() / "measured.json"));
+  EXPECT_NEAR(measured.at("step_time_s").get<double>(), sum / 11, 1e-9);
+  EXPECT_DOUBLE_EQ(measured.at("step_time_median_s").get<double>(), timed[5]);
+  EXPECT_DOUBLE_EQ(measured.at("step_time_p90_s").get<double>(), timed[9]);
 }
 
 TEST_F(TrainTest, StoppingAndResumingGivesExactlyTheUninterruptedLosses) {
