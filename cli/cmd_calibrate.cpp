@@ -556,7 +556,8 @@ void run(const CalibrateOptions& o) {
   }
   // Compute beside an in-flight collective (calibration_probe.h's OverlapMeasurement).
   const Json overlap = comm.value("overlap", Json());
-  if (overlap.is_object()) c.overlap_slowdown = overlap["slowdown"].get<double>();
+  // Capped at 4, the most a profile accepts (a machine that loses more has other troubles).
+  if (overlap.is_object()) c.overlap_slowdown = std::min(4.0, overlap.at("slowdown").get<double>());
   const auto cluster = local_cluster(c);
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
@@ -676,9 +677,9 @@ void run(const CalibrateOptions& o) {
                        c.overlap_slowdown < 0
                            ? std::string("  overlap not measured\n")
                            : str_cat("  overlap: computing beside an all-gather loses ", fixed(c.overlap_slowdown, 2),
-                                     " s per s of it (", fixed(overlap["gemm_s"].get<double>() * 1e3, 0),
-                                     " ms of GEMMs and ", fixed(overlap["comm_s"].get<double>() * 1e3, 0),
-                                     " ms of calls took ", fixed(overlap["overlapped_s"].get<double>() * 1e3, 0),
+                                     " s per s of it (", fixed(overlap.at("gemm_s").get<double>() * 1e3, 0),
+                                     " ms of GEMMs and ", fixed(overlap.at("comm_s").get<double>() * 1e3, 0),
+                                     " ms of calls took ", fixed(overlap.at("overlapped_s").get<double>() * 1e3, 0),
                                      " ms overlapped)\n"),
                        "  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
 }

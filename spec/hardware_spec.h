@@ -141,8 +141,10 @@ struct NodeSpec {
   // Where measured (`cpt calibrate` on a CPU): seconds of compute lost per second of intra-node
   // communication that overlaps it (ZeRO-3's prefetched gathers, DP's bucket reductions during
   // backward). Ranks sharing a CPU's cores lose all of it or more — the backend's threads compute
-  // the copies and sums on the same cores (1.2-1.8 for two ranks on this project's VM, 0.5 for
-  // four); absent: the cost model's GPU default (CostModelOptions::overlap_slowdown_nvlink, 0.15).
+  // the copies and sums on the same cores (0.67-1.24 for two ranks on this project's VM,
+  // 0.59-1.10 for four); measured with the profile's rank count and applied to plans of fewer
+  // ranks as it is; absent: the cost model's GPU default (CostModelOptions::overlap_slowdown_nvlink,
+  // 0.15).
   std::optional<double> overlap_compute_slowdown;
   int nics_per_node = 0;                 // NICs for the compute fabric
   core::BytesPerSecond nic_bandwidth;    // per NIC, per direction

@@ -89,7 +89,9 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_TRUE(std::is_sorted(rounds.begin(), rounds.end()));
   EXPECT_DOUBLE_EQ(rounds[2], overlap["slowdown"].get<double>());
   ASSERT_TRUE(node["intra_node"].contains("overlap_compute_slowdown")) << node.dump();
-  EXPECT_DOUBLE_EQ(node["intra_node"]["overlap_compute_slowdown"].get<double>(), overlap["slowdown"].get<double>());
+  // (capped at 4, the most a profile accepts)
+  EXPECT_DOUBLE_EQ(node["intra_node"]["overlap_compute_slowdown"].get<double>(),
+                   std::min(4.0, overlap["slowdown"].get<double>()));
 
   // The profile as any other: the estimate on it uses the calibrated peak.
   const auto est = sh(cpt + " estimate --model tiny --cluster " + profile +
