@@ -21,6 +21,13 @@ namespace {
 
 const spec::HardwareCatalog& cat() { return spec::HardwareCatalog::builtin(); }
 
+// The options as cpt's executor dispatches kernels (one per operator), otherwise the defaults.
+CostModelOptions eager_dispatch() {
+  CostModelOptions o;
+  o.dispatch = KernelDispatch::kEager;
+  return o;
+}
+
 Estimate expect_feasible(const Evaluation& ev) {
   if (const auto* inf = std::get_if<Infeasible>(&ev)) {
     ADD_FAILURE() << to_string(inf->reason) << ": " << inf->detail;
@@ -279,8 +286,7 @@ TEST(StepEstimator, EagerZeroThreeExposesTheRootUnitEveryMicrobatch) {
   const auto model = spec::find_catalog_model("llama3-8b")->spec;
   const auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
   const spec::ParallelConfig p{.dp = 8, .micro_batch = 1, .global_batch = 24, .zero_stage = 3};  // 3 microbatches
-  CostModelOptions fused, eager;
-  eager.dispatch = KernelDispatch::kEager;
+  const CostModelOptions fused, eager = eager_dispatch();
   const Estimate f = expect_feasible(evaluate(model, cluster, p, 4096, fused));
   const Estimate e = expect_feasible(evaluate(model, cluster, p, 4096, eager));
   const Topology topo(cluster);
@@ -310,8 +316,7 @@ TEST(StepEstimator, ScalarAllReducesUseTheNodesMeasuredLatency) {
   const auto model = spec::find_catalog_model("llama3-8b")->spec;
   auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
   const spec::ParallelConfig p{.tp = 4, .dp = 2, .micro_batch = 1, .global_batch = 8};
-  CostModelOptions eager;
-  eager.dispatch = KernelDispatch::kEager;
+  const CostModelOptions eager = eager_dispatch();
   const Estimate link = expect_feasible(evaluate(model, cluster, p, 4096, eager));
   cluster.node.scalar_all_reduce_step_latency = core::microseconds(1000);
   const Estimate measured = expect_feasible(evaluate(model, cluster, p, 4096, eager));
@@ -342,8 +347,7 @@ TEST(StepEstimator, OverlappedCommunicationCostsTheNodesMeasuredSlowdown) {
   const auto model = spec::find_catalog_model("llama3-8b")->spec;
   auto cluster = cat().cluster_for_gpu("h100", 8, "--gpu");
   const spec::ParallelConfig p{.dp = 8, .micro_batch = 1, .global_batch = 8, .zero_stage = 3};
-  CostModelOptions eager;
-  eager.dispatch = KernelDispatch::kEager;
+  const CostModelOptions eager = eager_dispatch();
   const Estimate gpu_default = expect_feasible(evaluate(model, cluster, p, 4096, eager));
   EXPECT_DOUBLE_EQ(gpu_default.stages.overlap_slowdown, eager.overlap_slowdown_nvlink);
   auto other_at = [&](double slowdown) {
