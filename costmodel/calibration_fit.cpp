@@ -7,10 +7,12 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/order_statistics.h"
 #include "core/str_cat.h"
 
 namespace cpt::cost {
 
+using core::median;
 using core::str_cat;
 
 std::pair<double, double> alpha_beta_factors(spec::LinkCall op, int ranks) {
@@ -70,11 +72,6 @@ GemmFit fit_gemm_curve(const std::vector<GemmSample>& samples, double peak_flops
     const int bin = static_cast<int>(std::floor(2 * std::log10(s.gflop)));
     bins[bin].push_back({s.gflop, std::min(1.0, s.flops_per_s / fit.peak_flops_per_s)});
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const auto n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
   for (const auto& [bin, points] : bins) {
     std::vector<double> sizes, effs;
     for (const auto& [g, e] : points) {

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/order_statistics.h"
 #include "core/str_cat.h"
 #include "executor/train/run_inputs.h"
 #include "executor/train/train_config.h"
@@ -15,6 +16,7 @@
 
 namespace cpt::exec {
 
+using core::median;
 using core::str_cat;
 namespace fs = std::filesystem;
 
@@ -63,13 +65,6 @@ std::vector<Row> read_metrics(const fs::path& file) {
     rows.push_back(r);
   }
   return rows;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const auto n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 double mean_of(const std::vector<Row>& rows, std::size_t begin, std::size_t end) {

@@ -205,6 +205,25 @@ namespace {
 // Seconds per call of `call` run back to back by every rank of `world` for about `seconds` (rank
 // 0 decides how many calls from its first timing, so every rank runs as many), after a warm-up
 // (NCCL connects a pair of ranks on its first call): the slowest rank's mean.
+// The host compute of the synchronisation probes: 192 × 192 fp32 GEMMs (about 0.1 ms each on a
+// core), `run(count)` of them back to back; `seconds_each()` times one after a warm-up.
+class HostGemms {
+ public:
+  HostGemms() : a_(torch::randn({192, 192})), b_(torch::randn({192, 192})) {}
+  void run(int count) const {
+    for (int i = 0; i < count; ++i) (void)torch::mm(a_, b_);
+  }
+  double seconds_each() const {
+    run(5);
+    const auto t0 = Clock::now();
+    run(20);
+    return std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count() / 20);
+  }
+
+ private:
+  torch::Tensor a_, b_;
+};
+
 double time_collective_call(Communicator& world, const std::function<void()>& call, double seconds,
                             const torch::Device& device) {
   const int n = world.size(), me = world.rank();
@@ -279,15 +298,9 @@ std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds) {
   torch::NoGradGuard no_grad;
   const int n = world.size();
   auto small = torch::zeros({1024});  // summed in place thousands of times: zeros stay finite
-  const auto a = torch::randn({192, 192}), b = torch::randn({192, 192});
-  auto gemms = [&](int count) {
-    for (int i = 0; i < count; ++i) (void)torch::mm(a, b);
-  };
+  const HostGemms gemms;
   // Rank 0 sizes the segments and the calls; every rank uses its numbers.
-  gemms(5);
-  const auto t0 = Clock::now();
-  gemms(20);
-  const double per_gemm = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count() / 20);
+  const double per_gemm = gemms.seconds_each();
   std::vector<SyncWait> out;
   for (const double target : {1e-3, 4e-3, 16e-3}) {
     auto plan = torch::tensor({std::max(1.0, std::round(target / per_gemm)),
@@ -303,7 +316,7 @@ std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds) {
     double computed = 0, waited = 0;
     for (int i = 0; i < calls; ++i) {
       const auto c = Clock::now();
-      gemms(count);
+      gemms.run(count);
       const auto w = Clock::now();
       world.all_reduce_sum(small)->wait();
       computed += std::chrono::duration<double>(w - c).count();
@@ -321,21 +334,15 @@ std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds) {
 OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds) {
   torch::NoGradGuard no_grad;
   const int n = world.size();
-  const auto a = torch::randn({192, 192}), b = torch::randn({192, 192});
-  auto gemms = [&](int count) {
-    for (int i = 0; i < count; ++i) (void)torch::mm(a, b);
-  };
+  const HostGemms gemms;
   const std::int64_t part_elements = 64 * 1024;  // 256 KiB from each rank
   auto part = torch::ones({part_elements}), full = torch::empty({part_elements * n});
   auto gather = [&] { return world.all_gather(part, full); };
   // Rank 0 sizes a chunk of GEMMs to twice a call (the call then fits inside it) and the number
   // of calls per round; every rank uses its numbers.
-  gemms(5);
+  const double per_gemm = gemms.seconds_each();
   for (int i = 0; i < 3; ++i) gather()->wait();
-  auto t0 = Clock::now();
-  gemms(20);
-  const double per_gemm = std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count() / 20);
-  t0 = Clock::now();
+  const auto t0 = Clock::now();
   for (int i = 0; i < 10; ++i) gather()->wait();
   const double per_call = std::chrono::duration<double>(Clock::now() - t0).count() / 10;
   constexpr int kRounds = 5;
@@ -355,14 +362,14 @@ OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds)
   // that the next does not).
   auto times = torch::empty({kRounds, 3}, torch::kFloat64);
   for (int r = 0; r < kRounds; ++r) {
-    times[r][0] = timed([&] { gemms(chunk * calls); });
+    times[r][0] = timed([&] { gemms.run(chunk * calls); });
     times[r][1] = timed([&] {
       for (int i = 0; i < calls; ++i) gather()->wait();
     });
     times[r][2] = timed([&] {
       for (int i = 0; i < calls; ++i) {
         auto handle = gather();
-        gemms(chunk);
+        gemms.run(chunk);
         handle->wait();
       }
     });

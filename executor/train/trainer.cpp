@@ -17,6 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/order_statistics.h"
 #include "core/str_cat.h"
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/device.h"
@@ -49,15 +50,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// The q-quantile of `values` (nearest rank, q in [0, 1]); 0 for none.
-double quantile(std::vector<double> values, double q) {
-  if (values.empty()) return 0.0;
-  const auto k = static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size()))) - (q > 0 ? 1 : 0);
-  const auto nth = values.begin() + static_cast<std::ptrdiff_t>(std::min(k, values.size() - 1));
-  std::nth_element(values.begin(), nth, values.end());
-  return *nth;
-}
 
 std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   if (options.steps) return *options.steps;
@@ -670,8 +662,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                                                                     : 0.0},
                                   // The spread of the timed steps (rank 0's): a step that stalled on
                                   // one rank stalls them all, so the mean sits above the median.
-                                  {"step_time_median_s", quantile(timed_step_seconds, 0.5)},
-                                  {"step_time_p90_s", quantile(timed_step_seconds, 0.9)},
+                                  {"step_time_median_s", timed_step_seconds.empty() ? 0.0 : core::median(timed_step_seconds)},
+                                  {"step_time_p90_s", timed_step_seconds.empty()
+                                                          ? 0.0
+                                                          : core::nearest_rank_quantile(timed_step_seconds, 0.9)},
                                   {"peak_memory_bytes", peak_memory_bytes(device)},
                                   {"device", device.str()},
                                   // The gradient bucket, which the cost model needs to price this run.
