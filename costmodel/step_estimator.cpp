@@ -103,7 +103,8 @@ struct LayerTerms {
   Seconds call;    // fixed cost of one collective or point-to-point call
   Seconds tp_one;  // one tensor-parallel collective of a block (under SP a reduce-scatter + all-gather pair)
   Seconds cp_fwd, cp_bwd;
-  Seconds z3_fwd_exposed, z3_bwd_exposed, z3_overlapped;
+  Seconds z3_fwd_exposed, z3_bwd_exposed;
+  Seconds z3_fwd_overlapped, z3_bwd_overlapped;  // one layer's ZeRO-3 communication hidden behind its compute
   Seconds layer_fwd, layer_bwd;  // one layer, everything exposed included
   // Tensor-parallel collectives of the embedding (first stage, forward) and of the LM head and
   // loss (last stage, forward and backward), one microbatch (HeadCosts' counts).
@@ -237,7 +238,8 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     add_call_kernels(x.head.embedding_backward, x.z3_root_calls.backward, kernels_per_zero3_call(o));
     x.z3_fwd_exposed = std::max(Seconds(0), ag - blk.forward.total());
     x.z3_bwd_exposed = std::max(Seconds(0), ag + rs - blk.backward.total() - blk.recompute.total());
-    x.z3_overlapped = (ag - x.z3_fwd_exposed) + (ag + rs - x.z3_bwd_exposed);
+    x.z3_fwd_overlapped = ag - x.z3_fwd_exposed;
+    x.z3_bwd_overlapped = ag + rs - x.z3_bwd_exposed;
   }
   // A calibrated node's own slowdown inside it (spec::NodeSpec::overlap_compute_slowdown).
   x.slow_dp = replicas.nodes > 1 ? o.overlap_slowdown_network
@@ -291,6 +293,7 @@ struct StepEnd {
   int dp_reductions = 1;
   Seconds dp_after;
   Seconds optimizer;
+  Seconds outside_schedule;  // StageDurations::outside_schedule
   double kernels = 0;  // dispatched by the critical rank in the step (costmodel/kernel_dispatch.h)
   CallsPerStep calls;
 };
@@ -341,6 +344,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   t.cp_comm = (x.cp_fwd + x.cp_bwd) * (rank_layers * mm);
   // The blocks' exposed gathers run inside the stage durations the replay ran at the rank's speed.
   Seconds zero3_exposed = (x.z3_fwd_exposed + x.z3_bwd_exposed) * (rank_layers * mm) * crit.compute_scale;
+  Seconds zero3_root;  // the root unit's calls, outside the stage durations
   if (o.dispatch == KernelDispatch::kEager && p.zero_stage == 3 && x.n_shard > 1) {
     // cpt's executor gathers the root unit (embedding, final norm, LM head: what the rank holds
     // outside its blocks) before each microbatch's forward and reduce-scatters its gradients after
@@ -350,10 +354,10 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
     if (root > 0) {
       const Bytes whole(static_cast<std::int64_t>(root * activation_bytes(o.precision)));
       const Bytes grads(static_cast<std::int64_t>(root * gradient_bytes_per_param(o)));
-      zero3_exposed += (collective_time(Collective::kAllGather, whole, x.shard_g, o.network_efficiency) +
-                        collective_time(Collective::kReduceScatter, grads, x.shard_g, o.network_efficiency) +
-                        x.call * 2.0) *
-                       mm;
+      zero3_root = (collective_time(Collective::kAllGather, whole, x.shard_g, o.network_efficiency) +
+                    collective_time(Collective::kReduceScatter, grads, x.shard_g, o.network_efficiency) + x.call * 2.0) *
+                   mm;
+      zero3_exposed += zero3_root;
     }
   }
   // The per-microbatch terms make up the stage durations the replay ran at the ranks' speeds.
@@ -429,10 +433,12 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   t.dp_comm = (overlappable - std::max(Seconds(0), hidden)) * reductions + exposed_after + zero3_exposed;
   // The step's last data-parallel reduction waits for the group's slowest rank after the whole
   // step's compute (straggler.h).
+  Seconds dp_straggler;
   if (x.n_shard > 1 || (p.hybrid_shard && x.replicate_g.size > 1)) {
-    t.dp_comm += straggler_wait(o.compute_jitter_sqrt_s, t.compute + t.recompute, std::max(x.n_shard, x.dp_g.size));
+    dp_straggler = straggler_wait(o.compute_jitter_sqrt_s, t.compute + t.recompute, std::max(x.n_shard, x.dp_g.size));
+    t.dp_comm += dp_straggler;
   }
-  t.other = std::max(Seconds(0), hidden) * (reductions * x.slow_dp) + x.z3_overlapped * (rank_layers * mm) * x.slow_dp;
+  t.other = std::max(Seconds(0), hidden) * (reductions * x.slow_dp) + (x.z3_fwd_overlapped + x.z3_bwd_overlapped) * (rank_layers * mm) * x.slow_dp;
   StepEnd end;
   end.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);
   end.dp_buckets = static_cast<int>(buckets);
@@ -447,6 +453,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   const double pp_calls = p.pp > 1 ? mm * (4.0 * p.virtual_stages - (crit.first ? 2 : 0) - (crit.last ? 2 : 0)) : 0;
   t.dp_comm += o.kernel_overhead * (kernels_per_call(o) * dp_calls);
   t.pp_comm += o.kernel_overhead * (kernels_per_call(o) * pp_calls);
+  end.outside_schedule = dp_straggler + zero3_root + o.kernel_overhead * (kernels_per_call(o) * (dp_calls + pp_calls));
 
   // The step's scalar all-reduces (the loss, its token count, the gradient norm): latency-bound
   // calls, once per step on every group. Priced for cpt's executor, whose calls are known exactly
@@ -612,10 +619,12 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   // 4. Per-stage durations of one microbatch, and the point-to-point transfer after each stage.
   const int S = stages.num_stages();
   std::vector<double> fwd(static_cast<std::size_t>(S)), bwd(static_cast<std::size_t>(S)), p2p(static_cast<std::size_t>(S)),
-      wgrad(static_cast<std::size_t>(S));
+      wgrad(static_cast<std::size_t>(S)), z3_fwd(static_cast<std::size_t>(S)), z3_bwd(static_cast<std::size_t>(S));
   for (int s = 0; s < S; ++s) {
     const auto i = static_cast<std::size_t>(s);
     const double L = stages.layers_in(s);
+    z3_fwd[i] = L * x.z3_fwd_overlapped.value();
+    z3_bwd[i] = L * x.z3_bwd_overlapped.value();
     fwd[i] = L * x.layer_fwd.value();
     bwd[i] = L * x.layer_bwd.value();
     // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).
@@ -676,7 +685,12 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   est.stages.dp_reductions = end.dp_reductions;
   est.stages.dp_after = end.dp_after;
   est.stages.optimizer = end.optimizer;
+  est.stages.outside_schedule = end.outside_schedule;
   est.stages.overlap_slowdown = x.slow_dp;
+  if (p.zero_stage == 3 && x.n_shard > 1) {
+    est.stages.zero3_overlapped_forward_s = z3_fwd;
+    est.stages.zero3_overlapped_backward_s = z3_bwd;
+  }
   est.kernels_per_step = end.kernels;
   est.calls_per_step = end.calls;
   est.critical_pp_rank = crit.rank;

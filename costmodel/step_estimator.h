@@ -75,7 +75,19 @@ struct StageDurations {
   // scalar all-reduces over every group (spec::executor_step_scalar_all_reduces).
   core::Seconds dp_after;
   core::Seconds optimizer;
-  double overlap_slowdown = 0;      // compute slowdown per second of overlapped DP communication
+  // What the estimate adds to the critical rank's step beside its schedule and reductions: the wait
+  // for the data-parallel group's slowest rank at the last reduction (straggler.h), the dispatch
+  // of the data-parallel and pipeline calls' kernels and, for cpt's executor under ZeRO-3, the root
+  // unit's gathers and reduce-scatters of every microbatch. Replayed before the optimizer.
+  core::Seconds outside_schedule;
+  // Compute slowdown per second of communication overlapped with it (the estimate's `other`): the
+  // simulator lengthens a compute task by overlap_slowdown times the time a data-parallel bucket
+  // runs beside it, and by overlap_slowdown times the ZeRO-3 communication hidden in it (below).
+  double overlap_slowdown = 0;
+  // ZeRO-3 only (else empty): per stage, one microbatch, the seconds of prefetched parameter
+  // gathers (and gradient reduce-scatters, backward) that run hidden behind the stage's compute.
+  std::vector<double> zero3_overlapped_forward_s;
+  std::vector<double> zero3_overlapped_backward_s;
   // What-if only (the simulator's per-rank mode; never set by the cost model): per pipeline rank,
   // a multiplier of its data-parallel collectives. Empty: 1 everywhere.
   std::vector<double> dp_slowdown;

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "costmodel/compute_sharing.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/memory_model.h"
 #include "spec/rank_layout.h"
@@ -55,7 +56,11 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
   d.dp_reduce = d.dp_reduce * w.link_slowdown;
   d.dp_after = d.dp_after * w.link_slowdown;
   if (!w.per_rank()) {
-    out.result = simulate_step(schedule, d, act, stat);
+    // Ranks sharing CPU cores compute faster while others wait, as in the estimate's replay.
+    const ComputeSharing sharing(plan.cluster, p);
+    RankSpeed speed;
+    if (sharing.active()) speed = [&](std::span<const char> computing, int r) { return sharing.speed(computing, r); };
+    out.result = simulate_step(schedule, d, act, stat, speed);
     return out;
   }
   // Per-rank mode: every data-parallel replica, each with its own durations.

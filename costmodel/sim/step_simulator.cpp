@@ -20,10 +20,11 @@ class StepSimulation {
  public:
   // One entry of `d` per simulated replica (one: the symmetric mode).
   StepSimulation(const spec::PipelineSchedule& s, const std::vector<StageDurations>& d, const std::vector<double>& act,
-                 const std::vector<double>& stat)
+                 const std::vector<double>& stat, const RankSpeed& speed)
       : s_(s),
         d_(d),
         act_(act),
+        speed_(speed),
         pp_(static_cast<std::size_t>(s.pp)),
         replicas_(d.size()),
         m_(s.num_microbatches) {
@@ -114,6 +115,19 @@ class StepSimulation {
     double tail_start = 0;
     double after_s = 0;  // the step-end collective
     double finish = 0;
+    // The compute task in progress (while busy): its start and its end, which a data-parallel
+    // bucket running beside it pushes back (overlap_slowdown) and shared cores move. Its work left
+    // is in seconds at the profile's rates, done at `speed` since `since`; an end event of an
+    // older generation is stale.
+    double task_start = 0, task_end = 0;
+    double work_left = 0, speed = 1, since = 0;
+    std::uint64_t generation = 0;
+    double dp_until = 0;  // the end of the last data-parallel bucket on the collective stream
+    // The reduction whose last bucket the task in progress completes (-1: none), and its buckets.
+    std::ptrdiff_t last_bucket_of = -1;
+    int last_bucket_count = 1;
+    spec::Action task{};   // the task in progress
+    double task_memory = 0;  // its change of live activations at its end, in its stage's (+1 forward, -1 backward)
     std::vector<std::size_t> reductions;  // action indices of the backwards that release a reduction
   };
 
@@ -176,8 +190,67 @@ class StepSimulation {
       dur = std::max(dur, dd.dp_reduce.value() / nb * (dd.dp_slowdown.empty() ? 1.0 : dd.dp_slowdown[r]));
     }
     for (std::size_t rep = 0; rep < replicas_; ++rep) {
-      comm(rep * pp_ + r, Stream::kCollective, start, dur, str_cat("dp bucket ", b + 1, "/", nb));
+      const auto h = rep * pp_ + r;
+      const double end = comm(h, Stream::kCollective, start, dur, str_cat("dp bucket ", b + 1, "/", nb));
+      // The compute it runs beside loses overlap_slowdown seconds per second of overlap.
+      auto& on = ranks_[h];
+      on.dp_until = std::max(on.dp_until, end);
+      if (on.busy) {
+        const double overlap = std::min(end, on.task_end) - std::max(end - dur, on.task_start);
+        if (overlap > 0 && d_[rep].overlap_slowdown > 0) {
+          on.work_left += d_[rep].overlap_slowdown * overlap * on.speed;
+          schedule_end(h, on.since + on.work_left / on.speed);
+        }
+      }
     }
+  }
+
+  // Rank g's task now ends at `end`: a new end event, the older ones stale.
+  void schedule_end(std::size_t g, double end) {
+    auto& k = ranks_[g];
+    k.task_end = end;
+    const auto generation = ++k.generation;
+    q_.schedule(end, [this, g, generation] {
+      if (ranks_[g].generation == generation) end_task(g);
+    });
+  }
+
+  // Shared cores (compute_sharing.h): the computing ranks' speeds change whenever one starts or
+  // ends; each busy rank's work done so far is booked at its old speed and its end moved.
+  void reshare() {
+    if (!speed_) return;
+    std::vector<char> computing(pp_, 0);
+    for (const auto& k : ranks_) computing[k.pp_rank] = computing[k.pp_rank] || k.busy;
+    const double now = q_.now();
+    for (std::size_t g = 0; g < ranks_.size(); ++g) {
+      auto& k = ranks_[g];
+      if (!k.busy) continue;
+      k.work_left = std::max(0.0, k.work_left - (now - k.since) * k.speed);
+      k.since = now;
+      const double speed = speed_(computing, static_cast<int>(k.pp_rank));
+      if (speed == k.speed && k.task_end >= now) continue;
+      k.speed = speed;
+      schedule_end(g, now + k.work_left / speed);
+    }
+  }
+
+  // The end of rank g's compute task.
+  void end_task(std::size_t g) {
+    auto& k = ranks_[g];
+    const spec::Action a = k.task;
+    const double freed = k.task_memory;
+    // The reduction's last bucket is ready when the backward that produces it ends.
+    if (k.last_bucket_of >= 0) {
+      const auto red = static_cast<std::size_t>(k.last_bucket_of);
+      k.last_bucket_of = -1;
+      bucket_ready(g, red, k.last_bucket_count - 1, k.last_bucket_count);
+    }
+    record(g, Stream::kCompute, k.task_start, k.task_end, spec::to_string(a));
+    k.busy_s += k.task_end - k.task_start;
+    k.busy = false;
+    if (freed != 0) memory(g, freed * act_[static_cast<std::size_t>(a.stage)]);
+    reshare();
+    advance(g);
   }
 
   void advance(std::size_t g) {
@@ -215,31 +288,38 @@ class StepSimulation {
           const double w = d.weight_grad_s[su];
           dur = a.kind == K::kBackwardInput ? dur - w : w;
         }
+        // Compute lost to the communication beside it: ZeRO-3's hidden gathers and reduce-scatters
+        // (the input-gradient part of a split backward has them), and the data-parallel buckets
+        // still running from earlier backwards.
+        const auto& z3 = fwd ? d.zero3_overlapped_forward_s : d.zero3_overlapped_backward_s;
+        if (!z3.empty() && a.kind != K::kBackwardWeight) dur += d.overlap_slowdown * z3[su];
+        const double unslowed = dur;
+        if (rk.dp_until > now) dur += d.overlap_slowdown * std::min(unslowed, rk.dp_until - now);
         // Activations are freed by the (full or weight-gradient) backward: spec::max_live_weight's rule.
         const double freed = fwd ? 1 : (a.kind == K::kBackwardInput ? 0 : -1);
-        const double end = now + dur;
         rk.busy = true;
+        rk.task = a;
+        rk.task_memory = freed;
+        rk.task_start = now;
+        rk.since = now;
+        rk.work_left = dur;
         const std::size_t at = rk.next;
         ++rk.next;
-        // Gradient buckets of a reduction become ready through this backward (before its end event,
-        // so that they are queued when the rank looks at its tail).
+        // Gradient buckets of a reduction become ready through this backward, at their share of its
+        // unslowed duration; the last one when it ends (end_task, before the rank looks at its tail).
         const auto red = std::find(rk.reductions.begin(), rk.reductions.end(), at);
         if (!fwd && d.dp_reduce.value() > 0 && red != rk.reductions.end()) {
           const auto k = static_cast<std::size_t>(red - rk.reductions.begin());
           const int nb = std::max(1, d.dp_buckets);
-          for (int b = 0; b < nb; ++b) {
-            const double ready = now + dur * (b + 1) / nb;
+          for (int b = 0; b + 1 < nb; ++b) {
+            const double ready = now + unslowed * (b + 1) / nb;
             q_.schedule(ready, [this, g, k, b, nb] { bucket_ready(g, k, b, nb); });
           }
+          rk.last_bucket_of = static_cast<std::ptrdiff_t>(k);
+          rk.last_bucket_count = nb;
         }
-        q_.schedule(end, [this, g, a, now, end, freed] {
-          auto& k = ranks_[g];
-          record(g, Stream::kCompute, now, end, spec::to_string(a));
-          k.busy_s += end - now;
-          k.busy = false;
-          if (freed != 0) memory(g, freed * act_[static_cast<std::size_t>(a.stage)]);
-          advance(g);
-        });
+        schedule_end(g, now + dur / rk.speed);
+        reshare();
         return;
       }
     }
@@ -272,6 +352,10 @@ class StepSimulation {
       k.after_s = after;
       double t = start;
       if (after > 0) t = comm(h, Stream::kCollective, t, after, "step-end collectives");
+      if (const double outside = d_[rep].outside_schedule.value(); outside > 0) {
+        record(h, Stream::kCompute, t, t + outside, "straggler wait and call dispatch");
+        t += outside;
+      }
       const double opt = d_[rep].optimizer.value();
       record(h, Stream::kCompute, t, t + opt, "optimizer");
       k.busy_s += opt;
@@ -283,6 +367,7 @@ class StepSimulation {
   const spec::PipelineSchedule& s_;
   const std::vector<StageDurations>& d_;
   const std::vector<double>& act_;
+  const RankSpeed& speed_;
   std::size_t pp_;
   std::size_t replicas_;
   int m_;
@@ -298,7 +383,7 @@ class StepSimulation {
 
 SimulationResult simulate_replicas(const spec::PipelineSchedule& schedule, const std::vector<StageDurations>& replicas,
                                    const std::vector<double>& activation_bytes_per_stage,
-                                   const std::vector<double>& static_bytes_per_rank) {
+                                   const std::vector<double>& static_bytes_per_rank, const RankSpeed& speed) {
   const auto stages = static_cast<std::size_t>(schedule.num_stages());
   CPT_CHECK(!replicas.empty(), "no replica to simulate");
   for (const auto& d : replicas) {
@@ -309,14 +394,14 @@ SimulationResult simulate_replicas(const spec::PipelineSchedule& schedule, const
   CPT_CHECK(activation_bytes_per_stage.size() == stages &&
                 static_bytes_per_rank.size() == static_cast<std::size_t>(schedule.pp),
             "per-stage inputs do not match the schedule's ", stages, " stages");
-  StepSimulation sim(schedule, replicas, activation_bytes_per_stage, static_bytes_per_rank);
+  StepSimulation sim(schedule, replicas, activation_bytes_per_stage, static_bytes_per_rank, speed);
   return sim.run();
 }
 
 SimulationResult simulate_step(const spec::PipelineSchedule& schedule, const StageDurations& durations,
                                const std::vector<double>& activation_bytes_per_stage,
-                               const std::vector<double>& static_bytes_per_rank) {
-  return simulate_replicas(schedule, {durations}, activation_bytes_per_stage, static_bytes_per_rank);
+                               const std::vector<double>& static_bytes_per_rank, const RankSpeed& speed) {
+  return simulate_replicas(schedule, {durations}, activation_bytes_per_stage, static_bytes_per_rank, speed);
 }
 
 }  // namespace cpt::cost::sim

@@ -13,14 +13,17 @@
 // cross-node all-reduce (HSDP), then the optimizer step on the compute stream.
 //
 // Every duration comes from the cost model (cost::StageDurations): the simulator adds the order,
-// the waiting and the overlap, never a second formula. Not simulated: the compute slowdown while
-// communication overlaps (the analytical model's `other`), bandwidth shared between the p2p and
-// collective streams. Failures are a separate model (failures.h).
+// the waiting and the overlap, never a second formula. Computing beside communication costs what
+// the estimate's `other` charges: a compute task is lengthened by StageDurations::overlap_slowdown
+// times the ZeRO-3 communication hidden in it and times the time a data-parallel bucket runs beside
+// it. Not simulated: bandwidth shared between the p2p and collective streams. Failures are a
+// separate model (failures.h).
 
 #include <string>
 #include <vector>
 
 #include "core/units.h"
+#include "costmodel/pipeline_replay.h"
 #include "costmodel/step_estimator.h"
 #include "spec/pipeline_schedule.h"
 
@@ -63,9 +66,14 @@ struct SimulationResult {
 // `activation_bytes_per_stage[s]`: activations one microbatch leaves on stage s until its backward;
 // `static_bytes_per_rank[r]`: everything else on pp rank r (weights, gradients, optimizer, other).
 // REQUIRES: find_schedule_error(schedule) is empty; per-stage vectors have num_stages() entries.
+//
+// `speed` (empty: every rank at the profile's rates): ranks sharing CPU cores (compute_sharing.h),
+// pipeline rank r computing at speed(computing, r) while the ranks with computing[q] != 0 compute,
+// re-evaluated whenever one starts or ends a task (the estimate's exact replay does the same,
+// pipeline_replay.h's replay_schedule_at_speeds).
 SimulationResult simulate_step(const spec::PipelineSchedule& schedule, const StageDurations& durations,
                                const std::vector<double>& activation_bytes_per_stage,
-                               const std::vector<double>& static_bytes_per_rank);
+                               const std::vector<double>& static_bytes_per_rank, const RankSpeed& speed = {});
 
 // The full per-rank mode: every data-parallel replica's pipeline, each with its own durations (a
 // straggler slows one replica's stages, a degraded link one replica's transfers or one pipeline
@@ -75,6 +83,6 @@ SimulationResult simulate_step(const spec::PipelineSchedule& schedule, const Sta
 // REQUIRES: as simulate_step, for every replica; all replicas have the same dp_reductions.
 SimulationResult simulate_replicas(const spec::PipelineSchedule& schedule, const std::vector<StageDurations>& replicas,
                                    const std::vector<double>& activation_bytes_per_stage,
-                                   const std::vector<double>& static_bytes_per_rank);
+                                   const std::vector<double>& static_bytes_per_rank, const RankSpeed& speed = {});
 
 }  // namespace cpt::cost::sim
