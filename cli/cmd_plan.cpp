@@ -126,13 +126,13 @@ std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& clu
 }
 
 void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                   const PlanOptions& o, const planner::PlannerResult& r) {
+                   const PlanOptions& o, const planner::PlannerResult& r, const cost::CostModelOptions& priced_with) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw core::RuntimeError(str_cat(dir.string(), ": cannot create: ", ec.message()));
   if (!r.top.empty()) {
     spec::Plan plan = spec::make_plan(model, cluster, spec::Workload{o.seq_len, o.tokens}, r.top.front().config);
-    plan.predicted = cost::prediction_of(r.top.front().estimate);
+    plan.predicted = cost::prediction_of(r.top.front().estimate, priced_with);
     spec::save_plan(plan, dir / "plan.json");
     planner::write_handoff(plan, dir);
   }
@@ -248,7 +248,7 @@ void run(const PlanOptions& o) {
     for (std::size_t i = refined.size(); i < r.top.size(); ++i) top.push_back(r.top[i]);
     r.top = top;
   }
-  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r);
+  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r, so.cost);
   if (o.json) {
     auto j = result_json(r, true);
     for (std::size_t i = 0; i < simulated.size(); ++i) j["top"][i]["simulated_step_time_s"] = simulated[i];

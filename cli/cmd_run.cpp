@@ -135,7 +135,7 @@ spec::Plan host_plan(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   o.flash_attention = false;
   o = cost::as_run_by_cpt_executor(o);
   const auto ev = cost::evaluate(model, cluster, p, seq_len, o);
-  if (const auto* e = std::get_if<cost::Estimate>(&ev)) plan.predicted = cost::prediction_of(*e);
+  if (const auto* e = std::get_if<cost::Estimate>(&ev)) plan.predicted = cost::prediction_of(*e, o);
   return plan;
 }
 

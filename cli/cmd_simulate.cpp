@@ -11,6 +11,7 @@
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "costmodel/sim/chrome_trace.h"
+#include "costmodel/estimate_json.h"
 #include "costmodel/memory_model.h"
 #include "costmodel/sim/failures.h"
 #include "costmodel/sim/plan_simulation.h"
@@ -56,7 +57,9 @@ core::Json failure_report(const SimulateOptions& o, const spec::Plan& plan, doub
 
 void run(const SimulateOptions& o) {
   const auto plan = spec::load_plan(o.plan);
-  const auto sim = cost::sim::simulate_plan(plan, cost::CostModelOptions{}, o.what_if);
+  // In the regime the plan was priced in (a plan for this machine's executor: fp32, eager dispatch).
+  const auto options = plan.predicted ? cost::options_of(*plan.predicted) : cost::CostModelOptions{};
+  const auto sim = cost::sim::simulate_plan(plan, options, o.what_if);
   if (!o.trace.empty()) core::write_file_atomic(o.trace, cost::sim::chrome_trace(sim.result).dump() + "\n");
   const bool failures = o.tokens > 0 && o.mtbf_gpu_hours > 0;
   if (o.json) {

@@ -60,8 +60,11 @@ Json evaluation_to_json(const Evaluation& ev) {
           {"time_by_kind_s", time_by_kind_to_json(e.by_kind)}};
 }
 
-spec::Prediction prediction_of(const Estimate& e) {
+spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& options) {
   spec::Prediction p;
+  p.precision = options.precision;
+  p.flash_attention = options.flash_attention;
+  p.as_run_by_cpt_executor = options.dispatch == KernelDispatch::kEager;
   p.step_time_s = e.time.total().value();
   p.tokens_per_s_per_gpu = e.tokens_per_s_per_gpu;
   p.mfu = e.mfu;
@@ -70,6 +73,13 @@ spec::Prediction prediction_of(const Estimate& e) {
   const auto m = memory_to_json(e.peak_memory());
   for (const auto& [k, v] : m.items()) p.peak_memory_GiB_per_rank[k] = v.get<double>();
   return p;
+}
+
+CostModelOptions options_of(const spec::Prediction& p) {
+  CostModelOptions o;
+  o.precision = p.precision;
+  o.flash_attention = p.flash_attention;
+  return p.as_run_by_cpt_executor ? as_run_by_cpt_executor(o) : o;
 }
 
 }  // namespace cpt::cost

@@ -19,6 +19,10 @@ core::Json time_to_json(const StepTimeBreakdown& t);
 core::Json time_by_kind_to_json(const StepTimeByKind& k);
 // The prediction a plan file carries (spec::Prediction: step_time_s, tokens_per_s_per_gpu, mfu,
 // time_s as step_time_breakdown_s, memory_GiB as peak_memory_GiB_per_rank).
-spec::Prediction prediction_of(const Estimate& e);
+// plan.json's "predicted": the estimate and the regime it was priced in (`options`).
+spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& options);
+// The options a prediction was priced with (the defaults with its precision, attention kernel and,
+// for cpt's executor, as_run_by_cpt_executor).
+CostModelOptions options_of(const spec::Prediction& p);
 
 }  // namespace cpt::cost

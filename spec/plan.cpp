@@ -59,6 +59,9 @@ Json prediction_to_json(const Prediction& p) {
   for (const auto& [k, v] : p.step_time_breakdown_s) j["step_time_breakdown_s"][k] = v;
   j["peak_memory_GiB_per_rank"] = Json::object();
   for (const auto& [k, v] : p.peak_memory_GiB_per_rank) j["peak_memory_GiB_per_rank"][k] = v;
+  j["priced_as"] = {{"precision", to_string(p.precision)},
+                    {"flash_attention", p.flash_attention},
+                    {"as_run_by_cpt_executor", p.as_run_by_cpt_executor}};
   return j;
 }
 
@@ -77,6 +80,18 @@ Prediction prediction_from_json(JsonObjectReader& r) {
   p.mfu = r.number("mfu", 0.0, 1.0);
   p.step_time_breakdown_s = number_map(r, "step_time_breakdown_s");
   p.peak_memory_GiB_per_rank = number_map(r, "peak_memory_GiB_per_rank");
+  if (r.has("priced_as")) {
+    auto how = r.object("priced_as");
+    std::vector<std::string> names;
+    for (const auto q : kAllPrecisions) names.push_back(to_string(q));
+    const auto precision = how.one_of("precision", names);
+    for (const auto q : kAllPrecisions) {
+      if (to_string(q) == precision) p.precision = q;
+    }
+    p.flash_attention = how.boolean("flash_attention");
+    p.as_run_by_cpt_executor = how.boolean("as_run_by_cpt_executor");
+    how.finish();
+  }
   r.finish();
   return p;
 }

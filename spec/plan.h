@@ -34,6 +34,11 @@ struct Prediction {
   double mfu = 0;
   std::map<std::string, double> step_time_breakdown_s;          // e.g. "compute", "pp_bubble"
   std::map<std::string, double> peak_memory_GiB_per_rank;       // e.g. "weights", "activations"
+  // How it was priced (plan.json "priced_as"; plans of earlier cpts lack it: bf16, FlashAttention,
+  // Megatron-style fused kernels), so that `cpt simulate` replays the plan in the same regime.
+  Precision precision = Precision::kBf16;
+  bool flash_attention = true;
+  bool as_run_by_cpt_executor = false;  // eager LibTorch dispatch, cpt's buckets and CP (cost_options.h)
   bool operator==(const Prediction&) const = default;
 };
 

@@ -113,6 +113,15 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_NE(missing.err.find("run `cpt calibrate` first"), std::string::npos) << missing.err;
   const auto too_many = sh(env + cpt + " plan --model tiny --gpu local --gpus 4 --global-batch 8 --seq-len 64", dir);
   EXPECT_EQ(too_many.exit_code, 2);
+  // `cpt simulate` replays the plan as it was priced (fp32, the executor's eager dispatch): its
+  // analytical step is plan.json's prediction, and the replay agrees with it.
+  const auto simulated = sh(cpt + " simulate " + d + "/plan/plan.json --json", dir);
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  const auto sim = nlohmann::json::parse(simulated.out);
+  std::ifstream plan_file(dir / "plan/plan.json");
+  const double planned_s = nlohmann::json::parse(plan_file)["predicted"]["step_time_s"].get<double>();
+  EXPECT_NEAR(sim["analytical_step_time_s"].get<double>(), planned_s, 1e-12 * planned_s);
+  EXPECT_NEAR(sim["step_time_s"].get<double>() / planned_s, 1.0, 0.01);
 
   // Train the plan a few steps and compare.
   const auto src = python_json_package().string();

@@ -29,6 +29,9 @@ Plan sample_plan() {
                    .schedule = ScheduleKind::kInterleaved1F1B};
   Plan p = make_plan(model, cluster, Workload{8192, 1'000'000'000}, c);
   p.predicted = Prediction{12.5, 1800.0, 0.41, {{"compute", 10.0}, {"pp_bubble", 1.5}}, {{"weights", 17.2}}};
+  p.predicted->precision = Precision::kFp32;  // priced as cpt's executor on a CPU would run it
+  p.predicted->flash_attention = false;
+  p.predicted->as_run_by_cpt_executor = true;
   return p;
 }
 
@@ -88,6 +91,19 @@ TEST(Plan, BadPlansNameThePath) {
   EXPECT_EQ(error_after([](core::Json& j) { j["cluster"]["node"]["gpu"]["hbm_capacity_GB"] = -80; }),
             "plan.json: $.cluster.node.gpu.hbm_capacity_GB: expected a number > 0, got -80");
   EXPECT_EQ(error_after([](core::Json& j) { j["extra"] = 1; }), "plan.json: $.extra: unknown key");
+  EXPECT_EQ(error_after([](core::Json& j) { j["predicted"]["priced_as"]["precision"] = "int4"; }),
+            "plan.json: $.predicted.priced_as.precision: expected one of bf16|fp16|fp8|tf32|fp32, got string \"int4\"");
+}
+
+// Plans of earlier cpts carry no "priced_as": the defaults (bf16, FlashAttention, fused kernels).
+TEST(Plan, PredictionWithoutPricedAsLoadsAsTheDefaults) {
+  auto j = plan_to_json(sample_plan());
+  j["predicted"].erase("priced_as");
+  const Plan q = parse(j.dump());
+  ASSERT_TRUE(q.predicted);
+  EXPECT_EQ(q.predicted->precision, Precision::kBf16);
+  EXPECT_TRUE(q.predicted->flash_attention);
+  EXPECT_FALSE(q.predicted->as_run_by_cpt_executor);
 }
 
 TEST(Plan, ExampleInTheDocsLoads) {
