@@ -101,6 +101,7 @@ void refit_from_runs(const CalibrateOptions& o) {
   }
   struct Parts {
     double step, compute, comm;
+    double overlap_charge;  // in compute: the computation lost beside overlapped communication
   };
   auto predict = [&](const spec::ClusterSpec& cluster, const Run& r) {
     auto c = cluster;
@@ -114,27 +115,41 @@ void refit_from_runs(const CalibrateOptions& o) {
     if (e == nullptr) throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
     const auto& t = e->time;
     const double comm = (t.tp_comm + t.cp_comm + t.dp_comm).value();
-    return Parts{t.total().value(), t.total().value() - comm - (t.pp_comm + t.pp_bubble).value(), comm};
+    return Parts{t.total().value(), t.total().value() - comm - (t.pp_comm + t.pp_bubble).value(), comm,
+                 t.other.value()};
   };
   // Each part split into its throughput term and its count of fixed-cost events, by evaluating
-  // with fixed costs of 0 and of 1 ms (the cost model is linear in them).
-  auto with_fixed = [&](double seconds) {
-    return cost::rescaled(base, 1.0, 1.0, core::Seconds(seconds), core::Seconds(seconds));
+  // with fixed costs of 0 and of 1 ms (the cost model is linear in them). The communication first;
+  // then the computation on a profile with the communication's fit, whose overlap charge (priced
+  // from the communication) is a known part of the measured computation, not a scaled one.
+  auto with_fixed = [&](double comm_scale, double kernel_s, double call_s) {
+    return cost::rescaled(base, 1.0, comm_scale, core::Seconds(kernel_s), core::Seconds(call_s));
   };
-  const auto zero = with_fixed(0), one = with_fixed(1e-3);
-  std::vector<cost::RunTerm> compute_terms, comm_terms;
-  for (const auto& r : runs) {
-    const auto p0 = predict(zero, r), p1 = predict(one, r);
-    compute_terms.push_back({p0.compute, (p1.compute - p0.compute) / 1e-3, r.compute});
-    comm_terms.push_back({p0.comm, (p1.comm - p0.comm) / 1e-3, r.comm});
+  std::vector<cost::RunTerm> comm_terms;
+  {
+    const auto zero = with_fixed(1.0, 0, 0), one = with_fixed(1.0, 1e-3, 1e-3);
+    for (const auto& r : runs) {
+      const auto p0 = predict(zero, r), p1 = predict(one, r);
+      comm_terms.push_back({p0.comm, (p1.comm - p0.comm) / 1e-3, r.comm});
+    }
+  }
+  const auto comm_fit = cost::fit_scale_and_fixed(comm_terms);
+  const double comm_scale = comm_fit.runs > 0 ? comm_fit.scale : 1.0;
+  const double call_s = comm_fit.runs > 0 ? comm_fit.fixed_s
+                                          : base.gpu().collective_overhead.value_or(
+                                                cost::CostModelOptions{}.collective_overhead).value();
+  std::vector<cost::RunTerm> compute_terms;
+  {
+    const auto zero = with_fixed(comm_scale, 0, call_s), one = with_fixed(comm_scale, 1e-3, call_s);
+    for (const auto& r : runs) {
+      const auto p0 = predict(zero, r), p1 = predict(one, r);
+      const double a0 = p0.compute - p0.overlap_charge, a1 = p1.compute - p1.overlap_charge;
+      compute_terms.push_back({a0, (a1 - a0) / 1e-3, r.compute, p0.overlap_charge});
+    }
   }
   const auto compute_fit = cost::fit_scale_and_fixed(compute_terms);
-  const auto comm_fit = cost::fit_scale_and_fixed(comm_terms);
-  const auto cluster = cost::rescaled(base, compute_fit.scale, comm_fit.runs > 0 ? comm_fit.scale : 1.0,
-                                      core::Seconds(compute_fit.fixed_s),
-                                      comm_fit.runs > 0 ? core::Seconds(comm_fit.fixed_s)
-                                                        : base.gpu().collective_overhead.value_or(
-                                                              cost::CostModelOptions{}.collective_overhead));
+  const auto cluster = cost::rescaled(base, compute_fit.scale, comm_scale, core::Seconds(compute_fit.fixed_s),
+                                      core::Seconds(call_s));
   const fs::path out = o.out.empty() ? base_path : fs::path(o.out);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
   core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");

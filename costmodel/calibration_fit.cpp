@@ -105,22 +105,23 @@ ScaleAndFixed fit_scale_and_fixed(const std::vector<RunTerm>& runs) {
   if (used.empty()) return fit;
   const auto n = static_cast<Eigen::Index>(used.size());
   Eigen::MatrixXd a(n, 2);
-  const Eigen::VectorXd ones = Eigen::VectorXd::Ones(n);
+  Eigen::VectorXd rest(n);  // 1 − k/m: the share of each run the fit explains
   for (Eigen::Index i = 0; i < n; ++i) {
     const auto& r = used[static_cast<std::size_t>(i)];
     a(i, 0) = r.throughput / r.measured;
     a(i, 1) = r.events / r.measured;
+    rest(i) = 1.0 - r.known / r.measured;
   }
   Eigen::Vector2d x(1.0, 0.0);
-  if (used.size() >= 2) x = a.colPivHouseholderQr().solve(ones);
+  if (used.size() >= 2) x = a.colPivHouseholderQr().solve(rest);
   if (used.size() < 2 || !(x(0) > 0) || x(1) < 0) {
-    // The throughput term alone: scale = Σ a/m / Σ (a/m)².
+    // The throughput term alone: scale = Σ (a/m)(1 − k/m) / Σ (a/m)².
     const double den = a.col(0).squaredNorm();
-    x = Eigen::Vector2d(den > 0 ? a.col(0).sum() / den : 1.0, 0.0);
+    x = Eigen::Vector2d(den > 0 ? a.col(0).dot(rest) / den : 1.0, 0.0);
   }
   fit.scale = x(0);
   fit.fixed_s = x(1);
-  fit.rms_relative_error = std::sqrt((a * x - ones).squaredNorm() / static_cast<double>(n));
+  fit.rms_relative_error = std::sqrt((a * x - rest).squaredNorm() / static_cast<double>(n));
   return fit;
 }
 

@@ -65,14 +65,16 @@ std::vector<spec::GemmShapeCurve> fit_gemm_shape_curves(const std::vector<GemmSa
 // a throughput term a (FLOPs and bytes over peak rates, α–β) and a count b of fixed-cost events
 // (kernel launches; collective calls), and the executor measured m. The fit finds the slowdown of
 // the throughput term and the fixed cost per event:
-//     m ≈ scale·a + fixed·b,
-// least squares in relative error (rows (a/m, b/m) against 1, Eigen), scale > 0, fixed >= 0 (when
-// the joint solution has fixed < 0, scale is fitted alone with fixed = 0). Runs with m <= 0 or
-// a + b <= 0 are skipped.
+//     m ≈ k + scale·a + fixed·b,
+// with k a known part that neither scales nor counts events (the computation's slowdown beside
+// overlapped communication, priced from the communication's fit); least squares in relative error
+// (rows (a/m, b/m) against 1 − k/m, Eigen), scale > 0, fixed >= 0 (when the joint solution has
+// fixed < 0, scale is fitted alone with fixed = 0). Runs with m <= 0 or a + b <= 0 are skipped.
 struct RunTerm {
   double throughput = 0;  // a, seconds at the profile's rates
   double events = 0;      // b, fixed-cost events on the critical path
   double measured = 0;    // m, seconds
+  double known = 0;       // k, seconds
 };
 struct ScaleAndFixed {
   double scale = 1;

@@ -108,6 +108,21 @@ TEST(CalibrationFit, ScaleAndFixedCostRecoveredFromRuns) {
   EXPECT_EQ(scale_only.fixed_s, 0.0);
   EXPECT_GT(scale_only.scale, 0.0);
   EXPECT_EQ(fit_scale_and_fixed({{0, 0, 0}}).runs, 0);
+  // A known part of each run (the overlap charge) is taken as given, not scaled: fitted without it,
+  // the scale absorbs it.
+  std::vector<RunTerm> with_known;
+  for (const double a : {0.01, 0.05, 0.2, 1.0, 2.0}) {
+    for (const double b : {100.0, 2000.0, 20000.0}) {
+      const double k = 0.3 * a + 1e-5 * b;
+      with_known.push_back({a, b, k + 1.7 * a + 40e-6 * b, k});
+    }
+  }
+  const auto known_fit = fit_scale_and_fixed(with_known);
+  EXPECT_NEAR(known_fit.scale, 1.7, 1e-9);
+  EXPECT_NEAR(known_fit.fixed_s, 40e-6, 1e-12);
+  EXPECT_LT(known_fit.rms_relative_error, 1e-9);
+  for (auto& r : with_known) r.known = 0;
+  EXPECT_NEAR(fit_scale_and_fixed(with_known).scale, 2.0, 1e-9);
 
   spec::ClusterSpec c;
   c.node.gpu.dense_peak[static_cast<std::size_t>(spec::Precision::kFp32)] = core::FlopsPerSecond(1e11);
