@@ -573,6 +573,12 @@ void run(const CalibrateOptions& o) {
   const Json overlap = comm.value("overlap", Json());
   // Capped at 4, the most a profile accepts (a machine that loses more has other troubles).
   if (overlap.is_object()) c.overlap_slowdown = std::min(4.0, overlap.at("slowdown").get<double>());
+  // Resuming from a blocking call (calibration_probe.h's ResumeMeasurement), where every rank has
+  // its cores: with more ranks than cores the ranks that wait hand theirs to the others, and the
+  // work after a call runs faster than back to back (four ranks on this VM's two cores: "lost" 0).
+  const Json resume = comm.value("resume", Json());
+  const bool ranks_share_cores = ranks * threads > c.cores;
+  if (resume.is_object() && !ranks_share_cores) c.resume_s = std::min(0.1, resume.at("lost_per_call_s").get<double>());
   const auto cluster = local_cluster(c);
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
@@ -627,6 +633,8 @@ void run(const CalibrateOptions& o) {
                     {"sync_waits", sync_waits},
                     {"overlap_compute_slowdown", c.overlap_slowdown},
                     {"overlap", overlap},
+                    {"compute_lost_resuming_from_call_s", c.resume_s},
+                    {"resume", resume},
                     {"collective_bandwidth_bytes_per_s", c.comm.bandwidth_bytes_per_s},
                     {"collective_fit_on", fitted_on_all_reduce ? "all_reduce" : "all"},
                     {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
@@ -696,6 +704,13 @@ void run(const CalibrateOptions& o) {
                                      " ms of GEMMs and ", fixed(overlap.at("comm_s").get<double>() * 1e3, 0),
                                      " ms of calls took ", fixed(overlap.at("overlapped_s").get<double>() * 1e3, 0),
                                      " ms overlapped)\n"),
+                       c.resume_s < 0
+                           ? str_cat("  resuming from a call not measured", resume.is_object() ? " (ranks share cores)" : "",
+                                     "\n")
+                           : str_cat("  resuming from a blocking call loses ", fixed(c.resume_s * 1e6, 0),
+                                     " us of compute per call (", fixed(resume.at("segment_s").get<double>() * 1e3, 2),
+                                     " ms of training-like work took ", fixed(resume.at("after_call_s").get<double>() * 1e3, 2),
+                                     " ms right after one)\n"),
                        "  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
 }
 

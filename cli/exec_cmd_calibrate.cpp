@@ -204,6 +204,16 @@ void register_exec_calibrate_commands(CLI::App& app) {
                  {"slowdown", m.slowdown},
                  {"round_slowdowns", m.round_slowdowns}};
     }
+    // Training-like work resuming from a blocking call: a CPU measurement (host work and threads).
+    nlohmann::ordered_json resume;  // null on a GPU
+    if (!device.is_cuda()) {
+      const auto m = exec::measure_compute_after_calls(*world, std::max(2.0, 10 * args->seconds_per_point));
+      resume = {{"bytes", m.bytes},
+                {"segment_s", m.segment_s},
+                {"after_call_s", m.after_call_s},
+                {"lost_per_call_s", m.lost_per_call_s},
+                {"round_lost_s", m.round_lost_s}};
+    }
     if (launch.rank != 0) return;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (const auto& s : samples) {
@@ -216,7 +226,8 @@ void register_exec_calibrate_commands(CLI::App& app) {
                 {"samples", rows},
                 {"scalar_all_reduce", {{"ranks", launch.world_size}, {"bytes", 16}, {"seconds", scalar_s}}},
                 {"sync_waits", sync},
-                {"overlap", overlap}});
+                {"overlap", overlap},
+                {"resume", resume}});
   });
 }
 

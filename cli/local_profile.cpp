@@ -69,6 +69,7 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
   }
   if (c.scalar_all_reduce_step_s > 0) cluster.node.scalar_all_reduce_step_latency = core::Seconds(c.scalar_all_reduce_step_s);
   if (c.overlap_slowdown >= 0) cluster.node.overlap_compute_slowdown = c.overlap_slowdown;
+  if (c.resume_s >= 0) cluster.node.compute_lost_resuming_from_call = core::Seconds(c.resume_s);
   // The ranks share the machine's cores; the rates above were measured with all of them computing.
   cluster.node.shared_cores = spec::SharedCores{c.cores, c.threads};
   return cluster;

@@ -36,6 +36,9 @@ struct LocalCalibration {
   // Compute seconds lost per second of communication overlapped with it (spec::NodeSpec::
   // overlap_compute_slowdown); < 0: not measured.
   double overlap_slowdown = -1;
+  // Compute lost resuming from a blocking call (spec::NodeSpec::compute_lost_resuming_from_call),
+  // seconds; < 0: not measured.
+  double resume_s = -1;
 };
 
 // One machine as a cluster: a node of `devices` copies of `gpu` joined at `intra_bandwidth` and

@@ -42,7 +42,7 @@ Seconds memory_time(double bytes, const spec::GpuSpec& gpu, const CostModelOptio
 }
 
 PassTime pass(Seconds gemm, Seconds attention, Seconds memory, double kernels, const CostModelOptions& o) {
-  return {gemm, attention, memory, o.kernel_overhead * kernels, kernels};
+  return {gemm, attention, memory, o.kernel_overhead * kernels, kernels, Seconds(0)};
 }
 
 struct Shape {

@@ -29,7 +29,10 @@ struct PassTime {
   core::Seconds memory;     // memory-bound element-wise kernels (norms, activations, residuals)
   core::Seconds overhead;   // kernel launches: `kernels` x CostModelOptions::kernel_overhead
   double kernels = 0;       // dispatched (costmodel/kernel_dispatch.h)
-  [[nodiscard]] core::Seconds total() const { return gemm + attention + memory + overhead; }
+  // Compute lost resuming from the pass's blocking calls (spec::NodeSpec::
+  // compute_lost_resuming_from_call x calls; set by the step estimator, 0 on a GPU).
+  core::Seconds resume;
+  [[nodiscard]] core::Seconds total() const { return gemm + attention + memory + overhead + resume; }
 };
 
 struct BlockCosts {

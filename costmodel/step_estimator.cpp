@@ -123,6 +123,7 @@ struct LayerTerms {
   PassCalls z3_block_calls, z3_root_calls;  // ZeRO-3's per microbatch (0 without it)
   int n_shard = 1;
   double slow_dp = 0;  // compute slowdown per second of overlapped DP communication
+  Seconds resume;      // compute lost resuming from one blocking call (NodeSpec)
 };
 
 LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
@@ -178,6 +179,28 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
                                       blk.tp_collectives_recompute)
                 : 0.0) +
       (cp_gathers ? x.cp_calls : 0.0);
+  // A calibrated host loses compute resuming from each blocking call (NodeSpec::
+  // compute_lost_resuming_from_call): the tensor-parallel calls of each pass (a reduce-scatter and
+  // an all-gather each under sequence parallelism), the norm-gradient all-reduces, CP's gathers.
+  x.resume = cluster.node.compute_lost_resuming_from_call.value_or(Seconds(0));
+  if (x.resume.value() > 0) {
+    const double pair = p.sequence_parallel ? 2.0 : 1.0;
+    auto resumes = [&](PassTime& pass, double calls) { pass.resume += x.resume * calls; };
+    if (p.tp > 1) {
+      resumes(x.blk.forward, blk.tp_collectives_forward * pair);
+      resumes(x.blk.backward, blk.tp_collectives_backward * pair + blk.tp_norm_grad_allreduces);
+      resumes(x.blk.recompute, blk.tp_collectives_recompute * pair);
+      resumes(x.head.embedding_forward, x.head.tp_embedding_forward);
+      resumes(x.head.embedding_backward, x.head.tp_embedding_backward);
+      resumes(x.head.head_forward, x.head.tp_head_forward + x.head.tp_loss_forward);
+      resumes(x.head.head_backward, x.head.tp_head_backward + x.head.tp_norm_grad_allreduces);
+    }
+    if (cp_gathers) {
+      resumes(x.blk.forward, 2);
+      resumes(x.blk.backward, 2);
+      if (p.recompute == spec::Recompute::kFull) resumes(x.blk.recompute, 2);
+    }
+  }
   const Seconds segment = blocking_calls > 0
                               ? (blk.forward.total() + blk.backward.total() + blk.recompute.total()) / blocking_calls
                               : Seconds(0);
@@ -335,6 +358,11 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   if (crit.first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * mm;
   if (crit.last) t.compute += (head.head_forward.total() + head.head_backward.total()) * mm;
   t.recompute = blk.recompute.total() * (rank_layers * mm);
+  // Resuming from the pipeline's calls, as the stage durations have it (a receive and a send per
+  // pass and chunk, but into the first stage and out of the last).
+  if (p.pp > 1) {
+    t.compute += x.resume * (2.0 * mm * (2.0 * p.virtual_stages - (crit.first ? 1 : 0) - (crit.last ? 1 : 0)));
+  }
   t.tp_comm = x.tp_one * static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
                                              blk.tp_collectives_recompute) *
               (rank_layers * mm);
@@ -625,6 +653,13 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     const double L = stages.layers_in(s);
     z3_fwd[i] = L * x.z3_fwd_overlapped.value();
     z3_bwd[i] = L * x.z3_bwd_overlapped.value();
+    // Resuming from the pipeline's blocking receives and sends (NodeSpec::
+    // compute_lost_resuming_from_call): one from the stage before, one to the stage after, each pass.
+    if (p.pp > 1) {
+      const double boundaries = (s > 0 ? 1.0 : 0.0) + (s < S - 1 ? 1.0 : 0.0);
+      fwd[i] += x.resume.value() * boundaries;
+      bwd[i] += x.resume.value() * boundaries;
+    }
     fwd[i] = L * x.layer_fwd.value();
     bwd[i] = L * x.layer_bwd.value();
     // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).

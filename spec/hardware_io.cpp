@@ -225,6 +225,10 @@ NodeSpec node_from_json(JsonObjectReader& r, const HardwareResolver& resolve) {
   if (intra.has("overlap_compute_slowdown")) {
     n.overlap_compute_slowdown = intra.number("overlap_compute_slowdown", 0.0, 4.0);
   }
+  if (intra.has("compute_lost_resuming_from_call_us")) {
+    n.compute_lost_resuming_from_call =
+        core::microseconds(intra.number("compute_lost_resuming_from_call_us", 0.0, 100'000.0));
+  }
   intra.finish();
   n.nics_per_node = static_cast<int>(r.integer("nics_per_node", 0, 1024));
   n.nic_bandwidth = core::gigabits_per_second(r.number("nic_bandwidth_Gbit_per_s", 0.0));
@@ -327,6 +331,9 @@ Json node_to_json(const NodeSpec& n) {
     j["intra_node"]["scalar_all_reduce_step_latency_us"] = core::to_microseconds(*n.scalar_all_reduce_step_latency);
   }
   if (n.overlap_compute_slowdown) j["intra_node"]["overlap_compute_slowdown"] = *n.overlap_compute_slowdown;
+  if (n.compute_lost_resuming_from_call) {
+    j["intra_node"]["compute_lost_resuming_from_call_us"] = core::to_microseconds(*n.compute_lost_resuming_from_call);
+  }
   j["nics_per_node"] = n.nics_per_node;
   j["nic_bandwidth_Gbit_per_s"] = core::to_gigabits_per_second(n.nic_bandwidth);
   if (!n.default_fabric.empty()) j["default_fabric"] = n.default_fabric;

@@ -146,6 +146,13 @@ struct NodeSpec {
   // ranks as it is; absent: the cost model's GPU default (CostModelOptions::overlap_slowdown_nvlink,
   // 0.15).
   std::optional<double> overlap_compute_slowdown;
+  // Where measured (`cpt calibrate` on a CPU whose ranks have a core each): the compute a rank
+  // loses resuming from a blocking call, per call — training-like work right after a collective
+  // runs slower than back to back while the backend's threads finish the call beside it (0.15-0.28
+  // ms per call for two ranks on this project's VM). The cost model charges it to the compute of
+  // every tensor-, context- and pipeline-parallel call that compute follows; absent: 0 (a GPU's
+  // host thread only queues kernels).
+  std::optional<core::Seconds> compute_lost_resuming_from_call;
   int nics_per_node = 0;                 // NICs for the compute fabric
   core::BytesPerSecond nic_bandwidth;    // per NIC, per direction
   std::string default_fabric;            // fabric profile implied by this node

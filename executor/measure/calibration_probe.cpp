@@ -224,6 +224,39 @@ class HostGemms {
   torch::Tensor a_, b_;
 };
 
+// Training-like work on the host: `layers` pre-norm residual MLP blocks over [512, 64]
+// activations (RMS norm, 64 → 176 → 64 with SiLU), forward and backward through autograd, the
+// gradients dropped after each piece, as the executor's steps allocate and free theirs.
+class HostTrainingWork {
+ public:
+  explicit HostTrainingWork(int layers) : x_(torch::randn({512, 64})) {
+    for (int i = 0; i < layers; ++i) {
+      up_.push_back((torch::randn({64, 176}) * 0.1).requires_grad_());
+      down_.push_back((torch::randn({176, 64}) * 0.1).requires_grad_());
+    }
+  }
+  void run() {
+    torch::Tensor h = x_;
+    for (std::size_t i = 0; i < up_.size(); ++i) {
+      const auto normed = h * torch::rsqrt(h.square().mean(-1, true) + 1e-6);
+      h = h + torch::mm(torch::silu(torch::mm(normed, up_[i])), down_[i]);
+    }
+    h.square().mean().backward();
+    for (auto& w : up_) w.mutable_grad() = torch::Tensor();
+    for (auto& w : down_) w.mutable_grad() = torch::Tensor();
+  }
+  double seconds_each() {
+    for (int i = 0; i < 3; ++i) run();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 10; ++i) run();
+    return std::max(1e-7, std::chrono::duration<double>(Clock::now() - t0).count() / 10);
+  }
+
+ private:
+  torch::Tensor x_;
+  std::vector<torch::Tensor> up_, down_;
+};
+
 double time_collective_call(Communicator& world, const std::function<void()>& call, double seconds,
                             const torch::Device& device) {
   const int n = world.size(), me = world.rank();
@@ -391,6 +424,60 @@ OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds)
   m.overlapped_s = median[2];
   m.slowdown = median[3];
   for (const auto& r : rounds) m.round_slowdowns.push_back(r[3]);
+  return m;
+}
+
+ResumeMeasurement measure_compute_after_calls(Communicator& world, double seconds) {
+  const int n = world.size();
+  auto buffer = torch::zeros({64 * 1024});  // 256 KiB, summed in place: zeros stay finite
+  // Rank 0 sizes a piece of work to about 1.5 ms (a tiny model's layer between two calls) and the
+  // pieces per round; every rank uses its numbers.
+  const double per_layer = HostTrainingWork(1).seconds_each();
+  for (int i = 0; i < 3; ++i) world.all_reduce_sum(buffer)->wait();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 10; ++i) world.all_reduce_sum(buffer)->wait();
+  const double per_call = std::chrono::duration<double>(Clock::now() - t0).count() / 10;
+  constexpr int kRounds = 5;
+  const double layers = std::max(1.0, std::min(64.0, std::round(1.5e-3 / per_layer)));
+  auto plan = torch::tensor({layers, std::max(10.0, std::min(1000.0, seconds / (kRounds * (2 * layers * per_layer +
+                                                                                          per_call))))},
+                            torch::kFloat64);
+  world.broadcast(plan, 0)->wait();
+  HostTrainingWork work(static_cast<int>(plan[0].item<double>()));
+  const int pieces = static_cast<int>(plan[1].item<double>());
+  for (int i = 0; i < 3; ++i) work.run();
+  auto times = torch::empty({kRounds, 2}, torch::kFloat64);  // alone, after a call: per piece
+  for (int r = 0; r < kRounds; ++r) {
+    world.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < pieces; ++i) work.run();
+    times[r][0] = std::chrono::duration<double>(Clock::now() - start).count() / pieces;
+    world.barrier();
+    double computed = 0;
+    for (int i = 0; i < pieces; ++i) {
+      const auto c = Clock::now();
+      work.run();
+      computed += std::chrono::duration<double>(Clock::now() - c).count();
+      world.all_reduce_sum(buffer)->wait();
+    }
+    times[r][1] = computed / pieces;
+  }
+  auto all = torch::empty({n, kRounds, 2}, torch::kFloat64);
+  world.all_gather(times, all)->wait();
+  const auto mean = all.mean(0);  // [round, 2]: the ranks' mean
+  std::vector<std::array<double, 3>> rounds;  // alone, after a call, lost
+  for (int r = 0; r < kRounds; ++r) {
+    const double alone = mean[r][0].item<double>(), after = mean[r][1].item<double>();
+    rounds.push_back({alone, after, std::max(0.0, after - alone)});
+  }
+  std::sort(rounds.begin(), rounds.end(), [](const auto& x, const auto& y) { return x[2] < y[2]; });
+  const auto& median = rounds[kRounds / 2];
+  ResumeMeasurement m;
+  m.bytes = static_cast<double>(buffer.numel()) * 4.0;
+  m.segment_s = median[0];
+  m.after_call_s = median[1];
+  m.lost_per_call_s = median[2];
+  for (const auto& r : rounds) m.round_lost_s.push_back(r[2]);
   return m;
 }
 

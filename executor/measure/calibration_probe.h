@@ -111,4 +111,22 @@ struct OverlapMeasurement {
 // slowdown; every rank returns the same.
 OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds);
 
+// What computing costs right after a blocking call: a rank that resumes from a collective computes
+// its next piece of training-like work (autograd, allocations, many small kernels) slower than the
+// same work run back to back, while the backend's threads finish the call beside it and its caches
+// refill. Tensor-, context- and pipeline-parallel training resumes from a blocking call every
+// layer (GEMMs alone hardly notice: measured on this project's VM, 0.03 ms per call against
+// 0.1-0.4 ms for training-like work).
+struct ResumeMeasurement {
+  double bytes = 0;          // one all-reduce's buffer
+  double segment_s = 0;      // the training-like work between two calls, run back to back
+  double after_call_s = 0;   // the same work, each piece right after a blocking all-reduce
+  double lost_per_call_s = 0;         // after_call − segment, ≥ 0: the cost model's resume cost
+  std::vector<double> round_lost_s;   // every round's, ascending; the fields above: the median's
+};
+// COLLECTIVE over `world`: five rounds of the work alone and after 256 KiB all-reduces, pieces of
+// about 1.5 ms, about `seconds` in total; the ranks' mean per round, the median round; every rank
+// returns the same.
+ResumeMeasurement measure_compute_after_calls(Communicator& world, double seconds);
+
 }  // namespace cpt::exec

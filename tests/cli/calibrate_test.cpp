@@ -92,6 +92,26 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   // (capped at 4, the most a profile accepts)
   EXPECT_DOUBLE_EQ(node["intra_node"]["overlap_compute_slowdown"].get<double>(),
                    std::min(4.0, overlap["slowdown"].get<double>()));
+  // Training-like work resuming from a blocking call: the median round's two timings and what one
+  // call costs, (after a call − back to back), ≥ 0, the middle of five sorted rounds; in the
+  // profile (capped at 0.1 s) where every rank has its cores.
+  const auto resume = report["resume"];
+  ASSERT_TRUE(resume.is_object()) << report.dump();
+  const double alone_s = resume["segment_s"].get<double>(), after_s = resume["after_call_s"].get<double>();
+  EXPECT_GT(alone_s, 0);
+  EXPECT_GT(after_s, 0);
+  EXPECT_NEAR(resume["lost_per_call_s"].get<double>(), std::max(0.0, after_s - alone_s), 1e-12);
+  const auto lost = resume["round_lost_s"].get<std::vector<double>>();
+  ASSERT_EQ(lost.size(), 5u);
+  EXPECT_TRUE(std::is_sorted(lost.begin(), lost.end()));
+  EXPECT_DOUBLE_EQ(lost[2], resume["lost_per_call_s"].get<double>());
+  if (report["ranks"].get<int>() * report["threads_per_rank"].get<int>() <= report["cores"].get<int>()) {
+    ASSERT_TRUE(node["intra_node"].contains("compute_lost_resuming_from_call_us")) << node.dump();
+    EXPECT_NEAR(node["intra_node"]["compute_lost_resuming_from_call_us"].get<double>(),
+                1e6 * std::min(0.1, resume["lost_per_call_s"].get<double>()), 1e-6);
+  } else {
+    EXPECT_FALSE(node["intra_node"].contains("compute_lost_resuming_from_call_us")) << node.dump();
+  }
 
   // The profile as any other: the estimate on it uses the calibrated peak.
   const auto est = sh(cpt + " estimate --model tiny --cluster " + profile +

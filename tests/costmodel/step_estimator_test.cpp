@@ -4,6 +4,7 @@
 #include "costmodel/compute_sharing.h"
 #include "costmodel/memory_model.h"
 #include "costmodel/topology.h"
+#include "spec/executor_support.h"
 #include "spec/rank_layout.h"
 #include "costmodel/straggler.h"
 
@@ -368,6 +369,49 @@ TEST(StepEstimator, OverlappedCommunicationCostsTheNodesMeasuredSlowdown) {
       evaluate(model, two_nodes, spec::ParallelConfig{.dp = 16, .micro_batch = 1, .global_batch = 16, .zero_stage = 3},
                4096, eager));
   EXPECT_DOUBLE_EQ(across.stages.overlap_slowdown, eager.overlap_slowdown_network);
+}
+
+// A calibrated host loses compute resuming from each blocking call (NodeSpec::
+// compute_lost_resuming_from_call): charged to the compute of the tensor-parallel passes (a
+// reduce-scatter and an all-gather per block collective under sequence parallelism), of CP's
+// gathers and of the pipeline's receives and sends, exactly once per call the step makes there;
+// the communication terms do not change, and a data-parallel plan (overlapped calls) pays nothing.
+TEST(StepEstimator, ResumingFromABlockingCallCostsTheNodesMeasuredCompute) {
+  const auto model = spec::find_catalog_model("tiny")->spec;
+  const CostModelOptions eager = as_run_by_cpt_executor(CostModelOptions{});  // CP: all-gathers
+  int row = 0;
+  for (const spec::ParallelConfig& p :
+       {spec::ParallelConfig{.tp = 2, .micro_batch = 2, .global_batch = 4, .sequence_parallel = true},
+        spec::ParallelConfig{.tp = 2, .micro_batch = 2, .global_batch = 4},
+        spec::ParallelConfig{.cp = 2, .micro_batch = 2, .global_batch = 4},
+        spec::ParallelConfig{.pp = 2, .micro_batch = 1, .global_batch = 4},
+        spec::ParallelConfig{.tp = 2, .pp = 2, .micro_batch = 1, .global_batch = 4, .sequence_parallel = true}}) {
+    ++row;
+    const auto cluster = cat().cluster_for_gpu("h100", p.world_size(), "--gpu");
+    auto host = cluster;
+    host.node.compute_lost_resuming_from_call = core::microseconds(200);
+    const Estimate a = expect_feasible(evaluate(model, cluster, p, 128, eager));
+    const Estimate b = expect_feasible(evaluate(model, host, p, 128, eager));
+    // The step's blocking calls but its scalar all-reduces (at the step's end, before the optimizer).
+    const auto scalars = spec::executor_step_scalar_all_reduces(p, 1);
+    const double calls = a.calls_per_step.tp - scalars.tp + a.calls_per_step.cp + a.calls_per_step.pp - scalars.pp;
+    ASSERT_GT(calls, 0) << row;
+    EXPECT_NEAR(b.time.compute.value() - a.time.compute.value(), 200e-6 * calls, 1e-12) << row;
+    EXPECT_DOUBLE_EQ(b.time.tp_comm.value(), a.time.tp_comm.value()) << row;
+    // The pipeline's bubble grows with its stages too.
+    const double grown = b.time.total().value() - a.time.total().value();
+    if (p.pp == 1) {
+      EXPECT_NEAR(grown, 200e-6 * calls, 1e-9) << row;
+    } else {
+      EXPECT_GE(grown, 200e-6 * calls - 1e-9) << row;
+    }
+  }
+  const spec::ParallelConfig dp{.dp = 2, .micro_batch = 2, .global_batch = 4};
+  const auto cluster = cat().cluster_for_gpu("h100", 2, "--gpu");
+  auto host = cluster;
+  host.node.compute_lost_resuming_from_call = core::microseconds(200);
+  EXPECT_DOUBLE_EQ(expect_feasible(evaluate(model, host, dp, 128, eager)).time.total().value(),
+                   expect_feasible(evaluate(model, cluster, dp, 128, eager)).time.total().value());
 }
 
 // Context-parallel ranks hold the same parameters, so gradients are summed over dp × cp (Megatron's

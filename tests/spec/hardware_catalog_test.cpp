@@ -109,8 +109,8 @@ TEST(HardwareCatalog, ClusterFileWithReferencesAndInlineParts) {
 }
 
 // A calibrated node's calls measured apart, its scalar all-reduce and its overlap slowdown load,
-// write and load back the same; an unknown call name, a latency of 0 and a negative slowdown are
-// errors naming their paths.
+// write and load back the same; an unknown call name, a latency of 0, a negative slowdown and a
+// negative resume cost are errors naming their paths.
 TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   auto c = cat().cluster_for_gpu("h100", 8, "--gpu");
   c.node.intra_measured[static_cast<std::size_t>(LinkCall::kReduceScatter)] =
@@ -119,8 +119,10 @@ TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
       MeasuredLink{core::microseconds(40), core::gigabytes_per_second(4)};
   c.node.scalar_all_reduce_step_latency = core::microseconds(250);
   c.node.overlap_compute_slowdown = 1.25;
+  c.node.compute_lost_resuming_from_call = core::microseconds(250);
   const auto text = cluster_to_json(c).dump();
   EXPECT_NE(text.find(R"("overlap_compute_slowdown":1.25)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("compute_lost_resuming_from_call_us":250)"), std::string::npos) << text;
   EXPECT_NE(text.find(R"("measured":{"reduce_scatter":)"), std::string::npos) << text;
   EXPECT_NE(text.find(R"("scalar_all_reduce_step_latency_us":250)"), std::string::npos) << text;
   EXPECT_EQ(load_cluster_text("cpt_test_measured.json", text).node, c.node);
@@ -138,6 +140,11 @@ TEST(HardwareCatalog, MeasuredIntraNodeCallsRoundTrip) {
   negative["node"]["intra_node"]["overlap_compute_slowdown"] = -0.5;
   const auto below = cluster_text_error("cpt_test_overlap_bad.json", negative.dump());
   EXPECT_NE(below.find("$.node.intra_node.overlap_compute_slowdown"), std::string::npos) << below;
+  auto lost = nlohmann::json::parse(text);
+  lost["node"]["intra_node"]["compute_lost_resuming_from_call_us"] = -3;
+  const auto negative_resume = cluster_text_error("cpt_test_resume_bad.json", lost.dump());
+  EXPECT_NE(negative_resume.find("$.node.intra_node.compute_lost_resuming_from_call_us"), std::string::npos)
+      << negative_resume;
 }
 
 // A CPU node whose ranks share its cores (spec::SharedCores) round-trips; a zero core count is
