@@ -220,7 +220,9 @@ void register_exec_calibrate_commands(CLI::App& app) {
       rows.push_back({{"op", s.op}, {"ranks", s.ranks}, {"bytes", s.bytes}, {"seconds", s.seconds}});
     }
     nlohmann::ordered_json sync = nlohmann::ordered_json::array();
-    for (const auto& w : waits) sync.push_back({{"segment_s", w.segment_s}, {"extra_wait_s", w.extra_s}});
+    for (const auto& w : waits) {
+      sync.push_back({{"segment_s", w.segment_s}, {"extra_wait_s", w.extra_s}, {"spread_s", w.spread_s}});
+    }
     print_json({{"backend", device.is_cuda() ? "nccl" : "gloo"},
                 {"ranks", launch.world_size},
                 {"samples", rows},

@@ -81,15 +81,22 @@ std::vector<CommMeasurement> measure_collectives(Communicator& world, double max
 // path for them than for 4 KiB (on this project's VM 0.4 ms on 2 ranks against 1.8 ms).
 double measure_scalar_all_reduce(Communicator& world, double seconds);
 
-// A blocking call's wait beyond its back-to-back time when every rank computes before it, as
+// Waiting for the slowest rank at a blocking call when every rank computes before it, as
 // training's tensor- and context-parallel calls do (the ranks' compute varies, so each call waits
 // for the slowest), at one length of compute.
 struct SyncWait {
   double segment_s = 0;  // the ranks' mean compute before each call
   double extra_s = 0;    // their mean wait per call minus the back-to-back call's time
+  // Per call, the slowest rank's compute beyond the ranks' mean, averaged over the calls: the part
+  // of the wait that the compute's own variation explains. Reported, not fitted: on this project's
+  // VM it is a small part of extra_s (0.1-0.5 ms per 16 ms of compute against 0.5-2 ms), the rest
+  // being a call's slower latency after compute than back to back (docs/calibration.md).
+  double spread_s = 0;
 };
-// COLLECTIVE over `world`: GEMMs for about 1, 4 and 16 ms, then a 4 KiB all-reduce, repeated for
-// about `seconds` in total; every rank returns the same list.
+// COLLECTIVE over `world`: GEMMs for about 1, 4 and 16 ms, then a 4 KiB all-reduce, repeated,
+// beside the same calls back to back, in three rounds over the three lengths, about `seconds` in
+// total; per length the round of median extra wait (the ranks' mean); every rank returns the same
+// list.
 std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds);
 
 // What computing costs while a collective is in flight (ZeRO-3's prefetched all-gathers, DP's

@@ -73,6 +73,13 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   // The compute jitter, from the waits of small all-reduces after 1, 4 and 16 ms of GEMMs.
   EXPECT_GE(gpu["compute_jitter_sqrt_s"].get<double>(), 0.0);
   EXPECT_LT(gpu["compute_jitter_sqrt_s"].get<double>(), 1.0);
+  // Each length's median round, with the spread of the ranks' compute beside its extra wait.
+  ASSERT_EQ(report["sync_waits"].size(), 3u) << report.dump();
+  for (const auto& w : report["sync_waits"]) {
+    EXPECT_GT(w["segment_s"].get<double>(), 0);
+    EXPECT_GE(w["spread_s"].get<double>(), 0);
+    EXPECT_LT(w["spread_s"].get<double>(), w["segment_s"].get<double>());
+  }
   // Computing beside an in-flight all-gather: the median round's three timings and the slowdown
   // they give, (overlapped − GEMMs alone) / calls alone, the middle of the five rounds' (sorted),
   // which lands in the profile.
