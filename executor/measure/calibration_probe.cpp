@@ -224,6 +224,14 @@ class HostGemms {
   torch::Tensor a_, b_;
 };
 
+// A probe's rounds sorted by their result (each round's last entry), ascending; the median round.
+// REQUIRES: rounds is not empty.
+template <std::size_t N>
+std::array<double, N> sort_rounds_and_take_median(std::vector<std::array<double, N>>& rounds) {
+  std::sort(rounds.begin(), rounds.end(), [](const auto& x, const auto& y) { return x.back() < y.back(); });
+  return rounds[rounds.size() / 2];
+}
+
 // Training-like work on the host: `layers` pre-norm residual MLP blocks over [512, 64]
 // activations (RMS norm, 64 → 176 → 64 with SiLU), forward and backward through autograd, the
 // gradients dropped after each piece, as the executor's steps allocate and free theirs.
@@ -380,13 +388,13 @@ std::vector<SyncWait> measure_sync_waits(Communicator& world, double seconds) {
   const auto mean = all.mean(0);  // [round, length, 3]: the ranks' mean
   std::vector<SyncWait> out;
   for (std::size_t t = 0; t < targets.size(); ++t) {
-    std::vector<SyncWait> per_round;
+    std::vector<std::array<double, 3>> per_round;  // segment, spread, extra wait
     for (int r = 0; r < kRounds; ++r) {
       const auto m = mean[r][static_cast<std::int64_t>(t)];
-      per_round.push_back({m[0].item<double>(), m[1].item<double>(), m[2].item<double>()});
+      per_round.push_back({m[0].item<double>(), m[2].item<double>(), m[1].item<double>()});
     }
-    std::sort(per_round.begin(), per_round.end(), [](const auto& a, const auto& b) { return a.extra_s < b.extra_s; });
-    out.push_back(per_round[kRounds / 2]);
+    const auto median = sort_rounds_and_take_median(per_round);
+    out.push_back({median[0], median[2], median[1]});
   }
   return out;
 }
@@ -442,8 +450,7 @@ OverlapMeasurement measure_overlap_slowdown(Communicator& world, double seconds)
     const double g = mean[r][0].item<double>(), c = mean[r][1].item<double>(), o = mean[r][2].item<double>();
     rounds.push_back({g, c, o, c > 0 ? std::max(0.0, (o - g) / c) : 0.0});
   }
-  std::sort(rounds.begin(), rounds.end(), [](const auto& x, const auto& y) { return x[3] < y[3]; });
-  const auto& median = rounds[kRounds / 2];
+  const auto median = sort_rounds_and_take_median(rounds);
   OverlapMeasurement m;
   m.bytes = static_cast<double>(full.numel()) * 4.0;
   m.gemm_s = median[0];
@@ -497,8 +504,7 @@ ResumeMeasurement measure_compute_after_calls(Communicator& world, double second
     const double alone = mean[r][0].item<double>(), after = mean[r][1].item<double>();
     rounds.push_back({alone, after, std::max(0.0, after - alone)});
   }
-  std::sort(rounds.begin(), rounds.end(), [](const auto& x, const auto& y) { return x[2] < y[2]; });
-  const auto& median = rounds[kRounds / 2];
+  const auto median = sort_rounds_and_take_median(rounds);
   ResumeMeasurement m;
   m.bytes = static_cast<double>(buffer.numel()) * 4.0;
   m.segment_s = median[0];
