@@ -148,7 +148,7 @@ struct NodeSpec {
   std::optional<double> overlap_compute_slowdown;
   // Where measured (`cpt calibrate` on a CPU whose ranks have a core each): the compute a rank
   // loses resuming from a blocking call, per call — training-like work right after a collective
-  // runs slower than back to back while the backend's threads finish the call beside it (0.15-0.28
+  // runs slower than back to back while the backend's threads finish the call beside it (0.13-0.34
   // ms per call for two ranks on this project's VM). The cost model charges it to the compute of
   // every tensor-, context- and pipeline-parallel call that compute follows; absent: 0 (a GPU's
   // host thread only queues kernels).
