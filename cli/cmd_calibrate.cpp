@@ -101,7 +101,10 @@ void refit_from_runs(const CalibrateOptions& o) {
   }
   struct Parts {
     double step, compute, comm;
-    double overlap_charge;  // in compute: the computation lost beside overlapped communication
+    // In compute, priced from the communication and the node's measurements, not from its rates:
+    // the computation lost beside overlapped communication (`other`) and resuming from blocking
+    // calls (NodeSpec::compute_lost_resuming_from_call).
+    double known;
   };
   auto predict = [&](const spec::ClusterSpec& cluster, const Run& r) {
     auto c = cluster;
@@ -110,18 +113,29 @@ void refit_from_runs(const CalibrateOptions& o) {
     cost::CostModelOptions options;
     options.precision = r.cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
     options = cost::as_run_by_cpt_executor(options);
-    const auto ev = cost::evaluate(r.plan.model, c, r.plan.parallel, r.plan.workload.seq_len, options);
-    const auto* e = std::get_if<cost::Estimate>(&ev);
-    if (e == nullptr) throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
-    const auto& t = e->time;
+    auto time_on = [&](const spec::ClusterSpec& on) {
+      const auto ev = cost::evaluate(r.plan.model, on, r.plan.parallel, r.plan.workload.seq_len, options);
+      const auto* e = std::get_if<cost::Estimate>(&ev);
+      if (e == nullptr) throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
+      return e->time;
+    };
+    const auto t = time_on(c);
     const double comm = (t.tp_comm + t.cp_comm + t.dp_comm).value();
-    return Parts{t.total().value(), t.total().value() - comm - (t.pp_comm + t.pp_bubble).value(), comm,
-                 t.other.value()};
+    const double compute = t.total().value() - comm - (t.pp_comm + t.pp_bubble).value();
+    double resume = 0;
+    if (c.node.compute_lost_resuming_from_call) {
+      auto without = c;
+      without.node.compute_lost_resuming_from_call.reset();
+      const auto u = time_on(without);
+      resume = compute - (u.total() - u.tp_comm - u.cp_comm - u.dp_comm - u.pp_comm - u.pp_bubble).value();
+    }
+    return Parts{t.total().value(), compute, comm, t.other.value() + resume};
   };
   // Each part split into its throughput term and its count of fixed-cost events, by evaluating
   // with fixed costs of 0 and of 1 ms (the cost model is linear in them). The communication first;
   // then the computation on a profile with the communication's fit, whose overlap charge (priced
-  // from the communication) is a known part of the measured computation, not a scaled one.
+  // from the communication) and resume cost (measured per call) are a known part of the measured
+  // computation, not a scaled one.
   auto with_fixed = [&](double comm_scale, double kernel_s, double call_s) {
     return cost::rescaled(base, 1.0, comm_scale, core::Seconds(kernel_s), core::Seconds(call_s));
   };
@@ -143,12 +157,16 @@ void refit_from_runs(const CalibrateOptions& o) {
     const auto zero = with_fixed(comm_scale, 0, call_s), one = with_fixed(comm_scale, 1e-3, call_s);
     for (const auto& r : runs) {
       const auto p0 = predict(zero, r), p1 = predict(one, r);
-      const double a0 = p0.compute - p0.overlap_charge, a1 = p1.compute - p1.overlap_charge;
-      compute_terms.push_back({a0, (a1 - a0) / 1e-3, r.compute, p0.overlap_charge});
+      const double a0 = p0.compute - p0.known, a1 = p1.compute - p1.known;
+      compute_terms.push_back({a0, (a1 - a0) / 1e-3, r.compute, p0.known});
     }
   }
   const auto compute_fit = cost::fit_scale_and_fixed(compute_terms);
-  const auto cluster = cost::rescaled(base, compute_fit.scale, comm_scale, core::Seconds(compute_fit.fixed_s),
+  // No run to fit the computation to: the profile's own rates and dispatch cost stand.
+  const core::Seconds kernel_s =
+      compute_fit.runs > 0 ? core::Seconds(compute_fit.fixed_s)
+                           : base.gpu().kernel_overhead.value_or(cost::CostModelOptions{}.kernel_overhead);
+  const auto cluster = cost::rescaled(base, compute_fit.runs > 0 ? compute_fit.scale : 1.0, comm_scale, kernel_s,
                                       core::Seconds(call_s));
   const fs::path out = o.out.empty() ? base_path : fs::path(o.out);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());

@@ -248,7 +248,7 @@ void run(const PlanOptions& o) {
     for (std::size_t i = refined.size(); i < r.top.size(); ++i) top.push_back(r.top[i]);
     r.top = top;
   }
-  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r, so.cost);
+  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r, planner::pricing_options(so));
   if (o.json) {
     auto j = result_json(r, true);
     for (std::size_t i = 0; i < simulated.size(); ++i) j["top"][i]["simulated_step_time_s"] = simulated[i];

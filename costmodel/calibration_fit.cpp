@@ -98,7 +98,8 @@ std::vector<spec::GemmShapeCurve> fit_gemm_shape_curves(const std::vector<GemmSa
 ScaleAndFixed fit_scale_and_fixed(const std::vector<RunTerm>& runs) {
   std::vector<RunTerm> used;
   for (const auto& r : runs) {
-    if (r.measured > 0 && r.throughput + r.events > 0) used.push_back(r);
+    // A run whose known part is all it measured says nothing of the scale.
+    if (r.measured > 0 && r.throughput + r.events > 0 && r.known < r.measured) used.push_back(r);
   }
   ScaleAndFixed fit;
   fit.runs = static_cast<int>(used.size());
@@ -118,6 +119,10 @@ ScaleAndFixed fit_scale_and_fixed(const std::vector<RunTerm>& runs) {
     // The throughput term alone: scale = Σ (a/m)(1 − k/m) / Σ (a/m)².
     const double den = a.col(0).squaredNorm();
     x = Eigen::Vector2d(den > 0 ? a.col(0).dot(rest) / den : 1.0, 0.0);
+  }
+  if (!(x(0) > 0)) {  // nothing to fit: the profile stands
+    fit.runs = 0;
+    return fit;
   }
   fit.scale = x(0);
   fit.fixed_s = x(1);

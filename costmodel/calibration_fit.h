@@ -69,7 +69,8 @@ std::vector<spec::GemmShapeCurve> fit_gemm_shape_curves(const std::vector<GemmSa
 // with k a known part that neither scales nor counts events (the computation's slowdown beside
 // overlapped communication, priced from the communication's fit); least squares in relative error
 // (rows (a/m, b/m) against 1 − k/m, Eigen), scale > 0, fixed >= 0 (when the joint solution has
-// fixed < 0, scale is fitted alone with fixed = 0). Runs with m <= 0 or a + b <= 0 are skipped.
+// fixed < 0, scale is fitted alone with fixed = 0). Runs with m <= 0, a + b <= 0 or k >= m are
+// skipped; no positive scale: runs = 0 and the identity (scale 1, fixed 0).
 struct RunTerm {
   double throughput = 0;  // a, seconds at the profile's rates
   double events = 0;      // b, fixed-cost events on the critical path

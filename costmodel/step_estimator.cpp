@@ -653,6 +653,8 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     const double L = stages.layers_in(s);
     z3_fwd[i] = L * x.z3_fwd_overlapped.value();
     z3_bwd[i] = L * x.z3_bwd_overlapped.value();
+    fwd[i] = L * x.layer_fwd.value();
+    bwd[i] = L * x.layer_bwd.value();
     // Resuming from the pipeline's blocking receives and sends (NodeSpec::
     // compute_lost_resuming_from_call): one from the stage before, one to the stage after, each pass.
     if (p.pp > 1) {
@@ -660,8 +662,6 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
       fwd[i] += x.resume.value() * boundaries;
       bwd[i] += x.resume.value() * boundaries;
     }
-    fwd[i] = L * x.layer_fwd.value();
-    bwd[i] = L * x.layer_bwd.value();
     // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).
     wgrad[i] = L * x.blk.forward.gemm.value();
     if (s == 0) {
@@ -829,6 +829,11 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
       f += (head.head_forward.total() + x.tp_head_fwd).value();
       b += (head.head_backward.total() + x.tp_head_bwd).value();
       w += head.head_forward.gemm.value();
+    }
+    if (p.pp > 1) {  // resuming from its receives and sends, as evaluate()'s stage durations
+      const double boundaries = 2.0 * p.virtual_stages - (k.first ? 1.0 : 0.0) - (k.last ? 1.0 : 0.0);
+      f += x.resume.value() * boundaries;
+      b += x.resume.value() * boundaries;
     }
     work[i] = f + b;
     backward[i] = b;

@@ -15,6 +15,10 @@
 
 namespace cpt::planner {
 
+cost::CostModelOptions pricing_options(const SearchOptions& o) {
+  return o.executor_only ? cost::as_run_by_cpt_executor(o.cost) : o.cost;
+}
+
 using core::str_cat;
 
 std::string to_string(Objective o) {
@@ -173,9 +177,8 @@ std::vector<const RankedCandidate*> pareto_members(const std::vector<RankedCandi
 std::vector<Candidate> pareto_front(const spec::ModelSpec& model, const std::vector<spec::ClusterSpec>& clusters,
                                     const std::vector<cost::Topology>& topologies,
                                     const std::vector<RankedCandidate>& all, const SearchOptions& o) {
-  cost::CostModelOptions fast = o.cost;
+  cost::CostModelOptions fast = pricing_options(o);
   fast.exact_pipeline = false;
-  if (o.executor_only) fast = cost::as_run_by_cpt_executor(fast);
   std::vector<Candidate> out;
   for (const auto* c : pareto_members(all)) {
     const auto cluster = std::find_if(clusters.begin(), clusters.end(), [&](const spec::ClusterSpec& x) {
@@ -199,9 +202,8 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   PlannerResult result;
   const SearchSpace space(model, cluster, o.global_batch, o.fixed);
   // Search mode: closed-form pipeline, the device's calibrated overheads applied once.
-  cost::CostModelOptions fast = cost::with_device_overheads(o.cost, cluster.node.gpu);
+  cost::CostModelOptions fast = cost::with_device_overheads(pricing_options(o), cluster.node.gpu);
   fast.exact_pipeline = false;
-  if (o.executor_only) fast = cost::as_run_by_cpt_executor(fast);
   const PruneContext ctx{model, cluster, o.seq_len, fast, o.executor_only};
   const core::Bytes limit(static_cast<std::int64_t>(static_cast<double>(cluster.gpu().hbm_capacity.value()) *
                                                     (o.objective == Objective::kHeadroom ? 1.0 - o.headroom : 1.0)));

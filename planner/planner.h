@@ -46,6 +46,11 @@ struct SearchOptions {
   cost::CostModelOptions cost;  // exact_pipeline is managed by the search
 };
 
+// The cost-model options the search prices with: `o.cost`, as cpt's executor runs it with
+// `executor_only` (the device's calibrated overheads are applied on top, per cluster). plan.json
+// records them (spec::Prediction::priced_as) and `--refine` simulates with them.
+cost::CostModelOptions pricing_options(const SearchOptions& o);
+
 struct Candidate {
   std::uint64_t index = 0;  // position in the search space (the last tie-break)
   spec::ParallelConfig config;  // config.world_size() is its GPU count

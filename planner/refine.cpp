@@ -14,7 +14,7 @@ std::vector<Refined> refine(const PlannerResult& result, const spec::ModelSpec& 
   for (std::size_t i = 0; i < n; ++i) {
     const auto& c = result.top[i];
     const auto plan = spec::make_plan(model, cluster, spec::Workload{options.seq_len, options.tokens}, c.config);
-    const auto sim = cost::sim::simulate_plan(plan, options.cost);
+    const auto sim = cost::sim::simulate_plan(plan, pricing_options(options));
     out.push_back(Refined{c, sim.result.step_time.value()});
   }
   // Same global batch and GPUs for every candidate: higher throughput = shorter step.

@@ -123,9 +123,14 @@ class StepSimulation {
     double work_left = 0, speed = 1, since = 0;
     std::uint64_t generation = 0;
     double dp_until = 0;  // the end of the last data-parallel bucket on the collective stream
-    // The reduction whose last bucket the task in progress completes (-1: none), and its buckets.
+    // The reduction whose buckets the task in progress produces (-1: none), how many it has, and
+    // those still to come before its last: bucket b is ready once `work_done` (the task's work so
+    // far, booked at `since`) reaches its threshold; the last when the task ends.
     std::ptrdiff_t last_bucket_of = -1;
     int last_bucket_count = 1;
+    double work_done = 0;
+    std::vector<std::pair<double, int>> pending_buckets;  // (work threshold, bucket), ascending
+    std::uint64_t bucket_generation = 0;
     spec::Action task{};   // the task in progress
     double task_memory = 0;  // its change of live activations at its end, in its stage's (+1 forward, -1 backward)
     std::vector<std::size_t> reductions;  // action indices of the backwards that release a reduction
@@ -205,6 +210,22 @@ class StepSimulation {
     }
   }
 
+  // Rank g's pending buckets at its present speed: new ready events, the older ones stale.
+  void schedule_buckets(std::size_t g) {
+    auto& k = ranks_[g];
+    if (k.pending_buckets.empty()) return;
+    const auto generation = ++k.bucket_generation;
+    for (const auto& [threshold, b] : k.pending_buckets) {
+      const double ready = k.since + std::max(0.0, threshold - k.work_done) / k.speed;
+      q_.schedule(std::max(ready, q_.now()), [this, g, generation, b = b] {
+        auto& r = ranks_[g];
+        if (r.bucket_generation != generation || r.pending_buckets.empty() || r.pending_buckets.front().second != b) return;
+        r.pending_buckets.erase(r.pending_buckets.begin());
+        bucket_ready(g, static_cast<std::size_t>(r.last_bucket_of), b, r.last_bucket_count);
+      });
+    }
+  }
+
   // Rank g's task now ends at `end`: a new end event, the older ones stale.
   void schedule_end(std::size_t g, double end) {
     auto& k = ranks_[g];
@@ -225,12 +246,15 @@ class StepSimulation {
     for (std::size_t g = 0; g < ranks_.size(); ++g) {
       auto& k = ranks_[g];
       if (!k.busy) continue;
-      k.work_left = std::max(0.0, k.work_left - (now - k.since) * k.speed);
+      const double done = (now - k.since) * k.speed;
+      k.work_left = std::max(0.0, k.work_left - done);
+      k.work_done += done;
       k.since = now;
       const double speed = speed_(computing, static_cast<int>(k.pp_rank));
       if (speed == k.speed && k.task_end >= now) continue;
       k.speed = speed;
       schedule_end(g, now + k.work_left / speed);
+      schedule_buckets(g);
     }
   }
 
@@ -239,9 +263,14 @@ class StepSimulation {
     auto& k = ranks_[g];
     const spec::Action a = k.task;
     const double freed = k.task_memory;
-    // The reduction's last bucket is ready when the backward that produces it ends.
+    // The reduction's buckets not yet ready (in order), then its last, when the backward that
+    // produces them ends.
     if (k.last_bucket_of >= 0) {
       const auto red = static_cast<std::size_t>(k.last_bucket_of);
+      const auto pending = std::move(k.pending_buckets);
+      k.pending_buckets.clear();
+      ++k.bucket_generation;
+      for (const auto& [threshold, b] : pending) bucket_ready(g, red, b, k.last_bucket_count);
       k.last_bucket_of = -1;
       bucket_ready(g, red, k.last_bucket_count - 1, k.last_bucket_count);
     }
@@ -303,22 +332,21 @@ class StepSimulation {
         rk.task_start = now;
         rk.since = now;
         rk.work_left = dur;
+        rk.work_done = 0;
         const std::size_t at = rk.next;
         ++rk.next;
         // Gradient buckets of a reduction become ready through this backward, at their share of its
-        // unslowed duration; the last one when it ends (end_task, before the rank looks at its tail).
+        // unslowed work; the last one when it ends (end_task, before the rank looks at its tail).
         const auto red = std::find(rk.reductions.begin(), rk.reductions.end(), at);
         if (!fwd && d.dp_reduce.value() > 0 && red != rk.reductions.end()) {
-          const auto k = static_cast<std::size_t>(red - rk.reductions.begin());
           const int nb = std::max(1, d.dp_buckets);
-          for (int b = 0; b + 1 < nb; ++b) {
-            const double ready = now + unslowed * (b + 1) / nb;
-            q_.schedule(ready, [this, g, k, b, nb] { bucket_ready(g, k, b, nb); });
-          }
-          rk.last_bucket_of = static_cast<std::ptrdiff_t>(k);
+          rk.last_bucket_of = red - rk.reductions.begin();
           rk.last_bucket_count = nb;
+          rk.pending_buckets.clear();
+          for (int b = 0; b + 1 < nb; ++b) rk.pending_buckets.emplace_back(unslowed * (b + 1) / nb, b);
         }
         schedule_end(g, now + dur / rk.speed);
+        schedule_buckets(g);
         reshare();
         return;
       }
@@ -390,6 +418,9 @@ SimulationResult simulate_replicas(const spec::PipelineSchedule& schedule, const
     CPT_CHECK(d.forward_s.size() == stages && d.backward_s.size() == stages && d.p2p_after_s.size() == stages &&
                   d.dp_reductions == replicas.front().dp_reductions,
               "per-stage durations do not match the schedule's ", stages, " stages");
+    CPT_CHECK(d.zero3_overlapped_forward_s.size() == d.zero3_overlapped_backward_s.size() &&
+                  (d.zero3_overlapped_forward_s.empty() || d.zero3_overlapped_forward_s.size() == stages),
+              "ZeRO-3's overlapped communication is not given per stage (", stages, " stages)");
   }
   CPT_CHECK(activation_bytes_per_stage.size() == stages &&
                 static_bytes_per_rank.size() == static_cast<std::size_t>(schedule.pp),

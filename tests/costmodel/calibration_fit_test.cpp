@@ -123,6 +123,12 @@ TEST(CalibrationFit, ScaleAndFixedCostRecoveredFromRuns) {
   EXPECT_LT(known_fit.rms_relative_error, 1e-9);
   for (auto& r : with_known) r.known = 0;
   EXPECT_NEAR(fit_scale_and_fixed(with_known).scale, 2.0, 1e-9);
+  // Runs whose known part is all they measured say nothing of the scale: skipped, and with none
+  // left, no fit (the identity).
+  const auto nothing = fit_scale_and_fixed({{1.0, 10.0, 0.5, 0.6}, {2.0, 10.0, 1.0, 1.0}});
+  EXPECT_EQ(nothing.runs, 0);
+  EXPECT_EQ(nothing.scale, 1.0);
+  EXPECT_EQ(nothing.fixed_s, 0.0);
 
   spec::ClusterSpec c;
   c.node.gpu.dense_peak[static_cast<std::size_t>(spec::Precision::kFp32)] = core::FlopsPerSecond(1e11);

@@ -3,6 +3,7 @@
 #include "costmodel/collective_model.h"
 #include "costmodel/compute_sharing.h"
 #include "costmodel/memory_model.h"
+#include "costmodel/sim/step_simulator.h"
 #include "costmodel/topology.h"
 #include "spec/executor_support.h"
 #include "spec/rank_layout.h"
@@ -404,6 +405,21 @@ TEST(StepEstimator, ResumingFromABlockingCallCostsTheNodesMeasuredCompute) {
       EXPECT_NEAR(grown, 200e-6 * calls, 1e-9) << row;
     } else {
       EXPECT_GE(grown, 200e-6 * calls - 1e-9) << row;
+      // The stages the pipeline replays (and the simulator with it) carry it: one receive and one
+      // send per pass into and out of each stage, but into the first and out of the last.
+      const int stages = static_cast<int>(a.stages.forward_s.size());
+      for (int s = 0; s < stages; ++s) {
+        const auto i = static_cast<std::size_t>(s);
+        const double boundaries = (s > 0 ? 1.0 : 0.0) + (s < stages - 1 ? 1.0 : 0.0);
+        if (p.tp == 1) {
+          EXPECT_NEAR(b.stages.forward_s[i] - a.stages.forward_s[i], 200e-6 * boundaries, 1e-12) << row << " " << s;
+          EXPECT_NEAR(b.stages.backward_s[i] - a.stages.backward_s[i], 200e-6 * boundaries, 1e-12) << row << " " << s;
+        }
+      }
+      const auto schedule = spec::make_schedule(p.schedule, p.pp, p.virtual_stages, p.grad_accum());
+      const auto simulated = sim::simulate_step(schedule, b.stages, std::vector<double>(a.stages.forward_s.size(), 1.0),
+                                                std::vector<double>(static_cast<std::size_t>(p.pp), 0.0));
+      EXPECT_NEAR(simulated.step_time.value() / b.time.total().value(), 1.0, 1e-3) << row;
     }
   }
   const spec::ParallelConfig dp{.dp = 2, .micro_batch = 2, .global_batch = 4};

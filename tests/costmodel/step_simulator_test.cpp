@@ -152,6 +152,25 @@ TEST(StepSimulator, CommunicationBesideComputeSlowsIt) {
   EXPECT_NEAR(r.compute_busy_s[0], 2.3, 1e-12);
 }
 
+// Ranks computing twice as fast as the profile (shared cores, fewer busy than measured): the
+// buckets become ready at their share of the backward's work, so at twice the pace, in order,
+// and all before the step ends.
+TEST(StepSimulator, BucketsFollowTheBackwardsWorkAtItsSpeed) {
+  const auto s = spec::make_schedule(spec::ScheduleKind::k1F1B, 1, 1, 1);
+  StageDurations d = uniform(1, 1, 1);
+  d.dp_buckets = 5;
+  d.dp_reduce = core::Seconds(0.5);  // buckets of 0.1 ready at 0.6, 0.7, 0.8, 0.9 and 1.0
+  const RankSpeed twice = [](std::span<const char>, int) { return 2.0; };
+  const auto r = simulate_step(s, d, {1.0}, {0.0}, twice);
+  EXPECT_NEAR(r.step_time.value(), 1.1, 1e-12);
+  std::vector<double> starts;
+  for (const auto& i : r.intervals) {
+    if (i.name.starts_with("dp bucket")) starts.push_back(i.start_s);
+  }
+  ASSERT_EQ(starts.size(), 5u);
+  for (std::size_t b = 0; b < starts.size(); ++b) EXPECT_NEAR(starts[b], 0.6 + 0.1 * static_cast<double>(b), 1e-12);
+}
+
 // A ZeRO-3 plan on a node that loses a whole second of compute per second of overlapped
 // communication (a calibrated CPU's measured slowdown): the simulation charges what the estimate's
 // `other` charges.
