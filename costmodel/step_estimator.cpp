@@ -121,6 +121,15 @@ struct LayerTerms {
     [[nodiscard]] double total() const { return forward + backward; }
   };
   PassCalls z3_block_calls, z3_root_calls;  // ZeRO-3's per microbatch (0 without it)
+  // Tensor-parallel calls of one microbatch, by pass: a block's (a reduce-scatter and an
+  // all-gather per collective under sequence parallelism; the norm-gradient all-reduces backward),
+  // the embedding's and the head's (with the loss's). Estimate::calls_per_step counts them and the
+  // resume cost is charged for each.
+  struct TpCalls {
+    double forward = 0, backward = 0, recompute = 0;
+    [[nodiscard]] double total() const { return forward + backward + recompute; }
+  };
+  TpCalls tp_block_calls, tp_embedding_calls, tp_head_calls;
   int n_shard = 1;
   double slow_dp = 0;  // compute slowdown per second of overlapped DP communication
   Seconds resume;      // compute lost resuming from one blocking call (NodeSpec)
@@ -180,26 +189,28 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
                 : 0.0) +
       (cp_gathers ? x.cp_calls : 0.0);
   // A calibrated host loses compute resuming from each blocking call (NodeSpec::
-  // compute_lost_resuming_from_call): the tensor-parallel calls of each pass (a reduce-scatter and
-  // an all-gather each under sequence parallelism), the norm-gradient all-reduces, CP's gathers.
+  // compute_lost_resuming_from_call): the tensor-parallel calls of each pass here; CP's gathers
+  // below, with their kernels; the pipeline's transfers in the stage durations.
+  if (p.tp > 1) {
+    const double pair = p.sequence_parallel ? 2.0 : 1.0;
+    x.tp_block_calls = {blk.tp_collectives_forward * pair,
+                        blk.tp_collectives_backward * pair + blk.tp_norm_grad_allreduces,
+                        blk.tp_collectives_recompute * pair};
+    x.tp_embedding_calls = {static_cast<double>(x.head.tp_embedding_forward),
+                            static_cast<double>(x.head.tp_embedding_backward), 0};
+    x.tp_head_calls = {static_cast<double>(x.head.tp_head_forward + x.head.tp_loss_forward),
+                       static_cast<double>(x.head.tp_head_backward + x.head.tp_norm_grad_allreduces), 0};
+  }
   x.resume = cluster.node.compute_lost_resuming_from_call.value_or(Seconds(0));
   if (x.resume.value() > 0) {
-    const double pair = p.sequence_parallel ? 2.0 : 1.0;
     auto resumes = [&](PassTime& pass, double calls) { pass.resume += x.resume * calls; };
-    if (p.tp > 1) {
-      resumes(x.blk.forward, blk.tp_collectives_forward * pair);
-      resumes(x.blk.backward, blk.tp_collectives_backward * pair + blk.tp_norm_grad_allreduces);
-      resumes(x.blk.recompute, blk.tp_collectives_recompute * pair);
-      resumes(x.head.embedding_forward, x.head.tp_embedding_forward);
-      resumes(x.head.embedding_backward, x.head.tp_embedding_backward);
-      resumes(x.head.head_forward, x.head.tp_head_forward + x.head.tp_loss_forward);
-      resumes(x.head.head_backward, x.head.tp_head_backward + x.head.tp_norm_grad_allreduces);
-    }
-    if (cp_gathers) {
-      resumes(x.blk.forward, 2);
-      resumes(x.blk.backward, 2);
-      if (p.recompute == spec::Recompute::kFull) resumes(x.blk.recompute, 2);
-    }
+    resumes(x.blk.forward, x.tp_block_calls.forward);
+    resumes(x.blk.backward, x.tp_block_calls.backward);
+    resumes(x.blk.recompute, x.tp_block_calls.recompute);
+    resumes(x.head.embedding_forward, x.tp_embedding_calls.forward);
+    resumes(x.head.embedding_backward, x.tp_embedding_calls.backward);
+    resumes(x.head.head_forward, x.tp_head_calls.forward);
+    resumes(x.head.head_backward, x.tp_head_calls.backward);
   }
   const Seconds segment = blocking_calls > 0
                               ? (blk.forward.total() + blk.backward.total() + blk.recompute.total()) / blocking_calls
@@ -220,9 +231,14 @@ LayerTerms layer_terms(const spec::ModelSpec& model, const spec::ClusterSpec& cl
     x.cp_bwd =
         (collective_time(Collective::kReduceScatter, blk.cp_gathered_bytes, lc.cp, eff) + call + cp_straggler) * 2.0 +
         (p.recompute == spec::Recompute::kFull ? gather : Seconds(0));
-    add_call_kernels(x.blk.forward, 2, kernels_per_context_parallel_call(o));
-    add_call_kernels(x.blk.backward, 2, kernels_per_context_parallel_call(o));
-    if (p.recompute == spec::Recompute::kFull) add_call_kernels(x.blk.recompute, 2, kernels_per_context_parallel_call(o));
+    // Each of the two calls a pass makes also costs its kernels and the resume after it.
+    auto cp_calls_of = [&](PassTime& pass) {
+      add_call_kernels(pass, 2, kernels_per_context_parallel_call(o));
+      pass.resume += x.resume * 2.0;
+    };
+    cp_calls_of(x.blk.forward);
+    cp_calls_of(x.blk.backward);
+    if (p.recompute == spec::Recompute::kFull) cp_calls_of(x.blk.recompute);
   } else {
     x.cp_fwd = cp_exposed(blk.cp_bytes_forward, blk.forward.attention);
     x.cp_bwd = cp_exposed(blk.cp_bytes_backward, blk.backward.attention);
@@ -358,11 +374,10 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   if (crit.first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * mm;
   if (crit.last) t.compute += (head.head_forward.total() + head.head_backward.total()) * mm;
   t.recompute = blk.recompute.total() * (rank_layers * mm);
-  // Resuming from the pipeline's calls, as the stage durations have it (a receive and a send per
-  // pass and chunk, but into the first stage and out of the last).
-  if (p.pp > 1) {
-    t.compute += x.resume * (2.0 * mm * (2.0 * p.virtual_stages - (crit.first ? 1 : 0) - (crit.last ? 1 : 0)));
-  }
+  // The pipeline's receives and sends, both passes; each costs the resume, as in the stage
+  // durations.
+  const double pp_calls = 2.0 * mm * spec::rank_transfers_per_pass(p.pp, p.virtual_stages, crit.rank);
+  t.compute += x.resume * pp_calls;
   t.tp_comm = x.tp_one * static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
                                              blk.tp_collectives_recompute) *
               (rank_layers * mm);
@@ -474,11 +489,8 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   // Without overlap the reduction runs after backward: it joins the terms after the reductions.
   end.dp_after = exposed_after + (o.overlap_dp_with_backward ? Seconds(0) : overlappable * reductions);
 
-  // The kernels around the data-parallel and pipeline calls (costmodel/kernel_dispatch.h): the
-  // pipeline rank receives and sends activations and gradients per microbatch and chunk, except
-  // into the first stage and out of the last.
+  // The kernels around the data-parallel and pipeline calls (costmodel/kernel_dispatch.h).
   const double dp_calls = overlappable_calls * reductions + after_calls;
-  const double pp_calls = p.pp > 1 ? mm * (4.0 * p.virtual_stages - (crit.first ? 2 : 0) - (crit.last ? 2 : 0)) : 0;
   t.dp_comm += o.kernel_overhead * (kernels_per_call(o) * dp_calls);
   t.pp_comm += o.kernel_overhead * (kernels_per_call(o) * pp_calls);
   end.outside_schedule = dp_straggler + zero3_root + o.kernel_overhead * (kernels_per_call(o) * (dp_calls + pp_calls));
@@ -519,20 +531,8 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   }
 
   // The calls the critical rank starts per step, by group (Estimate::calls_per_step).
-  if (p.tp > 1) {
-    const double pair = p.sequence_parallel ? 2.0 : 1.0;  // a reduce-scatter and an all-gather
-    end.calls.tp = (static_cast<double>(blk.tp_collectives_forward + blk.tp_collectives_backward +
-                                        blk.tp_collectives_recompute) *
-                        pair +
-                    blk.tp_norm_grad_allreduces) *
-                   (rank_layers * mm);
-    if (crit.first) end.calls.tp += static_cast<double>(head.tp_embedding_forward + head.tp_embedding_backward) * mm;
-    if (crit.last) {
-      end.calls.tp += static_cast<double>(head.tp_head_forward + head.tp_head_backward + head.tp_loss_forward +
-                                          head.tp_norm_grad_allreduces) *
-                      mm;
-    }
-  }
+  end.calls.tp = x.tp_block_calls.total() * (rank_layers * mm) +
+                 (crit.first ? x.tp_embedding_calls.total() * mm : 0.0) + (crit.last ? x.tp_head_calls.total() * mm : 0.0);
   end.calls.cp = x.cp_calls * (rank_layers * mm);
   end.calls.dp = dp_calls;
   end.calls.dp += x.z3_block_calls.total() * (rank_layers * mm) + (crit.first ? x.z3_root_calls.total() * mm : 0.0);
@@ -656,11 +656,11 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
     fwd[i] = L * x.layer_fwd.value();
     bwd[i] = L * x.layer_bwd.value();
     // Resuming from the pipeline's blocking receives and sends (NodeSpec::
-    // compute_lost_resuming_from_call): one from the stage before, one to the stage after, each pass.
+    // compute_lost_resuming_from_call).
     if (p.pp > 1) {
-      const double boundaries = (s > 0 ? 1.0 : 0.0) + (s < S - 1 ? 1.0 : 0.0);
-      fwd[i] += x.resume.value() * boundaries;
-      bwd[i] += x.resume.value() * boundaries;
+      const double transfers = spec::stage_transfers_per_pass(s, S);
+      fwd[i] += x.resume.value() * transfers;
+      bwd[i] += x.resume.value() * transfers;
     }
     // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).
     wgrad[i] = L * x.blk.forward.gemm.value();
@@ -830,11 +830,10 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
       b += (head.head_backward.total() + x.tp_head_bwd).value();
       w += head.head_forward.gemm.value();
     }
-    if (p.pp > 1) {  // resuming from its receives and sends, as evaluate()'s stage durations
-      const double boundaries = 2.0 * p.virtual_stages - (k.first ? 1.0 : 0.0) - (k.last ? 1.0 : 0.0);
-      f += x.resume.value() * boundaries;
-      b += x.resume.value() * boundaries;
-    }
+    // Resuming from its receives and sends, as evaluate()'s stage durations.
+    const double transfers = spec::rank_transfers_per_pass(p.pp, p.virtual_stages, k.r);
+    f += x.resume.value() * transfers;
+    b += x.resume.value() * transfers;
     work[i] = f + b;
     backward[i] = b;
     fill[i] = bubble_fill(f, b, w, zero_bubble);

@@ -95,6 +95,20 @@ double max_live_weight(const PipelineSchedule& schedule, int pp_rank, std::span<
 // capped at m·v. Equal to max_in_flight(make_schedule(...), rank) (pipeline_schedule_test.cpp).
 int in_flight_closed_form(ScheduleKind kind, int pp, int virtual_stages, int num_microbatches, int pp_rank);
 
+// Point-to-point transfers stage `stage` of `num_stages` takes part in per microbatch and pass: a
+// receive from the stage before and a send to the stage after (forward: activations; backward:
+// their gradients, the other way), none into the first stage or out of the last.
+inline int stage_transfers_per_pass(int stage, int num_stages) {
+  return (stage > 0 ? 1 : 0) + (stage < num_stages - 1 ? 1 : 0);
+}
+// The same summed over pipeline rank `pp_rank`'s stages (stage s on rank s mod pp): 2v, less one
+// on the first rank and one on the last; 0 without a pipeline.
+// Inline: the planner's search calls it per candidate.
+inline int rank_transfers_per_pass(int pp, int virtual_stages, int pp_rank) {
+  if (pp <= 1) return 0;
+  return 2 * virtual_stages - (pp_rank == 0 ? 1 : 0) - (pp_rank == pp - 1 ? 1 : 0);
+}
+
 // Compute actions only, one CSV row per rank: "F0.0,F0.1,B0.0,...".
 std::string to_csv(const PipelineSchedule& schedule);
 

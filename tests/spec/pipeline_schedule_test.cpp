@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "core/error.h"
 #include "core/str_cat.h"
 
@@ -32,6 +34,28 @@ TEST(PipelineSchedule, EveryGeneratedScheduleIsValid) {
     }
   }
   EXPECT_EQ(checked, 3 * 8 * 17 + 3 * 26);  // 26 (pp, m) pairs with pp >= 2 and m % pp == 0
+}
+
+// A rank's transfers per microbatch and pass are the sends and receives its schedule holds, and
+// the sum of its stages' (the cost model prices the pipeline's calls with them).
+TEST(PipelineSchedule, TransfersPerPassAreTheSchedulesSendsAndReceives) {
+  for (const auto& [kind, pp, v] : {std::tuple{ScheduleKind::k1F1B, 1, 1}, std::tuple{ScheduleKind::k1F1B, 4, 1},
+                                    std::tuple{ScheduleKind::kInterleaved1F1B, 2, 2},
+                                    std::tuple{ScheduleKind::kInterleaved1F1B, 4, 3}}) {
+    const int m = 8;
+    const auto s = make_schedule(kind, pp, v, m);
+    for (int r = 0; r < pp; ++r) {
+      int transfers = 0;
+      for (const auto& a : s.per_rank[static_cast<std::size_t>(r)]) {
+        transfers += a.kind == K::kSendActivation || a.kind == K::kRecvActivation || a.kind == K::kSendGrad ||
+                     a.kind == K::kRecvGrad;
+      }
+      EXPECT_EQ(transfers, 2 * m * rank_transfers_per_pass(pp, v, r)) << pp << " " << v << " " << r;
+      int of_stages = 0;
+      for (int stage = r; stage < pp * v; stage += pp) of_stages += stage_transfers_per_pass(stage, pp * v);
+      EXPECT_EQ(of_stages, rank_transfers_per_pass(pp, v, r)) << pp << " " << v << " " << r;
+    }
+  }
 }
 
 TEST(PipelineSchedule, OneFOneBMatchesThePaperTable) {
