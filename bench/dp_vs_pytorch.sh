@@ -31,7 +31,7 @@ for zero in 0 2 3; do
   python3 - "run-z$zero/measured.json" "cpt dp2 zero$zero" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
-share = m["step_time_breakdown_s"]["dp_comm_wait"] / m["step_time_s"]
+share = m["ranks"][0]["step_time_breakdown_s"]["dp_comm"] / m["step_time_s"]
 print("%-22s %12.0f %13.1f%%" % (sys.argv[2], m["tokens_per_s"], 100 * share))
 PY
 done

@@ -27,6 +27,7 @@
 #include "spec/gpu_for_device_name.h"
 #include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
+#include "spec/measured_run.h"
 #include "spec/plan.h"
 
 namespace cpt::cli {
@@ -82,17 +83,12 @@ void refit_from_runs(const CalibrateOptions& o) {
     Run r;
     r.dir = d;
     r.plan = spec::load_plan(fs::path(d) / "plan.json");
-    std::ifstream in(fs::path(d) / "measured.json");
-    const auto m = Json::parse(in, nullptr, false);
-    if (m.is_discarded() || !m.contains("step_time_breakdown_s")) {
-      throw core::ConfigError(str_cat("--from-runs: ", d, "/measured.json: expected step_time_breakdown_s (a run of ",
-                                      "this cpt), found none"));
-    }
-    const auto& b = m["step_time_breakdown_s"];
-    r.step = m["step_time_s"].get<double>();
-    r.compute = b.value("compute_and_other", 0.0);
-    r.comm = b.value("tp_comm_wait", 0.0) + b.value("cp_comm_wait", 0.0) + b.value("dp_comm_wait", 0.0);
-    r.cpu = m.value("device", std::string("cpu")).starts_with("cpu");
+    const auto m = spec::load_measured_run(fs::path(d) / "measured.json");
+    const auto& b = m.ranks.front().step_time_breakdown_s;
+    r.step = m.step_time_s;
+    r.compute = b.compute_and_other;
+    r.comm = b.tp_comm + b.cp_comm + b.dp_comm;
+    r.cpu = m.on_cpu();
     if (r.plan.parallel.world_size() > base.node.gpus_per_node) {
       throw core::ConfigError(str_cat("--from-runs: ", d, " ran ", r.plan.parallel.world_size(), " ranks; the profile ",
                                       base_path.string(), " has ", base.node.gpus_per_node, " per node"));

@@ -4,6 +4,7 @@
 // (bf16 on a GPU), and fp32 weights, gradients and AdamW moments for the model state (4 + 4 + 8
 // bytes per parameter: the executor keeps fp32 weights also under autocast).
 #include <algorithm>
+#include <array>
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "costmodel/memory_model.h"
 #include "costmodel/step_estimator.h"
 #include "spec/hardware_catalog.h"
+#include "spec/measured_run.h"
 #include "spec/plan.h"
 #include "spec/work_kinds.h"
 
@@ -76,9 +78,9 @@ Json read_json(const fs::path& p) {
 
 // The newest profiled step (`cpt train --profile-step`, OUT/profile/step_S.rank_R.ops.json) of the
 // lowest rank on pipeline rank `pp_rank`, if the run was profiled.
-std::optional<Json> find_step_profile(const fs::path& dir, const Json& measured, int pp_rank) {
+std::optional<Json> find_step_profile(const fs::path& dir, const spec::MeasuredRun& measured, int pp_rank) {
   const fs::path profile_dir = dir / "profile";
-  if (!fs::is_directory(profile_dir) || !measured.contains("memory_per_rank")) return std::nullopt;
+  if (!fs::is_directory(profile_dir)) return std::nullopt;
   std::optional<std::pair<long long, long long>> best;  // (step, -rank)
   fs::path best_path;
   for (const auto& entry : fs::directory_iterator(profile_dir)) {
@@ -89,7 +91,7 @@ std::optional<Json> find_step_profile(const fs::path& dir, const Json& measured,
       continue;
     }
     bool on_pp_rank = false;
-    for (const auto& r : measured["memory_per_rank"]) on_pp_rank |= r.value("rank", -1) == rank && r.value("pp", -1) == pp_rank;
+    for (const auto& r : measured.ranks) on_pp_rank |= r.rank == rank && r.pp == pp_rank;
     if (!on_pp_rank) continue;
     const std::pair<long long, long long> key{step, -rank};
     if (!best || key > *best) {
@@ -114,15 +116,13 @@ void run(const CompareOptions& o) {
     c.num_nodes = (c.num_gpus + c.node.gpus_per_node - 1) / c.node.gpus_per_node;
     plan.cluster = c;
   }
-  const auto measured = read_json(dir / "measured.json");
-  const bool cpu = measured.value("device", std::string("cpu")).starts_with("cpu");
+  const auto measured = spec::load_measured_run(dir / "measured.json");
+  const bool cpu = measured.on_cpu();
   cost::CostModelOptions options;
   options.precision = cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
   options = cost::as_run_by_cpt_executor(options);
   // The run's own gradient bucket (fp32 gradients), where measured.json records it.
-  if (const auto bucket = measured.value("dp_bucket_bytes", std::int64_t{0}); bucket > 0) {
-    options.bucket_elements = std::max<std::int64_t>(1, bucket / 4);
-  }
+  if (measured.dp_bucket_bytes > 0) options.bucket_elements = std::max<std::int64_t>(1, measured.dp_bucket_bytes / 4);
   const auto ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, options);
   const auto* e = std::get_if<cost::Estimate>(&ev);
   if (e == nullptr) {
@@ -145,47 +145,42 @@ void run(const CompareOptions& o) {
                     {"measured", actual},
                     {"rel_err", actual != 0 ? Json((predicted - actual) / actual) : Json(nullptr)}};
   };
-  add("step_time_s", e->time.total().value(), measured.value("step_time_s", 0.0));
-  add("tokens_per_s_per_gpu", e->tokens_per_s_per_gpu, measured.value("tokens_per_s_per_gpu", 0.0));
+  add("step_time_s", e->time.total().value(), measured.step_time_s);
+  add("tokens_per_s_per_gpu", e->tokens_per_s_per_gpu, measured.tokens_per_s_per_gpu);
   // The typical step beside the mean: on a machine whose ranks stall now and then (a stall on one
   // rank stalls every rank it meets) the mean sits above it. The prediction is of the mean.
-  if (measured.contains("step_time_median_s")) {
-    add("step_time_median_s", e->time.total().value(), measured.value("step_time_median_s", 0.0));
-  }
+  add("step_time_median_s", e->time.total().value(), measured.step_time_median_s);
   // The parts of the step: rank 0's seconds blocked in each kind of communication (the executor's
   // timed groups) against the cost model's exposed communication, and the rest against its
   // computation (compute, recompute, optimizer, overlap slowdown).
-  if (measured.contains("step_time_breakdown_s")) {
-    const auto& m = measured["step_time_breakdown_s"];
+  {
+    const auto& m = measured.ranks.front().step_time_breakdown_s;
     const auto& t = e->time;
-    add("tp_comm_s", t.tp_comm.value(), m.value("tp_comm_wait", 0.0));
-    add("cp_comm_s", t.cp_comm.value(), m.value("cp_comm_wait", 0.0));
-    add("dp_comm_s", t.dp_comm.value(), m.value("dp_comm_wait", 0.0));
-    add("pp_comm_and_bubble_s", (t.pp_comm + t.pp_bubble).value(), m.value("pp_wait", 0.0));
-    add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.other).value(),
-        m.value("compute_and_other", 0.0));
+    add("tp_comm_s", t.tp_comm.value(), m.tp_comm);
+    add("cp_comm_s", t.cp_comm.value(), m.cp_comm);
+    add("dp_comm_s", t.dp_comm.value(), m.dp_comm);
+    add("pp_comm_and_bubble_s", (t.pp_comm + t.pp_bubble).value(), m.pp_comm_and_bubble);
+    add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.other).value(), m.compute_and_other);
   }
   // Kernels dispatched per step on the critical pipeline rank (the busiest of its tp/cp/dp ranks):
   // what the per-kernel cost is charged for.
-  if (measured.contains("dispatch_per_step_per_rank") && measured.contains("memory_per_rank")) {
-    const auto& ranks = measured["memory_per_rank"];
-    const auto& counts = measured["dispatch_per_step_per_rank"];
-    // The largest count(rank's row) over the ranks of the critical pipeline rank.
+  if (measured.ranks.front().dispatch) {
+    // The largest count(rank's dispatch) over the ranks of the critical pipeline rank.
     auto busiest = [&](auto&& count) {
       double most = 0;
-      for (std::size_t r = 0; r < ranks.size() && r < counts.size(); ++r) {
-        if (ranks[r].value("pp", 0) == e->critical_pp_rank) most = std::max(most, count(counts[r]));
+      for (const auto& r : measured.ranks) {
+        if (r.pp == e->critical_pp_rank && r.dispatch) most = std::max(most, static_cast<double>(count(*r.dispatch)));
       }
       return most;
     };
-    add("kernels_per_step", e->kernels_per_step, busiest([](const Json& c) {
-          return c.value("forward_ops", 0.0) + c.value("backward_nodes", 0.0);
-        }));
+    add("kernels_per_step", e->kernels_per_step,
+        busiest([](const spec::MeasuredDispatch& d) { return d.kernels_per_step(); }));
     // Communication calls started per step by group, the count behind each fixed per-call cost.
-    for (const auto& [group, predicted] : {std::pair{"tp", e->calls_per_step.tp}, std::pair{"cp", e->calls_per_step.cp},
-                                           std::pair{"dp", e->calls_per_step.dp}, std::pair{"pp", e->calls_per_step.pp}}) {
-      const std::string key = str_cat(group, "_calls");
-      add(str_cat(group, "_calls_per_step"), predicted, busiest([&](const Json& c) { return c.value(key, 0.0); }));
+    const std::array predicted = {e->calls_per_step.tp, e->calls_per_step.cp, e->calls_per_step.dp, e->calls_per_step.pp};
+    const std::array groups = {"tp", "cp", "dp", "pp"};
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      add(str_cat(groups[g], "_calls_per_step"), predicted[g],
+          busiest([&](const spec::MeasuredDispatch& d) { return d.calls_per_step[g]; }));
     }
   }
   // Kinds of work, where the run profiled a step: that step of the critical pipeline rank (its
@@ -207,21 +202,24 @@ void run(const CompareOptions& o) {
       add(str_cat("kind_", kind, "_s"), predicted.at(kind).get<double>(), m);
     }
   }
-  if (state != nullptr && measured.contains("memory_per_rank")) {
+  if (state != nullptr) {
     // The largest over ranks of each category, against the prediction for that rank's pp coordinate.
-    for (const auto& [key, field] : {std::pair{"weights", "weights_bytes"}, std::pair{"grads", "grads_bytes"},
-                                     std::pair{"optimizer", "optimizer_bytes"}}) {
+    auto add_worst = [&](const std::string& key, auto measured_of, auto predicted_of) {
       double worst_measured = -1, predicted = 0;
-      for (const auto& r : measured["memory_per_rank"]) {
-        const double m = r.value(field, 0.0);
+      for (const auto& r : measured.ranks) {
+        const auto m = static_cast<double>(measured_of(r.memory_bytes));
         if (m <= worst_measured) continue;
         worst_measured = m;
-        const auto& mb = state->memory_per_pp_rank.at(r.value("pp", std::size_t{0}));
-        const auto bytes = std::string(key) == "weights" ? mb.weights : std::string(key) == "grads" ? mb.grads : mb.optimizer;
-        predicted = static_cast<double>(bytes.value());
+        predicted = static_cast<double>(predicted_of(state->memory_per_pp_rank.at(static_cast<std::size_t>(r.pp))).value());
       }
-      add(str_cat(key, "_bytes"), predicted, worst_measured);
-    }
+      add(key + "_bytes", predicted, worst_measured);
+    };
+    add_worst("weights", [](const spec::MeasuredMemory& m) { return m.weights; },
+              [](const cost::MemoryBreakdown& b) { return b.weights; });
+    add_worst("grads", [](const spec::MeasuredMemory& m) { return m.grads; },
+              [](const cost::MemoryBreakdown& b) { return b.grads; });
+    add_worst("optimizer", [](const spec::MeasuredMemory& m) { return m.optimizer; },
+              [](const cost::MemoryBreakdown& b) { return b.optimizer; });
   }
   // On a GPU, the caching allocator's peak per rank (measured.json's peak_memory_bytes) is the
   // model state, the activations and the temporaries: the activation peak is measured as the peak
@@ -230,15 +228,15 @@ void run(const CompareOptions& o) {
   // "other" bytes are left out (the CUDA context is outside the allocator). The rank with the
   // highest peak. (On the CPU the peak is the process's resident set, LibTorch included: not
   // comparable.)
-  if (!cpu && state != nullptr && measured.contains("memory_per_rank")) {
+  if (!cpu && state != nullptr) {
     double worst = -1, measured_activations = 0, predicted_activations = 0, predicted_peak = 0;
-    for (const auto& r : measured["memory_per_rank"]) {
-      const double peak = r.value("peak_memory_bytes", 0.0);
+    for (const auto& r : measured.ranks) {
+      const auto& bytes = r.memory_bytes;
+      const auto peak = static_cast<double>(bytes.peak);
       if (peak <= worst) continue;
       worst = peak;
-      measured_activations = peak - r.value("weights_bytes", 0.0) - r.value("grads_bytes", 0.0) -
-                             r.value("optimizer_bytes", 0.0);
-      const auto pp = r.value("pp", std::size_t{0});
+      measured_activations = static_cast<double>(bytes.peak - bytes.weights - bytes.grads - bytes.optimizer);
+      const auto pp = static_cast<std::size_t>(r.pp);
       const auto& mb = state->memory_per_pp_rank.at(pp);
       const double weight_copies = options.precision == spec::Precision::kFp32
                                        ? 0.0

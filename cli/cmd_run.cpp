@@ -36,6 +36,7 @@
 #include "costmodel/step_estimator.h"
 #include "spec/model_catalog.h"
 #include "spec/model_io.h"
+#include "spec/measured_run.h"
 #include "spec/plan.h"
 
 namespace cpt::cli {
@@ -281,8 +282,7 @@ void run(const RunOptions& o) {
   // 6. Summary.
   const auto before = perplexities(out / "train/eval.jsonl", 0);
   const auto after = perplexities(out / "train/eval.jsonl", -1);
-  const auto measured = core::parse_json_file(out / "train/measured.json");
-  const auto& m = measured.root();
+  const auto measured = spec::load_measured_run(out / "train/measured.json");
   const double forgetting = 100 * (after.at("english-heldout") / before.at("english-heldout") - 1);
   const double adaptation = 100 * (1 - after.at("python-heldout") / before.at("python-heldout"));
   const auto added = extended.vocab - base_model.vocab;
@@ -296,7 +296,7 @@ void run(const RunOptions& o) {
                {"mitigations", {"replay 25% English", "KL distillation lambda 0.1", "vocabulary extension"}},
                {"continual_steps", o.steps},
                {"predicted_tokens_per_s", plan.predicted ? plan.predicted->tokens_per_s_per_gpu : 0.0},
-               {"measured_tokens_per_s", m.value("tokens_per_s", 0.0)},
+               {"measured_tokens_per_s", measured.tokens_per_s},
                {"base_model", base_dir.string()},
                {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
   write_json(out / "summary.json", summary);

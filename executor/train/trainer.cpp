@@ -17,7 +17,6 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/order_statistics.h"
 #include "core/str_cat.h"
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/device.h"
@@ -33,7 +32,7 @@
 #include "spec/rank_layout.h"
 #include "spec/sequence_split.h"
 #include "executor/io/model_weights.h"
-#include "executor/measure/op_counter.h"
+#include "executor/train/run_meter.h"
 #include "executor/measure/step_profiler.h"
 #include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
@@ -518,16 +517,12 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   };
 
   ModelStateBytes last_state;  // of the latest step
-  // Seconds blocked in tp, cp, dp and pp communication over the timed steps (timed_communicator.h).
-  const auto& clocks = *groups.clocks;
-  double timed_tp_wait = 0, timed_dp_wait = 0, timed_pp_wait = 0, timed_cp_wait = 0;
+  // Step times, communication waits and the first step's counts (run_meter.h): measured.json.
+  RunMeter meter(*groups.clocks, device.is_cpu());
   const bool bar = rank0 && options.progress && ::isatty(STDOUT_FILENO) != 0;
   const int accum = par.grad_accum();
   TrainSummary summary;
   summary.first_step = first_step;
-  double timed_seconds = 0;
-  std::int64_t timed_tokens = 0, timed_step_count = 0;
-  std::vector<double> timed_step_seconds;  // each timed step's, for the spread in measured.json
   const auto run_start = Clock::now();
   core::info0("train: ", spec.name, " (", spec.num_params(), " parameters) on ", device.str(), ", steps ", first_step,
               " -> ", total_steps, ", ", par.global_batch, " x ", seq_len, " tokens per step (micro-batch ",
@@ -538,23 +533,11 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                 "; no step is profiled");
   }
   if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
-  // The first step's operator and communication-call counts (untimed: observing operators costs
-  // time). On the CPU only: on a GPU the autograd engine runs backward on its device thread, which
-  // the counter does not observe.
-  const bool counts_dispatch = device.is_cpu();
-  OpCounts first_step_ops;
-  std::array<std::int64_t, 4> first_step_calls{};  // tp, cp, dp, pp
-  std::array<std::int64_t, 4> calls0{};
   while (step < end_step) {
-    std::optional<OpCounter> op_counter;
-    if (step == first_step && counts_dispatch) {
-      op_counter.emplace();
-      calls0 = {clocks.tp.calls, clocks.cp.calls, clocks.dp.calls, clocks.pp.calls};
-    }
+    meter.begin_step(step == first_step);
     std::optional<StepProfiler> profiler;
     if (options.profile_step && step == *options.profile_step) profiler.emplace(device.is_cuda());
     const auto t0 = Clock::now();
-    const double tp0 = clocks.tp.seconds, dp0 = clocks.dp.seconds, pp0 = clocks.pp.seconds, cp0 = clocks.cp.seconds;
     const double lr = schedule.at(step) * lr_scale;
     std::vector<Batch> micro;
     loader.skip(dp_rank * per_rank);
@@ -583,12 +566,6 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     }
     synchronize(device);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (op_counter) {
-      first_step_ops = op_counter->counts();
-      first_step_calls = {clocks.tp.calls - calls0[0], clocks.cp.calls - calls0[1], clocks.dp.calls - calls0[2],
-                          clocks.pp.calls - calls0[3]};
-      op_counter.reset();
-    }
     const bool profiled = profiler.has_value();
     if (profiler) {
       write_step_profile(*profiler, options.out_dir / "profile", step, launch.rank, dt);
@@ -598,16 +575,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     const std::int64_t step_tokens = std::int64_t{par.global_batch} * seq_len;
     tokens_seen += step_tokens;
     // The first step of a process pays one-off allocation costs; a profiled step, the profiler's.
-    if (step > first_step && !profiled) {
-      timed_seconds += dt;
-      timed_step_seconds.push_back(dt);
-      timed_tp_wait += clocks.tp.seconds - tp0;
-      timed_dp_wait += clocks.dp.seconds - dp0;
-      timed_pp_wait += clocks.pp.seconds - pp0;
-      timed_cp_wait += clocks.cp.seconds - cp0;
-      timed_tokens += step_tokens;
-      ++timed_step_count;
-    }
+    meter.end_step(dt, step_tokens, step > first_step && !profiled);
     ++step;
     nlohmann::ordered_json row{{"step", step - 1},
                                {"loss", loss},
@@ -652,87 +620,18 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   summary.checkpoint = save(step);
   summary.last_step = step;
   summary.skipped_steps = skipped;
-  summary.tokens_per_s = timed_seconds > 0 ? static_cast<double>(timed_tokens) / timed_seconds : 0.0;
-  nlohmann::ordered_json measured{{"steps", step - first_step},
-                                  {"tokens_per_s", summary.tokens_per_s},
-                                  {"tokens_per_s_per_gpu", summary.tokens_per_s / par.world_size()},
-                                  {"processes", par.world_size()},
-                                  {"step_time_s", timed_tokens > 0 ? timed_seconds * static_cast<double>(par.global_batch * seq_len) /
-                                                                          static_cast<double>(timed_tokens)
-                                                                    : 0.0},
-                                  // The spread of the timed steps (rank 0's): a step that stalled on
-                                  // one rank stalls them all, so the mean sits above the median.
-                                  {"step_time_median_s", timed_step_seconds.empty() ? 0.0 : core::median(timed_step_seconds)},
-                                  {"step_time_p90_s", timed_step_seconds.empty()
-                                                          ? 0.0
-                                                          : core::nearest_rank_quantile(timed_step_seconds, 0.9)},
-                                  {"peak_memory_bytes", peak_memory_bytes(device)},
-                                  {"device", device.str()},
-                                  // The gradient bucket, which the cost model needs to price this run.
-                                  {"dp_bucket_bytes", static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024)},
-                                  {"final_loss", summary.final_loss},
-                                  {"skipped_steps", skipped}};
-  // Model-state storage of every rank (measure/storage_bytes.h), gathered to rank 0.
-  auto mine = torch::tensor({last_state.weights, last_state.grads, last_state.optimizer,
-                             last_state.optimizer_counters, peak_memory_bytes(device), first_step_ops.forward_ops,
-                             first_step_ops.backward_nodes, first_step_ops.nested_ops, first_step_calls[0],
-                             first_step_calls[1], first_step_calls[2], first_step_calls[3]},
-                            torch::kInt64);
-  auto all = torch::empty({par.world_size(), mine.numel()}, torch::kInt64);
-  groups.world->all_gather(mine, all)->wait();
-  // Per timed step, each rank's seconds blocked in communication; the rest is computation (and
-  // the loader and optimizer).
-  const double timed_steps = std::max<double>(1.0, static_cast<double>(timed_step_count));
-  auto waits = torch::tensor({timed_tp_wait / timed_steps, timed_dp_wait / timed_steps, timed_pp_wait / timed_steps,
-                              timed_cp_wait / timed_steps},
-                             torch::kFloat64);
-  auto all_waits = torch::empty({par.world_size(), 4}, torch::kFloat64);
-  groups.world->all_gather(waits, all_waits)->wait();
-  const double step_time = measured["step_time_s"].get<double>();
-  auto breakdown_of = [&](int r) {
-    const auto w = all_waits[r];
-    const double tp_w = w[0].item<double>(), dp_w = w[1].item<double>(), pp_w = w[2].item<double>(),
-                 cp_w = w[3].item<double>();
-    return nlohmann::ordered_json{{"tp_comm_wait", tp_w},
-                                  {"cp_comm_wait", cp_w},
-                                  {"dp_comm_wait", dp_w},
-                                  {"pp_wait", pp_w},
-                                  {"compute_and_other", std::max(0.0, step_time - tp_w - cp_w - dp_w - pp_w)}};
-  };
-  measured["step_time_breakdown_s"] = breakdown_of(0);
-  auto per_rank_time = nlohmann::ordered_json::array();
-  for (int r = 0; r < par.world_size(); ++r) per_rank_time.push_back(breakdown_of(r));
-  measured["step_time_breakdown_s_per_rank"] = per_rank_time;
-  // Per rank: model-state storage by category, and what it dispatched in its first (untimed)
-  // step — ATen operators and autograd nodes (op_counter.h) and communication calls per group, the
-  // counts behind the cost model's fixed per-kernel and per-call costs (counted on the CPU only).
-  auto ranks = nlohmann::ordered_json::array(), counts = nlohmann::ordered_json::array();
-  for (int r = 0; r < par.world_size(); ++r) {
-    const auto c = layout.coord_of(r);
-    const auto row = all[r];
-    auto at = [&](int i) { return row[i].item<std::int64_t>(); };
-    ranks.push_back({{"rank", r},
-                     {"tp", c.tp},
-                     {"cp", c.cp},
-                     {"dp", c.dp},
-                     {"pp", c.pp},
-                     {"weights_bytes", at(0)},
-                     {"grads_bytes", at(1)},
-                     {"optimizer_bytes", at(2)},
-                     {"optimizer_counters_bytes", at(3)},
-                     {"peak_memory_bytes", at(4)}});
-    counts.push_back({{"rank", r},
-                      {"forward_ops", at(5)},
-                      {"backward_nodes", at(6)},
-                      {"nested_ops", at(7)},
-                      {"tp_calls", at(8)},
-                      {"cp_calls", at(9)},
-                      {"dp_calls", at(10)},
-                      {"pp_calls", at(11)}});
-  }
-  measured["memory_per_rank"] = ranks;
-  if (counts_dispatch) measured["dispatch_per_step_per_rank"] = counts;
-  if (rank0) core::write_file_atomic(options.out_dir / "measured.json", measured.dump(2) + "\n");
+  summary.tokens_per_s = meter.tokens_per_s();
+  RunFacts facts;
+  facts.device = device.str();
+  facts.steps = step - first_step;
+  facts.skipped_steps = skipped;
+  facts.global_batch_tokens = std::int64_t{par.global_batch} * seq_len;
+  facts.final_loss = summary.final_loss;
+  facts.dp_bucket_bytes = static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024);
+  facts.state = last_state;
+  facts.peak_memory_bytes = peak_memory_bytes(device);
+  const auto measured = meter.finish(facts, *groups.world, layout);
+  if (rank0) spec::save_measured_run(options.out_dir / "measured.json", measured);
   groups.world->barrier();  // every rank returns after the final checkpoint exists
   return summary;
 }

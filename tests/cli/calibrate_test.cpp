@@ -186,10 +186,11 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   {
     auto m = nlohmann::json::parse(slurp(dir / "gpu-run/measured.json"));
     m["device"] = "cuda:0";
-    double i = 0;
-    for (auto& r : m["memory_per_rank"]) {
-      r["peak_memory_bytes"] = r["weights_bytes"].get<double>() + r["grads_bytes"].get<double>() +
-                               r["optimizer_bytes"].get<double>() + 1e6 + (i++) * 1e5;
+    std::int64_t i = 0;
+    for (auto& r : m["ranks"]) {
+      auto& bytes = r["memory_bytes"];
+      bytes["peak"] = bytes["weights"].get<std::int64_t>() + bytes["grads"].get<std::int64_t>() +
+                      bytes["optimizer"].get<std::int64_t>() + 1'000'000 + (i++) * 100'000;
     }
     std::ofstream(dir / "gpu-run/measured.json") << m.dump();
   }
