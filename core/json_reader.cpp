@@ -17,8 +17,15 @@ JsonDocument& JsonDocument::operator=(JsonDocument&&) noexcept = default;
 JsonDocument::~JsonDocument() = default;
 
 JsonDocument parse_json_text(std::string_view text, std::string origin) {
+  // Refused while parsing, before anything recurses over the value (dump, describe_json).
+  const auto limit_depth = [&origin](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) {
+      throw ConfigError(str_cat(origin, ": invalid JSON: nested deeper than ", kMaxJsonDepth, " levels"));
+    }
+    return true;
+  };
   try {
-    auto root = std::make_unique<Json>(Json::parse(text.begin(), text.end()));
+    auto root = std::make_unique<Json>(Json::parse(text.begin(), text.end(), limit_depth));
     return JsonDocument(std::move(root), std::move(origin));
   } catch (const nlohmann::json::parse_error& e) {
     // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."

@@ -38,7 +38,13 @@ class JsonDocument {
   std::string origin_;
 };
 
-// ConfigError if the file is missing or unreadable, or not valid JSON (with line and column).
+// Arrays and objects nested deeper than this are refused: no file cpt reads nests beyond a handful
+// of levels, and the recursive walks over a value (printing it, describing it in an error) must
+// stay far from the end of the stack.
+inline constexpr int kMaxJsonDepth = 256;
+
+// ConfigError if the file is missing or unreadable, or not valid JSON (with line and column), or
+// nested deeper than kMaxJsonDepth.
 JsonDocument parse_json_file(const std::filesystem::path& path);
 JsonDocument parse_json_text(std::string_view text, std::string origin);
 

@@ -69,7 +69,7 @@ std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const Pru
   if (p.tp * p.cp > ctx.cluster.node.gpus_per_node) return R::kTpCpAcrossNodes;
   if (p.cp > 1 && ctx.seq_len % (2 * p.cp) != 0) return R::kSeqNotDivisible;
   if (p.pp * p.virtual_stages > m.layers) return R::kStagesExceedLayers;
-  if (p.global_batch % (p.micro_batch * p.dp) != 0) return R::kBatchNotDivisible;
+  if (p.global_batch % p.sequences_per_microbatch() != 0) return R::kBatchNotDivisible;
   if (p.virtual_stages > 1 && (p.pp < 2 || p.grad_accum() % p.pp != 0)) return R::kInterleaveShape;
   // Redundant: these run exactly like another candidate that stays in the space.
   if (p.sequence_parallel && p.tp == 1) return R::kRedundant;

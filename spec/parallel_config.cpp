@@ -1,6 +1,7 @@
 #include "spec/parallel_config.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/str_cat.h"
 #include "spec/sequence_split.h"
@@ -89,6 +90,11 @@ std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, co
   positive("micro_batch", c.micro_batch);
   positive("global_batch", c.global_batch);
   if (!e.empty()) return e;  // the checks below divide by these
+  const std::int64_t world = std::int64_t{c.tp} * c.cp * c.dp * c.pp;
+  if (world > std::numeric_limits<int>::max()) {
+    return {str_cat("tp (", c.tp, ") * cp (", c.cp, ") * dp (", c.dp, ") * pp (", c.pp, ") = ", world,
+                    " GPUs: more than any cluster")};
+  }
 
   if (world_size > 0 && c.world_size() != world_size) {
     e.push_back(str_cat("tp (", c.tp, ") * cp (", c.cp, ") * dp (", c.dp, ") * pp (", c.pp, ") = ", c.world_size(),
@@ -121,9 +127,9 @@ std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, co
       e.push_back(str_cat("schedule interleaved_1f1b needs virtual_stages >= 2, got ", c.virtual_stages));
     }
   }
-  if (c.global_batch % (c.micro_batch * c.dp) != 0) {
+  if (c.global_batch % c.sequences_per_microbatch() != 0) {
     e.push_back(str_cat("global_batch (", c.global_batch, ") must be divisible by micro_batch (", c.micro_batch,
-                        ") * dp (", c.dp, ") = ", c.micro_batch * c.dp));
+                        ") * dp (", c.dp, ") = ", c.sequences_per_microbatch()));
   } else if (c.schedule == ScheduleKind::kInterleaved1F1B && c.pp >= 2 && c.grad_accum() % c.pp != 0) {
     // Megatron's interleaved schedule groups microbatches in rounds of pp.
     e.push_back(str_cat("schedule interleaved_1f1b needs microbatches per step (", c.grad_accum(),

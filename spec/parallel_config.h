@@ -6,6 +6,7 @@
 // size; world size = tp·cp·dp·pp.
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -68,10 +69,16 @@ struct ParallelConfig {
   std::array<Axis, kNumAxes> axis_order = {Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp};
 
   // Derived.
+  // REQUIRES: the product fits an int (find_parallel_config_errors checks it; a plan's degrees are
+  // read in range).
   [[nodiscard]] int world_size() const { return tp * cp * dp * pp; }
   [[nodiscard]] int degree(Axis a) const;
-  // Microbatches per optimizer step per dp rank (gradient accumulation steps).
-  [[nodiscard]] int grad_accum() const { return global_batch / (micro_batch * dp); }
+  // Sequences of one microbatch round over all dp ranks, micro_batch·dp, in 64 bits: each factor
+  // may be large while the product is not an int.
+  [[nodiscard]] std::int64_t sequences_per_microbatch() const { return std::int64_t{micro_batch} * dp; }
+  // Microbatches per optimizer step per dp rank (gradient accumulation steps); 0 when global_batch
+  // is smaller than one round.
+  [[nodiscard]] int grad_accum() const { return static_cast<int>(global_batch / sequences_per_microbatch()); }
   [[nodiscard]] int num_stages() const { return pp * virtual_stages; }
 
   bool operator==(const ParallelConfig&) const = default;

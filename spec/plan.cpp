@@ -174,7 +174,7 @@ ParallelConfig parallel_config_from_json(JsonObjectReader& r) {
     if (it == axes.end()) r.fail(str_cat("axis_order[", i, "]"), "one of tp|cp|dp|pp", str_cat("\"", order[i], "\""));
     c.axis_order[i] = static_cast<Axis>(it - axes.begin());
   }
-  if (c.global_batch % (c.micro_batch * c.dp) == 0) {
+  if (c.global_batch % c.sequences_per_microbatch() == 0) {
     if (auto ga = r.optional_integer("grad_accum", 1, 1LL << 30); ga && *ga != c.grad_accum()) {
       r.fail("grad_accum", str_cat(c.grad_accum(), " (global_batch / (micro_batch * dp), derived)"), str_cat(*ga));
     }

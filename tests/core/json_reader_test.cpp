@@ -40,6 +40,17 @@ TEST(JsonReader, ReadsTypedValues) {
   EXPECT_NO_THROW(r.finish());
 }
 
+// A value nested 100,000 deep (it overflowed the stack while the error described it) is one
+// line; kMaxJsonDepth levels still parse.
+TEST(JsonReader, DeepNestingIsAnErrorNotACrash) {
+  const auto deep = std::string(100'000, '[') + std::string(100'000, ']');
+  EXPECT_EQ(error_of(R"({"a": )" + deep + "}", [](JsonObjectReader&) {}),
+            "f.json: invalid JSON: nested deeper than 256 levels");
+  const auto objects = std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']');
+  EXPECT_NE(error_of(R"({"a": )" + objects + "}", [](JsonObjectReader& r) { r.integer("a"); }).find("$.a: expected"),
+            std::string::npos);
+}
+
 TEST(JsonReader, UnknownKeyIsRejectedWithAHint) {
   EXPECT_EQ(error_of(R"({"layers": 2, "hiden": 64})",
                      [](JsonObjectReader& r) {

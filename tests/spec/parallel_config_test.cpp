@@ -29,6 +29,20 @@ TEST(ParallelConfig, ErrorsShowEveryFactor) {
   EXPECT_EQ(e[2], "global_batch (100) must be divisible by micro_batch (2) * dp (3) = 6");
 }
 
+// Degrees and batch sizes each in range whose products are not an int: one error each, no
+// arithmetic wrapped to zero and divided by (it was SIGFPE in train, simulate and whatif).
+TEST(ParallelConfig, ProductsBeyondAnIntAreErrorsNotCrashes) {
+  ParallelConfig batch{.dp = 65'536, .micro_batch = 65'536, .global_batch = 1 << 30};
+  EXPECT_EQ(batch.sequences_per_microbatch(), 4'294'967'296);
+  EXPECT_EQ(batch.grad_accum(), 0);
+  const auto e = find_parallel_config_errors(batch, llama70b(), 0, 0);
+  ASSERT_FALSE(e.empty());
+  EXPECT_EQ(e.back(), "global_batch (1073741824) must be divisible by micro_batch (65536) * dp (65536) = 4294967296");
+  ParallelConfig world{.tp = 1 << 16, .dp = 1 << 16, .micro_batch = 1, .global_batch = 1 << 16};
+  EXPECT_EQ(find_parallel_config_errors(world, llama70b(), 0, 0),
+            std::vector<std::string>{"tp (65536) * cp (1) * dp (65536) * pp (1) = 4294967296 GPUs: more than any cluster"});
+}
+
 TEST(ParallelConfig, CombinationRules) {
   const ModelSpec& m = llama70b();
   auto first_error = [&](ParallelConfig c) {
