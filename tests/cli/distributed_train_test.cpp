@@ -260,7 +260,7 @@ double largest_relative_difference(const fs::path& a_dir, const fs::path& b_dir)
 // How close round-off allows is measured, not assumed. A layout sums the same products in another
 // order (a row-parallel GEMM as two halves and an all-reduce, gradients over dp), and so does one
 // process on another CPU: LibTorch's reductions sum 1, 8 or 16 lanes at a time by instruction set,
-// and MKL blocks its GEMMs differently on Intel and AMD. AdamW divides each update by
+// and MKL picks its GEMM kernels by CPU. AdamW divides each update by
 // sqrt(v) + 1e-8, so a gradient component near zero turns its round-off into an update of up to
 // the learning rate: after 20 steps one process on two kernel paths differs by up to 2.5e-4 of the
 // largest weight in its worst element (one embedding row of a rare token, 30 times the next row),
