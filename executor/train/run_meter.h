@@ -10,6 +10,7 @@
 //     meter.end_step(seconds, tokens, /*timed=*/step > first_step && !profiled);
 //   }
 //   spec::save_measured_run(out / "measured.json", meter.finish(facts, *groups.world, layout));
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
