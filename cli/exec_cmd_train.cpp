@@ -1,4 +1,5 @@
 // cpt train --plan PLAN --config TRAIN.json [--out DIR] [--resume] [--steps N] [--device D]
+#include <filesystem>
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
@@ -65,7 +66,10 @@ void register_exec_train_command(CLI::App& app) {
       // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
       // the model's vocabulary) here, once; the ranks find them in OUT and reuse them. (Several
       // nodes may share OUT's file system: their launchers must not prepare it at once.)
-      if (args->launch.nnodes == 1) (void)exec::prepare_run_inputs(config, plan.model, args->out);
+      if (args->launch.nnodes == 1) {
+        std::filesystem::create_directories(args->out);  // as the single-process run makes it
+        (void)exec::prepare_run_inputs(config, plan.model, args->out);
+      }
       const int code = exec::run_local_ranks(a, args->launch);
       if (code != 0) throw ExitWith{code};
       return;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/confined_path.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -153,15 +154,20 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     r.fail("files", "an object listing model.safetensors", core::describe_json(files));
   }
   r.finish();
+  const auto origin = manifest.string();
   for (const auto& [name, entry] : files.items()) {
-    const auto path = dir / name;
-    if (!fs::exists(path)) throw core::ConfigError(str_cat(where, ": ", name, " is missing"));
+    const auto path = core::path_inside(dir, name, origin, "a key of $.files");
+    core::JsonObjectReader file(entry, origin, str_cat("$.files.", name));
+    const auto listed_bytes = static_cast<std::uintmax_t>(file.integer("bytes", 0));
+    const auto checksum = file.string("fnv1a64");
+    file.finish();
+    if (!fs::is_regular_file(path)) throw core::ConfigError(str_cat(where, ": ", name, " is missing"));
     const auto bytes = fs::file_size(path);
-    if (bytes != entry.at("bytes").get<std::uint64_t>()) {
-      throw core::ConfigError(str_cat(where, ": ", name, " has ", bytes, " bytes, the manifest says ",
-                                      entry.at("bytes").get<std::uint64_t>(), " (truncated or replaced)"));
+    if (bytes != listed_bytes) {
+      throw core::ConfigError(str_cat(where, ": ", name, " has ", bytes, " bytes, the manifest says ", listed_bytes,
+                                      " (truncated or replaced)"));
     }
-    if (file_checksum(path) != entry.at("fnv1a64").get<std::string>()) {
+    if (file_checksum(path) != checksum) {
       throw core::ConfigError(str_cat(where, ": ", name, " does not match its checksum in manifest.json (corrupted)"));
     }
   }
@@ -184,6 +190,35 @@ std::optional<Checkpoint> latest_valid_checkpoint(const fs::path& root) {
     }
   }
   return std::nullopt;
+}
+
+bool has_step_directories(const fs::path& root) { return !step_dirs(root).empty(); }
+
+int recover_unfinished_checkpoints(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return 0;
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(root, ec)) entries.push_back(e.path());
+  int changed = 0;
+  for (const auto& path : entries) {
+    const auto name = path.filename().string();
+    if (name.starts_with(".old-step_")) {
+      // ".old-step_00000010-1234" → "step_00000010"
+      const auto step_name = name.substr(5, name.rfind('-') - 5);
+      if (step_of(root / step_name) >= 0 && !fs::exists(root / step_name)) {
+        fs::rename(path, root / step_name);
+        core::warn("checkpoint ", (root / step_name).string(), " restored from an interrupted replacement");
+        ++changed;
+        continue;
+      }
+    } else if (!name.starts_with(".tmp-step_") && !name.starts_with(".new-step_")) {
+      continue;
+    }
+    fs::remove_all(path, ec);
+    core::warn("removed ", path.string(), ", left by a checkpoint write that did not finish");
+    ++changed;
+  }
+  return changed;
 }
 
 void prune_checkpoints(const fs::path& root, int keep, const fs::path& protect) {

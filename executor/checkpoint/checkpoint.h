@@ -71,6 +71,15 @@ class Checkpoint {
 // skipped. nullopt when there is none.
 std::optional<Checkpoint> latest_valid_checkpoint(const std::filesystem::path& root);
 
+// True when `root` holds at least one step directory, valid or not.
+bool has_step_directories(const std::filesystem::path& root);
+
+// What a writer killed mid-checkpoint left under `root`: its `.tmp-` and `.new-` directories are
+// deleted, and an `.old-step_N-PID` (a step being replaced) is renamed back to step_N when step_N
+// is missing, else deleted. Returns how many entries it removed or restored. Only one writer may
+// use `root` while this runs (the trainer's rank 0, before training).
+int recover_unfinished_checkpoints(const std::filesystem::path& root);
+
 // Deletes all but the newest `keep` step directories under `root` (never the one named `protect`).
 void prune_checkpoints(const std::filesystem::path& root, int keep, const std::filesystem::path& protect);
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/confined_path.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 
@@ -111,7 +112,14 @@ TokenShard TokenShard::open(const fs::path& prefix) {
   s.dtype_ = static_cast<TokenDtype>(code);
   const auto sequences = get<std::uint64_t>(in, idx);
   (void)get<std::uint64_t>(in, idx);  // document count: every sequence is read as one document
-  if (sequences > (1ull << 40)) throw core::ConfigError(str_cat(idx, ": implausible sequence count ", sequences));
+  // The lengths follow the 34-byte header: a count the file cannot hold is refused before anything
+  // is allocated for it.
+  constexpr std::uint64_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
+  const auto idx_bytes = static_cast<std::uint64_t>(fs::file_size(idx));
+  if (sequences > (idx_bytes - kHeaderBytes) / 4) {
+    throw core::ConfigError(str_cat(idx, ": claims ", sequences, " sequences, but its ", idx_bytes,
+                                    " bytes hold at most ", (idx_bytes - kHeaderBytes) / 4));
+  }
   s.lengths_.resize(sequences);
   if (!in.read(reinterpret_cast<char*>(s.lengths_.data()), static_cast<std::streamsize>(sequences * 4))) {
     throw core::ConfigError(str_cat(idx, ": truncated index"));
@@ -126,7 +134,28 @@ TokenShard TokenShard::open(const fs::path& prefix) {
     throw core::ConfigError(str_cat(bin, ": ", s.bin_->size(), " bytes, but its index describes ", s.tokens_, " tokens (",
                                     expected, " bytes): truncated or not the shard of this index"));
   }
+  s.scan_token_range(bin);
   return s;
+}
+
+void TokenShard::scan_token_range(const std::string& bin) {
+  const auto* base = bin_->data();
+  const auto count = static_cast<std::size_t>(tokens_);
+  if (dtype_ == TokenDtype::kUInt16) {
+    const auto* p = reinterpret_cast<const std::uint16_t*>(base);
+    std::uint16_t largest = 0;
+    for (std::size_t i = 0; i < count; ++i) largest = std::max(largest, p[i]);
+    max_token_ = largest;
+    return;
+  }
+  const auto* p = reinterpret_cast<const std::int32_t*>(base);
+  std::int32_t largest = 0, smallest = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    largest = std::max(largest, p[i]);
+    smallest = std::min(smallest, p[i]);
+  }
+  if (smallest < 0) throw core::ConfigError(str_cat(bin, ": negative token id ", smallest));
+  max_token_ = largest;
 }
 
 void TokenShard::read(std::int64_t first, std::span<std::int64_t> out) const {
@@ -159,7 +188,12 @@ TokenDataset TokenDataset::open(const fs::path& dir) {
   if (shard_names.empty()) r.fail("shards", "at least one shard", "[]");
   for (const auto& name : shard_names) {
     d.shard_starts_.push_back(d.total_tokens_);
-    auto shard = TokenShard::open(dir / name);
+    const auto prefix = core::path_inside(dir, name, manifest_path.string(), "$.shards[]");
+    auto shard = TokenShard::open(prefix);
+    if (shard.max_token() >= d.vocab_size_) {
+      throw core::ConfigError(str_cat(prefix.string(), ".bin: token id ", shard.max_token(), " is outside the ",
+                                      d.vocab_size_, "-token vocabulary of ", manifest_path.string()));
+    }
     for (std::int64_t i = 0; i < shard.documents(); ++i) {
       d.doc_starts_.push_back(d.total_tokens_);
       d.total_tokens_ += shard.document_length(i);

@@ -47,7 +47,8 @@ class TokenShardWriter {
 };
 
 // One shard, memory-mapped. ConfigError naming the file for a missing file, a bad magic number or
-// version, or a .bin shorter than the index says (a truncated shard).
+// version, an index claiming more sequences than it holds, a .bin shorter than the index says (a
+// truncated shard), or a negative token id.
 class TokenShard {
  public:
   static TokenShard open(const std::filesystem::path& prefix);
@@ -55,6 +56,8 @@ class TokenShard {
   [[nodiscard]] std::int64_t tokens() const { return tokens_; }
   [[nodiscard]] std::int32_t document_length(std::int64_t doc) const { return lengths_[static_cast<std::size_t>(doc)]; }
   [[nodiscard]] TokenDtype dtype() const { return dtype_; }
+  // The largest token id in the shard (found when it is opened; a negative id is refused there).
+  [[nodiscard]] std::int64_t max_token() const { return max_token_; }
   // Copies tokens [first, first + out.size()) of the shard's token stream into `out`.
   void read(std::int64_t first, std::span<std::int64_t> out) const;
 
@@ -63,13 +66,16 @@ class TokenShard {
   TokenDtype dtype_ = TokenDtype::kUInt16;
   std::vector<std::int32_t> lengths_;
   std::int64_t tokens_ = 0;
+  std::int64_t max_token_ = 0;
+  void scan_token_range(const std::string& bin);
 };
 
 // A dataset directory: its manifest and shards, seen as one token stream of documents (each
 // document ends with the tokenizer's end-of-document token when it has one).
 class TokenDataset {
  public:
-  // ConfigError when the directory, its manifest or a shard is missing or corrupt.
+  // ConfigError when the directory, its manifest or a shard is missing or corrupt, a shard is named
+  // outside the directory, or a token id is not below the manifest's vocab_size.
   static TokenDataset open(const std::filesystem::path& dir);
   [[nodiscard]] const std::filesystem::path& dir() const { return dir_; }
   [[nodiscard]] std::int64_t tokens() const { return total_tokens_; }

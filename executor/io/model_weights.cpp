@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/atomic_file.h"
+#include "core/confined_path.h"
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/log.h"
@@ -29,11 +30,20 @@ std::vector<fs::path> hf_weight_files(const fs::path& dir) {
   const auto index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
     const auto doc = core::parse_json_file(index);
-    const auto& map = doc.root().at("weight_map");
+    if (!doc.root().is_object() || !doc.root().contains("weight_map") || !doc.root()["weight_map"].is_object()) {
+      throw core::ConfigError(str_cat(index.string(), ": $.weight_map: expected an object of tensor -> file"));
+    }
+    const auto& map = doc.root()["weight_map"];
     std::set<std::string> files;
-    for (const auto& [name, file] : map.items()) files.insert(file.get<std::string>());
+    for (const auto& [name, file] : map.items()) {
+      if (!file.is_string()) {
+        throw core::ConfigError(str_cat(index.string(), ": $.weight_map.", name, ": expected a file name, got ",
+                                        core::describe_json(file)));
+      }
+      files.insert(file.get<std::string>());
+    }
     std::vector<fs::path> out;
-    for (const auto& f : files) out.push_back(dir / f);
+    for (const auto& f : files) out.push_back(core::path_inside(dir, f, index.string(), "$.weight_map file"));
     return out;
   }
   if (fs::exists(dir / "model.safetensors")) return {dir / "model.safetensors"};

@@ -16,6 +16,12 @@ using core::str_cat;
 
 namespace {
 
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 struct DtypeEntry {
   const char* name;
   torch::ScalarType type;
@@ -103,12 +109,19 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     }
     const auto type = type_of(info.dtype);
     if (!type) throw core::ConfigError(str_cat(where, ": tensor ", name, ": unsupported dtype ", info.dtype));
-    std::size_t numel = 1;
+    // Element and byte counts multiplied with overflow checks: a shape whose size wraps around would
+    // otherwise pass the byte-range check below.
+    std::size_t numel = 1, expected = 0;
+    bool wraps = false;
     for (const auto d : info.shape) {
       if (d < 0) throw core::ConfigError(str_cat(where, ": tensor ", name, ": negative dimension ", d));
-      numel *= static_cast<std::size_t>(d);
+      wraps = wraps || __builtin_mul_overflow(numel, static_cast<std::size_t>(d), &numel);
     }
-    const std::size_t expected = numel * c10::elementSize(*type);
+    wraps = wraps || __builtin_mul_overflow(numel, c10::elementSize(*type), &expected);
+    if (wraps) {
+      throw core::ConfigError(str_cat(where, ": tensor ", name, ": shape ", shape_text(info.shape),
+                                      " holds more bytes than any file"));
+    }
     if (info.end < info.begin || info.end - info.begin != expected) {
       throw core::ConfigError(str_cat(where, ": tensor ", name, ": byte range [", info.begin, ", ", info.end,
                                       ") does not hold ", numel, " ", info.dtype, " values (", expected, " bytes)"));

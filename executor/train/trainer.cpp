@@ -211,7 +211,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     core::write_file_atomic(options.out_dir / "run.json", run.dump(2) + "\n");
   }
   std::optional<RunInputs> prepared;
-  if (rank0) prepared = prepare_run_inputs(config, spec, options.out_dir);
+  if (rank0) {
+    recover_unfinished_checkpoints(options.out_dir / "checkpoints");
+    prepared = prepare_run_inputs(config, spec, options.out_dir);
+  }
   groups.world->barrier();
   if (!rank0) prepared = prepare_run_inputs(config, spec, options.out_dir);
   auto& inputs = *prepared;
@@ -452,8 +455,12 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
         gen.set_state(rng->load("cpu", torch::kUInt8));
       }
       core::info0("resume: from ", ckpt->dir().string(), " at step ", step);
+    } else if (has_step_directories(ckpt_root)) {
+      // Starting over would overwrite the run's history with a run it did not ask for.
+      throw core::RuntimeError(str_cat("--resume: no checkpoint in ", ckpt_root.string(),
+                                       " verifies (each is named above); nothing was changed"));
     } else {
-      core::info0("resume: no valid checkpoint in ", ckpt_root.string(), "; starting at step 0");
+      core::info0("resume: no checkpoint in ", ckpt_root.string(), " yet; starting at step 0");
     }
   }
   const auto first_step = step;

@@ -572,6 +572,14 @@ TEST_F(DistributedTrain, CheckpointsResumeInAnotherLayout) {
   expect_resume("zero3-dp2-offload", 2, "single", 1, "o1");
 }
 
+// The launcher makes a missing OUT (and its parents) as the single-process run does; it used to
+// fail writing the tokenizer there.
+TEST_F(DistributedTrain, TheLauncherMakesItsOutputDirectory) {
+  const auto r = train("dp2", "not/yet/there", 2, short_config(2));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "not/yet/there/measured.json"));
+}
+
 TEST_F(DistributedTrain, ADeadRankTakesTheJobDown) {
   const auto d = dir_.string();
   // Start a long job, kill one of its two ranks, expect the launcher to stop the other and fail.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "executor/checkpoint/checkpoint.h"
@@ -46,6 +47,28 @@ TEST(Safetensors, TruncatedFileIsRefused) {
     FAIL();
   } catch (const core::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+// A shape whose byte count wraps around 64 bits ([2^62, 4] of F32) is refused, not accepted
+// against a small byte range.
+TEST(Safetensors, AShapeTooLargeForAnyFileIsRefused) {
+  ScratchDir dir("st-huge");
+  const auto path = dir.path() / "a.safetensors";
+  write_safetensors(path, {{"w", torch::ones({4})}});
+  const std::string header = R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})";
+  const std::uint64_t length = header.size();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&length), 8);
+  out << header << std::string(16, '\0');
+  out.close();
+  try {
+    (void)SafetensorsFile::open(path);
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("shape [4611686018427387904, 4] holds more bytes than any file"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -95,6 +118,57 @@ TEST(Checkpoint, CorruptedOrHalfWrittenCheckpointsAreRefusedAndSkipped) {
   const auto latest = latest_valid_checkpoint(dir.path());
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(latest->step(), 10);
+}
+
+// A manifest edited by hand (a renamed key, a changed type, a file named outside the directory) is
+// refused in one line naming it, and the previous checkpoint is used, as for a corrupt tensor file
+// (it was an internal error from the JSON library).
+TEST(Checkpoint, AnAlteredManifestFallsBackToThePreviousCheckpoint) {
+  ScratchDir dir("ckpt-manifest");
+  write_checkpoint(dir.path(), contents(10));
+  const auto newest = write_checkpoint(dir.path(), contents(20));
+  const auto manifest_path = newest / "manifest.json";
+  const auto original = nlohmann::json::parse(std::ifstream(manifest_path));
+  const auto expect_refused = [&](nlohmann::json manifest, const std::string& message) {
+    std::ofstream(manifest_path) << manifest.dump();
+    try {
+      (void)Checkpoint::open(newest);
+      ADD_FAILURE() << "accepted: " << manifest.dump();
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    const auto latest = latest_valid_checkpoint(dir.path());
+    ASSERT_TRUE(latest.has_value());
+    EXPECT_EQ(latest->step(), 10);
+  };
+  auto renamed = original;
+  renamed["files"]["model.safetensors"].erase("bytes");
+  renamed["files"]["model.safetensors"]["size"] = 1;
+  expect_refused(renamed, "manifest.json: $.files.model.safetensors.bytes");
+  auto retyped = original;
+  retyped["files"]["model.safetensors"]["fnv1a64"] = 7;
+  expect_refused(retyped, "$.files.model.safetensors.fnv1a64: expected");
+  auto escaping = original;
+  escaping["files"]["../step_00000010/model.safetensors"] = original["files"]["model.safetensors"];
+  expect_refused(escaping, "expected a path inside");
+}
+
+// A writer killed mid-checkpoint leaves a .tmp- directory, or, while replacing a step, the old
+// copy as .old-: the next run deletes the first and restores the second.
+TEST(Checkpoint, UnfinishedWritesAreClearedAndAnInterruptedReplacementRestored) {
+  ScratchDir dir("ckpt-recover");
+  write_checkpoint(dir.path(), contents(10));
+  const auto step20 = write_checkpoint(dir.path(), contents(20));
+  fs::rename(step20, dir.path() / ".old-step_00000020-4242");
+  fs::create_directories(dir.path() / ".tmp-step_00000030-4242");
+  fs::create_directories(dir.path() / ".new-step_00000020-4242");
+  EXPECT_EQ(recover_unfinished_checkpoints(dir.path()), 3);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step_00000010", "step_00000020"}));
+  EXPECT_EQ(latest_valid_checkpoint(dir.path())->step(), 20);
+  EXPECT_EQ(recover_unfinished_checkpoints(dir.path()), 0);
 }
 
 TEST(Checkpoint, PruneKeepsTheNewest) {

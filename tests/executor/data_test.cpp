@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <numeric>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "executor/data/corpus_reader.h"
@@ -93,6 +94,32 @@ TEST(TokenShards, TruncatedBinIsRefusedWithTheNumbers) {
     FAIL();
   } catch (const core::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("6 bytes, but its index describes 4 tokens"), std::string::npos) << e.what();
+  }
+}
+
+// An index whose header claims 2^40 sequences in 34 bytes is refused before anything is allocated
+// for them (it was std::bad_alloc).
+TEST(TokenShards, AnIndexClaimingMoreThanItHoldsIsRefused) {
+  ScratchDir dir("claims");
+  const auto prefix = dir.path() / "s";
+  TokenShardWriter w(prefix, TokenDtype::kUInt16);
+  w.add_document(std::vector<std::int32_t>{1, 2});
+  w.finish();
+  const auto idx = prefix.string() + ".idx";
+  fs::resize_file(idx, 34);
+  {
+    std::fstream f(idx, std::ios::in | std::ios::out | std::ios::binary);
+    const std::uint64_t sequences = std::uint64_t{1} << 40;
+    f.seekp(18);
+    f.write(reinterpret_cast<const char*>(&sequences), 8);
+  }
+  try {
+    (void)TokenShard::open(prefix);
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("claims 1099511627776 sequences, but its 34 bytes hold at most 0"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -200,6 +227,37 @@ TEST_F(LoaderTest, PaddedBatchesHoldOneDocumentPerRow) {
   const auto len0 = std::min<std::int64_t>(d->document_length(0), 4097) - 1;
   EXPECT_EQ((b.targets[0] != kIgnoreIndex).sum().item<std::int64_t>(), len0);
   EXPECT_EQ(b.positions[0][len0 - 1].item<std::int64_t>(), len0 - 1);
+}
+
+// A dataset is checked before it trains: a token id at or above the manifest's vocabulary (which
+// LibTorch would report as an internal error, or a tensor-parallel rank would train on silently)
+// and a shard named outside the dataset's directory are one-line errors naming the file.
+TEST_F(LoaderTest, TokenIdsOutsideTheVocabularyAndEscapingShardsAreRefused) {
+  ScratchDir copy("loader-hostile");
+  fs::copy(dir_->path() / "data", copy.path() / "ids", fs::copy_options::recursive);
+  auto manifest = nlohmann::json::parse(std::ifstream(copy.path() / "ids/manifest.json"));
+  const auto shard = manifest["shards"][0].get<std::string>();
+  ASSERT_EQ(manifest["token_dtype"], "uint16");
+  {
+    std::fstream f(copy.path() / "ids" / (shard + ".bin"), std::ios::in | std::ios::out | std::ios::binary);
+    const std::uint16_t id = 65535;
+    f.write(reinterpret_cast<const char*>(&id), 2);
+  }
+  try {
+    (void)TokenDataset::open(copy.path() / "ids");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(shard + ".bin: token id 65535 is outside the"), std::string::npos) << e.what();
+  }
+  fs::copy(dir_->path() / "data", copy.path() / "escape", fs::copy_options::recursive);
+  manifest["shards"][0] = "../ids/" + shard;
+  std::ofstream(copy.path() / "escape/manifest.json") << manifest.dump();
+  try {
+    (void)TokenDataset::open(copy.path() / "escape");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected a path inside"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -149,6 +150,39 @@ TEST_F(TrainTest, StoppingAndResumingGivesExactlyTheUninterruptedLosses) {
   for (const auto& name : wa.names()) {
     EXPECT_TRUE(torch::equal(wa.load(name, torch::kFloat32), wb.load(name, torch::kFloat32))) << name;
   }
+}
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// --resume when every checkpoint is corrupt fails (exit 3) and changes nothing: the run's
+// metrics stay as they were (it used to restart at step 0 and truncate them). Directories a killed
+// checkpoint write left behind are cleared when the next run starts.
+TEST_F(TrainTest, ResumeWithNoValidCheckpointFailsAndKeepsTheHistory) {
+  const auto plan = tiny_plan(8, 2, 64);
+  ScratchDir run("train-no-valid");
+  TrainOptions o;
+  o.progress = false;
+  o.out_dir = run.path();
+  o.stop_at = 2;
+  train(plan, config(4), o);
+  const auto checkpoints = run.path() / "checkpoints";
+  for (const auto& e : fs::directory_iterator(checkpoints)) fs::remove(e.path() / "manifest.json");
+  fs::create_directories(checkpoints / ".tmp-step_00000003-999");
+  const auto metrics = slurp(run.path() / "metrics.jsonl");
+  o.stop_at.reset();
+  o.resume = true;
+  try {
+    train(plan, config(4), o);
+    FAIL() << "resumed without a valid checkpoint";
+  } catch (const core::RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint in " + checkpoints.string() + " verifies"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(slurp(run.path() / "metrics.jsonl"), metrics);
+  EXPECT_FALSE(fs::exists(checkpoints / ".tmp-step_00000003-999"));
 }
 
 TEST_F(TrainTest, NonFiniteStepsAreSkippedAndCounted) {
