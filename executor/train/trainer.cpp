@@ -32,6 +32,10 @@
 #include "spec/rank_layout.h"
 #include "spec/sequence_split.h"
 #include "executor/io/model_weights.h"
+#include "executor/train/continual_objective.h"
+#include "executor/train/optimizer_choice.h"
+#include "executor/train/rank_model.h"
+#include "executor/train/run_checkpoints.h"
 #include "executor/train/run_meter.h"
 #include "executor/measure/step_profiler.h"
 #include "executor/measure/storage_bytes.h"
@@ -139,15 +143,6 @@ void require_supported(const spec::Plan& plan) {
   }
 }
 
-// The parameters in the order data parallelism buckets them (spec/parameter_order.h: the reverse
-// of it is the order backward produces their gradients).
-std::vector<std::pair<std::string, torch::Tensor>> in_gradient_order(std::vector<std::pair<std::string, torch::Tensor>> named) {
-  std::stable_sort(named.begin(), named.end(), [](const auto& a, const auto& b) {
-    return spec::gradient_order_key(a.first) < spec::gradient_order_key(b.first);
-  });
-  return named;
-}
-
 // Stops `profiler` and writes DIR/step_S.rank_R.trace.json and .ops.json; rank 0 logs its
 // largest operators.
 void write_step_profile(StepProfiler& profiler, const fs::path& dir, std::int64_t step, int rank, double step_s) {
@@ -219,250 +214,44 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
   if (!rank0) prepared = prepare_run_inputs(config, spec, options.out_dir);
   auto& inputs = *prepared;
 
-  // This rank's part of the model: its pipeline stages (chunk c = stage c·pp + pp rank), each
-  // split over the tensor-parallel group (tensor_parallel.h).
   const TensorParallel tp{groups.tp.get(), par.sequence_parallel};
   // Context parallelism: each rank of the cp group holds S/cp tokens of every sequence
   // (context_parallel.h); gradients and ZeRO shards span dp × cp (groups.replicas()).
   const ContextParallel cp{groups.cp.get()};
   Communicator& replicas = groups.replicas();
-  const int pp_rank = groups.coord.pp;
-  std::vector<LlamaModel> chunks;
-  for (const int stage : plan.stages.stages_of_rank(pp_rank)) {
-    StageShape shape;
-    shape.embedding = stage == 0;
-    shape.first_layer = plan.stages.first_layer(stage);
-    shape.last_layer = shape.first_layer + plan.stages.layers_in(stage);
-    shape.head = stage == plan.stages.num_stages() - 1;
-    chunks.emplace_back(spec, shape, tp, cp);
-  }
-  for (auto& chunk : chunks) {
-    chunk->init_weights(config.seed);
-    if (config.init_from) {
-      const auto loaded = load_model_weights(*chunk, *config.init_from);
-      if (&chunk == &chunks.front()) core::info0("init: weights from ", config.init_from->string(), " (", loaded, ")");
-    }
-    chunk->to(device);
-    chunk->set_recompute(par.recompute);
-  }
-  auto& model = chunks.front();  // the whole model when pp = 1
-  std::optional<PipelineExecutor> pipeline;
-  std::optional<spec::PipelineSchedule> pipeline_schedule;
-  if (par.pp > 1) {
-    pipeline.emplace(chunks, plan.stages.num_stages(), *groups.pp);
-    pipeline_schedule = spec::make_schedule(par.schedule, par.pp, par.virtual_stages, par.grad_accum());
-    if (par.schedule == spec::ScheduleKind::kZeroBubbleH1) {
-      core::info0("pipeline: zb_h1 runs its schedule with the backward unsplit (each I does B, each W nothing)");
-    }
-  }
-  std::vector<std::pair<std::string, torch::Tensor>> named;
-  for (auto& chunk : chunks) {
-    for (const auto& p : chunk->named_parameters()) named.emplace_back(p.key(), p.value());
-  }
-  const ModelParallelNorm norm_groups{groups.tp.get(), groups.pp.get()};
-  // ZeRO-0: every rank updates everything; ZeRO-1/2: each rank its slice (step_optimizer.h);
-  // ZeRO-3: each rank holds its slice of everything, parameters gathered per block
-  // (parallel/fully_sharded.h), over the node's part of the dp group with hybrid sharding.
+  auto rank = build_rank_model(plan, config, tp, cp, groups, device);
+  auto& model = rank.first();
+  auto& pipeline = rank.pipeline;
   const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
-  // EWC's Fisher and anchor, from the starting weights, before the optimizer turns every .grad into a
-  // view of its buffers (the estimate's own backward passes must not touch them). Estimated by
-  // replica 0's ranks together (a tensor-parallel, context-parallel or pipelined model's loss is
-  // collective), gathered whole to rank 0 (tensor shards and pipeline stages, full_state.h) and
-  // written there, and cut into this rank's shards of its chunks when loaded.
-  std::optional<Ewc> ewc;
-  if (config.ewc) {
-    const auto file = options.out_dir / "ewc_fisher.safetensors";
-    auto need = torch::tensor({rank0 && !fs::exists(file) ? 1.0 : 0.0}, torch::kFloat64);
-    groups.world->broadcast(need, 0)->wait();  // rank 0 decides: a rank looking later would disagree
-    // Replica 0's ranks, all of its context-parallel ranks included (their attention is collective).
-    if (need.item<double>() > 0 && groups.coord.dp == 0) {
-      LoaderOptions lo;
-      lo.seq_len = seq_len;
-      lo.micro_batch = par.micro_batch;
-      lo.seed = config.seed;
-      lo.packing = config.packing;
-      lo.shuffle = false;
-      DataLoader ewc_loader({*inputs.ewc}, lo);
-      const auto estimate = pipeline ? Ewc::estimate(*pipeline, ewc_loader, config.ewc->sequences, device)
-                                     : Ewc::estimate(*model, ewc_loader, config.ewc->sequences, device);
-      auto fisher = gather_full_tensors(estimate.fisher(), spec.vocab, full_state_groups);
-      auto anchor = gather_full_tensors(estimate.anchor(), spec.vocab, full_state_groups);
-      if (rank0) {
-        const auto whole = Ewc::from(std::move(fisher), std::move(anchor));
-        whole.save(file);
-        core::info0("ewc: Fisher of the starting weights from ", config.ewc->sequences, " sequences of \"",
-                    inputs.ewc->name, "\" (mean ", whole.mean_fisher(), ") -> ", file.string());
-      }
-    }
-    groups.world->barrier();
-    std::vector<LlamaModelImpl*> mine;
-    for (auto& chunk : chunks) mine.push_back(chunk.get());
-    ewc = Ewc::load(file, mine, device);
-  }
-  std::unique_ptr<StepOptimizer> optimizer;
-  FullyShardedModel* zero3 = nullptr;
-  // ZeRO-3's shard group: inside a node under hybrid sharding, else every replica (dp × cp).
-  const bool hybrid = par.hybrid_shard && groups.dp_shard;
-  Communicator& shard_group = hybrid ? *groups.dp_shard : replicas;
-  if (par.zero_stage == 3) {
-    auto fs = make_fully_sharded(named, config.optimizer, shard_group, hybrid ? groups.dp_replicate.get() : nullptr,
-                                 norm_groups, par.offload == spec::Offload::kOptimizer);
-    zero3 = fs.get();
-    model->set_parameter_residency(zero3);
-    if (hybrid) {
-      core::info0("zero3: hybrid sharding, parameters sharded over ", groups.dp_shard->size(), " ranks (",
-                  groups.dp_shard->name(), "), replicated over ", groups.dp_replicate->size(), " (",
-                  groups.dp_replicate->name(), ")");
-    }
-    optimizer = std::move(fs);
-  } else if (par.zero_stage == 0) {
-    optimizer = make_replicated_optimizer(in_gradient_order(named), config.optimizer, replicas,
-                                          static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024), norm_groups);
-  } else {
-    ZeroOptions zero;
-    zero.stage = par.zero_stage;
-    zero.bucket_bytes = static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024);
-    zero.reduce_each_microbatch = spec::executor_zero2_reduces_each_microbatch(par);
-    zero.offload = par.offload == spec::Offload::kOptimizer;
-    optimizer = make_zero_optimizer(in_gradient_order(named), config.optimizer, replicas, zero, norm_groups);
-  }
-  if (config.keep_optimizer_state) {
-    // Continual pre-training that keeps the base run's AdamW moments and step count.
-    const auto& source = *config.init_from;
-    if (is_hf_directory(source)) {
-      throw core::ConfigError(str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(),
-                                      " is a Hugging Face directory, which holds no optimizer state"));
-    }
-    const auto base = Checkpoint::open(source);
-    if (!base.has_optimizer()) {
-      throw core::ConfigError(str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(),
-                                      " holds no optimizer state"));
-    }
-    const auto opt = base.optimizer();
-    optimizer->load_full_state(
-        [&](const std::string& n) {
-          return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), spec.vocab, tp).contiguous().to(device);
-        },
-        source.string());
-    core::info0("init: optimizer state kept from ", source.string(), " (step ", base.step(), ")");
-  }
+  ContinualObjective continual;
+  estimate_or_load_ewc(continual, plan, config, inputs, rank, groups, full_state_groups, options.out_dir, device);
+  const auto choice = choose_step_optimizer(par, config, rank.named, groups, model);
+  auto& optimizer = *choice.optimizer;
+  FullyShardedModel* zero3 = choice.zero3;
+  if (config.keep_optimizer_state) keep_base_optimizer_state(config, optimizer, spec, tp, device);
   // Evaluation runs on replica 0 (all its cp ranks: attention gathers over them), or on every rank
   // under ZeRO-3 (its gathers span the dp group).
   const bool evaluates = zero3 != nullptr || groups.coord.dp == 0;
   // Each step's global batch is split in dp contiguous shares, in sample order.
   const int dp_rank = groups.dp->rank();
   const std::int64_t per_rank = std::int64_t{par.micro_batch} * par.grad_accum();
-
-  LrSchedule schedule = config.lr;
-  schedule.total_steps = total_steps;
-  if (config.lr_warmup_fraction) {
-    schedule.warmup_steps = std::llround(*config.lr_warmup_fraction * static_cast<double>(total_steps));
-  }
-  if (config.lr_peak_fraction) {
-    // A fraction of the peak of the run that wrote init_from, which its checkpoint records.
-    const auto& source = *config.init_from;
-    const auto no_peak = [&](const std::string& why) {
-      return core::ConfigError(str_cat(config.origin.string(), ": lr.peak_fraction: ", source.string(), " ", why,
-                                       "; give lr.peak instead"));
-    };
-    if (is_hf_directory(source)) throw no_peak("is a Hugging Face directory, which records no learning rate");
-    const auto base = Checkpoint::open(source);
-    if (!base.trainer_state().contains("lr_peak")) throw no_peak("records no peak learning rate");
-    const double base_peak = base.trainer_state()["lr_peak"].get<double>();
-    schedule.peak = *config.lr_peak_fraction * base_peak;
-    core::info0("lr: peak ", schedule.peak, " = ", *config.lr_peak_fraction, " x the base run's ", base_peak,
-                ", warmup ", schedule.warmup_steps, " steps");
-  }
+  const LrSchedule schedule = run_lr_schedule(config, total_steps);
   LoaderOptions loader_options;
   loader_options.seq_len = seq_len;
   loader_options.micro_batch = par.micro_batch;
   loader_options.seed = config.seed;
   loader_options.packing = config.packing;
   DataLoader loader(inputs.train, loader_options);
-
-  // Continual pre-training objective: the frozen teacher and the EWC anchor, both from the starting
-  // weights (before any resume).
-  Objective objective;
-  std::unique_ptr<FullyShardedModel> teacher_shards;  // ZeRO-3: the teacher's shards (outlives it)
-  std::optional<Teacher> teacher;
-  if (config.distill) {
-    // Sharded like the student: the same tensor- and context-parallel splits and, under a
-    // pipeline, the same stages on the same ranks (pipeline_executor.h).
-    const auto source = config.distill->teacher.value_or(*config.init_from);
-    std::vector<LlamaModel> teacher_chunks;
-    std::string loaded;
-    for (const auto& chunk : chunks) {
-      LlamaModel t(spec, chunk->shape(), tp, cp);
-      loaded = load_model_weights(*t, source);
-      t->to(device);
-      teacher_chunks.push_back(std::move(t));
-    }
-    if (pipeline) {
-      pipeline->set_teacher(std::move(teacher_chunks), config.distill->lambda);
-    } else {
-      if (zero3 != nullptr) {
-        // ZeRO-3: the teacher's parameters are sharded over the student's shard group and gathered
-        // per block for its forward, as the student's are.
-        NamedParams teacher_params;
-        for (const auto& p : teacher_chunks.front()->named_parameters()) teacher_params.emplace_back(p.key(), p.value());
-        teacher_shards = make_fully_sharded_frozen(teacher_params, shard_group);
-        teacher_chunks.front()->set_parameter_residency(teacher_shards.get());
-        core::info0("distill: teacher sharded (ZeRO-3) over ", shard_group.size(), " ranks");
-      }
-      teacher.emplace(std::move(teacher_chunks.front()));
-      objective.teacher = &*teacher;
-      objective.kl_lambda = config.distill->lambda;
-    }
-    core::info0("distill: teacher from ", source.string(), " (", loaded, "), lambda ", config.distill->lambda);
-  }
-  if (ewc && pipeline) pipeline->set_ewc(&*ewc, config.ewc->lambda, static_cast<double>(replicas.size()));
-  // ZeRO-3 holds the parameters as shards outside forward: the penalty works on them there.
-  if (ewc && zero3 != nullptr) zero3->set_ewc(ewc->fisher(), ewc->anchor(), config.ewc->lambda);
-  if (ewc && zero3 == nullptr) {
-    objective.ewc = &*ewc;
-    objective.ewc_lambda = config.ewc->lambda;
-  }
-  double lr_scale = 1.0;      // the KL guard's cut of the learning rate
-  std::int64_t kl_over = 0;   // consecutive steps with KL above the guard's threshold
+  // The teacher and the EWC anchor come from the starting weights, before any resume.
+  attach_teacher_and_penalties(continual, plan, config, rank, choice, tp, cp, groups, device);
+  const auto& objective = continual.objective;
 
   const auto ckpt_root = options.out_dir / "checkpoints";
-  std::int64_t step = 0, tokens_seen = 0, skipped = 0;
-  if (options.resume) {
-    if (auto ckpt = latest_valid_checkpoint(ckpt_root)) {
-      if (!(ckpt->model() == spec)) {
-        throw core::ConfigError(str_cat(ckpt->dir().string(), ": a checkpoint of model ", ckpt->model().name,
-                                        ", which differs from the plan's model ", spec.name));
-      }
-      if (zero3 != nullptr) zero3->gather_all();
-      for (auto& chunk : chunks) load_model_weights(*chunk, ckpt->dir());
-      if (zero3 != nullptr) zero3->reshard_from_params();
-      if (!ckpt->has_optimizer()) throw core::ConfigError(str_cat(ckpt->dir().string(), ": no optimizer state to resume"));
-      const auto opt = ckpt->optimizer();
-      optimizer->load_full_state(
-          [&](const std::string& n) {
-            return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), spec.vocab, tp).contiguous().to(device);
-          },
-          ckpt->dir().string());
-      const auto& st = ckpt->trainer_state();
-      step = st.at("step").get<std::int64_t>();
-      tokens_seen = st.at("tokens").get<std::int64_t>();
-      skipped = st.value("skipped_steps", std::int64_t{0});
-      lr_scale = st.value("lr_scale", 1.0);
-      kl_over = st.value("kl_steps_over_threshold", std::int64_t{0});
-      loader.restore(st.at("data"), ckpt->dir().string());
-      if (auto rng = ckpt->rng(); rng && rng->contains("cpu")) {
-        auto gen = at::detail::getDefaultCPUGenerator();
-        gen.set_state(rng->load("cpu", torch::kUInt8));
-      }
-      core::info0("resume: from ", ckpt->dir().string(), " at step ", step);
-    } else if (has_step_directories(ckpt_root)) {
-      // Starting over would overwrite the run's history with a run it did not ask for.
-      throw core::RuntimeError(str_cat("--resume: no checkpoint in ", ckpt_root.string(),
-                                       " verifies (each is named above); nothing was changed"));
-    } else {
-      core::info0("resume: no checkpoint in ", ckpt_root.string(), " yet; starting at step 0");
-    }
-  }
+  TrainerCounters resumed;
+  if (options.resume) resumed = resume_from_latest(ckpt_root, spec, rank, choice, loader, tp, device);
+  std::int64_t step = resumed.step, tokens_seen = resumed.tokens, skipped = resumed.skipped;
+  double lr_scale = resumed.lr_scale;                       // the KL guard's cut of the learning rate
+  std::int64_t kl_over = resumed.kl_steps_over_threshold;  // consecutive steps with KL above its threshold
   const auto first_step = step;
   std::optional<JsonlWriter> metrics, eval_log;  // rank 0 only
   if (rank0) {
@@ -472,30 +261,9 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     eval_log.emplace(options.out_dir / "eval.jsonl");
   }
 
-  auto save = [&](std::int64_t at_step) -> fs::path {
-    // COLLECTIVE: a sharded optimizer gathers its state over dp; tensor-parallel shards and
-    // pipeline stages are gathered to rank 0, which writes whole tensors (full_state.h).
-    auto state = gather_full_tensors(optimizer->full_state(), spec.vocab, full_state_groups);
-    if (zero3 != nullptr) zero3->gather_all();
-    auto weights = gather_full_tensors(named, spec.vocab, full_state_groups);
-    if (zero3 != nullptr) {
-      for (auto& [name, t] : weights) t = t.detach().clone();  // released next: keep a copy
-      zero3->release_all();
-    }
-    if (!rank0) return ckpt_root / checkpoint_dir_name(at_step);
-    CheckpointContents c;
-    c.step = at_step;
-    c.model = spec;
-    c.weights = std::move(weights);
-    c.optimizer = std::move(state);
-    c.rng.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
-    c.trainer_state = {{"step", at_step},       {"tokens", tokens_seen},       {"skipped_steps", skipped},
-                       {"data", loader.state()}, {"seed", config.seed},        {"lr_schedule", to_string(schedule.kind)},
-                       {"lr_peak", schedule.peak},
-                       {"lr_scale", lr_scale},   {"kl_steps_over_threshold", kl_over}};
-    const auto dir = write_checkpoint(ckpt_root, c);
-    prune_checkpoints(ckpt_root, config.checkpoint.keep_last, dir);
-    return dir;
+  auto save = [&](std::int64_t at_step) {
+    return save_run_checkpoint(ckpt_root, {at_step, tokens_seen, skipped, lr_scale, kl_over}, spec, rank, choice,
+                               loader, config, schedule, full_state_groups, rank0);
   };
   // Evaluation runs on data-parallel replica 0 (its tensor- and pipeline-parallel ranks together);
   // rank 0 writes.
@@ -550,10 +318,10 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     loader.skip(dp_rank * per_rank);
     for (int m = 0; m < accum; ++m) micro.push_back(context_parallel_slice(loader.next(), cp));
     loader.skip((par.dp - 1 - dp_rank) * per_rank);
-    auto r = pipeline ? train_step_pipelined(*pipeline, *pipeline_schedule, *optimizer, micro, lr, config.grad_clip,
-                                                   device, replicas, objective.ewc, objective.ewc_lambda)
-                            : train_step(*model, *optimizer, micro, lr, config.grad_clip, device, replicas, objective);
-    if (zero3 != nullptr && ewc) r.ewc_penalty = zero3->ewc_penalty();
+    auto r = pipeline ? train_step_pipelined(*pipeline, *rank.schedule, optimizer, micro, lr, config.grad_clip, device,
+                                             replicas, objective.ewc, objective.ewc_lambda)
+                      : train_step(*model, optimizer, micro, lr, config.grad_clip, device, replicas, objective);
+    if (zero3 != nullptr && continual.ewc) r.ewc_penalty = zero3->ewc_penalty();
     if (config.distill && config.distill->guard_threshold) {
       kl_over = r.kl > *config.distill->guard_threshold ? kl_over + 1 : 0;
       if (kl_over >= config.distill->guard_patience) {

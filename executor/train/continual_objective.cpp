@@ -1,0 +1,141 @@
+#include "executor/train/continual_objective.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/str_cat.h"
+#include "executor/checkpoint/checkpoint.h"
+#include "executor/data/data_loader.h"
+#include "executor/io/model_weights.h"
+
+namespace cpt::exec {
+
+using core::str_cat;
+namespace fs = std::filesystem;
+
+void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan, const TrainConfig& config,
+                          const RunInputs& inputs, RankModel& rank, const ProcessGroups& groups,
+                          const FullStateGroups& full_state_groups, const fs::path& out_dir,
+                          const torch::Device& device) {
+  if (!config.ewc) return;
+  const bool rank0 = groups.rank == 0;
+  const auto file = out_dir / "ewc_fisher.safetensors";
+  auto need = torch::tensor({rank0 && !fs::exists(file) ? 1.0 : 0.0}, torch::kFloat64);
+  groups.world->broadcast(need, 0)->wait();  // rank 0 decides: a rank looking later would disagree
+  // Replica 0's ranks, all of its context-parallel ranks included (their attention is collective).
+  if (need.item<double>() > 0 && groups.coord.dp == 0) {
+    LoaderOptions lo;
+    lo.seq_len = plan.workload.seq_len;
+    lo.micro_batch = plan.parallel.micro_batch;
+    lo.seed = config.seed;
+    lo.packing = config.packing;
+    lo.shuffle = false;
+    DataLoader ewc_loader({*inputs.ewc}, lo);
+    const auto estimate = rank.pipeline ? Ewc::estimate(*rank.pipeline, ewc_loader, config.ewc->sequences, device)
+                                        : Ewc::estimate(*rank.first(), ewc_loader, config.ewc->sequences, device);
+    auto fisher = gather_full_tensors(estimate.fisher(), plan.model.vocab, full_state_groups);
+    auto anchor = gather_full_tensors(estimate.anchor(), plan.model.vocab, full_state_groups);
+    if (rank0) {
+      const auto whole = Ewc::from(std::move(fisher), std::move(anchor));
+      whole.save(file);
+      core::info0("ewc: Fisher of the starting weights from ", config.ewc->sequences, " sequences of \"",
+                  inputs.ewc->name, "\" (mean ", whole.mean_fisher(), ") -> ", file.string());
+    }
+  }
+  groups.world->barrier();
+  std::vector<LlamaModelImpl*> mine;
+  for (auto& chunk : rank.chunks) mine.push_back(chunk.get());
+  continual.ewc = Ewc::load(file, mine, device);
+}
+
+void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Plan& plan, const TrainConfig& config,
+                                  RankModel& rank, const OptimizerChoice& choice, const TensorParallel& tp,
+                                  const ContextParallel& cp, const ProcessGroups& groups, const torch::Device& device) {
+  if (config.distill) {
+    // Sharded like the student: the same tensor- and context-parallel splits and, under a
+    // pipeline, the same stages on the same ranks (pipeline_executor.h).
+    const auto source = config.distill->teacher.value_or(*config.init_from);
+    std::vector<LlamaModel> teacher_chunks;
+    std::string loaded;
+    for (const auto& chunk : rank.chunks) {
+      LlamaModel t(plan.model, chunk->shape(), tp, cp);
+      loaded = load_model_weights(*t, source);
+      t->to(device);
+      teacher_chunks.push_back(std::move(t));
+    }
+    if (rank.pipeline) {
+      rank.pipeline->set_teacher(std::move(teacher_chunks), config.distill->lambda);
+    } else {
+      if (choice.zero3 != nullptr) {
+        // ZeRO-3: the teacher's parameters are sharded over the student's shard group and gathered
+        // per block for its forward, as the student's are.
+        NamedParams teacher_params;
+        for (const auto& p : teacher_chunks.front()->named_parameters()) teacher_params.emplace_back(p.key(), p.value());
+        continual.teacher_shards = make_fully_sharded_frozen(teacher_params, *choice.shard_group);
+        teacher_chunks.front()->set_parameter_residency(continual.teacher_shards.get());
+        core::info0("distill: teacher sharded (ZeRO-3) over ", choice.shard_group->size(), " ranks");
+      }
+      continual.teacher.emplace(std::move(teacher_chunks.front()));
+      continual.objective.teacher = &*continual.teacher;
+      continual.objective.kl_lambda = config.distill->lambda;
+    }
+    core::info0("distill: teacher from ", source.string(), " (", loaded, "), lambda ", config.distill->lambda);
+  }
+  if (!continual.ewc) return;
+  const double lambda = config.ewc->lambda;
+  if (rank.pipeline) rank.pipeline->set_ewc(&*continual.ewc, lambda, static_cast<double>(groups.replicas().size()));
+  if (choice.zero3 != nullptr) {
+    // ZeRO-3 holds the parameters as shards outside forward: the penalty works on them there.
+    choice.zero3->set_ewc(continual.ewc->fisher(), continual.ewc->anchor(), lambda);
+  } else {
+    continual.objective.ewc = &*continual.ewc;  // the pipelined step is given it too
+    continual.objective.ewc_lambda = lambda;
+  }
+}
+
+void keep_base_optimizer_state(const TrainConfig& config, StepOptimizer& optimizer, const spec::ModelSpec& model,
+                               const TensorParallel& tp, const torch::Device& device) {
+  const auto& source = *config.init_from;
+  if (is_hf_directory(source)) {
+    throw core::ConfigError(str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(),
+                                    " is a Hugging Face directory, which holds no optimizer state"));
+  }
+  const auto base = Checkpoint::open(source);
+  if (!base.has_optimizer()) {
+    throw core::ConfigError(str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(),
+                                    " holds no optimizer state"));
+  }
+  const auto opt = base.optimizer();
+  optimizer.load_full_state(
+      [&](const std::string& n) {
+        return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), model.vocab, tp).contiguous().to(device);
+      },
+      source.string());
+  core::info0("init: optimizer state kept from ", source.string(), " (step ", base.step(), ")");
+}
+
+LrSchedule run_lr_schedule(const TrainConfig& config, std::int64_t total_steps) {
+  LrSchedule schedule = config.lr;
+  schedule.total_steps = total_steps;
+  if (config.lr_warmup_fraction) {
+    schedule.warmup_steps = std::llround(*config.lr_warmup_fraction * static_cast<double>(total_steps));
+  }
+  if (!config.lr_peak_fraction) return schedule;
+  // A fraction of the peak of the run that wrote init_from, which its checkpoint records.
+  const auto& source = *config.init_from;
+  const auto no_peak = [&](const std::string& why) {
+    return core::ConfigError(str_cat(config.origin.string(), ": lr.peak_fraction: ", source.string(), " ", why,
+                                     "; give lr.peak instead"));
+  };
+  if (is_hf_directory(source)) throw no_peak("is a Hugging Face directory, which records no learning rate");
+  const auto base = Checkpoint::open(source);
+  if (!base.trainer_state().contains("lr_peak")) throw no_peak("records no peak learning rate");
+  const double base_peak = base.trainer_state()["lr_peak"].get<double>();
+  schedule.peak = *config.lr_peak_fraction * base_peak;
+  core::info0("lr: peak ", schedule.peak, " = ", *config.lr_peak_fraction, " x the base run's ", base_peak,
+              ", warmup ", schedule.warmup_steps, " steps");
+  return schedule;
+}
+
+}  // namespace cpt::exec

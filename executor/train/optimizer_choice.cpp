@@ -1,0 +1,58 @@
+#include "executor/train/optimizer_choice.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "spec/executor_support.h"
+#include "spec/parameter_order.h"
+
+namespace cpt::exec {
+
+namespace {
+
+// The parameters in the order data parallelism buckets them (spec/parameter_order.h: the reverse
+// of it is the order backward produces their gradients).
+NamedParams in_gradient_order(NamedParams named) {
+  std::stable_sort(named.begin(), named.end(), [](const auto& a, const auto& b) {
+    return spec::gradient_order_key(a.first) < spec::gradient_order_key(b.first);
+  });
+  return named;
+}
+
+}  // namespace
+
+OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const TrainConfig& config,
+                                      const NamedParams& named, const ProcessGroups& groups, LlamaModel& model) {
+  const ModelParallelNorm norm_groups{groups.tp.get(), groups.pp.get()};
+  const auto bucket_bytes = static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024);
+  Communicator& replicas = groups.replicas();
+  OptimizerChoice choice;
+  const bool hybrid = par.hybrid_shard && groups.dp_shard;
+  choice.shard_group = hybrid ? groups.dp_shard.get() : &replicas;
+  if (par.zero_stage == 3) {
+    auto sharded = make_fully_sharded(named, config.optimizer, *choice.shard_group,
+                                      hybrid ? groups.dp_replicate.get() : nullptr, norm_groups,
+                                      par.offload == spec::Offload::kOptimizer);
+    choice.zero3 = sharded.get();
+    model->set_parameter_residency(choice.zero3);
+    if (hybrid) {
+      core::info0("zero3: hybrid sharding, parameters sharded over ", groups.dp_shard->size(), " ranks (",
+                  groups.dp_shard->name(), "), replicated over ", groups.dp_replicate->size(), " (",
+                  groups.dp_replicate->name(), ")");
+    }
+    choice.optimizer = std::move(sharded);
+  } else if (par.zero_stage == 0) {
+    choice.optimizer =
+        make_replicated_optimizer(in_gradient_order(named), config.optimizer, replicas, bucket_bytes, norm_groups);
+  } else {
+    ZeroOptions zero;
+    zero.stage = par.zero_stage;
+    zero.bucket_bytes = bucket_bytes;
+    zero.reduce_each_microbatch = spec::executor_zero2_reduces_each_microbatch(par);
+    zero.offload = par.offload == spec::Offload::kOptimizer;
+    choice.optimizer = make_zero_optimizer(in_gradient_order(named), config.optimizer, replicas, zero, norm_groups);
+  }
+  return choice;
+}
+
+}  // namespace cpt::exec
