@@ -181,7 +181,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
     const auto store = exec::JobStore::connect(launch, timeout);
     std::vector<int> all(static_cast<std::size_t>(launch.world_size));
     for (int r = 0; r < launch.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
-    auto world = exec::make_gloo_group(*store, "world", all, launch.rank, timeout, launch.gloo_socket_ifname);
+    auto world = exec::make_gloo_group(*store, "world", all, launch.rank, timeout, exec::gloo_transport_of(launch));
     if (device.is_cuda()) {
       world = exec::route_by_device(std::move(world), exec::make_nccl_group(*store, "world", all, launch.rank, timeout));
     }

@@ -1,10 +1,12 @@
 // cpt train --plan PLAN --config TRAIN.json [--out DIR] [--resume] [--steps N] [--device D]
 #include <filesystem>
+#include <optional>
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
 
 #include "cli/exec_commands.h"
+#include "core/directory_lock.h"
 #include "core/str_cat.h"
 #include "core/error.h"
 #include "executor/device.h"
@@ -14,6 +16,11 @@
 #include "spec/plan.h"
 
 namespace cpt::cli {
+
+namespace {
+// Set by cpt's launcher for its ranks: it holds OUT's lock for them.
+constexpr const char* kOutLockedByLauncher = "CPT_OUT_LOCKED_BY_LAUNCHER";
+}  // namespace
 
 void register_exec_train_command(CLI::App& app) {
   struct Args {
@@ -66,16 +73,23 @@ void register_exec_train_command(CLI::App& app) {
       // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
       // the model's vocabulary) here, once; the ranks find them in OUT and reuse them. (Several
       // nodes may share OUT's file system: their launchers must not prepare it at once.)
-      if (args->launch.nnodes == 1) {
-        std::filesystem::create_directories(args->out);  // as the single-process run makes it
-        (void)exec::prepare_run_inputs(config, plan.model, args->out);
-      }
+      // One job per OUT: node 0's launcher holds the lock for the job (its ranks know, below).
+      std::optional<core::DirectoryLock> lock;
+      if (args->launch.node_rank == 0) lock.emplace(core::DirectoryLock::acquire(args->out, "another cpt train"));
+      ::setenv(kOutLockedByLauncher, "1", 1);
+      if (args->launch.nnodes == 1) (void)exec::prepare_run_inputs(config, plan.model, args->out);
       const int code = exec::run_local_ranks(a, args->launch);
       if (code != 0) throw ExitWith{code};
       return;
     }
     const auto plan = spec::load_plan(args->plan);
     const auto config = exec::load_train_config(args->config);
+    // One process, or rank 0 of a job that torchrun or Slurm started, holds OUT's lock.
+    std::optional<core::DirectoryLock> lock;
+    const char* rank = std::getenv("RANK");
+    if (std::getenv(kOutLockedByLauncher) == nullptr && (rank == nullptr || std::string(rank) == "0")) {
+      lock.emplace(core::DirectoryLock::acquire(args->out, "another cpt train"));
+    }
     exec::TrainOptions o;
     o.out_dir = args->out;
     o.resume = args->resume;
@@ -84,7 +98,7 @@ void register_exec_train_command(CLI::App& app) {
     if (!args->device.empty()) o.device = args->device;
     if (args->profile_step >= 0) o.profile_step = args->profile_step;
     const auto s = exec::train(plan, config, o);
-    if (const char* rank = std::getenv("RANK"); rank != nullptr && std::string(rank) != "0") return;
+    if (rank != nullptr && std::string(rank) != "0") return;
     std::cout << core::str_cat("trained steps ", s.first_step, " -> ", s.last_step, ": final loss ", s.final_loss, ", ",
                                static_cast<long long>(s.tokens_per_s), " tokens/s",
                                s.skipped_steps > 0 ? core::str_cat(", ", s.skipped_steps, " steps skipped") : "",

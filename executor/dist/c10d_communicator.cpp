@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "executor/dist/c10d_communicator.h"
+#include "executor/dist/listening_socket.h"
 
 namespace cpt::exec {
 
@@ -45,6 +46,8 @@ std::shared_ptr<JobStore> JobStore::connect(const LaunchInfo& launch, std::chron
   o.waitWorkers = true;
   o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   try {
+    // Rank 0 serves the store on --master-addr alone (listening_socket.h).
+    if (o.isServer) o.masterListenFd = listen_on(launch.master_addr, launch.master_port);
     impl->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, o);
   } catch (const c10::Error& e) {
     throw core::RuntimeError(str_cat("rank ", launch.rank, ": rendezvous at ", impl->where, " failed (", launch.world_size,
@@ -207,17 +210,23 @@ std::unique_ptr<Communicator> route_by_device(std::unique_ptr<Communicator> cpu,
   return std::make_unique<DeviceRoutedCommunicator>(std::move(cpu), std::move(cuda));
 }
 
+GlooTransport gloo_transport_of(const LaunchInfo& launch) {
+  const bool one_node = launch.world_size == launch.local_world_size;
+  return {launch.gloo_socket_ifname, one_node ? launch.master_addr : std::string()};
+}
+
 std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name, const std::vector<int>& ranks,
-                                              int self, std::chrono::seconds timeout, const std::string& interface) {
+                                              int self, std::chrono::seconds timeout, const GlooTransport& transport) {
   const auto it = std::find(ranks.begin(), ranks.end(), self);
   CPT_CHECK(it != ranks.end(), "rank ", self, " is not in group ", name);
   if (ranks.size() == 1) return make_solo_communicator(name);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store.impl().store);
   auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
   try {
-    // The named interface, or Gloo's default: the address the host name resolves to, else loopback.
-    opts->devices.push_back(interface.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                              : c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+    opts->devices.push_back(!transport.interface.empty()
+                                ? c10d::ProcessGroupGloo::createDeviceForInterface(transport.interface)
+                            : !transport.host.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(transport.host)
+                                                      : c10d::ProcessGroupGloo::createDefaultDevice());
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, static_cast<int>(it - ranks.begin()),
                                                           static_cast<int>(ranks.size()), opts);
     return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(std::move(pg), name, self);

@@ -30,10 +30,20 @@ class JobStore {
 // The group `name` of the global `ranks` (in group order); this process is global rank `self`,
 // which must be one of them. COLLECTIVE over those ranks: each of them must create the group with
 // the same name and ranks. Operations slower than `timeout` fail with RuntimeError.
-// `interface`: the network interface for Gloo's transport ("" = the default device).
+// Where Gloo's transport listens: the named interface (GLOO_SOCKET_IFNAME), else `host` (a one-node
+// job's --master-addr: loopback by default, so nothing listens beyond the machine), else Gloo's
+// default device (the address the host name resolves to, for jobs across nodes).
+struct GlooTransport {
+  std::string interface;
+  std::string host;
+};
+
+// The transport for `launch`: its GLOO_SOCKET_IFNAME, else (one node) its --master-addr.
+GlooTransport gloo_transport_of(const LaunchInfo& launch);
+
 std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name,
                                               const std::vector<int>& ranks, int self, std::chrono::seconds timeout,
-                                              const std::string& interface = "");
+                                              const GlooTransport& transport = {});
 
 // The group `name` over NCCL, as make_gloo_group; for CUDA tensors on the current CUDA device
 // (set it to the rank's device first). Groups of one are solo communicators. ConfigError when

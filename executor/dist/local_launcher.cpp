@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,11 +61,15 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  const pid_t parent = ::getpid();
   for (int local = 0; local < l.nproc_per_node; ++local) {
     const int rank = l.node_rank * l.nproc_per_node + local;
     const pid_t pid = ::fork();
     if (pid < 0) throw core::RuntimeError(str_cat("cannot fork rank ", rank, ": ", std::strerror(errno)));
     if (pid == 0) {
+      // The rank dies with its launcher (kill -9 of the launcher would leave it training).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) std::_Exit(core::kExitRuntime);  // the launcher died before prctl
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);

@@ -30,7 +30,7 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
   const auto store = JobStore::connect(launch, timeout);
   std::vector<int> all(static_cast<std::size_t>(launch.world_size));
   for (int r = 0; r < launch.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
-  const auto& nic = launch.gloo_socket_ifname;
+  const auto nic = gloo_transport_of(launch);
   // The world group carries only CPU tensors (barriers, the run's small bookkeeping): Gloo alone.
   g.world = make_gloo_group(*store, "world", all, launch.rank, timeout, nic);
   // Every other group: Gloo, or on GPUs Gloo for CPU tensors and NCCL for CUDA tensors.

@@ -592,6 +592,60 @@ TEST_F(DistributedTrain, ADeadRankTakesTheJobDown) {
   EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
 }
 
+// While a job trains into OUT, a second job into the same OUT is refused (exit 3, the holder's pid
+// named); killing the launcher with SIGKILL takes its ranks down with it (they were re-parented
+// and kept training), after which OUT can be written again.
+TEST_F(DistributedTrain, OneJobPerOutputAndTheRanksDieWithTheirLauncher) {
+  const auto d = dir_.string();
+  const auto job = cpt() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d + "/o4";
+  const auto r = sh(job + " --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
+                          "[ -s " + d + "/o4/metrics.jsonl ] && break; done; "
+                          "RANKS=$(pgrep -P $L | tr '\n' ' '); " + job + " 2>" + d + "/second.err; echo second=$?; "
+                          "kill -9 $L; for i in $(seq 50); do alive=0; for p in $RANKS; do "
+                          // running, not a zombie waiting for whoever adopted it to reap it
+                          "grep -qs '^State:[[:space:]]*[^Z]' /proc/$p/status && alive=$((alive+1)); done; "
+                          "[ $alive = 0 ] && break; sleep 0.1; done; "
+                          "echo ranks=$(echo $RANKS | wc -w) alive=$alive",
+                    dir_);
+  EXPECT_NE(r.out.find("second=3"), std::string::npos) << r.out << r.err;
+  const auto second = slurp(dir_ / "second.err");
+  EXPECT_NE(second.find("o4: another cpt train is writing it (pid "), std::string::npos) << second;
+  EXPECT_NE(r.out.find("ranks=2 alive=0"), std::string::npos) << r.out << r.err;
+  const auto again = train("dp2", "o4", 2, short_config(2));
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+// A one-node job listens on --master-addr alone (loopback by default): the rendezvous store and
+// Gloo's transport, in IPv4 and IPv6 (the store had listened on every interface).
+TEST_F(DistributedTrain, AOneNodeJobListensOnLoopbackOnly) {
+  const auto d = dir_.string();
+  const auto r = sh(cpt() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d +
+                        "/o5 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
+                        "[ -s " + d + "/o5/metrics.jsonl ] && break; done; "
+                        "for p in $(pgrep -P $L); do python3 - $p <<'PY'\n"
+                        "import os, sys\n"
+                        "pid = sys.argv[1]\n"
+                        "inodes = set()\n"
+                        "for fd in os.listdir('/proc/%s/fd' % pid):\n"
+                        "    try: link = os.readlink('/proc/%s/fd/%s' % (pid, fd))\n"
+                        "    except OSError: continue\n"
+                        "    if link.startswith('socket:['): inodes.add(link[8:-1])\n"
+                        "for table in ('tcp', 'tcp6'):\n"
+                        "    for line in open('/proc/net/' + table).readlines()[1:]:\n"
+                        "        f = line.split()\n"
+                        "        if f[3] == '0A' and f[9] in inodes: print('listening', table, f[1].split(':')[0])\n"
+                        "PY\n"
+                        "done; kill $L; wait $L",
+                    dir_);
+  ASSERT_NE(r.out.find("listening"), std::string::npos) << r.out << r.err;  // the store at least
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("listening")) continue;
+    // 127.0.0.1 in /proc/net/tcp's little-endian hex.
+    EXPECT_EQ(line, "listening tcp 0100007F") << r.out;
+  }
+}
+
 TEST_F(DistributedTrain, CudaRanksWithoutDevicesFailAtOnceInOneLine) {
   if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "this machine has a CUDA device";
   const auto d = dir_.string();

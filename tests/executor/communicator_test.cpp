@@ -98,7 +98,7 @@ TEST(C10dCommunicator, AnOperationRefusedWhenPostedIsARuntimeErrorNamingIt) {
     launch.local_rank = rank;
     launch.master_port = port;
     const auto store = JobStore::connect(launch, std::chrono::seconds(30));
-    auto group = make_gloo_group(*store, "g", {0, 1}, rank, std::chrono::seconds(30), "lo");
+    auto group = make_gloo_group(*store, "g", {0, 1}, rank, std::chrono::seconds(30), GlooTransport{"lo", ""});
     auto in = torch::ones({4});
     auto out = torch::empty({5});  // should be 8
     try {

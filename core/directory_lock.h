@@ -1,0 +1,26 @@
+#pragma once
+// One writer per output directory: an exclusive flock(2) on DIR/.cpt.lock, held for the lifetime of
+// the object and released by the kernel when its process ends, however it ends. The holder's pid is
+// written into the file for the message a second writer gets.
+#include <filesystem>
+#include <string_view>
+
+namespace cpt::core {
+
+class DirectoryLock {
+ public:
+  // Creates `dir` if needed. RuntimeError "<dir>: <holder> is writing it (pid N); ..." when another
+  // process holds the lock (`holder` names what it is, e.g. "another cpt train").
+  static DirectoryLock acquire(const std::filesystem::path& dir, std::string_view holder);
+  DirectoryLock(DirectoryLock&& other) noexcept;
+  DirectoryLock& operator=(DirectoryLock&&) = delete;
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  ~DirectoryLock();
+
+ private:
+  explicit DirectoryLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+}  // namespace cpt::core

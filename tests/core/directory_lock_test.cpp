@@ -1,0 +1,34 @@
+#include "core/directory_lock.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+
+namespace cpt::core {
+namespace {
+
+// A second writer of the same directory is refused in one line naming the holder's pid; once the
+// first lets go, the directory can be taken again.
+TEST(DirectoryLock, ASecondWriterIsRefusedUntilTheFirstLetsGo) {
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt-lock-test-" + std::to_string(::getpid())) / "out";
+  std::optional<DirectoryLock> first = DirectoryLock::acquire(dir, "another cpt train");
+  try {
+    (void)DirectoryLock::acquire(dir, "another cpt train");
+    FAIL() << "locked twice";
+  } catch (const RuntimeError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.string() + ": another cpt train is writing it (pid " +
+                                         std::to_string(::getpid()) +
+                                         "); wait for it to end or choose another directory");
+  }
+  first.reset();
+  EXPECT_NO_THROW((void)DirectoryLock::acquire(dir, "another cpt train"));
+  std::filesystem::remove_all(dir.parent_path());
+}
+
+}  // namespace
+}  // namespace cpt::core
