@@ -98,11 +98,15 @@ void register_exec_train_command(CLI::App& app) {
     if (!args->device.empty()) o.device = args->device;
     if (args->profile_step >= 0) o.profile_step = args->profile_step;
     const auto s = exec::train(plan, config, o);
-    if (rank != nullptr && std::string(rank) != "0") return;
+    if (rank != nullptr && std::string(rank) != "0") {
+      if (s.stopped) throw ExitWith{core::kExitStopped};
+      return;
+    }
     std::cout << core::str_cat("trained steps ", s.first_step, " -> ", s.last_step, ": final loss ", s.final_loss, ", ",
                                static_cast<long long>(s.tokens_per_s), " tokens/s",
                                s.skipped_steps > 0 ? core::str_cat(", ", s.skipped_steps, " steps skipped") : "",
                                "; checkpoint ", s.checkpoint.string(), "\n");
+    if (s.stopped) throw ExitWith{core::kExitStopped};
   });
 }
 

@@ -42,5 +42,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitRuntime = 3;
+// Stopped on request (SIGTERM, SIGINT) after a final checkpoint: `--resume` continues the run.
+inline constexpr int kExitStopped = 4;
 
 }  // namespace cpt::core

@@ -108,6 +108,7 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
       const int code = exit_code_of(status);
       if (code != 0 && result == 0) {
         result = code;
+        if (stopping) continue;  // asked to stop: a rank's own code (kExitStopped after its checkpoint)
         if (running > 0) {
           core::warn("launcher: rank ", rank,
                      WIFSIGNALED(status) ? str_cat(" was killed by signal ", WTERMSIG(status)) : str_cat(" exited with code ", code),
@@ -120,10 +121,11 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
       continue;
     }
     if (g_signal != 0 && !stopping) {
+      // Passed on: the ranks finish their step and write a final checkpoint (stop_request.h), which
+      // they are given two minutes for.
       stopping = true;
-      result = result != 0 ? result : core::kExitRuntime;
       stop_all(g_signal);
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     }
     if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_all(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -37,6 +37,7 @@
 #include "executor/train/rank_model.h"
 #include "executor/train/run_checkpoints.h"
 #include "executor/train/run_meter.h"
+#include "executor/train/stop_request.h"
 #include "executor/measure/step_profiler.h"
 #include "executor/measure/storage_bytes.h"
 #include "executor/model/llama_model.h"
@@ -308,6 +309,7 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                 "; no step is profiled");
   }
   if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
+  const StopRequest stop;
   while (step < end_step) {
     meter.begin_step(step == first_step);
     std::optional<StepProfiler> profiler;
@@ -385,13 +387,18 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
                   duration_text(eta).c_str());
       std::fflush(stdout);
     }
+    if (stop.agreed(*groups.world)) {
+      summary.stopped = true;
+      core::info0("stop requested: ending at step ", step, " with a checkpoint (--resume continues)");
+      break;
+    }
     if (config.eval_interval_steps > 0 && step % config.eval_interval_steps == 0 && step < end_step) evaluate(step);
     if (config.checkpoint.interval_steps > 0 && step % config.checkpoint.interval_steps == 0 && step < end_step) {
       save(step);
     }
   }
   if (bar) std::printf("\n");
-  if (!inputs.eval.empty()) evaluate(step);
+  if (!inputs.eval.empty() && !summary.stopped) evaluate(step);
   summary.checkpoint = save(step);
   summary.last_step = step;
   summary.skipped_steps = skipped;

@@ -33,6 +33,7 @@ struct TrainSummary {
   double final_loss = 0;
   double tokens_per_s = 0;         // mean over the steps of this run, after the first
   std::filesystem::path checkpoint;
+  bool stopped = false;            // asked to stop (stop_request.h) before the last step
 };
 
 // ConfigError for a plan that needs more than one process (the distributed executor is issue #7),

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -643,6 +644,27 @@ TEST_F(DistributedTrain, AOneNodeJobListensOnLoopbackOnly) {
     if (!line.starts_with("listening")) continue;
     // 127.0.0.1 in /proc/net/tcp's little-endian hex.
     EXPECT_EQ(line, "listening tcp 0100007F") << r.out;
+  }
+}
+
+// SIGTERM to the launcher (a preemption, `scancel`) or to a single process: the ranks finish their
+// step, agree, write a final checkpoint at it and exit 4; metrics.jsonl ends at that step, and the
+// checkpoint verifies. (It used to end the ranks at once, with no checkpoint and no message.)
+TEST_F(DistributedTrain, SigtermEndsWithAFinalCheckpointAndExitFour) {
+  const auto d = dir_.string();
+  for (const auto& [out, procs] : {std::pair{"o6", 2}, std::pair{"o7", 1}}) {
+    const auto r = sh(cpt() + " train --plan " + d + (procs == 2 ? "/dp2" : "/single") + "/plan.json --config " + d +
+                          "/long.json --out " + d + "/" + out + (procs == 2 ? " --nproc-per-node 2" : "") +
+                          " & L=$!; for i in $(seq 100); do sleep 0.1; [ -s " + d + "/" + out +
+                          "/metrics.jsonl ] && break; done; kill -TERM $L; wait $L; echo exit=$?",
+                      dir_);
+    EXPECT_NE(r.out.find("exit=4"), std::string::npos) << out << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("stop requested: ending at step "), std::string::npos) << r.err;
+    const auto trained = losses(dir_ / out / "metrics.jsonl").size();
+    std::ostringstream name;
+    name << "checkpoints/step_" << std::setw(8) << std::setfill('0') << trained;
+    EXPECT_TRUE(fs::exists(dir_ / out / name.str() / "manifest.json")) << out << ": " << name.str();
+    EXPECT_TRUE(fs::exists(dir_ / out / "measured.json")) << out;
   }
 }
 
