@@ -1,5 +1,6 @@
 #include "spec/model_spec.h"
 
+#include "core/error.h"
 #include "core/str_cat.h"
 
 namespace cpt::spec {
@@ -20,27 +21,50 @@ std::int64_t ModelSpec::norm_params() const {
 //   norms      2 per block, h each (RMSNorm) or 2h (LayerNorm)
 // plus the token embedding V·h, learned positions s·h, the final norm and an untied LM head V·h.
 // For GPT (f = 4h, a = g) this is Narayanan et al. 2021 eq. (2): 12·L·h² + 13·L·h + (V + s)·h (+ 2h).
+namespace {
+
+// Products and sums of dimensions, checked: dimensions each in range can still multiply past 64
+// bits (find_model_spec_errors reports it; a validated model never throws here).
+struct Count {
+  std::int64_t value;
+};
+Count operator*(Count a, Count b) {
+  std::int64_t out = 0;
+  if (__builtin_mul_overflow(a.value, b.value, &out)) throw core::ConfigError("parameter count beyond 64 bits");
+  return {out};
+}
+Count operator+(Count a, Count b) {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(a.value, b.value, &out)) throw core::ConfigError("parameter count beyond 64 bits");
+  return {out};
+}
+
+}  // namespace
+
 ParamCounts ModelSpec::param_counts() const {
-  const std::int64_t h = hidden;
-  const std::int64_t d = head_dim();
-  const std::int64_t q_width = std::int64_t{heads} * d;
-  const std::int64_t kv_width = std::int64_t{kv_heads} * d;
-  ParamCounts c;
-  c.attention_per_layer = 2 * h * q_width + 2 * h * kv_width;
-  c.mlp_per_layer = (mlp == MlpKind::kSwiGLU ? 3 : 2) * h * ffn_hidden;
+  const Count h{hidden}, d{head_dim()}, f{ffn_hidden}, v{vocab};
+  const Count q_width = Count{heads} * d;
+  const Count kv_width = Count{kv_heads} * d;
+  Count attention = Count{2} * h * q_width + Count{2} * h * kv_width;
+  Count mlp_params = Count{mlp == MlpKind::kSwiGLU ? 3 : 2} * h * f;
   if (has_linear_biases()) {
-    c.attention_per_layer += q_width + 2 * kv_width + h;
-    c.mlp_per_layer += ffn_hidden + h;
+    attention = attention + q_width + Count{2} * kv_width + h;
+    mlp_params = mlp_params + f + h;
   } else if (qkv_bias) {
-    c.attention_per_layer += q_width + 2 * kv_width;
+    attention = attention + q_width + Count{2} * kv_width;
   }
+  ParamCounts c;
+  c.attention_per_layer = attention.value;
+  c.mlp_per_layer = mlp_params.value;
   c.norms_per_layer = 2 * norm_params();
-  c.per_layer = c.attention_per_layer + c.mlp_per_layer + c.norms_per_layer;
-  c.embedding = vocab * h;
-  c.position = position == PositionKind::kLearned ? std::int64_t{max_seq_len} * h : 0;
+  c.per_layer = (attention + mlp_params + Count{c.norms_per_layer}).value;
+  c.embedding = (v * h).value;
+  c.position = position == PositionKind::kLearned ? (Count{max_seq_len} * h).value : 0;
   c.final_norm = norm_params();
-  c.lm_head = tied_embeddings ? 0 : vocab * h;
-  c.total = layers * c.per_layer + c.embedding + c.position + c.final_norm + c.lm_head;
+  c.lm_head = tied_embeddings ? 0 : c.embedding;
+  c.total = (Count{layers} * Count{c.per_layer} + Count{c.embedding} + Count{c.position} + Count{c.final_norm} +
+             Count{c.lm_head})
+                .value;
   return c;
 }
 
@@ -69,6 +93,14 @@ std::vector<std::string> find_model_spec_errors(const ModelSpec& m) {
   }
   if (m.heads >= 1 && m.kv_heads >= 1 && m.heads % m.kv_heads != 0) {
     errors.push_back(str_cat("heads (", m.heads, ") must be divisible by kv_heads (", m.kv_heads, ")"));
+  }
+  if (errors.empty()) {
+    try {
+      (void)m.param_counts();
+    } catch (const core::ConfigError&) {
+      errors.push_back(str_cat("layers (", m.layers, "), hidden (", m.hidden, "), ffn_hidden (", m.ffn_hidden,
+                               ") and vocab (", m.vocab, ") give more parameters than 64 bits count"));
+    }
   }
   return errors;
 }

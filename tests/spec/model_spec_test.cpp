@@ -62,5 +62,20 @@ TEST(ModelSpec, ErrorsNameTheFields) {
   EXPECT_EQ(find_model_spec_errors(m)[0], "layers must be >= 1, got 0");
 }
 
+// Dimensions each within what a model file accepts (2^30) but whose parameter count is beyond 64
+// bits are an error naming them (`models show` printed a wrapped, smaller-than-a-layer count).
+TEST(ModelSpec, DimensionsWhoseCountWrapsAreAnError) {
+  ModelSpec m = find_catalog_model("tiny")->spec;
+  m.layers = 1 << 30;
+  m.hidden = 1 << 30;
+  m.heads = 1 << 20;
+  m.kv_heads = 1 << 20;
+  m.ffn_hidden = 1 << 30;
+  const auto e = find_model_spec_errors(m);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0], "layers (1073741824), hidden (1073741824), ffn_hidden (1073741824) and vocab (512) give more "
+                  "parameters than 64 bits count");
+}
+
 }  // namespace
 }  // namespace cpt::spec
