@@ -1,0 +1,152 @@
+// What a distributed `cpt train` does when something goes wrong (docs/executor.md, "Failure
+// behaviour"): a missing output directory, a rank that dies, the launcher killed or asked to stop,
+// a second job into the same directory, who can reach the rendezvous, a device or data set that does
+// not fit, a peer that never comes. Through the real binary and its launcher, on the shared
+// fixture's plans and data.
+#include "distributed_train_fixture.h"
+
+namespace {
+
+using namespace cpt::dist_testing;
+
+class JobFailures : public DistributedTrain {};
+
+// The launcher makes a missing OUT (and its parents) as the single-process run does; it used to
+// fail writing the tokenizer there.
+TEST_F(JobFailures, TheLauncherMakesItsOutputDirectory) {
+  const auto r = train("dp2", "not/yet/there", 2, short_config(2));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "not/yet/there/measured.json"));
+}
+
+TEST_F(JobFailures, ADeadRankTakesTheJobDown) {
+  const auto d = dir_.string();
+  // Start a long job, kill one of its two ranks, expect the launcher to stop the other and fail.
+  const auto r = sh(cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d +
+                        "/o3 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
+                        "[ -s " + d + "/o3/metrics.jsonl ] && break; done; "
+                        "kill -9 $(pgrep -P $L | head -1); wait $L; echo exit=$?; pgrep -P $L | wc -l",
+                    dir_);
+  EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
+}
+
+// While a job trains into OUT, a second job into the same OUT is refused (exit 3, the holder's pid
+// named); killing the launcher with SIGKILL takes its ranks down with it (they were re-parented
+// and kept training), after which OUT can be written again.
+TEST_F(JobFailures, OneJobPerOutputAndTheRanksDieWithTheirLauncher) {
+  const auto d = dir_.string();
+  const auto job = cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d + "/o4";
+  const auto r = sh(job + " --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
+                          "[ -s " + d + "/o4/metrics.jsonl ] && break; done; "
+                          "RANKS=$(pgrep -P $L | tr '\n' ' '); " + job + " 2>" + d + "/second.err; echo second=$?; "
+                          "kill -9 $L; for i in $(seq 50); do alive=0; for p in $RANKS; do "
+                          // running, not a zombie waiting for whoever adopted it to reap it
+                          "grep -qs '^State:[[:space:]]*[^Z]' /proc/$p/status && alive=$((alive+1)); done; "
+                          "[ $alive = 0 ] && break; sleep 0.1; done; "
+                          "echo ranks=$(echo $RANKS | wc -w) alive=$alive",
+                    dir_);
+  EXPECT_NE(r.out.find("second=3"), std::string::npos) << r.out << r.err;
+  const auto second = slurp(dir_ / "second.err");
+  EXPECT_NE(second.find("o4: another cpt train is writing it (pid "), std::string::npos) << second;
+  EXPECT_NE(r.out.find("ranks=2 alive=0"), std::string::npos) << r.out << r.err;
+  const auto again = train("dp2", "o4", 2, short_config(2));
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+// A one-node job listens on --master-addr alone (loopback by default): the rendezvous store and
+// Gloo's transport, in IPv4 and IPv6 (the store had listened on every interface).
+TEST_F(JobFailures, AOneNodeJobListensOnLoopbackOnly) {
+  const auto d = dir_.string();
+  const auto r = sh(cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d +
+                        "/o5 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
+                        "[ -s " + d + "/o5/metrics.jsonl ] && break; done; "
+                        "for p in $(pgrep -P $L); do python3 - $p <<'PY'\n"
+                        "import os, sys\n"
+                        "pid = sys.argv[1]\n"
+                        "inodes = set()\n"
+                        "for fd in os.listdir('/proc/%s/fd' % pid):\n"
+                        "    try: link = os.readlink('/proc/%s/fd/%s' % (pid, fd))\n"
+                        "    except OSError: continue\n"
+                        "    if link.startswith('socket:['): inodes.add(link[8:-1])\n"
+                        "for table in ('tcp', 'tcp6'):\n"
+                        "    for line in open('/proc/net/' + table).readlines()[1:]:\n"
+                        "        f = line.split()\n"
+                        "        if f[3] == '0A' and f[9] in inodes: print('listening', table, f[1].split(':')[0])\n"
+                        "PY\n"
+                        "done; kill $L; wait $L",
+                    dir_);
+  ASSERT_NE(r.out.find("listening"), std::string::npos) << r.out << r.err;  // the store at least
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("listening")) continue;
+    // 127.0.0.1 in /proc/net/tcp's little-endian hex.
+    EXPECT_EQ(line, "listening tcp 0100007F") << r.out;
+  }
+}
+
+// SIGTERM to the launcher (a preemption, `scancel`) or to a single process: the ranks finish their
+// step, agree, write a final checkpoint at it and exit 4; metrics.jsonl ends at that step, and the
+// checkpoint verifies. (It used to end the ranks at once, with no checkpoint and no message.)
+TEST_F(JobFailures, SigtermEndsWithAFinalCheckpointAndExitFour) {
+  const auto d = dir_.string();
+  for (const auto& [out, procs] : {std::pair{"o6", 2}, std::pair{"o7", 1}}) {
+    const auto r = sh(cpt_binary() + " train --plan " + d + (procs == 2 ? "/dp2" : "/single") + "/plan.json --config " + d +
+                          "/long.json --out " + d + "/" + out + (procs == 2 ? " --nproc-per-node 2" : "") +
+                          " & L=$!; for i in $(seq 100); do sleep 0.1; [ -s " + d + "/" + out +
+                          "/metrics.jsonl ] && break; done; kill -TERM $L; wait $L; echo exit=$?",
+                      dir_);
+    EXPECT_NE(r.out.find("exit=4"), std::string::npos) << out << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("stop requested: ending at step "), std::string::npos) << r.err;
+    const auto trained = losses(dir_ / out / "metrics.jsonl").size();
+    std::ostringstream name;
+    name << "checkpoints/step_" << std::setw(8) << std::setfill('0') << trained;
+    EXPECT_TRUE(fs::exists(dir_ / out / name.str() / "manifest.json")) << out << ": " << name.str();
+    EXPECT_TRUE(fs::exists(dir_ / out / "measured.json")) << out;
+  }
+}
+
+TEST_F(JobFailures, CudaRanksWithoutDevicesFailAtOnceInOneLine) {
+  if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "this machine has a CUDA device";
+  const auto d = dir_.string();
+  // The launcher checks the device before it starts the ranks: none here.
+  const auto r = sh("timeout 60 " + cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d +
+                        "/train.json --out " + d + "/o5 --nproc-per-node 2 --device cuda",
+                    dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("device \"cuda\": no CUDA device is visible"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // said once, by the launcher
+}
+
+// Data that does not fit the model is reported once, by the launcher, before any rank starts (not
+// by rank 0 and then by every other rank as a failed barrier).
+TEST_F(JobFailures, DataThatDoesNotFitTheModelIsOneLineFromTheLauncher) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "tiny256.json") << R"({"name": "tiny256", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+    "ffn_hidden": 176, "vocab": 256, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+    "tied_embeddings": false, "max_seq_len": 128})";
+  ASSERT_EQ(sh(cpt_binary() + " plan --model " + d + "/tiny256.json --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 " +
+                   "--fix dp=2,zero=0,micro_batch=2 --out " + d + "/dp2-v256",
+               dir_)
+                .exit_code,
+            0);
+  const auto r = train("dp2-v256", "o-v256", 2);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("tokenized with a 512-token vocabulary, but model tiny256 has 256"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(JobFailures, AMissingPeerEndsInATimeoutNotAHang) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "timeout.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2,
+    "collective_timeout_s": 3})";
+  // Rank 0 of a two-rank job whose rank 1 never starts.
+  const auto r = sh("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 timeout 60 " + cpt_binary() +
+                        " train --plan " + d + "/dp2/plan.json --config " + d + "/timeout.json --out " + d + "/o4",
+                    dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("rank 0: rendezvous at 127.0.0.1:29731 failed"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // one line, no backtrace
+}
+
+}  // namespace
