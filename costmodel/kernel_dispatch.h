@@ -1,9 +1,8 @@
 #pragma once
 // How many kernels each piece of a training step dispatches — what CostModelOptions::
 // kernel_overhead is paid for — per runtime (CostModelOptions::dispatch). The counts here are the
-// work's own; the kernels around each communication call are added where the calls are counted
-// (layer_costs.cpp for tensor parallelism, step_estimator.cpp for context, ZeRO-3, data and
-// pipeline parallelism), `kernels_per_call` each.
+// work's own; the kernels around each communication call are entries of the step inventory
+// (step_inventory.h, `kernels_per_call` and its kin each), which Estimate::kernels_per_step folds.
 //
 // kFused (Megatron-LM / Transformer Engine): 12 kernels per layer forward with FlashAttention, 15
 // without, twice that backward; 2 for the embedding and 6 for the LM head and loss each way; 4 for

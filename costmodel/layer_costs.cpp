@@ -56,37 +56,37 @@ struct Shape {
 };
 
 Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const CostModelOptions& o) {
-  Shape x{};
-  x.T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
-  x.h = m.hidden;
-  x.f = m.ffn_hidden;
-  x.d = m.head_dim();
-  x.a = m.heads;
-  x.g = m.kv_heads;
-  x.s = seq_len;
-  x.V = static_cast<double>(m.tp_padded_vocab(p.tp));
-  x.tp = p.tp;
-  x.cp = p.cp;
-  x.sp = p.sequence_parallel;
-  x.e = activation_bytes(o.precision);
-  x.gated = m.mlp == spec::MlpKind::kSwiGLU;
-  x.dropout = m.mlp == spec::MlpKind::kGelu;
-  return x;
+  Shape shape{};
+  shape.T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
+  shape.h = m.hidden;
+  shape.f = m.ffn_hidden;
+  shape.d = m.head_dim();
+  shape.a = m.heads;
+  shape.g = m.kv_heads;
+  shape.s = seq_len;
+  shape.V = static_cast<double>(m.tp_padded_vocab(p.tp));
+  shape.tp = p.tp;
+  shape.cp = p.cp;
+  shape.sp = p.sequence_parallel;
+  shape.e = activation_bytes(o.precision);
+  shape.gated = m.mlp == spec::MlpKind::kSwiGLU;
+  shape.dropout = m.mlp == spec::MlpKind::kGelu;
+  return shape;
 }
 
-ActivationWidths widths_of(const Shape& x) {
+ActivationWidths widths_of(const Shape& shape) {
   ActivationWidths w;
-  w.tokens = x.T;
-  w.hidden = x.h;
-  w.query_width = x.a * x.d / x.tp;
-  w.key_value_width = x.g * x.d / x.tp;
-  w.ffn_width = x.f / x.tp;
-  w.head_dim = x.d;
-  w.sequence_divisor = x.sp ? x.tp : 1.0;
-  w.tensor_parallel = x.tp > 1;
-  w.element_bytes = x.e;
-  w.gated = x.gated;
-  w.dropout = x.dropout;
+  w.tokens = shape.T;
+  w.hidden = shape.h;
+  w.query_width = shape.a * shape.d / shape.tp;
+  w.key_value_width = shape.g * shape.d / shape.tp;
+  w.ffn_width = shape.f / shape.tp;
+  w.head_dim = shape.d;
+  w.sequence_divisor = shape.sp ? shape.tp : 1.0;
+  w.tensor_parallel = shape.tp > 1;
+  w.element_bytes = shape.e;
+  w.gated = shape.gated;
+  w.dropout = shape.dropout;
   return w;
 }
 
@@ -125,31 +125,31 @@ Seconds gemm_time(double flops, double min_dim, const spec::GpuSpec& gpu, const 
 
 BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len,
                        const spec::GpuSpec& gpu, const CostModelOptions& o) {
-  const Shape x = shape_of(m, p, seq_len, o);
+  const Shape shape = shape_of(m, p, seq_len, o);
   BlockCosts c;
   // GEMMs [T, in] x [in, out], 2·T·in·out FLOPs each. Megatron fuses Q, K and V into one GEMM
   // and SwiGLU's gate and up into another; cpt's executor (eager) runs each projection as its own
   // GEMM (executor/model/llama_blocks.cpp), each priced at its own shape.
-  const double q_width = x.a * x.d / x.tp, kv_width = x.g * x.d / x.tp, ffn_width = x.f / x.tp;
-  const double up_count = x.gated ? 2 : 1;
-  const double qkv = 2 * x.T * x.h * (q_width + 2 * kv_width);
-  const double out = 2 * x.T * q_width * x.h;
-  const double up = 2 * x.T * x.h * up_count * ffn_width;
-  const double down = 2 * x.T * ffn_width * x.h;
+  const double q_width = shape.a * shape.d / shape.tp, kv_width = shape.g * shape.d / shape.tp, ffn_width = shape.f / shape.tp;
+  const double up_count = shape.gated ? 2 : 1;
+  const double qkv = 2 * shape.T * shape.h * (q_width + 2 * kv_width);
+  const double out = 2 * shape.T * q_width * shape.h;
+  const double up = 2 * shape.T * shape.h * up_count * ffn_width;
+  const double down = 2 * shape.T * ffn_width * shape.h;
   const double gemm_flops = qkv + out + up + down;
   auto linear = [&](double in, double out_width) {
-    return gemm_time(2 * x.T * in * out_width, std::min({x.T, in, out_width}), gpu, o);
+    return gemm_time(2 * shape.T * in * out_width, std::min({shape.T, in, out_width}), gpu, o);
   };
-  Seconds gemm_fwd = linear(q_width, x.h) + linear(ffn_width, x.h);  // attention output, down
+  Seconds gemm_fwd = linear(q_width, shape.h) + linear(ffn_width, shape.h);  // attention output, down
   if (o.dispatch == KernelDispatch::kEager) {
-    gemm_fwd += linear(x.h, q_width) + linear(x.h, kv_width) * 2.0 + linear(x.h, ffn_width) * up_count;
+    gemm_fwd += linear(shape.h, q_width) + linear(shape.h, kv_width) * 2.0 + linear(shape.h, ffn_width) * up_count;
   } else {
-    gemm_fwd += linear(x.h, q_width + 2 * kv_width) + linear(x.h, up_count * ffn_width);
+    gemm_fwd += linear(shape.h, q_width + 2 * kv_width) + linear(shape.h, up_count * ffn_width);
   }
 
   // Attention core: QK^T and AV, each 2·T·s·d per head; causal with a fused kernel does half.
-  const double attn_full = 4 * x.T * x.s * x.d * (x.a / x.tp);
-  const double attn_fwd_flops = o.flash_attention ? causal_attention_forward_flops(x.T, x.s, x.d, x.a / x.tp) : attn_full;
+  const double attn_full = 4 * shape.T * shape.s * shape.d * (shape.a / shape.tp);
+  const double attn_fwd_flops = o.flash_attention ? causal_attention_forward_flops(shape.T, shape.s, shape.d, shape.a / shape.tp) : attn_full;
   const double attn_bwd_flops = o.flash_attention ? causal_attention_backward_flops(attn_fwd_flops) : 2 * attn_full;
   Seconds attn_fwd;
   Seconds attn_bwd;
@@ -165,33 +165,23 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   } else {
     // Materialised scores [b, a/tp, T, s]: written by QK^T, softmax read + write, dropout read +
     // write + 1-byte mask, read by AV (Korthikanti et al. 2022 §4.1 lists the stored tensors).
-    const double scores = x.T * x.s * (x.a / x.tp);
-    score_bytes = scores * (5 * x.e + 1);
+    const double scores = shape.T * shape.s * (shape.a / shape.tp);
+    score_bytes = scores * (5 * shape.e + 1);
     // QK^T and AV, batched over the heads: [T, d] x [d, s] and [T, s] x [s, d].
-    attn_fwd = gemm_time(attn_full, x.d, gpu, o) + memory_time(score_bytes, gpu, o);
-    attn_bwd = gemm_time(2 * attn_full, x.d, gpu, o) + memory_time(2 * score_bytes, gpu, o);
+    attn_fwd = gemm_time(attn_full, shape.d, gpu, o) + memory_time(score_bytes, gpu, o);
+    attn_bwd = gemm_time(2 * attn_full, shape.d, gpu, o) + memory_time(2 * score_bytes, gpu, o);
   }
 
   // Element-wise traffic (costmodel/elementwise_traffic.h): as the runtime dispatches it.
-  const PassBytes elementwise = layer_elementwise_bytes(widths_of(x), o.dispatch);
+  const PassBytes elementwise = layer_elementwise_bytes(widths_of(shape), o.dispatch);
   const Seconds mem_fwd = memory_time(elementwise.forward, gpu, o);
   const Seconds mem_bwd = memory_time(elementwise.backward, gpu, o);
 
-  c.tp_bytes = core::Bytes(static_cast<std::int64_t>(x.T * x.h * x.e));
-  const int tp_coll = p.tp > 1 ? 2 : 0;  // after attention and after the MLP (Megatron f/g)
-  c.tp_collectives_forward = tp_coll;
-  c.tp_collectives_backward = tp_coll;
-  // cpt's executor all-reduces each sequence-parallel norm's weight gradient over tp in every
-  // backward (Megatron sums them once per step).
-  if (p.tp > 1 && p.sequence_parallel && o.dispatch == KernelDispatch::kEager) c.tp_norm_grad_allreduces = 2;
-  c.tp_norm_grad_bytes = core::Bytes(static_cast<std::int64_t>(x.h * 4));
-  // Kernels: the layer's own, and those around its tensor-parallel calls (an all-gather and a
-  // reduce-scatter in place of each all-reduce under sequence parallelism).
+  // Kernels: the layer's own; those around its communication calls are the step inventory's
+  // (step_inventory.h).
   const PassKernels own = layer_kernels(o);
-  const double around = x.sp ? 2 * kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
-  c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward + around * tp_coll, o);
-  c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_bwd,
-                    own.backward + around * tp_coll + kernels_per_call(o) * c.tp_norm_grad_allreduces, o);
+  c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward, o);
+  c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_bwd, own.backward, o);
   switch (p.recompute) {
     case spec::Recompute::kNone:
       break;
@@ -200,16 +190,7 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
       break;
     case spec::Recompute::kFull:
       c.recompute = c.forward;
-      c.tp_collectives_recompute = tp_coll;
       break;
-  }
-  if (p.cp > 1) {
-    // Ring attention: each rank passes its K and V blocks cp − 1 times forward; backward passes
-    // K, V and their gradients.
-    const double kv = 2 * x.T * x.g * x.d / x.tp * x.e;
-    c.cp_bytes_forward = core::Bytes(static_cast<std::int64_t>(kv * (x.cp - 1)));
-    c.cp_bytes_backward = core::Bytes(static_cast<std::int64_t>(2 * kv * (x.cp - 1)));
-    c.cp_gathered_bytes = core::Bytes(static_cast<std::int64_t>(kv / 2 * x.cp));
   }
   // The published convention: non-causal attention, forward + 2x backward (Korthikanti et al. 2022
   // eq. 7); hardware FLOPs add the recomputed forward work in the same convention.
@@ -223,46 +204,32 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
 
 HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const spec::GpuSpec& gpu,
                      const CostModelOptions& o) {
-  const Shape x = shape_of(m, p, seq_len, o);
+  const Shape shape = shape_of(m, p, seq_len, o);
   HeadCosts c;
   // Embedding: a gather (write T·h) forward, a scatter-add of the gradient backward.
-  const double emb_bytes = 2 * x.T * x.h * x.e;
-  if (p.tp > 1) {
-    c.tp_embedding_forward = 1;
-    c.tp_embedding_backward = p.sequence_parallel ? 1 : 0;  // the all-gather of the scattered output's gradient
-    c.tp_head_forward = p.sequence_parallel ? 1 : 0;
-    c.tp_head_backward = 1;
-    // Megatron's three all-reduces (max, target logit, exp-sum); cpt's executor gathers the maxima
-    // and reduces the other two in one call (parallel/tensor_parallel.cpp).
-    c.tp_loss_forward = o.dispatch == KernelDispatch::kEager ? 2 : 3;
-    c.tp_loss_bytes = core::Bytes(static_cast<std::int64_t>(x.T * 4));  // fp32 per token
-    if (p.sequence_parallel && o.dispatch == KernelDispatch::kEager) c.tp_norm_grad_allreduces = 1;  // final norm
-  }
-  // Kernels: their own and those around their tensor-parallel calls.
-  const double region_call = x.sp ? kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
+  const double emb_bytes = 2 * shape.T * shape.h * shape.e;
+  // Kernels: their own; those around their communication calls are the step inventory's.
   const PassKernels emb_k = embedding_kernels(o), head_k = head_kernels(o);
   c.embedding_forward = pass(Seconds(0), Seconds(0), memory_time(emb_bytes, gpu, o),
-                             emb_k.forward + region_call * c.tp_embedding_forward, o);
+                             emb_k.forward, o);
   c.embedding_backward = pass(Seconds(0), Seconds(0), memory_time(2 * emb_bytes, gpu, o),
-                              emb_k.backward + region_call * c.tp_embedding_backward, o);
+                              emb_k.backward, o);
   // LM head [T, h] x [h, V/tp], then the vocab-parallel cross-entropy: logits in fp32, softmax
   // read + write, gradient write.
-  const double head = 2 * x.T * x.h * x.V / x.tp;
-  const double logits = x.T * x.V / x.tp;
-  const double ce_bytes = logits * (x.e + 4 * 3);
-  const PassBytes norm = final_norm_bytes(widths_of(x), o.dispatch);
+  const double head = 2 * shape.T * shape.h * shape.V / shape.tp;
+  const double logits = shape.T * shape.V / shape.tp;
+  const double ce_bytes = logits * (shape.e + 4 * 3);
+  const PassBytes norm = final_norm_bytes(widths_of(shape), o.dispatch);
   // A profile with measured cross-entropy rates (a CPU's, bound by its exponentials) prices the
   // loss by its logits instead of its bytes: at this size where measured at several.
   const auto rates = cross_entropy_rates_at(gpu, logits);
   const Seconds ce_fwd = rates ? Seconds(logits / rates->forward_logits_per_s) : memory_time(ce_bytes, gpu, o);
-  const Seconds ce_bwd = rates ? Seconds(logits / rates->backward_logits_per_s) : memory_time(logits * (4 + x.e), gpu, o);
-  const Seconds head_gemm = gemm_time(head, std::min({x.T, x.h, x.V / x.tp}), gpu, o);
+  const Seconds ce_bwd = rates ? Seconds(logits / rates->backward_logits_per_s) : memory_time(logits * (4 + shape.e), gpu, o);
+  const Seconds head_gemm = gemm_time(head, std::min({shape.T, shape.h, shape.V / shape.tp}), gpu, o);
   c.head_forward = pass(head_gemm, Seconds(0), ce_fwd + memory_time(norm.forward, gpu, o),
-                       head_k.forward + region_call * c.tp_head_forward + kernels_per_call(o) * c.tp_loss_forward, o);
+                       head_k.forward, o);
   c.head_backward = pass(head_gemm * 2.0, Seconds(0), ce_bwd + memory_time(norm.backward, gpu, o),
-                        head_k.backward + region_call * c.tp_head_backward +
-                            kernels_per_call(o) * c.tp_norm_grad_allreduces,
-                        o);
+                        head_k.backward, o);
   c.loss_forward = ce_fwd;
   c.loss_backward = ce_bwd;
   c.model_flops = core::Flops(3 * head);

@@ -44,22 +44,6 @@ struct BlockCosts {
   // (model, for MFU) and with the recomputed forward work added (hardware, for HFU).
   core::Flops model_flops;
   core::Flops hardware_flops;
-  // Tensor-parallel traffic: each collective moves `tp_bytes` (an all-reduce, or a reduce-scatter
-  // plus an all-gather under sequence parallelism); `tp_collectives_*` per pass.
-  core::Bytes tp_bytes;
-  int tp_collectives_forward = 0;
-  int tp_collectives_backward = 0;
-  int tp_collectives_recompute = 0;
-  // cpt's executor under sequence parallelism: all-reduces of the norms' weight gradients (each
-  // `tp_norm_grad_bytes`, fp32) per backward.
-  int tp_norm_grad_allreduces = 0;
-  core::Bytes tp_norm_grad_bytes;
-  // Context-parallel traffic per pass: K and V blocks passed around the cp ring; or, with the
-  // all-gather form, the size of one gathered tensor (K or V of the whole sequence), gathered
-  // twice forward and its gradient reduce-scattered twice backward.
-  core::Bytes cp_bytes_forward;
-  core::Bytes cp_bytes_backward;
-  core::Bytes cp_gathered_bytes;
 };
 
 struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
@@ -71,18 +55,6 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   core::Seconds loss_forward;
   core::Seconds loss_backward;
   core::Flops model_flops;  // LM head GEMMs, forward + backward
-  // Tensor-parallel traffic outside the blocks (Megatron's vocabulary-parallel layers; cpt's
-  // executor does the same): collectives of BlockCosts::tp_bytes — the embedding's sum over the
-  // vocabulary shards (forward), the LM head's input (backward; with sequence parallelism also its
-  // all-gather forward) — and of `tp_loss_bytes`: the vocabulary-parallel cross-entropy's max,
-  // target logit and softmax normaliser per token (forward).
-  int tp_embedding_forward = 0;
-  int tp_embedding_backward = 0;  // sequence parallelism: the gradient of the scattered output gathered
-  int tp_head_forward = 0;
-  int tp_head_backward = 0;
-  int tp_loss_forward = 0;
-  core::Bytes tp_loss_bytes;
-  int tp_norm_grad_allreduces = 0;  // the final norm's, as BlockCosts' (backward)
 };
 
 // The cross-entropy's rates for `logits` fp32 elements per call on `gpu`: its measured curve,

@@ -14,7 +14,11 @@ using core::Bytes;
 
 namespace {
 
-Bytes bytes(double v) { return Bytes(static_cast<std::int64_t>(std::llround(v))); }
+// The nearest whole byte. For the sizes here (non-negative, far below 2^52) truncating v + 0.5 is
+// llround's result at a fraction of its cost: the search evaluates it ~30 times per configuration.
+Bytes bytes(double v) {
+  return Bytes(v >= 0 ? static_cast<std::int64_t>(v + 0.5) : static_cast<std::int64_t>(std::llround(v)));
+}
 
 }  // namespace
 

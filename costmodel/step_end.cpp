@@ -1,0 +1,197 @@
+#include "costmodel/step_end.h"
+
+#include <algorithm>
+
+#include "costmodel/kernel_dispatch.h"
+#include "costmodel/layer_costs.h"
+#include "costmodel/memory_model.h"
+#include "costmodel/straggler.h"
+
+namespace cpt::cost {
+
+using core::Seconds;
+
+namespace {
+
+// Time to move `bytes` over PCIe for CPU offload (Gen4 x16, per direction).
+constexpr double kPcieBytesPerSecond = 25e9;
+// Adam on the host: parameters updated per second by a vectorised CPU optimizer (DeepSpeed's
+// CPU Adam reports ~1e9 parameters/s per socket).
+constexpr double kCpuAdamParamsPerSecond = 1e9;
+
+// What the step's end needs of the inventory's entries, in one pass over them.
+struct StepEndSums {
+  double transfer_resumes = 0;  // the pipeline's blocking calls
+  Seconds behind_backward;      // one gradient reduction
+  double reduced_bytes = 0;     // of that reduction
+  Seconds after_backward;
+  Seconds scalars_tp, scalars_pp, scalars_dp;
+  double kernels_dp = 0, kernels_pp = 0, kernels_scalars = 0;  // around calls outside the passes
+  CallsPerStep calls;
+};
+
+void count_calls(CommGroup group, double calls, CallsPerStep& out) {
+  switch (group) {
+    case CommGroup::kTp:
+      out.tp += calls;
+      break;
+    case CommGroup::kCp:
+      out.cp += calls;
+      break;
+    case CommGroup::kPp:
+      out.pp += calls;
+      break;
+    default:
+      out.dp += calls;
+  }
+}
+
+StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, double microbatches,
+                         const PricingContext& context) {
+  StepEndSums sums;
+  for (const WorkItem& item : inv.items()) {
+    const double times = times_per_step(item.scope, share, microbatches, inv);
+    count_calls(item.group, item.calls * times, sums.calls);
+    if (item.kind == WorkKind::kScalarAllReduce) {
+      const Seconds seconds = price(item, context, Seconds(0));
+      (item.group == CommGroup::kTp ? sums.scalars_tp : item.group == CommGroup::kPp ? sums.scalars_pp
+                                                                                      : sums.scalars_dp) += seconds;
+      sums.kernels_scalars += item.kernels * times;
+    } else if (item.scope == WorkScope::kTransfer) {
+      if (item.resumes) sums.transfer_resumes += item.calls * times;
+      sums.kernels_pp += item.kernels * times;
+    } else if (item.exposure == Exposure::kBehindBackward) {
+      sums.behind_backward += price(item, context, Seconds(0));
+      sums.reduced_bytes = static_cast<double>(item.bytes.value());
+      sums.kernels_dp += item.kernels * times;
+    } else if (item.exposure == Exposure::kAfterBackward) {
+      sums.after_backward += price(item, context, Seconds(0)) * times;
+      sums.kernels_dp += item.kernels * times;
+    }
+  }
+  return sums;
+}
+
+// The critical rank's compute, recomputation and exposed TP, CP and ZeRO-3 communication of its
+// microbatches, and the pipeline's terms. Returns the ZeRO-3 root unit's calls (outside the
+// stage durations the replay ran).
+Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, const StepEndSums& sums,
+                         const CriticalRank& critical, double microbatches, StepTimeBreakdown& t,
+                         Seconds& zero3_exposed) {
+  const RankShare& share = critical.share;
+  const double layer_passes = share.layers * microbatches;
+  const BlockCosts& block = c.block;
+  const HeadCosts& head = c.head;
+  t.compute = (block.forward.total() + block.backward.total()) * layer_passes;
+  if (share.first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * microbatches;
+  if (share.last) t.compute += (head.head_forward.total() + head.head_backward.total()) * microbatches;
+  t.recompute = block.recompute.total() * layer_passes;
+  // The pipeline's receives and sends each cost the resume, as in the stage durations.
+  t.compute += c.resume * sums.transfer_resumes;
+  t.tp_comm = c.layer_tp * layer_passes;
+  if (share.first) t.tp_comm += (c.embedding_tp_forward + c.embedding_tp_backward) * microbatches;
+  if (share.last) t.tp_comm += (c.head_tp_forward + c.head_tp_backward) * microbatches;
+  t.cp_comm = c.layer_cp * layer_passes;
+  // The blocks' exposed gathers run inside the stage durations the replay ran at the rank's speed.
+  zero3_exposed = c.layer_zero3 * layer_passes * critical.compute_scale;
+  const Seconds root = c.between_passes * times_per_step(WorkScope::kEmbedding, share, microbatches, inv);
+  zero3_exposed += root;
+  t.compute = t.compute * critical.compute_scale;
+  t.recompute = t.recompute * critical.compute_scale;
+  t.tp_comm = t.tp_comm * critical.compute_scale;
+  t.cp_comm = t.cp_comm * critical.compute_scale;
+  t.pp_comm = critical.pp_comm;
+  t.pp_bubble = critical.pp_bubble;
+  return root;
+}
+
+// The data-parallel terms: the reduction behind the last backward (what its first bucket and the
+// backward cannot hide), the work after it, the wait for the group's slowest rank at the last
+// reduction, and the compute slowdown beside the overlapped traffic.
+void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, const StepEndSums& sums,
+                         const PricingContext& context, const StepEndGroups& groups, const CriticalRank& critical,
+                         double microbatches, Seconds zero3_exposed, StepTimeBreakdown& t, StepEnd& end,
+                         Seconds& straggler) {
+  const CostModelOptions& o = *context.options;
+  const Seconds overlappable = sums.behind_backward;
+  const Seconds bucket_time = overlappable.value() > 0
+                                  ? overlappable * std::min(1.0, static_cast<double>(o.bucket_elements) *
+                                                                     gradient_bytes_per_param(o) / sums.reduced_bytes)
+                                  : Seconds(0);
+  const Seconds backward(critical.backward_s * critical.compute_scale);
+  const Seconds hidden = o.overlap_dp_with_backward
+                             ? std::max(Seconds(0), std::min(overlappable - bucket_time, backward))
+                             : Seconds(0);
+  const double reductions = inv.gradient_reductions;
+  t.dp_comm = (overlappable - hidden) * reductions + sums.after_backward + zero3_exposed;
+  if (inv.reduces_gradients) {
+    straggler = straggler_wait(o.compute_jitter_sqrt_s, t.compute + t.recompute,
+                               std::max(groups.shard_group, context.groups->of(CommGroup::kReplicas).size));
+    t.dp_comm += straggler;
+  }
+  const double layer_passes = critical.share.layers * microbatches;
+  t.other = hidden * (reductions * c.overlap_slowdown) + c.layer_zero3_hidden * layer_passes * c.overlap_slowdown;
+  end.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);
+  end.dp_buckets = static_cast<int>(inv.gradient_buckets);
+  end.dp_reductions = inv.gradient_reductions;
+  // Without overlap the reduction runs after backward: it joins the terms after the reductions.
+  end.dp_after = sums.after_backward + (o.overlap_dp_with_backward ? Seconds(0) : overlappable * reductions);
+}
+
+// The optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param), with
+// the step's kernels (`step_kernels`).
+Seconds optimizer_time(const spec::ClusterSpec& cluster, const spec::ParallelConfig& p, const CostModelOptions& o,
+                       double params, int shard_group, double step_kernels) {
+  const double local = params / (p.zero_stage >= 1 ? shard_group : 1);
+  const double opt_bytes = o.optimizer_bytes_per_param + (o.precision == spec::Precision::kFp16 ? 8.0 : 0.0);
+  Seconds seconds;
+  if (p.offload == spec::Offload::kNone) {
+    seconds = Seconds(local * opt_bytes / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency));
+  } else {
+    seconds = Seconds(local * (gradient_bytes_per_param(o) + activation_bytes(o.precision)) / kPcieBytesPerSecond +
+                      local / kCpuAdamParamsPerSecond);
+  }
+  return seconds + o.kernel_overhead * step_kernels;
+}
+
+}  // namespace
+
+StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& p,
+                  const CostModelOptions& o, StepInventory& inv, const MicrobatchCharges& c,
+                  const PricingContext& context, const StepEndGroups& groups, const CriticalRank& critical,
+                  StepTimeBreakdown& t) {
+  const RankShare& share = critical.share;
+  const double microbatches = p.grad_accum();
+  add_step_end_work(inv, model, p, groups, share, o);
+  StepEnd end;
+  const StepEndSums sums = sum_step_end(inv, share, microbatches, context);
+  Seconds zero3_exposed, straggler;
+  const Seconds root = microbatch_terms(inv, c, sums, critical, microbatches, t, zero3_exposed);
+  data_parallel_terms(inv, c, sums, context, groups, critical, microbatches, zero3_exposed, t, end, straggler);
+  // The kernels around the data-parallel and pipeline calls (kernel_dispatch.h).
+  t.dp_comm += o.kernel_overhead * sums.kernels_dp;
+  t.pp_comm += o.kernel_overhead * sums.kernels_pp;
+  end.outside_schedule = straggler + root + o.kernel_overhead * (sums.kernels_dp + sums.kernels_pp);
+  // The executor's scalar all-reduces, once per step on every group: latency-bound calls that
+  // join the step-end terms the simulator replays (StageDurations::dp_after).
+  t.dp_comm += sums.scalars_dp;
+  t.tp_comm += sums.scalars_tp;
+  t.pp_comm += sums.scalars_pp;
+  end.dp_after += sums.scalars_dp + sums.scalars_tp + sums.scalars_pp;
+  end.calls = sums.calls;
+  const int sharded_stage = groups.shard_group > 1 ? p.zero_stage : 0;
+  const double step_k = step_kernels(model, share.layers, share.first, share.last, sharded_stage,
+                                     inv.optimizer_segments, o) +
+                        sums.kernels_scalars;
+  const BlockCosts& block = c.block;
+  const HeadCosts& head = c.head;
+  end.kernels = (block.forward.kernels + block.backward.kernels + block.recompute.kernels) * (share.layers * microbatches) +
+                (share.first ? (head.embedding_forward.kernels + head.embedding_backward.kernels) * microbatches : 0) +
+                (share.last ? (head.head_forward.kernels + head.head_backward.kernels) * microbatches : 0) + step_k +
+                sums.kernels_dp + sums.kernels_pp;
+  t.optimizer = optimizer_time(cluster, p, o, share.params, groups.shard_group, step_k);
+  end.optimizer = t.optimizer;
+  return end;
+}
+
+}  // namespace cpt::cost

@@ -1,0 +1,283 @@
+#include "costmodel/step_inventory.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "costmodel/executor_buckets.h"
+#include "costmodel/kernel_dispatch.h"
+#include "costmodel/layer_costs.h"
+#include "costmodel/memory_model.h"
+#include "spec/executor_support.h"
+
+namespace cpt::cost {
+
+using core::Bytes;
+
+void StepInventory::add(const WorkItem& item) {
+  assert(size_ < kMaxWorkItems);
+  items_[static_cast<std::size_t>(size_++)] = item;
+}
+
+namespace {
+
+// Where the runtimes differ in the work they do (the rest is the parallel layout's).
+struct Runtime {
+  bool executor = false;  // cpt's own (KernelDispatch::kEager); else Megatron-LM with fused kernels
+  // The vocabulary-parallel cross-entropy's all-reduces: Megatron's three (max, target logit,
+  // exp-sum); the executor gathers the maxima and reduces the other two in one call.
+  double loss_all_reduces = 3;
+  // The executor all-reduces each sequence-parallel norm's weight gradient over tp in every
+  // backward (Megatron sums them once per step, which is not counted).
+  bool norm_grads_each_backward = false;
+  // The executor's ZeRO-3 root unit (embedding, final norm, LM head) is gathered before each
+  // microbatch's forward and reduce-scattered after its backward, nothing beside either
+  // (executor/parallel/fully_sharded.h).
+  bool gathers_root_unit = false;
+};
+
+Runtime runtime_of(const spec::ParallelConfig& p, const CostModelOptions& o) {
+  Runtime r;
+  r.executor = o.dispatch == KernelDispatch::kEager;
+  if (r.executor) {
+    r.loss_all_reduces = 2;
+    r.norm_grads_each_backward = p.sequence_parallel;
+    r.gathers_root_unit = true;
+  }
+  return r;
+}
+
+// One operation per call, each paying one overhead.
+WorkItem calls_of(WorkPass pass, WorkScope scope, CommGroup group, WorkKind kind, Bytes bytes, double calls,
+                  double kernels_per_call, Exposure exposure = Exposure::kBlocking) {
+  return {pass, scope, group, kind, exposure, bytes, calls, calls, calls, calls * kernels_per_call, false,
+          exposure == Exposure::kBlocking};
+}
+
+WorkItem waiting(WorkItem item) {
+  item.waits_for_slowest = true;
+  return item;
+}
+
+// Tensor parallelism (Megatron's f/g): two collectives per layer and pass (after attention and
+// after the MLP), each an all-reduce or, under sequence parallelism, a reduce-scatter and an
+// all-gather priced as one; the embedding's sum over the vocabulary shards forward (a
+// reduce-scatter under SP), under SP also its gradient gathered backward; the LM head's input
+// gathered forward under SP and its gradient reduced backward; the loss's all-reduces.
+void add_tensor_parallel(StepInventory& inv, const spec::ParallelConfig& p, const Runtime& runtime, double tokens,
+                         double hidden, double element_bytes, const CostModelOptions& o) {
+  if (p.tp <= 1) return;
+  const Bytes activations(static_cast<std::int64_t>(tokens * hidden * element_bytes));
+  const Bytes norm_grads(static_cast<std::int64_t>(hidden * 4));  // fp32 weight gradient of one norm
+  const Bytes loss(static_cast<std::int64_t>(tokens * 4));         // fp32 per token
+  const bool sp = p.sequence_parallel;
+  const double around_pair = sp ? 2 * kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
+  const double around_one = sp ? kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
+  const WorkKind block_kind = sp ? WorkKind::kReduceScatterAllGather : WorkKind::kAllReduce;
+  auto block_collectives = [&](WorkPass pass) {
+    WorkItem item = waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kTp, block_kind, activations, 2, 0));
+    item.calls = sp ? 4 : 2;
+    item.kernels = 2 * around_pair;
+    inv.add(item);
+  };
+  block_collectives(WorkPass::kForward);
+  block_collectives(WorkPass::kBackward);
+  if (p.recompute == spec::Recompute::kFull) block_collectives(WorkPass::kRecompute);
+  if (runtime.norm_grads_each_backward) {
+    inv.add(calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, norm_grads, 2,
+                     kernels_per_call(o)));
+  }
+  const WorkKind scatter = sp ? WorkKind::kReduceScatter : WorkKind::kAllReduce;
+  const WorkKind gather = sp ? WorkKind::kAllGather : WorkKind::kAllReduce;
+  inv.add(waiting(calls_of(WorkPass::kForward, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
+  if (sp) {
+    inv.add(waiting(calls_of(WorkPass::kBackward, WorkScope::kEmbedding, CommGroup::kTp, gather, activations, 1, around_one)));
+    inv.add(waiting(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, gather, activations, 1, around_one)));
+  }
+  inv.add(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss,
+                   runtime.loss_all_reduces, kernels_per_call(o)));
+  inv.add(waiting(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, scatter, activations, 1, around_one)));
+  if (runtime.norm_grads_each_backward) {  // the final norm's
+    inv.add(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, norm_grads, 1,
+                     kernels_per_call(o)));
+  }
+}
+
+// Context parallelism per layer. All-gather form: K and V gathered before attention (two
+// blocking calls), their gradients reduce-scattered after it (two), gathered again when full
+// recomputation reruns the forward. Ring form: cp − 1 steps per pass, each a send and a receive
+// of one block to the next rank, hidden behind the attention core; forward passes K and V,
+// backward also their gradients.
+void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
+                          double tokens, double element_bytes, const CostModelOptions& o) {
+  if (p.cp <= 1) return;
+  const double kv = 2 * tokens * model.kv_heads * model.head_dim() / p.tp * element_bytes;
+  if (o.context_parallel == ContextParallelKind::kAllGather) {
+    const Bytes gathered(static_cast<std::int64_t>(kv / 2 * p.cp));
+    const double around = kernels_per_context_parallel_call(o);
+    auto gathers = [&](WorkPass pass, WorkKind kind) {
+      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kCp, kind, gathered, 2, around)));
+    };
+    gathers(WorkPass::kForward, WorkKind::kAllGather);
+    gathers(WorkPass::kBackward, WorkKind::kReduceScatter);
+    if (p.recompute == spec::Recompute::kFull) gathers(WorkPass::kRecompute, WorkKind::kAllGather);
+    return;
+  }
+  const double steps = p.cp - 1;
+  auto ring = [&](WorkPass pass, double blocks) {
+    const Bytes per_step(static_cast<std::int64_t>(blocks * kv * steps) / static_cast<std::int64_t>(steps));
+    WorkItem item = calls_of(pass, WorkScope::kLayer, CommGroup::kCp, WorkKind::kSendReceive, per_step, steps, 0,
+                             Exposure::kBehindAttention);
+    item.calls = 2 * steps;
+    inv.add(item);
+  };
+  ring(WorkPass::kForward, 1);
+  ring(WorkPass::kBackward, 2);
+}
+
+// ZeRO-3 over the shard group, every microbatch: each block's parameters gathered forward and
+// again backward, its gradients reduce-scattered backward, prefetched behind compute; the
+// executor's root unit (what the rank holds outside its blocks) gathered and reduced between
+// passes, kept gathered in between (FSDP's root is not resharded after forward either).
+void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, int shard_group,
+               const Runtime& runtime, double element_bytes, const CostModelOptions& o) {
+  if (p.zero_stage != 3 || shard_group <= 1) return;
+  const auto counts = model.param_counts();
+  const double block = block_params_per_tp(counts, p.tp);
+  const double around = kernels_per_zero3_call(o);
+  auto unit = [&](WorkPass pass, WorkScope scope, WorkKind kind, double params, double bytes_per_param,
+                  Exposure exposure) {
+    const Bytes bytes(static_cast<std::int64_t>(params * bytes_per_param));
+    inv.add(calls_of(pass, scope, CommGroup::kShard, kind, bytes, 1, around, exposure));
+  };
+  const double grad_bytes = gradient_bytes_per_param(o);
+  unit(WorkPass::kForward, WorkScope::kLayer, WorkKind::kAllGather, block, element_bytes, Exposure::kPrefetched);
+  unit(WorkPass::kBackward, WorkScope::kLayer, WorkKind::kAllGather, block, element_bytes, Exposure::kPrefetched);
+  unit(WorkPass::kBackward, WorkScope::kLayer, WorkKind::kReduceScatter, block, grad_bytes, Exposure::kPrefetched);
+  if (!runtime.gathers_root_unit) return;
+  const bool single_stage = p.pp * p.virtual_stages == 1;
+  const double root = root_params(model, counts, p.tp, true, single_stage, single_stage);
+  unit(WorkPass::kForward, WorkScope::kEmbedding, WorkKind::kAllGather, root, element_bytes, Exposure::kBetweenPasses);
+  unit(WorkPass::kBackward, WorkScope::kEmbedding, WorkKind::kReduceScatter, root, grad_bytes,
+       Exposure::kBetweenPasses);
+}
+
+}  // namespace
+
+StepInventory microbatch_work(const spec::ModelSpec& model, const spec::ParallelConfig& p, int seq_len,
+                              int shard_group, const CostModelOptions& o) {
+  StepInventory inv;
+  const Runtime runtime = runtime_of(p, o);
+  const double tokens = static_cast<double>(p.micro_batch) * seq_len / p.cp;  // per rank
+  const double element_bytes = activation_bytes(o.precision);
+  add_tensor_parallel(inv, p, runtime, tokens, model.hidden, element_bytes, o);
+  add_context_parallel(inv, model, p, tokens, element_bytes, o);
+  add_zero3(inv, model, p, shard_group, runtime, element_bytes, o);
+  if (p.pp > 1) {
+    // The activation passed between stages (scattered over tp under SP), and its gradient back.
+    const Bytes boundary(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden *
+                                                   element_bytes / (p.sequence_parallel ? p.tp : 1)));
+    for (const WorkPass pass : {WorkPass::kForward, WorkPass::kBackward}) {
+      inv.add(calls_of(pass, WorkScope::kTransfer, CommGroup::kPp, WorkKind::kSendReceive, boundary, 1,
+                       kernels_per_call(o)));
+    }
+  }
+  return inv;
+}
+
+namespace {
+
+// The hybrid all-reduce across nodes of the gradient shard. The executor all-reduces each unit's
+// shard right after its reduce-scatter, every microbatch, and waits for it
+// (parallel/fully_sharded.cpp); Megatron-style runtimes once per step, bucketed.
+void add_hybrid_all_reduce(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
+                           int shard_size, const RankShare& share, const Runtime& runtime, Bytes grad_bytes,
+                           const CostModelOptions& o) {
+  const double shard = std::max(1, shard_size);
+  const double grad_b = gradient_bytes_per_param(o);
+  auto all_reduce = [&](WorkScope scope, Bytes bytes, double calls) {
+    inv.add(calls_of(WorkPass::kStepEnd, scope, CommGroup::kReplicate, WorkKind::kAllReduce, bytes, calls,
+                     kernels_per_call(o), Exposure::kAfterBackward));
+  };
+  if (!runtime.executor) {
+    WorkItem item = calls_of(WorkPass::kStepEnd, WorkScope::kStep, CommGroup::kReplicate, WorkKind::kAllReduce,
+                             Bytes(static_cast<std::int64_t>(static_cast<double>(grad_bytes.value()) / shard)), 1,
+                             0, Exposure::kAfterBackward);
+    item.call_overheads = item.calls = inv.gradient_buckets;
+    item.kernels = kernels_per_call(o) * inv.gradient_buckets;
+    inv.add(item);
+    return;
+  }
+  const auto counts = model.param_counts();
+  all_reduce(WorkScope::kLayer, Bytes(static_cast<std::int64_t>(block_params_per_tp(counts, p.tp) * grad_b / shard)), 1);
+  const double root = root_params(model, counts, p.tp, share.first, share.last, p.pp * p.virtual_stages == 1);
+  if (root > 0) {
+    all_reduce(WorkScope::kStep, Bytes(static_cast<std::int64_t>(root * grad_b / shard)), p.grad_accum());
+  }
+}
+
+// The executor's scalar all-reduces of every step (spec::executor_step_scalar_all_reduces).
+void add_step_scalars(StepInventory& inv, const spec::ParallelConfig& p, int shard_group, const CostModelOptions& o) {
+  const spec::StepScalarAllReduces scalars = spec::executor_step_scalar_all_reduces(p, shard_group);
+  const Bytes two_doubles(16);
+  auto add = [&](CommGroup group, int calls) {
+    if (calls <= 0) return;
+    WorkItem item = calls_of(WorkPass::kStepEnd, WorkScope::kStep, group, WorkKind::kScalarAllReduce, two_doubles,
+                             calls, kernels_per_call(o));
+    item.resumes = false;  // after the step's compute
+    inv.add(item);
+  };
+  add(CommGroup::kReplicas, scalars.replicas);
+  add(CommGroup::kShard, scalars.shard);
+  add(CommGroup::kTp, scalars.tp);
+  add(CommGroup::kPp, scalars.pp);
+}
+
+}  // namespace
+
+void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
+                       const StepEndGroups& groups, const RankShare& share, const CostModelOptions& o) {
+  const Runtime runtime = runtime_of(p, o);
+  const double grad_b = gradient_bytes_per_param(o);
+  const Bytes grad_bytes(static_cast<std::int64_t>(share.params * grad_b));
+  const Bytes param_bytes(static_cast<std::int64_t>(share.params * activation_bytes(o.precision)));
+  // Buckets per reduction: the executor's own (whole parameters, executor_buckets.h); Megatron's
+  // filled to the cap.
+  const int shard_group = groups.shard_group;
+  if (runtime.executor) {
+    const BucketStats buckets = executor_gradient_buckets(
+        model, p.tp, static_cast<int>(std::lround(share.layers)), share.first, share.last, p.pp * p.virtual_stages == 1,
+        o.bucket_elements, p.zero_stage == 1 || p.zero_stage == 2 ? shard_group : 1);
+    inv.gradient_buckets = buckets.count;
+    inv.optimizer_segments = buckets.busiest_segments;
+  } else {
+    inv.gradient_buckets = std::max(1.0, std::ceil(share.params / static_cast<double>(o.bucket_elements)));
+  }
+  // ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every microbatch's backward
+  // (DeepSpeed's micro-step reduction); ZeRO 0/1 accumulate whole gradients, as does the executor
+  // under a pipeline schedule (spec::executor_zero2_reduces_each_microbatch).
+  const bool accumulates = runtime.executor && !spec::executor_zero2_reduces_each_microbatch(p);
+  inv.gradient_reductions = p.zero_stage == 2 && !accumulates ? p.grad_accum() : 1;
+  inv.reduces_gradients = shard_group > 1 || (p.hybrid_shard && groups.replicate_size > 1);
+  auto bucketed = [&](WorkKind kind, Bytes bytes, Exposure exposure) {
+    WorkItem item = calls_of(WorkPass::kStepEnd, exposure == Exposure::kBehindBackward ? WorkScope::kReduction
+                                                                                         : WorkScope::kStep,
+                             CommGroup::kReplicas, kind, bytes, 1, 0, exposure);
+    item.call_overheads = item.calls = inv.gradient_buckets;
+    item.kernels = kernels_per_call(o) * inv.gradient_buckets;
+    inv.add(item);
+  };
+  if (inv.reduces_gradients) {
+    if (p.zero_stage == 0) {
+      bucketed(WorkKind::kAllReduce, grad_bytes, Exposure::kBehindBackward);
+    } else if (p.zero_stage <= 2) {
+      bucketed(WorkKind::kReduceScatter, grad_bytes, Exposure::kBehindBackward);
+      bucketed(WorkKind::kAllGather, param_bytes, Exposure::kAfterBackward);
+    } else if (p.hybrid_shard && groups.replicate_size > 1) {
+      add_hybrid_all_reduce(inv, model, p, groups.shard_size, share, runtime, grad_bytes, o);
+    }
+  }
+  if (runtime.executor) add_step_scalars(inv, p, shard_group, o);
+}
+
+}  // namespace cpt::cost

@@ -1,0 +1,257 @@
+#include "costmodel/work_pricing.h"
+
+#include <algorithm>
+#include <array>
+
+#include "costmodel/collective_model.h"
+#include "costmodel/straggler.h"
+
+namespace cpt::cost {
+
+using core::Seconds;
+
+GroupPlacements::GroupPlacements(const LayoutCosts& layout, const spec::ParallelConfig& p)
+    : layout_(&layout), hybrid_(p.hybrid_shard), pp_(p.pp) {
+  // Gradients are summed and ZeRO shards spread over the dp × cp replicas (Megatron's
+  // data-and-context-parallel group; cpt's executor's replica group); hybrid sharding shards
+  // inside each node and all-reduces the shards across nodes.
+  if (hybrid_) {
+    const GroupPlacement& r = layout.replicas;
+    hybrid_shard_ = GroupPlacement{r.ranks_per_node, 1, r.ranks_per_node, r.intra, {}, r.intra_scale};
+    replicate_ = GroupPlacement{r.nodes, r.nodes, 1, {}, r.inter};
+  }
+}
+
+const GroupPlacement& GroupPlacements::of(CommGroup group) const {
+  switch (group) {
+    case CommGroup::kTp:
+      return layout_->tp;
+    case CommGroup::kCp:
+      return layout_->cp;
+    case CommGroup::kReplicas:
+      return layout_->replicas;
+    case CommGroup::kShard:
+      return hybrid_ ? hybrid_shard_ : layout_->replicas;
+    case CommGroup::kReplicate:
+      return replicate_;
+    case CommGroup::kPp:
+      return layout_->pp_in_node;
+  }
+  return layout_->tp;
+}
+
+PricingContext pricing_context(const GroupPlacements& groups, const spec::ClusterSpec& cluster,
+                               const CostModelOptions& options) {
+  return {&groups, &options, cluster.node.compute_lost_resuming_from_call.value_or(Seconds(0)),
+          cluster.node.scalar_all_reduce_step_latency};
+}
+
+namespace {
+
+// One latency-bound all-reduce of a few bytes: inside a node at the node's measured scalar
+// latency where it has one (a backend may take another path for a few bytes than the link's fit
+// describes); over pp across nodes (the pp groups are not placed there) 2(pp − 1) hops of the
+// pipeline's own ring at their mean latency. Zero on a group of one.
+Seconds scalar_all_reduce(const WorkItem& item, const PricingContext& context) {
+  const GroupPlacements& groups = *context.groups;
+  const GroupPlacement& group = groups.of(item.group);
+  const LinkSum& ring = groups.layout().pp_ring;
+  if (group.size > 1) {
+    return context.scalar_step_latency && group.nodes <= 1
+               ? *context.scalar_step_latency * (2.0 * (group.size - 1))
+               : collective_time(Collective::kAllReduce, item.bytes, group, context.options->network_efficiency);
+  }
+  if (item.group == CommGroup::kPp && ring.links > 0) {
+    return Seconds(ring.latency_s / static_cast<double>(ring.links)) * (2.0 * (groups.pp() - 1));
+  }
+  return Seconds(-1);  // nothing to do
+}
+
+// α–β of one operation of `item`; negative when the group has a single rank.
+Seconds operation_time(const WorkItem& item, const PricingContext& context) {
+  const GroupPlacement& group = context.groups->of(item.group);
+  const double efficiency = context.options->network_efficiency;
+  switch (item.kind) {
+    case WorkKind::kAllReduce:
+      return collective_time(Collective::kAllReduce, item.bytes, group, efficiency);
+    case WorkKind::kAllGather:
+      return collective_time(Collective::kAllGather, item.bytes, group, efficiency);
+    case WorkKind::kReduceScatter:
+      return collective_time(Collective::kReduceScatter, item.bytes, group, efficiency);
+    case WorkKind::kReduceScatterAllGather:
+      // The ring all-reduce's time, or apart where the node measured them apart
+      // (GroupPlacement::intra_scale); the all-reduce may take the tree, the pair may not.
+      return collective_time(Collective::kReduceScatter, item.bytes, group, efficiency) +
+             collective_time(Collective::kAllGather, item.bytes, group, efficiency);
+    case WorkKind::kSendReceive: {
+      const CallScale& inside = group.intra_scale[static_cast<std::size_t>(spec::LinkCall::kSendRecv)];
+      const LinkCost link = group.nodes > 1 ? group.inter
+                                            : LinkCost{core::BytesPerSecond(group.intra.bandwidth.value() * inside.bandwidth),
+                                                       group.intra.latency * inside.latency};
+      return p2p_time(item.bytes, link, efficiency);
+    }
+    case WorkKind::kScalarAllReduce:
+      return scalar_all_reduce(item, context);
+  }
+  return Seconds(0);
+}
+
+// price() given the operation's α–β time (negative: a group of one).
+Seconds price_with(const WorkItem& item, Seconds operation, const PricingContext& context, Seconds segment) {
+  if (operation.value() < 0) return Seconds(0);
+  const CostModelOptions& o = *context.options;
+  Seconds total = operation * item.operations + o.collective_overhead * item.call_overheads;
+  if (item.waits_for_slowest && o.compute_jitter_sqrt_s > 0) {
+    total += straggler_wait(o.compute_jitter_sqrt_s, segment, context.groups->of(item.group).size) *
+             item.operations;
+  }
+  return total;
+}
+
+// Operation times already computed for one configuration: a layer's passes, the embedding and
+// the head repeat the same few collectives (the planner's hot path prices each once).
+class OperationTimes {
+ public:
+  explicit OperationTimes(const PricingContext& context) : context_(context) {}
+  Seconds operator()(const WorkItem& item) {
+    for (int i = 0; i < size_; ++i) {
+      const Known& k = known_[static_cast<std::size_t>(i)];
+      if (k.kind == item.kind && k.group == item.group && k.bytes == item.bytes) return k.seconds;
+    }
+    const Seconds seconds = operation_time(item, context_);
+    if (size_ < static_cast<int>(known_.size())) known_[static_cast<std::size_t>(size_++)] = {item.kind, item.group, item.bytes, seconds};
+    return seconds;
+  }
+
+ private:
+  struct Known {
+    WorkKind kind;
+    CommGroup group;
+    core::Bytes bytes;
+    Seconds seconds;
+  };
+  const PricingContext& context_;
+  std::array<Known, 12> known_;
+  int size_ = 0;
+};
+
+}  // namespace
+
+Seconds price(const WorkItem& item, const PricingContext& context, Seconds segment) {
+  return price_with(item, operation_time(item, context), context, segment);
+}
+
+Seconds pipeline_transfer_time(const WorkItem& item, const LinkCost& link, const PricingContext& context) {
+  const CostModelOptions& o = *context.options;
+  return (p2p_time(item.bytes, link, o.network_efficiency) + o.collective_overhead) * item.operations;
+}
+
+namespace {
+
+bool in_microbatch(const WorkItem& item) {
+  return (item.scope == WorkScope::kLayer || item.scope == WorkScope::kEmbedding || item.scope == WorkScope::kHead) &&
+         item.exposure != Exposure::kBehindBackward && item.exposure != Exposure::kAfterBackward;
+}
+
+PassTime& pass_of(MicrobatchCharges& c, const WorkItem& item) {
+  const bool forward = item.pass == WorkPass::kForward;
+  switch (item.scope) {
+    case WorkScope::kEmbedding:
+      return forward ? c.head.embedding_forward : c.head.embedding_backward;
+    case WorkScope::kHead:
+      return forward ? c.head.head_forward : c.head.head_backward;
+    default:
+      return forward ? c.block.forward : item.pass == WorkPass::kRecompute ? c.block.recompute : c.block.backward;
+  }
+}
+
+// The kernels around each call run in its pass, and a host resumes after each blocking call.
+// Returns the compute between two blocking calls of a layer: its passes' compute shared among
+// the operations that wait for their group.
+Seconds charge_dispatch(MicrobatchCharges& c, const StepInventory& inventory, const PricingContext& context) {
+  const Seconds kernel = context.options->kernel_overhead;
+  double waiting = 0;
+  for (const WorkItem& item : inventory.items()) {
+    if (!in_microbatch(item)) continue;
+    PassTime& pass = pass_of(c, item);
+    pass.kernels += item.kernels;
+    pass.overhead += kernel * item.kernels;
+    if (item.resumes) pass.resume += context.resume * item.calls;
+    if (item.scope == WorkScope::kLayer && item.waits_for_slowest) waiting += item.operations;
+  }
+  if (waiting <= 0) return Seconds(0);
+  return (c.block.forward.total() + c.block.backward.total() + c.block.recompute.total()) / waiting;
+}
+
+// Seconds by pass (forward, backward, recompute) of one scope's entries.
+using ByPass = std::array<Seconds, 3>;
+
+struct ScopeSums {
+  ByPass tp{}, cp{}, behind_attention{}, prefetched{};
+};
+
+}  // namespace
+
+MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                   const spec::ParallelConfig& p, int seq_len, const CostModelOptions& o,
+                                   const StepInventory& inventory, const PricingContext& context) {
+  MicrobatchCharges c;
+  c.block = block_costs(model, p, seq_len, cluster.gpu(), o);
+  c.head = head_costs(model, p, seq_len, cluster.gpu(), o);
+  c.resume = context.resume;
+  const Seconds segment = charge_dispatch(c, inventory, context);
+  ScopeSums layer, embedding, head;
+  OperationTimes operation_times(context);
+  for (const WorkItem& item : inventory.items()) {
+    if (item.scope == WorkScope::kTransfer) c.transfer = item;
+    if (!in_microbatch(item)) continue;
+    const Seconds seconds = price_with(item, operation_times(item), context, segment);
+    if (item.exposure == Exposure::kBetweenPasses) {
+      c.between_passes += seconds;
+      continue;
+    }
+    ScopeSums& sums = item.scope == WorkScope::kLayer ? layer : item.scope == WorkScope::kEmbedding ? embedding : head;
+    const auto pass = static_cast<std::size_t>(item.pass);
+    switch (item.exposure) {
+      case Exposure::kBehindAttention:
+        sums.behind_attention[pass] += seconds;
+        break;
+      case Exposure::kPrefetched:
+        sums.prefetched[pass] += seconds;
+        break;
+      default:
+        (item.group == CommGroup::kCp ? sums.cp : sums.tp)[pass] += seconds;
+    }
+  }
+  const auto forward = static_cast<std::size_t>(WorkPass::kForward);
+  const auto backward = static_cast<std::size_t>(WorkPass::kBackward);
+  const auto recompute = static_cast<std::size_t>(WorkPass::kRecompute);
+  const BlockCosts& block = c.block;
+  const Seconds cp_forward =
+      layer.cp[forward] + std::max(Seconds(0), layer.behind_attention[forward] - block.forward.attention);
+  const Seconds cp_backward = layer.cp[backward] + layer.cp[recompute] +
+                              std::max(Seconds(0), layer.behind_attention[backward] - block.backward.attention);
+  const Seconds zero3_forward = std::max(Seconds(0), layer.prefetched[forward] - block.forward.total());
+  const Seconds zero3_backward =
+      std::max(Seconds(0), layer.prefetched[backward] - block.backward.total() - block.recompute.total());
+  c.layer_zero3_hidden_forward = layer.prefetched[forward] - zero3_forward;
+  c.layer_zero3_hidden_backward = layer.prefetched[backward] - zero3_backward;
+  c.layer_zero3_hidden = c.layer_zero3_hidden_forward + c.layer_zero3_hidden_backward;
+  c.layer_tp = layer.tp[forward] + layer.tp[backward] + layer.tp[recompute];
+  c.layer_cp = cp_forward + cp_backward;
+  c.layer_zero3 = zero3_forward + zero3_backward;
+  c.layer_forward = block.forward.total() + layer.tp[forward] + cp_forward + zero3_forward;
+  c.layer_backward = block.backward.total() + block.recompute.total() + layer.tp[backward] + layer.tp[recompute] +
+                     cp_backward + zero3_backward;
+  c.embedding_tp_forward = embedding.tp[forward];
+  c.embedding_tp_backward = embedding.tp[backward];
+  c.head_tp_forward = head.tp[forward];
+  c.head_tp_backward = head.tp[backward];
+  // A calibrated node's own slowdown inside it (spec::NodeSpec::overlap_compute_slowdown).
+  c.overlap_slowdown = context.groups->of(CommGroup::kReplicas).nodes > 1
+                           ? o.overlap_slowdown_network
+                           : cluster.node.overlap_compute_slowdown.value_or(o.overlap_slowdown_nvlink);
+  return c;
+}
+
+}  // namespace cpt::cost

@@ -1,0 +1,82 @@
+#pragma once
+// Prices a step inventory (costmodel/step_inventory.h) once: α–β per operation
+// (collective_model.h), CostModelOptions::collective_overhead per call overhead, the wait for the
+// group's slowest rank (straggler.h), the compute a host loses resuming from each blocking call
+// (NodeSpec::compute_lost_resuming_from_call) and CostModelOptions::kernel_overhead per kernel
+// dispatched around the calls. price_microbatch() folds the entries of one microbatch into what
+// each pass of a layer, the embedding and the head costs with what it cannot hide; the step's end
+// is folded in costmodel/step_end.h.
+
+#include <optional>
+
+#include "core/units.h"
+#include "costmodel/cost_options.h"
+#include "costmodel/layer_costs.h"
+#include "costmodel/step_inventory.h"
+#include "costmodel/topology.h"
+#include "spec/hardware_spec.h"
+
+namespace cpt::cost {
+
+// Where each CommGroup runs for one configuration: Topology::layout_costs' placements, and the
+// two groups hybrid sharding makes of the replicas. REQUIRES: `layout` outlives it.
+class GroupPlacements {
+ public:
+  GroupPlacements(const LayoutCosts& layout, const spec::ParallelConfig& parallel);
+  [[nodiscard]] const GroupPlacement& of(CommGroup group) const;
+  [[nodiscard]] const LayoutCosts& layout() const { return *layout_; }
+  [[nodiscard]] int pp() const { return pp_; }
+
+ private:
+  const LayoutCosts* layout_;
+  bool hybrid_ = false;
+  GroupPlacement hybrid_shard_, replicate_;  // with hybrid sharding; replicate_ has one rank without
+  int pp_ = 1;
+};
+
+// What pricing needs beside the entries.
+struct PricingContext {
+  const GroupPlacements* groups = nullptr;
+  const CostModelOptions* options = nullptr;
+  core::Seconds resume;  // per blocking call (0 unless the node measured it)
+  std::optional<core::Seconds> scalar_step_latency;  // NodeSpec::scalar_all_reduce_step_latency
+};
+[[nodiscard]] PricingContext pricing_context(const GroupPlacements& groups, const spec::ClusterSpec& cluster,
+                                             const CostModelOptions& options);
+
+// Seconds of one unit of `item` (its operations, overheads and waits) when each waiting operation
+// follows `segment` of compute since its group's previous call. Transfers (WorkScope::kTransfer)
+// are priced per stage link by the pipeline (pipeline_transfer_time).
+[[nodiscard]] core::Seconds price(const WorkItem& item, const PricingContext& context, core::Seconds segment);
+
+// One pipeline transfer of `item` over `link`.
+[[nodiscard]] core::Seconds pipeline_transfer_time(const WorkItem& item, const LinkCost& link,
+                                                   const PricingContext& context);
+
+// One microbatch on any stage: the compute of each pass with the kernels and resumes of its calls,
+// and the communication it cannot hide.
+struct MicrobatchCharges {
+  BlockCosts block;  // one layer
+  HeadCosts head;
+  // Exposed communication of one layer over all its passes, by group: tensor parallelism (its
+  // blocking calls), context parallelism (gathers, or the ring beyond the attention core), ZeRO-3
+  // (gathers and reduce-scatters beyond the pass's compute).
+  core::Seconds layer_tp, layer_cp, layer_zero3;
+  core::Seconds layer_zero3_hidden;  // ZeRO-3 communication hidden behind the layer's compute
+  core::Seconds layer_zero3_hidden_forward, layer_zero3_hidden_backward;
+  core::Seconds layer_forward, layer_backward;  // one layer: compute + exposed, backward with recompute
+  // The embedding's and head's tensor-parallel calls, per pass.
+  core::Seconds embedding_tp_forward, embedding_tp_backward, head_tp_forward, head_tp_backward;
+  core::Seconds between_passes;  // WorkScope::kEmbedding entries run between passes (the root unit)
+  std::optional<WorkItem> transfer;  // the pipeline's transfer of one pass (none without pp)
+  core::Seconds resume;  // per blocking call
+  double overlap_slowdown = 0;  // compute slowdown per second of overlapped data-parallel traffic
+};
+
+// REQUIRES: `inventory` from microbatch_work.
+[[nodiscard]] MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                                 const spec::ParallelConfig& parallel, int seq_len,
+                                                 const CostModelOptions& options, const StepInventory& inventory,
+                                                 const PricingContext& context);
+
+}  // namespace cpt::cost
