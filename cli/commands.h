@@ -14,6 +14,7 @@ void register_profiles_command(CLI::App& app);
 void register_run_command(CLI::App& app);
 void register_calibrate_command(CLI::App& app);
 void register_compare_command(CLI::App& app);
+void register_validate_command(CLI::App& app);
 void register_estimate_command(CLI::App& app);
 void register_plan_command(CLI::App& app);
 void register_whatif_command(CLI::App& app);

@@ -55,8 +55,8 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 TEST(CliSmoke, HelpOfEverySubcommand) {
   const auto top = cpt("--help");
   EXPECT_EQ(top.exit_code, 0);
-  for (const char* sub : {"plan", "whatif", "estimate", "simulate", "train", "run", "calibrate", "compare", "data",
-                          "checkpoint", "doctor", "advise", "models", "profiles"}) {
+  for (const char* sub : {"plan", "whatif", "estimate", "simulate", "train", "run", "calibrate", "compare", "validate",
+                          "data", "checkpoint", "doctor", "advise", "models", "profiles"}) {
     EXPECT_NE(top.out.find(std::string("  ") + sub + " "), std::string::npos) << sub;
 #ifndef CPT_HAVE_TORCH
     if (std::string(sub) == "train" || std::string(sub) == "data" || std::string(sub) == "checkpoint" ||
@@ -148,6 +148,28 @@ TEST(CliSmoke, EstimateJsonContract) {
                          "--seq-len 8192");
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("pp_bubble"), std::string::npos);
+}
+
+// `cpt validate`: the error per group of measured runs, as a table or JSON; a file it cannot read,
+// or a line that is not a run, is bad input named in one line.
+TEST(CliSmoke, ValidateReportsTheErrorPerSource) {
+  const std::string sample = std::string(CPT_SOURCE_DIR) + "/tests/golden/published_runs_sample.jsonl";
+  const auto r = cpt("validate --runs " + sample + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["rows"].size(), 5u);
+  EXPECT_EQ(j["groups"].back()["group"], "all");
+  EXPECT_EQ(j["groups"].back()["compared"], 3);
+  const auto table = cpt("validate --runs " + sample + " --rows");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("predicted_out_of_memory"), std::string::npos);
+  EXPECT_NE(table.out.find("llm-foundry A100-40GB bf16"), std::string::npos);
+  const auto missing = cpt("validate --runs /nonexistent/runs.jsonl");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(lines(missing.err), 1) << missing.err;
+  const auto bad = cpt("validate --runs " + write_temp("cpt_validate_bad.jsonl", "{\"id\": 3}\n").string());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("cpt_validate_bad.jsonl:1"), std::string::npos) << bad.err;
 }
 
 TEST(CliSmoke, EstimateOnACustomNodeSize) {

@@ -1,0 +1,121 @@
+#include "planner/validation.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace cpt::planner {
+namespace {
+
+// Three published rows (llm-foundry, NeMo 24.07, Megatron-Bridge) and two test rows (a micro-batch
+// that cannot fit, a GPU class without a profile).
+const std::filesystem::path kSample = std::filesystem::path(CPT_SOURCE_DIR) / "tests/golden/published_runs_sample.jsonl";
+
+const PublishedRun& find(const std::vector<PublishedRun>& runs, const std::string& id) {
+  const auto it = std::find_if(runs.begin(), runs.end(), [&](const PublishedRun& r) { return r.id == id; });
+  EXPECT_NE(it, runs.end()) << id;
+  return *it;
+}
+
+bool assumes(const PublishedRun& run, const std::string& part) {
+  return std::any_of(run.assumptions.begin(), run.assumptions.end(),
+                     [&](const std::string& a) { return a.find(part) != std::string::npos; });
+}
+
+// llm-foundry's FULL_SHARD with activation checkpointing is ZeRO-3 over all 32 GPUs with full
+// recomputation, on an MPT (GELU, LayerNorm, learned positions, tied embeddings); nothing assumed.
+TEST(PublishedRuns, FsdpRowsAreZeroThreeWithTheirRecomputation) {
+  const auto runs = read_published_runs(kSample);
+  ASSERT_EQ(runs.size(), 5u);
+  const PublishedRun& lf = find(runs, "lf_a100_40_30b_s2048_g32_mb4_ga1");
+  EXPECT_EQ(lf.group, "llm-foundry A100-40GB bf16");
+  EXPECT_EQ(lf.gpu, "a100-40g");
+  EXPECT_EQ(lf.parallel.zero_stage, 3);
+  EXPECT_EQ(lf.parallel.dp, 32);
+  EXPECT_EQ(lf.parallel.recompute, spec::Recompute::kFull);
+  EXPECT_EQ(lf.parallel.micro_batch, 4);
+  EXPECT_EQ(lf.parallel.global_batch, 128);
+  EXPECT_EQ(lf.model.mlp, spec::MlpKind::kGelu);
+  EXPECT_EQ(lf.model.position, spec::PositionKind::kLearned);
+  EXPECT_TRUE(lf.model.tied_embeddings);
+  EXPECT_EQ(lf.model.vocab, 50368);
+  EXPECT_TRUE(lf.assumptions.empty()) << lf.assumptions.front();
+  EXPECT_EQ(lf.tokens_per_s_per_gpu, 857);
+}
+
+// What a NeMo row does not state is assumed aloud: recomputation none, sequence parallelism on
+// with tp, the distributed optimizer (ZeRO-1).
+TEST(PublishedRuns, WhatARowLeavesOutIsAnAssumption) {
+  const auto runs = read_published_runs(kSample);
+  const PublishedRun& nemo = find(runs, "nemo2407_h100_fp8_LLAMA3-8B_8gpu");
+  EXPECT_EQ(nemo.precision, spec::Precision::kFp8);
+  EXPECT_EQ(nemo.model.mlp, spec::MlpKind::kSwiGLU);
+  EXPECT_EQ(nemo.parallel.zero_stage, 1);
+  EXPECT_TRUE(assumes(nemo, "recomputation not stated"));
+  EXPECT_TRUE(assumes(nemo, "ZeRO-1"));
+  const PublishedRun& bridge = find(runs, "mbridge_25.11_h100_LLAMA3_70B_64gpu");
+  EXPECT_EQ(bridge.parallel.tp, 4);
+  EXPECT_EQ(bridge.parallel.virtual_stages, 5);
+  EXPECT_EQ(bridge.parallel.schedule, spec::ScheduleKind::kInterleaved1F1B);
+  EXPECT_TRUE(bridge.parallel.sequence_parallel);
+  EXPECT_TRUE(assumes(bridge, "sequence parallelism not stated"));
+  EXPECT_EQ(find(runs, "test_unknown_gpu").not_modelled, "GPU class \"TPU-v5p\" has no profile");
+}
+
+// A compared run's error is that of the step time: measured / predicted throughput − 1.
+TEST(PublishedRuns, ChecksCompareOrSayWhyNot) {
+  const auto runs = read_published_runs(kSample);
+  std::vector<RunCheck> checks;
+  for (const auto& run : runs) checks.push_back(check_published_run(run, cost::CostModelOptions{}));
+  const RunCheck& lf = checks[0];
+  ASSERT_EQ(lf.outcome, RunOutcome::kCompared) << lf.detail;
+  EXPECT_EQ(lf.metric, "tokens_per_s_per_gpu");
+  EXPECT_GT(lf.predicted, 0);
+  EXPECT_DOUBLE_EQ(lf.error, 857 / lf.predicted - 1);
+  EXPECT_LE(lf.predicted_peak_memory_gib, 40);
+  EXPECT_EQ(checks[3].outcome, RunOutcome::kPredictedOutOfMemory);
+  EXPECT_NE(checks[3].detail.find("GiB >"), std::string::npos);
+  EXPECT_EQ(checks[4].outcome, RunOutcome::kNotModelled);
+  const auto groups = summarize(checks);
+  ASSERT_EQ(groups.back().group, "all");
+  EXPECT_EQ(groups.back().rows, 5);
+  EXPECT_EQ(groups.back().predicted_out_of_memory, 1);
+  EXPECT_EQ(groups.back().not_modelled, 1);
+  ASSERT_EQ(groups.back().compared, 3);
+  double mean = 0, worst = 0;
+  for (int i = 0; i < 3; ++i) {
+    mean += checks[static_cast<std::size_t>(i)].error / 3;
+    if (std::abs(checks[static_cast<std::size_t>(i)].error) > std::abs(worst)) worst = checks[static_cast<std::size_t>(i)].error;
+  }
+  EXPECT_NEAR(groups.back().mean_signed_error, mean, 1e-12);
+  EXPECT_EQ(groups.back().worst_error, worst);
+  // Grouped by source (the id's prefix), GPU class and precision, in order of appearance.
+  ASSERT_EQ(groups.size(), 6u);
+  EXPECT_EQ(groups[0].group, "llm-foundry A100-40GB bf16");
+  EXPECT_EQ(groups[0].rows, 1);
+  EXPECT_EQ(groups[3].group, "test A100-40GB bf16");
+  EXPECT_EQ(groups[3].predicted_out_of_memory, 1);
+  EXPECT_EQ(groups[4].group, "test TPU-v5p bf16");
+}
+
+TEST(PublishedRuns, AMalformedLineNamesItsFileAndLine) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_published_runs_test";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "runs.jsonl";
+  std::ofstream(path) << "{\"id\": \"a\"}\n[1, 2]\n";
+  try {
+    (void)read_published_runs(path);
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs.jsonl:2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)read_published_runs(dir / "missing.jsonl"), core::ConfigError);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cpt::planner
