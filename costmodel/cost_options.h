@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/units.h"
@@ -78,6 +79,11 @@ struct CostModelOptions {
   // Megatron keeps fp32 "main" gradients (18 bytes per parameter with Adam); DeepSpeed's ZeRO paper
   // counts 16-bit gradients (16 bytes per parameter, Rajbhandari et al. 2020 Table 1).
   bool fp32_main_grads = true;
+  // Whether the recipe applies dropout: its masks are stored for backward (1 byte per element) and
+  // add element-wise traffic. Unset: the model family's convention (GPT-style GELU models train
+  // with dropout, as Megatron-LM does; LLaMA-style ones without). MPT trains without
+  // (llm-foundry's configurations).
+  std::optional<bool> dropout;
 
   // GEMM efficiency over GEMM size, log-linear between the points. Calibrated in two steps
   // (docs/costmodel.md, "Calibration"): the large-GEMM level (10 and 100 GFLOP) as one scale factor

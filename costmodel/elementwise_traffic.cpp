@@ -28,10 +28,10 @@ PassBytes layer_elementwise_bytes(const ActivationWidths& widths, KernelDispatch
     return {fwd * e, bwd * e};
   }
   // Norms read + write, residual adds read 2 write 1 (split over tp under sequence parallelism),
-  // the activation, RoPE on q and k (LLaMA family), dropout masks (GPT family, 1 byte).
+  // the activation, RoPE on q and k (LLaMA family), dropout masks (1 byte).
   double fwd = (2 * 2 + 2 * 3) * T * h * e / s;
   fwd += (widths.gated ? 3 : 2) * T * f * e;
-  if (!widths.dropout) fwd += 2 * T * (q + kv) * e;
+  if (widths.rope) fwd += 2 * T * (q + kv) * e;
   if (widths.dropout) fwd += 2 * T * h / s;
   return {fwd, 2 * fwd};
 }

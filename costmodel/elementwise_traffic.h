@@ -47,7 +47,8 @@ struct ActivationWidths {  // one microbatch on one rank
   bool tensor_parallel = false;  // tp > 1
   double element_bytes = 2;      // of the compute precision
   bool gated = true;             // SwiGLU (LLaMA family)
-  bool dropout = false;          // GPT family
+  bool dropout = false;          // the recipe stores dropout masks (CostModelOptions::dropout)
+  bool rope = true;              // rotary positions on q and k (LLaMA family)
 };
 
 struct PassBytes {

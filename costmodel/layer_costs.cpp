@@ -14,6 +14,10 @@ using core::Seconds;
 
 int activation_bytes(spec::Precision p) { return p == spec::Precision::kFp32 ? 4 : 2; }
 
+bool applies_dropout(const spec::ModelSpec& model, const CostModelOptions& options) {
+  return options.dropout.value_or(model.mlp == spec::MlpKind::kGelu);
+}
+
 namespace {
 
 // Where `key` falls among `points` (ascending by key_of): the bracketing pair's indices and the
@@ -52,7 +56,8 @@ struct Shape {
   bool sp;
   double e;   // bytes per activation element
   bool gated;
-  bool dropout;  // GPT family
+  bool dropout;  // applies_dropout
+  bool rope;
 };
 
 Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const CostModelOptions& o) {
@@ -70,7 +75,8 @@ Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_
   shape.sp = p.sequence_parallel;
   shape.e = activation_bytes(o.precision);
   shape.gated = m.mlp == spec::MlpKind::kSwiGLU;
-  shape.dropout = m.mlp == spec::MlpKind::kGelu;
+  shape.dropout = applies_dropout(m, o);
+  shape.rope = m.position == spec::PositionKind::kRoPE;
   return shape;
 }
 
@@ -87,6 +93,7 @@ ActivationWidths widths_of(const Shape& shape) {
   w.element_bytes = shape.e;
   w.gated = shape.gated;
   w.dropout = shape.dropout;
+  w.rope = shape.rope;
   return w;
 }
 

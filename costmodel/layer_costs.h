@@ -71,6 +71,9 @@ double causal_attention_backward_flops(double forward_flops);
 // Bytes per element of activations and of weights in the compute precision.
 int activation_bytes(spec::Precision p);
 
+// Whether a step of `model` under `options` applies dropout (CostModelOptions::dropout).
+bool applies_dropout(const spec::ModelSpec& model, const CostModelOptions& options);
+
 BlockCosts block_costs(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                        const spec::GpuSpec& gpu, const CostModelOptions& options);
 HeadCosts head_costs(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,

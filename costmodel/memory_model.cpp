@@ -50,7 +50,7 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
   const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;  // tokens on this rank
   const double h = m.hidden, f = m.ffn_hidden, d = m.head_dim(), a = m.heads, g = m.kv_heads;
   const double sp = p.sequence_parallel ? t : 1.0;  // divisor of the tensors tp does not split
-  const bool dropout = m.mlp == spec::MlpKind::kGelu;
+  const bool dropout = applies_dropout(m, o);
 
   if (p.recompute == spec::Recompute::kFull) return bytes(e * T * h / sp);  // the block input only
 

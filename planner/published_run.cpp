@@ -94,6 +94,7 @@ void read_model(const Json& m, int seq_len, PublishedRun& run) {
     model.norm = spec::NormKind::kLayerNorm;
     model.position = starts_with(name, "nemotron") ? spec::PositionKind::kRoPE : spec::PositionKind::kLearned;
     model.tied_embeddings = !starts_with(name, "nemotron");
+    if (starts_with(name, "mpt")) run.dropout = false;  // llm-foundry's MPT configurations (the data's README)
     if (starts_with(name, "nemotron")) run.assumptions.push_back("squared-ReLU MLP priced as GELU's");
   }
   if (const auto v = number_at(m, "vocab"); v && *v >= 1) {

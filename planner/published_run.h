@@ -28,6 +28,7 @@ struct PublishedRun {
   spec::ParallelConfig parallel;
   int seq_len = 0;
   spec::Precision precision = spec::Precision::kBf16;
+  std::optional<bool> dropout;  // the recipe's, where the source states it (cost::CostModelOptions::dropout)
   // What was measured: tokens per second per GPU where the row has it, else the source's model
   // TFLOP/s per GPU (NVIDIA's convention: model FLOPs without recomputation).
   std::optional<double> tokens_per_s_per_gpu;

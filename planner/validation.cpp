@@ -33,6 +33,7 @@ RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptio
   }
   cost::CostModelOptions o = options;
   o.precision = run.precision;
+  o.dropout = run.dropout;
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu(run.gpu, run.gpus, "gpu_class");
   const cost::Evaluation evaluation = cost::evaluate(run.model, cluster, run.parallel, run.seq_len, o);
   if (const auto* infeasible = std::get_if<cost::Infeasible>(&evaluation)) {

@@ -51,6 +51,7 @@ TEST(ElementwiseTraffic, FusedCountAndItsFallback) {
   auto gpt = w;
   gpt.gated = false;
   gpt.dropout = true;
+  gpt.rope = false;  // learned positions
   const PassBytes gpt_eager = layer_elementwise_bytes(gpt, KernelDispatch::kEager);
   EXPECT_DOUBLE_EQ(gpt_eager.forward, layer_elementwise_bytes(gpt, KernelDispatch::kFused).forward);
   EXPECT_DOUBLE_EQ(gpt_eager.forward, 4 * (10 * 1024 * 64 + 2 * 1024 * 176) + 2 * 1024 * 64);

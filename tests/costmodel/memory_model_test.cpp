@@ -86,6 +86,26 @@ TEST(MemoryModel, LlamaLayerByHand) {
 
 // The first 1F1B stage holds p microbatches of L/p layers (Korthikanti §4.2.3: L layers' worth);
 // interleaving multiplies that by 1 + (p − 1)/(p·v).
+// Dropout masks (1 byte per element, after attention and after the MLP) are stored only when the
+// recipe applies dropout: GPT-style models by default (Megatron's recipe), not a recipe that turns
+// it off (MPT, llm-foundry), nor LLaMA-style models unless asked.
+TEST(MemoryModel, DropoutMasksFollowTheRecipe) {
+  const auto gpt = spec::find_catalog_model("gpt3-175b")->spec;
+  const auto llama = spec::find_catalog_model("llama3-8b")->spec;
+  const spec::ParallelConfig p{.tp = 4, .micro_batch = 2, .sequence_parallel = true};
+  const double tokens = 2.0 * 2048, masks = 2 * tokens * gpt.hidden / 4;
+  CostModelOptions with, without;
+  without.dropout = false;
+  EXPECT_EQ(activation_bytes_per_layer(gpt, p, 2048, with).value() -
+                activation_bytes_per_layer(gpt, p, 2048, without).value(),
+            static_cast<std::int64_t>(masks));
+  EXPECT_EQ(activation_bytes_per_layer(llama, p, 2048, with), activation_bytes_per_layer(llama, p, 2048, without));
+  with.dropout = true;
+  EXPECT_EQ(activation_bytes_per_layer(llama, p, 2048, with).value() -
+                activation_bytes_per_layer(llama, p, 2048, without).value(),
+            static_cast<std::int64_t>(2 * tokens * llama.hidden / 4));
+}
+
 TEST(MemoryModel, InFlightActivationsFollowTheSchedule) {
   const spec::ModelSpec m = spec::find_catalog_model("megatron-175b")->spec;  // 96 layers
   CostModelOptions o;

@@ -91,8 +91,10 @@ TEST(StepInventory, PriceIsAlphaBetaPlusOverheads) {
   const GroupPlacements groups(costs, p);
   CostModelOptions options;
   const PricingContext context = pricing_context(groups, cluster, options);
-  WorkItem item{.group = CommGroup::kTp, .kind = WorkKind::kAllReduce, .bytes = core::Bytes(1 << 24),
-                .operations = 3, .call_overheads = 5, .calls = 3};
+  WorkItem item{.pass = WorkPass::kForward, .scope = WorkScope::kLayer, .group = CommGroup::kTp,
+                .kind = WorkKind::kAllReduce, .exposure = Exposure::kBlocking, .bytes = core::Bytes(1 << 24),
+                .operations = 3, .call_overheads = 5, .calls = 3, .kernels = 0, .waits_for_slowest = false,
+                .resumes = false};
   const double all_reduce = collective_time(Collective::kAllReduce, item.bytes, groups.of(CommGroup::kTp), 0.85).value();
   EXPECT_NEAR(price(item, context, core::Seconds(1e-3)).value(), 3 * all_reduce + 5 * 100e-6, 1e-12);
   item.waits_for_slowest = true;

@@ -42,6 +42,7 @@ TEST(PublishedRuns, FsdpRowsAreZeroThreeWithTheirRecomputation) {
   EXPECT_EQ(lf.model.mlp, spec::MlpKind::kGelu);
   EXPECT_EQ(lf.model.position, spec::PositionKind::kLearned);
   EXPECT_TRUE(lf.model.tied_embeddings);
+  EXPECT_EQ(lf.dropout, false);  // MPT trains without dropout (the data's README)
   EXPECT_EQ(lf.model.vocab, 50368);
   EXPECT_TRUE(lf.assumptions.empty()) << lf.assumptions.front();
   EXPECT_EQ(lf.tokens_per_s_per_gpu, 857);
