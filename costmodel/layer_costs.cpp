@@ -162,8 +162,12 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   Seconds attn_bwd;
   double score_bytes = 0;
   if (o.flash_attention) {
-    const double pk = peak(gpu, o.precision);
-    const auto& measured = gpu.attention_efficiency[static_cast<std::size_t>(o.precision)];
+    // FP8 recipes run the attention core in BF16: Transformer Engine's FP8 applies to its linear
+    // layers unless FP8 dot-product attention is asked for (fp8_dpa, off by default), and
+    // llm-foundry's FP8 swaps in Transformer Engine's linear layers only.
+    const spec::Precision core_precision = o.precision == spec::Precision::kFp8 ? spec::Precision::kBf16 : o.precision;
+    const double pk = peak(gpu, core_precision);
+    const auto& measured = gpu.attention_efficiency[static_cast<std::size_t>(core_precision)];
     auto eff = [&](double flops) {
       return measured.empty() ? o.attention_efficiency.at(flops) : interpolate_efficiency(measured, flops);
     };

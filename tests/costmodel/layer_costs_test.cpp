@@ -131,6 +131,20 @@ TEST(LayerCosts, EagerDispatchCountsTheExecutorsKernels) {
   EXPECT_LT(est.kernels_per_step, 4 * per_microbatch + 200);
 }
 
+// FP8 recipes speed up the linear layers, not the attention core (Transformer Engine's default).
+TEST(LayerCosts, Fp8LeavesTheAttentionCoreInBf16) {
+  const spec::ModelSpec m = spec::find_catalog_model("llama3-8b")->spec;
+  const auto h100 = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
+  CostModelOptions bf16, fp8;
+  fp8.precision = spec::Precision::kFp8;
+  const spec::ParallelConfig p{.micro_batch = 1};
+  const auto a = block_costs(m, p, 8192, h100, bf16);
+  const auto b = block_costs(m, p, 8192, h100, fp8);
+  EXPECT_EQ(a.forward.attention, b.forward.attention);
+  EXPECT_EQ(a.backward.attention, b.backward.attention);
+  EXPECT_LT(b.forward.gemm, a.forward.gemm);
+}
+
 TEST(LayerCosts, FlashAttentionHalvesCausalWork) {
   const spec::ModelSpec m = spec::find_catalog_model("llama3-8b")->spec;
   const auto h100 = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
