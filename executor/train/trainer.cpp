@@ -3,12 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
-#include <cmath>
-#include <cstdio>
 #include <fstream>
-#include <iostream>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -22,30 +18,25 @@
 #include "executor/device.h"
 #include "executor/dist/launch_info.h"
 #include "executor/dist/process_groups.h"
+#include "executor/measure/step_profiler.h"
+#include "executor/parallel/context_parallel.h"
 #include "executor/parallel/full_state.h"
 #include "executor/parallel/fully_sharded.h"
-#include "executor/parallel/context_parallel.h"
 #include "executor/parallel/pipeline_executor.h"
-#include "executor/train/step_optimizer.h"
-#include "spec/executor_support.h"
-#include "spec/parameter_order.h"
-#include "spec/rank_layout.h"
-#include "spec/sequence_split.h"
-#include "executor/io/model_weights.h"
 #include "executor/train/continual_objective.h"
+#include "executor/train/kl_guard.h"
 #include "executor/train/optimizer_choice.h"
 #include "executor/train/rank_model.h"
 #include "executor/train/run_checkpoints.h"
+#include "executor/train/run_evaluation.h"
+#include "executor/train/run_inputs.h"
+#include "executor/train/run_log.h"
 #include "executor/train/run_meter.h"
 #include "executor/train/stop_request.h"
-#include "executor/measure/step_profiler.h"
-#include "executor/measure/storage_bytes.h"
-#include "executor/model/llama_model.h"
-#include "executor/train/adamw.h"
-#include "executor/train/regularizers.h"
-#include "executor/train/run_inputs.h"
 #include "executor/train/train_step.h"
-#include "spec/model_io.h"
+#include "spec/executor_support.h"
+#include "spec/rank_layout.h"
+#include "spec/sequence_split.h"
 
 namespace cpt::exec {
 
@@ -63,72 +54,6 @@ std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, co
   if (plan.workload.train_tokens > 0) return (plan.workload.train_tokens + tokens_per_step - 1) / tokens_per_step;
   throw core::ConfigError(str_cat(config.origin.string(), ": $: expected \"steps\" or \"tokens\" (the plan has no token ",
                                   "budget either), got neither"));
-}
-
-// Keeps only the lines of a JSONL file whose "step" is below `step` (after a resume).
-void truncate_jsonl(const fs::path& path, std::int64_t step) {
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.value("step", std::int64_t{0}) < step) kept += line + "\n";
-  }
-  core::write_file_atomic(path, kept);
-}
-
-class JsonlWriter {
- public:
-  explicit JsonlWriter(const fs::path& path) : out_(path, std::ios::app), path_(path) {
-    if (!out_) throw core::RuntimeError(str_cat(path.string(), ": cannot open for writing"));
-  }
-  void write(const nlohmann::ordered_json& j) {
-    out_ << j.dump() << "\n";
-    out_.flush();
-    if (!out_) throw core::RuntimeError(str_cat(path_.string(), ": write failed"));
-  }
-
- private:
-  std::ofstream out_;
-  fs::path path_;
-};
-
-std::string duration_text(double s) {
-  const auto t = static_cast<long long>(std::llround(std::max(0.0, s)));
-  if (t >= 3600) return str_cat(t / 3600, "h", (t % 3600) / 60, "m");
-  if (t >= 60) return str_cat(t / 60, "m", t % 60, "s");
-  return str_cat(t, "s");
-}
-
-// Mean loss over the first `sequences` sequences of `source`, in order, in microbatches of the
-// plan's size (and one smaller for the remainder): the same sequences whatever the layout.
-double evaluate_set(const std::function<double(const Batch&)>& loss_sum_of, const DataSource& source,
-                    std::int64_t sequences, const LoaderOptions& base, const torch::Device& device,
-                    std::int64_t* tokens_out) {
-  torch::NoGradGuard no_grad;
-  AutocastGuard autocast(device);
-  LoaderOptions o = base;
-  o.shuffle = false;
-  DataLoader loader({source}, o);
-  sequences = std::min(sequences, loader.units(0));
-  double loss = 0;
-  std::int64_t tokens = 0;
-  auto add = [&](const Batch& cpu) {
-    const auto b = cpu.to(device);
-    loss += loss_sum_of(b);
-    tokens += b.loss_tokens;
-  };
-  const std::int64_t full = sequences / o.micro_batch;
-  for (std::int64_t i = 0; i < full; ++i) add(loader.next());
-  if (const auto rest = sequences - full * o.micro_batch; rest > 0) {
-    LoaderOptions r = o;
-    r.micro_batch = static_cast<int>(rest);
-    DataLoader tail({source}, r);
-    tail.skip(full * o.micro_batch);
-    add(tail.next());
-  }
-  *tokens_out = tokens;
-  return tokens > 0 ? loss / static_cast<double>(tokens) : 0.0;
 }
 
 // The layouts the executor runs, or a ConfigError saying what it does not run yet.
@@ -164,40 +89,45 @@ void write_step_profile(StepProfiler& profiler, const fs::path& dir, std::int64_
               "; per rank in ", dir.string());
 }
 
-}  // namespace
-
-TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
-  const auto& par = plan.parallel;
+// The launch of this rank, once the plan is known to be one the executor runs; its log lines are
+// prefixed with its rank.
+LaunchInfo supported_launch(const spec::Plan& plan) {
   require_supported(plan);
+  const auto& model = plan.model;
+  if (plan.workload.seq_len > model.max_seq_len) {
+    throw core::ConfigError(str_cat("plan: sequence length ", plan.workload.seq_len, " exceeds model ", model.name,
+                                    "'s max_seq_len ", model.max_seq_len));
+  }
   const auto launch = launch_info_from_env();
-  const bool rank0 = launch.rank == 0;
-  if (launch.distributed()) core::set_log_prefix(str_cat("r", launch.rank), rank0);
-  const spec::RankLayout layout(par, plan.cluster.node.gpus_per_node);
-  // The device first: on CUDA each local rank takes its own, which NCCL's groups are then made on.
+  if (launch.distributed()) core::set_log_prefix(str_cat("r", launch.rank), launch.rank == 0);
+  return launch;
+}
+
+// The rank's device (on CUDA each local rank its own, which NCCL's groups are then made on) and
+// its compute threads: ranks on one host share its cores (without a limit each would start one
+// thread per core).
+torch::Device set_up_compute(const TrainConfig& config, const TrainOptions& options, const LaunchInfo& launch) {
   const auto device = pick_device(options.device.value_or(config.device), launch.local_rank, launch.local_world_size,
                                   launch.gpu_bound_per_task);
-  const auto groups =
-      make_process_groups(layout, launch, std::chrono::seconds(config.collective_timeout_s), device.is_cuda());
   if (config.threads > 0) {
     at::set_num_threads(config.threads);
   } else if (launch.local_world_size > 1) {
-    // Ranks on one host share its cores: without this each would start one thread per core.
     const auto cores = static_cast<int>(std::thread::hardware_concurrency());
     at::set_num_threads(std::max(1, cores / launch.local_world_size));
   }
-  const auto& spec = plan.model;
-  const int seq_len = plan.workload.seq_len;
-  if (seq_len > spec.max_seq_len) {
-    throw core::ConfigError(str_cat("plan: sequence length ", seq_len, " exceeds model ", spec.name, "'s max_seq_len ",
-                                    spec.max_seq_len));
-  }
-  const auto total_steps = resolve_steps(plan, config, options);
-  // Rank 0 writes the run's files and prepares its inputs; the others wait, then reuse them.
+  return device;
+}
+
+// Rank 0 records the run in OUT (the plan; what `cpt doctor` needs to check the run against its
+// configuration: a copy of TRAIN.json, which resolves its relative data paths and survives its
+// deletion, and the schedule's length), finishes checkpoints an earlier run left half-written and
+// prepares the inputs; the other ranks wait for it, then reuse them. COLLECTIVE over `world`.
+RunInputs prepare_run_directory(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options,
+                                std::int64_t total_steps, bool rank0, Communicator& world) {
+  std::optional<RunInputs> prepared;
   if (rank0) {
     fs::create_directories(options.out_dir);
     spec::save_plan(plan, options.out_dir / "plan.json");
-    // What `cpt doctor` needs to check the run against its configuration: the TRAIN.json (its path
-    // resolves relative data paths; the copy survives its deletion) and the schedule's length.
     if (fs::exists(config.origin)) {
       std::ifstream in(config.origin, std::ios::binary);
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -205,217 +135,233 @@ TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const Trai
     }
     const nlohmann::ordered_json run{{"config", fs::absolute(config.origin).string()}, {"total_steps", total_steps}};
     core::write_file_atomic(options.out_dir / "run.json", run.dump(2) + "\n");
-  }
-  std::optional<RunInputs> prepared;
-  if (rank0) {
     recover_unfinished_checkpoints(options.out_dir / "checkpoints");
-    prepared = prepare_run_inputs(config, spec, options.out_dir);
+    prepared = prepare_run_inputs(config, plan.model, options.out_dir);
   }
-  groups.world->barrier();
-  if (!rank0) prepared = prepare_run_inputs(config, spec, options.out_dir);
-  auto& inputs = *prepared;
+  world.barrier();
+  if (!rank0) prepared = prepare_run_inputs(config, plan.model, options.out_dir);
+  return std::move(*prepared);
+}
 
-  const TensorParallel tp{groups.tp.get(), par.sequence_parallel};
+LoaderOptions loader_options_of(const spec::Plan& plan, const TrainConfig& config) {
+  LoaderOptions o;
+  o.seq_len = plan.workload.seq_len;
+  o.micro_batch = plan.parallel.micro_batch;
+  o.seed = config.seed;
+  o.packing = config.packing;
+  return o;
+}
+
+// One rank's training run: set up by the constructor, trained by train(). Its members are in the
+// order they are built.
+class RankRun {
+ public:
+  RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options);
+  TrainSummary train();
+
+ private:
+  StepResult run_step(double lr);
+  StepRecord step_once(RunMeter& meter, std::int64_t first_step, ModelStateBytes& state);
+  fs::path save();
+  void announce(std::int64_t first_step, std::int64_t end_step) const;
+  TrainSummary finish(TrainSummary summary, const RunMeter& meter, const ModelStateBytes& state);
+
+  const spec::Plan& plan_;
+  const TrainConfig& config_;
+  const TrainOptions& options_;
+  const spec::ParallelConfig& par_;
+  const LaunchInfo launch_;
+  const bool rank0_;
+  const spec::RankLayout layout_;
+  const torch::Device device_;
+  ProcessGroups groups_;
+  const std::int64_t total_steps_;
+  RunInputs inputs_;
   // Context parallelism: each rank of the cp group holds S/cp tokens of every sequence
-  // (context_parallel.h); gradients and ZeRO shards span dp × cp (groups.replicas()).
-  const ContextParallel cp{groups.cp.get()};
-  Communicator& replicas = groups.replicas();
-  auto rank = build_rank_model(plan, config, tp, cp, groups, device);
-  auto& model = rank.first();
-  auto& pipeline = rank.pipeline;
-  const FullStateGroups full_state_groups{tp, groups.pp.get(), groups.coord.dp == 0 && groups.coord.cp == 0};
-  ContinualObjective continual;
-  estimate_or_load_ewc(continual, plan, config, inputs, rank, groups, full_state_groups, options.out_dir, device);
-  const auto choice = choose_step_optimizer(par, config, rank.named, groups, model);
-  auto& optimizer = *choice.optimizer;
-  FullyShardedModel* zero3 = choice.zero3;
-  if (config.keep_optimizer_state) keep_base_optimizer_state(config, optimizer, spec, tp, device);
-  // Evaluation runs on replica 0 (all its cp ranks: attention gathers over them), or on every rank
-  // under ZeRO-3 (its gathers span the dp group).
-  const bool evaluates = zero3 != nullptr || groups.coord.dp == 0;
-  // Each step's global batch is split in dp contiguous shares, in sample order.
-  const int dp_rank = groups.dp->rank();
-  const std::int64_t per_rank = std::int64_t{par.micro_batch} * par.grad_accum();
-  const LrSchedule schedule = run_lr_schedule(config, total_steps);
-  LoaderOptions loader_options;
-  loader_options.seq_len = seq_len;
-  loader_options.micro_batch = par.micro_batch;
-  loader_options.seed = config.seed;
-  loader_options.packing = config.packing;
-  DataLoader loader(inputs.train, loader_options);
+  // (context_parallel.h); gradients and ZeRO shards span dp × cp (groups_.replicas()).
+  const TensorParallel tp_;
+  const ContextParallel cp_;
+  RankModel rank_;
+  const FullStateGroups full_state_groups_;
+  ContinualObjective continual_;
+  OptimizerChoice choice_;
+  const LoaderOptions loader_options_;
+  DataLoader loader_;
+  const LrSchedule schedule_;
+  TrainerCounters counters_;
+  KlGuard kl_guard_;
+};
+
+RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options)
+    : plan_(plan),
+      config_(config),
+      options_(options),
+      par_(plan.parallel),
+      launch_(supported_launch(plan)),
+      rank0_(launch_.rank == 0),
+      layout_(par_, plan.cluster.node.gpus_per_node),
+      device_(set_up_compute(config, options, launch_)),
+      groups_(make_process_groups(layout_, launch_, std::chrono::seconds(config.collective_timeout_s),
+                                  device_.is_cuda())),
+      total_steps_(resolve_steps(plan, config, options)),
+      inputs_(prepare_run_directory(plan, config, options, total_steps_, rank0_, *groups_.world)),
+      tp_{groups_.tp.get(), par_.sequence_parallel},
+      cp_{groups_.cp.get()},
+      rank_(build_rank_model(plan, config, tp_, cp_, groups_, device_)),
+      full_state_groups_{tp_, groups_.pp.get(), groups_.coord.dp == 0 && groups_.coord.cp == 0},
+      loader_options_(loader_options_of(plan, config)),
+      loader_(inputs_.train, loader_options_),
+      schedule_(run_lr_schedule(config, total_steps_)) {
+  estimate_or_load_ewc(continual_, plan, config, inputs_, rank_, groups_, full_state_groups_, options.out_dir, device_);
+  choice_ = choose_step_optimizer(par_, config, rank_.named, groups_, rank_.first());
+  if (config.keep_optimizer_state) keep_base_optimizer_state(config, *choice_.optimizer, plan.model, tp_, device_);
   // The teacher and the EWC anchor come from the starting weights, before any resume.
-  attach_teacher_and_penalties(continual, plan, config, rank, choice, tp, cp, groups, device);
-  const auto& objective = continual.objective;
-
-  const auto ckpt_root = options.out_dir / "checkpoints";
-  TrainerCounters resumed;
-  if (options.resume) resumed = resume_from_latest(ckpt_root, spec, rank, choice, loader, tp, device);
-  std::int64_t step = resumed.step, tokens_seen = resumed.tokens, skipped = resumed.skipped;
-  double lr_scale = resumed.lr_scale;                       // the KL guard's cut of the learning rate
-  std::int64_t kl_over = resumed.kl_steps_over_threshold;  // consecutive steps with KL above its threshold
-  const auto first_step = step;
-  std::optional<JsonlWriter> metrics, eval_log;  // rank 0 only
-  if (rank0) {
-    truncate_jsonl(options.out_dir / "metrics.jsonl", step);
-    truncate_jsonl(options.out_dir / "eval.jsonl", step);
-    metrics.emplace(options.out_dir / "metrics.jsonl");
-    eval_log.emplace(options.out_dir / "eval.jsonl");
+  attach_teacher_and_penalties(continual_, plan, config, rank_, choice_, tp_, cp_, groups_, device_);
+  if (options.resume) {
+    counters_ = resume_from_latest(options.out_dir / "checkpoints", plan.model, rank_, choice_, loader_, tp_, device_);
   }
+  kl_guard_ = {counters_.lr_scale, counters_.kl_steps_over_threshold};
+}
 
-  auto save = [&](std::int64_t at_step) {
-    return save_run_checkpoint(ckpt_root, {at_step, tokens_seen, skipped, lr_scale, kl_over}, spec, rank, choice,
-                               loader, config, schedule, full_state_groups, rank0);
-  };
-  // Evaluation runs on data-parallel replica 0 (its tensor- and pipeline-parallel ranks together);
-  // rank 0 writes.
-  auto loss_sum_of = [&](const Batch& whole) {
-    const Batch b = context_parallel_slice(whole, cp);
-    double sum = pipeline ? pipeline->loss_sum(b) : model->loss_sum(b).item<double>();
-    if (cp.active()) {  // each cp rank holds the loss of its tokens
-      auto t = torch::tensor({sum}, torch::kFloat64);
-      groups.cp->all_reduce_sum(t)->wait();
-      sum = t.item<double>();
-    }
-    return sum;
-  };
-  auto evaluate = [&](std::int64_t at_step) {
-    if (!evaluates) return;  // replicas are identical
-    for (std::size_t i = 0; i < inputs.eval.size(); ++i) {
-      std::int64_t tokens = 0;
-      const double loss =
-          evaluate_set(loss_sum_of, inputs.eval[i], inputs.eval_sequences[i], loader_options, device, &tokens);
-      if (!rank0) continue;
-      nlohmann::ordered_json row{{"step", at_step}, {"set", inputs.eval[i].name}, {"loss", loss},
-                                 {"perplexity", std::exp(loss)}, {"tokens", tokens}};
-      eval_log->write(row);
-      core::info0("eval step ", at_step, " ", inputs.eval[i].name, ": loss ", loss, ", perplexity ", std::exp(loss));
-    }
-  };
+// This rank's share of the step's global batch (dp contiguous shares, in sample order), through
+// the step.
+StepResult RankRun::run_step(double lr) {
+  const int dp_rank = groups_.dp->rank();
+  const std::int64_t per_rank = std::int64_t{par_.micro_batch} * par_.grad_accum();
+  std::vector<Batch> micro;
+  loader_.skip(dp_rank * per_rank);
+  for (int m = 0; m < par_.grad_accum(); ++m) micro.push_back(context_parallel_slice(loader_.next(), cp_));
+  loader_.skip((par_.dp - 1 - dp_rank) * per_rank);
+  const Objective& objective = continual_.objective;
+  auto& optimizer = *choice_.optimizer;
+  auto r = rank_.pipeline ? train_step_pipelined(*rank_.pipeline, *rank_.schedule, optimizer, micro, lr,
+                                                 config_.grad_clip, device_, groups_.replicas(), objective.ewc,
+                                                 objective.ewc_lambda)
+                          : train_step(*rank_.first(), optimizer, micro, lr, config_.grad_clip, device_,
+                                       groups_.replicas(), objective);
+  if (choice_.zero3 != nullptr && continual_.ewc) r.ewc_penalty = choice_.zero3->ewc_penalty();
+  return r;
+}
 
-  ModelStateBytes last_state;  // of the latest step
+StepRecord RankRun::step_once(RunMeter& meter, std::int64_t first_step, ModelStateBytes& state) {
+  const std::int64_t step = counters_.step;
+  meter.begin_step(step == first_step);
+  std::optional<StepProfiler> profiler;
+  if (options_.profile_step && step == *options_.profile_step) profiler.emplace(device_.is_cuda());
+  const auto t0 = Clock::now();
+  const double lr = schedule_.at(step) * kl_guard_.lr_scale;
+  const StepResult r = run_step(lr);
+  if (config_.distill) kl_guard_.observe(step, r.kl, *config_.distill);
+  state = r.state;
+  if (!r.applied) {
+    ++counters_.skipped;
+    core::warn("step ", step, ": loss ", r.loss, ", gradient norm ", r.grad_norm, ": not finite, update skipped");
+  }
+  synchronize(device_);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const bool profiled = profiler.has_value();
+  if (profiler) {
+    write_step_profile(*profiler, options_.out_dir / "profile", step, launch_.rank, seconds);
+    profiler.reset();
+    groups_.world->barrier();  // ranks wrote for different times: start the next step together
+  }
+  const std::int64_t step_tokens = std::int64_t{par_.global_batch} * plan_.workload.seq_len;
+  counters_.tokens += step_tokens;
+  // The first step of a process pays one-off allocation costs; a profiled step, the profiler's.
+  meter.end_step(seconds, step_tokens, step > first_step && !profiled);
+  ++counters_.step;
+  StepRecord record{step, r.loss, lr, r.grad_norm, counters_.tokens, step_tokens, seconds,
+                    peak_memory_bytes(device_), !r.applied, std::nullopt, std::nullopt, {}};
+  if (config_.distill) record.kl = r.kl;
+  if (config_.ewc) record.ewc_penalty = r.ewc_penalty;
+  for (std::size_t i = 0; i < loader_.sources().size(); ++i) {
+    record.samples_by_source[loader_.sources()[i].name] = loader_.consumed()[i];
+  }
+  return record;
+}
+
+fs::path RankRun::save() {
+  counters_.lr_scale = kl_guard_.lr_scale;
+  counters_.kl_steps_over_threshold = kl_guard_.steps_over;
+  return save_run_checkpoint(options_.out_dir / "checkpoints", counters_, plan_.model, rank_, choice_, loader_, config_,
+                             schedule_, full_state_groups_, rank0_);
+}
+
+void RankRun::announce(std::int64_t first_step, std::int64_t end_step) const {
+  const auto& model = plan_.model;
+  core::info0("train: ", model.name, " (", model.num_params(), " parameters) on ", device_.str(), ", steps ",
+              first_step, " -> ", total_steps_, ", ", par_.global_batch, " x ", plan_.workload.seq_len,
+              " tokens per step (micro-batch ", par_.micro_batch, " x ", par_.grad_accum(), ")");
+  if (rank0_ && options_.profile_step && (*options_.profile_step < first_step || *options_.profile_step >= end_step)) {
+    core::warn("--profile-step ", *options_.profile_step, ": this run trains steps ", first_step, " to ", end_step - 1,
+               "; no step is profiled");
+  }
+}
+
+TrainSummary RankRun::train() {
+  const std::int64_t first_step = counters_.step;
+  const std::int64_t end_step = std::min(total_steps_, options_.stop_at.value_or(total_steps_));
+  RunLog log(options_.out_dir, first_step, total_steps_, rank0_, options_.progress && ::isatty(STDOUT_FILENO) != 0,
+             config_.log_interval_steps);
+  RunEvaluator evaluator(inputs_, loader_options_, device_, cp_, rank_,
+                         choice_.zero3 != nullptr || groups_.coord.dp == 0);
   // Step times, communication waits and the first step's counts (run_meter.h): measured.json.
-  RunMeter meter(*groups.clocks, device.is_cpu());
-  const bool bar = rank0 && options.progress && ::isatty(STDOUT_FILENO) != 0;
-  const int accum = par.grad_accum();
+  RunMeter meter(*groups_.clocks, device_.is_cpu());
+  announce(first_step, end_step);
+  if (config_.eval_at_start && first_step == 0 && evaluator.has_sets()) evaluator.evaluate(0, log);
   TrainSummary summary;
   summary.first_step = first_step;
+  ModelStateBytes state;  // of the latest step
   const auto run_start = Clock::now();
-  core::info0("train: ", spec.name, " (", spec.num_params(), " parameters) on ", device.str(), ", steps ", first_step,
-              " -> ", total_steps, ", ", par.global_batch, " x ", seq_len, " tokens per step (micro-batch ",
-              par.micro_batch, " x ", accum, ")");
-  const auto end_step = std::min(total_steps, options.stop_at.value_or(total_steps));
-  if (rank0 && options.profile_step && (*options.profile_step < step || *options.profile_step >= end_step)) {
-    core::warn("--profile-step ", *options.profile_step, ": this run trains steps ", step, " to ", end_step - 1,
-                "; no step is profiled");
-  }
-  if (config.eval_at_start && step == 0 && !inputs.eval.empty()) evaluate(0);
   const StopRequest stop;
-  while (step < end_step) {
-    meter.begin_step(step == first_step);
-    std::optional<StepProfiler> profiler;
-    if (options.profile_step && step == *options.profile_step) profiler.emplace(device.is_cuda());
-    const auto t0 = Clock::now();
-    const double lr = schedule.at(step) * lr_scale;
-    std::vector<Batch> micro;
-    loader.skip(dp_rank * per_rank);
-    for (int m = 0; m < accum; ++m) micro.push_back(context_parallel_slice(loader.next(), cp));
-    loader.skip((par.dp - 1 - dp_rank) * per_rank);
-    auto r = pipeline ? train_step_pipelined(*pipeline, *rank.schedule, optimizer, micro, lr, config.grad_clip, device,
-                                             replicas, objective.ewc, objective.ewc_lambda)
-                      : train_step(*model, optimizer, micro, lr, config.grad_clip, device, replicas, objective);
-    if (zero3 != nullptr && continual.ewc) r.ewc_penalty = zero3->ewc_penalty();
-    if (config.distill && config.distill->guard_threshold) {
-      kl_over = r.kl > *config.distill->guard_threshold ? kl_over + 1 : 0;
-      if (kl_over >= config.distill->guard_patience) {
-        lr_scale *= config.distill->guard_lr_factor;
-        kl_over = 0;
-        core::warn("step ", step, ": KL ", r.kl, " above ", *config.distill->guard_threshold, " for ",
-                   config.distill->guard_patience, " steps; learning rate now x", lr_scale, " of the schedule");
-      }
-    }
-    last_state = r.state;
-    const double loss = r.loss;
-    const double grad_norm = r.grad_norm;
-    const bool finite = r.applied;
-    if (!finite) {
-      ++skipped;
-      core::warn("step ", step, ": loss ", loss, ", gradient norm ", grad_norm, ": not finite, update skipped");
-    }
-    synchronize(device);
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    const bool profiled = profiler.has_value();
-    if (profiler) {
-      write_step_profile(*profiler, options.out_dir / "profile", step, launch.rank, dt);
-      profiler.reset();
-      groups.world->barrier();  // ranks wrote for different times: start the next step together
-    }
-    const std::int64_t step_tokens = std::int64_t{par.global_batch} * seq_len;
-    tokens_seen += step_tokens;
-    // The first step of a process pays one-off allocation costs; a profiled step, the profiler's.
-    meter.end_step(dt, step_tokens, step > first_step && !profiled);
-    ++step;
-    nlohmann::ordered_json row{{"step", step - 1},
-                               {"loss", loss},
-                               {"lr", lr},
-                               {"grad_norm", grad_norm},
-                               {"tokens", tokens_seen},
-                               {"tokens_per_s", static_cast<double>(step_tokens) / dt},
-                               {"step_time_s", dt},
-                               {"peak_memory_bytes", peak_memory_bytes(device)},
-                               {"skipped", !finite}};
-    if (config.distill) row["kl"] = r.kl;
-    if (config.ewc) row["ewc_penalty"] = r.ewc_penalty;
-    nlohmann::ordered_json consumed;
-    for (std::size_t i = 0; i < loader.sources().size(); ++i) consumed[loader.sources()[i].name] = loader.consumed()[i];
-    row["samples_by_source"] = consumed;
-    if (rank0) metrics->write(row);
-    summary.final_loss = loss;
+  while (counters_.step < end_step) {
+    const StepRecord record = step_once(meter, first_step, state);
+    const std::int64_t step = counters_.step;
+    summary.final_loss = record.loss;
     const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
-    const double eta = elapsed / static_cast<double>(step - first_step) * static_cast<double>(end_step - step);
-    if (bar) {
-      const int width = 30;
-      const int filled = static_cast<int>(width * step / total_steps);
-      std::printf("\rstep %lld/%lld [%s%s] loss %.4f lr %.2e %.0f tok/s ETA %s   ", static_cast<long long>(step),
-                  static_cast<long long>(total_steps), std::string(static_cast<std::size_t>(filled), '=').c_str(),
-                  std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), loss, lr,
-                  static_cast<double>(step_tokens) / dt, duration_text(eta).c_str());
-      std::fflush(stdout);
-    } else if (rank0 && config.log_interval_steps > 0 &&
-               ((step - 1) % config.log_interval_steps == 0 || step == total_steps)) {
-      std::printf("step %lld/%lld loss %.4f lr %.3e grad_norm %.3f %.0f tok/s ETA %s\n", static_cast<long long>(step),
-                  static_cast<long long>(total_steps), loss, lr, grad_norm, static_cast<double>(step_tokens) / dt,
-                  duration_text(eta).c_str());
-      std::fflush(stdout);
-    }
-    if (stop.agreed(*groups.world)) {
+    log.step(record, elapsed / static_cast<double>(step - first_step) * static_cast<double>(end_step - step));
+    if (stop.agreed(*groups_.world)) {
       summary.stopped = true;
       core::info0("stop requested: ending at step ", step, " with a checkpoint (--resume continues)");
       break;
     }
-    if (config.eval_interval_steps > 0 && step % config.eval_interval_steps == 0 && step < end_step) evaluate(step);
-    if (config.checkpoint.interval_steps > 0 && step % config.checkpoint.interval_steps == 0 && step < end_step) {
-      save(step);
+    if (config_.eval_interval_steps > 0 && step % config_.eval_interval_steps == 0 && step < end_step) {
+      evaluator.evaluate(step, log);
+    }
+    if (config_.checkpoint.interval_steps > 0 && step % config_.checkpoint.interval_steps == 0 && step < end_step) {
+      save();
     }
   }
-  if (bar) std::printf("\n");
-  if (!inputs.eval.empty() && !summary.stopped) evaluate(step);
-  summary.checkpoint = save(step);
-  summary.last_step = step;
-  summary.skipped_steps = skipped;
+  log.end();
+  if (evaluator.has_sets() && !summary.stopped) evaluator.evaluate(counters_.step, log);
+  return finish(summary, meter, state);
+}
+
+TrainSummary RankRun::finish(TrainSummary summary, const RunMeter& meter, const ModelStateBytes& state) {
+  summary.checkpoint = save();
+  summary.last_step = counters_.step;
+  summary.skipped_steps = counters_.skipped;
   summary.tokens_per_s = meter.tokens_per_s();
   RunFacts facts;
-  facts.device = device.str();
-  facts.steps = step - first_step;
-  facts.skipped_steps = skipped;
-  facts.global_batch_tokens = std::int64_t{par.global_batch} * seq_len;
+  facts.device = device_.str();
+  facts.steps = counters_.step - summary.first_step;
+  facts.skipped_steps = counters_.skipped;
+  facts.global_batch_tokens = std::int64_t{par_.global_batch} * plan_.workload.seq_len;
   facts.final_loss = summary.final_loss;
-  facts.dp_bucket_bytes = static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024);
-  facts.state = last_state;
-  facts.peak_memory_bytes = peak_memory_bytes(device);
-  const auto measured = meter.finish(facts, *groups.world, layout);
-  if (rank0) spec::save_measured_run(options.out_dir / "measured.json", measured);
-  groups.world->barrier();  // every rank returns after the final checkpoint exists
+  facts.dp_bucket_bytes = static_cast<std::int64_t>(config_.dp_bucket_mib * 1024 * 1024);
+  facts.state = state;
+  facts.peak_memory_bytes = peak_memory_bytes(device_);
+  const auto measured = meter.finish(facts, *groups_.world, layout_);
+  if (rank0_) spec::save_measured_run(options_.out_dir / "measured.json", measured);
+  groups_.world->barrier();  // every rank returns after the final checkpoint exists
   return summary;
+}
+
+}  // namespace
+
+TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
+  RankRun run(plan, config, options);
+  return run.train();
 }
 
 }  // namespace cpt::exec
