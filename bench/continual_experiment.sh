@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Continual pre-training: what reduces forgetting, and at what cost (issue #8's experiment).
+# Continual pre-training: what reduces forgetting, and at what cost.
 #
 # A tiny LLaMA (cpt's "tiny", 158k parameters) is pre-trained on English text (the copyright files
 # of Debian packages d-h), then continually pre-trained on Python source (the standard library)

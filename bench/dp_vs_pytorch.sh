@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cpt's data parallelism (DP2 with ZeRO-0, ZeRO-2 and ZeRO-3) vs PyTorch's DDP and FSDP2 (torchrun,
-# Gloo) on the CPU, issue #7's bench: cpt-25m, 2 ranks of 1 thread, 4 × 512 tokens per rank per
+# Gloo) on the CPU: cpt-25m, 2 ranks of 1 thread, 4 × 512 tokens per rank per
 # step. cpt trains real text (the Python standard library, a 4,000-token tokenizer), PyTorch random
 # tokens of a 16,000 vocabulary: the work per step is the same (the model's vocabulary is 16,000 in
 # both). Prints tokens/s and, for cpt, the share of the step its ranks were blocked in dp

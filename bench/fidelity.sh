@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fidelity loop of issue #9 on this machine: calibrate, then for each layout plan for `--gpu
+# The fidelity loop on this machine: calibrate, then for each layout plan for `--gpu
 # local`, train a few steps (step 2 profiled) and `cpt compare` predicted vs measured. Prints one
 # table row per layout: step time predicted / measured / error, the model-state error, and the
 # error of each kind of work of the profiled step (gemm, attention, loss, communication, other). With REPEATS=N

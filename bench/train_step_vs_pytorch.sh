@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cpt's training step vs the same step in PyTorch eager from Python (issue #6's bench): the
+# cpt's training step vs the same step in PyTorch eager from Python: the
 # ~25M-parameter cpt-25m model, same threads, batch and sequence, random tokens. Runs each
 # implementation REPEATS times, alternating, and reports the median tokens/s and the ratio.
 #

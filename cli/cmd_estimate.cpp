@@ -1,4 +1,4 @@
-// cpt estimate: memory and step time of one explicit configuration (the cost model, issue #3).
+// cpt estimate: memory and step time of one explicit configuration (the cost model).
 // A configuration that does not fit in memory is an answer (feasible: false, exit 0); one that
 // breaks a rule (tp not dividing the heads, ...) is bad input (exit 2).
 #include <CLI/CLI.hpp>

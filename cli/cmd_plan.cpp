@@ -1,4 +1,4 @@
-// cpt plan: search the parallel configurations of a model on a cluster (the planner, issue #4).
+// cpt plan: search the parallel configurations of a model on a cluster (the planner).
 // stdout: the ranking table, or with --json the contract of docs/planner.md; --out DIR writes
 // plan.json (the best plan, read by simulate/train/run), candidates.csv and report.md.
 #include <CLI/CLI.hpp>

@@ -30,7 +30,7 @@ void register_exec_train_command(CLI::App& app) {
     exec::LocalLaunch launch;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("train", "Run the training job a plan describes (single process; see issue #7)");
+  auto* cmd = app.add_subcommand("train", "Run one rank of the training job a plan describes (`cpt train` launches every rank)");
   cmd->add_option("--plan", args->plan, "plan.json (from `cpt plan --out`)")->required();
   cmd->add_option("--config", args->config, "TRAIN.json: data, tokenizer, steps, schedule (docs/train_config.md)")
       ->required();

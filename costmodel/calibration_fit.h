@@ -1,5 +1,5 @@
 #pragma once
-// Fitting the cost model's hardware parameters to measurements (`cpt calibrate`, issue #9).
+// Fitting the cost model's hardware parameters to measurements (`cpt calibrate`).
 //
 // Collectives: every measured call is modelled as the cost model models it
 // (costmodel/collective_model.h), t = c·α + f·S/B, with (c, f) the algorithm's step count and

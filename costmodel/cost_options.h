@@ -2,7 +2,7 @@
 // CostModelOptions: every constant of the cost model that is not a property of the model, the
 // cluster or the parallel configuration, with its default and why (docs/costmodel.md lists them
 // with their sources). A user overrides them with flags of `cpt estimate`; `cpt calibrate`
-// (issue #9) fits the efficiency curves and latencies to the machine at hand.
+// fits the efficiency curves and latencies to the machine at hand.
 
 #include <algorithm>
 #include <cmath>
@@ -91,7 +91,7 @@ struct CostModelOptions {
   // the small-GEMM points (0.1 and 1 GFLOP) together with the two overheads below, by grid search on
   // the even rows of vTrain's single-node measurements (bench/vtrain_accuracy.cpp --fit). Held out:
   // Korthikanti Table 5, vTrain's odd single-node rows and its multi-node set. `cpt calibrate`
-  // (issue #9) refits it per machine.
+  // refits it per machine.
   EfficiencyCurve gemm_efficiency{{{0.01, 0.096}, {0.1, 0.10}, {1.0, 0.30}, {10.0, 0.72}, {100.0, 0.768}}};
   // Fused attention kernels reach a lower fraction of peak than plain GEMMs (FlashAttention-2
   // paper: 50-73% of A100 peak forward, lower backward).

@@ -32,7 +32,7 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
                      "and FSDP do)");
     case ExecutorGap::kParameterOffload:
       return str_cat("offload ", to_string(p.offload), " with ZeRO ", p.zero_stage,
-                     ": the executor offloads the optimizer state of ZeRO-1, 2 and 3, not parameters (issue #7)");
+                     ": the executor offloads the optimizer state of ZeRO-1, 2 and 3, not parameters");
     case ExecutorGap::kTiedOverStages:
       return str_cat("tied embeddings over ", p.num_stages(),
                      " pipeline stages: the executor needs the embedding and the LM head on one stage");

@@ -33,12 +33,12 @@ timeout 60 "$B/cpt-exec" info || echo "FAILED: cpt-exec info"
 step "executor tests that touch CUDA"
 timeout 120 "$B/cpt_tests_executor" --gtest_filter='RouteByDevice.*:*.Cuda*:CudaDeviceIndex.*' || echo "FAILED: tests"
 
-step "calibrate --device cuda (issue #9)"
+step "calibrate --device cuda"
 timeout 240 "$B/cpt" calibrate --device cuda --seconds 90 --out "$WORK/h200.json" \
   && cp "$WORK/h200.json" "$OUT/h200.json" && cp "$WORK/h200.report.json" "$OUT/calibrate.report.json" \
   || echo "FAILED: calibrate"
 
-step "MFU: Llama 3.2 1B, bf16, batch 8 x 2048, cpt vs PyTorch eager (issue #7)"
+step "MFU: Llama 3.2 1B, bf16, batch 8 x 2048, cpt vs PyTorch eager"
 for i in 1 2; do
   timeout 150 "$B/cpt_bench_train_step" --model llama3.2-1b --device cuda --batch 8 --seq 2048 --steps 10 --warmup 3 \
     --peak-tflops $PEAK_TFLOPS --json | tee -a "$OUT/mfu.jsonl" || echo "FAILED: cpt step $i"

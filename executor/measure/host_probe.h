@@ -1,7 +1,7 @@
 #pragma once
 // A quick measurement of the machine the executor runs on, for planning on it (`cpt run`): fp32
 // GEMM throughput at several sizes (LibTorch's kernels, all intra-op threads), memory copy
-// bandwidth, cores and memory. A snapshot, not a calibration: `cpt calibrate` (issue #9) fits the
+// bandwidth, cores and memory. A snapshot, not a calibration: `cpt calibrate` fits the
 // cost model to measured runs.
 #include <cstdint>
 #include <vector>

@@ -7,7 +7,7 @@
 //   OUT/profile/step_S.rank_R.trace.json  the Chrome trace (opens in Perfetto / chrome://tracing)
 //   OUT/profile/step_S.rank_R.ops.json    the step's time by operator name (this header's StepProfile)
 // which is what one needs to see where a layout's step time goes beside a single-process run
-// (issue #9's per-operator comparison).
+// (per-operator comparison).
 //
 // Contract: one StepProfiler alive at a time per process; it observes the thread that made it (the
 // "stepping thread") and the threads LibTorch propagates its state to (the autograd engine's

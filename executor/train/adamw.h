@@ -3,7 +3,7 @@
 // norm weights and biases (is_no_decay_parameter). The update is LibTorch's fused kernel
 // (at::_fused_adamw_, the one behind torch.optim.AdamW(fused=True)), so it computes what PyTorch
 // computes. State is kept per parameter name, so checkpoints are independent of module order and
-// the ZeRO optimizer (issue #7) can shard the same names.
+// the ZeRO optimizer can shard the same names.
 #include <torch/torch.h>
 
 #include <string>

@@ -3,7 +3,7 @@
 // is data mixing: data_loader.h).
 //   KL distillation  loss = CE + λ·KL(p_student ‖ p_teacher) per loss token, the teacher being the
 //                    frozen base model run without gradients on the same batch (executor-reference.md
-//                    §3.8); λ default 0.1. KL(student‖teacher) as issue #8 specifies: the student is
+//                    §3.8); λ default 0.1. KL(student‖teacher): the student is
 //                    penalised for mass where the base model puts little.
 //   EWC              penalty λ/2·Σ_i F_i (θ_i − θ*_i)² with F the diagonal empirical Fisher
 //                    information of the base weights θ* on original-domain data (Kirkpatrick et al.

@@ -1,5 +1,5 @@
 #pragma once
-// The single-process training run: a plan (model, batch, sequence length) plus TRAIN.json ->
+// One rank's training run: a plan (model, layout, batch, sequence length) plus TRAIN.json ->
 // OUT/metrics.jsonl, OUT/eval.jsonl, OUT/checkpoints/step_*/ and OUT/measured.json.
 //
 // Per step: grad_accum microbatches, each loss summed over its tokens and divided by the loss
@@ -36,7 +36,7 @@ struct TrainSummary {
   bool stopped = false;            // asked to stop (stop_request.h) before the last step
 };
 
-// ConfigError for a plan that needs more than one process (the distributed executor is issue #7),
+// ConfigError for a layout the executor does not run (spec::find_executor_gap),
 // for inputs that disagree (vocabulary, model vs checkpoint), and for bad files; RuntimeError when
 // writing fails. Everything written before a failure stays valid (checkpoints are atomic).
 TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options);

@@ -122,7 +122,7 @@ TEST(CliSmoke, ExamplesLoad) {
   EXPECT_EQ(nlohmann::json::parse(c.out)["profile"]["num_gpus"], 16);
 }
 
-// The stable contract of `cpt estimate --json` (issue #3).
+// The stable contract of `cpt estimate --json`.
 TEST(CliSmoke, EstimateJsonContract) {
   const auto r = cpt("estimate --model llama3-8b --gpu h100 --gpus 16 --tp 2 --pp 2 --micro-batch 1 --global-batch 64 "
                      "--seq-len 4096 --zero 1 --recompute selective --sequence-parallel --json");
@@ -237,7 +237,7 @@ TEST(CliSmoke, PlanAcrossGpuCounts) {
   std::filesystem::remove_all(dir);
 }
 
-// The stable contract of `cpt plan --json` and the files of --out (issue #4).
+// The stable contract of `cpt plan --json` and the files of --out.
 TEST(CliSmoke, PlanJsonAndOutputs) {
   const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_plan_out";
   std::filesystem::remove_all(dir);
