@@ -1,5 +1,7 @@
 #include "core/json_reader.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -27,8 +29,9 @@ JsonDocument parse_json_text(std::string_view text, std::string origin) {
   try {
     auto root = std::make_unique<Json>(Json::parse(text.begin(), text.end(), limit_depth));
     return JsonDocument(std::move(root), std::move(origin));
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+  } catch (const nlohmann::json::exception& e) {
+    // A syntax error, or a number out of range ("[json.exception.out_of_range.406] number overflow
+    // parsing '1e9999'"): nlohmann's message after its tag.
     std::string what = e.what();
     const auto pos = what.find("] ");
     throw ConfigError(str_cat(origin, ": invalid JSON: ",
@@ -102,8 +105,12 @@ const Json& JsonObjectReader::raw(std::string_view key) { return field(key); }
 
 std::int64_t JsonObjectReader::integer(std::string_view key, std::int64_t min, std::int64_t max) {
   const Json& v = field(key);
-  const bool is_int = v.is_number_integer() ||
-                      (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<std::int64_t>(v.get<double>())));
+  // A float counts when it is whole and inside int64's range (converting one outside it is
+  // undefined): [-2^63, 2^63).
+  const auto whole_int64 = [](double d) {
+    return d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == std::trunc(d);
+  };
+  const bool is_int = v.is_number_integer() || (v.is_number_float() && whole_int64(v.get<double>()));
   auto range = [&] {
     if (min != INT64_MIN && max != INT64_MAX) return str_cat("an integer in [", min, ", ", max, "]");
     if (min != INT64_MIN) return str_cat("an integer >= ", min);

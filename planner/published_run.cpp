@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -67,7 +68,10 @@ std::optional<std::string> catalog_gpu(const std::string& gpu_class) {
 
 // A whole, positive count at `key`, or `fallback` (recorded as an assumption when `what` is set).
 int count_at(const Json& object, const char* key, int fallback, PublishedRun& run, const char* what = nullptr) {
-  if (const auto v = number_at(object, key); v && *v >= 1 && *v == static_cast<int>(*v)) return static_cast<int>(*v);
+  // Checked before converting: a double outside int's range does not convert.
+  if (const auto v = number_at(object, key); v && *v >= 1 && *v <= 1e9 && *v == std::trunc(*v)) {
+    return static_cast<int>(*v);
+  }
   if (what != nullptr) run.assumptions.push_back(str_cat(what, " not stated: ", fallback));
   return fallback;
 }
@@ -97,7 +101,7 @@ void read_model(const Json& m, int seq_len, PublishedRun& run) {
     if (starts_with(name, "mpt")) run.dropout = false;  // llm-foundry's MPT configurations (the data's README)
     if (starts_with(name, "nemotron")) run.assumptions.push_back("squared-ReLU MLP priced as GELU's");
   }
-  if (const auto v = number_at(m, "vocab"); v && *v >= 1) {
+  if (const auto v = number_at(m, "vocab"); v && *v >= 1 && *v <= 1e12) {
     model.vocab = static_cast<std::int64_t>(*v);
   } else {
     model.vocab = starts_with(name, "nemotron") ? 256000 : 50257;  // the family's tokenizer
@@ -109,7 +113,9 @@ void read_model(const Json& m, int seq_len, PublishedRun& run) {
 // distributed optimizer 1 (NeMo's and Megatron-Bridge's default where the row states nothing).
 int zero_stage_of(const Json& parallel, PublishedRun& run) {
   const std::string fsdp = text_at(parallel, "fsdp");
-  if (const auto z = number_at(parallel, "zero")) return static_cast<int>(*z);
+  if (const auto z = number_at(parallel, "zero"); z && (*z == 0 || *z == 1 || *z == 2 || *z == 3)) {
+    return static_cast<int>(*z);
+  }
   if (contains(fsdp, "shard_grad_op")) return 2;
   if (contains(fsdp, "full_shard") || starts_with(fsdp, "fsdp")) return 3;
   if (!contains(fsdp, "distributed optimizer")) run.assumptions.push_back("data parallelism not stated: ZeRO-1");
@@ -181,13 +187,19 @@ PublishedRun read_row(const Json& row) {
 std::vector<PublishedRun> read_published_runs(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) throw core::ConfigError(str_cat(path.string(), ": cannot read the published runs"));
+  return read_published_runs(in, path.string());
+}
+
+std::vector<PublishedRun> read_published_runs(std::istream& lines, const std::string& origin) {
   std::vector<PublishedRun> runs;
   std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  for (int number = 1; std::getline(lines, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const Json row = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!row.is_object() || !row.contains("id") || !member(row, "id").is_string()) {
-      throw core::ConfigError(str_cat(path.string(), ":", number, ": expected a JSON object with a string \"id\""));
+    // Depth-limited, with the line and column of a syntax error (core/json_reader.h).
+    const core::JsonDocument document = core::parse_json_text(line, str_cat(origin, ":", number));
+    const Json& row = document.root();
+    if (!member(row, "id").is_string()) {
+      throw core::ConfigError(str_cat(origin, ":", number, ": expected a JSON object with a string \"id\""));
     }
     runs.push_back(read_row(row));
   }

@@ -51,6 +51,25 @@ TEST(JsonReader, DeepNestingIsAnErrorNotACrash) {
             std::string::npos);
 }
 
+// A whole float beyond int64 is not an integer (converting it would be undefined; found by
+// fuzz/spec_json_fuzzer.cpp).
+TEST(JsonReader, AFloatBeyondInt64IsNotAnInteger) {
+  EXPECT_NE(error_of(R"({"layers": 1.11111e111})", [](JsonObjectReader& r) { r.integer("layers"); }).find("expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"layers": -9.3e18})", [](JsonObjectReader& r) { r.integer("layers"); }).find("expected an integer"),
+            std::string::npos);
+}
+
+// A number beyond double's range is bad input too (found by fuzz/spec_json_fuzzer.cpp).
+TEST(JsonReader, ANumberOutOfRangeIsAnErrorNotAnException) {
+  try {
+    (void)parse_json_text(R"({"peak": 1e914489})", "gpu.json");
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("gpu.json: invalid JSON: number overflow"), std::string::npos) << e.what();
+  }
+}
+
 TEST(JsonReader, UnknownKeyIsRejectedWithAHint) {
   EXPECT_EQ(error_of(R"({"layers": 2, "hiden": 64})",
                      [](JsonObjectReader& r) {

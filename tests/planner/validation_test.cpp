@@ -115,6 +115,9 @@ TEST(PublishedRuns, AMalformedLineNamesItsFileAndLine) {
     EXPECT_NE(std::string(e.what()).find("runs.jsonl:2"), std::string::npos) << e.what();
   }
   EXPECT_THROW((void)read_published_runs(dir / "missing.jsonl"), core::ConfigError);
+  // Nesting deeper than any document needs is refused, not recursed into (core::kMaxJsonDepth).
+  std::ofstream(path) << std::string(100000, '[') << "\n";
+  EXPECT_THROW((void)read_published_runs(path), core::ConfigError);
   std::filesystem::remove_all(dir);
 }
 

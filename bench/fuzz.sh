@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses of fuzz/ with clang, AddressSanitizer and UndefinedBehavior-
+# Sanitizer (no LibTorch), seeds each from the repository's own files and runs it for RUNS
+# executions. A finding (a crash, a sanitizer report, an exception other than cpt's one-line
+# ConfigError/RuntimeError) stops the run with the input saved as WORK/<harness>/crash-*.
+# Usage: bench/fuzz.sh [WORK (default /tmp/cpt-fuzz)] [RUNS (default 1000000)] [SECONDS per harness]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:-/tmp/cpt-fuzz}
+runs=${2:-1000000}
+seconds=${3:-600}
+build=$work/build
+mkdir -p "$work"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+  -DCPT_WITH_TORCH=OFF -DCPT_BUILD_TESTS=OFF -DCPT_FUZZERS=ON >"$work/configure.log"
+cmake --build "$build" --target cpt_fuzz_spec_json cpt_fuzz_published_runs cpt_fuzz_token_shard >"$work/build.log"
+
+# Seeds: every JSON document of the repository's own (a selector byte first for spec_json), the
+# published-runs sample, and one well-formed token shard (index length in two bytes, index, tokens).
+seed() { mkdir -p "$work/$1/corpus"; }
+seed spec_json
+i=0
+for f in examples/models/*.json examples/plans/*.json examples/tiny/plan.json hardware_profiles/gpus/*.json \
+         hardware_profiles/clusters/*.json tests/data/*.json tests/data/*/config.json; do
+  [ -f "$f" ] || continue
+  for which in 0 1 2 3 4 5; do
+    { printf "\\x$(printf %02x $which)"; cat "$f"; } >"$work/spec_json/corpus/seed_$i"
+    i=$((i + 1))
+  done
+done
+seed published_runs
+cp tests/golden/published_runs_sample.jsonl "$work/published_runs/corpus/"
+seed token_shard
+python3 - "$work/token_shard/corpus/seed" <<'PY'
+import struct, sys
+lengths = [3, 1, 4]
+index = b"MMIDIDX\0\0" + struct.pack("<QBQQ", 1, 8, len(lengths), len(lengths)) + struct.pack(f"<{len(lengths)}i", *lengths)
+tokens = struct.pack(f"<{sum(lengths)}H", *range(1, sum(lengths) + 1))
+open(sys.argv[1], "wb").write(struct.pack("<H", len(index)) + index + tokens)
+PY
+
+for harness in spec_json published_runs token_shard; do
+  dir=$work/$harness
+  start=$(date +%s)
+  (cd "$dir" && "$build/bin/cpt_fuzz_$harness" -runs="$runs" -max_total_time="$seconds" -max_len=4096 -seed=1 \
+     -print_final_stats=1 corpus >"$dir/log" 2>&1) || { echo "$harness: FINDING, see $dir/log"; tail -30 "$dir/log"; exit 1; }
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/log" | grep -o '[0-9]*$')
+  echo "$harness: $execs executions in $(( $(date +%s) - start )) s, no finding ($(ls "$dir/corpus" | wc -l) inputs in the corpus)"
+done
