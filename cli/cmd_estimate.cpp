@@ -49,7 +49,8 @@ struct EstimateOptions {
 
 spec::ClusterSpec resolve_cluster(const EstimateOptions& o) {
   const auto& cat = spec::HardwareCatalog::builtin();
-  if (o.cluster.empty() && o.gpu.empty()) throw core::ConfigError("--gpu or --cluster: expected one of them, got neither");
+  if (o.cluster.empty() && o.gpu.empty())
+    throw core::ConfigError("--gpu or --cluster: expected one of them, got neither");
   spec::ClusterSpec c;
   if (!o.cluster.empty()) {
     c = cat.load_cluster(o.cluster, "--cluster");
@@ -101,18 +102,20 @@ void print_table(const cost::Estimate& e, const spec::ModelSpec& m, const spec::
   row("other", e.time.other);
   row("total", e.time.total());
   std::cout << t.render() << "\n";
-  core::TextTable mem({"pp rank", "weights", "grads", "optimizer", "activations", "other", "total GiB"},
-                      {Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
-                       Align::kRight});
+  core::TextTable mem(
+      {"pp rank", "weights", "grads", "optimizer", "activations", "other", "total GiB"},
+      {Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
   for (std::size_t r = 0; r < e.memory_per_pp_rank.size(); ++r) {
     const auto& x = e.memory_per_pp_rank[r];
     auto g = [](core::Bytes b) { return fixed(core::to_gibibytes(b), 2); };
-    mem.add_row({std::to_string(r), g(x.weights), g(x.grads), g(x.optimizer), g(x.activations), g(x.other), g(x.total())});
+    mem.add_row(
+        {std::to_string(r), g(x.weights), g(x.grads), g(x.optimizer), g(x.activations), g(x.other), g(x.total())});
   }
   std::cout << mem.render() << "\n"
             << str_cat("tokens/s per GPU ", fixed(e.tokens_per_s_per_gpu, 1), ", model TFLOP/s per GPU ",
                        fixed(e.model_tflops_per_gpu, 1), ", MFU ", fixed(100 * e.mfu, 1), "%, HFU ",
-                       fixed(100 * e.hfu, 1), "% of the dense peak (FLOPs: Korthikanti et al. 2022 eq. 7, HFU adds recomputation)\n");
+                       fixed(100 * e.hfu, 1),
+                       "% of the dense peak (FLOPs: Korthikanti et al. 2022 eq. 7, HFU adds recomputation)\n");
 }
 
 void run(const EstimateOptions& o) {
@@ -126,15 +129,16 @@ void run(const EstimateOptions& o) {
   const int mp = o.tp * o.pp * o.cp;
   p.dp = o.dp > 0 ? o.dp : cluster.num_gpus / mp;
   if (o.dp == 0 && cluster.num_gpus % mp != 0) {
-    throw core::ConfigError(str_cat("--dp: the GPUs (", cluster.num_gpus, ") are not divisible by tp (", o.tp, ") * pp (",
-                                    o.pp, ") * cp (", o.cp, ") = ", mp));
+    throw core::ConfigError(str_cat("--dp: the GPUs (", cluster.num_gpus, ") are not divisible by tp (", o.tp,
+                                    ") * pp (", o.pp, ") * cp (", o.cp, ") = ", mp));
   }
   p.micro_batch = o.micro_batch;
   p.global_batch = o.global_batch;
   p.zero_stage = o.zero;
   p.hybrid_shard = o.hsdp;
-  p.recompute = o.recompute == "full" ? spec::Recompute::kFull
-                                      : (o.recompute == "selective" ? spec::Recompute::kSelective : spec::Recompute::kNone);
+  p.recompute = o.recompute == "full"
+                    ? spec::Recompute::kFull
+                    : (o.recompute == "selective" ? spec::Recompute::kSelective : spec::Recompute::kNone);
   p.sequence_parallel = o.sequence_parallel;
   p.offload = o.offload == "params" ? spec::Offload::kOptimizerAndParams
                                     : (o.offload == "optimizer" ? spec::Offload::kOptimizer : spec::Offload::kNone);
@@ -153,10 +157,14 @@ void run(const EstimateOptions& o) {
   }
   opts.flash_attention = o.flash_attention;
   if (o.for_executor) opts = cost::as_run_by_cpt_executor(opts);
+  if (o.cuda_context_gib > 1e6) {
+    throw core::ConfigError(str_cat("--cuda-context-GiB: expected at most 1e6, got ", o.cuda_context_gib));
+  }
   if (o.cuda_context_gib >= 0) opts.cuda_context = core::gibibytes(o.cuda_context_gib);
   if (o.fragmentation >= 0) opts.fragmentation = o.fragmentation;
   const auto ev = cost::evaluate(model, cluster, p, o.seq_len, opts);
-  if (const auto* inf = std::get_if<cost::Infeasible>(&ev); inf && inf->reason == cost::InfeasibleReason::kInvalidConfig) {
+  if (const auto* inf = std::get_if<cost::Infeasible>(&ev);
+      inf && inf->reason == cost::InfeasibleReason::kInvalidConfig) {
     throw core::ConfigError(str_cat("parallel configuration: ", inf->detail));
   }
   if (o.json) {
@@ -195,7 +203,9 @@ void register_estimate_command(CLI::App& app) {
   cmd->add_option("--micro-batch", o->micro_batch, "Sequences per microbatch per dp rank")
       ->required()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")
+      ->required()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--zero", o->zero, "ZeRO stage 0..3")->capture_default_str()->check(CLI::Range(0, 3));
   cmd->add_flag("--hsdp", o->hsdp, "Hybrid sharding: ZeRO-3 inside a node, replicas across (needs --zero 3)");

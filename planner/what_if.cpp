@@ -40,7 +40,9 @@ spec::ClusterSpec apply_change(const spec::ClusterSpec& base, const HardwareChan
     c.fabric.link_bandwidth = core::gigabits_per_second(*ch.nic_gbit_per_s);
   }
   if (ch.hbm_gib) {
-    if (*ch.hbm_gib <= 0) throw ConfigError(str_cat("--hbm-GiB: expected > 0, got ", *ch.hbm_gib));
+    if (*ch.hbm_gib <= 0 || *ch.hbm_gib > 1e6) {
+      throw ConfigError(str_cat("--hbm-GiB: expected a capacity in (0, 1e6], got ", *ch.hbm_gib));
+    }
     c.node.gpu.hbm_capacity = core::gibibytes(*ch.hbm_gib);
   }
   c.name = str_cat(c.gpu().name, "_x", c.num_gpus, "_whatif");
@@ -80,8 +82,8 @@ std::pair<SweepKey, std::vector<double>> parse_sweep(const std::string& text) {
   std::vector<std::string> names;
   for (auto k : keys) names.push_back(to_string(k));
   if (eq == std::string::npos) {
-    throw ConfigError(str_cat("--sweep: expected key=v1,v2,... with key one of ", core::join(names, "|"), ", got \"",
-                              text, "\""));
+    throw ConfigError(
+        str_cat("--sweep: expected key=v1,v2,... with key one of ", core::join(names, "|"), ", got \"", text, "\""));
   }
   const auto name = text.substr(0, eq);
   std::optional<SweepKey> key;

@@ -13,10 +13,16 @@ using core::str_cat;
 
 namespace {
 
-std::string dense_key(Precision p) { return str_cat("dense_", to_string(p), "_TFLOPs_per_s"); }
+std::string dense_key(Precision p) {
+  return str_cat("dense_", to_string(p), "_TFLOPs_per_s");
+}
+
+// A device's memory: up to a petabyte (a byte count beyond int64 does not convert).
+constexpr double kMaxCapacity = 1e6;
 
 core::Bytes read_capacity(JsonObjectReader& r, std::string_view stem) {
   const auto [unit, v] = r.positive_number_with_unit(stem, {"GiB", "GB"});
+  if (v > kMaxCapacity) r.fail(str_cat(stem, "_", unit), str_cat("a capacity of at most ", kMaxCapacity), str_cat(v));
   return unit == "GiB" ? core::gibibytes(v) : core::gigabytes(v);
 }
 
@@ -125,7 +131,8 @@ Json shape_curves_to_json(const std::array<std::vector<GemmShapeCurve>, 5>& curv
     const auto& list = curves[static_cast<std::size_t>(p)];
     if (list.empty()) continue;
     Json arr = Json::array();
-    for (const auto& c : list) arr.push_back({{"min_dim", c.min_dim}, {"efficiency", efficiency_points_to_json(c.points)}});
+    for (const auto& c : list)
+      arr.push_back({{"min_dim", c.min_dim}, {"efficiency", efficiency_points_to_json(c.points)}});
     j[to_string(p)] = arr;
   }
   return j;
@@ -199,11 +206,12 @@ NodeSpec node_from_json(JsonObjectReader& r, const HardwareResolver& resolve) {
   NodeSpec n;
   n.name = read_name(r);
   n.display_name = r.string("display_name");
-  n.gpu = ref_or_inline<GpuSpec>(r, "gpu", [](JsonObjectReader& s) { return gpu_from_json(s); }, resolve.gpu);
+  n.gpu = ref_or_inline<GpuSpec>(
+      r, "gpu", [](JsonObjectReader& s) { return gpu_from_json(s); }, resolve.gpu);
   n.gpus_per_node = static_cast<int>(r.integer("gpus_per_node", 1, 1024));
   auto intra = r.object("intra_node");
-  n.intra_kind = intra.one_of("kind", {"nvswitch", "pcie"}) == "nvswitch" ? IntraNodeKind::kNvSwitch
-                                                                            : IntraNodeKind::kPcie;
+  n.intra_kind =
+      intra.one_of("kind", {"nvswitch", "pcie"}) == "nvswitch" ? IntraNodeKind::kNvSwitch : IntraNodeKind::kPcie;
   n.intra_bandwidth = core::gigabytes_per_second(intra.positive_number("bandwidth_GB_per_s_per_direction"));
   n.intra_latency = read_latency(intra, "latency_us");
   if (intra.has("measured")) {
@@ -268,8 +276,8 @@ ClusterSpec cluster_from_json(JsonObjectReader& r, const HardwareResolver& resol
   c.num_nodes = static_cast<int>(r.integer("num_nodes", 1, 1'000'000));
   c.num_gpus = static_cast<int>(
       r.optional_integer("num_gpus", 1, 1'000'000'000).value_or(std::int64_t{c.num_nodes} * c.node.gpus_per_node));
-  c.fabric = ref_or_inline<FabricSpec>(r, "fabric", [](JsonObjectReader& s) { return fabric_from_json(s); },
-                                       resolve.fabric);
+  c.fabric = ref_or_inline<FabricSpec>(
+      r, "fabric", [](JsonObjectReader& s) { return fabric_from_json(s); }, resolve.fabric);
   r.finish();
   check_cluster(c, r);
   return c;

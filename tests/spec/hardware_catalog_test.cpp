@@ -13,7 +13,9 @@
 namespace cpt::spec {
 namespace {
 
-const HardwareCatalog& cat() { return HardwareCatalog::builtin(); }
+const HardwareCatalog& cat() {
+  return HardwareCatalog::builtin();
+}
 
 TEST(HardwareCatalog, EveryProfileLoads) {
   EXPECT_EQ(cat().gpus().size(), 7u);
@@ -30,7 +32,7 @@ TEST(HardwareCatalog, DatasheetNumbersConvertOnce) {
   EXPECT_EQ(h100.hbm_capacity, core::gibibytes(80));
   EXPECT_DOUBLE_EQ(h100.hbm_bandwidth.value(), 3350e9);
   EXPECT_DOUBLE_EQ(h100.peak(Precision::kBf16)->value(), 989.4e12);  // dense, not the 1979 sparse figure
-  EXPECT_DOUBLE_EQ(h100.nvlink_bandwidth.value(), 450e9);           // 900 GB/s bidirectional, halved
+  EXPECT_DOUBLE_EQ(h100.nvlink_bandwidth.value(), 450e9);            // 900 GB/s bidirectional, halved
   const auto h200 = cat().gpu("h200", "--gpu");
   EXPECT_EQ(h200.hbm_capacity.value(), 141'000'000'000);  // "141 GB" is decimal
   const auto a100 = cat().gpu("a100-40g", "--gpu");
@@ -64,7 +66,8 @@ TEST(HardwareCatalog, UnknownNamesHint) {
     (void)cat().gpu("h10", "--gpu");
     FAIL();
   } catch (const core::ConfigError& e) {
-    EXPECT_STREQ(e.what(), "--gpu: expected a GPU name (see `cpt profiles list`), got \"h10\" (did you mean \"h100\"?)");
+    EXPECT_STREQ(e.what(),
+                 "--gpu: expected a GPU name (see `cpt profiles list`), got \"h10\" (did you mean \"h100\"?)");
   }
 }
 
@@ -162,7 +165,8 @@ TEST(HardwareCatalog, SharedCoresRoundTrip) {
 }
 
 TEST(HardwareCatalog, BadClusterFilesNameFileAndPath) {
-  const auto bad_node = write_temp("cpt_test_bad1.json", R"({"name": "x", "node": "dgx_h1000", "num_nodes": 2, "fabric": "ib_ndr_400g"})");
+  const auto bad_node = write_temp("cpt_test_bad1.json",
+                                   R"({"name": "x", "node": "dgx_h1000", "num_nodes": 2, "fabric": "ib_ndr_400g"})");
   try {
     (void)cat().load_cluster(bad_node.string(), "--cluster");
     FAIL();
@@ -171,7 +175,8 @@ TEST(HardwareCatalog, BadClusterFilesNameFileAndPath) {
                                          ": $.node: expected a node name (see `cpt profiles list`), got \"dgx_h1000\" "
                                          "(did you mean \"dgx_h100\"?)");
   }
-  const auto negative = write_temp("cpt_test_bad2.json", R"({"name": "x", "node": "dgx_h100", "num_nodes": -1, "fabric": "ib_ndr_400g"})");
+  const auto negative = write_temp("cpt_test_bad2.json",
+                                   R"({"name": "x", "node": "dgx_h100", "num_nodes": -1, "fabric": "ib_ndr_400g"})");
   try {
     (void)cat().load_cluster(negative.string(), "--cluster");
     FAIL();
@@ -180,6 +185,21 @@ TEST(HardwareCatalog, BadClusterFilesNameFileAndPath) {
   }
   std::filesystem::remove(bad_node);
   std::filesystem::remove(negative);
+}
+
+// A capacity whose byte count does not fit int64 is bad input, not a conversion (found by
+// fuzz/spec_json_fuzzer.cpp).
+TEST(HardwareCatalog, AnAbsurdCapacityIsAConfigError) {
+  const auto doc = core::parse_json_text(R"({"name": "g", "display_name": "g", "hbm_capacity_GB": 1.5e100,
+      "hbm_bandwidth_GB_per_s": 1, "dense_bf16_TFLOPs_per_s": 1, "nvlink_bandwidth_GB_per_s_per_direction": 0})",
+                                         "g.json");
+  auto r = core::JsonObjectReader::root_of(doc);
+  try {
+    (void)gpu_from_json(r);
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("hbm_capacity_GB"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
@@ -197,14 +217,14 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
   auto r = core::JsonObjectReader::root_of(doc);
   EXPECT_EQ(gpu_from_json(r), g);
   // A calibrated CPU's extra measurements: the attention curve and the cross-entropy rates.
-  const auto cpu_doc = core::parse_json_text(
-      base + R"({"fp32": [[1, 0.9]]}, "attention_efficiency": {"fp32": [[0.01, 0.2], [1, 0.4]]},
+  const auto cpu_doc =
+      core::parse_json_text(base + R"({"fp32": [[1, 0.9]]}, "attention_efficiency": {"fp32": [[0.01, 0.2], [1, 0.4]]},
       "cross_entropy_rates": [{"logits": 1e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8},
                               {"logits": 3.2e7, "forward_logits_per_s": 4e8, "backward_logits_per_s": 1.8e8}],
       "compute_jitter_sqrt_s": 0.012,
       "gemm_efficiency_by_min_dim": {"fp32": [{"min_dim": 32, "efficiency": [[0.01, 0.5], [1, 0.6]]},
                                               {"min_dim": 512, "efficiency": [[0.1, 0.95]]}]}})",
-      "cpu.json");
+                            "cpu.json");
   auto cpu_r = core::JsonObjectReader::root_of(cpu_doc);
   const GpuSpec cpu = gpu_from_json(cpu_r);
   const auto fp32 = static_cast<std::size_t>(Precision::kFp32);
@@ -222,8 +242,9 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
     parse(R"({"bf16": [[100, 0.75], [0.1, 0.2]]})");
     FAIL();
   } catch (const core::ConfigError& e) {
-    EXPECT_STREQ(e.what(), "g.json: $.gemm_efficiency.bf16[1]: expected an array of [GFLOP > 0, efficiency in (0, 1]] "
-                           "pairs with increasing GFLOP, got [0.1,0.2]");
+    EXPECT_STREQ(e.what(),
+                 "g.json: $.gemm_efficiency.bf16[1]: expected an array of [GFLOP > 0, efficiency in (0, 1]] "
+                 "pairs with increasing GFLOP, got [0.1,0.2]");
   }
   EXPECT_THROW(parse(R"({"bf17": [[1, 0.5]]})"), core::ConfigError);
   // The one-size rates of older profiles read as a one-point curve; not beside a curve, not alone.
@@ -232,7 +253,8 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
     auto reader = core::JsonObjectReader::root_of(text);
     return gpu_from_json(reader);
   };
-  const auto old = gpu_of(R"(, "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8)");
+  const auto old =
+      gpu_of(R"(, "cross_entropy_forward_logits_per_s": 4.5e8, "cross_entropy_backward_logits_per_s": 2e8)");
   ASSERT_EQ(old.cross_entropy_rates.size(), 1u);
   EXPECT_EQ(old.cross_entropy_rates[0], (CrossEntropyPoint{1.0, 4.5e8, 2e8}));
   EXPECT_THROW(gpu_of(R"(, "cross_entropy_forward_logits_per_s": 4.5e8)"), core::ConfigError);
@@ -245,16 +267,16 @@ TEST(HardwareCatalog, MeasuredEfficiencyCurvesLoadAndRoundTrip) {
                                                             {"min_dim": 32, "efficiency": [[1, 0.5]]}]})");
     FAIL();
   } catch (const core::ConfigError& e) {
-    EXPECT_STREQ(e.what(), "cpu.json: $.gemm_efficiency_by_min_dim.fp32[1].min_dim: expected min_dim increasing, got 32");
+    EXPECT_STREQ(e.what(),
+                 "cpu.json: $.gemm_efficiency_by_min_dim.fp32[1].min_dim: expected min_dim increasing, got 32");
   }
   EXPECT_THROW(gpu_of(R"(, "gemm_efficiency_by_min_dim": {"fp32": [{"min_dim": 32}]})"), core::ConfigError);
   // Sizes must grow along the cross-entropy curve.
   try {
-    const auto bad = core::parse_json_text(
-        base + R"({"fp32": [[1, 0.9]]}, "cross_entropy_rates": [
+    const auto bad = core::parse_json_text(base + R"({"fp32": [[1, 0.9]]}, "cross_entropy_rates": [
           {"logits": 4e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8},
           {"logits": 1e6, "forward_logits_per_s": 9e8, "backward_logits_per_s": 5e8}]})",
-        "cpu.json");
+                                           "cpu.json");
     auto bad_r = core::JsonObjectReader::root_of(bad);
     (void)gpu_from_json(bad_r);
     FAIL();
@@ -274,12 +296,9 @@ TEST(HardwareCatalog, ProfileNameMustMatchFileName) {
 TEST(GpuForDeviceName, TheDriversNamesFindTheirCatalogGpu) {
   const auto& cat = HardwareCatalog::builtin();
   const std::pair<const char*, const char*> known[] = {
-      {"NVIDIA H200", "h200_sxm_141gb"},
-      {"NVIDIA H100 80GB HBM3", "h100_sxm5_80gb"},
-      {"NVIDIA H100 PCIe", "h100_pcie_80gb"},
-      {"NVIDIA A100-SXM4-80GB", "a100_sxm4_80gb"},
-      {"NVIDIA A100-SXM4-40GB", "a100_sxm4_40gb"},
-      {"NVIDIA A100 80GB PCIe", "a100_pcie_80gb"},
+      {"NVIDIA H200", "h200_sxm_141gb"},           {"NVIDIA H100 80GB HBM3", "h100_sxm5_80gb"},
+      {"NVIDIA H100 PCIe", "h100_pcie_80gb"},      {"NVIDIA A100-SXM4-80GB", "a100_sxm4_80gb"},
+      {"NVIDIA A100-SXM4-40GB", "a100_sxm4_40gb"}, {"NVIDIA A100 80GB PCIe", "a100_pcie_80gb"},
       {"NVIDIA B200", "b200_sxm_180gb"},
   };
   for (const auto& [device, gpu] : known) {
@@ -290,7 +309,8 @@ TEST(GpuForDeviceName, TheDriversNamesFindTheirCatalogGpu) {
 TEST(GpuForDeviceName, AVariantTheCatalogLacksIsNoneRatherThanItsSibling) {
   const auto& cat = HardwareCatalog::builtin();
   // Other form factors (NVL: lower clocks and power) and other memory sizes are not the SXM card.
-  for (const char* device : {"NVIDIA H200 NVL", "NVIDIA H100 NVL", "NVIDIA A100-PCIE-40GB", "NVIDIA GeForce RTX 4090"}) {
+  for (const char* device :
+       {"NVIDIA H200 NVL", "NVIDIA H100 NVL", "NVIDIA A100-PCIE-40GB", "NVIDIA GeForce RTX 4090"}) {
     EXPECT_EQ(gpu_for_device_name(device, cat), std::nullopt) << device;
   }
 }
