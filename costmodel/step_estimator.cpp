@@ -126,9 +126,9 @@ Rates rates(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, cons
                               (model.layers * c.block.model_flops.value() + c.head.model_flops.value()));
   r.hardware_flops = core::Flops(microbatches_total * replicas_of_work *
                                  (model.layers * c.block.hardware_flops.value() + c.head.model_flops.value()));
-  const double peak = (cluster.gpu().peak(o.precision) ? *cluster.gpu().peak(o.precision)
-                                                         : *cluster.gpu().peak(spec::Precision::kBf16))
-                          .value();
+  const double peak =
+      (cluster.gpu().peak(o.precision) ? *cluster.gpu().peak(o.precision) : *cluster.gpu().peak(spec::Precision::kBf16))
+          .value();
   r.tokens_per_s_per_gpu = static_cast<double>(p.global_batch) * seq_len / step / gpus;
   r.model_tflops_per_gpu = r.model_flops.value() / step / gpus / 1e12;
   r.mfu = r.model_flops.value() / (step * gpus * peak);
@@ -138,8 +138,8 @@ Rates rates(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, cons
 
 std::string memory_detail(const MemoryBreakdown& peak, const spec::ClusterSpec& cluster, int rank) {
   return str_cat(gib(peak.total()), " GiB > ", gib(cluster.gpu().hbm_capacity), " GiB on pp rank ", rank, " (weights ",
-                 gib(peak.weights), ", grads ", gib(peak.grads), ", optimizer ", gib(peak.optimizer),
-                 ", activations ", gib(peak.activations), ", other ", gib(peak.other), ")");
+                 gib(peak.weights), ", grads ", gib(peak.grads), ", optimizer ", gib(peak.optimizer), ", activations ",
+                 gib(peak.activations), ", other ", gib(peak.other), ")");
 }
 
 StepEndGroups step_end_groups(const LayoutCosts& layout_costs, const GroupPlacements& groups) {
@@ -161,7 +161,6 @@ void fill_stage_durations(const spec::StagePartition& stages, const MicrobatchCh
     d.zero3_overlapped_forward_s.assign(n, 0.0);
     d.zero3_overlapped_backward_s.assign(n, 0.0);
   }
-  const HeadCosts& head = c.head;
   const double resume = c.transfer && c.transfer->resumes ? c.resume.value() : 0.0;
   for (int s = 0; s < num_stages; ++s) {
     const auto i = static_cast<std::size_t>(s);
@@ -181,19 +180,19 @@ void fill_stage_durations(const spec::StagePartition& stages, const MicrobatchCh
     // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).
     d.weight_grad_s[i] = layers * c.block.forward.gemm.value();
     if (s == 0) {
-      d.forward_s[i] += (head.embedding_forward.total() + c.embedding_tp_forward).value();
-      d.backward_s[i] += (head.embedding_backward.total() + c.embedding_tp_backward).value();
+      d.forward_s[i] += c.embedding_forward.value();
+      d.backward_s[i] += c.embedding_backward.value();
     }
     if (s == num_stages - 1) {
-      d.forward_s[i] += (head.head_forward.total() + c.head_tp_forward).value();
-      d.backward_s[i] += (head.head_backward.total() + c.head_tp_backward).value();
-      d.weight_grad_s[i] += head.head_forward.gemm.value();
+      d.forward_s[i] += c.head_forward.value();
+      d.backward_s[i] += c.head_backward.value();
+      d.weight_grad_s[i] += c.head.head_forward.gemm.value();
     }
     // Stage s -> s+1 runs from pp rank s mod pp to (s+1) mod pp, same tp/cp/dp coordinates.
     if (s < num_stages - 1 && c.transfer) {
-      d.p2p_after_s[i] = pipeline_transfer_time(*c.transfer, layout_costs.pp_next[static_cast<std::size_t>(s % p.pp)],
-                                                context)
-                             .value();
+      d.p2p_after_s[i] =
+          pipeline_transfer_time(*c.transfer, layout_costs.pp_next[static_cast<std::size_t>(s % p.pp)], context)
+              .value();
     }
   }
 }
@@ -308,8 +307,9 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
       return closed_form_makespan(p.pp, p.virtual_stages, microbatches, d.forward_s, d.backward_s, transfers, split);
     }
     if (!sharing.active()) return replay_schedule(*schedule, d.forward_s, d.backward_s, transfers, split);
-    return replay_schedule_at_speeds(*schedule, d.forward_s, d.backward_s, transfers, split,
-                                     [&](std::span<const char> computing, int r) { return sharing.speed(computing, r); });
+    return replay_schedule_at_speeds(
+        *schedule, d.forward_s, d.backward_s, transfers, split,
+        [&](std::span<const char> computing, int r) { return sharing.speed(computing, r); });
   };
   const CriticalRank critical = critical_rank(model, p, stages, d, replay(d.p2p_after_s), replay(no_transfers));
 
@@ -379,9 +379,9 @@ void search_memory(const spec::ModelSpec& model, const spec::ParallelConfig& p, 
     RankShare& share = ranks.ranks[i].share;
     const double root = root_params(model, counts, p.tp, share.first, share.last, single_stage);
     share.params = share.layers * block_params + root;
-    const double activations = terms.activation_per_layer * ranks.ranks[i].heaviest_chunk *
-                               spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(),
-                                                           share.pp_rank);
+    const double activations =
+        terms.activation_per_layer * ranks.ranks[i].heaviest_chunk *
+        spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), share.pp_rank);
     const MemoryBreakdown memory = rank_memory(terms, p, share.layers, root, activations, share.first, share.last, o);
     if (i == 0 || memory.total() > out.peak_memory.total()) {
       out.peak_memory = memory;
@@ -407,7 +407,6 @@ Seconds ring_transfers(const MicrobatchCharges& c, const LayoutCosts& layout_cos
 // (pipeline_replay.h).
 CriticalRank search_critical_rank(const SearchRanks& ranks, const MicrobatchCharges& c, const LayoutCosts& layout_costs,
                                   const spec::ParallelConfig& p, const PricingContext& context) {
-  const HeadCosts& head = c.head;
   const double layer_forward = c.layer_forward.value(), layer_backward = c.layer_backward.value();
   const double layer_wgrad = c.block.forward.gemm.value();
   const bool zero_bubble = p.schedule == spec::ScheduleKind::kZeroBubbleH1;
@@ -418,13 +417,13 @@ CriticalRank search_critical_rank(const SearchRanks& ranks, const MicrobatchChar
     const RankShare& k = ranks.ranks[i].share;
     double f = k.layers * layer_forward, b = k.layers * layer_backward, w = k.layers * layer_wgrad;
     if (k.first) {
-      f += (head.embedding_forward.total() + c.embedding_tp_forward).value();
-      b += (head.embedding_backward.total() + c.embedding_tp_backward).value();
+      f += c.embedding_forward.value();
+      b += c.embedding_backward.value();
     }
     if (k.last) {
-      f += (head.head_forward.total() + c.head_tp_forward).value();
-      b += (head.head_backward.total() + c.head_tp_backward).value();
-      w += head.head_forward.gemm.value();
+      f += c.head_forward.value();
+      b += c.head_backward.value();
+      w += c.head.head_forward.gemm.value();
     }
     // Resuming from its receives and sends, as evaluate()'s stage durations.
     f += resume * k.transfers_per_pass;

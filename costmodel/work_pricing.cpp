@@ -85,9 +85,10 @@ Seconds operation_time(const WorkItem& item, const PricingContext& context) {
              collective_time(Collective::kAllGather, item.bytes, group, efficiency);
     case WorkKind::kSendReceive: {
       const CallScale& inside = group.intra_scale[static_cast<std::size_t>(spec::LinkCall::kSendRecv)];
-      const LinkCost link = group.nodes > 1 ? group.inter
-                                            : LinkCost{core::BytesPerSecond(group.intra.bandwidth.value() * inside.bandwidth),
-                                                       group.intra.latency * inside.latency};
+      const LinkCost link = group.nodes > 1
+                                ? group.inter
+                                : LinkCost{core::BytesPerSecond(group.intra.bandwidth.value() * inside.bandwidth),
+                                           group.intra.latency * inside.latency};
       return p2p_time(item.bytes, link, efficiency);
     }
     case WorkKind::kScalarAllReduce:
@@ -102,8 +103,7 @@ Seconds price_with(const WorkItem& item, Seconds operation, const PricingContext
   const CostModelOptions& o = *context.options;
   Seconds total = operation * item.operations + o.collective_overhead * item.call_overheads;
   if (item.waits_for_slowest && o.compute_jitter_sqrt_s > 0) {
-    total += straggler_wait(o.compute_jitter_sqrt_s, segment, context.groups->of(item.group).size) *
-             item.operations;
+    total += straggler_wait(o.compute_jitter_sqrt_s, segment, context.groups->of(item.group).size) * item.operations;
   }
   return total;
 }
@@ -119,7 +119,8 @@ class OperationTimes {
       if (k.kind == item.kind && k.group == item.group && k.bytes == item.bytes) return k.seconds;
     }
     const Seconds seconds = operation_time(item, context_);
-    if (size_ < static_cast<int>(known_.size())) known_[static_cast<std::size_t>(size_++)] = {item.kind, item.group, item.bytes, seconds};
+    if (size_ < static_cast<int>(known_.size()))
+      known_[static_cast<std::size_t>(size_++)] = {item.kind, item.group, item.bytes, seconds};
     return seconds;
   }
 
@@ -247,6 +248,10 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
   c.embedding_tp_backward = embedding.tp[backward];
   c.head_tp_forward = head.tp[forward];
   c.head_tp_backward = head.tp[backward];
+  c.embedding_forward = c.head.embedding_forward.total() + c.embedding_tp_forward;
+  c.embedding_backward = c.head.embedding_backward.total() + c.embedding_tp_backward;
+  c.head_forward = c.head.head_forward.total() + c.head_tp_forward;
+  c.head_backward = c.head.head_backward.total() + c.head_tp_backward;
   // A calibrated node's own slowdown inside it (spec::NodeSpec::overlap_compute_slowdown).
   c.overlap_slowdown = context.groups->of(CommGroup::kReplicas).nodes > 1
                            ? o.overlap_slowdown_network

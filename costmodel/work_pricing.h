@@ -38,7 +38,7 @@ class GroupPlacements {
 struct PricingContext {
   const GroupPlacements* groups = nullptr;
   const CostModelOptions* options = nullptr;
-  core::Seconds resume;  // per blocking call (0 unless the node measured it)
+  core::Seconds resume;                              // per blocking call (0 unless the node measured it)
   std::optional<core::Seconds> scalar_step_latency;  // NodeSpec::scalar_all_reduce_step_latency
 };
 [[nodiscard]] PricingContext pricing_context(const GroupPlacements& groups, const spec::ClusterSpec& cluster,
@@ -67,10 +67,12 @@ struct MicrobatchCharges {
   core::Seconds layer_forward, layer_backward;  // one layer: compute + exposed, backward with recompute
   // The embedding's and head's tensor-parallel calls, per pass.
   core::Seconds embedding_tp_forward, embedding_tp_backward, head_tp_forward, head_tp_backward;
-  core::Seconds between_passes;  // WorkScope::kEmbedding entries run between passes (the root unit)
+  // What the stage holding the embedding (the head) adds per pass: compute + its calls.
+  core::Seconds embedding_forward, embedding_backward, head_forward, head_backward;
+  core::Seconds between_passes;      // WorkScope::kEmbedding entries run between passes (the root unit)
   std::optional<WorkItem> transfer;  // the pipeline's transfer of one pass (none without pp)
-  core::Seconds resume;  // per blocking call
-  double overlap_slowdown = 0;  // compute slowdown per second of overlapped data-parallel traffic
+  core::Seconds resume;              // per blocking call
+  double overlap_slowdown = 0;       // compute slowdown per second of overlapped data-parallel traffic
 };
 
 // REQUIRES: `inventory` from microbatch_work.
