@@ -18,7 +18,10 @@ function(cpt_add_test name)
     CPT_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
     CPT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   cpt_set_warnings(${name})
+  # Listing a LibTorch-linked test binary's tests can take seconds on a cold page cache (a fresh
+  # clone, a relink): wait longer than gtest's default 5 s before calling it a failure.
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 120
     PROPERTIES LABELS "${ARG_LABELS}")
 endfunction()
