@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/runtime_flag.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
@@ -22,6 +23,7 @@ namespace {
 struct AdviseOptions {
   std::string model, gpu;
   int gpus = 0, global_batch = 0, seq_len = 0;
+  std::string runtime;  // empty: each family's own
   bool json = false;
 };
 
@@ -31,11 +33,12 @@ void run(const AdviseOptions& o) {
   planner::SearchOptions so;
   so.global_batch = o.global_batch;
   so.seq_len = o.seq_len;
+  so.runtime = runtime_named(o.runtime);
   const auto a = planner::advise(model, cluster, so);
   if (o.json) {
     core::Json fams = core::Json::array();
     for (const auto& f : a.families) {
-      core::Json j = {{"family", f.family}};
+      core::Json j = {{"family", f.family}, {"runtime", spec::to_string(f.runtime)}};
       if (f.best) {
         j["config"] = config_summary(f.best->config);
         j["estimate"] = cost::evaluation_to_json(f.best->estimate);
@@ -45,22 +48,23 @@ void run(const AdviseOptions& o) {
       }
       fams.push_back(j);
     }
-    print_json({{"families", fams},
-                {"winner", a.winner >= 0 ? core::Json(a.families[static_cast<std::size_t>(a.winner)].family) : core::Json()},
-                {"reason", a.reason}});
+    print_json(
+        {{"families", fams},
+         {"winner", a.winner >= 0 ? core::Json(a.families[static_cast<std::size_t>(a.winner)].family) : core::Json()},
+         {"reason", a.reason}});
     return;
   }
   using core::Align;
-  core::TextTable t({"family", "best plan", "tokens/s/GPU", "MFU", "peak GiB"},
-                    {Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight});
+  core::TextTable t({"family", "runtime", "best plan", "tokens/s/GPU", "MFU", "peak GiB"},
+                    {Align::kLeft, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight, Align::kRight});
   for (const auto& f : a.families) {
     if (!f.best) {
-      t.add_row({f.family, "does not fit (" + f.why_not + ")", "-", "-", "-"});
+      t.add_row({f.family, spec::to_string(f.runtime), "does not fit (" + f.why_not + ")", "-", "-", "-"});
       continue;
     }
     const auto& e = f.best->estimate;
-    t.add_row({f.family, config_summary(f.best->config), fixed(e.tokens_per_s_per_gpu, 0), fixed(100 * e.mfu, 1) + "%",
-               fixed(core::to_gibibytes(e.peak_memory().total()), 1)});
+    t.add_row({f.family, spec::to_string(f.runtime), config_summary(f.best->config), fixed(e.tokens_per_s_per_gpu, 0),
+               fixed(100 * e.mfu, 1) + "%", fixed(core::to_gibibytes(e.peak_memory().total()), 1)});
   }
   std::cout << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().name << "\n\n"
             << t.render() << "\n"
@@ -78,6 +82,8 @@ void register_advise_command(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus, "Number of GPUs")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--global-batch", o->global_batch, "Sequences per step")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
+  add_runtime_option(*cmd, o->runtime,
+                     "default: each family's own (ZeRO-2 deepspeed, the FSDP families fsdp, 3D megatron)");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] { run(*o); });
 }

@@ -9,10 +9,12 @@
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/runtime_flag.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "costmodel/estimate_json.h"
+#include "costmodel/runtime_profile.h"
 #include "costmodel/step_estimator.h"
 #include "planner/what_if.h"
 #include "spec/hardware_catalog.h"
@@ -40,6 +42,7 @@ struct EstimateOptions {
   bool sequence_parallel = false;
   bool flash_attention = true;
   bool for_executor = false;
+  std::string runtime;  // empty: megatron, or cpt with --for-executor
   std::string precision = "bf16";
   std::string offload = "none";
   double cuda_context_gib = -1;
@@ -156,7 +159,12 @@ void run(const EstimateOptions& o) {
                                     " throughput in its profile"));
   }
   opts.flash_attention = o.flash_attention;
-  if (o.for_executor) opts = cost::as_run_by_cpt_executor(opts);
+  const auto runtime = runtime_named(o.runtime);
+  if (o.for_executor && runtime && *runtime != spec::Runtime::kCpt) {
+    throw core::ConfigError(
+        str_cat("--for-executor: prices the plan for cpt's executor, but --runtime says ", o.runtime));
+  }
+  opts = cost::for_runtime(opts, o.for_executor ? spec::Runtime::kCpt : runtime.value_or(spec::Runtime::kMegatron));
   if (o.cuda_context_gib > 1e6) {
     throw core::ConfigError(str_cat("--cuda-context-GiB: expected at most 1e6, got ", o.cuda_context_gib));
   }
@@ -168,7 +176,9 @@ void run(const EstimateOptions& o) {
     throw core::ConfigError(str_cat("parallel configuration: ", inf->detail));
   }
   if (o.json) {
-    print_json(cost::evaluation_to_json(ev));
+    core::Json json = cost::evaluation_to_json(ev);
+    json["runtime"] = spec::to_string(opts.runtime);
+    print_json(json);
     return;
   }
   if (const auto* inf = std::get_if<cost::Infeasible>(&ev)) {
@@ -176,6 +186,7 @@ void run(const EstimateOptions& o) {
     return;
   }
   print_table(std::get<cost::Estimate>(ev), model, cluster, p, o.seq_len);
+  std::cout << "priced for " << cost::describe(opts.runtime) << "\n";
 }
 
 }  // namespace
@@ -228,6 +239,7 @@ void register_estimate_command(CLI::App& app) {
   cmd->add_flag("--for-executor", o->for_executor,
                 "Price the plan as cpt's executor runs it (eager kernel dispatch, all-gather context parallelism) "
                 "instead of as Megatron-LM does");
+  add_runtime_option(*cmd, o->runtime, "default megatron");
   cmd->add_flag("--json", o->json, "Print the JSON contract instead of tables");
   cmd->callback([o] { run(*o); });
 }

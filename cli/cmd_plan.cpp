@@ -11,11 +11,13 @@
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/runtime_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "costmodel/estimate_json.h"
+#include "costmodel/runtime_profile.h"
 #include "planner/handoff.h"
 #include "planner/planner.h"
 #include "planner/refine.h"
@@ -42,6 +44,7 @@ struct PlanOptions {
   double headroom = 0.10;
   bool flash_attention = true;
   bool for_executor = false;
+  std::string runtime;  // empty: megatron (cpt with --for-executor or --gpu local)
   bool json = false;
 };
 
@@ -104,8 +107,8 @@ std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& clu
      << "| # | configuration | step s | tokens/s/GPU | MFU | peak GiB |\n|---|---|---|---|---|---|\n";
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& c = r.top[i];
-    md << "| " << i + 1 << " | " << config_summary(c.config) << " | " << fixed(c.estimate.time.total().value(), 3) << " | "
-       << fixed(c.estimate.tokens_per_s_per_gpu, 0) << " | " << fixed(100 * c.estimate.mfu, 1) << "% | "
+    md << "| " << i + 1 << " | " << config_summary(c.config) << " | " << fixed(c.estimate.time.total().value(), 3)
+       << " | " << fixed(c.estimate.tokens_per_s_per_gpu, 0) << " | " << fixed(100 * c.estimate.mfu, 1) << "% | "
        << fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1) << " |\n";
   }
   md << "\n## Rejected\n\n| reason | candidates |\n|---|---|\n";
@@ -116,7 +119,8 @@ std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& clu
     }
   }
   if (o.tokens > 0 && !r.top.empty()) {
-    const double hours = static_cast<double>(o.tokens) / (r.top.front().estimate.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
+    const double hours =
+        static_cast<double>(o.tokens) / (r.top.front().estimate.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
     md << "\nTime to train " << o.tokens << " tokens with the best plan: " << fixed(hours, 1) << " h ("
        << fixed(hours * cluster.num_gpus, 0) << " GPU-hours";
     if (o.price > 0) md << ", " << fixed(hours * cluster.num_gpus * o.price, 0) << " USD";
@@ -228,7 +232,15 @@ void run(const PlanOptions& o) {
   so.cost.flash_attention = o.flash_attention;
   so.threads = o.threads;
   so.executor_only = o.for_executor;
-  auto r = clusters.size() == 1 ? planner::search(model, clusters.front(), so) : planner::search_sizes(model, clusters, so);
+  so.runtime = runtime_named(o.runtime);
+  if ((o.for_executor || o.gpu == "local") && so.runtime && *so.runtime != spec::Runtime::kCpt) {
+    throw core::ConfigError(str_cat("--runtime: ", o.runtime, " does not run ",
+                                    o.for_executor ? "--for-executor plans" : "on --gpu local",
+                                    "; cpt's executor does"));
+  }
+  if (o.gpu == "local") so.runtime.reset();  // priced as the executor runs here (above)
+  auto r =
+      clusters.size() == 1 ? planner::search(model, clusters.front(), so) : planner::search_sizes(model, clusters, so);
   // The cluster of the best plan (the plan file and the report describe it).
   const auto& cluster = [&]() -> const spec::ClusterSpec& {
     for (const auto& c : clusters) {
@@ -258,13 +270,14 @@ void run(const PlanOptions& o) {
   std::string sizes;
   for (const auto& c : clusters) sizes += str_cat(sizes.empty() ? "" : ", ", c.num_gpus);
   std::cout << str_cat(model.name, " on ", sizes, " x ", cluster.gpu().name, ", global batch ", o.global_batch, " x ",
-                       o.seq_len, " tokens, objective ", o.objective, "\n\n");
+                       o.seq_len, " tokens, objective ", o.objective, "\npriced for ",
+                       cost::describe(planner::pricing_options(so).runtime), "\n\n");
   using core::Align;
   if (!r.best_per_size.empty()) {
     // One row per size: the best plan there, the job's rate, and time and cost for the budget.
-    core::TextTable sz({"GPUs", "best configuration", "tokens/s/GPU", "MFU", "job tokens/s", "hours", "cost USD"},
-                       {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
-                        Align::kRight});
+    core::TextTable sz(
+        {"GPUs", "best configuration", "tokens/s/GPU", "MFU", "job tokens/s", "hours", "cost USD"},
+        {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
     for (const auto& [gpus, best] : r.best_per_size) {
       if (!best) {
         sz.add_row({std::to_string(gpus), "nothing fits", "-", "-", "-", "-", "-"});
@@ -284,9 +297,9 @@ void run(const PlanOptions& o) {
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& c = r.top[i];
     t.add_row({std::to_string(i + 1), std::to_string(c.config.world_size()), config_summary(c.config),
-               fixed(c.estimate.time.total().value(), 3),
-               i < simulated.size() ? fixed(simulated[i], 3) : "-", fixed(c.estimate.tokens_per_s_per_gpu, 0),
-               fixed(100 * c.estimate.mfu, 1) + "%", fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
+               fixed(c.estimate.time.total().value(), 3), i < simulated.size() ? fixed(simulated[i], 3) : "-",
+               fixed(c.estimate.tokens_per_s_per_gpu, 0), fixed(100 * c.estimate.mfu, 1) + "%",
+               fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
   }
   std::cout << (r.top.empty() ? std::string("no feasible configuration\n") : t.render()) << "\n";
   core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
@@ -298,7 +311,8 @@ void run(const PlanOptions& o) {
   }
   std::cout << rej.render() << "\n"
             << str_cat(r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ",
-                       r.pareto.size(), clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory",
+                       r.pareto.size(),
+                       clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory",
                        " Pareto front, in ", fixed(r.seconds, 2), " s on ", r.threads,
                        r.threads == 1 ? " thread\n" : " threads\n");
   if (!o.out.empty()) {
@@ -315,13 +329,17 @@ void register_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Search parallel configurations for a model on a cluster");
   cmd->add_option("--model", o->model, "Catalog name, model JSON or Hugging Face config.json")->required();
   cmd->add_option("--gpu", o->gpu, "GPU name (implies its node and fabric)");
-  cmd->add_option("--gpus", o->gpus,
-                  "Number of GPUs, or several (64,128,256): the best plan at each size and the Pareto front across them");
-  cmd->add_option("--threads", o->threads, "Worker threads (0 = all hardware threads; the result does not depend on it)")
+  cmd->add_option(
+      "--gpus", o->gpus,
+      "Number of GPUs, or several (64,128,256): the best plan at each size and the Pareto front across them");
+  cmd->add_option("--threads", o->threads,
+                  "Worker threads (0 = all hardware threads; the result does not depend on it)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--cluster", o->cluster, "Cluster profile name or JSON file (instead of --gpu/--gpus)");
-  cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")
+      ->required()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--objective", o->objective, "throughput|time|cost|headroom")
       ->capture_default_str()
@@ -337,6 +355,7 @@ void register_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention, "Fused attention (default on)");
   cmd->add_option("--out", o->out, "Write plan.json, candidates.csv and report.md into this directory");
+  add_runtime_option(*cmd, o->runtime, "default megatron (cpt with --for-executor or --gpu local)");
   cmd->add_flag("--for-executor", o->for_executor,
                 "Only plans cpt's own executor runs (what cpt run trains): no ZeRO-3 with pipelines, no parameter "
                 "offload, no hybrid sharding with context parallelism, tied embeddings on one stage");

@@ -1,5 +1,6 @@
-// cpt validate --runs FILE.jsonl [--rows] [--json]: the cost model against published, measured
-// runs (planner/validation.h): the step-time error of each group of runs, signed and absolute,
+// cpt validate --runs FILE.jsonl [--runtime NAME] [--rows] [--json]: the cost model against
+// published, measured runs (planner/validation.h), each priced for the runtime that ran it unless
+// --runtime names one for all: the step-time error of each group of runs, signed and absolute,
 // and the runs it predicts out of memory although they ran.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -9,8 +10,10 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/runtime_flag.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
+#include "costmodel/runtime_profile.h"
 #include "planner/validation.h"
 
 namespace cpt::cli {
@@ -20,6 +23,7 @@ using core::str_cat;
 
 struct ValidateOptions {
   std::string runs;
+  std::string runtime;  // empty: each row's own
   bool rows = false;
   bool json = false;
 };
@@ -37,10 +41,10 @@ std::string number(double value) {
 }
 
 void print_groups(const std::vector<planner::GroupSummary>& groups) {
-  core::TextTable table({"runs", "rows", "compared", "mean error", "mean |error|", "worst", "predicted OOM, ran",
-                         "not modelled"},
-                        {core::Align::kLeft, core::Align::kRight, core::Align::kRight, core::Align::kRight,
-                         core::Align::kRight, core::Align::kRight, core::Align::kRight, core::Align::kRight});
+  core::TextTable table(
+      {"runs", "rows", "compared", "mean error", "mean |error|", "worst", "predicted OOM, ran", "not modelled"},
+      {core::Align::kLeft, core::Align::kRight, core::Align::kRight, core::Align::kRight, core::Align::kRight,
+       core::Align::kRight, core::Align::kRight, core::Align::kRight});
   for (const auto& g : groups) {
     const bool any = g.compared > 0;
     table.add_row({g.group, str_cat(g.rows), str_cat(g.compared), any ? percent(g.mean_signed_error) : "-",
@@ -51,28 +55,35 @@ void print_groups(const std::vector<planner::GroupSummary>& groups) {
 }
 
 void print_rows(const std::vector<planner::RunCheck>& checks) {
-  core::TextTable table({"id", "measured", "predicted", "error", "outcome"},
-                        {core::Align::kLeft, core::Align::kRight, core::Align::kRight, core::Align::kRight,
-                         core::Align::kLeft});
+  core::TextTable table({"id", "runtime", "measured", "predicted", "error", "outcome"},
+                        {core::Align::kLeft, core::Align::kLeft, core::Align::kRight, core::Align::kRight,
+                         core::Align::kRight, core::Align::kLeft});
   for (const auto& c : checks) {
     const bool compared = c.outcome == planner::RunOutcome::kCompared;
-    table.add_row({c.id, c.measured > 0 ? number(c.measured) : "-", compared ? number(c.predicted) : "-",
-                   compared ? percent(c.error) : "-", compared ? c.metric : str_cat(to_string(c.outcome), ": ", c.detail)});
+    table.add_row({c.id, spec::to_string(c.runtime), c.measured > 0 ? number(c.measured) : "-",
+                   compared ? number(c.predicted) : "-", compared ? percent(c.error) : "-",
+                   compared ? c.metric : str_cat(to_string(c.outcome), ": ", c.detail)});
   }
   std::cout << table.render() << "\n";
 }
 
-core::Json to_json(const std::vector<planner::RunCheck>& checks, const std::vector<planner::GroupSummary>& groups) {
+core::Json to_json(const std::vector<planner::RunCheck>& checks, const std::vector<planner::GroupSummary>& groups,
+                   const std::string& runtime) {
   core::Json out;
-  out["runtime"] = "megatron";
+  out["runtime"] = runtime.empty() ? "each run's own" : runtime;
   for (const auto& g : groups) {
-    out["groups"].push_back({{"group", g.group}, {"rows", g.rows}, {"compared", g.compared},
-                             {"mean_signed_error", g.mean_signed_error}, {"mean_absolute_error", g.mean_absolute_error},
-                             {"worst_error", g.worst_error}, {"predicted_out_of_memory", g.predicted_out_of_memory},
+    out["groups"].push_back({{"group", g.group},
+                             {"rows", g.rows},
+                             {"compared", g.compared},
+                             {"mean_signed_error", g.mean_signed_error},
+                             {"mean_absolute_error", g.mean_absolute_error},
+                             {"worst_error", g.worst_error},
+                             {"predicted_out_of_memory", g.predicted_out_of_memory},
                              {"not_modelled", g.not_modelled}});
   }
   for (const auto& c : checks) {
-    core::Json row{{"id", c.id}, {"group", c.group}, {"outcome", to_string(c.outcome)}};
+    core::Json row{
+        {"id", c.id}, {"group", c.group}, {"runtime", spec::to_string(c.runtime)}, {"outcome", to_string(c.outcome)}};
     if (c.outcome == planner::RunOutcome::kCompared) {
       row["metric"] = c.metric;
       row["measured"] = c.measured;
@@ -92,15 +103,17 @@ void run(const ValidateOptions& o) {
   const auto runs = planner::read_published_runs(o.runs);
   std::vector<planner::RunCheck> checks;
   checks.reserve(runs.size());
-  for (const auto& run : runs) checks.push_back(planner::check_published_run(run, cost::CostModelOptions{}));
+  const auto runtime = runtime_named(o.runtime);
+  for (const auto& run : runs) checks.push_back(planner::check_published_run(run, cost::CostModelOptions{}, runtime));
   const auto groups = planner::summarize(checks);
   if (o.json) {
-    print_json(to_json(checks, groups));
+    print_json(to_json(checks, groups, o.runtime));
     return;
   }
   if (o.rows) print_rows(checks);
-  std::cout << "Cost model (runtime megatron: fused kernels) against " << runs.size() << " measured runs of "
-            << o.runs << "\nerror: of the step time, predicted / measured - 1, from tokens/s per GPU (model TFLOP/s "
+  std::cout << "Cost model (runtime: " << (runtime ? cost::describe(*runtime) : "each run's own") << ") against "
+            << runs.size() << " measured runs of " << o.runs
+            << "\nerror: of the step time, predicted / measured - 1, from tokens/s per GPU (model TFLOP/s "
                "where the row has no tokens/s); negative: predicted faster than it ran\n\n";
   print_groups(groups);
 }
@@ -113,6 +126,7 @@ void register_validate_command(CLI::App& app) {
   cmd->add_option("--runs", o->runs,
                   "Measured runs, one JSON object per line (the format of shared/validation/published_runs)")
       ->required();
+  add_runtime_option(*cmd, o->runtime, "default: the one each run names (llm-foundry's rows fsdp, NeMo's megatron)");
   cmd->add_flag("--rows", o->rows, "Also print every run: measured, predicted, error or why it was not compared");
   cmd->add_flag("--json", o->json, "Print {runtime, groups: [...], rows: [...]}");
   cmd->callback([o] { run(*o); });

@@ -11,12 +11,14 @@
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/runtime_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "core/svg_chart.h"
 #include "core/text_table.h"
 #include "costmodel/estimate_json.h"
+#include "costmodel/runtime_profile.h"
 #include "planner/what_if.h"
 #include "spec/model_io.h"
 #include "spec/plan.h"
@@ -31,6 +33,7 @@ struct WhatIfOptions {
   int gpus = 0, gpus_per_node = 0, seq_len = 0, global_batch = 0;
   double nic_gbps = 0, hbm_gib = 0, price = 0;
   std::int64_t tokens = 0;
+  std::string runtime;  // empty: the plan's (megatron without a plan)
   bool search = false;
   bool json = false;
 };
@@ -54,6 +57,7 @@ void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec:
   so.global_batch = global_batch;
   so.tokens = o.tokens;
   so.price_per_gpu_hour = o.price;
+  so.runtime = runtime_named(o.runtime);
   const auto points = planner::sweep(model, base, gpus, key, values, so, spec::HardwareCatalog::builtin());
   if (o.json) {
     core::Json arr = core::Json::array();
@@ -82,10 +86,10 @@ void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec:
         continue;
       }
       const auto& e = pt.best->estimate;
-      t.add_row({pt.gpu, fixed(pt.value, pt.value < 10 ? 2 : 0), std::to_string(pt.gpus), config_summary(pt.best->config),
-                 fixed(e.time.total().value(), 3), fixed(e.tokens_per_s_per_gpu, 0), fixed(100 * e.mfu, 1) + "%",
-                 fixed(core::to_gibibytes(e.peak_memory().total()), 1), o.tokens > 0 ? fixed(pt.hours, 1) : "-",
-                 o.price > 0 ? fixed(pt.cost_usd, 0) : "-"});
+      t.add_row({pt.gpu, fixed(pt.value, pt.value < 10 ? 2 : 0), std::to_string(pt.gpus),
+                 config_summary(pt.best->config), fixed(e.time.total().value(), 3), fixed(e.tokens_per_s_per_gpu, 0),
+                 fixed(100 * e.mfu, 1) + "%", fixed(core::to_gibibytes(e.peak_memory().total()), 1),
+                 o.tokens > 0 ? fixed(pt.hours, 1) : "-", o.price > 0 ? fixed(pt.cost_usd, 0) : "-"});
     }
     std::cout << str_cat(model.name, ", global batch ", global_batch, " x ", seq_len, ": best plan per ",
                          planner::to_string(key), "\n\n")
@@ -126,8 +130,7 @@ void run(const WhatIfOptions& o) {
   const auto model = plan ? plan->model : spec::load_model(o.model, "--model");
   const int seq_len = o.seq_len > 0 ? o.seq_len : plan->workload.seq_len;
   const int global_batch = o.global_batch > 0 ? o.global_batch : plan->parallel.global_batch;
-  spec::ClusterSpec base =
-      plan ? plan->cluster : cluster_for_gpu_flag(split(o.gpu).front(), o.gpus, "--gpu");
+  spec::ClusterSpec base = plan ? plan->cluster : cluster_for_gpu_flag(split(o.gpu).front(), o.gpus, "--gpu");
   if (!o.sweep.empty()) {
     if (plan && o.gpus > 0) {
       planner::HardwareChange more;
@@ -145,14 +148,19 @@ void run(const WhatIfOptions& o) {
   if (o.nic_gbps > 0) ch.nic_gbit_per_s = o.nic_gbps;
   if (o.hbm_gib > 0) ch.hbm_gib = o.hbm_gib;
   const auto cluster = planner::apply_change(plan->cluster, ch, cat);
-  auto before = cost::evaluate(plan->model, plan->cluster, plan->parallel, plan->workload.seq_len);
+  // Before: as the plan was priced; after: the same, or under the runtime --runtime names.
+  const cost::CostModelOptions priced = plan->predicted ? cost::options_of(*plan->predicted) : cost::CostModelOptions{};
+  const auto runtime = runtime_named(o.runtime);
+  const cost::CostModelOptions after_options = runtime ? cost::for_runtime(priced, *runtime) : priced;
+  auto before = cost::evaluate(plan->model, plan->cluster, plan->parallel, plan->workload.seq_len, priced);
   std::optional<spec::ParallelConfig> config = planner::rescale(plan->parallel, cluster.num_gpus);
   if (config) config->global_batch = global_batch;
   std::optional<cost::Evaluation> after;
   std::string how = "the plan's configuration (dp follows the GPU count)";
   if (config && !o.search) {
-    after = cost::evaluate(model, cluster, *config, seq_len);
-    if (const auto* inf = std::get_if<cost::Infeasible>(&*after); inf && inf->reason == cost::InfeasibleReason::kInvalidConfig) {
+    after = cost::evaluate(model, cluster, *config, seq_len, after_options);
+    if (const auto* inf = std::get_if<cost::Infeasible>(&*after);
+        inf && inf->reason == cost::InfeasibleReason::kInvalidConfig) {
       after.reset();
     }
   }
@@ -161,6 +169,7 @@ void run(const WhatIfOptions& o) {
     so.seq_len = seq_len;
     so.global_batch = global_batch;
     so.top_k = 1;
+    so.cost = after_options;
     const auto r = planner::search(model, cluster, so);
     if (r.top.empty()) throw core::RuntimeError("whatif: no configuration fits under the changes");
     config = r.top.front().config;
@@ -168,15 +177,18 @@ void run(const WhatIfOptions& o) {
     how = "the best plan found by a new search";
   }
   if (o.json) {
-    print_json({{"before", cost::evaluation_to_json(before)},
+    print_json({{"before_runtime", spec::to_string(priced.runtime)},
+                {"after_runtime", spec::to_string(after_options.runtime)},
+                {"before", cost::evaluation_to_json(before)},
                 {"after", cost::evaluation_to_json(*after)},
                 {"after_config", config_summary(*config)},
                 {"after_is", how}});
     return;
   }
-  std::cout << str_cat("before: ", plan->cluster.num_gpus, " x ", plan->cluster.gpu().name, ", ", config_summary(plan->parallel),
-                       "\nafter:  ", cluster.num_gpus, " x ", cluster.gpu().name, ", ", config_summary(*config), " (", how,
-                       ")\n\n");
+  std::cout << str_cat("before: ", plan->cluster.num_gpus, " x ", plan->cluster.gpu().name, ", ",
+                       config_summary(plan->parallel), ", runtime ", spec::to_string(priced.runtime),
+                       "\nafter:  ", cluster.num_gpus, " x ", cluster.gpu().name, ", ", config_summary(*config),
+                       ", runtime ", spec::to_string(after_options.runtime), " (", how, ")\n\n");
   auto value = [](const cost::Evaluation& ev, auto get) -> std::string {
     if (const auto* e = std::get_if<cost::Estimate>(&ev)) return get(*e);
     return "infeasible";
@@ -215,6 +227,7 @@ void register_whatif_command(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens, "Token budget (time and cost to train)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--price-per-gpu-hour", o->price, "USD per GPU-hour")->check(CLI::NonNegativeNumber);
   cmd->add_option("--svg", o->svg, "With --sweep: write a chart (tokens/s per GPU, MFU, step time)");
+  add_runtime_option(*cmd, o->runtime, "default: the one the plan was priced for (megatron without a plan)");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] { run(*o); });
 }

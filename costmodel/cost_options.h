@@ -12,6 +12,7 @@
 #include "core/units.h"
 #include "spec/gradient_buckets.h"
 #include "spec/hardware_spec.h"
+#include "spec/runtime.h"
 
 namespace cpt::cost {
 
@@ -69,6 +70,10 @@ enum class KernelDispatch {
 };
 
 struct CostModelOptions {
+  // The software that runs the plan; costmodel/runtime_profile.h's for_runtime sets the fields that
+  // differ between runtimes (dispatch, context parallelism, buckets, gradients, the three scales
+  // below) together. Setting this field alone changes nothing else.
+  spec::Runtime runtime = spec::Runtime::kMegatron;
   // Precision of the matrix engines; activations and weights are 16-bit for bf16/fp16/fp8 (fp8
   // GEMMs keep 16-bit master activations, as Transformer Engine does) and 32-bit for fp32.
   spec::Precision precision = spec::Precision::kBf16;
@@ -98,6 +103,15 @@ struct CostModelOptions {
   EfficiencyCurve attention_efficiency{{{0.1, 0.25}, {1.0, 0.45}, {10.0, 0.55}, {100.0, 0.60}}};
   // Fraction of HBM bandwidth that element-wise kernels reach (STREAM-like kernels on A100/H100).
   double hbm_efficiency = 0.80;
+  // The runtime's kernels against the reference ones the curves above and the fused byte counts
+  // describe (Megatron-LM with Transformer Engine): its attention kernel's efficiency as a
+  // multiple of the attention curve's; the bytes its memory-bound kernels (element-wise, norms,
+  // embedding, loss) move as a multiple of the fused count; its FP8 GEMMs' efficiency as a multiple
+  // of the GEMM curve's. 1 for Megatron-LM; costmodel/runtime_profile.h gives the others and what
+  // each was fitted to.
+  double attention_kernel_scale = 1.0;
+  double memory_traffic_scale = 1.0;
+  double fp8_gemm_scale = 1.0;
   // Fraction of link bandwidth that large collectives reach (NCCL busBW vs link rate).
   double network_efficiency = 0.85;
   // Fixed cost of each kernel launch and eager-framework dispatch, per kernel on the critical path
@@ -144,15 +158,17 @@ struct CostModelOptions {
   double overlap_slowdown_network = 0.02;
 
   // Memory that is not model state or activations.
-  core::Bytes cuda_context = core::gibibytes(0.75);   // CUDA context, cuBLAS and cuDNN workspaces
+  core::Bytes cuda_context = core::gibibytes(0.75);            // CUDA context, cuBLAS and cuDNN workspaces
   core::Bytes comm_buffer_per_group = core::gibibytes(0.125);  // NCCL buffers per group of size > 1
   double fragmentation = 0.05;  // caching-allocator slack, as a fraction of activations + buffers
 };
 
-// `o` as cpt's own executor runs a plan: all-gather context parallelism, eager dispatch, its
-// gradient buckets (`cpt plan
-// --for-executor`, `--gpu local`, `cpt compare`, `cpt calibrate --from-runs`).
+// `o` as cpt's own executor runs a plan: all-gather context parallelism, eager dispatch (its
+// operators counted, so the kernel scales are 1), its gradient buckets (`cpt plan --for-executor`,
+// `--gpu local`, `cpt compare`, `cpt calibrate --from-runs`; for_runtime(o, spec::Runtime::kCpt)).
 inline CostModelOptions as_run_by_cpt_executor(CostModelOptions o) {
+  o.runtime = spec::Runtime::kCpt;
+  o.attention_kernel_scale = o.memory_traffic_scale = o.fp8_gemm_scale = 1.0;
   o.context_parallel = ContextParallelKind::kAllGather;
   o.dispatch = KernelDispatch::kEager;
   o.bucket_elements = spec::kDefaultGradientBucketBytes / 4;  // its default bucket of fp32 gradients

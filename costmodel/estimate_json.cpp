@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "costmodel/runtime_profile.h"
 #include "spec/work_kinds.h"
 
 namespace cpt::cost {
@@ -15,9 +16,9 @@ Json memory_to_json(const MemoryBreakdown& m) {
 }
 
 Json time_to_json(const StepTimeBreakdown& t) {
-  return {{"compute", t.compute.value()},     {"recompute", t.recompute.value()}, {"tp_comm", t.tp_comm.value()},
-          {"cp_comm", t.cp_comm.value()},     {"pp_comm", t.pp_comm.value()},     {"pp_bubble", t.pp_bubble.value()},
-          {"dp_comm", t.dp_comm.value()},     {"optimizer", t.optimizer.value()}, {"other", t.other.value()}};
+  return {{"compute", t.compute.value()}, {"recompute", t.recompute.value()}, {"tp_comm", t.tp_comm.value()},
+          {"cp_comm", t.cp_comm.value()}, {"pp_comm", t.pp_comm.value()},     {"pp_bubble", t.pp_bubble.value()},
+          {"dp_comm", t.dp_comm.value()}, {"optimizer", t.optimizer.value()}, {"other", t.other.value()}};
 }
 
 Json time_by_kind_to_json(const StepTimeByKind& k) {
@@ -53,7 +54,10 @@ Json evaluation_to_json(const Evaluation& ev) {
           {"critical_pp_rank", e.critical_pp_rank},
           {"kernels_per_step", e.kernels_per_step},
           {"calls_per_step",
-           {{"tp", e.calls_per_step.tp}, {"cp", e.calls_per_step.cp}, {"dp", e.calls_per_step.dp}, {"pp", e.calls_per_step.pp}}},
+           {{"tp", e.calls_per_step.tp},
+            {"cp", e.calls_per_step.cp},
+            {"dp", e.calls_per_step.dp},
+            {"pp", e.calls_per_step.pp}}},
           {"memory_GiB", memory_to_json(e.peak_memory())},
           {"memory_GiB_per_pp_rank", per_rank},
           {"time_s", time_to_json(e.time)},
@@ -64,7 +68,7 @@ spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& option
   spec::Prediction p;
   p.precision = options.precision;
   p.flash_attention = options.flash_attention;
-  p.as_run_by_cpt_executor = options.dispatch == KernelDispatch::kEager;
+  p.runtime = options.runtime;
   p.step_time_s = e.time.total().value();
   p.tokens_per_s_per_gpu = e.tokens_per_s_per_gpu;
   p.mfu = e.mfu;
@@ -79,7 +83,7 @@ CostModelOptions options_of(const spec::Prediction& p) {
   CostModelOptions o;
   o.precision = p.precision;
   o.flash_attention = p.flash_attention;
-  return p.as_run_by_cpt_executor ? as_run_by_cpt_executor(o) : o;
+  return for_runtime(o, p.runtime);
 }
 
 }  // namespace cpt::cost

@@ -21,8 +21,8 @@ core::Json time_by_kind_to_json(const StepTimeByKind& k);
 // time_s as step_time_breakdown_s, memory_GiB as peak_memory_GiB_per_rank).
 // plan.json's "predicted": the estimate and the regime it was priced in (`options`).
 spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& options);
-// The options a prediction was priced with (the defaults with its precision, attention kernel and,
-// for cpt's executor, as_run_by_cpt_executor).
+// The options a prediction was priced with: the defaults with its precision, attention kernel and
+// runtime (for_runtime).
 CostModelOptions options_of(const spec::Prediction& p);
 
 }  // namespace cpt::cost

@@ -12,7 +12,9 @@ namespace cpt::cost {
 
 using core::Seconds;
 
-int activation_bytes(spec::Precision p) { return p == spec::Precision::kFp32 ? 4 : 2; }
+int activation_bytes(spec::Precision p) {
+  return p == spec::Precision::kFp32 ? 4 : 2;
+}
 
 bool applies_dropout(const spec::ModelSpec& model, const CostModelOptions& options) {
   return options.dropout.value_or(model.mlp == spec::MlpKind::kGelu);
@@ -41,8 +43,9 @@ double peak(const spec::GpuSpec& gpu, spec::Precision p) {
   return gpu.peak(spec::Precision::kBf16)->value();
 }
 
+// `bytes` as the fused count gives them, moved as the runtime's kernels move them.
 Seconds memory_time(double bytes, const spec::GpuSpec& gpu, const CostModelOptions& o) {
-  return Seconds(bytes / (gpu.hbm_bandwidth.value() * o.hbm_efficiency));
+  return Seconds(bytes * o.memory_traffic_scale / (gpu.hbm_bandwidth.value() * o.hbm_efficiency));
 }
 
 PassTime pass(Seconds gemm, Seconds attention, Seconds memory, double kernels, const CostModelOptions& o) {
@@ -50,11 +53,11 @@ PassTime pass(Seconds gemm, Seconds attention, Seconds memory, double kernels, c
 }
 
 struct Shape {
-  double T;   // tokens per rank
+  double T;  // tokens per rank
   double h, f, d, a, g, s, V;
   double tp, cp;
   bool sp;
-  double e;   // bytes per activation element
+  double e;  // bytes per activation element
   bool gated;
   bool dropout;  // applies_dropout
   bool rope;
@@ -112,7 +115,9 @@ double causal_attention_forward_flops(double queries, double keys, double head_d
   return 2 * queries * keys * head_dim * heads;
 }
 
-double causal_attention_backward_flops(double forward_flops) { return 2.5 * forward_flops; }
+double causal_attention_backward_flops(double forward_flops) {
+  return 2.5 * forward_flops;
+}
 
 double gemm_efficiency_at(double flops, double min_dim, const spec::GpuSpec& gpu, const CostModelOptions& o) {
   const auto index = static_cast<std::size_t>(o.precision);
@@ -122,7 +127,8 @@ double gemm_efficiency_at(double flops, double min_dim, const spec::GpuSpec& gpu
     return w == 0.0 ? a : a + w * (interpolate_efficiency(shaped[hi].points, flops) - a);
   }
   const auto& measured = gpu.gemm_efficiency[index];
-  return measured.empty() ? o.gemm_efficiency.at(flops) : interpolate_efficiency(measured, flops);
+  const double efficiency = measured.empty() ? o.gemm_efficiency.at(flops) : interpolate_efficiency(measured, flops);
+  return o.precision == spec::Precision::kFp8 ? efficiency * o.fp8_gemm_scale : efficiency;
 }
 
 Seconds gemm_time(double flops, double min_dim, const spec::GpuSpec& gpu, const CostModelOptions& o) {
@@ -130,14 +136,15 @@ Seconds gemm_time(double flops, double min_dim, const spec::GpuSpec& gpu, const 
   return Seconds(flops / (peak(gpu, o.precision) * gemm_efficiency_at(flops, min_dim, gpu, o)));
 }
 
-BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len,
-                       const spec::GpuSpec& gpu, const CostModelOptions& o) {
+BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const spec::GpuSpec& gpu,
+                       const CostModelOptions& o) {
   const Shape shape = shape_of(m, p, seq_len, o);
   BlockCosts c;
   // GEMMs [T, in] x [in, out], 2·T·in·out FLOPs each. Megatron fuses Q, K and V into one GEMM
   // and SwiGLU's gate and up into another; cpt's executor (eager) runs each projection as its own
   // GEMM (executor/model/llama_blocks.cpp), each priced at its own shape.
-  const double q_width = shape.a * shape.d / shape.tp, kv_width = shape.g * shape.d / shape.tp, ffn_width = shape.f / shape.tp;
+  const double q_width = shape.a * shape.d / shape.tp, kv_width = shape.g * shape.d / shape.tp,
+               ffn_width = shape.f / shape.tp;
   const double up_count = shape.gated ? 2 : 1;
   const double qkv = 2 * shape.T * shape.h * (q_width + 2 * kv_width);
   const double out = 2 * shape.T * q_width * shape.h;
@@ -156,7 +163,8 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
 
   // Attention core: QK^T and AV, each 2·T·s·d per head; causal with a fused kernel does half.
   const double attn_full = 4 * shape.T * shape.s * shape.d * (shape.a / shape.tp);
-  const double attn_fwd_flops = o.flash_attention ? causal_attention_forward_flops(shape.T, shape.s, shape.d, shape.a / shape.tp) : attn_full;
+  const double attn_fwd_flops =
+      o.flash_attention ? causal_attention_forward_flops(shape.T, shape.s, shape.d, shape.a / shape.tp) : attn_full;
   const double attn_bwd_flops = o.flash_attention ? causal_attention_backward_flops(attn_fwd_flops) : 2 * attn_full;
   Seconds attn_fwd;
   Seconds attn_bwd;
@@ -169,7 +177,9 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
     const double pk = peak(gpu, core_precision);
     const auto& measured = gpu.attention_efficiency[static_cast<std::size_t>(core_precision)];
     auto eff = [&](double flops) {
-      return measured.empty() ? o.attention_efficiency.at(flops) : interpolate_efficiency(measured, flops);
+      const double curve =
+          measured.empty() ? o.attention_efficiency.at(flops) : interpolate_efficiency(measured, flops);
+      return curve * o.attention_kernel_scale;
     };
     attn_fwd = Seconds(attn_fwd_flops / (pk * eff(attn_fwd_flops)));
     attn_bwd = Seconds(attn_bwd_flops / (pk * eff(attn_bwd_flops)));
@@ -221,10 +231,8 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   const double emb_bytes = 2 * shape.T * shape.h * shape.e;
   // Kernels: their own; those around their communication calls are the step inventory's.
   const PassKernels emb_k = embedding_kernels(o), head_k = head_kernels(o);
-  c.embedding_forward = pass(Seconds(0), Seconds(0), memory_time(emb_bytes, gpu, o),
-                             emb_k.forward, o);
-  c.embedding_backward = pass(Seconds(0), Seconds(0), memory_time(2 * emb_bytes, gpu, o),
-                              emb_k.backward, o);
+  c.embedding_forward = pass(Seconds(0), Seconds(0), memory_time(emb_bytes, gpu, o), emb_k.forward, o);
+  c.embedding_backward = pass(Seconds(0), Seconds(0), memory_time(2 * emb_bytes, gpu, o), emb_k.backward, o);
   // LM head [T, h] x [h, V/tp], then the vocab-parallel cross-entropy: logits in fp32, softmax
   // read + write, gradient write.
   const double head = 2 * shape.T * shape.h * shape.V / shape.tp;
@@ -235,12 +243,11 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   // loss by its logits instead of its bytes: at this size where measured at several.
   const auto rates = cross_entropy_rates_at(gpu, logits);
   const Seconds ce_fwd = rates ? Seconds(logits / rates->forward_logits_per_s) : memory_time(ce_bytes, gpu, o);
-  const Seconds ce_bwd = rates ? Seconds(logits / rates->backward_logits_per_s) : memory_time(logits * (4 + shape.e), gpu, o);
+  const Seconds ce_bwd =
+      rates ? Seconds(logits / rates->backward_logits_per_s) : memory_time(logits * (4 + shape.e), gpu, o);
   const Seconds head_gemm = gemm_time(head, std::min({shape.T, shape.h, shape.V / shape.tp}), gpu, o);
-  c.head_forward = pass(head_gemm, Seconds(0), ce_fwd + memory_time(norm.forward, gpu, o),
-                       head_k.forward, o);
-  c.head_backward = pass(head_gemm * 2.0, Seconds(0), ce_bwd + memory_time(norm.backward, gpu, o),
-                        head_k.backward, o);
+  c.head_forward = pass(head_gemm, Seconds(0), ce_fwd + memory_time(norm.forward, gpu, o), head_k.forward, o);
+  c.head_backward = pass(head_gemm * 2.0, Seconds(0), ce_bwd + memory_time(norm.backward, gpu, o), head_k.backward, o);
   c.loss_forward = ce_fwd;
   c.loss_backward = ce_bwd;
   c.model_flops = core::Flops(3 * head);

@@ -14,14 +14,15 @@ namespace {
 struct Family {
   const char* name;
   const char* fix;
+  spec::Runtime runtime;  // the framework that runs it
 };
 
 // Each family pins the fields that define it; the rest (micro-batch, recompute, ...) is searched.
 constexpr Family kFamilies[] = {
-    {"ZeRO-2", "tp=1,pp=1,cp=1,zero=2"},
-    {"ZeRO-3 / FSDP full", "tp=1,pp=1,cp=1,zero=3,hsdp=false"},
-    {"FSDP hybrid", "tp=1,pp=1,cp=1,zero=3,hsdp=true"},
-    {"3D (Megatron)", ""},  // tp/pp/cp free, ZeRO 0-1, no offload: filtered below
+    {"ZeRO-2", "tp=1,pp=1,cp=1,zero=2", spec::Runtime::kDeepSpeed},
+    {"ZeRO-3 / FSDP full", "tp=1,pp=1,cp=1,zero=3,hsdp=false", spec::Runtime::kFsdp},
+    {"FSDP hybrid", "tp=1,pp=1,cp=1,zero=3,hsdp=true", spec::Runtime::kFsdp},
+    {"3D (Megatron)", "", spec::Runtime::kMegatron},  // tp/pp/cp free, ZeRO 0-1, no offload: filtered below
 };
 
 std::string pct(double x) {
@@ -38,8 +39,9 @@ Advice advise(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, co
     SearchOptions o = options;
     o.top_k = 50;
     o.fixed = parse_fixed(f.fix);
+    if (!o.executor_only) o.runtime = options.runtime.value_or(f.runtime);
     const bool three_d = std::string(f.fix).empty();
-    FamilyResult fr{f.name, std::nullopt, ""};
+    FamilyResult fr{f.name, o.executor_only ? spec::Runtime::kCpt : *o.runtime, std::nullopt, ""};
     const auto r = search(model, cluster, o);
     // 3D means model parallelism (tp, pp or cp > 1) with at most a sharded optimizer; it is picked
     // from every feasible candidate and then evaluated exactly, like the planner's top.
@@ -50,8 +52,9 @@ Advice advise(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, co
           c.config.tp * c.config.pp * c.config.cp == 1) {
         continue;
       }
-      const auto ev = cost::evaluate(model, cluster, c.config, o.seq_len, o.cost);
-      if (const auto* e = std::get_if<cost::Estimate>(&ev); e && e->peak_memory().total() <= cluster.gpu().hbm_capacity) {
+      const auto ev = cost::evaluate(model, cluster, c.config, o.seq_len, pricing_options(o));
+      if (const auto* e = std::get_if<cost::Estimate>(&ev);
+          e && e->peak_memory().total() <= cluster.gpu().hbm_capacity) {
         fr.best = Candidate{c.index, c.config, *e, e->tokens_per_s_per_gpu};
         break;
       }
@@ -89,7 +92,8 @@ Advice advise(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, co
   int second = -1;
   for (int i = 0; i < static_cast<int>(a.families.size()); ++i) {
     const auto& b = a.families[static_cast<std::size_t>(i)].best;
-    if (i != a.winner && b && (second < 0 || b->score > a.families[static_cast<std::size_t>(second)].best->score)) second = i;
+    if (i != a.winner && b && (second < 0 || b->score > a.families[static_cast<std::size_t>(second)].best->score))
+      second = i;
   }
   if (second < 0) {
     std::string others;
@@ -103,7 +107,8 @@ Advice advise(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, co
   const auto& tw = w.estimate.time;
   const auto& ts = s.estimate.time;
   const std::pair<const char*, double> diffs[] = {
-      {"compute", (ts.compute - tw.compute).value()},       {"recomputation", (ts.recompute - tw.recompute).value()},
+      {"compute", (ts.compute - tw.compute).value()},
+      {"recomputation", (ts.recompute - tw.recompute).value()},
       {"tensor-parallel communication", (ts.tp_comm - tw.tp_comm).value()},
       {"pipeline bubble", (ts.pp_bubble - tw.pp_bubble).value()},
       {"data-parallel / ZeRO communication", (ts.dp_comm + ts.other - tw.dp_comm - tw.other).value()},
@@ -113,9 +118,9 @@ Advice advise(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, co
     if (d.second > biggest->second) biggest = &d;
   }
   const double gain = w.estimate.tokens_per_s_per_gpu / s.estimate.tokens_per_s_per_gpu - 1;
-  a.reason = str_cat(a.families[static_cast<std::size_t>(a.winner)].family, " is ", pct(gain), " faster than ",
-                     a.families[static_cast<std::size_t>(second)].family, "; most of the difference is ",
-                     biggest->first);
+  a.reason =
+      str_cat(a.families[static_cast<std::size_t>(a.winner)].family, " is ", pct(gain), " faster than ",
+              a.families[static_cast<std::size_t>(second)].family, "; most of the difference is ", biggest->first);
   return a;
 }
 

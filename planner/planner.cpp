@@ -11,12 +11,14 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "costmodel/runtime_profile.h"
 #include "costmodel/topology.h"
 
 namespace cpt::planner {
 
 cost::CostModelOptions pricing_options(const SearchOptions& o) {
-  return o.executor_only ? cost::as_run_by_cpt_executor(o.cost) : o.cost;
+  if (o.executor_only) return cost::as_run_by_cpt_executor(o.cost);
+  return o.runtime ? cost::for_runtime(o.cost, *o.runtime) : o.cost;
 }
 
 using core::str_cat;
@@ -74,8 +76,8 @@ void check_options(const spec::ModelSpec& model, const SearchOptions& o) {
   if (o.global_batch < 1) throw core::ConfigError(str_cat("--global-batch: expected >= 1, got ", o.global_batch));
   if (o.seq_len < 1) throw core::ConfigError(str_cat("--seq-len: expected >= 1, got ", o.seq_len));
   if (o.seq_len > model.max_seq_len) {
-    throw core::ConfigError(str_cat("--seq-len: expected at most the model's max_seq_len (", model.max_seq_len, "), got ",
-                                    o.seq_len));
+    throw core::ConfigError(
+        str_cat("--seq-len: expected at most the model's max_seq_len (", model.max_seq_len, "), got ", o.seq_len));
   }
   if (o.objective == Objective::kCost && o.price_per_gpu_hour <= 0) {
     throw core::ConfigError("--objective cost: expected a GPU-hour price (--price-per-gpu-hour), got none");
@@ -121,8 +123,8 @@ void scan(const SearchSpace& space, std::uint64_t begin, std::uint64_t end, cons
     ++out.evaluated;
     const cost::SearchEstimate e = cost::evaluate_search(ctx.model, cluster, p, ctx.seq_len, ctx.options, topology);
     if (e.infeasible) {
-      const auto why =
-          *e.infeasible == cost::InfeasibleReason::kOutOfMemory ? RejectReason::kOutOfMemory : RejectReason::kUnsupported;
+      const auto why = *e.infeasible == cost::InfeasibleReason::kOutOfMemory ? RejectReason::kOutOfMemory
+                                                                             : RejectReason::kUnsupported;
       ++out.rejected[static_cast<std::size_t>(why)];
       continue;
     }
@@ -161,8 +163,10 @@ std::vector<const RankedCandidate*> pareto_members(const std::vector<RankedCandi
     if (dominated) continue;
     front.push_back(c);
     auto it = std::find_if(best_at.begin(), best_at.end(), [&](const auto& x) { return x.first == gpus; });
-    if (it == best_at.end()) best_at.emplace_back(gpus, job_rate(c));
-    else it->second = std::max(it->second, job_rate(c));
+    if (it == best_at.end())
+      best_at.emplace_back(gpus, job_rate(c));
+    else
+      it->second = std::max(it->second, job_rate(c));
   }
   std::sort(front.begin(), front.end(), [](const RankedCandidate* a, const RankedCandidate* b) {
     if (a->config.world_size() != b->config.world_size()) return a->config.world_size() < b->config.world_size();
@@ -181,9 +185,8 @@ std::vector<Candidate> pareto_front(const spec::ModelSpec& model, const std::vec
   fast.exact_pipeline = false;
   std::vector<Candidate> out;
   for (const auto* c : pareto_members(all)) {
-    const auto cluster = std::find_if(clusters.begin(), clusters.end(), [&](const spec::ClusterSpec& x) {
-      return x.num_gpus == c->config.world_size();
-    });
+    const auto cluster = std::find_if(clusters.begin(), clusters.end(),
+                                      [&](const spec::ClusterSpec& x) { return x.num_gpus == c->config.world_size(); });
     CPT_CHECK(cluster != clusters.end(), "no cluster of ", c->config.world_size(), " GPUs");
     const auto& topology = topologies[static_cast<std::size_t>(cluster - clusters.begin())];
     const auto ev = cost::evaluate(model, *cluster, c->config, o.seq_len, fast, topology);
@@ -195,8 +198,8 @@ std::vector<Candidate> pareto_front(const spec::ModelSpec& model, const std::vec
 
 // search() without the Pareto front (search_sizes builds one across sizes).
 // REQUIRES: `topology` was built from `cluster`.
-PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                         const cost::Topology& topology, const SearchOptions& o) {
+PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const cost::Topology& topology,
+                         const SearchOptions& o) {
   check_options(model, o);
   const auto t0 = std::chrono::steady_clock::now();
   PlannerResult result;

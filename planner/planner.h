@@ -18,6 +18,7 @@
 #include "spec/hardware_spec.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
+#include "spec/runtime.h"
 
 namespace cpt::planner {
 
@@ -31,9 +32,9 @@ enum class Objective {
 std::string to_string(Objective o);
 
 struct SearchOptions {
-  int global_batch = 0;   // sequences per step (REQUIRES >= 1)
-  int threads = 0;        // worker threads; 0 = the machine's hardware threads (the result does not depend on it)
-  int seq_len = 0;        // REQUIRES >= 1
+  int global_batch = 0;     // sequences per step (REQUIRES >= 1)
+  int threads = 0;          // worker threads; 0 = the machine's hardware threads (the result does not depend on it)
+  int seq_len = 0;          // REQUIRES >= 1
   std::int64_t tokens = 0;  // token budget for time and cost; 0 = report per step only
   Objective objective = Objective::kThroughput;
   double price_per_gpu_hour = 0;  // USD, for kCost
@@ -43,16 +44,20 @@ struct SearchOptions {
   // Only layouts cpt's own executor runs (RejectReason::kNotRunByExecutor), and a LLaMA-family
   // model (ConfigError otherwise): what `cpt run` plans.
   bool executor_only = false;
+  // The software that runs the plan (cost::for_runtime applied to `cost`); unset: `cost` as given
+  // (Megatron-LM's by default).
+  std::optional<spec::Runtime> runtime;
   cost::CostModelOptions cost;  // exact_pipeline is managed by the search
 };
 
-// The cost-model options the search prices with: `o.cost`, as cpt's executor runs it with
-// `executor_only` (the device's calibrated overheads are applied on top, per cluster). plan.json
+// The cost-model options the search prices with: `o.cost`, for `o.runtime` when set, as cpt's
+// executor runs it with `executor_only` (the device's calibrated overheads are applied on top, per
+// cluster). plan.json
 // records them (spec::Prediction::priced_as) and `--refine` simulates with them.
 cost::CostModelOptions pricing_options(const SearchOptions& o);
 
 struct Candidate {
-  std::uint64_t index = 0;  // position in the search space (the last tie-break)
+  std::uint64_t index = 0;      // position in the search space (the last tie-break)
   spec::ParallelConfig config;  // config.world_size() is its GPU count
   cost::Estimate estimate;
   double score = 0;  // higher is better for every objective
@@ -68,13 +73,13 @@ struct RankedCandidate {
 };
 
 struct PlannerResult {
-  std::uint64_t enumerated = 0;  // candidates in the space
-  std::uint64_t evaluated = 0;   // passed pruning and went through the cost model
-  std::uint64_t feasible = 0;    // evaluated and fit in memory
-  double seconds = 0;            // wall time of the search
-  int threads = 1;               // worker threads used
+  std::uint64_t enumerated = 0;                             // candidates in the space
+  std::uint64_t evaluated = 0;                              // passed pruning and went through the cost model
+  std::uint64_t feasible = 0;                               // evaluated and fit in memory
+  double seconds = 0;                                       // wall time of the search
+  int threads = 1;                                          // worker threads used
   std::array<std::uint64_t, kNumRejectReasons> rejected{};  // by RejectReason
-  std::vector<Candidate> top;     // best first, exact estimates
+  std::vector<Candidate> top;                               // best first, exact estimates
   // The Pareto front of tokens/s of the whole job (up), peak memory per GPU (down) and GPUs (down):
   // no other feasible candidate is at least as good in all three and better in one. At one GPU
   // count, throughput per GPU vs memory. Identical points appear once. Ordered by GPUs, then

@@ -45,9 +45,13 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool contains(const std::string& text, const char* part) { return lower(text).find(part) != std::string::npos; }
+bool contains(const std::string& text, const char* part) {
+  return lower(text).find(part) != std::string::npos;
+}
 
-bool starts_with(const std::string& text, const char* prefix) { return lower(text).rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& text, const char* prefix) {
+  return lower(text).rfind(prefix, 0) == 0;
+}
 
 // The source of a row by its id's prefix (README.md of the data set).
 std::string source_of(const std::string& id) {
@@ -122,6 +126,19 @@ int zero_stage_of(const Json& parallel, PublishedRun& run) {
   return 1;
 }
 
+// PyTorch FSDP where the row names one of its sharding strategies, unless the source is a
+// Megatron-Core framework (Megatron-FSDP); Megatron-LM where it is one.
+spec::Runtime runtime_of(const Json& row, PublishedRun& run) {
+  const std::string source = text_at(member(row, "source"), "title");
+  if (contains(source, "nemo") || contains(source, "megatron")) return spec::Runtime::kMegatron;
+  const std::string fsdp = text_at(member(row, "parallel"), "fsdp");
+  if (contains(fsdp, "full_shard") || contains(fsdp, "shard_grad_op") || contains(fsdp, "no_shard")) {
+    return spec::Runtime::kFsdp;
+  }
+  run.assumptions.push_back("runtime not stated: megatron");
+  return spec::Runtime::kMegatron;
+}
+
 spec::Recompute recompute_of(const std::string& text, PublishedRun& run) {
   if (starts_with(text, "full")) return spec::Recompute::kFull;
   if (starts_with(text, "selective")) return spec::Recompute::kSelective;
@@ -151,8 +168,8 @@ void read_parallel(const Json& row, PublishedRun& run) {
   const int accumulation = count_at(batch, "grad_accum", std::max(1, global / per_step), run);
   p.global_batch = per_step * accumulation;
   if (p.global_batch != global) {
-    run.assumptions.push_back(str_cat("global batch ", global, " taken as micro-batch x dp x grad_accum = ",
-                                      p.global_batch));
+    run.assumptions.push_back(
+        str_cat("global batch ", global, " taken as micro-batch x dp x grad_accum = ", p.global_batch));
   }
 }
 
@@ -168,6 +185,7 @@ PublishedRun read_row(const Json& row) {
   run.seq_len = count_at(member(row, "batch"), "seq_len", 0, run);
   read_model(member(row, "model"), run.seq_len, run);
   read_parallel(row, run);
+  run.runtime = runtime_of(row, run);
   run.tokens_per_s_per_gpu = number_at(member(row, "measured"), "tokens_per_s_per_gpu");
   run.model_tflops_per_gpu = number_at(member(row, "measured"), "tflops_per_gpu");
   const auto gpu = catalog_gpu(gpu_class);

@@ -15,6 +15,7 @@
 #include "spec/hardware_spec.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
+#include "spec/runtime.h"
 
 namespace cpt::planner {
 
@@ -29,6 +30,9 @@ struct PublishedRun {
   spec::ParallelConfig parallel;
   int seq_len = 0;
   spec::Precision precision = spec::Precision::kBf16;
+  // The software that ran it: Megatron-LM for NeMo's and Megatron-Bridge's rows (Megatron-FSDP
+  // included), PyTorch FSDP where the row names a torch FSDP sharding strategy (llm-foundry).
+  spec::Runtime runtime = spec::Runtime::kMegatron;
   std::optional<bool> dropout;  // the recipe's, where the source states it (cost::CostModelOptions::dropout)
   // What was measured: tokens per second per GPU where the row has it, else the source's model
   // TFLOP/s per GPU (NVIDIA's convention: model FLOPs without recomputation).

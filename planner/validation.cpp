@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "core/units.h"
+#include "costmodel/runtime_profile.h"
 #include "costmodel/step_estimator.h"
 #include "spec/hardware_catalog.h"
 
@@ -22,16 +23,18 @@ std::string to_string(RunOutcome outcome) {
   return "?";
 }
 
-RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptions& options) {
+RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptions& options,
+                             std::optional<spec::Runtime> runtime) {
   RunCheck check;
   check.id = run.id;
   check.group = run.group;
+  check.runtime = runtime.value_or(run.runtime);
   check.assumptions = run.assumptions;
   if (run.not_modelled) {
     check.detail = *run.not_modelled;
     return check;
   }
-  cost::CostModelOptions o = options;
+  cost::CostModelOptions o = cost::for_runtime(options, check.runtime);
   o.precision = run.precision;
   o.dropout = run.dropout;
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu(run.gpu, run.gpus, "gpu_class");

@@ -22,6 +22,7 @@ std::string to_string(RunOutcome outcome);  // "compared", "predicted_out_of_mem
 struct RunCheck {
   std::string id;
   std::string group;
+  spec::Runtime runtime = spec::Runtime::kMegatron;  // it was priced for
   RunOutcome outcome = RunOutcome::kNotModelled;
   std::string metric;  // "tokens_per_s_per_gpu" or "model_tflops_per_gpu"
   double measured = 0;
@@ -32,8 +33,10 @@ struct RunCheck {
   std::vector<std::string> assumptions;
 };
 
-// `options`: the cost model's (the run's precision replaces options.precision).
-RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptions& options);
+// `options`: the cost model's; the run's precision and dropout replace theirs, and its runtime
+// (cost::for_runtime) unless `runtime` names another.
+RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptions& options,
+                             std::optional<spec::Runtime> runtime = std::nullopt);
 
 struct GroupSummary {
   std::string group;  // "all" for the summary of every row
@@ -41,9 +44,9 @@ struct GroupSummary {
   int compared = 0;
   int predicted_out_of_memory = 0;
   int not_modelled = 0;
-  double mean_signed_error = 0;    // over the compared rows
+  double mean_signed_error = 0;  // over the compared rows
   double mean_absolute_error = 0;
-  double worst_error = 0;          // the largest in magnitude, signed
+  double worst_error = 0;  // the largest in magnitude, signed
 };
 
 // One summary per group in order of first appearance, then "all".

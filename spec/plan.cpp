@@ -59,9 +59,8 @@ Json prediction_to_json(const Prediction& p) {
   for (const auto& [k, v] : p.step_time_breakdown_s) j["step_time_breakdown_s"][k] = v;
   j["peak_memory_GiB_per_rank"] = Json::object();
   for (const auto& [k, v] : p.peak_memory_GiB_per_rank) j["peak_memory_GiB_per_rank"][k] = v;
-  j["priced_as"] = {{"precision", to_string(p.precision)},
-                    {"flash_attention", p.flash_attention},
-                    {"as_run_by_cpt_executor", p.as_run_by_cpt_executor}};
+  j["priced_as"] = {
+      {"precision", to_string(p.precision)}, {"flash_attention", p.flash_attention}, {"runtime", to_string(p.runtime)}};
   return j;
 }
 
@@ -89,7 +88,13 @@ Prediction prediction_from_json(JsonObjectReader& r) {
       if (to_string(q) == precision) p.precision = q;
     }
     p.flash_attention = how.boolean("flash_attention");
-    p.as_run_by_cpt_executor = how.boolean("as_run_by_cpt_executor");
+    // "runtime" since it exists; before, a flag for cpt's executor against Megatron-LM.
+    if (how.has("runtime")) {
+      const std::string name = how.one_of("runtime", {"megatron", "deepspeed", "fsdp", "torchtitan", "cpt"});
+      p.runtime = *runtime_from_string(name);
+    } else if (how.optional_boolean("as_run_by_cpt_executor").value_or(false)) {
+      p.runtime = Runtime::kCpt;
+    }
     how.finish();
   }
   r.finish();
@@ -98,7 +103,9 @@ Prediction prediction_from_json(JsonObjectReader& r) {
 
 }  // namespace
 
-std::string model_spec_hash(const ModelSpec& model) { return core::stable_hash_hex(model_to_json(model).dump()); }
+std::string model_spec_hash(const ModelSpec& model) {
+  return core::stable_hash_hex(model_to_json(model).dump());
+}
 
 std::string cluster_spec_hash(const ClusterSpec& cluster) {
   return core::stable_hash_hex(cluster_to_json(cluster).dump());
@@ -164,11 +171,13 @@ ParallelConfig parallel_config_from_json(JsonObjectReader& r) {
   c.recompute = enum_from(r, "recompute", {Recompute::kNone, Recompute::kSelective, Recompute::kFull});
   c.sequence_parallel = r.boolean("sequence_parallel");
   c.offload = enum_from(r, "offload", {Offload::kNone, Offload::kOptimizer, Offload::kOptimizerAndParams});
-  c.schedule = enum_from(r, "schedule", {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
-                                                 ScheduleKind::kZeroBubbleH1});
+  c.schedule = enum_from(
+      r, "schedule",
+      {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1});
   const auto order = r.string_array("axis_order");
   const std::vector<std::string> axes = {"tp", "cp", "dp", "pp"};
-  if (order.size() != axes.size()) r.fail("axis_order", "a permutation of [tp, cp, dp, pp]", str_cat(order.size(), " entries"));
+  if (order.size() != axes.size())
+    r.fail("axis_order", "a permutation of [tp, cp, dp, pp]", str_cat(order.size(), " entries"));
   for (std::size_t i = 0; i < order.size(); ++i) {
     const auto it = std::find(axes.begin(), axes.end(), order[i]);
     if (it == axes.end()) r.fail(str_cat("axis_order[", i, "]"), "one of tp|cp|dp|pp", str_cat("\"", order[i], "\""));

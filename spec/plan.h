@@ -13,6 +13,7 @@
 #include "spec/hardware_spec.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
+#include "spec/runtime.h"
 #include "spec/stage_partition.h"
 
 namespace cpt::spec {
@@ -21,8 +22,8 @@ inline constexpr int kPlanSchemaVersion = 1;
 
 // What the training run is: sequence length and (optionally) the token budget.
 struct Workload {
-  int seq_len = 0;                 // tokens per sequence
-  std::int64_t train_tokens = 0;   // token budget of the run; 0 = not given
+  int seq_len = 0;                // tokens per sequence
+  std::int64_t train_tokens = 0;  // token budget of the run; 0 = not given
   bool operator==(const Workload&) const = default;
 };
 
@@ -32,22 +33,22 @@ struct Prediction {
   double step_time_s = 0;
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
-  std::map<std::string, double> step_time_breakdown_s;          // e.g. "compute", "pp_bubble"
-  std::map<std::string, double> peak_memory_GiB_per_rank;       // e.g. "weights", "activations"
+  std::map<std::string, double> step_time_breakdown_s;     // e.g. "compute", "pp_bubble"
+  std::map<std::string, double> peak_memory_GiB_per_rank;  // e.g. "weights", "activations"
   // How it was priced (plan.json "priced_as"; plans of earlier cpts lack it: bf16, FlashAttention,
-  // Megatron-style fused kernels), so that `cpt simulate` replays the plan in the same regime.
+  // Megatron-LM), so that `cpt simulate` replays the plan in the same regime.
   Precision precision = Precision::kBf16;
   bool flash_attention = true;
-  bool as_run_by_cpt_executor = false;  // eager LibTorch dispatch, cpt's buckets and CP (cost_options.h)
+  Runtime runtime = Runtime::kMegatron;  // the software it was priced for (spec/runtime.h)
   bool operator==(const Prediction&) const = default;
 };
 
 // Who made the plan, from what.
 struct Provenance {
-  std::string tool_version;      // cpt version + git sha
-  std::string created_utc;       // ISO 8601
-  std::string model_spec_hash;   // stable_hash_hex of the canonical model JSON
-  std::string cluster_spec_hash; // stable_hash_hex of the canonical cluster JSON
+  std::string tool_version;       // cpt version + git sha
+  std::string created_utc;        // ISO 8601
+  std::string model_spec_hash;    // stable_hash_hex of the canonical model JSON
+  std::string cluster_spec_hash;  // stable_hash_hex of the canonical cluster JSON
   bool operator==(const Provenance&) const = default;
 };
 

@@ -50,7 +50,9 @@ std::filesystem::path write_temp(const std::string& name, const std::string& tex
   return path;
 }
 
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
 
 TEST(CliSmoke, HelpOfEverySubcommand) {
   const auto top = cpt("--help");
@@ -124,28 +126,30 @@ TEST(CliSmoke, ExamplesLoad) {
 
 // The stable contract of `cpt estimate --json`.
 TEST(CliSmoke, EstimateJsonContract) {
-  const auto r = cpt("estimate --model llama3-8b --gpu h100 --gpus 16 --tp 2 --pp 2 --micro-batch 1 --global-batch 64 "
-                     "--seq-len 4096 --zero 1 --recompute selective --sequence-parallel --json");
+  const auto r =
+      cpt("estimate --model llama3-8b --gpu h100 --gpus 16 --tp 2 --pp 2 --micro-batch 1 --global-batch 64 "
+          "--seq-len 4096 --zero 1 --recompute selective --sequence-parallel --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  for (const char* key : {"feasible", "infeasible_reason", "step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
-                          "mfu", "hfu", "peak_memory_GiB", "memory_GiB", "time_s"}) {
+  for (const char* key : {"feasible", "infeasible_reason", "step_time_s", "tokens_per_s_per_gpu",
+                          "model_tflops_per_gpu", "mfu", "hfu", "peak_memory_GiB", "memory_GiB", "time_s"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   for (const char* key : {"weights", "grads", "optimizer", "activations", "other"}) {
     EXPECT_TRUE(j["memory_GiB"].contains(key)) << key;
   }
   double sum = 0;
-  for (const char* key : {"compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer",
-                          "other"}) {
+  for (const char* key :
+       {"compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pp_bubble", "dp_comm", "optimizer", "other"}) {
     ASSERT_TRUE(j["time_s"].contains(key)) << key;
     sum += j["time_s"][key].get<double>();
   }
   EXPECT_TRUE(j["feasible"].get<bool>());
   EXPECT_NEAR(sum, j["step_time_s"].get<double>(), 1e-9);
   EXPECT_GT(j["time_s"]["pp_bubble"].get<double>(), 0);
-  const auto table = cpt("estimate --model llama3-8b --gpu h100 --gpus 8 --tp 8 --micro-batch 1 --global-batch 8 "
-                         "--seq-len 8192");
+  const auto table =
+      cpt("estimate --model llama3-8b --gpu h100 --gpus 8 --tp 8 --micro-batch 1 --global-batch 8 "
+          "--seq-len 8192");
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("pp_bubble"), std::string::npos);
 }
@@ -174,8 +178,9 @@ TEST(CliSmoke, ValidateReportsTheErrorPerSource) {
 
 TEST(CliSmoke, EstimateOnACustomNodeSize) {
   // 12 GPUs in nodes of 4: not whole DGX nodes, but whole nodes of the size asked for.
-  const auto r = cpt("estimate --model llama3-8b --gpu h100 --gpus 12 --gpus-per-node 4 --tp 4 --micro-batch 1 "
-                     "--global-batch 12 --seq-len 4096 --json");
+  const auto r =
+      cpt("estimate --model llama3-8b --gpu h100 --gpus 12 --gpus-per-node 4 --tp 4 --micro-batch 1 "
+          "--global-batch 12 --seq-len 4096 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(nlohmann::json::parse(r.out)["feasible"].get<bool>());
   EXPECT_EQ(cpt("estimate --model llama3-8b --gpu h100 --gpus 10 --gpus-per-node 4 --micro-batch 1 --global-batch 10 "
@@ -185,19 +190,22 @@ TEST(CliSmoke, EstimateOnACustomNodeSize) {
 }
 
 TEST(CliSmoke, EstimateOutOfMemoryIsAnAnswerAndBadConfigsAreBadInput) {
-  const auto oom = cpt("estimate --model llama3-70b --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 "
-                       "--json");
+  const auto oom =
+      cpt("estimate --model llama3-70b --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 "
+          "--json");
   ASSERT_EQ(oom.exit_code, 0) << oom.err;
   const auto j = nlohmann::json::parse(oom.out);
   EXPECT_FALSE(j["feasible"].get<bool>());
   EXPECT_EQ(j["infeasible_reason"], "out_of_memory");
-  const auto bad = cpt("estimate --model llama3-8b --gpu h100 --gpus 6 --tp 3 --micro-batch 1 --global-batch 8 "
-                       "--seq-len 4096");
+  const auto bad =
+      cpt("estimate --model llama3-8b --gpu h100 --gpus 6 --tp 3 --micro-batch 1 --global-batch 8 "
+          "--seq-len 4096");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(lines(bad.err), 1);
   EXPECT_NE(bad.err.find("heads (32) must be divisible by tp (3)"), std::string::npos) << bad.err;
-  const auto fp8 = cpt("estimate --model llama3-8b --gpu a100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 "
-                       "--precision fp8");
+  const auto fp8 =
+      cpt("estimate --model llama3-8b --gpu a100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 "
+          "--precision fp8");
   EXPECT_EQ(fp8.exit_code, 2);
   EXPECT_NE(fp8.err.find("--precision"), std::string::npos);
 }
@@ -207,9 +215,10 @@ TEST(CliSmoke, EstimateOutOfMemoryIsAnAnswerAndBadConfigsAreBadInput) {
 TEST(CliSmoke, PlanAcrossGpuCounts) {
   const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_plan_sizes";
   std::filesystem::remove_all(dir);
-  const auto r = cpt("plan --model llama3-8b --gpu h100 --gpus 8,16,32 --global-batch 64 --seq-len 4096 --top 4 "
-                     "--objective cost --price-per-gpu-hour 2 --tokens 1000000000 --threads 1 --json --out " +
-                     dir.string());
+  const auto r =
+      cpt("plan --model llama3-8b --gpu h100 --gpus 8,16,32 --global-batch 64 --seq-len 4096 --top 4 "
+          "--objective cost --price-per-gpu-hour 2 --tokens 1000000000 --threads 1 --json --out " +
+          dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["threads"], 1);
@@ -227,7 +236,8 @@ TEST(CliSmoke, PlanAcrossGpuCounts) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("Best plan at each size"), std::string::npos) << text.out;
   for (const char* bad : {"8,x", "8,8", "0", "8,,16"}) {
-    const auto e = cpt(std::string("plan --model llama3-8b --gpu h100 --gpus ") + bad + " --global-batch 64 --seq-len 4096");
+    const auto e =
+        cpt(std::string("plan --model llama3-8b --gpu h100 --gpus ") + bad + " --global-batch 64 --seq-len 4096");
     EXPECT_EQ(e.exit_code, 2) << bad;
     EXPECT_EQ(lines(e.err), 1) << e.err;
     EXPECT_NE(e.err.find("--gpus"), std::string::npos) << e.err;
@@ -241,8 +251,9 @@ TEST(CliSmoke, PlanAcrossGpuCounts) {
 TEST(CliSmoke, PlanJsonAndOutputs) {
   const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_plan_out";
   std::filesystem::remove_all(dir);
-  const auto r = cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --top 3 --json --out " +
-                     dir.string());
+  const auto r =
+      cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --top 3 --json --out " +
+          dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"evaluated", "feasible", "seconds", "rejected", "top"}) EXPECT_TRUE(j.contains(key)) << key;
@@ -260,7 +271,8 @@ TEST(CliSmoke, PlanJsonAndOutputs) {
   const auto plan = nlohmann::json::parse(slurp(dir / "plan.json"));
   EXPECT_EQ(plan["parallel"]["tp"], j["top"][0]["config"]["tp"]);
   EXPECT_EQ(plan["parallel"]["micro_batch"], j["top"][0]["config"]["micro_batch"]);
-  EXPECT_NEAR(plan["predicted"]["step_time_s"].get<double>(), j["top"][0]["estimate"]["step_time_s"].get<double>(), 1e-9);
+  EXPECT_NEAR(plan["predicted"]["step_time_s"].get<double>(), j["top"][0]["estimate"]["step_time_s"].get<double>(),
+              1e-9);
   // Deterministic: the same input gives the same answer (wall time aside).
   auto again = nlohmann::json::parse(
       cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --top 3 --json").out);
@@ -301,6 +313,55 @@ TEST(CliSmoke, WhatIfOnAPlanAndASweepWithChart) {
   std::filesystem::remove_all(dir);
 }
 
+// --runtime on every command that prices: plan.json records it, whatif prices the plan as it was
+// priced and under another runtime when asked, a typo is one line and exit 2.
+TEST(CliSmoke, RuntimeIsChosenRecordedAndReplayed) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_runtime";
+  std::filesystem::remove_all(dir);
+  const auto planned =
+      cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --runtime fsdp "
+          "--fix tp=1,pp=1,cp=1,zero=3 --out " +
+          (dir / "new").string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_NE(planned.out.find("priced for fsdp"), std::string::npos) << planned.out;
+  const auto plan = nlohmann::json::parse(slurp(dir / "new" / "plan.json"));
+  EXPECT_EQ(plan["predicted"]["priced_as"]["runtime"], "fsdp");
+  const auto same = cpt("whatif " + (dir / "new" / "plan.json").string() + " --gpu h200 --json");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  const auto j = nlohmann::json::parse(same.out);
+  EXPECT_EQ(j["before_runtime"], "fsdp");
+  EXPECT_EQ(j["after_runtime"], "fsdp");
+  // The plan's own step time again, not Megatron-LM's.
+  EXPECT_NEAR(j["before"]["step_time_s"].get<double>(), plan["predicted"]["step_time_s"].get<double>(),
+              1e-9 * plan["predicted"]["step_time_s"].get<double>());
+  const auto other = cpt("whatif " + (dir / "new" / "plan.json").string() + " --gpu h100 --runtime megatron --json");
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  const auto k = nlohmann::json::parse(other.out);
+  EXPECT_EQ(k["after_runtime"], "megatron");
+  EXPECT_LT(k["after"]["step_time_s"].get<double>(), k["before"]["step_time_s"].get<double>());
+  const std::string estimate =
+      "estimate --model llama3-8b --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 "
+      "--seq-len 4096 --zero 3 --json --runtime ";
+  for (const char* name : {"megatron", "deepspeed", "fsdp", "torchtitan", "cpt"}) {
+    const auto e = cpt(estimate + name);
+    ASSERT_EQ(e.exit_code, 0) << name << ": " << e.err;
+    EXPECT_EQ(nlohmann::json::parse(e.out)["runtime"], name);
+  }
+  const std::string typos[] = {estimate + "fsdpp",
+                               "advise --model llama3-8b --gpu h100 --gpus 8 --global-batch 8 --seq-len 4096 "
+                               "--runtime Megatron"};
+  for (const std::string& command : typos) {
+    const auto typo = cpt(command);
+    EXPECT_EQ(typo.exit_code, 2) << command;
+    EXPECT_EQ(lines(typo.err), 1) << typo.err;
+    EXPECT_NE(typo.err.find("--runtime"), std::string::npos) << typo.err;
+  }
+  const auto both = cpt(estimate + "fsdp --for-executor");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--for-executor"), std::string::npos) << both.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSmoke, AdviseNamesAWinner) {
   const auto r = cpt("advise --model llama2-7b --gpu a100 --gpus 16 --global-batch 64 --seq-len 4096 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -308,6 +369,10 @@ TEST(CliSmoke, AdviseNamesAWinner) {
   EXPECT_EQ(j["families"].size(), 4u);
   EXPECT_TRUE(j["winner"].is_string());
   EXPECT_FALSE(j["reason"].get<std::string>().empty());
+  // Each family priced for the framework that runs it.
+  EXPECT_EQ(j["families"][0]["runtime"], "deepspeed");
+  EXPECT_EQ(j["families"][1]["runtime"], "fsdp");
+  EXPECT_EQ(j["families"][3]["runtime"], "megatron");
 }
 
 TEST(CliSmoke, SimulateAPlanWithATrace) {
@@ -335,17 +400,18 @@ TEST(CliSmoke, SimulateAPlanWithATrace) {
   const auto slow = nlohmann::json::parse(
       cpt("simulate " + (dir / "plan.json").string() + " --json --straggler-rank 1 --straggler-slowdown 0.5").out);
   EXPECT_GT(slow["step_time_s"].get<double>(), j["step_time_s"].get<double>() * 1.2);
-  const auto fail = nlohmann::json::parse(cpt("simulate " + (dir / "plan.json").string() +
-                                              " --json --tokens 100000000000 --mtbf-gpu-hours 20000")
-                                              .out);
+  const auto fail = nlohmann::json::parse(
+      cpt("simulate " + (dir / "plan.json").string() + " --json --tokens 100000000000 --mtbf-gpu-hours 20000").out);
   EXPECT_GT(fail["failures"]["expected_hours"].get<double>(), fail["failures"]["failure_free_hours"].get<double>());
-  EXPECT_EQ(cpt("simulate " + (dir / "plan.json").string() + " --straggler-rank 9 --straggler-slowdown 0.5").exit_code, 2);
+  EXPECT_EQ(cpt("simulate " + (dir / "plan.json").string() + " --straggler-rank 9 --straggler-slowdown 0.5").exit_code,
+            2);
   // The per-rank mode: one slow GPU by global rank; its replica is the critical one.
   const auto per_rank = nlohmann::json::parse(
       cpt("simulate " + (dir / "plan.json").string() + " --json --straggler-gpu 5 --straggler-slowdown 0.5").out);
   EXPECT_GT(per_rank["step_time_s"].get<double>(), j["step_time_s"].get<double>() * 1.1);
   EXPECT_TRUE(per_rank.contains("critical_replica"));
-  const auto bad_gpu = cpt("simulate " + (dir / "plan.json").string() + " --straggler-gpu 100000 --straggler-slowdown 0.5");
+  const auto bad_gpu =
+      cpt("simulate " + (dir / "plan.json").string() + " --straggler-gpu 100000 --straggler-slowdown 0.5");
   EXPECT_EQ(bad_gpu.exit_code, 2);
   EXPECT_EQ(lines(bad_gpu.err), 1) << bad_gpu.err;
   // --refine K: the top K re-ranked by simulated step time.
@@ -354,8 +420,10 @@ TEST(CliSmoke, SimulateAPlanWithATrace) {
           "--json")
           .out);
   ASSERT_EQ(refined["top"].size(), 5u);
-  EXPECT_LE(refined["top"][0]["simulated_step_time_s"].get<double>(), refined["top"][1]["simulated_step_time_s"].get<double>());
-  EXPECT_LE(refined["top"][1]["simulated_step_time_s"].get<double>(), refined["top"][2]["simulated_step_time_s"].get<double>());
+  EXPECT_LE(refined["top"][0]["simulated_step_time_s"].get<double>(),
+            refined["top"][1]["simulated_step_time_s"].get<double>());
+  EXPECT_LE(refined["top"][1]["simulated_step_time_s"].get<double>(),
+            refined["top"][2]["simulated_step_time_s"].get<double>());
   EXPECT_FALSE(refined["top"][3].contains("simulated_step_time_s"));
   std::filesystem::remove_all(dir);
 }
@@ -397,9 +465,11 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
   const auto wrong_unit = write_temp("cpt_cli_wrong_unit.json", R"({"name": "g", "display_name": "g", "aliases": [],
       "hbm_capacity_TB": 80, "hbm_bandwidth_GB_per_s": 1, "dense_bf16_TFLOPs_per_s": 1,
       "nvlink_bandwidth_GB_per_s_per_direction": 0})");
-  const auto wrong_unit_cluster = write_temp("cpt_cli_wrong_unit_cluster.json",
+  const auto wrong_unit_cluster = write_temp(
+      "cpt_cli_wrong_unit_cluster.json",
       std::string(R"({"name": "c", "num_nodes": 1, "fabric": "ib_ndr_400g", "node": {"name": "n", "display_name": "n",
-      "gpu": )") + slurp(wrong_unit) + R"(, "gpus_per_node": 8, "intra_node": {"kind": "nvswitch",
+      "gpu": )") +
+          slurp(wrong_unit) + R"(, "gpus_per_node": 8, "intra_node": {"kind": "nvswitch",
       "bandwidth_GB_per_s_per_direction": 450, "latency_us": 3}, "nics_per_node": 8, "nic_bandwidth_Gbit_per_s": 400}})");
   const auto negative = write_temp("cpt_cli_negative.json", R"({"name": "x", "layers": 2, "hidden": -64, "heads": 4,
       "kv_heads": 2, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
@@ -410,7 +480,8 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
       {"profiles show " + wrong_unit_cluster.string(),
        wrong_unit_cluster.string() + ": $.node.gpu.hbm_capacity_*: expected exactly one of hbm_capacity_GiB or "
                                      "hbm_capacity_GB, got none"},
-      {"models show " + negative.string(), negative.string() + ": $.hidden: expected an integer in [1, 1073741824], got -64"},
+      {"models show " + negative.string(),
+       negative.string() + ": $.hidden: expected an integer in [1, 1073741824], got -64"},
       {"models show " + broken.string(), broken.string() + ": invalid JSON"},
       {"models show /no/such/model.json", "/no/such/model.json: file not found"},
       {"models show llama9-1t", "models show NAME: expected a model name"},
@@ -450,7 +521,8 @@ TEST(CliSmoke, ExecutorCommandsAnswerAsCptAndRejectBadInputsInOneLine) {
   EXPECT_NE(t.err.find("$.step"), std::string::npos) << t.err;
   EXPECT_NE(t.err.find("steps"), std::string::npos) << "did-you-mean hint: " << t.err;
 
-  const auto no_data = write_temp("cpt_cli_train_nodata.json", R"({"data": [{"name": "a", "path": "/nonexistent/shards"}], "steps": 3})");
+  const auto no_data = write_temp("cpt_cli_train_nodata.json",
+                                  R"({"data": [{"name": "a", "path": "/nonexistent/shards"}], "steps": 3})");
   const auto d = cpt("train --plan " + plan + " --config " + no_data.string() + " --out /tmp/cpt_cli_train");
   EXPECT_EQ(d.exit_code, 2) << d.err;
   EXPECT_EQ(lines(d.err), 1) << d.err;

@@ -14,8 +14,13 @@ namespace {
 TEST(LayerCosts, ModelFlopsMatchKorthikantiEquationSeven) {
   const spec::ModelSpec m = spec::find_catalog_model("megatron-175b")->spec;
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("a100", 64, "--gpu");
-  const spec::ParallelConfig p{.tp = 8, .pp = 8, .virtual_stages = 3, .micro_batch = 1, .global_batch = 64,
-                               .recompute = spec::Recompute::kSelective, .sequence_parallel = true,
+  const spec::ParallelConfig p{.tp = 8,
+                               .pp = 8,
+                               .virtual_stages = 3,
+                               .micro_batch = 1,
+                               .global_batch = 64,
+                               .recompute = spec::Recompute::kSelective,
+                               .sequence_parallel = true,
                                .schedule = spec::ScheduleKind::kInterleaved1F1B};
   CostModelOptions o;
   o.flash_attention = false;
@@ -39,6 +44,7 @@ TEST(LayerCosts, GemmTimeUsesTheEfficiencyCurve) {
 
 TEST(LayerCosts, AProfileCurveForThePrecisionWins) {
   auto h100 = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
+  for (auto& curve : h100.gemm_efficiency) curve.clear();
   CostModelOptions o;
   const double before = gemm_time(989.4e12, 4096, h100, o).value();
   h100.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kBf16)] = {{1.0, 0.25}, {1000.0, 0.5}};
@@ -53,15 +59,16 @@ TEST(LayerCosts, AProfileCurveForThePrecisionWins) {
 // curve by size alone no longer applies.
 TEST(LayerCosts, CurvesBySmallestDimensionPriceSkinnyGemms) {
   auto gpu = spec::HardwareCatalog::builtin().gpu("h100", "--gpu");
+  for (auto& curve : gpu.gemm_efficiency) curve.clear();
   CostModelOptions o;
   o.precision = spec::Precision::kBf16;
   auto& shaped = gpu.gemm_efficiency_by_min_dim[static_cast<std::size_t>(spec::Precision::kBf16)];
   shaped = {{32, {{1.0, 0.2}, {100.0, 0.4}}}, {512, {{1.0, 0.6}, {100.0, 0.8}}}};
   gpu.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kBf16)] = {{1.0, 0.01}};  // not used
-  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 32, gpu, o), 0.3);   // halfway in log(GFLOP)
-  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 16, gpu, o), 0.3);   // held below the first
-  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 4096, gpu, o), 0.7);  // held above the last
-  EXPECT_NEAR(gemm_efficiency_at(10e9, 128, gpu, o), 0.3 + 0.5 * 0.4, 1e-12);  // halfway in log(min_dim)
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 32, gpu, o), 0.3);                            // halfway in log(GFLOP)
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 16, gpu, o), 0.3);                            // held below the first
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 4096, gpu, o), 0.7);                          // held above the last
+  EXPECT_NEAR(gemm_efficiency_at(10e9, 128, gpu, o), 0.3 + 0.5 * 0.4, 1e-12);             // halfway in log(min_dim)
   EXPECT_DOUBLE_EQ(gemm_time(10e9, 512, gpu, o).value(), 10e9 / (989.4e12 * 0.7));
   o.precision = spec::Precision::kFp8;  // no curves for fp8: the default curve by size
   EXPECT_DOUBLE_EQ(gemm_efficiency_at(10e9, 32, gpu, o), o.gemm_efficiency.at(10e9));
@@ -154,8 +161,8 @@ TEST(LayerCosts, FlashAttentionHalvesCausalWork) {
   const spec::ParallelConfig p{.tp = 1, .micro_batch = 1};
   const auto a = block_costs(m, p, 8192, h100, flash);
   const auto b = block_costs(m, p, 8192, h100, plain);
-  EXPECT_EQ(a.model_flops, b.model_flops);                // the FLOP convention does not change
-  EXPECT_LT(a.forward.attention, b.forward.attention);    // the work and its time do
+  EXPECT_EQ(a.model_flops, b.model_flops);              // the FLOP convention does not change
+  EXPECT_LT(a.forward.attention, b.forward.attention);  // the work and its time do
   EXPECT_LT(a.backward.attention, b.backward.attention);
 }
 

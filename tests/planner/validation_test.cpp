@@ -13,7 +13,8 @@ namespace {
 
 // Three published rows (llm-foundry, NeMo 24.07, Megatron-Bridge) and two test rows (a micro-batch
 // that cannot fit, a GPU class without a profile).
-const std::filesystem::path kSample = std::filesystem::path(CPT_SOURCE_DIR) / "tests/golden/published_runs_sample.jsonl";
+const std::filesystem::path kSample =
+    std::filesystem::path(CPT_SOURCE_DIR) / "tests/golden/published_runs_sample.jsonl";
 
 const PublishedRun& find(const std::vector<PublishedRun>& runs, const std::string& id) {
   const auto it = std::find_if(runs.begin(), runs.end(), [&](const PublishedRun& r) { return r.id == id; });
@@ -90,7 +91,8 @@ TEST(PublishedRuns, ChecksCompareOrSayWhyNot) {
   double mean = 0, worst = 0;
   for (int i = 0; i < 3; ++i) {
     mean += checks[static_cast<std::size_t>(i)].error / 3;
-    if (std::abs(checks[static_cast<std::size_t>(i)].error) > std::abs(worst)) worst = checks[static_cast<std::size_t>(i)].error;
+    if (std::abs(checks[static_cast<std::size_t>(i)].error) > std::abs(worst))
+      worst = checks[static_cast<std::size_t>(i)].error;
   }
   EXPECT_NEAR(groups.back().mean_signed_error, mean, 1e-12);
   EXPECT_EQ(groups.back().worst_error, worst);
@@ -101,6 +103,26 @@ TEST(PublishedRuns, ChecksCompareOrSayWhyNot) {
   EXPECT_EQ(groups[3].group, "test A100-40GB bf16");
   EXPECT_EQ(groups[3].predicted_out_of_memory, 1);
   EXPECT_EQ(groups[4].group, "test TPU-v5p bf16");
+}
+
+// Each row names the software that ran it: llm-foundry's torch FSDP strategies are fsdp, NeMo's and
+// Megatron-Bridge's rows megatron; each is priced for its own unless the caller names another.
+TEST(PublishedRuns, EachRowIsPricedForItsOwnRuntime) {
+  const auto runs = read_published_runs(kSample);
+  const PublishedRun& lf = find(runs, "lf_a100_40_30b_s2048_g32_mb4_ga1");
+  EXPECT_EQ(lf.runtime, spec::Runtime::kFsdp);
+  EXPECT_EQ(find(runs, "nemo2407_h100_fp8_LLAMA3-8B_8gpu").runtime, spec::Runtime::kMegatron);
+  EXPECT_EQ(find(runs, "mbridge_25.11_h100_LLAMA3_70B_64gpu").runtime, spec::Runtime::kMegatron);
+  const RunCheck own = check_published_run(lf, cost::CostModelOptions{});
+  const RunCheck as_megatron = check_published_run(lf, cost::CostModelOptions{}, spec::Runtime::kMegatron);
+  EXPECT_EQ(own.runtime, spec::Runtime::kFsdp);
+  EXPECT_EQ(as_megatron.runtime, spec::Runtime::kMegatron);
+  ASSERT_EQ(own.outcome, RunOutcome::kCompared);
+  ASSERT_EQ(as_megatron.outcome, RunOutcome::kCompared);
+  // FSDP's eager modules and slower attention kernel: the same run predicted slower than under
+  // Megatron-LM's fused kernels; its 16-bit gradients: less memory than Megatron's fp32 ones.
+  EXPECT_LT(own.predicted, as_megatron.predicted);
+  EXPECT_LT(own.predicted_peak_memory_gib, as_megatron.predicted_peak_memory_gib);
 }
 
 TEST(PublishedRuns, AMalformedLineNamesItsFileAndLine) {

@@ -31,11 +31,13 @@ Plan sample_plan() {
   p.predicted = Prediction{12.5, 1800.0, 0.41, {{"compute", 10.0}, {"pp_bubble", 1.5}}, {{"weights", 17.2}}};
   p.predicted->precision = Precision::kFp32;  // priced as cpt's executor on a CPU would run it
   p.predicted->flash_attention = false;
-  p.predicted->as_run_by_cpt_executor = true;
+  p.predicted->runtime = Runtime::kCpt;
   return p;
 }
 
-std::string text_of(const Plan& p) { return plan_to_json(p).dump(2); }
+std::string text_of(const Plan& p) {
+  return plan_to_json(p).dump(2);
+}
 
 Plan parse(const std::string& text) {
   const auto doc = core::parse_json_text(text, "plan.json");
@@ -103,7 +105,29 @@ TEST(Plan, PredictionWithoutPricedAsLoadsAsTheDefaults) {
   ASSERT_TRUE(q.predicted);
   EXPECT_EQ(q.predicted->precision, Precision::kBf16);
   EXPECT_TRUE(q.predicted->flash_attention);
-  EXPECT_FALSE(q.predicted->as_run_by_cpt_executor);
+  EXPECT_EQ(q.predicted->runtime, Runtime::kMegatron);
+}
+
+// Plans of the cpt before runtimes say "as_run_by_cpt_executor" instead of "runtime".
+TEST(Plan, PricedAsTheExecutorBeforeRuntimesLoadsAsCpt) {
+  auto j = plan_to_json(sample_plan());
+  j["predicted"]["priced_as"].erase("runtime");
+  j["predicted"]["priced_as"]["as_run_by_cpt_executor"] = true;
+  EXPECT_EQ(parse(j.dump()).predicted->runtime, Runtime::kCpt);
+  j["predicted"]["priced_as"]["as_run_by_cpt_executor"] = false;
+  EXPECT_EQ(parse(j.dump()).predicted->runtime, Runtime::kMegatron);
+}
+
+TEST(Plan, UnknownRuntimeIsRefusedWithItsPath) {
+  auto j = plan_to_json(sample_plan());
+  j["predicted"]["priced_as"]["runtime"] = "jax";
+  try {
+    parse(j.dump());
+    FAIL() << "accepted an unknown runtime";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.predicted.priced_as.runtime"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("megatron|deepspeed|fsdp|torchtitan|cpt"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Plan, ExampleInTheDocsLoads) {

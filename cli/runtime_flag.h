@@ -1,0 +1,24 @@
+#pragma once
+// `--runtime megatron|deepspeed|fsdp|torchtitan|cpt`, the same on every command that prices a
+// plan (estimate, plan, whatif, advise, validate): which software runs it (spec/runtime.h,
+// costmodel/runtime_profile.h).
+#include <optional>
+#include <string>
+
+#include "spec/runtime.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace cpt::cli {
+
+// Adds --runtime to `command`, storing the name in `name`; `default_help` says what an absent
+// flag means. A name outside the five is refused by CLI11 (one line naming the flag, exit 2).
+CLI::Option* add_runtime_option(CLI::App& command, std::string& name, const std::string& default_help);
+
+// The runtime `name` names; nullopt when empty (the flag was not given).
+std::optional<spec::Runtime> runtime_named(const std::string& name);
+
+}  // namespace cpt::cli
