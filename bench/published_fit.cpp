@@ -3,10 +3,12 @@
 // that minimises the mean absolute step-time error over the published runs of
 // ../shared/validation/published_runs/runs.jsonl, each priced for its own runtime.
 //
-// Usage: build/bin/cpt_bench_published_fit RUNS.jsonl [--check | --split]
+// Usage: build/bin/cpt_bench_published_fit RUNS.jsonl [--check | --split | --bands]
 //   --check  only report the error of the values in the profiles and runtime_profile.h (what
 //            `cpt validate` reports), without searching
 //   --split  fit on the even rows only and report the odd ones apart (an out-of-sample check)
+//   --bands  the 10th and 90th percentile of the profiled values' step-time error per runtime and
+//            GPU family: costmodel/error_band.cpp's table
 //
 // Five parameters, each physical and shared by every row it applies to:
 //   hopper_gemm       Hopper's GEMM efficiency as a multiple of the A100 curve
@@ -17,6 +19,7 @@
 //   torch_fp8         CostModelOptions::fp8_gemm_scale of fsdp (and torchtitan)
 // Megatron-LM's scales stay 1 (the reference the curves describe). The search starts from 1 and
 // sweeps each parameter over [0.3, 3] in steps of 0.02, four rounds.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "costmodel/error_band.h"
 #include "costmodel/runtime_profile.h"
 #include "costmodel/step_estimator.h"
 #include "planner/published_run.h"
@@ -113,6 +117,27 @@ void report(const std::vector<Row>& rows, const Parameters& k, bool as_profiled)
   }
 }
 
+double percentile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const double at = q * static_cast<double>(values.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(at)), hi = static_cast<std::size_t>(std::ceil(at));
+  return values[lo] + (values[hi] - values[lo]) * (at - static_cast<double>(lo));
+}
+
+void print_bands(const std::vector<Row>& rows) {
+  std::map<std::string, std::vector<double>> errors;  // by "runtime family"
+  for (const Row& row : rows) {
+    const auto e = error_of(row, {}, true);
+    if (!e) continue;
+    const std::string family = cost::gpu_family(row.cluster.gpu());
+    errors[spec::to_string(row.run.runtime) + " " + (family.empty() ? "?" : family)].push_back(*e);
+  }
+  for (const auto& [key, values] : errors) {
+    std::printf("  %-16s %3zu rows  p10 %+.3f  p90 %+.3f\n", key.c_str(), values.size(), percentile(values, 0.1),
+                percentile(values, 0.9));
+  }
+}
+
 Parameters fit(const std::vector<Row>& rows) {
   Parameters k;
   double* parameters[] = {&k.hopper_gemm, &k.hopper_attention, &k.fsdp_attention, &k.torch_memory, &k.torch_fp8};
@@ -154,6 +179,11 @@ int main(int argc, char** argv) {
   std::printf("as profiled (hardware_profiles, runtime_profile.h):\n");
   report(rows, {}, true);
   if (argc > 2 && std::strcmp(argv[2], "--check") == 0) return 0;
+  if (argc > 2 && std::strcmp(argv[2], "--bands") == 0) {
+    std::printf("step-time error bands (p10, p90) per runtime and GPU family:\n");
+    print_bands(rows);
+    return 0;
+  }
   if (argc > 2 && std::strcmp(argv[2], "--split") == 0) {
     std::vector<Row> even, odd;
     for (std::size_t i = 0; i < rows.size(); ++i) (i % 2 == 0 ? even : odd).push_back(rows[i]);

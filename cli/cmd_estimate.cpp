@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
+#include "costmodel/error_band.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/runtime_profile.h"
 #include "costmodel/step_estimator.h"
@@ -178,6 +179,9 @@ void run(const EstimateOptions& o) {
   if (o.json) {
     core::Json json = cost::evaluation_to_json(ev);
     json["runtime"] = spec::to_string(opts.runtime);
+    if (const auto* e = std::get_if<cost::Estimate>(&ev)) {
+      json["step_time_band_s"] = cost::step_time_band_to_json(e->time.total(), opts.runtime, cluster.gpu());
+    }
     print_json(json);
     return;
   }
@@ -186,7 +190,8 @@ void run(const EstimateOptions& o) {
     return;
   }
   print_table(std::get<cost::Estimate>(ev), model, cluster, p, o.seq_len);
-  std::cout << "priced for " << cost::describe(opts.runtime) << "\n";
+  std::cout << "priced for " << cost::describe(opts.runtime) << "; step time: "
+            << cost::describe_band(std::get<cost::Estimate>(ev).time.total(), opts.runtime, cluster.gpu()) << "\n";
 }
 
 }  // namespace

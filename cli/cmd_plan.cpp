@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
+#include "costmodel/error_band.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/runtime_profile.h"
 #include "planner/handoff.h"
@@ -99,7 +100,7 @@ core::Json result_json(const planner::PlannerResult& r, bool with_seconds) {
 }
 
 std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const PlanOptions& o,
-                      const planner::PlannerResult& r) {
+                      const planner::PlannerResult& r, spec::Runtime runtime) {
   std::ostringstream md;
   md << "# cpt plan: " << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().display_name << "\n\n"
      << "Global batch " << o.global_batch << " sequences of " << o.seq_len << " tokens; objective " << o.objective
@@ -111,7 +112,12 @@ std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& clu
        << " | " << fixed(c.estimate.tokens_per_s_per_gpu, 0) << " | " << fixed(100 * c.estimate.mfu, 1) << "% | "
        << fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1) << " |\n";
   }
-  md << "\n## Rejected\n\n| reason | candidates |\n|---|---|\n";
+  md << "\nPriced for " << cost::describe(runtime) << ".";
+  if (!r.top.empty()) {
+    md << " Step time of the best plan: "
+       << cost::describe_band(r.top.front().estimate.time.total(), runtime, cluster.gpu()) << ".";
+  }
+  md << "\n\n## Rejected\n\n| reason | candidates |\n|---|---|\n";
   for (int i = 0; i < planner::kNumRejectReasons; ++i) {
     if (r.rejected[static_cast<std::size_t>(i)] > 0) {
       md << "| " << planner::to_string(static_cast<planner::RejectReason>(i)) << " | "
@@ -136,7 +142,7 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
   if (ec) throw core::RuntimeError(str_cat(dir.string(), ": cannot create: ", ec.message()));
   if (!r.top.empty()) {
     spec::Plan plan = spec::make_plan(model, cluster, spec::Workload{o.seq_len, o.tokens}, r.top.front().config);
-    plan.predicted = cost::prediction_of(r.top.front().estimate, priced_with);
+    plan.predicted = cost::prediction_of(r.top.front().estimate, priced_with, cluster.gpu());
     spec::save_plan(plan, dir / "plan.json");
     planner::write_handoff(plan, dir);
   }
@@ -155,7 +161,7 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
         << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
   }
   core::write_file_atomic(dir / "candidates.csv", csv.str());
-  core::write_file_atomic(dir / "report.md", report_md(model, cluster, o, r));
+  core::write_file_atomic(dir / "report.md", report_md(model, cluster, o, r, priced_with.runtime));
 }
 
 planner::Objective objective_of(const std::string& s) {
@@ -302,6 +308,12 @@ void run(const PlanOptions& o) {
                fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
   }
   std::cout << (r.top.empty() ? std::string("no feasible configuration\n") : t.render()) << "\n";
+  if (!r.top.empty()) {
+    std::cout << "step time of #1: "
+              << cost::describe_band(r.top.front().estimate.time.total(), planner::pricing_options(so).runtime,
+                                     cluster.gpu())
+              << "\n\n";
+  }
   core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
   for (int i = 0; i < planner::kNumRejectReasons; ++i) {
     if (r.rejected[static_cast<std::size_t>(i)] > 0) {

@@ -95,8 +95,8 @@ LocalText find_local_text() {
 
 void exec_step(const std::vector<std::string>& args) {
   if (const int code = run_executor_passthrough(args); code != 0) {
-    throw core::RuntimeError(str_cat("`cpt ", args.front(), " ", args.size() > 1 ? args[1] : "", "` failed (exit ", code,
-                                     "); the lines above say why"));
+    throw core::RuntimeError(str_cat("`cpt ", args.front(), " ", args.size() > 1 ? args[1] : "", "` failed (exit ",
+                                     code, "); the lines above say why"));
   }
 }
 
@@ -136,12 +136,11 @@ spec::Plan host_plan(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   o.flash_attention = false;
   o = cost::as_run_by_cpt_executor(o);
   const auto ev = cost::evaluate(model, cluster, p, seq_len, o);
-  if (const auto* e = std::get_if<cost::Estimate>(&ev)) plan.predicted = cost::prediction_of(*e, o);
+  if (const auto* e = std::get_if<cost::Estimate>(&ev)) plan.predicted = cost::prediction_of(*e, o, cluster.gpu());
   return plan;
 }
 
-Json train_config(const fs::path& tokenizer, const Json& data, const Json& eval, int steps, double peak,
-                  int warmup) {
+Json train_config(const fs::path& tokenizer, const Json& data, const Json& eval, int steps, double peak, int warmup) {
   return Json{{"tokenizer", {{"model", tokenizer.string()}}},
               {"data", data},
               {"eval", eval},
@@ -151,7 +150,9 @@ Json train_config(const fs::path& tokenizer, const Json& data, const Json& eval,
               {"log_interval_steps", std::max(1, steps / 5)}};
 }
 
-void write_json(const fs::path& p, const Json& j) { core::write_file_atomic(p, j.dump(2) + "\n"); }
+void write_json(const fs::path& p, const Json& j) {
+  core::write_file_atomic(p, j.dump(2) + "\n");
+}
 
 // {set: perplexity} of the evaluations at `step` (the last one when step < 0).
 std::map<std::string, double> perplexities(const fs::path& eval_jsonl, std::int64_t step) {
@@ -176,8 +177,9 @@ fs::path cache_root() {
 
 void run(const RunOptions& o) {
   if (!find_executor()) {
-    throw core::RuntimeError("`cpt run` trains, and this build has no executor (LibTorch or SentencePiece was not found "
-                             "at configure time; run scripts/setup and rebuild)");
+    throw core::RuntimeError(
+        "`cpt run` trains, and this build has no executor (LibTorch or SentencePiece was not found "
+        "at configure time; run scripts/setup and rebuild)");
   }
   const auto t0 = std::chrono::steady_clock::now();
   fs::path out = o.out.empty() ? default_run_dir() : fs::path(o.out);
@@ -193,8 +195,9 @@ void run(const RunOptions& o) {
   // The calibrated profile of this machine when `cpt calibrate` has written one, else the probe's.
   const bool calibrated = fs::exists(local_profile_path());
   const auto cluster = calibrated ? cluster_for_gpu_flag("local", 1, "--gpu") : host_cluster(probe);
-  std::cout << str_cat("  ", probe["cores"].get<int>(), " cores, ", fixed(probe["memory_bytes"].get<double>() / 1073741824.0, 1),
-                       " GiB; fp32 GEMM up to ", fixed(probe["peak_flops_per_s"].get<double>() / 1e9, 1), " GFLOP/s; copy ",
+  std::cout << str_cat("  ", probe["cores"].get<int>(), " cores, ",
+                       fixed(probe["memory_bytes"].get<double>() / 1073741824.0, 1), " GiB; fp32 GEMM up to ",
+                       fixed(probe["peak_flops_per_s"].get<double>() / 1e9, 1), " GFLOP/s; copy ",
                        fixed(probe["copy_bytes_per_s"].get<double>() / 1e9, 1), " GB/s\n  planning with ",
                        calibrated ? "the calibrated profile " + local_profile_path().string()
                                   : std::string("this quick probe (cpt calibrate writes a calibrated profile)"),
@@ -217,11 +220,12 @@ void run(const RunOptions& o) {
     const auto tmp = fs::path(str_cat(base_dir.string(), ".tmp-", ::getpid()));
     fs::remove_all(tmp);
     fs::create_directories(tmp);
-    exec_step({"data", "train-tokenizer", "/usr/share/doc", "--ext", "copyright", "--vocab-size", "512", "--max-mib", "8",
-               "--out", (tmp / "tokenizer").string()});
+    exec_step({"data", "train-tokenizer", "/usr/share/doc", "--ext", "copyright", "--vocab-size", "512", "--max-mib",
+               "8", "--out", (tmp / "tokenizer").string()});
     spec::save_plan(host_plan(base_model, cluster, seq_len, batch), tmp / "plan.json");
-    Json cfg = train_config(tmp / "tokenizer.model", Json::array({{{"name", "english"}, {"sources", text.english_train}}}),
-                            Json::array({english_heldout}), o.base_steps, 3e-3, o.base_steps / 20);
+    Json cfg =
+        train_config(tmp / "tokenizer.model", Json::array({{{"name", "english"}, {"sources", text.english_train}}}),
+                     Json::array({english_heldout}), o.base_steps, 3e-3, o.base_steps / 20);
     write_json(tmp / "train.json", cfg);
     exec_step({"train", "--plan", (tmp / "plan.json").string(), "--config", (tmp / "train.json").string(), "--out",
                (tmp / "run").string()});
@@ -236,7 +240,8 @@ void run(const RunOptions& o) {
     const auto name = e.path().filename().string();
     if (name.starts_with("step_") && (base_ckpt.empty() || name > base_ckpt.filename().string())) base_ckpt = e.path();
   }
-  if (base_ckpt.empty()) throw core::RuntimeError(str_cat(base_dir.string(), ": the cached base model has no checkpoint"));
+  if (base_ckpt.empty())
+    throw core::RuntimeError(str_cat(base_dir.string(), ": the cached base model has no checkpoint"));
 
   // 3. Vocabulary extension.
   std::cout << "[3/6] vocabulary extension: up to " << o.add_tokens << " tokens learned from Python source\n";
@@ -244,7 +249,8 @@ void run(const RunOptions& o) {
   fs::remove_all(out / "base-extended");
   std::vector<std::string> extend{"data", "extend-tokenizer", (base_dir / "tokenizer.model").string(), "--learn"};
   extend.insert(extend.end(), text.code_train.begin(), text.code_train.end());
-  extend.insert(extend.end(), {"--ext", ".py", "--count", std::to_string(o.add_tokens), "--out", (out / "tokenizer.model").string()});
+  extend.insert(extend.end(),
+                {"--ext", ".py", "--count", std::to_string(o.add_tokens), "--out", (out / "tokenizer.model").string()});
   extend.emplace_back("--avoid");  // keep tokens that are Python's, not English's
   extend.insert(extend.end(), text.english_train.begin(), text.english_train.end());
   exec_step(extend);
@@ -259,16 +265,17 @@ void run(const RunOptions& o) {
   std::cout << "[4/6] plan: " << extended.name << " (" << extended.num_params() << " parameters) on "
             << cluster.gpu().display_name << ": 1 process, batch " << batch << " x " << seq_len;
   if (plan.predicted) {
-    std::cout << ", predicted " << static_cast<long long>(plan.predicted->tokens_per_s_per_gpu)
-              << " tokens/s (" << (calibrated ? "calibrated" : "uncalibrated: run cpt calibrate") << ")";
+    std::cout << ", predicted " << static_cast<long long>(plan.predicted->tokens_per_s_per_gpu) << " tokens/s ("
+              << (calibrated ? "calibrated" : "uncalibrated: run cpt calibrate") << ")";
   }
   std::cout << "\n  " << (out / "plan.json").string() << "\n\n";
 
   // 5. Continual pre-training.
   std::cout << "[5/6] continual pre-training: " << o.steps
             << " steps on Python, 25% English replay, KL distillation (lambda 0.1) against the base\n";
-  Json data = Json::array({{{"name", "python"}, {"sources", text.code_train}, {"extensions", {".py"}}, {"weight", 0.75}},
-                           {{"name", "english-replay"}, {"sources", text.english_train}, {"weight", 0.25}}});
+  Json data =
+      Json::array({{{"name", "python"}, {"sources", text.code_train}, {"extensions", {".py"}}, {"weight", 0.75}},
+                   {{"name", "english-replay"}, {"sources", text.english_train}, {"weight", 0.25}}});
   Json cfg = train_config(out / "tokenizer.model", data, Json::array({english_heldout, code_heldout}), o.steps, 1e-3,
                           std::max(1, o.steps / 30));
   cfg["init_from"] = (out / "base-extended").string();
@@ -305,10 +312,12 @@ void run(const RunOptions& o) {
              str_cat(forgetting >= 0 ? "+" : "", fixed(forgetting, 1), "% (forgetting)")});
   t.add_row({"Python (new domain)", fixed(before.at("python-heldout"), 2), fixed(after.at("python-heldout"), 2),
              str_cat("-", fixed(adaptation, 1), "% (adaptation)")});
-  std::cout << "\n[6/6] summary (" << added << " tokens added; replay + KL)\n\n" << t.render() << "\n"
-            << str_cat("throughput: predicted ", static_cast<long long>(summary["predicted_tokens_per_s"].get<double>()),
-                       " tokens/s, measured ", static_cast<long long>(summary["measured_tokens_per_s"].get<double>()),
-                       " tokens/s; ", fixed(summary["wall_s"].get<double>(), 0), " s in all\n")
+  std::cout << "\n[6/6] summary (" << added << " tokens added; replay + KL)\n\n"
+            << t.render() << "\n"
+            << str_cat("throughput: predicted ",
+                       static_cast<long long>(summary["predicted_tokens_per_s"].get<double>()), " tokens/s, measured ",
+                       static_cast<long long>(summary["measured_tokens_per_s"].get<double>()), " tokens/s; ",
+                       fixed(summary["wall_s"].get<double>(), 0), " s in all\n")
             << "wrote " << (out / "summary.json").string() << "\n";
 }
 
@@ -317,11 +326,16 @@ void run(const RunOptions& o) {
 void register_run_command(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand(
-      "run", "The end-to-end demo: measure this machine, pre-train a small base model on English (cached), extend "
-             "its vocabulary, plan, continually pre-train on Python with replay and KL, report forgetting/adaptation");
+      "run",
+      "The end-to-end demo: measure this machine, pre-train a small base model on English (cached), extend "
+      "its vocabulary, plan, continually pre-train on Python with replay and KL, report forgetting/adaptation");
   cmd->add_option("--out", opts->out, "Output directory (default: a new runs/run-<time>)");
-  cmd->add_option("--steps", opts->steps, "Continual pre-training steps")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--base-steps", opts->base_steps, "Base pre-training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", opts->steps, "Continual pre-training steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--base-steps", opts->base_steps, "Base pre-training steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--add-tokens", opts->add_tokens, "Tokens to add to the vocabulary at most")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -332,7 +346,8 @@ void register_run_command(CLI::App& app) {
   cmd->add_flag("--cpu", planned->cpu, "with --model: plan for this machine's CPU (the calibrated profile)");
   cmd->add_option("--gpus", planned->gpus, "with --model: devices (local ranks)")->check(CLI::PositiveNumber);
   cmd->add_option("--config", planned->config, "with --model: TRAIN.json");
-  cmd->add_option("--global-batch", planned->global_batch, "with --model: sequences per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", planned->global_batch, "with --model: sequences per step")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", planned->seq_len, "with --model: tokens per sequence")->check(CLI::PositiveNumber);
   cmd->add_option("--fix", planned->fix, "with --model: fix parts of the configuration (as cpt plan --fix)");
   cmd->callback([opts, planned] {

@@ -17,6 +17,7 @@
 #include "core/str_cat.h"
 #include "core/svg_chart.h"
 #include "core/text_table.h"
+#include "costmodel/error_band.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/runtime_profile.h"
 #include "planner/what_if.h"
@@ -177,12 +178,17 @@ void run(const WhatIfOptions& o) {
     how = "the best plan found by a new search";
   }
   if (o.json) {
-    print_json({{"before_runtime", spec::to_string(priced.runtime)},
-                {"after_runtime", spec::to_string(after_options.runtime)},
-                {"before", cost::evaluation_to_json(before)},
-                {"after", cost::evaluation_to_json(*after)},
-                {"after_config", config_summary(*config)},
-                {"after_is", how}});
+    print_json(
+        {{"before_runtime", spec::to_string(priced.runtime)},
+         {"after_runtime", spec::to_string(after_options.runtime)},
+         {"before", cost::evaluation_to_json(before)},
+         {"after", cost::evaluation_to_json(*after)},
+         {"after_step_time_band_s", std::holds_alternative<cost::Estimate>(*after)
+                                        ? cost::step_time_band_to_json(std::get<cost::Estimate>(*after).time.total(),
+                                                                       after_options.runtime, cluster.gpu())
+                                        : core::Json()},
+         {"after_config", config_summary(*config)},
+         {"after_is", how}});
     return;
   }
   std::cout << str_cat("before: ", plan->cluster.num_gpus, " x ", plan->cluster.gpu().name, ", ",
@@ -206,6 +212,10 @@ void run(const WhatIfOptions& o) {
   row("  dp_comm s", [](const cost::Estimate& e) { return fixed(e.time.dp_comm.value(), 3); });
   std::cout << t.render();
   if (const auto* inf = std::get_if<cost::Infeasible>(&*after)) std::cout << "after: " << inf->detail << "\n";
+  if (const auto* e = std::get_if<cost::Estimate>(&*after)) {
+    std::cout << "after, step time: " << cost::describe_band(e->time.total(), after_options.runtime, cluster.gpu())
+              << "\n";
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "costmodel/error_band.h"
 #include "costmodel/runtime_profile.h"
 #include "spec/work_kinds.h"
 
@@ -64,8 +65,22 @@ Json evaluation_to_json(const Evaluation& ev) {
           {"time_by_kind_s", time_by_kind_to_json(e.by_kind)}};
 }
 
-spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& options) {
+core::Json step_time_band_to_json(core::Seconds predicted, spec::Runtime runtime, const spec::GpuSpec& gpu) {
+  const auto band = error_band(runtime, gpu);
+  if (!band) return nullptr;
+  const StepTimeRange range = step_time_range(predicted, *band);
+  return {{"shortest", range.shortest.value()},
+          {"longest", range.longest.value()},
+          {"validation_rows", band->rows},
+          {"source", band->source}};
+}
+
+spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& options, const spec::GpuSpec& gpu) {
   spec::Prediction p;
+  if (const auto band = error_band(options.runtime, gpu)) {
+    const StepTimeRange range = step_time_range(e.time.total(), *band);
+    p.step_time_band = spec::StepTimeBand{range.shortest.value(), range.longest.value(), band->rows, band->source};
+  }
   p.precision = options.precision;
   p.flash_attention = options.flash_attention;
   p.runtime = options.runtime;

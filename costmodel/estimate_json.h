@@ -20,7 +20,11 @@ core::Json time_by_kind_to_json(const StepTimeByKind& k);
 // The prediction a plan file carries (spec::Prediction: step_time_s, tokens_per_s_per_gpu, mfu,
 // time_s as step_time_breakdown_s, memory_GiB as peak_memory_GiB_per_rank).
 // plan.json's "predicted": the estimate and the regime it was priced in (`options`).
-spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& options);
+// `gpu`: what it was priced on, for the band of its step time (error_band.h).
+spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& options, const spec::GpuSpec& gpu);
+// {"shortest", "longest", "validation_rows", "source"} of the band error_band.h gives a step of
+// `predicted` seconds for `runtime` on `gpu`, or null where none covers them.
+core::Json step_time_band_to_json(core::Seconds predicted, spec::Runtime runtime, const spec::GpuSpec& gpu);
 // The options a prediction was priced with: the defaults with its precision, attention kernel and
 // runtime (for_runtime).
 CostModelOptions options_of(const spec::Prediction& p);

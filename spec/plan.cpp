@@ -59,6 +59,12 @@ Json prediction_to_json(const Prediction& p) {
   for (const auto& [k, v] : p.step_time_breakdown_s) j["step_time_breakdown_s"][k] = v;
   j["peak_memory_GiB_per_rank"] = Json::object();
   for (const auto& [k, v] : p.peak_memory_GiB_per_rank) j["peak_memory_GiB_per_rank"][k] = v;
+  if (p.step_time_band) {
+    j["step_time_band_s"] = {{"shortest", p.step_time_band->shortest_s},
+                             {"longest", p.step_time_band->longest_s},
+                             {"validation_rows", p.step_time_band->validation_rows},
+                             {"source", p.step_time_band->source}};
+  }
   j["priced_as"] = {
       {"precision", to_string(p.precision)}, {"flash_attention", p.flash_attention}, {"runtime", to_string(p.runtime)}};
   return j;
@@ -79,6 +85,16 @@ Prediction prediction_from_json(JsonObjectReader& r) {
   p.mfu = r.number("mfu", 0.0, 1.0);
   p.step_time_breakdown_s = number_map(r, "step_time_breakdown_s");
   p.peak_memory_GiB_per_rank = number_map(r, "peak_memory_GiB_per_rank");
+  if (r.has("step_time_band_s")) {
+    auto band = r.object("step_time_band_s");
+    StepTimeBand b;
+    b.shortest_s = band.number("shortest", 0.0);
+    b.longest_s = band.number("longest", b.shortest_s);
+    b.validation_rows = static_cast<int>(band.number("validation_rows", 1.0, 1e9));
+    b.source = band.string("source");
+    band.finish();
+    p.step_time_band = b;
+  }
   if (r.has("priced_as")) {
     auto how = r.object("priced_as");
     std::vector<std::string> names;

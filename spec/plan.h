@@ -29,6 +29,16 @@ struct Workload {
 
 // The cost model's prediction, carried by the plan so that measured runs can be compared with it
 // (measured.json uses the same keys). Breakdown names are defined by the cost model.
+// Where the step time of a prediction should land, from the validation runs of its runtime on its
+// GPU family (cost::error_band): plan.json's "step_time_band_s".
+struct StepTimeBand {
+  double shortest_s = 0;  // step / (1 + the error's 90th percentile)
+  double longest_s = 0;   // step / (1 + its 10th percentile)
+  int validation_rows = 0;
+  std::string source;
+  bool operator==(const StepTimeBand&) const = default;
+};
+
 struct Prediction {
   double step_time_s = 0;
   double tokens_per_s_per_gpu = 0;
@@ -39,7 +49,8 @@ struct Prediction {
   // Megatron-LM), so that `cpt simulate` replays the plan in the same regime.
   Precision precision = Precision::kBf16;
   bool flash_attention = true;
-  Runtime runtime = Runtime::kMegatron;  // the software it was priced for (spec/runtime.h)
+  Runtime runtime = Runtime::kMegatron;        // the software it was priced for (spec/runtime.h)
+  std::optional<StepTimeBand> step_time_band;  // absent where no validation run covers it
   bool operator==(const Prediction&) const = default;
 };
 

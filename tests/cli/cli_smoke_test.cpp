@@ -326,6 +326,8 @@ TEST(CliSmoke, RuntimeIsChosenRecordedAndReplayed) {
   EXPECT_NE(planned.out.find("priced for fsdp"), std::string::npos) << planned.out;
   const auto plan = nlohmann::json::parse(slurp(dir / "new" / "plan.json"));
   EXPECT_EQ(plan["predicted"]["priced_as"]["runtime"], "fsdp");
+  EXPECT_GT(plan["predicted"]["step_time_band_s"]["validation_rows"].get<int>(), 0);
+  EXPECT_NE(slurp(dir / "new" / "report.md").find("p10-p90"), std::string::npos);
   const auto same = cpt("whatif " + (dir / "new" / "plan.json").string() + " --gpu h200 --json");
   ASSERT_EQ(same.exit_code, 0) << same.err;
   const auto j = nlohmann::json::parse(same.out);
@@ -345,7 +347,15 @@ TEST(CliSmoke, RuntimeIsChosenRecordedAndReplayed) {
   for (const char* name : {"megatron", "deepspeed", "fsdp", "torchtitan", "cpt"}) {
     const auto e = cpt(estimate + name);
     ASSERT_EQ(e.exit_code, 0) << name << ": " << e.err;
-    EXPECT_EQ(nlohmann::json::parse(e.out)["runtime"], name);
+    const auto json = nlohmann::json::parse(e.out);
+    EXPECT_EQ(json["runtime"], name);
+    // A band where validation runs of the runtime on Hopper exist, null where none do.
+    const bool validated = std::string(name) == "megatron" || std::string(name) == "fsdp";
+    ASSERT_EQ(json["step_time_band_s"].is_null(), !validated) << name;
+    if (validated) {
+      EXPECT_LT(json["step_time_band_s"]["shortest"].get<double>(), json["step_time_s"].get<double>());
+      EXPECT_GT(json["step_time_band_s"]["longest"].get<double>(), json["step_time_s"].get<double>());
+    }
   }
   const std::string typos[] = {estimate + "fsdpp",
                                "advise --model llama3-8b --gpu h100 --gpus 8 --global-batch 8 --seq-len 4096 "

@@ -28,7 +28,13 @@ Plan sample_plan() {
                    .sequence_parallel = true,
                    .schedule = ScheduleKind::kInterleaved1F1B};
   Plan p = make_plan(model, cluster, Workload{8192, 1'000'000'000}, c);
-  p.predicted = Prediction{12.5, 1800.0, 0.41, {{"compute", 10.0}, {"pp_bubble", 1.5}}, {{"weights", 17.2}}};
+  p.predicted = Prediction{};
+  p.predicted->step_time_s = 12.5;
+  p.predicted->tokens_per_s_per_gpu = 1800.0;
+  p.predicted->mfu = 0.41;
+  p.predicted->step_time_breakdown_s = {{"compute", 10.0}, {"pp_bubble", 1.5}};
+  p.predicted->peak_memory_GiB_per_rank = {{"weights", 17.2}};
+  p.predicted->step_time_band = StepTimeBand{11.6, 13.4, 77, "llm-foundry's FSDP tables"};
   p.predicted->precision = Precision::kFp32;  // priced as cpt's executor on a CPU would run it
   p.predicted->flash_attention = false;
   p.predicted->runtime = Runtime::kCpt;
