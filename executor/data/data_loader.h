@@ -27,10 +27,11 @@
 #include "core/json_reader.h"
 #include "executor/data/batch.h"
 #include "executor/data/token_shards.h"
+#include "spec/train_config.h"
 
 namespace cpt::exec {
 
-enum class Packing { kPacked, kPadded };
+using spec::Packing;  // TRAIN.json's "packing"
 
 struct DataSource {
   std::string name;

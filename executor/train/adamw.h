@@ -10,14 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "spec/train_config.h"
+
 namespace cpt::exec {
 
-struct AdamWOptions {
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
-};
+using spec::AdamWOptions;  // TRAIN.json's "optimizer"
 
 class AdamW {
  public:

@@ -1,10 +1,10 @@
-#include "executor/train/lr_schedule.h"
+#include "spec/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
-namespace cpt::exec {
+namespace cpt::spec {
 
 double LrSchedule::at(std::int64_t step) const {
   if (step < warmup_steps) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
@@ -31,11 +31,14 @@ double LrSchedule::at(std::int64_t step) const {
 
 std::string to_string(LrScheduleKind k) {
   switch (k) {
-    case LrScheduleKind::kCosine: return "cosine";
-    case LrScheduleKind::kConstant: return "constant";
-    case LrScheduleKind::kWsd: return "wsd";
+    case LrScheduleKind::kCosine:
+      return "cosine";
+    case LrScheduleKind::kConstant:
+      return "constant";
+    case LrScheduleKind::kWsd:
+      return "wsd";
   }
   return "?";
 }
 
-}  // namespace cpt::exec
+}  // namespace cpt::spec

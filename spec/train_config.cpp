@@ -1,10 +1,12 @@
-#include "executor/train/train_config.h"
+#include "spec/train_config.h"
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/str_cat.h"
 
-namespace cpt::exec {
+namespace cpt::spec {
 
 using core::JsonObjectReader;
 using core::str_cat;
@@ -31,8 +33,9 @@ DataSetConfig data_set(JsonObjectReader r, const fs::path& base, bool eval) {
   }
   const bool has_path = r.has("path");
   const bool has_sources = r.has("sources");
-  if (has_path == has_sources) r.fail("path", "exactly one of \"path\" (prepared shards) or \"sources\" (raw text)",
-                                      has_path ? "both" : "neither");
+  if (has_path == has_sources)
+    r.fail("path", "exactly one of \"path\" (prepared shards) or \"sources\" (raw text)",
+           has_path ? "both" : "neither");
   if (has_path) d.path = resolve(base, r.string("path"));
   if (has_sources) {
     d.sources = paths(r, "sources", base);
@@ -55,7 +58,8 @@ std::vector<DataSetConfig> data_sets(JsonObjectReader& r, std::string_view key, 
   for (std::size_t i = 0; i < arr.size(); ++i) {
     out.push_back(data_set(JsonObjectReader(arr[i], r.origin(), str_cat(r.path_of(key), "[", i, "]")), base, eval));
     for (std::size_t j = 0; j + 1 < out.size(); ++j) {
-      if (out[j].name == out.back().name) r.fail(key, "data sets with distinct names", str_cat("\"", out[j].name, "\" twice"));
+      if (out[j].name == out.back().name)
+        r.fail(key, "data sets with distinct names", str_cat("\"", out[j].name, "\" twice"));
     }
   }
   return out;
@@ -65,7 +69,8 @@ std::vector<DataSetConfig> data_sets(JsonObjectReader& r, std::string_view key, 
 TokenizerConfig tokenizer_of(JsonObjectReader t, const fs::path& base) {
   TokenizerConfig tc;
   if (t.has("model") == t.has("train")) {
-    t.fail("model", "exactly one of \"model\" (a SentencePiece .model) or \"train\"", t.has("model") ? "both" : "neither");
+    t.fail("model", "exactly one of \"model\" (a SentencePiece .model) or \"train\"",
+           t.has("model") ? "both" : "neither");
   }
   if (t.has("model")) tc.model = resolve(base, t.string("model"));
   if (t.has("train")) {
@@ -83,10 +88,12 @@ TokenizerConfig tokenizer_of(JsonObjectReader t, const fs::path& base) {
 // Raw-text sets need a tokenizer; and they are prepared into OUT/data/<name>: one name, one data set.
 void check_data_sets(JsonObjectReader& r, const TrainConfig& c) {
   for (const auto& d : c.data) {
-    if (!d.sources.empty() && !c.tokenizer) r.fail("tokenizer", str_cat("a tokenizer (data set \"", d.name, "\" is raw text)"), "none");
+    if (!d.sources.empty() && !c.tokenizer)
+      r.fail("tokenizer", str_cat("a tokenizer (data set \"", d.name, "\" is raw text)"), "none");
   }
   for (const auto& e : c.eval) {
-    if (!e.sources.empty() && !c.tokenizer) r.fail("tokenizer", str_cat("a tokenizer (eval set \"", e.name, "\" is raw text)"), "none");
+    if (!e.sources.empty() && !c.tokenizer)
+      r.fail("tokenizer", str_cat("a tokenizer (eval set \"", e.name, "\" is raw text)"), "none");
     for (const auto& d : c.data) {
       if (d.name == e.name && (d.path != e.path || d.sources != e.sources)) {
         r.fail("eval", str_cat("names distinct from the training sets' unless they are the same data"),
@@ -100,7 +107,9 @@ void check_data_sets(JsonObjectReader& r, const TrainConfig& c) {
 void read_lr(JsonObjectReader& r, TrainConfig& c) {
   auto l = r.object("lr");
   const auto kind = l.one_of("schedule", {"cosine", "constant", "wsd"});
-  c.lr.kind = kind == "cosine" ? LrScheduleKind::kCosine : kind == "constant" ? LrScheduleKind::kConstant : LrScheduleKind::kWsd;
+  c.lr.kind = kind == "cosine"     ? LrScheduleKind::kCosine
+              : kind == "constant" ? LrScheduleKind::kConstant
+                                   : LrScheduleKind::kWsd;
   if (l.has("peak") == l.has("peak_fraction")) {
     r.fail("lr", "one of \"peak\" or \"peak_fraction\" (of init_from's peak)", l.has("peak") ? "both" : "neither");
   }
@@ -139,7 +148,8 @@ void read_distill(JsonObjectReader& r, const fs::path& base, TrainConfig& c) {
     g.finish();
   }
   d.finish();
-  if (!dc.teacher && !c.init_from) r.fail("distill", "a teacher: \"distill.teacher\" or \"init_from\" (the base model)", "neither");
+  if (!dc.teacher && !c.init_from)
+    r.fail("distill", "a teacher: \"distill.teacher\" or \"init_from\" (the base model)", "neither");
   c.distill = dc;
 }
 
@@ -150,7 +160,8 @@ void read_ewc(JsonObjectReader& r, const fs::path& base, TrainConfig& c) {
   ec.data = data_set(e.object("data"), base, /*eval=*/false);
   ec.sequences = e.optional_integer("sequences", 1, 1'000'000).value_or(64);
   e.finish();
-  if (!ec.data.sources.empty() && !c.tokenizer) r.fail("tokenizer", "a tokenizer (the EWC data set is raw text)", "none");
+  if (!ec.data.sources.empty() && !c.tokenizer)
+    r.fail("tokenizer", "a tokenizer (the EWC data set is raw text)", "none");
   c.ewc = ec;
 }
 
@@ -172,7 +183,8 @@ void read_run_settings(JsonObjectReader& r, TrainConfig& c) {
     c.checkpoint.keep_last = static_cast<int>(k.optional_integer("keep_last", 1, 1000).value_or(2));
     k.finish();
   }
-  if (r.has("packing")) c.packing = r.one_of("packing", {"packed", "padded"}) == "packed" ? Packing::kPacked : Packing::kPadded;
+  if (r.has("packing"))
+    c.packing = r.one_of("packing", {"packed", "padded"}) == "packed" ? Packing::kPacked : Packing::kPadded;
   if (r.has("seed")) c.seed = static_cast<std::uint64_t>(r.integer("seed", 0));
   if (r.has("device")) c.device = r.one_of("device", {"auto", "cpu", "cuda"});
   c.threads = static_cast<int>(r.optional_integer("threads", 0, 4096).value_or(0));
@@ -209,4 +221,4 @@ TrainConfig load_train_config(const fs::path& path) {
   return c;
 }
 
-}  // namespace cpt::exec
+}  // namespace cpt::spec
