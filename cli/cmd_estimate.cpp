@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/recipe_flag.h"
 #include "cli/runtime_flag.h"
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -44,6 +45,7 @@ struct EstimateOptions {
   bool flash_attention = true;
   bool for_executor = false;
   std::string runtime;  // empty: megatron, or cpt with --for-executor
+  std::string config;   // TRAIN.json: the continual recipe priced
   std::string precision = "bf16";
   std::string offload = "none";
   double cuda_context_gib = -1;
@@ -103,17 +105,19 @@ void print_table(const cost::Estimate& e, const spec::ModelSpec& m, const spec::
   row("pp_bubble", e.time.pp_bubble);
   row("dp_comm", e.time.dp_comm);
   row("optimizer", e.time.optimizer);
+  if (e.time.continual.value() > 0) row("continual", e.time.continual);  // teacher, KL, EWC (--config)
   row("other", e.time.other);
   row("total", e.time.total());
   std::cout << t.render() << "\n";
   core::TextTable mem(
-      {"pp rank", "weights", "grads", "optimizer", "activations", "other", "total GiB"},
-      {Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
+      {"pp rank", "weights", "grads", "optimizer", "activations", "other", "teacher", "ewc", "total GiB"},
+      {Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+       Align::kRight, Align::kRight});
   for (std::size_t r = 0; r < e.memory_per_pp_rank.size(); ++r) {
     const auto& x = e.memory_per_pp_rank[r];
     auto g = [](core::Bytes b) { return fixed(core::to_gibibytes(b), 2); };
-    mem.add_row(
-        {std::to_string(r), g(x.weights), g(x.grads), g(x.optimizer), g(x.activations), g(x.other), g(x.total())});
+    mem.add_row({std::to_string(r), g(x.weights), g(x.grads), g(x.optimizer), g(x.activations), g(x.other),
+                 g(x.teacher), g(x.ewc), g(x.total())});
   }
   std::cout << mem.render() << "\n"
             << str_cat("tokens/s per GPU ", fixed(e.tokens_per_s_per_gpu, 1), ", model TFLOP/s per GPU ",
@@ -166,6 +170,7 @@ void run(const EstimateOptions& o) {
         str_cat("--for-executor: prices the plan for cpt's executor, but --runtime says ", o.runtime));
   }
   opts = cost::for_runtime(opts, o.for_executor ? spec::Runtime::kCpt : runtime.value_or(spec::Runtime::kMegatron));
+  opts = with_recipe(opts, o.config);
   if (o.cuda_context_gib > 1e6) {
     throw core::ConfigError(str_cat("--cuda-context-GiB: expected at most 1e6, got ", o.cuda_context_gib));
   }
@@ -190,7 +195,8 @@ void run(const EstimateOptions& o) {
     return;
   }
   print_table(std::get<cost::Estimate>(ev), model, cluster, p, o.seq_len);
-  std::cout << "priced for " << cost::describe(opts.runtime) << "; step time: "
+  std::cout << "priced for " << cost::describe(opts.runtime) << ", continual recipe: " << describe_recipe(opts)
+            << "; step time: "
             << cost::describe_band(std::get<cost::Estimate>(ev).time.total(), opts.runtime, cluster.gpu()) << "\n";
 }
 
@@ -245,6 +251,7 @@ void register_estimate_command(CLI::App& app) {
                 "Price the plan as cpt's executor runs it (eager kernel dispatch, all-gather context parallelism) "
                 "instead of as Megatron-LM does");
   add_runtime_option(*cmd, o->runtime, "default megatron");
+  add_recipe_option(*cmd, o->config);
   cmd->add_flag("--json", o->json, "Print the JSON contract instead of tables");
   cmd->callback([o] { run(*o); });
 }

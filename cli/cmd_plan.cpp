@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/recipe_flag.h"
 #include "cli/runtime_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -46,6 +47,7 @@ struct PlanOptions {
   bool flash_attention = true;
   bool for_executor = false;
   std::string runtime;  // empty: megatron (cpt with --for-executor or --gpu local)
+  std::string config;   // TRAIN.json: the continual recipe priced
   bool json = false;
 };
 
@@ -100,7 +102,7 @@ core::Json result_json(const planner::PlannerResult& r, bool with_seconds) {
 }
 
 std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const PlanOptions& o,
-                      const planner::PlannerResult& r, spec::Runtime runtime) {
+                      const planner::PlannerResult& r, spec::Runtime runtime, const std::string& recipe) {
   std::ostringstream md;
   md << "# cpt plan: " << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().display_name << "\n\n"
      << "Global batch " << o.global_batch << " sequences of " << o.seq_len << " tokens; objective " << o.objective
@@ -112,7 +114,7 @@ std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& clu
        << " | " << fixed(c.estimate.tokens_per_s_per_gpu, 0) << " | " << fixed(100 * c.estimate.mfu, 1) << "% | "
        << fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1) << " |\n";
   }
-  md << "\nPriced for " << cost::describe(runtime) << ".";
+  md << "\nPriced for " << cost::describe(runtime) << ", continual recipe: " << recipe << ".";
   if (!r.top.empty()) {
     md << " Step time of the best plan: "
        << cost::describe_band(r.top.front().estimate.time.total(), runtime, cluster.gpu()) << ".";
@@ -161,7 +163,8 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
         << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
   }
   core::write_file_atomic(dir / "candidates.csv", csv.str());
-  core::write_file_atomic(dir / "report.md", report_md(model, cluster, o, r, priced_with.runtime));
+  core::write_file_atomic(dir / "report.md",
+                          report_md(model, cluster, o, r, priced_with.runtime, describe_recipe(priced_with)));
 }
 
 planner::Objective objective_of(const std::string& s) {
@@ -236,6 +239,7 @@ void run(const PlanOptions& o) {
   so.top_k = o.top;
   so.fixed = planner::parse_fixed(o.fix);
   so.cost.flash_attention = o.flash_attention;
+  so.cost = with_recipe(so.cost, o.config);
   so.threads = o.threads;
   so.executor_only = o.for_executor;
   so.runtime = runtime_named(o.runtime);
@@ -277,7 +281,8 @@ void run(const PlanOptions& o) {
   for (const auto& c : clusters) sizes += str_cat(sizes.empty() ? "" : ", ", c.num_gpus);
   std::cout << str_cat(model.name, " on ", sizes, " x ", cluster.gpu().name, ", global batch ", o.global_batch, " x ",
                        o.seq_len, " tokens, objective ", o.objective, "\npriced for ",
-                       cost::describe(planner::pricing_options(so).runtime), "\n\n");
+                       cost::describe(planner::pricing_options(so).runtime),
+                       ", continual recipe: ", describe_recipe(so.cost), "\n\n");
   using core::Align;
   if (!r.best_per_size.empty()) {
     // One row per size: the best plan there, the job's rate, and time and cost for the budget.
@@ -368,6 +373,7 @@ void register_plan_command(CLI::App& app) {
   cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention, "Fused attention (default on)");
   cmd->add_option("--out", o->out, "Write plan.json, candidates.csv and report.md into this directory");
   add_runtime_option(*cmd, o->runtime, "default megatron (cpt with --for-executor or --gpu local)");
+  add_recipe_option(*cmd, o->config);
   cmd->add_flag("--for-executor", o->for_executor,
                 "Only plans cpt's own executor runs (what cpt run trains): no ZeRO-3 with pipelines, no parameter "
                 "offload, no hybrid sharding with context parallelism, tied embeddings on one stage");

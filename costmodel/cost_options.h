@@ -89,6 +89,13 @@ struct CostModelOptions {
   // with dropout, as Megatron-LM does; LLaMA-style ones without). MPT trains without
   // (llm-foundry's configurations).
   std::optional<bool> dropout;
+  // The continual pre-training recipe (TRAIN.json, docs/continual.md), priced as cpt's executor
+  // runs it (executor/train/continual_objective.h): KL distillation runs a frozen teacher of the
+  // student's architecture, split, staged and sharded like it, forward on every microbatch, and
+  // the KL over both logits; EWC keeps an fp32 Fisher and anchor of every parameter the rank holds
+  // and applies its penalty once per step.
+  bool distill_teacher = false;
+  bool ewc = false;
 
   // GEMM efficiency over GEMM size, log-linear between the points. Calibrated in two steps
   // (docs/costmodel.md, "Calibration"): the large-GEMM level (10 and 100 GFLOP) as one scale factor

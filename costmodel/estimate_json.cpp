@@ -11,15 +11,21 @@ namespace cpt::cost {
 using core::Json;
 
 Json memory_to_json(const MemoryBreakdown& m) {
-  return {{"weights", core::to_gibibytes(m.weights)},     {"grads", core::to_gibibytes(m.grads)},
-          {"optimizer", core::to_gibibytes(m.optimizer)}, {"activations", core::to_gibibytes(m.activations)},
-          {"other", core::to_gibibytes(m.other)},         {"total", core::to_gibibytes(m.total())}};
+  return {{"weights", core::to_gibibytes(m.weights)},
+          {"grads", core::to_gibibytes(m.grads)},
+          {"optimizer", core::to_gibibytes(m.optimizer)},
+          {"activations", core::to_gibibytes(m.activations)},
+          {"other", core::to_gibibytes(m.other)},
+          {"teacher", core::to_gibibytes(m.teacher)},
+          {"ewc", core::to_gibibytes(m.ewc)},
+          {"total", core::to_gibibytes(m.total())}};
 }
 
 Json time_to_json(const StepTimeBreakdown& t) {
   return {{"compute", t.compute.value()}, {"recompute", t.recompute.value()}, {"tp_comm", t.tp_comm.value()},
           {"cp_comm", t.cp_comm.value()}, {"pp_comm", t.pp_comm.value()},     {"pp_bubble", t.pp_bubble.value()},
-          {"dp_comm", t.dp_comm.value()}, {"optimizer", t.optimizer.value()}, {"other", t.other.value()}};
+          {"dp_comm", t.dp_comm.value()}, {"optimizer", t.optimizer.value()}, {"continual", t.continual.value()},
+          {"other", t.other.value()}};
 }
 
 Json time_by_kind_to_json(const StepTimeByKind& k) {
@@ -84,6 +90,8 @@ spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& option
   p.precision = options.precision;
   p.flash_attention = options.flash_attention;
   p.runtime = options.runtime;
+  p.distill_teacher = options.distill_teacher;
+  p.ewc = options.ewc;
   p.step_time_s = e.time.total().value();
   p.tokens_per_s_per_gpu = e.tokens_per_s_per_gpu;
   p.mfu = e.mfu;
@@ -98,6 +106,8 @@ CostModelOptions options_of(const spec::Prediction& p) {
   CostModelOptions o;
   o.precision = p.precision;
   o.flash_attention = p.flash_attention;
+  o.distill_teacher = p.distill_teacher;
+  o.ewc = p.ewc;
   return for_runtime(o, p.runtime);
 }
 

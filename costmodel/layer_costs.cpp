@@ -213,6 +213,7 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
       c.recompute = c.forward;
       break;
   }
+  if (o.distill_teacher) c.teacher = c.forward;  // the same forward, without a graph
   // The published convention: non-causal attention, forward + 2x backward (Korthikanti et al. 2022
   // eq. 7); hardware FLOPs add the recomputed forward work in the same convention.
   c.model_flops = core::Flops(3 * (gemm_flops + attn_full));
@@ -250,6 +251,15 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   c.head_backward = pass(head_gemm * 2.0, Seconds(0), ce_bwd + memory_time(norm.backward, gpu, o), head_k.backward, o);
   c.loss_forward = ce_fwd;
   c.loss_backward = ce_bwd;
+  if (o.distill_teacher) {
+    // The teacher's embedding and head forward, then the KL (executor/train/regularizers.h kl_sum):
+    // both logits read, two fp32 log-softmaxes read and written, exp, difference, product and sum
+    // (~8 fp32 passes over T·V/tp); its gradient ~4 more.
+    c.teacher_embedding = c.embedding_forward;
+    c.teacher_head = pass(head_gemm, Seconds(0), memory_time(norm.forward + logits * (2 * shape.e + 8 * 4), gpu, o),
+                          head_k.forward, o);
+    c.head_backward.memory += memory_time(logits * 4 * 4, gpu, o);
+  }
   c.model_flops = core::Flops(3 * head);
   return c;
 }

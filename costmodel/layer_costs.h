@@ -39,6 +39,7 @@ struct BlockCosts {
   PassTime forward;
   PassTime backward;
   PassTime recompute;  // extra forward work in backward: full block, attention core, or none
+  PassTime teacher;    // KL distillation: the frozen teacher's forward (CostModelOptions::distill_teacher)
   // FLOPs of one block (per rank, per microbatch) in the published convention (non-causal
   // attention, backward = 2 x forward; Korthikanti et al. 2022 eq. 7): without recomputation
   // (model, for MFU) and with the recomputed forward work added (hardware, for HFU).
@@ -51,6 +52,10 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   PassTime embedding_backward;
   PassTime head_forward;
   PassTime head_backward;
+  // KL distillation: the teacher's embedding, and its final norm and LM head with the KL over
+  // both logits (forward; the KL's gradient is in head_backward).
+  PassTime teacher_embedding;
+  PassTime teacher_head;
   // The cross-entropy loss's part of head_forward.memory and head_backward.memory.
   core::Seconds loss_forward;
   core::Seconds loss_backward;

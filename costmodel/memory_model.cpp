@@ -54,17 +54,17 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
 
   if (p.recompute == spec::Recompute::kFull) return bytes(e * T * h / sp);  // the block input only
 
-  double v = 2 * e * T * h / sp;                  // inputs of the two norms
-  v += e * T * h / sp;                            // QKV GEMM input
-  v += e * T * (a + g) * d / t;                   // Q and K (after RoPE)
-  v += e * T * g * d / t;                         // V
+  double v = 2 * e * T * h / sp;  // inputs of the two norms
+  v += e * T * h / sp;            // QKV GEMM input
+  v += e * T * (a + g) * d / t;   // Q and K (after RoPE)
+  v += e * T * g * d / t;         // V
   if (p.cp > 1 && o.context_parallel == ContextParallelKind::kAllGather) {
-    v += 2 * e * T * g * d / t * (p.cp - 1);      // K and V of the rest of the sequence, gathered
+    v += 2 * e * T * g * d / t * (p.cp - 1);  // K and V of the rest of the sequence, gathered
   }
-  v += e * T * a * d / t;                         // attention output = output-projection input
-  v += e * T * h / sp;                            // MLP input
+  v += e * T * a * d / t;                                          // attention output = output-projection input
+  v += e * T * h / sp;                                             // MLP input
   v += (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) * e * T * f / t;  // gate/up/product or GeLU in + FC2 in
-  if (dropout) v += 2 * T * h / sp;               // attention and MLP dropout masks, 1 byte
+  if (dropout) v += 2 * T * h / sp;                                // attention and MLP dropout masks, 1 byte
   const bool scores_stored = !o.flash_attention && p.recompute == spec::Recompute::kNone;
   if (scores_stored) {
     // softmax output (+ dropout mask and output for GPT): 5·a·s²·b / t with dropout.
@@ -109,6 +109,7 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
   const double e = activation_bytes(o.precision);
   const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
   t.logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (e + 4);  // bf16 + fp32 in CE
+  if (o.distill_teacher) t.kl_logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (e + 3 * 4);
   if (p.recompute == spec::Recompute::kFull) {
     spec::ParallelConfig none = p;
     none.recompute = spec::Recompute::kNone;
@@ -164,8 +165,15 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
     mb.weights = bytes(e * (root_psi + block * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers)));
   }
 
+  const double held = layers * block + root_psi;
+  if (o.distill_teacher) {
+    const double gathered = root_psi + block * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
+    mb.teacher = bytes(e * (p.zero_stage == 3 ? held / n + gathered : held));
+  }
+  if (o.ewc) mb.ewc = bytes(2 * 4 * (p.zero_stage == 3 ? held / n : held));
+
   double act = live_activations;
-  if (holds_last) act += t.logits;
+  if (holds_last) act += t.logits + t.kl_logits;
   act += t.recompute_buffer;
   mb.activations = bytes(act);
   mb.other = o.cuda_context + bytes(t.comm_buffers + o.fragmentation * (act + t.comm_buffers));
@@ -195,8 +203,8 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
       for (int s : stages.stages_of_rank(r)) heaviest = std::max(heaviest, stage_weight[static_cast<std::size_t>(s)]);
       act = heaviest * spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), r);
     }
-    out.push_back(rank_memory(terms, p, stages.layers_of_rank(r), root_params_of_pp_rank(m, p, stages, r),
-                              act, r == 0, stages.pp_rank_of(last) == r, o));
+    out.push_back(rank_memory(terms, p, stages.layers_of_rank(r), root_params_of_pp_rank(m, p, stages, r), act, r == 0,
+                              stages.pp_rank_of(last) == r, o));
   }
   return out;
 }

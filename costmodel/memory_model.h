@@ -11,6 +11,8 @@
 //               unit's whole gradient)
 //   optimizer   12Ψ (fp32 master + two Adam moments; 8Ψ when training in fp32); ZeRO-1+: /N;
 //               0 on the GPU with optimizer offload
+// Continual recipe: teacher 2Ψ (ZeRO-3: 2Ψ/N + its gathered blocks and root unit, as the
+// student's), EWC 8Ψ (ZeRO-3: 8Ψ/N), the KL's fp32 tensors on the last stage (kl_logits).
 // Activations: bytes per layer per microbatch (Korthikanti et al. 2022 Table 2, generalised to GQA,
 // SwiGLU, FlashAttention and context parallelism), times the live microbatches of this rank's
 // schedule (spec::max_live_weight), plus the logits of one microbatch on the last stage and, with
@@ -34,7 +36,12 @@ struct MemoryBreakdown {
   core::Bytes optimizer;
   core::Bytes activations;
   core::Bytes other;  // CUDA context, communication buffers, allocator fragmentation
-  [[nodiscard]] core::Bytes total() const { return weights + grads + optimizer + activations + other; }
+  // The continual recipe's (CostModelOptions::distill_teacher, ewc): the frozen teacher's weights,
+  // split, staged and sharded like the student's (16-bit, or fp32 when training in fp32); EWC's
+  // fp32 Fisher and anchor of every parameter the rank holds (shards under ZeRO-3).
+  core::Bytes teacher;
+  core::Bytes ewc;
+  [[nodiscard]] core::Bytes total() const { return weights + grads + optimizer + activations + other + teacher + ewc; }
 };
 
 // Model-state bytes for `params` parameters (already divided by tp) under a ZeRO stage over a
@@ -71,12 +78,15 @@ double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfi
 // What the memory of every pipeline rank of one configuration shares (bytes), computed once.
 struct MemoryTerms {
   const spec::ModelSpec* model = nullptr;  // the model the terms are of (outlives them)
-  int shard_group = 1;             // ZeRO shard group (spec::RankLayout::zero_shard_group_size)
-  double activation_per_layer = 0; // stored activations of one layer, one microbatch
-  double logits = 0;               // the last stage's logits of one microbatch (16-bit + fp32 in the loss)
-  double recompute_buffer = 0;     // full recompute: one layer's rematerialised activations
-  double block_params = 0;         // one block's parameters per tp rank (block_params_per_tp; a ZeRO-3 unit)
-  double comm_buffers = 0;         // communication buffers of the groups this rank talks in
+  int shard_group = 1;                     // ZeRO shard group (spec::RankLayout::zero_shard_group_size)
+  double activation_per_layer = 0;         // stored activations of one layer, one microbatch
+  double logits = 0;                       // the last stage's logits of one microbatch (16-bit + fp32 in the loss)
+  // KL distillation, the last stage: the teacher's logits and the KL's three fp32 tensors kept for
+  // its backward (executor/train/regularizers.cpp kl_sum: log-softmax, its exp, the difference).
+  double kl_logits = 0;
+  double recompute_buffer = 0;  // full recompute: one layer's rematerialised activations
+  double block_params = 0;      // one block's parameters per tp rank (block_params_per_tp; a ZeRO-3 unit)
+  double comm_buffers = 0;      // communication buffers of the groups this rank talks in
 };
 MemoryTerms memory_terms(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                          int shard_group, const CostModelOptions& options);

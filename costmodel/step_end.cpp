@@ -54,8 +54,9 @@ StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, doubl
     count_calls(item.group, item.calls * times, sums.calls);
     if (item.kind == WorkKind::kScalarAllReduce) {
       const Seconds seconds = price(item, context, Seconds(0));
-      (item.group == CommGroup::kTp ? sums.scalars_tp : item.group == CommGroup::kPp ? sums.scalars_pp
-                                                                                      : sums.scalars_dp) += seconds;
+      (item.group == CommGroup::kTp   ? sums.scalars_tp
+       : item.group == CommGroup::kPp ? sums.scalars_pp
+                                      : sums.scalars_dp) += seconds;
       sums.kernels_scalars += item.kernels * times;
     } else if (item.scope == WorkScope::kTransfer) {
       if (item.resumes) sums.transfer_resumes += item.calls * times;
@@ -86,6 +87,9 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
   if (share.first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * microbatches;
   if (share.last) t.compute += (head.head_forward.total() + head.head_backward.total()) * microbatches;
   t.recompute = block.recompute.total() * layer_passes;
+  t.continual = block.teacher.total() * layer_passes;
+  if (share.first) t.continual += head.teacher_embedding.total() * microbatches;
+  if (share.last) t.continual += head.teacher_head.total() * microbatches;
   // The pipeline's receives and sends each cost the resume, as in the stage durations.
   t.compute += c.resume * sums.transfer_resumes;
   t.tp_comm = c.layer_tp * layer_passes;
@@ -98,6 +102,7 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
   zero3_exposed += root;
   t.compute = t.compute * critical.compute_scale;
   t.recompute = t.recompute * critical.compute_scale;
+  t.continual = t.continual * critical.compute_scale;
   t.tp_comm = t.tp_comm * critical.compute_scale;
   t.cp_comm = t.cp_comm * critical.compute_scale;
   t.pp_comm = critical.pp_comm;
@@ -119,9 +124,8 @@ void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, c
                                                                      gradient_bytes_per_param(o) / sums.reduced_bytes)
                                   : Seconds(0);
   const Seconds backward(critical.backward_s * critical.compute_scale);
-  const Seconds hidden = o.overlap_dp_with_backward
-                             ? std::max(Seconds(0), std::min(overlappable - bucket_time, backward))
-                             : Seconds(0);
+  const Seconds hidden =
+      o.overlap_dp_with_backward ? std::max(Seconds(0), std::min(overlappable - bucket_time, backward)) : Seconds(0);
   const double reductions = inv.gradient_reductions;
   t.dp_comm = (overlappable - hidden) * reductions + sums.after_backward + zero3_exposed;
   if (inv.reduces_gradients) {
@@ -180,17 +184,32 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   end.dp_after += sums.scalars_dp + sums.scalars_tp + sums.scalars_pp;
   end.calls = sums.calls;
   const int sharded_stage = groups.shard_group > 1 ? p.zero_stage : 0;
-  const double step_k = step_kernels(model, share.layers, share.first, share.last, sharded_stage,
-                                     inv.optimizer_segments, o) +
-                        sums.kernels_scalars;
+  const double step_k =
+      step_kernels(model, share.layers, share.first, share.last, sharded_stage, inv.optimizer_segments, o) +
+      sums.kernels_scalars;
   const BlockCosts& block = c.block;
   const HeadCosts& head = c.head;
-  end.kernels = (block.forward.kernels + block.backward.kernels + block.recompute.kernels) * (share.layers * microbatches) +
-                (share.first ? (head.embedding_forward.kernels + head.embedding_backward.kernels) * microbatches : 0) +
-                (share.last ? (head.head_forward.kernels + head.head_backward.kernels) * microbatches : 0) + step_k +
-                sums.kernels_dp + sums.kernels_pp;
+  end.kernels =
+      (block.forward.kernels + block.backward.kernels + block.recompute.kernels + block.teacher.kernels) *
+          (share.layers * microbatches) +
+      (share.first
+           ? (head.embedding_forward.kernels + head.embedding_backward.kernels + head.teacher_embedding.kernels) *
+                 microbatches
+           : 0) +
+      (share.last ? (head.head_forward.kernels + head.head_backward.kernels + head.teacher_head.kernels) * microbatches
+                  : 0) +
+      step_k + sums.kernels_dp + sums.kernels_pp;
   t.optimizer = optimizer_time(cluster, p, o, share.params, groups.shard_group, step_k);
-  end.optimizer = t.optimizer;
+  Seconds penalty;
+  if (o.ewc) {
+    // EWC's penalty over the rank's parameters (shards under ZeRO-3), once per step: forward reads
+    // θ, θ* and F and writes two temporaries, backward reads three and adds into the gradient, fp32.
+    const double held = share.params / (p.zero_stage == 3 ? groups.shard_group : 1);
+    penalty = Seconds(held * 4 * 11 / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency));
+    t.continual += penalty;
+  }
+  // The simulator replays the penalty with the optimizer step (both once per step, at its end).
+  end.optimizer = t.optimizer + penalty;
   return end;
 }
 

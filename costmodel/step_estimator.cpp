@@ -94,10 +94,12 @@ StepTimeByKind time_by_kind(const MicrobatchCharges& c, const CriticalRank& crit
   const BlockCosts& block = c.block;
   const HeadCosts& head = c.head;
   StepTimeByKind k;
-  k.gemm = (block.forward.gemm + block.backward.gemm + block.recompute.gemm) * layer_passes;
-  k.attention = (block.forward.attention + block.backward.attention + block.recompute.attention) * layer_passes;
+  k.gemm = (block.forward.gemm + block.backward.gemm + block.recompute.gemm + block.teacher.gemm) * layer_passes;
+  k.attention =
+      (block.forward.attention + block.backward.attention + block.recompute.attention + block.teacher.attention) *
+      layer_passes;
   if (critical.share.last) {
-    k.gemm += (head.head_forward.gemm + head.head_backward.gemm) * microbatches;
+    k.gemm += (head.head_forward.gemm + head.head_backward.gemm + head.teacher_head.gemm) * microbatches;
     k.loss = (head.loss_forward + head.loss_backward) * microbatches;
   }
   k.gemm = k.gemm * critical.compute_scale;

@@ -41,9 +41,12 @@ struct StepTimeBreakdown {
   core::Seconds pp_bubble;  // idle time of the critical rank in the schedule
   core::Seconds dp_comm;    // exposed data-parallel / ZeRO communication
   core::Seconds optimizer;  // optimizer step
-  core::Seconds other;      // compute slowdown while communication overlaps it
+  // The continual recipe's own work (CostModelOptions::distill_teacher, ewc): the teacher's
+  // forward and the KL on every microbatch, EWC's penalty once per step.
+  core::Seconds continual;
+  core::Seconds other;  // compute slowdown while communication overlaps it
   [[nodiscard]] core::Seconds total() const {
-    return compute + recompute + tp_comm + cp_comm + pp_comm + pp_bubble + dp_comm + optimizer + other;
+    return compute + recompute + tp_comm + cp_comm + pp_comm + pp_bubble + dp_comm + optimizer + continual + other;
   }
 };
 
@@ -62,8 +65,8 @@ struct StepTimeByKind {
 // The per-stage durations and step-end terms an estimate was built from, so that the simulator
 // (costmodel/sim/) replays exactly the same costs: one source of truth for every formula.
 struct StageDurations {
-  std::vector<double> forward_s;    // per stage, one microbatch: compute + exposed TP/CP/ZeRO-3
-  std::vector<double> backward_s;   // per stage, one microbatch: + recomputation
+  std::vector<double> forward_s;   // per stage, one microbatch: compute + exposed TP/CP/ZeRO-3
+  std::vector<double> backward_s;  // per stage, one microbatch: + recomputation
   // Per stage, one microbatch: the weight-gradient GEMMs inside backward_s (the W part of a split
   // backward; the input-gradient part I is the rest, including recomputation and TP traffic).
   std::vector<double> weight_grad_s;
@@ -122,7 +125,7 @@ struct Estimate {
   // Kernels the critical pipeline rank dispatches per step (CostModelOptions::dispatch's counts).
   double kernels_per_step = 0;
   CallsPerStep calls_per_step;  // of the critical pipeline rank
-  int critical_pp_rank = 0;  // the pipeline rank that finishes the step last
+  int critical_pp_rank = 0;     // the pipeline rank that finishes the step last
   [[nodiscard]] const MemoryBreakdown& peak_memory() const {
     return memory_per_pp_rank[static_cast<std::size_t>(worst_pp_rank)];
   }

@@ -50,8 +50,12 @@ Runtime runtime_of(const spec::ParallelConfig& p, const CostModelOptions& o) {
 // One operation per call, each paying one overhead.
 WorkItem calls_of(WorkPass pass, WorkScope scope, CommGroup group, WorkKind kind, Bytes bytes, double calls,
                   double kernels_per_call, Exposure exposure = Exposure::kBlocking) {
-  return {pass, scope, group, kind, exposure, bytes, calls, calls, calls, calls * kernels_per_call, false,
-          exposure == Exposure::kBlocking};
+  return {pass,     scope,
+          group,    kind,
+          exposure, bytes,
+          calls,    calls,
+          calls,    calls * kernels_per_call,
+          false,    exposure == Exposure::kBlocking};
 }
 
 WorkItem waiting(WorkItem item) {
@@ -69,7 +73,7 @@ void add_tensor_parallel(StepInventory& inv, const spec::ParallelConfig& p, cons
   if (p.tp <= 1) return;
   const Bytes activations(static_cast<std::int64_t>(tokens * hidden * element_bytes));
   const Bytes norm_grads(static_cast<std::int64_t>(hidden * 4));  // fp32 weight gradient of one norm
-  const Bytes loss(static_cast<std::int64_t>(tokens * 4));         // fp32 per token
+  const Bytes loss(static_cast<std::int64_t>(tokens * 4));        // fp32 per token
   const bool sp = p.sequence_parallel;
   const double around_pair = sp ? 2 * kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
   const double around_one = sp ? kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
@@ -83,20 +87,37 @@ void add_tensor_parallel(StepInventory& inv, const spec::ParallelConfig& p, cons
   block_collectives(WorkPass::kForward);
   block_collectives(WorkPass::kBackward);
   if (p.recompute == spec::Recompute::kFull) block_collectives(WorkPass::kRecompute);
+  if (o.distill_teacher) block_collectives(WorkPass::kTeacher);
   if (runtime.norm_grads_each_backward) {
     inv.add(calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, norm_grads, 2,
                      kernels_per_call(o)));
   }
   const WorkKind scatter = sp ? WorkKind::kReduceScatter : WorkKind::kAllReduce;
   const WorkKind gather = sp ? WorkKind::kAllGather : WorkKind::kAllReduce;
-  inv.add(waiting(calls_of(WorkPass::kForward, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
+  inv.add(waiting(
+      calls_of(WorkPass::kForward, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
+  if (o.distill_teacher) {
+    // The teacher's embedding (and under SP its head's input gather), and the KL's vocabulary-
+    // parallel log-softmaxes (a max and a sum each) and its sum over the vocabulary shards.
+    inv.add(waiting(
+        calls_of(WorkPass::kTeacher, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
+    if (sp) {
+      inv.add(
+          waiting(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, gather, activations, 1, around_one)));
+    }
+    inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 5,
+                     kernels_per_call(o)));
+  }
   if (sp) {
-    inv.add(waiting(calls_of(WorkPass::kBackward, WorkScope::kEmbedding, CommGroup::kTp, gather, activations, 1, around_one)));
-    inv.add(waiting(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, gather, activations, 1, around_one)));
+    inv.add(waiting(
+        calls_of(WorkPass::kBackward, WorkScope::kEmbedding, CommGroup::kTp, gather, activations, 1, around_one)));
+    inv.add(
+        waiting(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, gather, activations, 1, around_one)));
   }
   inv.add(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss,
                    runtime.loss_all_reduces, kernels_per_call(o)));
-  inv.add(waiting(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, scatter, activations, 1, around_one)));
+  inv.add(
+      waiting(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, scatter, activations, 1, around_one)));
   if (runtime.norm_grads_each_backward) {  // the final norm's
     inv.add(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, norm_grads, 1,
                      kernels_per_call(o)));
@@ -121,6 +142,7 @@ void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, cons
     gathers(WorkPass::kForward, WorkKind::kAllGather);
     gathers(WorkPass::kBackward, WorkKind::kReduceScatter);
     if (p.recompute == spec::Recompute::kFull) gathers(WorkPass::kRecompute, WorkKind::kAllGather);
+    if (o.distill_teacher) gathers(WorkPass::kTeacher, WorkKind::kAllGather);
     return;
   }
   const double steps = p.cp - 1;
@@ -133,6 +155,7 @@ void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, cons
   };
   ring(WorkPass::kForward, 1);
   ring(WorkPass::kBackward, 2);
+  if (o.distill_teacher) ring(WorkPass::kTeacher, 1);
 }
 
 // ZeRO-3 over the shard group, every microbatch: each block's parameters gathered forward and
@@ -154,18 +177,27 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
   unit(WorkPass::kForward, WorkScope::kLayer, WorkKind::kAllGather, block, element_bytes, Exposure::kPrefetched);
   unit(WorkPass::kBackward, WorkScope::kLayer, WorkKind::kAllGather, block, element_bytes, Exposure::kPrefetched);
   unit(WorkPass::kBackward, WorkScope::kLayer, WorkKind::kReduceScatter, block, grad_bytes, Exposure::kPrefetched);
+  // The teacher is sharded like the student (executor/train/continual_objective.h): its units are
+  // gathered for its forward too.
+  if (o.distill_teacher) {
+    unit(WorkPass::kTeacher, WorkScope::kLayer, WorkKind::kAllGather, block, element_bytes, Exposure::kPrefetched);
+  }
   if (!runtime.gathers_root_unit) return;
   const bool single_stage = p.pp * p.virtual_stages == 1;
   const double root = root_params(model, counts, p.tp, true, single_stage, single_stage);
   unit(WorkPass::kForward, WorkScope::kEmbedding, WorkKind::kAllGather, root, element_bytes, Exposure::kBetweenPasses);
+  if (o.distill_teacher) {
+    unit(WorkPass::kTeacher, WorkScope::kEmbedding, WorkKind::kAllGather, root, element_bytes,
+         Exposure::kBetweenPasses);
+  }
   unit(WorkPass::kBackward, WorkScope::kEmbedding, WorkKind::kReduceScatter, root, grad_bytes,
        Exposure::kBetweenPasses);
 }
 
 }  // namespace
 
-StepInventory microbatch_work(const spec::ModelSpec& model, const spec::ParallelConfig& p, int seq_len,
-                              int shard_group, const CostModelOptions& o) {
+StepInventory microbatch_work(const spec::ModelSpec& model, const spec::ParallelConfig& p, int seq_len, int shard_group,
+                              const CostModelOptions& o) {
   StepInventory inv;
   const Runtime runtime = runtime_of(p, o);
   const double tokens = static_cast<double>(p.micro_batch) * seq_len / p.cp;  // per rank
@@ -201,15 +233,16 @@ void add_hybrid_all_reduce(StepInventory& inv, const spec::ModelSpec& model, con
   };
   if (!runtime.executor) {
     WorkItem item = calls_of(WorkPass::kStepEnd, WorkScope::kStep, CommGroup::kReplicate, WorkKind::kAllReduce,
-                             Bytes(static_cast<std::int64_t>(static_cast<double>(grad_bytes.value()) / shard)), 1,
-                             0, Exposure::kAfterBackward);
+                             Bytes(static_cast<std::int64_t>(static_cast<double>(grad_bytes.value()) / shard)), 1, 0,
+                             Exposure::kAfterBackward);
     item.call_overheads = item.calls = inv.gradient_buckets;
     item.kernels = kernels_per_call(o) * inv.gradient_buckets;
     inv.add(item);
     return;
   }
   const auto counts = model.param_counts();
-  all_reduce(WorkScope::kLayer, Bytes(static_cast<std::int64_t>(block_params_per_tp(counts, p.tp) * grad_b / shard)), 1);
+  all_reduce(WorkScope::kLayer, Bytes(static_cast<std::int64_t>(block_params_per_tp(counts, p.tp) * grad_b / shard)),
+             1);
   const double root = root_params(model, counts, p.tp, share.first, share.last, p.pp * p.virtual_stages == 1);
   if (root > 0) {
     all_reduce(WorkScope::kStep, Bytes(static_cast<std::int64_t>(root * grad_b / shard)), p.grad_accum());
@@ -260,9 +293,9 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
   inv.gradient_reductions = p.zero_stage == 2 && !accumulates ? p.grad_accum() : 1;
   inv.reduces_gradients = shard_group > 1 || (p.hybrid_shard && groups.replicate_size > 1);
   auto bucketed = [&](WorkKind kind, Bytes bytes, Exposure exposure) {
-    WorkItem item = calls_of(WorkPass::kStepEnd, exposure == Exposure::kBehindBackward ? WorkScope::kReduction
-                                                                                         : WorkScope::kStep,
-                             CommGroup::kReplicas, kind, bytes, 1, 0, exposure);
+    WorkItem item =
+        calls_of(WorkPass::kStepEnd, exposure == Exposure::kBehindBackward ? WorkScope::kReduction : WorkScope::kStep,
+                 CommGroup::kReplicas, kind, bytes, 1, 0, exposure);
     item.call_overheads = item.calls = inv.gradient_buckets;
     item.kernels = kernels_per_call(o) * inv.gradient_buckets;
     inv.add(item);

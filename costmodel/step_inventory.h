@@ -20,7 +20,9 @@
 
 namespace cpt::cost {
 
-enum class WorkPass : std::uint8_t { kForward, kBackward, kRecompute, kStepEnd };
+// kTeacher: KL distillation's frozen teacher, forward on every microbatch (CostModelOptions::
+// distill_teacher).
+enum class WorkPass : std::uint8_t { kForward, kBackward, kRecompute, kTeacher, kStepEnd };
 
 // What an entry's counts are per; WorkShare::times gives how often a rank runs them in a step.
 enum class WorkScope : std::uint8_t {
@@ -106,10 +108,10 @@ class StepInventory {
 // What a pipeline rank holds, for the work that depends on it (the step's end).
 struct RankShare {
   int pp_rank = 0;
-  double layers = 0;  // blocks over its chunks
-  bool first = false;  // holds the embedding
-  bool last = false;   // holds the final norm and LM head
-  double params = 0;   // parameters per tp rank
+  double layers = 0;              // blocks over its chunks
+  bool first = false;             // holds the embedding
+  bool last = false;              // holds the final norm and LM head
+  double params = 0;              // parameters per tp rank
   double transfers_per_pass = 0;  // its pipeline sends and receives in one pass of one microbatch
 };
 

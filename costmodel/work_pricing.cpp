@@ -156,12 +156,14 @@ bool in_microbatch(const WorkItem& item) {
 
 PassTime& pass_of(MicrobatchCharges& c, const WorkItem& item) {
   const bool forward = item.pass == WorkPass::kForward;
+  const bool teacher = item.pass == WorkPass::kTeacher;
   switch (item.scope) {
     case WorkScope::kEmbedding:
-      return forward ? c.head.embedding_forward : c.head.embedding_backward;
+      return teacher ? c.head.teacher_embedding : forward ? c.head.embedding_forward : c.head.embedding_backward;
     case WorkScope::kHead:
-      return forward ? c.head.head_forward : c.head.head_backward;
+      return teacher ? c.head.teacher_head : forward ? c.head.head_forward : c.head.head_backward;
     default:
+      if (teacher) return c.block.teacher;
       return forward ? c.block.forward : item.pass == WorkPass::kRecompute ? c.block.recompute : c.block.backward;
   }
 }
@@ -181,11 +183,12 @@ Seconds charge_dispatch(MicrobatchCharges& c, const StepInventory& inventory, co
     if (item.scope == WorkScope::kLayer && item.waits_for_slowest) waiting += item.operations;
   }
   if (waiting <= 0) return Seconds(0);
-  return (c.block.forward.total() + c.block.backward.total() + c.block.recompute.total()) / waiting;
+  return (c.block.forward.total() + c.block.backward.total() + c.block.recompute.total() + c.block.teacher.total()) /
+         waiting;
 }
 
-// Seconds by pass (forward, backward, recompute) of one scope's entries.
-using ByPass = std::array<Seconds, 3>;
+// Seconds by pass (forward, backward, recompute, teacher) of one scope's entries.
+using ByPass = std::array<Seconds, 4>;
 
 struct ScopeSums {
   ByPass tp{}, cp{}, behind_attention{}, prefetched{};
@@ -227,6 +230,7 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
   const auto forward = static_cast<std::size_t>(WorkPass::kForward);
   const auto backward = static_cast<std::size_t>(WorkPass::kBackward);
   const auto recompute = static_cast<std::size_t>(WorkPass::kRecompute);
+  const auto teacher = static_cast<std::size_t>(WorkPass::kTeacher);
   const BlockCosts& block = c.block;
   const Seconds cp_forward =
       layer.cp[forward] + std::max(Seconds(0), layer.behind_attention[forward] - block.forward.attention);
@@ -235,22 +239,27 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
   const Seconds zero3_forward = std::max(Seconds(0), layer.prefetched[forward] - block.forward.total());
   const Seconds zero3_backward =
       std::max(Seconds(0), layer.prefetched[backward] - block.backward.total() - block.recompute.total());
-  c.layer_zero3_hidden_forward = layer.prefetched[forward] - zero3_forward;
+  // The teacher's forward, after the student's (its exposure priced as a forward's).
+  const Seconds cp_teacher =
+      layer.cp[teacher] + std::max(Seconds(0), layer.behind_attention[teacher] - block.teacher.attention);
+  const Seconds zero3_teacher = std::max(Seconds(0), layer.prefetched[teacher] - block.teacher.total());
+  c.layer_zero3_hidden_forward = layer.prefetched[forward] - zero3_forward + layer.prefetched[teacher] - zero3_teacher;
   c.layer_zero3_hidden_backward = layer.prefetched[backward] - zero3_backward;
   c.layer_zero3_hidden = c.layer_zero3_hidden_forward + c.layer_zero3_hidden_backward;
-  c.layer_tp = layer.tp[forward] + layer.tp[backward] + layer.tp[recompute];
-  c.layer_cp = cp_forward + cp_backward;
-  c.layer_zero3 = zero3_forward + zero3_backward;
-  c.layer_forward = block.forward.total() + layer.tp[forward] + cp_forward + zero3_forward;
+  c.layer_tp = layer.tp[forward] + layer.tp[backward] + layer.tp[recompute] + layer.tp[teacher];
+  c.layer_cp = cp_forward + cp_backward + cp_teacher;
+  c.layer_zero3 = zero3_forward + zero3_backward + zero3_teacher;
+  c.layer_forward = block.forward.total() + layer.tp[forward] + cp_forward + zero3_forward + block.teacher.total() +
+                    layer.tp[teacher] + cp_teacher + zero3_teacher;
   c.layer_backward = block.backward.total() + block.recompute.total() + layer.tp[backward] + layer.tp[recompute] +
                      cp_backward + zero3_backward;
-  c.embedding_tp_forward = embedding.tp[forward];
+  c.embedding_tp_forward = embedding.tp[forward] + embedding.tp[teacher];
   c.embedding_tp_backward = embedding.tp[backward];
-  c.head_tp_forward = head.tp[forward];
+  c.head_tp_forward = head.tp[forward] + head.tp[teacher];
   c.head_tp_backward = head.tp[backward];
-  c.embedding_forward = c.head.embedding_forward.total() + c.embedding_tp_forward;
+  c.embedding_forward = c.head.embedding_forward.total() + c.head.teacher_embedding.total() + c.embedding_tp_forward;
   c.embedding_backward = c.head.embedding_backward.total() + c.embedding_tp_backward;
-  c.head_forward = c.head.head_forward.total() + c.head_tp_forward;
+  c.head_forward = c.head.head_forward.total() + c.head.teacher_head.total() + c.head_tp_forward;
   c.head_backward = c.head.head_backward.total() + c.head_tp_backward;
   // A calibrated node's own slowdown inside it (spec::NodeSpec::overlap_compute_slowdown).
   c.overlap_slowdown = context.groups->of(CommGroup::kReplicas).nodes > 1

@@ -65,8 +65,11 @@ Json prediction_to_json(const Prediction& p) {
                              {"validation_rows", p.step_time_band->validation_rows},
                              {"source", p.step_time_band->source}};
   }
-  j["priced_as"] = {
-      {"precision", to_string(p.precision)}, {"flash_attention", p.flash_attention}, {"runtime", to_string(p.runtime)}};
+  j["priced_as"] = {{"precision", to_string(p.precision)},
+                    {"flash_attention", p.flash_attention},
+                    {"runtime", to_string(p.runtime)},
+                    {"distill_teacher", p.distill_teacher},
+                    {"ewc", p.ewc}};
   return j;
 }
 
@@ -111,6 +114,8 @@ Prediction prediction_from_json(JsonObjectReader& r) {
     } else if (how.optional_boolean("as_run_by_cpt_executor").value_or(false)) {
       p.runtime = Runtime::kCpt;
     }
+    p.distill_teacher = how.optional_boolean("distill_teacher").value_or(false);
+    p.ewc = how.optional_boolean("ewc").value_or(false);
     how.finish();
   }
   r.finish();

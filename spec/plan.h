@@ -49,7 +49,10 @@ struct Prediction {
   // Megatron-LM), so that `cpt simulate` replays the plan in the same regime.
   Precision precision = Precision::kBf16;
   bool flash_attention = true;
-  Runtime runtime = Runtime::kMegatron;        // the software it was priced for (spec/runtime.h)
+  Runtime runtime = Runtime::kMegatron;  // the software it was priced for (spec/runtime.h)
+  // The continual recipe priced (TRAIN.json's distill and ewc; cost::CostModelOptions).
+  bool distill_teacher = false;
+  bool ewc = false;
   std::optional<StepTimeBand> step_time_band;  // absent where no validation run covers it
   bool operator==(const Prediction&) const = default;
 };

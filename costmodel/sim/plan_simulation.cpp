@@ -42,13 +42,13 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
   for (int s = 0; s < plan.stages.num_stages(); ++s) act.push_back(per_layer * plan.stages.layers_in(s));
   std::vector<double> stat;
   for (const auto& m : out.estimate.memory_per_pp_rank) {
-    stat.push_back(static_cast<double>((m.weights + m.grads + m.optimizer + m.other).value()));
+    stat.push_back(static_cast<double>((m.weights + m.grads + m.optimizer + m.other + m.teacher + m.ewc).value()));
   }
   StageDurations d = out.estimate.stages;
   if (w.straggler_pp_rank >= 0) {
     if (w.straggler_pp_rank >= p.pp) {
-      throw core::ConfigError(core::str_cat("--straggler-rank: expected a pipeline rank below ", p.pp, ", got ",
-                                            w.straggler_pp_rank));
+      throw core::ConfigError(
+          core::str_cat("--straggler-rank: expected a pipeline rank below ", p.pp, ", got ", w.straggler_pp_rank));
     }
     slow_down(d, plan.stages.stages_of_rank(w.straggler_pp_rank), w.straggler_slowdown);
   }
@@ -67,7 +67,8 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
   const spec::RankLayout layout(p, plan.cluster.node.gpus_per_node);
   auto coord = [&](int rank, const char* flag) {
     if (rank >= plan.cluster.num_gpus) {
-      throw core::ConfigError(core::str_cat(flag, ": expected a GPU rank below ", plan.cluster.num_gpus, ", got ", rank));
+      throw core::ConfigError(
+          core::str_cat(flag, ": expected a GPU rank below ", plan.cluster.num_gpus, ", got ", rank));
     }
     return layout.coord_of(rank);
   };
@@ -87,7 +88,8 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
       if (from != c.pp && to != c.pp) continue;
       auto peer = c;
       peer.pp = from == c.pp ? to : from;
-      if (layout.node_of(layout.rank_of(peer)) != layout.node_of(g)) rd.p2p_after_s[static_cast<std::size_t>(s)] *= w.nic_slowdown;
+      if (layout.node_of(layout.rank_of(peer)) != layout.node_of(g))
+        rd.p2p_after_s[static_cast<std::size_t>(s)] *= w.nic_slowdown;
     }
     // The GPU's replica group (dp × cp: its gradients' ring), when it crosses nodes: the ring runs
     // at the slow link.

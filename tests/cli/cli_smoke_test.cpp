@@ -372,6 +372,42 @@ TEST(CliSmoke, RuntimeIsChosenRecordedAndReplayed) {
   std::filesystem::remove_all(dir);
 }
 
+// --config TRAIN.json prices the continual recipe: the teacher's weights and forward, EWC's state and
+// penalty, recorded in plan.json; a TRAIN.json cpt train would refuse is one line naming the key.
+TEST(CliSmoke, ConfigPricesTheContinualRecipe) {
+  const std::string recipe =
+      R"({"data": [{"name": "new", "path": "shards/new"}], "init_from": "base", "steps": 100,
+          "distill": {"lambda": 0.1}, "ewc": {"data": {"name": "old", "path": "shards/old"}}})";
+  const auto config = write_temp("cpt_cli_recipe_train.json", recipe);
+  const std::string estimate =
+      "estimate --model llama3-8b --gpu h100 --gpus 8 --tp 4 --zero 1 --micro-batch 1 "
+      "--global-batch 8 --seq-len 4096 --json";
+  const auto plain = cpt(estimate);
+  const auto priced = cpt(estimate + " --config " + config.string());
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(priced.out);
+  EXPECT_EQ(a["memory_GiB"]["teacher"].get<double>(), 0);
+  EXPECT_GT(b["memory_GiB"]["teacher"].get<double>(), 3);  // 8B / tp 4 in 16 bits: 3.7 GiB
+  EXPECT_GT(b["memory_GiB"]["ewc"].get<double>(), 14);     // two fp32 copies: 15 GiB
+  EXPECT_GT(b["time_s"]["continual"].get<double>(), 0);
+  EXPECT_GT(b["step_time_s"].get<double>(), a["step_time_s"].get<double>());
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_recipe_plan";
+  std::filesystem::remove_all(dir);
+  const auto planned = cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --config " +
+                           config.string() + " --out " + dir.string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const auto plan = nlohmann::json::parse(slurp(dir / "plan.json"));
+  EXPECT_TRUE(plan["predicted"]["priced_as"]["distill_teacher"].get<bool>());
+  EXPECT_TRUE(plan["predicted"]["priced_as"]["ewc"].get<bool>());
+  EXPECT_NE(slurp(dir / "report.md").find("continual recipe: KL teacher, EWC"), std::string::npos);
+  const auto typo = cpt(estimate + " --config " +
+                        write_temp("cpt_cli_recipe_typo.json", R"({"data": [], "distill": {"lamda": 1}})").string());
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_EQ(lines(typo.err), 1) << typo.err;
+  EXPECT_NE(typo.err.find("cpt_cli_recipe_typo.json"), std::string::npos) << typo.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSmoke, AdviseNamesAWinner) {
   const auto r = cpt("advise --model llama2-7b --gpu a100 --gpus 16 --global-batch 64 --seq-len 4096 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
