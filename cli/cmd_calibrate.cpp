@@ -17,6 +17,7 @@
 #include "cli/executor_process.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/recipe_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_reader.h"
@@ -46,7 +47,7 @@ struct CalibrateOptions {
   bool json = false;
   std::vector<std::string> from_runs;
   std::string base;
-  std::string base_gpu;  // --device cuda: the catalog GPU to start from (default: by device name)
+  std::string base_gpu;      // --device cuda: the catalog GPU to start from (default: by device name)
   std::string measurements;  // --device cuda: fit these (a report of an earlier run) instead of measuring
 };
 
@@ -69,7 +70,8 @@ void refit_from_runs(const CalibrateOptions& o) {
   const auto& cat = spec::HardwareCatalog::builtin();
   const fs::path base_path = o.base.empty() ? local_profile_path() : fs::path(o.base);
   if (!fs::exists(base_path)) {
-    throw core::ConfigError(str_cat("--base: ", base_path.string(), " does not exist (calibrate first, or name a profile)"));
+    throw core::ConfigError(
+        str_cat("--base: ", base_path.string(), " does not exist (calibrate first, or name a profile)"));
   }
   const auto base = cat.load_cluster_file(base_path);
   struct Run {
@@ -109,10 +111,14 @@ void refit_from_runs(const CalibrateOptions& o) {
     cost::CostModelOptions options;
     options.precision = r.cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
     options = cost::as_run_by_cpt_executor(options);
+    // The continual recipe the run trained with, as `cpt compare` prices it.
+    const std::filesystem::path recipe = std::filesystem::path(r.dir) / "train_config.json";
+    if (std::filesystem::exists(recipe)) options = with_recipe(options, recipe.string());
     auto time_on = [&](const spec::ClusterSpec& on) {
       const auto ev = cost::evaluate(r.plan.model, on, r.plan.parallel, r.plan.workload.seq_len, options);
       const auto* e = std::get_if<cost::Estimate>(&ev);
-      if (e == nullptr) throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
+      if (e == nullptr)
+        throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
       return e->time;
     };
     const auto t = time_on(c);
@@ -145,9 +151,9 @@ void refit_from_runs(const CalibrateOptions& o) {
   }
   const auto comm_fit = cost::fit_scale_and_fixed(comm_terms);
   const double comm_scale = comm_fit.runs > 0 ? comm_fit.scale : 1.0;
-  const double call_s = comm_fit.runs > 0 ? comm_fit.fixed_s
-                                          : base.gpu().collective_overhead.value_or(
-                                                cost::CostModelOptions{}.collective_overhead).value();
+  const double call_s =
+      comm_fit.runs > 0 ? comm_fit.fixed_s
+                        : base.gpu().collective_overhead.value_or(cost::CostModelOptions{}.collective_overhead).value();
   std::vector<cost::RunTerm> compute_terms;
   {
     const auto zero = with_fixed(comm_scale, 0, call_s), one = with_fixed(comm_scale, 1e-3, call_s);
@@ -159,11 +165,11 @@ void refit_from_runs(const CalibrateOptions& o) {
   }
   const auto compute_fit = cost::fit_scale_and_fixed(compute_terms);
   // No run to fit the computation to: the profile's own rates and dispatch cost stand.
-  const core::Seconds kernel_s =
-      compute_fit.runs > 0 ? core::Seconds(compute_fit.fixed_s)
-                           : base.gpu().kernel_overhead.value_or(cost::CostModelOptions{}.kernel_overhead);
-  const auto cluster = cost::rescaled(base, compute_fit.runs > 0 ? compute_fit.scale : 1.0, comm_scale, kernel_s,
-                                      core::Seconds(call_s));
+  const core::Seconds kernel_s = compute_fit.runs > 0
+                                     ? core::Seconds(compute_fit.fixed_s)
+                                     : base.gpu().kernel_overhead.value_or(cost::CostModelOptions{}.kernel_overhead);
+  const auto cluster =
+      cost::rescaled(base, compute_fit.runs > 0 ? compute_fit.scale : 1.0, comm_scale, kernel_s, core::Seconds(call_s));
   const fs::path out = o.out.empty() ? base_path : fs::path(o.out);
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
   core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");
@@ -248,9 +254,9 @@ Json measure_hosts_together(int ranks, double seconds, int threads) {
   } remove_on_exit{together};
   std::vector<std::future<Json>> runs;
   for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> args{"calibrate-host", "--seconds", fixed(seconds, 2), "--threads", std::to_string(threads),
-                                  "--together-dir", together.string(), "--together-rank", std::to_string(r),
-                                  "--together-ranks", std::to_string(ranks)};
+    std::vector<std::string> args{"calibrate-host",        "--seconds",        fixed(seconds, 2),    "--threads",
+                                  std::to_string(threads), "--together-dir",   together.string(),    "--together-rank",
+                                  std::to_string(r),       "--together-ranks", std::to_string(ranks)};
     if (r > 0) args.emplace_back("--quiet");
     runs.push_back(std::async(std::launch::async, [args] { return run_executor_json(args); }));
   }
@@ -300,7 +306,8 @@ std::vector<spec::CrossEntropyPoint> cross_entropy_points(const Json& host) {
   std::vector<spec::CrossEntropyPoint> out;
   for (const auto& ce : host.value("cross_entropy", Json::array())) {
     const double logits = ce["tokens"].get<double>() * ce["vocab"].get<double>();
-    out.push_back({logits, logits / ce["forward_seconds"].get<double>(), logits / ce["backward_seconds"].get<double>()});
+    out.push_back(
+        {logits, logits / ce["forward_seconds"].get<double>(), logits / ce["backward_seconds"].get<double>()});
   }
   return out;
 }
@@ -356,8 +363,8 @@ bool fit_collectives(const std::vector<cost::CollectiveSample>& samples, LocalCa
 // naming the file and the first missing or mistyped key otherwise (not a JSON exception, exit 1).
 void check_gpu_measurements(const Json& host, const std::string& file) {
   core::JsonObjectReader r(host, str_cat("--measurements: ", file), "$.host");
-  for (const char* key : {"cores", "threads", "memory_bytes", "copy_bytes_per_s", "seconds_per_dispatched_op",
-                          "adamw_params_per_s"}) {
+  for (const char* key :
+       {"cores", "threads", "memory_bytes", "copy_bytes_per_s", "seconds_per_dispatched_op", "adamw_params_per_s"}) {
     (void)r.positive_number(key);
   }
   const std::pair<const char*, std::vector<const char*>> arrays[] = {
@@ -387,7 +394,8 @@ void run_cuda(const CalibrateOptions& o) {
     std::ifstream in(o.measurements);
     const auto j = Json::parse(in, nullptr, false);
     if (!in || j.is_discarded() || !j.is_object()) {
-      throw core::ConfigError(str_cat("--measurements: ", o.measurements, ": expected the JSON of a calibration report"));
+      throw core::ConfigError(
+          str_cat("--measurements: ", o.measurements, ": expected the JSON of a calibration report"));
     }
     host = j.contains("host") ? j["host"] : j;
     if (host.value("device", std::string()).rfind("cuda", 0) != 0 || !host.contains("gemm")) {
@@ -397,8 +405,9 @@ void run_cuda(const CalibrateOptions& o) {
     check_gpu_measurements(host, o.measurements);
     comm = j.value("collectives", Json(nullptr));
     if (!comm.is_null() && !(comm.is_object() && comm.contains("samples") && comm["samples"].is_array())) {
-      throw core::ConfigError(str_cat("--measurements: ", o.measurements,
-                                      ": $.collectives: expected calibrate-comm's JSON ({\"samples\": [...]}) or null"));
+      throw core::ConfigError(
+          str_cat("--measurements: ", o.measurements,
+                  ": $.collectives: expected calibrate-comm's JSON ({\"samples\": [...]}) or null"));
     }
     if (!comm.is_null()) {
       std::vector<std::string> ops;
@@ -421,7 +430,8 @@ void run_cuda(const CalibrateOptions& o) {
     }
     devices = j.value("devices", host.value("cuda_devices", 1));
   } else {
-    if (!find_executor()) throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
+    if (!find_executor())
+      throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
     const auto info = run_executor_json({"info", "--json"});
     devices = info.value("cuda_devices", 0);
     if (!info.value("cuda_compiled", false) || devices < 1) {
@@ -431,7 +441,8 @@ void run_cuda(const CalibrateOptions& o) {
     host = run_executor_json({"calibrate-host", "--device", "cuda", "--seconds", fixed(o.seconds * 0.7, 1)});
     if (devices >= 2) {
       comm = run_executor_json({"calibrate-comm", "--device", "cuda", "--nproc-per-node", std::to_string(devices),
-                                "--max-mib", "256", "--seconds-per-point", fixed(std::max(0.02, o.seconds * 0.3 / 36), 3)});
+                                "--max-mib", "256", "--seconds-per-point",
+                                fixed(std::max(0.02, o.seconds * 0.3 / 36), 3)});
     }
   }
   const std::string device_name = host.value("device_name", std::string("CUDA device"));
@@ -511,27 +522,28 @@ void run_cuda(const CalibrateOptions& o) {
     return;
   }
   std::cout << str_cat("calibrated ", out.string(), ": ", devices, " x ", device_name, " on the catalog's ", gpu.name,
-                       " (measurements and fit: ", report_path.string(), ")\n",
-                       "  bf16 GEMM: fastest ", fixed(report["fastest_gemm_flops_per_s"].get<double>() / 1e12, 0),
+                       " (measurements and fit: ", report_path.string(), ")\n", "  bf16 GEMM: fastest ",
+                       fixed(report["fastest_gemm_flops_per_s"].get<double>() / 1e12, 0),
                        " TFLOP/s of the datasheet's ", fixed(peak / 1e12, 0), "; efficiency measured / catalog:");
   for (const auto& v : versus) {
     std::cout << str_cat(" ", fixed(v["measured_efficiency"].get<double>(), 2), "/",
-                         fixed(v["catalog_efficiency"].get<double>(), 2), "@", fixed(v["gflop"].get<double>(), 1), "GF");
+                         fixed(v["catalog_efficiency"].get<double>(), 2), "@", fixed(v["gflop"].get<double>(), 1),
+                         "GF");
   }
   std::cout << "\n  attention efficiency measured / catalog:";
   for (const auto& v : attention_versus) {
     std::cout << str_cat(" ", fixed(v["measured_efficiency"].get<double>(), 2), "/",
-                         fixed(v["catalog_efficiency"].get<double>(), 2), "@", fixed(v["gflop"].get<double>(), 1), "GF");
+                         fixed(v["catalog_efficiency"].get<double>(), 2), "@", fixed(v["gflop"].get<double>(), 1),
+                         "GF");
   }
-  std::cout << str_cat("\n  memory copy ", fixed(c.copy_bytes_per_s / 1e9, 0), " GB/s (catalog assumes ",
-                       fixed(catalog_copy / 1e9, 0), "); AdamW ",
-                       fixed(host["adamw_params_per_s"].get<double>() / 1e9, 2), " G parameters/s; ",
-                       fixed(c.seconds_per_dispatched_op * 1e6, 1), " us per dispatched operator (not applied)\n",
-                       measured_comm ? str_cat("  collectives (NCCL, ", devices, " GPUs): alpha ",
-                                              fixed(c.comm.alpha_s * 1e6, 1), " us per step, bandwidth ",
-                                              fixed(c.comm.bandwidth_bytes_per_s / 1e9, 0), " GB/s\n")
-                                    : std::string("  collectives: not measured (one GPU), kept the catalog's node links\n"),
-                       "  use it: cpt plan --gpu local --gpus ", devices, " ... (or --cluster ", out.string(), ")\n");
+  std::cout << str_cat(
+      "\n  memory copy ", fixed(c.copy_bytes_per_s / 1e9, 0), " GB/s (catalog assumes ", fixed(catalog_copy / 1e9, 0),
+      "); AdamW ", fixed(host["adamw_params_per_s"].get<double>() / 1e9, 2), " G parameters/s; ",
+      fixed(c.seconds_per_dispatched_op * 1e6, 1), " us per dispatched operator (not applied)\n",
+      measured_comm ? str_cat("  collectives (NCCL, ", devices, " GPUs): alpha ", fixed(c.comm.alpha_s * 1e6, 1),
+                              " us per step, bandwidth ", fixed(c.comm.bandwidth_bytes_per_s / 1e9, 0), " GB/s\n")
+                    : std::string("  collectives: not measured (one GPU), kept the catalog's node links\n"),
+      "  use it: cpt plan --gpu local --gpus ", devices, " ... (or --cluster ", out.string(), ")\n");
 }
 
 void run(const CalibrateOptions& o) {
@@ -543,15 +555,17 @@ void run(const CalibrateOptions& o) {
     run_cuda(o);
     return;
   }
-  if (!find_executor()) throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
+  if (!find_executor())
+    throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);
   const int threads = std::max(1, cores / ranks);
-  std::cerr << str_cat("calibrate: ", cores, " cores, ", ranks, " ranks of ", threads, " thread", threads == 1 ? "" : "s",
-                       "; host measurements (", fixed(o.seconds * 0.7, 0), " s), then collectives\n");
+  std::cerr << str_cat("calibrate: ", cores, " cores, ", ranks, " ranks of ", threads, " thread",
+                       threads == 1 ? "" : "s", "; host measurements (", fixed(o.seconds * 0.7, 0),
+                       " s), then collectives\n");
   const auto host = measure_hosts_together(ranks, o.seconds * 0.7, threads);
-  const auto comm = run_executor_json({"calibrate-comm", "--nproc-per-node", std::to_string(ranks), "--seconds-per-point",
-                                   fixed(std::max(0.02, o.seconds * 0.3 / 28), 3)});
+  const auto comm = run_executor_json({"calibrate-comm", "--nproc-per-node", std::to_string(ranks),
+                                       "--seconds-per-point", fixed(std::max(0.02, o.seconds * 0.3 / 28), 3)});
   LocalCalibration c;
   c.cores = host["cores"].get<int>();
   c.threads = host["threads"].get<int>();
@@ -673,10 +687,12 @@ void run(const CalibrateOptions& o) {
   for (const auto& p : c.gemm.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
   for (const auto& shaped : c.gemm_by_min_dim) {
     std::cout << str_cat("\n    smallest dimension ", fixed(shaped.min_dim, 0), ":");
-    for (const auto& p : shaped.points) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+    for (const auto& p : shaped.points)
+      std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
   }
   std::cout << "\n  attention efficiency";
-  for (const auto& p : c.attention.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+  for (const auto& p : c.attention.curve)
+    std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
   std::cout << "\n  cross-entropy M logits/s forward/backward";
   for (const auto& p : c.cross_entropy_rates) {
     std::cout << str_cat(" ", fixed(p.forward_logits_per_s / 1e6, 0), "/", fixed(p.backward_logits_per_s / 1e6, 0), "@",
@@ -702,30 +718,26 @@ void run(const CalibrateOptions& o) {
   if (c.scalar_all_reduce_step_s > 0) {
     std::cout << str_cat("\n    scalar all-reduce (16 bytes): ", fixed(c.scalar_all_reduce_step_s * 1e6, 0),
                          " us per step (", fixed(2.0 * (ranks - 1) * c.scalar_all_reduce_step_s * 1e3, 2), " ms on ",
-                         ranks, " ranks; the ring fit says ",
-                         fixed(2.0 * (ranks - 1) * c.comm.alpha_s * 1e3, 2), ")");
+                         ranks, " ranks; the ring fit says ", fixed(2.0 * (ranks - 1) * c.comm.alpha_s * 1e3, 2), ")");
   }
-  std::cout << str_cat("\n",
-                       sync_waits.empty()
-                           ? std::string("  compute jitter not measured\n")
-                           : str_cat("  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),
-                                     " ms per sqrt(s): a blocking call waits for the slowest rank (",
-                                     sync_waits.size(), " compute lengths)\n"),
-                       c.overlap_slowdown < 0
-                           ? std::string("  overlap not measured\n")
-                           : str_cat("  overlap: computing beside an all-gather loses ", fixed(c.overlap_slowdown, 2),
-                                     " s per s of it (", fixed(overlap.at("gemm_s").get<double>() * 1e3, 0),
-                                     " ms of GEMMs and ", fixed(overlap.at("comm_s").get<double>() * 1e3, 0),
-                                     " ms of calls took ", fixed(overlap.at("overlapped_s").get<double>() * 1e3, 0),
-                                     " ms overlapped)\n"),
-                       c.resume_s < 0
-                           ? str_cat("  resuming from a call not measured", resume.is_object() ? " (ranks share cores)" : "",
-                                     "\n")
-                           : str_cat("  resuming from a blocking call loses ", fixed(c.resume_s * 1e6, 0),
-                                     " us of compute per call (", fixed(resume.at("segment_s").get<double>() * 1e3, 2),
-                                     " ms of training-like work took ", fixed(resume.at("after_call_s").get<double>() * 1e3, 2),
-                                     " ms right after one)\n"),
-                       "  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
+  std::cout << str_cat(
+      "\n",
+      sync_waits.empty() ? std::string("  compute jitter not measured\n")
+                         : str_cat("  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),
+                                   " ms per sqrt(s): a blocking call waits for the slowest rank (", sync_waits.size(),
+                                   " compute lengths)\n"),
+      c.overlap_slowdown < 0
+          ? std::string("  overlap not measured\n")
+          : str_cat("  overlap: computing beside an all-gather loses ", fixed(c.overlap_slowdown, 2),
+                    " s per s of it (", fixed(overlap.at("gemm_s").get<double>() * 1e3, 0), " ms of GEMMs and ",
+                    fixed(overlap.at("comm_s").get<double>() * 1e3, 0), " ms of calls took ",
+                    fixed(overlap.at("overlapped_s").get<double>() * 1e3, 0), " ms overlapped)\n"),
+      c.resume_s < 0
+          ? str_cat("  resuming from a call not measured", resume.is_object() ? " (ranks share cores)" : "", "\n")
+          : str_cat("  resuming from a blocking call loses ", fixed(c.resume_s * 1e6, 0), " us of compute per call (",
+                    fixed(resume.at("segment_s").get<double>() * 1e3, 2), " ms of training-like work took ",
+                    fixed(resume.at("after_call_s").get<double>() * 1e3, 2), " ms right after one)\n"),
+      "  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
 }
 
 }  // namespace
@@ -733,9 +745,11 @@ void run(const CalibrateOptions& o) {
 void register_calibrate_command(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
   auto* cmd = app.add_subcommand("calibrate", "Measure this machine and fit a hardware profile (--gpu local)");
-  cmd->add_option("--device", o->device, "cpu (ranks of this machine's cores, Gloo) or cuda (its GPUs in bf16, NCCL)")->check(CLI::IsMember({"cpu", "cuda"}))
+  cmd->add_option("--device", o->device, "cpu (ranks of this machine's cores, Gloo) or cuda (its GPUs in bf16, NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--out", o->out, "Profile to write (default: $CPT_LOCAL_PROFILE or hardware_profiles/calibration/local.json)");
+  cmd->add_option("--out", o->out,
+                  "Profile to write (default: $CPT_LOCAL_PROFILE or hardware_profiles/calibration/local.json)");
   cmd->add_option("--ranks", o->ranks, "Executor ranks sharing this machine (default: its cores, at least 2)")
       ->check(CLI::Range(2, 64));
   cmd->add_option("--seconds", o->seconds, "Time budget")->check(CLI::Range(2.0, 600.0))->capture_default_str();
@@ -746,8 +760,9 @@ void register_calibrate_command(CLI::App& app) {
   cmd->add_option("--base", o->base, "with --from-runs: the profile to start from (default: the local profile)");
   cmd->add_option("--measurements", o->measurements,
                   "with --device cuda: fit a saved report (NAME.report.json of a GPU machine) instead of measuring");
-  cmd->add_option("--base-gpu", o->base_gpu,
-                  "with --device cuda: the catalog GPU whose datasheet and node to start from (default: by device name)");
+  cmd->add_option(
+      "--base-gpu", o->base_gpu,
+      "with --device cuda: the catalog GPU whose datasheet and node to start from (default: by device name)");
   cmd->callback([o] { run(*o); });
 }
 

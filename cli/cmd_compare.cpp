@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/recipe_flag.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "costmodel/estimate_json.h"
@@ -121,6 +122,8 @@ void run(const CompareOptions& o) {
   cost::CostModelOptions options;
   options.precision = cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
   options = cost::as_run_by_cpt_executor(options);
+  // The continual recipe the run trained with (its copy of TRAIN.json), as `plan --config` prices it.
+  if (fs::exists(dir / "train_config.json")) options = with_recipe(options, (dir / "train_config.json").string());
   // The run's own gradient bucket (fp32 gradients), where measured.json records it.
   if (measured.dp_bucket_bytes > 0) options.bucket_elements = std::max<std::int64_t>(1, measured.dp_bucket_bytes / 4);
   const auto ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, options);
@@ -160,7 +163,8 @@ void run(const CompareOptions& o) {
     add("cp_comm_s", t.cp_comm.value(), m.cp_comm);
     add("dp_comm_s", t.dp_comm.value(), m.dp_comm);
     add("pp_comm_and_bubble_s", (t.pp_comm + t.pp_bubble).value(), m.pp_comm_and_bubble);
-    add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.other).value(), m.compute_and_other);
+    add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.continual + t.other).value(),
+        m.compute_and_other);
   }
   // Kernels dispatched per step on the critical pipeline rank (the busiest of its tp/cp/dp ranks):
   // what the per-kernel cost is charged for.
@@ -176,7 +180,8 @@ void run(const CompareOptions& o) {
     add("kernels_per_step", e->kernels_per_step,
         busiest([](const spec::MeasuredDispatch& d) { return d.kernels_per_step(); }));
     // Communication calls started per step by group, the count behind each fixed per-call cost.
-    const std::array predicted = {e->calls_per_step.tp, e->calls_per_step.cp, e->calls_per_step.dp, e->calls_per_step.pp};
+    const std::array predicted = {e->calls_per_step.tp, e->calls_per_step.cp, e->calls_per_step.dp,
+                                  e->calls_per_step.pp};
     const std::array groups = {"tp", "cp", "dp", "pp"};
     for (std::size_t g = 0; g < groups.size(); ++g) {
       add(str_cat(groups[g], "_calls_per_step"), predicted[g],
@@ -196,8 +201,9 @@ void run(const CompareOptions& o) {
     double classified = 0;
     for (const auto kind_view : spec::kWorkKinds) {
       const std::string kind(kind_view);
-      const double m = kind_view == spec::kKindOther ? std::max(0.0, profile->at("step_time_s").get<double>() - classified)
-                                                     : kinds.value(kind, 0.0);
+      const double m = kind_view == spec::kKindOther
+                           ? std::max(0.0, profile->at("step_time_s").get<double>() - classified)
+                           : kinds.value(kind, 0.0);
       classified += m;
       add(str_cat("kind_", kind, "_s"), predicted.at(kind).get<double>(), m);
     }
@@ -210,16 +216,20 @@ void run(const CompareOptions& o) {
         const auto m = static_cast<double>(measured_of(r.memory_bytes));
         if (m <= worst_measured) continue;
         worst_measured = m;
-        predicted = static_cast<double>(predicted_of(state->memory_per_pp_rank.at(static_cast<std::size_t>(r.pp))).value());
+        predicted =
+            static_cast<double>(predicted_of(state->memory_per_pp_rank.at(static_cast<std::size_t>(r.pp))).value());
       }
       add(key + "_bytes", predicted, worst_measured);
     };
-    add_worst("weights", [](const spec::MeasuredMemory& m) { return m.weights; },
-              [](const cost::MemoryBreakdown& b) { return b.weights; });
-    add_worst("grads", [](const spec::MeasuredMemory& m) { return m.grads; },
-              [](const cost::MemoryBreakdown& b) { return b.grads; });
-    add_worst("optimizer", [](const spec::MeasuredMemory& m) { return m.optimizer; },
-              [](const cost::MemoryBreakdown& b) { return b.optimizer; });
+    add_worst(
+        "weights", [](const spec::MeasuredMemory& m) { return m.weights; },
+        [](const cost::MemoryBreakdown& b) { return b.weights; });
+    add_worst(
+        "grads", [](const spec::MeasuredMemory& m) { return m.grads; },
+        [](const cost::MemoryBreakdown& b) { return b.grads; });
+    add_worst(
+        "optimizer", [](const spec::MeasuredMemory& m) { return m.optimizer; },
+        [](const cost::MemoryBreakdown& b) { return b.optimizer; });
   }
   // On a GPU, the caching allocator's peak per rank (measured.json's peak_memory_bytes) is the
   // model state, the activations and the temporaries: the activation peak is measured as the peak
@@ -238,9 +248,8 @@ void run(const CompareOptions& o) {
       measured_activations = static_cast<double>(bytes.peak - bytes.weights - bytes.grads - bytes.optimizer);
       const auto pp = static_cast<std::size_t>(r.pp);
       const auto& mb = state->memory_per_pp_rank.at(pp);
-      const double weight_copies = options.precision == spec::Precision::kFp32
-                                       ? 0.0
-                                       : autocast_weight_copy_bytes(plan, static_cast<int>(pp));
+      const double weight_copies =
+          options.precision == spec::Precision::kFp32 ? 0.0 : autocast_weight_copy_bytes(plan, static_cast<int>(pp));
       predicted_activations = static_cast<double>(e->memory_per_pp_rank.at(pp).activations.value()) + weight_copies;
       predicted_peak = static_cast<double>((mb.weights + mb.grads + mb.optimizer).value()) + predicted_activations;
     }
@@ -257,7 +266,7 @@ void run(const CompareOptions& o) {
                                             {"cluster", plan.cluster.name},
                                             {"layout", layout},
                                             {"fields", fields}}
-                                             .dump()
+                                           .dump()
                                     << "\n";
   if (o.json) {
     print_json({{"run", dir.string()}, {"layout", layout}, {"fields", fields}, {"log", log.string()}});
@@ -266,15 +275,15 @@ void run(const CompareOptions& o) {
   std::cout << str_cat("compare ", dir.string(), ": ", plan.model.name, " on ", plan.cluster.name, ", ", layout, "\n");
   std::cout << "  field                     predicted      measured    error\n";
   for (const auto& [name, f] : fields.items()) {
-    std::cout << str_cat("  ", name, std::string(name.size() < 24 ? 24 - name.size() : 1, ' '),
-                         " ", fixed(f["predicted"].get<double>(), 6), "  ", fixed(f["measured"].get<double>(), 6), "  ",
+    std::cout << str_cat("  ", name, std::string(name.size() < 24 ? 24 - name.size() : 1, ' '), " ",
+                         fixed(f["predicted"].get<double>(), 6), "  ", fixed(f["measured"].get<double>(), 6), "  ",
                          f["rel_err"].is_null() ? std::string("-") : fixed(100 * f["rel_err"].get<double>(), 1) + "%",
                          "\n");
   }
   if (profile) {
-    std::cout << str_cat("  (kind_*: step ", profile->at("step").get<long long>(), " of rank ",
-                         profile->at("rank").get<long long>(), ", profiled: ",
-                         fixed(profile->at("step_time_s").get<double>(), 6), " s with the profiler on)\n");
+    std::cout << str_cat(
+        "  (kind_*: step ", profile->at("step").get<long long>(), " of rank ", profile->at("rank").get<long long>(),
+        ", profiled: ", fixed(profile->at("step_time_s").get<double>(), 6), " s with the profiler on)\n");
   }
   std::cout << "  (appended to " << log.string() << ")\n";
 }
@@ -285,7 +294,8 @@ void register_compare_command(CLI::App& app) {
   auto o = std::make_shared<CompareOptions>();
   auto* cmd = app.add_subcommand("compare", "Predicted vs measured for a training run (step time, tokens/s, memory)");
   cmd->add_option("RUN_DIR", o->run, "The --out directory of cpt train")->required();
-  cmd->add_option("--log", o->log, "Fidelity log to append to (default: $CPT_FIDELITY_LOG or ~/.cache/cpt/fidelity.jsonl)");
+  cmd->add_option("--log", o->log,
+                  "Fidelity log to append to (default: $CPT_FIDELITY_LOG or ~/.cache/cpt/fidelity.jsonl)");
   cmd->add_flag("--json", o->json, "Print {fields: {NAME: {predicted, measured, rel_err}}}");
   cmd->add_option("--cluster", o->cluster, "Predict on this profile (name or file) instead of the plan's");
   cmd->callback([o] { run(*o); });

@@ -153,8 +153,11 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   // Train the plan a few steps and compare.
   const auto src = python_json_package().string();
   ASSERT_FALSE(src.empty());
-  ASSERT_EQ(sh(cpt + " data train-tokenizer " + src + " --ext .py --vocab-size 512 --out " + d + "/tok", dir).exit_code, 0);
-  ASSERT_EQ(sh(cpt + " data prepare " + src + " --ext .py --tokenizer " + d + "/tok.model --out " + d + "/data", dir).exit_code, 0);
+  ASSERT_EQ(sh(cpt + " data train-tokenizer " + src + " --ext .py --vocab-size 512 --out " + d + "/tok", dir).exit_code,
+            0);
+  ASSERT_EQ(sh(cpt + " data prepare " + src + " --ext .py --tokenizer " + d + "/tok.model --out " + d + "/data", dir)
+                .exit_code,
+            0);
   std::ofstream(dir / "train.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 6, "seed": 5,
     "threads": 1, "log_interval_steps": 0})";
   const auto train = sh(cpt + " train --plan " + d + "/plan/plan.json --config " + d + "/train.json --out " + d +
@@ -212,33 +215,47 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_NEAR(gpu_fields["activation_peak_bytes"]["predicted"].get<double>(), activations + copies, 2.0);
   EXPECT_FALSE(fields.contains("activation_peak_bytes"));  // not on the CPU
 
+  // A run that trained with KL distillation (its copy of TRAIN.json says so) is priced with its
+  // teacher's forward, as `cpt plan --config` prices it.
+  fs::copy(dir / "run", dir / "kl-run", fs::copy_options::recursive);
+  {
+    auto c = nlohmann::json::parse(slurp(dir / "kl-run/train_config.json"));
+    c["distill"] = {{"lambda", 0.1}, {"teacher", "base"}};
+    std::ofstream(dir / "kl-run/train_config.json") << c.dump();
+  }
+  const auto kl_cmp = sh(cpt + " compare " + d + "/kl-run --json --log " + d + "/f4.jsonl", dir);
+  ASSERT_EQ(kl_cmp.exit_code, 0) << kl_cmp.err;
+  EXPECT_GT(nlohmann::json::parse(kl_cmp.out)["fields"]["step_time_s"]["predicted"].get<double>(),
+            fields["step_time_s"]["predicted"].get<double>());
+
   // Recalibration from the run: a profile with the fitted slowdowns and fixed costs, which compare
   // accepts in place of the plan's.
-  const auto refit = sh(cpt + " calibrate --from-runs " + d + "/run --base " + profile + " --out " + d +
-                            "/refit.json --json",
-                        dir);
+  const auto refit =
+      sh(cpt + " calibrate --from-runs " + d + "/run --base " + profile + " --out " + d + "/refit.json --json", dir);
   ASSERT_EQ(refit.exit_code, 0) << refit.err;
   const auto fitted = nlohmann::json::parse(refit.out);
   EXPECT_GT(fitted["compute_scale"].get<double>(), 0);
   EXPECT_EQ(fitted["runs"].size(), 1u);
   EXPECT_TRUE(nlohmann::json::parse(slurp(dir / "refit.json"))["node"]["gpu"].contains("kernel_overhead_us"));
-  const auto recompared = sh(cpt + " compare " + d + "/run --cluster " + d + "/refit.json --json --log " + d + "/f2.jsonl", dir);
+  const auto recompared =
+      sh(cpt + " compare " + d + "/run --cluster " + d + "/refit.json --json --log " + d + "/f2.jsonl", dir);
   ASSERT_EQ(recompared.exit_code, 0) << recompared.err;
   EXPECT_NEAR(nlohmann::json::parse(recompared.out)["fields"]["step_time_s"]["predicted"].get<double>(),
               fitted["runs"][0]["predicted_step_s_after"].get<double>(), 1e-9);
   EXPECT_EQ(sh(cpt + " calibrate --from-runs " + d + "/nothing --base " + profile, dir).exit_code, 2);
 
   // cpt run --model: plan for this machine, write the plan, read it back, train, compare.
-  const auto planned = sh(env + "CPT_FIDELITY_LOG=" + d + "/fidelity-run.jsonl " + cpt + " run --model tiny --cpu --gpus 2 --config " + d + "/train.json " +
+  const auto planned = sh(env + "CPT_FIDELITY_LOG=" + d + "/fidelity-run.jsonl " + cpt +
+                              " run --model tiny --cpu --gpus 2 --config " + d + "/train.json " +
                               "--global-batch 8 --seq-len 64 --fix pp=2,schedule=1f1b,micro_batch=2 --out " + d + "/rp",
                           dir);
   ASSERT_EQ(planned.exit_code, 0) << planned.out << planned.err;
   EXPECT_TRUE(fs::exists(dir / "rp/plan/plan.json"));
   EXPECT_TRUE(fs::exists(dir / "rp/train/measured.json"));
   EXPECT_NE(planned.out.find("pp_comm_and_bubble_s"), std::string::npos) << planned.out;
-  EXPECT_EQ(sh(cpt + " run --model tiny --gpus 2 --config " + d + "/train.json --global-batch 8 --seq-len 64", dir)
-                .exit_code,
-            2);  // neither --gpu nor --cpu
+  EXPECT_EQ(
+      sh(cpt + " run --model tiny --gpus 2 --config " + d + "/train.json --global-batch 8 --seq-len 64", dir).exit_code,
+      2);  // neither --gpu nor --cpu
   fs::remove_all(dir);
 }
 
@@ -286,18 +303,32 @@ TEST(Calibrate, GpuMeasurementsBecomeAProfileOfTheCatalogGpu) {
   nlohmann::json attention = nlohmann::json::array();
   for (const double seq : {1024.0, 4096.0}) {
     const double fwd = 2 * (2 * seq) * seq * 128 * 32;  // batch 2, 32 heads of 128, causal convention
-    attention.push_back({{"batch", 2}, {"heads", 32}, {"kv_heads", 8}, {"seq", seq}, {"head_dim", 128},
-                         {"forward_seconds", fwd / (0.5 * peak)}, {"backward_seconds", 2.5 * fwd / (0.4 * peak)}});
+    attention.push_back({{"batch", 2},
+                         {"heads", 32},
+                         {"kv_heads", 8},
+                         {"seq", seq},
+                         {"head_dim", 128},
+                         {"forward_seconds", fwd / (0.5 * peak)},
+                         {"backward_seconds", 2.5 * fwd / (0.4 * peak)}});
   }
-  const nlohmann::json host{{"device", "cuda:0"}, {"device_name", "NVIDIA H200"}, {"dtype", "bf16"},
-                            {"cuda_devices", 1}, {"cores", 16}, {"threads", 16}, {"memory_bytes", 150e9},
-                            {"copy_bytes_per_s", 4.3e12}, {"adamw_params_per_s", 2e10},
-                            {"cross_entropy", {{{"tokens", 8192}, {"vocab", 128256}, {"forward_seconds", 2e-3},
-                                                {"backward_seconds", 3e-3}}}},
-                            {"seconds_per_dispatched_op", 6e-6}, {"gemm", gemm}, {"attention", attention}};
+  const nlohmann::json host{
+      {"device", "cuda:0"},
+      {"device_name", "NVIDIA H200"},
+      {"dtype", "bf16"},
+      {"cuda_devices", 1},
+      {"cores", 16},
+      {"threads", 16},
+      {"memory_bytes", 150e9},
+      {"copy_bytes_per_s", 4.3e12},
+      {"adamw_params_per_s", 2e10},
+      {"cross_entropy", {{{"tokens", 8192}, {"vocab", 128256}, {"forward_seconds", 2e-3}, {"backward_seconds", 3e-3}}}},
+      {"seconds_per_dispatched_op", 6e-6},
+      {"gemm", gemm},
+      {"attention", attention}};
   std::ofstream(dir / "h200.json") << host.dump();
   const auto profile = d + "/gpu.json";
-  const auto r = sh(cpt + " calibrate --device cuda --measurements " + d + "/h200.json --out " + profile + " --json", dir);
+  const auto r =
+      sh(cpt + " calibrate --device cuda --measurements " + d + "/h200.json --out " + profile + " --json", dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["base_gpu"], "h200_sxm_141gb");
@@ -332,17 +363,20 @@ TEST(Calibrate, GpuMeasurementsBecomeAProfileOfTheCatalogGpu) {
   auto partial = host;
   partial["attention"][1].erase("backward_seconds");
   std::ofstream(dir / "partial.json") << partial.dump();
-  const auto missing = sh(cpt + " calibrate --device cuda --measurements " + d + "/partial.json --out " + d + "/y.json", dir);
+  const auto missing =
+      sh(cpt + " calibrate --device cuda --measurements " + d + "/partial.json --out " + d + "/y.json", dir);
   EXPECT_EQ(missing.exit_code, 2) << missing.err;
   EXPECT_NE(missing.err.find("$.host.attention[1].backward_seconds: expected a value (required key is missing)"),
-            std::string::npos) << missing.err;
+            std::string::npos)
+      << missing.err;
   EXPECT_EQ(std::count(missing.err.begin(), missing.err.end(), '\n'), 1) << missing.err;
   // And one whose collectives name a call the executor does not make.
-  const nlohmann::json with_comm{{"host", host},
-                                 {"collectives", {{"samples", {{{"op", "all_to_all"}, {"ranks", 2}, {"bytes", 4096},
-                                                                {"seconds", 1e-4}}}}}}};
+  const nlohmann::json with_comm{
+      {"host", host},
+      {"collectives", {{"samples", {{{"op", "all_to_all"}, {"ranks", 2}, {"bytes", 4096}, {"seconds", 1e-4}}}}}}};
   std::ofstream(dir / "bad-comm.json") << with_comm.dump();
-  const auto bad_comm = sh(cpt + " calibrate --device cuda --measurements " + d + "/bad-comm.json --out " + d + "/z.json", dir);
+  const auto bad_comm =
+      sh(cpt + " calibrate --device cuda --measurements " + d + "/bad-comm.json --out " + d + "/z.json", dir);
   EXPECT_EQ(bad_comm.exit_code, 2) << bad_comm.err;
   EXPECT_NE(bad_comm.err.find("$.collectives.samples[0].op"), std::string::npos) << bad_comm.err;
   fs::remove_all(dir);
