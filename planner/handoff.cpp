@@ -5,6 +5,7 @@
 
 #include "core/atomic_file.h"
 #include "core/str_cat.h"
+#include "costmodel/layer_costs.h"
 
 namespace cpt::planner {
 
@@ -12,10 +13,46 @@ using core::str_cat;
 
 namespace {
 
-bool bf16(const spec::Plan&) { return true; }  // cpt plans in bf16 (CostModelOptions default)
+bool bf16(const spec::Plan&) {
+  return true;
+}  // cpt plans in bf16 (CostModelOptions default)
 
-int nodes(const spec::Plan& p) { return p.cluster.num_nodes; }
-int gpus_per_node(const spec::Plan& p) { return std::min(p.cluster.num_gpus, p.cluster.node.gpus_per_node); }
+int nodes(const spec::Plan& p) {
+  return p.cluster.num_nodes;
+}
+int gpus_per_node(const spec::Plan& p) {
+  return std::min(p.cluster.num_gpus, p.cluster.node.gpus_per_node);
+}
+
+// Megatron-LM splits layers evenly over pp · vp stages; a plan whose first and last stages hold
+// fewer (the embedding and the head beside them) says so with its first and last counts, when
+// every stage between holds the same number (--decoder-first/last-pipeline-num-layers, without
+// virtual stages).
+std::vector<std::string> pipeline_split_args(const spec::Plan& plan) {
+  const auto& stages = plan.stages;
+  const int n = stages.num_stages();
+  if (n <= 2 || plan.parallel.virtual_stages > 1) return {};
+  const int middle = stages.layers_in(1);
+  for (int s = 1; s + 1 < n; ++s) {
+    if (stages.layers_in(s) != middle) return {};
+  }
+  if (stages.layers_in(0) == middle && stages.layers_in(n - 1) == middle) return {};
+  return {str_cat("--decoder-first-pipeline-num-layers ", stages.layers_in(0)),
+          str_cat("--decoder-last-pipeline-num-layers ", stages.layers_in(n - 1))};
+}
+
+// A comment when the plan's stages cannot be written as Megatron arguments.
+std::string pipeline_split_note(const spec::Plan& plan) {
+  const auto& stages = plan.stages;
+  const int n = stages.num_stages();
+  bool even = true;
+  for (int s = 0; s < n; ++s) even = even && stages.layers_in(s) == stages.layers_in(0);
+  if (even || !pipeline_split_args(plan).empty()) return "";
+  std::string split;
+  for (int s = 0; s < n; ++s) split += str_cat(s ? "," : "", stages.layers_in(s));
+  return str_cat("# The plan's stage split [", split,
+                 "] is not expressible here: Megatron-LM 0.16's --pipeline-model-parallel-layout can state it.\n");
+}
 
 }  // namespace
 
@@ -34,6 +71,9 @@ std::string megatron_args(const spec::Plan& plan) {
     s << "# The plan's ZB-H1 schedule is not in upstream Megatron-LM (the fork\n"
          "# sail-sg/zero-bubble-pipeline-parallelism adds it); these arguments run 1F1B.\n";
   }
+  s << pipeline_split_note(plan);
+  // Megatron-LM 0.12 requires it with tensor or context parallelism (overlapped communication).
+  if (c.tp > 1 || c.cp > 1) s << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
   s << "MEGATRON_ARGS=(\n";
   auto arg = [&](const std::string& a) { s << "  " << a << "\n"; };
   arg(str_cat("--num-layers ", m.layers));
@@ -48,7 +88,17 @@ std::string megatron_args(const spec::Plan& plan) {
   arg(str_cat("--max-position-embeddings ", m.max_seq_len));
   if (m.mlp == spec::MlpKind::kSwiGLU) arg("--swiglu");
   if (m.norm == spec::NormKind::kRMSNorm) arg("--normalization RMSNorm");
-  if (m.position == spec::PositionKind::kRoPE) arg("--position-embedding-type rope");
+  if (m.position == spec::PositionKind::kRoPE) {
+    arg("--position-embedding-type rope");
+    arg(str_cat("--rotary-base ", static_cast<std::int64_t>(m.rope_theta)));  // Megatron's default is 10000
+  }
+  arg(str_cat("--norm-epsilon ", m.norm_eps));
+  if (m.qkv_bias) arg("--add-qkv-bias");
+  if (!cost::applies_dropout(m, cost::CostModelOptions{})) {
+    // LLaMA-style models train without dropout; Megatron's defaults are 0.1 each.
+    arg("--attention-dropout 0.0");
+    arg("--hidden-dropout 0.0");
+  }
   if (!m.tied_embeddings) arg("--untie-embeddings-and-output-weights");
   if (m.mlp == spec::MlpKind::kSwiGLU) arg("--disable-bias-linear");
   arg(str_cat("--tensor-model-parallel-size ", c.tp));
@@ -56,6 +106,10 @@ std::string megatron_args(const spec::Plan& plan) {
   if (c.virtual_stages > 1) arg(str_cat("--num-virtual-stages-per-pipeline-rank ", c.virtual_stages));
   if (c.cp > 1) arg(str_cat("--context-parallel-size ", c.cp));
   if (c.sequence_parallel) arg("--sequence-parallel");
+  for (const auto& a : pipeline_split_args(plan)) arg(a);
+  if (c.axis_order == std::array{spec::Axis::kTp, spec::Axis::kCp, spec::Axis::kPp, spec::Axis::kDp}) {
+    arg("--use-tp-pp-dp-mapping");  // Megatron's default order is tp-cp-dp-pp
+  }
   arg(str_cat("--micro-batch-size ", c.micro_batch));
   arg(str_cat("--global-batch-size ", c.global_batch));
   if (c.zero_stage >= 1) arg("--use-distributed-optimizer");
@@ -84,7 +138,8 @@ core::Json deepspeed_config(const spec::Plan& plan) {
     zero["stage3_param_persistence_threshold"] = 100'000;
   }
   if (c.offload != spec::Offload::kNone) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
-  if (c.offload == spec::Offload::kOptimizerAndParams) zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  if (c.offload == spec::Offload::kOptimizerAndParams)
+    zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
   if (c.hybrid_shard) zero["zero_hpz_partition_size"] = gpus_per_node(plan) / (c.tp * c.cp);
   core::Json j = {{"train_batch_size", c.global_batch},
                   {"train_micro_batch_size_per_gpu", c.micro_batch},
@@ -101,7 +156,8 @@ core::Json deepspeed_config(const spec::Plan& plan) {
                             " come from the model code (Megatron-DeepSpeed: --tensor-model-parallel-size, "
                             "--pipeline-model-parallel-size), not from this file"));
   }
-  if (c.cp > 1) notes.push_back(str_cat("context parallel ", c.cp, " (Ulysses: sequence_parallel_size in the model code)"));
+  if (c.cp > 1)
+    notes.push_back(str_cat("context parallel ", c.cp, " (Ulysses: sequence_parallel_size in the model code)"));
   if (!notes.empty()) j["cpt_notes"] = notes;
   return j;
 }
@@ -146,29 +202,59 @@ std::string torchtitan_toml(const spec::Plan& plan) {
   s << "enable_async_tensor_parallel = false\n\n";
   s << "[activation_checkpoint]\n";
   s << "mode = \""
-    << (c.recompute == spec::Recompute::kFull ? "full" : c.recompute == spec::Recompute::kSelective ? "selective" : "none")
+    << (c.recompute == spec::Recompute::kFull        ? "full"
+        : c.recompute == spec::Recompute::kSelective ? "selective"
+                                                     : "none")
     << "\"\n";
   if (c.recompute == spec::Recompute::kSelective) s << "selective_ac_option = \"op\"\n";
   return s.str();
 }
 
+namespace {
+
+// `text` as one bash word: single-quoted, with each ' written as '\''.
+std::string shell_quoted(const std::string& text) {
+  std::string out = "'";
+  for (const char ch : text) {
+    if (ch == '\'') {
+      out += "'\\''";
+    } else {
+      out += ch;
+    }
+  }
+  return out + "'";
+}
+
+// The scripts' first argument: the job's TRAIN.json (cpt train --config); the rest go to cpt train.
+constexpr const char* kTakeConfig =
+    "if [ $# -lt 1 ]; then\n"
+    "  echo \"usage: $0 TRAIN.json [cpt train options]\" >&2\n"
+    "  exit 2\n"
+    "fi\n"
+    "CONFIG=\"$1\"\n"
+    "shift\n";
+
+}  // namespace
+
 std::string torchrun_script(const spec::Plan& plan) {
   std::ostringstream s;
   s << "#!/usr/bin/env bash\n"
-    << "# Launch cpt's executor for this plan with torchrun (one process per GPU). Multi-node: run on\n"
-    << "# every node with NNODES, NODE_RANK and MASTER_ADDR set.\n"
+    << "# Launch cpt's executor for this plan with torchrun (one process per GPU):\n"
+    << "#   ./torchrun.sh TRAIN.json [cpt train options]\n"
+    << "# Multi-node: run on every node with NNODES, NODE_RANK and MASTER_ADDR set.\n"
     << "set -euo pipefail\n"
+    << kTakeConfig << "PLAN_DIR=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\n"
     << "NNODES=\"${NNODES:-" << nodes(plan) << "}\"\n"
     << "NODE_RANK=\"${NODE_RANK:-0}\"\n"
     << "MASTER_ADDR=\"${MASTER_ADDR:-127.0.0.1}\"\n"
     << "MASTER_PORT=\"${MASTER_PORT:-29500}\"\n"
     << "torchrun --nnodes \"$NNODES\" --node-rank \"$NODE_RANK\" --nproc-per-node " << gpus_per_node(plan)
     << " \\\n  --master-addr \"$MASTER_ADDR\" --master-port \"$MASTER_PORT\" \\\n"
-    << "  --no-python cpt train \"$(dirname \"$0\")/plan.json\" \"$@\"\n";
+    << "  --no-python cpt train --plan \"$PLAN_DIR/plan.json\" --config \"$CONFIG\" \"$@\"\n";
   return s.str();
 }
 
-std::string slurm_script(const spec::Plan& plan) {
+std::string slurm_script(const spec::Plan& plan, const std::filesystem::path& plan_dir) {
   std::ostringstream s;
   s << "#!/usr/bin/env bash\n"
     << "#SBATCH --job-name=cpt-" << plan.model.name << "\n"
@@ -176,11 +262,20 @@ std::string slurm_script(const spec::Plan& plan) {
     << "#SBATCH --ntasks-per-node=" << gpus_per_node(plan) << "\n"
     << "#SBATCH --gpus-per-node=" << gpus_per_node(plan) << "\n"
     << "#SBATCH --exclusive\n"
-    << "# cpt train joins the job from SLURM_PROCID / SLURM_NTASKS (one task per GPU).\n"
+    << "#   sbatch slurm.sbatch TRAIN.json [cpt train options]\n"
+    << "# cpt train joins the job from SLURM_PROCID / SLURM_NTASKS (one task per GPU). Slurm runs a\n"
+    << "# copy of this file, so the plan's directory is written here (CPT_PLAN_DIR overrides it).\n"
     << "set -euo pipefail\n"
-    << "export MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\"\n"
+    << kTakeConfig << "WRITTEN_PLAN_DIR=" << shell_quoted(std::filesystem::absolute(plan_dir).string()) << "\n"
+    << "PLAN_DIR=\"${CPT_PLAN_DIR:-$WRITTEN_PLAN_DIR}\"\n"
+    << "if [ ! -f \"$PLAN_DIR/plan.json\" ]; then\n"
+    << "  echo \"$0: no plan.json in $PLAN_DIR (set CPT_PLAN_DIR to the directory of cpt plan --out)\" >&2\n"
+    << "  exit 2\n"
+    << "fi\n"
+    << "MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\"\n"
+    << "export MASTER_ADDR\n"
     << "export MASTER_PORT=\"${MASTER_PORT:-29500}\"\n"
-    << "srun cpt train \"${SLURM_SUBMIT_DIR}/plan.json\" \"$@\"\n";
+    << "srun cpt train --plan \"$PLAN_DIR/plan.json\" --config \"$CONFIG\" \"$@\"\n";
   return s.str();
 }
 
@@ -189,7 +284,7 @@ std::vector<std::string> write_handoff(const spec::Plan& plan, const std::filesy
   core::write_file_atomic(dir / "ds_config.json", deepspeed_config(plan).dump(2) + "\n");
   core::write_file_atomic(dir / "torchtitan.toml", torchtitan_toml(plan));
   core::write_file_atomic(dir / "torchrun.sh", torchrun_script(plan));
-  core::write_file_atomic(dir / "slurm.sbatch", slurm_script(plan));
+  core::write_file_atomic(dir / "slurm.sbatch", slurm_script(plan, dir));
   std::error_code ec;
   for (const char* f : {"torchrun.sh", "slurm.sbatch"}) {
     std::filesystem::permissions(dir / f, std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec,

@@ -22,9 +22,12 @@ core::Json deepspeed_config(const spec::Plan& plan);
 // torchtitan job TOML ([parallelism], [training], [activation_checkpoint] sections).
 std::string torchtitan_toml(const spec::Plan& plan);
 // A torchrun launcher for one node (multi-node: set NNODES, NODE_RANK, MASTER_ADDR) and a Slurm
-// batch script, both starting `cpt train plan.json` on every GPU.
+// batch script, both taking the job's TRAIN.json as their first argument and starting
+// `cpt train --plan PLAN_DIR/plan.json --config TRAIN.json [their other arguments]` on every GPU.
+// torchrun.sh finds plan.json beside itself; Slurm runs a copy of its script, so slurm.sbatch
+// carries `plan_dir` (made absolute) and refuses to start when plan.json is not there.
 std::string torchrun_script(const spec::Plan& plan);
-std::string slurm_script(const spec::Plan& plan);
+std::string slurm_script(const spec::Plan& plan, const std::filesystem::path& plan_dir);
 
 // Writes megatron_args.sh, ds_config.json, torchtitan.toml, torchrun.sh and slurm.sbatch into `dir`
 // (atomically each); returns the file names.

@@ -9,14 +9,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "spec/hardware_catalog.h"
 #include "spec/model_catalog.h"
+#include "spec/plan.h"
 
 namespace cpt::planner {
 namespace {
 
-int run(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+int run(const std::string& cmd) {
+  return std::system((cmd + " >/dev/null 2>&1").c_str());
+}
 
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p);
@@ -30,11 +34,25 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 64, "--gpu");
   const bool have_tomllib = run("python3 -c 'import tomllib'") == 0;
   const std::vector<spec::ParallelConfig> configs = {
-      {.tp = 8, .dp = 8, .global_batch = 64, .zero_stage = 1, .recompute = spec::Recompute::kSelective,
+      {.tp = 8,
+       .dp = 8,
+       .global_batch = 64,
+       .zero_stage = 1,
+       .recompute = spec::Recompute::kSelective,
        .sequence_parallel = true},
-      {.tp = 4, .dp = 4, .pp = 4, .virtual_stages = 2, .global_batch = 64, .recompute = spec::Recompute::kFull,
+      {.tp = 4,
+       .dp = 4,
+       .pp = 4,
+       .virtual_stages = 2,
+       .global_batch = 64,
+       .recompute = spec::Recompute::kFull,
        .schedule = spec::ScheduleKind::kInterleaved1F1B},
-      {.tp = 2, .cp = 2, .dp = 16, .global_batch = 64, .zero_stage = 3, .hybrid_shard = true,
+      {.tp = 2,
+       .cp = 2,
+       .dp = 16,
+       .global_batch = 64,
+       .zero_stage = 3,
+       .hybrid_shard = true,
        .offload = spec::Offload::kOptimizer},
   };
   int checked = 0;
@@ -52,13 +70,15 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     for (const char* script : {"torchrun.sh", "slurm.sbatch", "megatron_args.sh"}) {
       EXPECT_EQ(run("bash -n " + (dir / script).string()), 0) << script;
     }
-    EXPECT_NE(slurp(dir / "megatron_args.sh").find("--tensor-model-parallel-size " + std::to_string(c.tp)), std::string::npos);
+    EXPECT_NE(slurp(dir / "megatron_args.sh").find("--tensor-model-parallel-size " + std::to_string(c.tp)),
+              std::string::npos);
     if (have_tomllib) {
       // The product of torchtitan's degrees is the GPU count.
       const std::string check =
           "python3 -c 'import tomllib,sys; p=tomllib.load(open(sys.argv[1],\"rb\"))[\"parallelism\"]; "
           "n=p[\"data_parallel_replicate_degree\"]*p[\"data_parallel_shard_degree\"]*p[\"tensor_parallel_degree\"]*"
-          "p[\"context_parallel_degree\"]*p[\"pipeline_parallel_degree\"]; sys.exit(0 if n==int(sys.argv[2]) else 1)' " +
+          "p[\"context_parallel_degree\"]*p[\"pipeline_parallel_degree\"]; sys.exit(0 if n==int(sys.argv[2]) else "
+          "1)' " +
           (dir / "torchtitan.toml").string() + " " + std::to_string(cluster.num_gpus);
       EXPECT_EQ(run(check), 0) << slurp(dir / "torchtitan.toml");
     }
@@ -66,6 +86,103 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     ++checked;
   }
   EXPECT_EQ(checked, 3);
+}
+
+std::string megatron_of(const char* model, int gpus, const spec::ParallelConfig& c) {
+  const auto plan = spec::make_plan(spec::find_catalog_model(model)->spec,
+                                    spec::HardwareCatalog::builtin().cluster_for_gpu("h100", gpus, "--gpu"),
+                                    spec::Workload{2048, 0}, c);
+  return megatron_args(plan);
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The Megatron arguments build the plan's model: its RoPE base, norm epsilon, q/k/v biases and no
+// dropout where the family trains without; its rank order and uneven pipeline split.
+TEST(Handoff, MegatronArgumentsBuildThePlansModel) {
+  const std::string llama = megatron_of("llama3-8b", 8, {.tp = 2, .dp = 4, .global_batch = 64});
+  EXPECT_TRUE(has(llama, "--rotary-base 500000")) << llama;
+  EXPECT_TRUE(has(llama, "--attention-dropout 0.0")) << llama;
+  EXPECT_TRUE(has(llama, "--hidden-dropout 0.0")) << llama;
+  EXPECT_TRUE(has(llama, "--norm-epsilon 1e-05")) << llama;
+  EXPECT_FALSE(has(llama, "--add-qkv-bias"));
+  EXPECT_TRUE(has(llama, "export CUDA_DEVICE_MAX_CONNECTIONS=1"));
+  const std::string qwen = megatron_of("qwen2.5-7b", 8, {.tp = 2, .dp = 4, .global_batch = 64});
+  EXPECT_TRUE(has(qwen, "--add-qkv-bias")) << qwen;
+  EXPECT_TRUE(has(qwen, "--rotary-base 1000000")) << qwen;
+  EXPECT_TRUE(has(qwen, "--norm-epsilon 1e-06")) << qwen;
+  const std::string gpt = megatron_of("gpt3-175b", 8, {.tp = 8, .global_batch = 64});
+  EXPECT_FALSE(has(gpt, "--hidden-dropout")) << gpt;  // GPT trains with Megatron's dropout
+  spec::ParallelConfig pp_dp{.tp = 2, .dp = 2, .pp = 2, .global_batch = 64};
+  pp_dp.axis_order = {spec::Axis::kTp, spec::Axis::kCp, spec::Axis::kPp, spec::Axis::kDp};
+  EXPECT_TRUE(has(megatron_of("llama3-8b", 8, pp_dp), "--use-tp-pp-dp-mapping"));
+  // 126 layers over 64 stages: [1, 2 x 62, 1], which Megatron needs stated.
+  const std::string big = megatron_of("llama3.1-405b", 512, {.tp = 8, .pp = 64, .global_batch = 64});
+  EXPECT_TRUE(has(big, "--decoder-first-pipeline-num-layers 1")) << big;
+  EXPECT_TRUE(has(big, "--decoder-last-pipeline-num-layers 1")) << big;
+}
+
+void write_script(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << "#!/usr/bin/env bash\n" << text;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+}
+
+std::vector<std::string> lines_of(const std::filesystem::path& p) {
+  std::vector<std::string> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The launchers start `cpt train --plan PLAN --config TRAIN.json [options]` (with stand-ins for
+// torchrun, srun, scontrol and cpt on PATH): torchrun.sh from anywhere, slurm.sbatch from the copy
+// Slurm runs, with the rendezvous host from scontrol; a failing scontrol, a missing plan or a
+// missing TRAIN.json argument stop them before anything starts.
+TEST(Handoff, LaunchersStartCptTrainWithThePlanAndTheConfig) {
+  namespace fs = std::filesystem;
+  const auto root = fs::temp_directory_path() / "cpt_handoff_launch";
+  fs::remove_all(root);
+  const auto dir = root / "plan dir it's";  // a space and a quote in the path
+  const auto bin = root / "bin";
+  fs::create_directories(dir);
+  fs::create_directories(bin);
+  const auto plan =
+      spec::make_plan(spec::find_catalog_model("llama3-8b")->spec,
+                      spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 16, "--gpu"), spec::Workload{4096, 0},
+                      spec::ParallelConfig{.tp = 2, .dp = 8, .global_batch = 64});
+  spec::save_plan(plan, dir / "plan.json");
+  write_handoff(plan, dir);
+  const auto args = root / "args";
+  // torchrun gives each rank the rendezvous address it was given.
+  write_script(bin / "torchrun",
+               "while [ \"$1\" != --no-python ]; do\n"
+               "  if [ \"$1\" = --master-addr ]; then export MASTER_ADDR=\"$2\"; fi\n"
+               "  shift\n"
+               "done\nshift\nexec \"$@\"\n");
+  write_script(bin / "srun", "exec \"$@\"\n");
+  write_script(bin / "scontrol", "echo node-a\necho node-b\n");
+  write_script(bin / "cpt", "printf '%s\\n' \"$MASTER_ADDR\" \"$@\" > \"" + args.string() + "\"\n");
+  const std::string env = "cd / && PATH=\"" + bin.string() + ":$PATH\" SLURM_JOB_NODELIST=n[1-2] ";
+  const std::string plan_json = (dir / "plan.json").string();
+
+  ASSERT_EQ(run(env + "bash \"" + (dir / "torchrun.sh").string() + "\" job.json --steps 3"), 0);
+  EXPECT_EQ(lines_of(args), (std::vector<std::string>{"127.0.0.1", "train", "--plan", plan_json, "--config", "job.json",
+                                                      "--steps", "3"}));
+  // Slurm runs a copy of the batch script from its spool directory.
+  fs::copy_file(dir / "slurm.sbatch", root / "spooled.sbatch");
+  fs::remove(args);
+  ASSERT_EQ(run(env + "bash \"" + (root / "spooled.sbatch").string() + "\" job.json"), 0);
+  EXPECT_EQ(lines_of(args), (std::vector<std::string>{"node-a", "train", "--plan", plan_json, "--config", "job.json"}));
+
+  fs::remove(args);
+  EXPECT_NE(run(env + "bash \"" + (dir / "torchrun.sh").string() + "\""), 0);  // no TRAIN.json
+  EXPECT_NE(run(env + "CPT_PLAN_DIR=/nonexistent bash \"" + (root / "spooled.sbatch").string() + "\" job.json"), 0);
+  write_script(bin / "scontrol", "exit 1\n");
+  EXPECT_NE(run(env + "bash \"" + (root / "spooled.sbatch").string() + "\" job.json"), 0);
+  EXPECT_FALSE(fs::exists(args));  // cpt was never started
+  fs::remove_all(root);
 }
 
 }  // namespace
