@@ -218,7 +218,10 @@ std::vector<spec::ClusterSpec> clusters_of(const PlanOptions& o) {
   return clusters;
 }
 
-void run(const PlanOptions& o) {
+void run(const PlanOptions& given) {
+  PlanOptions o = given;
+  // Without --tokens, the run's length as its TRAIN.json states it: time and cost to finish.
+  if (o.tokens == 0) o.tokens = recipe_tokens(o.config, o.global_batch, o.seq_len);
   const auto model = spec::load_model(o.model, "--model");
   const auto clusters = clusters_of(o);
   if (clusters.size() > 1 && o.refine > 0) {
@@ -318,6 +321,13 @@ void run(const PlanOptions& o) {
               << cost::describe_band(r.top.front().estimate.time.total(), planner::pricing_options(so).runtime,
                                      cluster.gpu())
               << "\n\n";
+    if (o.tokens > 0) {
+      const double hours =
+          static_cast<double>(o.tokens) / (r.top.front().estimate.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
+      std::cout << "time to train " << o.tokens << " tokens with #1: " << fixed(hours, 1) << " h ("
+                << fixed(hours * cluster.num_gpus, 0) << " GPU-hours"
+                << (o.price > 0 ? str_cat(", ", fixed(hours * cluster.num_gpus * o.price, 0), " USD") : "") << ")\n\n";
+    }
   }
   core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
   for (int i = 0; i < planner::kNumRejectReasons; ++i) {

@@ -20,6 +20,14 @@ cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::st
   return options;
 }
 
+std::int64_t recipe_tokens(const std::string& path, int global_batch, int seq_len) {
+  if (path.empty()) return 0;
+  const spec::TrainConfig config = spec::load_train_config(path);
+  if (config.tokens) return *config.tokens;
+  if (config.steps) return *config.steps * global_batch * seq_len;
+  return 0;
+}
+
 std::string describe_recipe(const cost::CostModelOptions& options) {
   if (options.distill_teacher && options.ewc) return "KL teacher, EWC";
   if (options.distill_teacher) return "KL teacher";

@@ -400,6 +400,9 @@ TEST(CliSmoke, ConfigPricesTheContinualRecipe) {
   EXPECT_TRUE(plan["predicted"]["priced_as"]["distill_teacher"].get<bool>());
   EXPECT_TRUE(plan["predicted"]["priced_as"]["ewc"].get<bool>());
   EXPECT_NE(slurp(dir / "report.md").find("continual recipe: KL teacher, EWC"), std::string::npos);
+  // Without --tokens, the run's length is TRAIN.json's: 100 steps of 64 x 4096 tokens.
+  EXPECT_EQ(plan["workload"]["train_tokens"].get<std::int64_t>(), 100 * 64 * 4096);
+  EXPECT_NE(planned.out.find("time to train 26214400 tokens"), std::string::npos) << planned.out;
   const auto typo = cpt(estimate + " --config " +
                         write_temp("cpt_cli_recipe_typo.json", R"({"data": [], "distill": {"lamda": 1}})").string());
   EXPECT_EQ(typo.exit_code, 2);
