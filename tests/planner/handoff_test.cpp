@@ -54,6 +54,8 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
        .zero_stage = 3,
        .hybrid_shard = true,
        .offload = spec::Offload::kOptimizer},
+      // DeepSpeed's pipeline engine: ZeRO-1 at most.
+      {.tp = 2, .dp = 8, .pp = 4, .global_batch = 64, .zero_stage = 2},
   };
   int checked = 0;
   for (const auto& c : configs) {
@@ -64,9 +66,14 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     const auto files = write_handoff(plan, dir);
     ASSERT_EQ(files.size(), 5u);
     const auto ds = nlohmann::json::parse(slurp(dir / "ds_config.json"));
-    EXPECT_EQ(ds["train_batch_size"].get<int>(),
+    // With model parallelism the batch follows from the model's mpu (DeepSpeed would check a stated
+    // one against the world size); DeepSpeed's pipeline engine takes ZeRO-1 at most.
+    EXPECT_EQ(ds.contains("train_batch_size"), c.tp * c.pp * c.cp == 1);
+    EXPECT_EQ(c.global_batch,
               ds["train_micro_batch_size_per_gpu"].get<int>() * ds["gradient_accumulation_steps"].get<int>() * c.dp);
-    EXPECT_EQ(ds["zero_optimization"]["stage"], c.zero_stage);
+    EXPECT_EQ(ds["zero_optimization"]["stage"], c.pp > 1 ? std::min(c.zero_stage, 1) : c.zero_stage);
+    // Offload runs DeepSpeed's CPU Adam, built from the config's optimizer block.
+    EXPECT_EQ(ds.contains("optimizer"), c.offload != spec::Offload::kNone);
     for (const char* script : {"torchrun.sh", "slurm.sbatch", "megatron_args.sh"}) {
       EXPECT_EQ(run("bash -n " + (dir / script).string()), 0) << script;
     }
@@ -85,7 +92,7 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     std::filesystem::remove_all(dir);
     ++checked;
   }
-  EXPECT_EQ(checked, 3);
+  EXPECT_EQ(checked, 4);
 }
 
 std::string megatron_of(const char* model, int gpus, const spec::ParallelConfig& c) {
