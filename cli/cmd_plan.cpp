@@ -101,8 +101,38 @@ core::Json result_json(const planner::PlannerResult& r, bool with_seconds) {
   return j;
 }
 
+// The best plan as each hand-off file runs it (planner/handoff.h): the same configuration priced
+// for the framework that reads the file (report.md's "Each export under its runtime").
+std::string exports_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len,
+                       const planner::Candidate& best, const cost::CostModelOptions& priced_with) {
+  constexpr std::pair<const char*, spec::Runtime> kExports[] = {{"megatron_args.sh", spec::Runtime::kMegatron},
+                                                                {"ds_config.json", spec::Runtime::kDeepSpeed},
+                                                                {"torchtitan.toml", spec::Runtime::kTorchtitan},
+                                                                {"torchrun.sh, slurm.sbatch", spec::Runtime::kCpt}};
+  std::ostringstream md;
+  md << "\n## Each export under its runtime\n\nThe best plan's configuration as the framework reading each file "
+        "runs it (docs/costmodel.md, \"Runtimes\"); where a file cannot state the configuration, its own notes say "
+        "what runs instead.\n\n| file | runtime | step s | tokens/s/GPU | peak GiB | where the step should land "
+        "|\n|---|---|---|---|---|---|\n";
+  for (const auto& [file, runtime] : kExports) {
+    const auto evaluation =
+        cost::evaluate(model, cluster, best.config, seq_len, cost::for_runtime(priced_with, runtime));
+    md << "| " << file << " | " << spec::to_string(runtime) << " | ";
+    if (const auto* e = std::get_if<cost::Estimate>(&evaluation)) {
+      md << fixed(e->time.total().value(), 3) << " | " << fixed(e->tokens_per_s_per_gpu, 0) << " | "
+         << fixed(core::to_gibibytes(e->peak_memory().total()), 1) << " | "
+         << cost::describe_band(e->time.total(), runtime, cluster.gpu()) << " |\n";
+    } else {
+      md << "- | - | - | " << std::get<cost::Infeasible>(evaluation).detail << " |\n";
+    }
+  }
+  return md.str();
+}
+
 std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const PlanOptions& o,
-                      const planner::PlannerResult& r, spec::Runtime runtime, const std::string& recipe) {
+                      const planner::PlannerResult& r, const cost::CostModelOptions& priced_with) {
+  const spec::Runtime runtime = priced_with.runtime;
+  const std::string recipe = describe_recipe(priced_with);
   std::ostringstream md;
   md << "# cpt plan: " << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().display_name << "\n\n"
      << "Global batch " << o.global_batch << " sequences of " << o.seq_len << " tokens; objective " << o.objective
@@ -119,7 +149,9 @@ std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& clu
     md << " Step time of the best plan: "
        << cost::describe_band(r.top.front().estimate.time.total(), runtime, cluster.gpu()) << ".";
   }
-  md << "\n\n## Rejected\n\n| reason | candidates |\n|---|---|\n";
+  md << "\n";
+  if (!r.top.empty()) md << exports_md(model, cluster, o.seq_len, r.top.front(), priced_with);
+  md << "\n## Rejected\n\n| reason | candidates |\n|---|---|\n";
   for (int i = 0; i < planner::kNumRejectReasons; ++i) {
     if (r.rejected[static_cast<std::size_t>(i)] > 0) {
       md << "| " << planner::to_string(static_cast<planner::RejectReason>(i)) << " | "
@@ -163,8 +195,7 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
         << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
   }
   core::write_file_atomic(dir / "candidates.csv", csv.str());
-  core::write_file_atomic(dir / "report.md",
-                          report_md(model, cluster, o, r, priced_with.runtime, describe_recipe(priced_with)));
+  core::write_file_atomic(dir / "report.md", report_md(model, cluster, o, r, priced_with));
 }
 
 planner::Objective objective_of(const std::string& s) {
@@ -218,15 +249,8 @@ std::vector<spec::ClusterSpec> clusters_of(const PlanOptions& o) {
   return clusters;
 }
 
-void run(const PlanOptions& given) {
-  PlanOptions o = given;
-  // Without --tokens, the run's length as its TRAIN.json states it: time and cost to finish.
-  if (o.tokens == 0) o.tokens = recipe_tokens(o.config, o.global_batch, o.seq_len);
-  const auto model = spec::load_model(o.model, "--model");
-  const auto clusters = clusters_of(o);
-  if (clusters.size() > 1 && o.refine > 0) {
-    throw core::ConfigError(str_cat("--refine: expected a single --gpus count, got ", clusters.size()));
-  }
+// The search's options from the flags (TRAIN.json's recipe, the runtime, this machine's regime).
+planner::SearchOptions search_options(const PlanOptions& o) {
   planner::SearchOptions so;
   // This machine's CPU trains in fp32 (the executor's regime there).
   if (o.gpu == "local") {
@@ -252,6 +276,74 @@ void run(const PlanOptions& given) {
                                     "; cpt's executor does"));
   }
   if (o.gpu == "local") so.runtime.reset();  // priced as the executor runs here (above)
+  return so;
+}
+
+// One row per size: the best plan there, the job's rate, and time and cost for the budget.
+void print_sizes(const PlanOptions& o, const planner::PlannerResult& r) {
+  using core::Align;
+  core::TextTable sz(
+      {"GPUs", "best configuration", "tokens/s/GPU", "MFU", "job tokens/s", "hours", "cost USD"},
+      {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
+  for (const auto& [gpus, best] : r.best_per_size) {
+    if (!best) {
+      sz.add_row({std::to_string(gpus), "nothing fits", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    const double job = best->estimate.tokens_per_s_per_gpu * gpus;
+    const double hours = o.tokens > 0 ? static_cast<double>(o.tokens) / job / 3600 : 0;
+    sz.add_row({std::to_string(gpus), config_summary(best->config), fixed(best->estimate.tokens_per_s_per_gpu, 0),
+                fixed(100 * best->estimate.mfu, 1) + "%", fixed(job, 0), o.tokens > 0 ? fixed(hours, 1) : "-",
+                o.tokens > 0 && o.price > 0 ? fixed(hours * gpus * o.price, 0) : "-"});
+  }
+  std::cout << "Best plan at each size:\n" << sz.render() << "\nOverall, by the objective:\n";
+}
+
+// The top plans, the band and the time to train of the best, the rejections.
+void print_top(const PlanOptions& o, const planner::PlannerResult& r, const std::vector<double>& simulated,
+               const spec::ClusterSpec& cluster, spec::Runtime runtime) {
+  using core::Align;
+  core::TextTable t({"#", "GPUs", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
+                    {Align::kRight, Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
+                     Align::kRight, Align::kRight});
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const auto& c = r.top[i];
+    t.add_row({std::to_string(i + 1), std::to_string(c.config.world_size()), config_summary(c.config),
+               fixed(c.estimate.time.total().value(), 3), i < simulated.size() ? fixed(simulated[i], 3) : "-",
+               fixed(c.estimate.tokens_per_s_per_gpu, 0), fixed(100 * c.estimate.mfu, 1) + "%",
+               fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
+  }
+  std::cout << (r.top.empty() ? std::string("no feasible configuration\n") : t.render()) << "\n";
+  if (!r.top.empty()) {
+    const auto& best = r.top.front().estimate;
+    std::cout << "step time of #1: " << cost::describe_band(best.time.total(), runtime, cluster.gpu()) << "\n\n";
+    if (o.tokens > 0) {
+      const double hours = static_cast<double>(o.tokens) / (best.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
+      std::cout << "time to train " << o.tokens << " tokens with #1: " << fixed(hours, 1) << " h ("
+                << fixed(hours * cluster.num_gpus, 0) << " GPU-hours"
+                << (o.price > 0 ? str_cat(", ", fixed(hours * cluster.num_gpus * o.price, 0), " USD") : "") << ")\n\n";
+    }
+  }
+  core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
+  for (int i = 0; i < planner::kNumRejectReasons; ++i) {
+    if (r.rejected[static_cast<std::size_t>(i)] > 0) {
+      rej.add_row({planner::to_string(static_cast<planner::RejectReason>(i)),
+                   std::to_string(r.rejected[static_cast<std::size_t>(i)])});
+    }
+  }
+  std::cout << rej.render() << "\n";
+}
+
+void run(const PlanOptions& given) {
+  PlanOptions o = given;
+  // Without --tokens, the run's length as its TRAIN.json states it: time and cost to finish.
+  if (o.tokens == 0) o.tokens = recipe_tokens(o.config, o.global_batch, o.seq_len);
+  const auto model = spec::load_model(o.model, "--model");
+  const auto clusters = clusters_of(o);
+  if (clusters.size() > 1 && o.refine > 0) {
+    throw core::ConfigError(str_cat("--refine: expected a single --gpus count, got ", clusters.size()));
+  }
+  const planner::SearchOptions so = search_options(o);
   auto r =
       clusters.size() == 1 ? planner::search(model, clusters.front(), so) : planner::search_sizes(model, clusters, so);
   // The cluster of the best plan (the plan file and the report describe it).
@@ -273,7 +365,8 @@ void run(const PlanOptions& given) {
     for (std::size_t i = refined.size(); i < r.top.size(); ++i) top.push_back(r.top[i]);
     r.top = top;
   }
-  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r, planner::pricing_options(so));
+  const cost::CostModelOptions priced_with = planner::pricing_options(so);
+  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r, priced_with);
   if (o.json) {
     auto j = result_json(r, true);
     for (std::size_t i = 0; i < simulated.size(); ++i) j["top"][i]["simulated_step_time_s"] = simulated[i];
@@ -284,64 +377,14 @@ void run(const PlanOptions& given) {
   for (const auto& c : clusters) sizes += str_cat(sizes.empty() ? "" : ", ", c.num_gpus);
   std::cout << str_cat(model.name, " on ", sizes, " x ", cluster.gpu().name, ", global batch ", o.global_batch, " x ",
                        o.seq_len, " tokens, objective ", o.objective, "\npriced for ",
-                       cost::describe(planner::pricing_options(so).runtime),
-                       ", continual recipe: ", describe_recipe(so.cost), "\n\n");
-  using core::Align;
-  if (!r.best_per_size.empty()) {
-    // One row per size: the best plan there, the job's rate, and time and cost for the budget.
-    core::TextTable sz(
-        {"GPUs", "best configuration", "tokens/s/GPU", "MFU", "job tokens/s", "hours", "cost USD"},
-        {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
-    for (const auto& [gpus, best] : r.best_per_size) {
-      if (!best) {
-        sz.add_row({std::to_string(gpus), "nothing fits", "-", "-", "-", "-", "-"});
-        continue;
-      }
-      const double job = best->estimate.tokens_per_s_per_gpu * gpus;
-      const double hours = o.tokens > 0 ? static_cast<double>(o.tokens) / job / 3600 : 0;
-      sz.add_row({std::to_string(gpus), config_summary(best->config), fixed(best->estimate.tokens_per_s_per_gpu, 0),
-                  fixed(100 * best->estimate.mfu, 1) + "%", fixed(job, 0), o.tokens > 0 ? fixed(hours, 1) : "-",
-                  o.tokens > 0 && o.price > 0 ? fixed(hours * gpus * o.price, 0) : "-"});
-    }
-    std::cout << "Best plan at each size:\n" << sz.render() << "\nOverall, by the objective:\n";
-  }
-  core::TextTable t({"#", "GPUs", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
-                    {Align::kRight, Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
-                     Align::kRight, Align::kRight});
-  for (std::size_t i = 0; i < r.top.size(); ++i) {
-    const auto& c = r.top[i];
-    t.add_row({std::to_string(i + 1), std::to_string(c.config.world_size()), config_summary(c.config),
-               fixed(c.estimate.time.total().value(), 3), i < simulated.size() ? fixed(simulated[i], 3) : "-",
-               fixed(c.estimate.tokens_per_s_per_gpu, 0), fixed(100 * c.estimate.mfu, 1) + "%",
-               fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
-  }
-  std::cout << (r.top.empty() ? std::string("no feasible configuration\n") : t.render()) << "\n";
-  if (!r.top.empty()) {
-    std::cout << "step time of #1: "
-              << cost::describe_band(r.top.front().estimate.time.total(), planner::pricing_options(so).runtime,
-                                     cluster.gpu())
-              << "\n\n";
-    if (o.tokens > 0) {
-      const double hours =
-          static_cast<double>(o.tokens) / (r.top.front().estimate.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
-      std::cout << "time to train " << o.tokens << " tokens with #1: " << fixed(hours, 1) << " h ("
-                << fixed(hours * cluster.num_gpus, 0) << " GPU-hours"
-                << (o.price > 0 ? str_cat(", ", fixed(hours * cluster.num_gpus * o.price, 0), " USD") : "") << ")\n\n";
-    }
-  }
-  core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
-  for (int i = 0; i < planner::kNumRejectReasons; ++i) {
-    if (r.rejected[static_cast<std::size_t>(i)] > 0) {
-      rej.add_row({planner::to_string(static_cast<planner::RejectReason>(i)),
-                   std::to_string(r.rejected[static_cast<std::size_t>(i)])});
-    }
-  }
-  std::cout << rej.render() << "\n"
-            << str_cat(r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ",
-                       r.pareto.size(),
-                       clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory",
-                       " Pareto front, in ", fixed(r.seconds, 2), " s on ", r.threads,
-                       r.threads == 1 ? " thread\n" : " threads\n");
+                       cost::describe(priced_with.runtime), ", continual recipe: ", describe_recipe(priced_with),
+                       "\n\n");
+  if (!r.best_per_size.empty()) print_sizes(o, r);
+  print_top(o, r, simulated, cluster, priced_with.runtime);
+  std::cout << str_cat(
+      r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ", r.pareto.size(),
+      clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory", " Pareto front, in ",
+      fixed(r.seconds, 2), " s on ", r.threads, r.threads == 1 ? " thread\n" : " threads\n");
   if (!o.out.empty()) {
     std::cout << "wrote " << o.out
               << "/: plan.json, candidates.csv, report.md, megatron_args.sh, ds_config.json, torchtitan.toml, "

@@ -326,6 +326,12 @@ TEST(CliSmoke, RuntimeIsChosenRecordedAndReplayed) {
   EXPECT_NE(planned.out.find("priced for fsdp"), std::string::npos) << planned.out;
   const auto plan = nlohmann::json::parse(slurp(dir / "new" / "plan.json"));
   EXPECT_EQ(plan["predicted"]["priced_as"]["runtime"], "fsdp");
+  // report.md prices the best plan for each export's framework.
+  const std::string report = slurp(dir / "new" / "report.md");
+  for (const char* row : {"| megatron_args.sh | megatron |", "| ds_config.json | deepspeed |",
+                          "| torchtitan.toml | torchtitan |", "| torchrun.sh, slurm.sbatch | cpt |"}) {
+    EXPECT_NE(report.find(row), std::string::npos) << row << "\n" << report;
+  }
   EXPECT_GT(plan["predicted"]["step_time_band_s"]["validation_rows"].get<int>(), 0);
   EXPECT_NE(slurp(dir / "new" / "report.md").find("p10-p90"), std::string::npos);
   const auto same = cpt("whatif " + (dir / "new" / "plan.json").string() + " --gpu h200 --json");
