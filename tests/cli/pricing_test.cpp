@@ -1,0 +1,139 @@
+// The flags that say how a plan is priced, through the real binary: --runtime (which software runs
+// it) and --config TRAIN.json (the continual recipe it runs), on estimate, plan and whatif.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_test_support.h"
+
+namespace cpt::cli_testing {
+namespace {
+
+Run cpt(const std::string& args) {
+  // Per process: ctest -j runs several of these tests at once.
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt_pricing_test." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return sh(std::string(CPT_BINARY) + " " + args, dir);
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+// --runtime on every command that prices: plan.json records it, whatif prices the plan as it was
+// priced and under another runtime when asked, a typo is one line and exit 2.
+TEST(Pricing, RuntimeIsChosenRecordedAndReplayed) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_runtime";
+  std::filesystem::remove_all(dir);
+  const auto planned =
+      cpt("plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 64 --seq-len 4096 --runtime fsdp "
+          "--fix tp=1,pp=1,cp=1,zero=3 --out " +
+          (dir / "new").string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_NE(planned.out.find("priced for fsdp"), std::string::npos) << planned.out;
+  const auto plan = nlohmann::json::parse(slurp(dir / "new" / "plan.json"));
+  EXPECT_EQ(plan["predicted"]["priced_as"]["runtime"], "fsdp");
+  // report.md prices the best plan for each export's framework.
+  const std::string report = slurp(dir / "new" / "report.md");
+  for (const char* row : {"| megatron_args.sh | megatron |", "| ds_config.json | deepspeed |",
+                          "| torchtitan.toml | torchtitan |", "| torchrun.sh, slurm.sbatch | cpt |"}) {
+    EXPECT_NE(report.find(row), std::string::npos) << row << "\n" << report;
+  }
+  EXPECT_GT(plan["predicted"]["step_time_band_s"]["validation_rows"].get<int>(), 0);
+  EXPECT_NE(slurp(dir / "new" / "report.md").find("p10-p90"), std::string::npos);
+  const auto same = cpt("whatif " + (dir / "new" / "plan.json").string() + " --gpu h200 --json");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  const auto j = nlohmann::json::parse(same.out);
+  EXPECT_EQ(j["before_runtime"], "fsdp");
+  EXPECT_EQ(j["after_runtime"], "fsdp");
+  // The plan's own step time again, not Megatron-LM's.
+  EXPECT_NEAR(j["before"]["step_time_s"].get<double>(), plan["predicted"]["step_time_s"].get<double>(),
+              1e-9 * plan["predicted"]["step_time_s"].get<double>());
+  const auto other = cpt("whatif " + (dir / "new" / "plan.json").string() + " --gpu h100 --runtime megatron --json");
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  const auto k = nlohmann::json::parse(other.out);
+  EXPECT_EQ(k["after_runtime"], "megatron");
+  EXPECT_LT(k["after"]["step_time_s"].get<double>(), k["before"]["step_time_s"].get<double>());
+  const std::string estimate =
+      "estimate --model llama3-8b --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 "
+      "--seq-len 4096 --zero 3 --json --runtime ";
+  for (const char* name : {"megatron", "deepspeed", "fsdp", "torchtitan", "cpt"}) {
+    const auto e = cpt(estimate + name);
+    ASSERT_EQ(e.exit_code, 0) << name << ": " << e.err;
+    const auto json = nlohmann::json::parse(e.out);
+    EXPECT_EQ(json["runtime"], name);
+    // A band where validation runs of the runtime on Hopper exist, null where none do.
+    const bool validated = std::string(name) == "megatron" || std::string(name) == "fsdp";
+    ASSERT_EQ(json["step_time_band_s"].is_null(), !validated) << name;
+    if (validated) {
+      EXPECT_LT(json["step_time_band_s"]["shortest"].get<double>(), json["step_time_s"].get<double>());
+      EXPECT_GT(json["step_time_band_s"]["longest"].get<double>(), json["step_time_s"].get<double>());
+    }
+  }
+  const std::string typos[] = {estimate + "fsdpp",
+                               "advise --model llama3-8b --gpu h100 --gpus 8 --global-batch 8 --seq-len 4096 "
+                               "--runtime Megatron"};
+  for (const std::string& command : typos) {
+    const auto typo = cpt(command);
+    EXPECT_EQ(typo.exit_code, 2) << command;
+    EXPECT_EQ(lines(typo.err), 1) << typo.err;
+    EXPECT_NE(typo.err.find("--runtime"), std::string::npos) << typo.err;
+  }
+  const auto both = cpt(estimate + "fsdp --for-executor");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--for-executor"), std::string::npos) << both.err;
+  std::filesystem::remove_all(dir);
+}
+
+// --config TRAIN.json prices the continual recipe: the teacher's weights and forward, EWC's state and
+// penalty, recorded in plan.json; a TRAIN.json cpt train would refuse is one line naming the key.
+TEST(Pricing, ConfigPricesTheContinualRecipe) {
+  const std::string recipe =
+      R"({"data": [{"name": "new", "path": "shards/new"}], "init_from": "base", "steps": 100,
+          "distill": {"lambda": 0.1}, "ewc": {"data": {"name": "old", "path": "shards/old"}}})";
+  const auto config = write_temp("cpt_cli_recipe_train.json", recipe);
+  const std::string estimate =
+      "estimate --model llama3-8b --gpu h100 --gpus 8 --tp 4 --zero 1 --micro-batch 1 "
+      "--global-batch 8 --seq-len 4096 --json";
+  const auto plain = cpt(estimate);
+  const auto priced = cpt(estimate + " --config " + config.string());
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(priced.out);
+  EXPECT_EQ(a["memory_GiB"]["teacher"].get<double>(), 0);
+  EXPECT_GT(b["memory_GiB"]["teacher"].get<double>(), 3);  // 8B / tp 4 in 16 bits: 3.7 GiB
+  EXPECT_GT(b["memory_GiB"]["ewc"].get<double>(), 14);     // two fp32 copies: 15 GiB
+  EXPECT_GT(b["time_s"]["continual"].get<double>(), 0);
+  EXPECT_GT(b["step_time_s"].get<double>(), a["step_time_s"].get<double>());
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_recipe_plan";
+  std::filesystem::remove_all(dir);
+  const auto planned = cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --config " +
+                           config.string() + " --out " + dir.string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const auto plan = nlohmann::json::parse(slurp(dir / "plan.json"));
+  EXPECT_TRUE(plan["predicted"]["priced_as"]["distill_teacher"].get<bool>());
+  EXPECT_TRUE(plan["predicted"]["priced_as"]["ewc"].get<bool>());
+  EXPECT_NE(slurp(dir / "report.md").find("continual recipe: KL teacher, EWC"), std::string::npos);
+  // Without --tokens, the run's length is TRAIN.json's: 100 steps of 64 x 4096 tokens.
+  EXPECT_EQ(plan["workload"]["train_tokens"].get<std::int64_t>(), 100 * 64 * 4096);
+  EXPECT_NE(planned.out.find("time to train 26214400 tokens"), std::string::npos) << planned.out;
+  const auto typo = cpt(estimate + " --config " +
+                        write_temp("cpt_cli_recipe_typo.json", R"({"data": [], "distill": {"lamda": 1}})").string());
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_EQ(lines(typo.err), 1) << typo.err;
+  EXPECT_NE(typo.err.find("cpt_cli_recipe_typo.json"), std::string::npos) << typo.err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cpt::cli_testing
