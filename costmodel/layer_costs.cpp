@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include "costmodel/elementwise_traffic.h"
 #include "costmodel/kernel_dispatch.h"
@@ -136,6 +137,41 @@ Seconds gemm_time(double flops, double min_dim, const spec::GpuSpec& gpu, const 
   return Seconds(flops / (peak(gpu, o.precision) * gemm_efficiency_at(flops, min_dim, gpu, o)));
 }
 
+namespace {
+
+// The attention core's forward and backward time: the fused kernel (causal, half the work, at
+// the attention curve times the runtime's kernel scale), or materialised scores (GEMMs plus their
+// memory traffic). `full`: 4·T·s·d per head over the rank's heads, the non-causal count.
+std::pair<Seconds, Seconds> attention_core(const Shape& shape, double full, const spec::GpuSpec& gpu,
+                                           const CostModelOptions& o) {
+  if (o.flash_attention) {
+    const double forward_flops = causal_attention_forward_flops(shape.T, shape.s, shape.d, shape.a / shape.tp);
+    const double backward_flops = causal_attention_backward_flops(forward_flops);
+    // FP8 recipes run the attention core in BF16: Transformer Engine's FP8 applies to its linear
+    // layers unless FP8 dot-product attention is asked for (fp8_dpa, off by default), and
+    // llm-foundry's FP8 swaps in Transformer Engine's linear layers only.
+    const spec::Precision core_precision = o.precision == spec::Precision::kFp8 ? spec::Precision::kBf16 : o.precision;
+    const double pk = peak(gpu, core_precision);
+    const auto& measured = gpu.attention_efficiency[static_cast<std::size_t>(core_precision)];
+    auto efficiency = [&](double flops) {
+      const double curve =
+          measured.empty() ? o.attention_efficiency.at(flops) : interpolate_efficiency(measured, flops);
+      return curve * o.attention_kernel_scale;
+    };
+    return {Seconds(forward_flops / (pk * efficiency(forward_flops))),
+            Seconds(backward_flops / (pk * efficiency(backward_flops)))};
+  }
+  // Materialised scores [b, a/tp, T, s]: written by QK^T, softmax read + write, dropout read +
+  // write + 1-byte mask, read by AV (Korthikanti et al. 2022 §4.1 lists the stored tensors).
+  const double scores = shape.T * shape.s * (shape.a / shape.tp);
+  const double score_bytes = scores * (5 * shape.e + 1);
+  // QK^T and AV, batched over the heads: [T, d] x [d, s] and [T, s] x [s, d].
+  return {gemm_time(full, shape.d, gpu, o) + memory_time(score_bytes, gpu, o),
+          gemm_time(2 * full, shape.d, gpu, o) + memory_time(2 * score_bytes, gpu, o)};
+}
+
+}  // namespace
+
 BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const spec::GpuSpec& gpu,
                        const CostModelOptions& o) {
   const Shape shape = shape_of(m, p, seq_len, o);
@@ -161,37 +197,9 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
     gemm_fwd += linear(shape.h, q_width + 2 * kv_width) + linear(shape.h, up_count * ffn_width);
   }
 
-  // Attention core: QK^T and AV, each 2·T·s·d per head; causal with a fused kernel does half.
+  // Attention core: QK^T and AV, each 2·T·s·d per head (attention_core).
   const double attn_full = 4 * shape.T * shape.s * shape.d * (shape.a / shape.tp);
-  const double attn_fwd_flops =
-      o.flash_attention ? causal_attention_forward_flops(shape.T, shape.s, shape.d, shape.a / shape.tp) : attn_full;
-  const double attn_bwd_flops = o.flash_attention ? causal_attention_backward_flops(attn_fwd_flops) : 2 * attn_full;
-  Seconds attn_fwd;
-  Seconds attn_bwd;
-  double score_bytes = 0;
-  if (o.flash_attention) {
-    // FP8 recipes run the attention core in BF16: Transformer Engine's FP8 applies to its linear
-    // layers unless FP8 dot-product attention is asked for (fp8_dpa, off by default), and
-    // llm-foundry's FP8 swaps in Transformer Engine's linear layers only.
-    const spec::Precision core_precision = o.precision == spec::Precision::kFp8 ? spec::Precision::kBf16 : o.precision;
-    const double pk = peak(gpu, core_precision);
-    const auto& measured = gpu.attention_efficiency[static_cast<std::size_t>(core_precision)];
-    auto eff = [&](double flops) {
-      const double curve =
-          measured.empty() ? o.attention_efficiency.at(flops) : interpolate_efficiency(measured, flops);
-      return curve * o.attention_kernel_scale;
-    };
-    attn_fwd = Seconds(attn_fwd_flops / (pk * eff(attn_fwd_flops)));
-    attn_bwd = Seconds(attn_bwd_flops / (pk * eff(attn_bwd_flops)));
-  } else {
-    // Materialised scores [b, a/tp, T, s]: written by QK^T, softmax read + write, dropout read +
-    // write + 1-byte mask, read by AV (Korthikanti et al. 2022 §4.1 lists the stored tensors).
-    const double scores = shape.T * shape.s * (shape.a / shape.tp);
-    score_bytes = scores * (5 * shape.e + 1);
-    // QK^T and AV, batched over the heads: [T, d] x [d, s] and [T, s] x [s, d].
-    attn_fwd = gemm_time(attn_full, shape.d, gpu, o) + memory_time(score_bytes, gpu, o);
-    attn_bwd = gemm_time(2 * attn_full, shape.d, gpu, o) + memory_time(2 * score_bytes, gpu, o);
-  }
+  const auto [attn_fwd, attn_bwd] = attention_core(shape, attn_full, gpu, o);
 
   // Element-wise traffic (costmodel/elementwise_traffic.h): as the runtime dispatches it.
   const PassBytes elementwise = layer_elementwise_bytes(widths_of(shape), o.dispatch);
