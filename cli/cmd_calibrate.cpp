@@ -13,23 +13,21 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/calibrate_from_runs.h"
+#include "cli/calibration_samples.h"
 #include "cli/commands.h"
 #include "cli/executor_process.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
-#include "cli/recipe_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/str_cat.h"
-#include "costmodel/layer_costs.h"
-#include "costmodel/step_estimator.h"
+#include "costmodel/cost_options.h"
 #include "costmodel/straggler.h"
 #include "spec/gpu_for_device_name.h"
 #include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
-#include "spec/measured_run.h"
-#include "spec/plan.h"
 
 namespace cpt::cli {
 
@@ -50,191 +48,6 @@ struct CalibrateOptions {
   std::string base_gpu;      // --device cuda: the catalog GPU to start from (default: by device name)
   std::string measurements;  // --device cuda: fit these (a report of an earlier run) instead of measuring
 };
-
-// An efficiency curve in the report: [{gflop, efficiency}, ...].
-Json curve_json(const std::vector<spec::EfficiencyPoint>& points) {
-  Json out = Json::array();
-  for (const auto& p : points) out.push_back({{"gflop", p.gflops}, {"efficiency", p.efficiency}});
-  return out;
-}
-
-// A collective sample's op, as cpt-exec calibrate-comm names it.
-spec::LinkCall op_of(const std::string& s) {
-  if (auto call = spec::link_call_from_string(s)) return *call;
-  throw core::RuntimeError(str_cat("calibrate: the executor reported an unknown collective \"", s, "\""));
-}
-
-// `--from-runs`: rescale a profile's computation and communication so that the cost model's parts
-// match what the executor measured in those runs (costmodel/calibration_fit.h, fit_run_scales).
-void refit_from_runs(const CalibrateOptions& o) {
-  const auto& cat = spec::HardwareCatalog::builtin();
-  const fs::path base_path = o.base.empty() ? local_profile_path() : fs::path(o.base);
-  if (!fs::exists(base_path)) {
-    throw core::ConfigError(
-        str_cat("--base: ", base_path.string(), " does not exist (calibrate first, or name a profile)"));
-  }
-  const auto base = cat.load_cluster_file(base_path);
-  struct Run {
-    std::string dir;
-    spec::Plan plan;
-    double step = 0, compute = 0, comm = 0;  // measured
-    bool cpu = true;
-  };
-  std::vector<Run> runs;
-  for (const auto& d : o.from_runs) {
-    Run r;
-    r.dir = d;
-    r.plan = spec::load_plan(fs::path(d) / "plan.json");
-    const auto m = spec::load_measured_run(fs::path(d) / "measured.json");
-    const auto& b = m.ranks.front().step_time_breakdown_s;
-    r.step = m.step_time_s;
-    r.compute = b.compute_and_other;
-    r.comm = b.tp_comm + b.cp_comm + b.dp_comm;
-    r.cpu = m.on_cpu();
-    if (r.plan.parallel.world_size() > base.node.gpus_per_node) {
-      throw core::ConfigError(str_cat("--from-runs: ", d, " ran ", r.plan.parallel.world_size(), " ranks; the profile ",
-                                      base_path.string(), " has ", base.node.gpus_per_node, " per node"));
-    }
-    runs.push_back(std::move(r));
-  }
-  struct Parts {
-    double step, compute, comm;
-    // In compute, priced from the communication and the node's measurements, not from its rates:
-    // the computation lost beside overlapped communication (`other`) and resuming from blocking
-    // calls (NodeSpec::compute_lost_resuming_from_call).
-    double known;
-  };
-  auto predict = [&](const spec::ClusterSpec& cluster, const Run& r) {
-    auto c = cluster;
-    c.num_nodes = 1;
-    c.num_gpus = r.plan.parallel.world_size();
-    cost::CostModelOptions options;
-    options.precision = r.cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
-    options = cost::as_run_by_cpt_executor(options);
-    // The continual recipe the run trained with, as `cpt compare` prices it.
-    const std::filesystem::path recipe = std::filesystem::path(r.dir) / "train_config.json";
-    if (std::filesystem::exists(recipe)) options = with_recipe(options, recipe.string());
-    auto time_on = [&](const spec::ClusterSpec& on) {
-      const auto ev = cost::evaluate(r.plan.model, on, r.plan.parallel, r.plan.workload.seq_len, options);
-      const auto* e = std::get_if<cost::Estimate>(&ev);
-      if (e == nullptr)
-        throw core::ConfigError(str_cat("--from-runs: ", r.dir, ": the plan is infeasible on the profile"));
-      return e->time;
-    };
-    const auto t = time_on(c);
-    const double comm = (t.tp_comm + t.cp_comm + t.dp_comm).value();
-    const double compute = t.total().value() - comm - (t.pp_comm + t.pp_bubble).value();
-    double resume = 0;
-    if (c.node.compute_lost_resuming_from_call) {
-      auto without = c;
-      without.node.compute_lost_resuming_from_call.reset();
-      const auto u = time_on(without);
-      resume = compute - (u.total() - u.tp_comm - u.cp_comm - u.dp_comm - u.pp_comm - u.pp_bubble).value();
-    }
-    return Parts{t.total().value(), compute, comm, t.other.value() + resume};
-  };
-  // Each part split into its throughput term and its count of fixed-cost events, by evaluating
-  // with fixed costs of 0 and of 1 ms (the cost model is linear in them). The communication first;
-  // then the computation on a profile with the communication's fit, whose overlap charge (priced
-  // from the communication) and resume cost (measured per call) are a known part of the measured
-  // computation, not a scaled one.
-  auto with_fixed = [&](double comm_scale, double kernel_s, double call_s) {
-    return cost::rescaled(base, 1.0, comm_scale, core::Seconds(kernel_s), core::Seconds(call_s));
-  };
-  std::vector<cost::RunTerm> comm_terms;
-  {
-    const auto zero = with_fixed(1.0, 0, 0), one = with_fixed(1.0, 1e-3, 1e-3);
-    for (const auto& r : runs) {
-      const auto p0 = predict(zero, r), p1 = predict(one, r);
-      comm_terms.push_back({p0.comm, (p1.comm - p0.comm) / 1e-3, r.comm});
-    }
-  }
-  const auto comm_fit = cost::fit_scale_and_fixed(comm_terms);
-  const double comm_scale = comm_fit.runs > 0 ? comm_fit.scale : 1.0;
-  const double call_s =
-      comm_fit.runs > 0 ? comm_fit.fixed_s
-                        : base.gpu().collective_overhead.value_or(cost::CostModelOptions{}.collective_overhead).value();
-  std::vector<cost::RunTerm> compute_terms;
-  {
-    const auto zero = with_fixed(comm_scale, 0, call_s), one = with_fixed(comm_scale, 1e-3, call_s);
-    for (const auto& r : runs) {
-      const auto p0 = predict(zero, r), p1 = predict(one, r);
-      const double a0 = p0.compute - p0.known, a1 = p1.compute - p1.known;
-      compute_terms.push_back({a0, (a1 - a0) / 1e-3, r.compute, p0.known});
-    }
-  }
-  const auto compute_fit = cost::fit_scale_and_fixed(compute_terms);
-  // No run to fit the computation to: the profile's own rates and dispatch cost stand.
-  const core::Seconds kernel_s = compute_fit.runs > 0
-                                     ? core::Seconds(compute_fit.fixed_s)
-                                     : base.gpu().kernel_overhead.value_or(cost::CostModelOptions{}.kernel_overhead);
-  const auto cluster =
-      cost::rescaled(base, compute_fit.runs > 0 ? compute_fit.scale : 1.0, comm_scale, kernel_s, core::Seconds(call_s));
-  const fs::path out = o.out.empty() ? base_path : fs::path(o.out);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");
-  Json rows = Json::array();
-  for (const auto& r : runs) {
-    const auto before = predict(base, r), after = predict(cluster, r);
-    rows.push_back({{"run", r.dir},
-                    {"measured_step_s", r.step},
-                    {"predicted_step_s_before", before.step},
-                    {"predicted_step_s_after", after.step},
-                    {"rel_err_before", (before.step - r.step) / r.step},
-                    {"rel_err_after", (after.step - r.step) / r.step}});
-  }
-  const Json report{{"profile", out.string()},
-                    {"base", base_path.string()},
-                    {"compute_scale", compute_fit.scale},
-                    {"kernel_overhead_us", compute_fit.fixed_s * 1e6},
-                    {"compute_runs", compute_fit.runs},
-                    {"compute_fit_rms_relative_error", compute_fit.rms_relative_error},
-                    {"comm_scale", comm_fit.scale},
-                    {"collective_overhead_us", comm_fit.fixed_s * 1e6},
-                    {"comm_runs", comm_fit.runs},
-                    {"comm_fit_rms_relative_error", comm_fit.rms_relative_error},
-                    {"runs", rows}};
-  auto report_path = out;
-  report_path.replace_extension(".runs-report.json");
-  core::write_file_atomic(report_path, report.dump(2) + "\n");
-  if (o.json) {
-    print_json(report);
-    return;
-  }
-  std::cout << str_cat("recalibrated ", out.string(), " from ", runs.size(), " runs: computation x",
-                       fixed(compute_fit.scale, 3), " + ", fixed(compute_fit.fixed_s * 1e6, 1), " us per kernel (",
-                       compute_fit.runs, " runs, ", fixed(100 * compute_fit.rms_relative_error, 0),
-                       "% rms), communication x", fixed(comm_fit.scale, 3), " + ", fixed(comm_fit.fixed_s * 1e6, 0),
-                       " us per call (", comm_fit.runs, " runs, ", fixed(100 * comm_fit.rms_relative_error, 0),
-                       "% rms)\n  run                                   step s   before    after\n");
-  for (const auto& row : rows) {
-    auto name = row["run"].get<std::string>();
-    if (name.size() > 36) name = "..." + name.substr(name.size() - 33);
-    std::cout << str_cat("  ", name, std::string(name.size() < 36 ? 36 - name.size() : 1, ' '), "  ",
-                         fixed(row["measured_step_s"].get<double>(), 4), "  ",
-                         fixed(100 * row["rel_err_before"].get<double>(), 1), "%  ",
-                         fixed(100 * row["rel_err_after"].get<double>(), 1), "%\n");
-  }
-}
-
-// Adds every floating-point number of `b` to `sum`'s at the same place (two runs of the same probe:
-// same keys, same array lengths, same integers).
-void accumulate(Json& sum, const Json& b) {
-  if (sum.is_number_float()) {
-    sum = sum.get<double>() + b.get<double>();
-  } else if (sum.is_object()) {
-    for (auto& [key, value] : sum.items()) accumulate(value, b.at(key));
-  } else if (sum.is_array()) {
-    for (std::size_t i = 0; i < sum.size(); ++i) accumulate(sum[i], b.at(i));
-  }
-}
-void scale_floats(Json& j, double f) {
-  if (j.is_number_float()) {
-    j = j.get<double>() * f;
-  } else if (j.is_object() || j.is_array()) {
-    for (auto& v : j) scale_floats(v, f);
-  }
-}
 
 // The host probe run by `ranks` processes at once, each with `threads` threads — the machine as
 // `cpt train` shares it among its local ranks (on a small VM two busy ranks each run ~20% slower
@@ -274,89 +87,6 @@ Json measure_hosts_together(int ranks, double seconds, int threads) {
   for (std::size_t r = 1; r < results.size(); ++r) accumulate(mean, results[r]);
   scale_floats(mean, 1.0 / ranks);
   return mean;
-}
-
-// The GEMM samples of calibrate-host's JSON, as calibration_fit.h takes them.
-std::vector<cost::GemmSample> gemm_samples(const Json& host) {
-  std::vector<cost::GemmSample> gemm;
-  for (const auto& g : host["gemm"]) {
-    const double m = g["m"].get<double>(), n = g["n"].get<double>(), k = g["k"].get<double>();
-    const double flop = 2.0 * m * n * k;
-    gemm.push_back({flop / 1e9, flop / g["seconds"].get<double>(), std::min({m, n, k})});
-  }
-  return gemm;
-}
-
-// The attention samples (forward and backward in one curve; FLOPs in the cost model's causal
-// convention, costmodel/layer_costs.h).
-std::vector<cost::GemmSample> attention_samples(const Json& host) {
-  std::vector<cost::GemmSample> attention;
-  for (const auto& a : host["attention"]) {
-    const double seq = a["seq"].get<double>();
-    const double fwd = cost::causal_attention_forward_flops(a["batch"].get<double>() * seq, seq,
-                                                            a["head_dim"].get<double>(), a["heads"].get<double>());
-    const double bwd = cost::causal_attention_backward_flops(fwd);
-    attention.push_back({fwd / 1e9, fwd / a["forward_seconds"].get<double>()});
-    attention.push_back({bwd / 1e9, bwd / a["backward_seconds"].get<double>()});
-  }
-  return attention;
-}
-
-std::vector<spec::CrossEntropyPoint> cross_entropy_points(const Json& host) {
-  std::vector<spec::CrossEntropyPoint> out;
-  for (const auto& ce : host.value("cross_entropy", Json::array())) {
-    const double logits = ce["tokens"].get<double>() * ce["vocab"].get<double>();
-    out.push_back(
-        {logits, logits / ce["forward_seconds"].get<double>(), logits / ce["backward_seconds"].get<double>()});
-  }
-  return out;
-}
-
-// The collective samples of calibrate-comm's JSON.
-std::vector<cost::CollectiveSample> collective_samples(const Json& comm) {
-  std::vector<cost::CollectiveSample> samples;
-  for (const auto& s : comm["samples"]) {
-    samples.push_back({op_of(s["op"].get<std::string>()), s["ranks"].get<int>(), s["bytes"].get<double>(),
-                       s["seconds"].get<double>()});
-  }
-  return samples;
-}
-
-// The per-ring-step latency of calibrate-comm's scalar all-reduce (spec::NodeSpec::
-// scalar_all_reduce_step_latency): its seconds over 2(n − 1) steps; 0 where it was not measured.
-double scalar_all_reduce_step_s(const Json& comm) {
-  if (!comm.is_object() || !comm.contains("scalar_all_reduce")) return 0;
-  const auto& s = comm["scalar_all_reduce"];
-  const int n = s.value("ranks", 0);
-  const double seconds = s.value("seconds", 0.0);
-  return n >= 2 && seconds > 0 ? seconds / (2.0 * (n - 1)) : 0.0;
-}
-
-// The node's α–β pair and each call's own (spec::NodeSpec::intra_measured). One pair describes
-// every collective in the cost model; Gloo's all-reduce carries a much larger fixed cost than its
-// all-gather or reduce-scatter, so the pair is fitted to the all-reduces (what data- and
-// tensor-parallel steps spend most calls on), and each call is also fitted apart in its own form
-// (on Gloo the reduce-scatter costs 2-3x what the all-reduce's pair says, a send/recv a tenth).
-// Returns whether the pair was fitted to the all-reduces alone.
-bool fit_collectives(const std::vector<cost::CollectiveSample>& samples, LocalCalibration& c) {
-  std::vector<cost::CollectiveSample> all_reduce;
-  for (const auto& s : samples) {
-    if (s.op == spec::LinkCall::kAllReduce) all_reduce.push_back(s);
-  }
-  c.comm = cost::fit_alpha_beta(all_reduce.size() >= 2 ? all_reduce : samples);
-  for (const auto call : spec::kAllLinkCalls) {
-    std::vector<cost::CollectiveSample> own;
-    for (const auto& s : samples) {
-      if (s.op == call) own.push_back(s);
-    }
-    if (own.size() < 2) continue;
-    try {
-      c.per_call[static_cast<std::size_t>(call)] = cost::fit_alpha_beta(own);
-    } catch (const core::ConfigError& e) {  // degenerate (e.g. no size dependence): the shared pair
-      std::cerr << str_cat("calibrate: ", spec::to_string(call), " not fitted apart (", e.what(), ")\n");
-    }
-  }
-  return all_reduce.size() >= 2;
 }
 
 // A saved GPU report's measurements must hold every number the fit reads: a one-line ConfigError
@@ -548,7 +278,7 @@ void run_cuda(const CalibrateOptions& o) {
 
 void run(const CalibrateOptions& o) {
   if (!o.from_runs.empty()) {
-    refit_from_runs(o);
+    refit_from_runs(FromRunsOptions{o.from_runs, o.base, o.out, o.json});
     return;
   }
   if (o.device == "cuda") {
