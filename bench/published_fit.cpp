@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/order_statistics.h"
 #include "costmodel/error_band.h"
 #include "costmodel/runtime_profile.h"
 #include "costmodel/step_estimator.h"
@@ -117,13 +118,6 @@ void report(const std::vector<Row>& rows, const Parameters& k, bool as_profiled)
   }
 }
 
-double percentile(std::vector<double> values, double q) {
-  std::sort(values.begin(), values.end());
-  const double at = q * static_cast<double>(values.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(at)), hi = static_cast<std::size_t>(std::ceil(at));
-  return values[lo] + (values[hi] - values[lo]) * (at - static_cast<double>(lo));
-}
-
 void print_bands(const std::vector<Row>& rows) {
   std::map<std::string, std::vector<double>> errors;  // by "runtime family"
   for (const Row& row : rows) {
@@ -133,8 +127,8 @@ void print_bands(const std::vector<Row>& rows) {
     errors[spec::to_string(row.run.runtime) + " " + (family.empty() ? "?" : family)].push_back(*e);
   }
   for (const auto& [key, values] : errors) {
-    std::printf("  %-16s %3zu rows  p10 %+.3f  p90 %+.3f\n", key.c_str(), values.size(), percentile(values, 0.1),
-                percentile(values, 0.9));
+    std::printf("  %-16s %3zu rows  p10 %+.3f  p90 %+.3f\n", key.c_str(), values.size(),
+                core::linear_quantile(values, 0.1), core::linear_quantile(values, 0.9));
   }
 }
 

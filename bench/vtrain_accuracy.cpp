@@ -15,21 +15,13 @@
 #include <vector>
 
 #include "bench/vtrain_data.h"
+#include "core/order_statistics.h"
 
 namespace {
 
 using cpt::bench::VtrainRow;
 
 cpt::cost::CostModelOptions g_options;  // what the reports predict with
-
-double percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  if (v.empty()) return 0;
-  const double idx = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(idx));
-  const auto hi = static_cast<std::size_t>(std::ceil(idx));
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
-}
 
 void report(const char* name, std::vector<VtrainRow>& rows, bool by_group) {
   std::vector<double> abs_err, signed_err;
@@ -52,11 +44,12 @@ void report(const char* name, std::vector<VtrainRow>& rows, bool by_group) {
   const double n = static_cast<double>(abs_err.size());
   std::printf(
       "%-12s n %4zu  MAPE %5.1f%%  median %5.1f%%  p90 %5.1f%%  max %6.1f%%  mean signed %+5.1f%%  infeasible %d\n",
-      name, abs_err.size(), 100 * mape / n, 100 * percentile(abs_err, 0.5), 100 * percentile(abs_err, 0.9),
-      100 * percentile(abs_err, 1.0), 100 * mean_signed / n, infeasible);
+      name, abs_err.size(), 100 * mape / n, 100 * cpt::core::linear_quantile(abs_err, 0.5),
+      100 * cpt::core::linear_quantile(abs_err, 0.9), 100 * cpt::core::linear_quantile(abs_err, 1.0),
+      100 * mean_signed / n, infeasible);
   // The band costmodel/error_band.cpp quotes: the 10th and 90th percentile of the signed error.
-  std::printf("  signed error p10 %+.1f%%  p90 %+.1f%%\n", 100 * percentile(signed_err, 0.1),
-              100 * percentile(signed_err, 0.9));
+  std::printf("  signed error p10 %+.1f%%  p90 %+.1f%%\n", 100 * cpt::core::linear_quantile(signed_err, 0.1),
+              100 * cpt::core::linear_quantile(signed_err, 0.9));
   // Ranking: within each group (same model, GPU count and global batch), is the predicted fastest
   // configuration the measured fastest? Regret = measured time of the predicted best / measured
   // best − 1.

@@ -123,7 +123,7 @@ void run(const CompareOptions& o) {
   options.precision = cpu ? spec::Precision::kFp32 : spec::Precision::kBf16;
   options = cost::as_run_by_cpt_executor(options);
   // The continual recipe the run trained with (its copy of TRAIN.json), as `plan --config` prices it.
-  if (fs::exists(dir / "train_config.json")) options = with_recipe(options, (dir / "train_config.json").string());
+  options = with_recipe(options, run_recipe(dir));
   // The run's own gradient bucket (fp32 gradients), where measured.json records it.
   if (measured.dp_bucket_bytes > 0) options.bucket_elements = std::max<std::int64_t>(1, measured.dp_bucket_bytes / 4);
   const auto ev = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, options);

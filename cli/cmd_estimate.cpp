@@ -170,7 +170,7 @@ void run(const EstimateOptions& o) {
         str_cat("--for-executor: prices the plan for cpt's executor, but --runtime says ", o.runtime));
   }
   opts = cost::for_runtime(opts, o.for_executor ? spec::Runtime::kCpt : runtime.value_or(spec::Runtime::kMegatron));
-  opts = with_recipe(opts, o.config);
+  opts = with_recipe(opts, read_recipe(o.config));
   if (o.cuda_context_gib > 1e6) {
     throw core::ConfigError(str_cat("--cuda-context-GiB: expected at most 1e6, got ", o.cuda_context_gib));
   }

@@ -250,7 +250,7 @@ std::vector<spec::ClusterSpec> clusters_of(const PlanOptions& o) {
 }
 
 // The search's options from the flags (TRAIN.json's recipe, the runtime, this machine's regime).
-planner::SearchOptions search_options(const PlanOptions& o) {
+planner::SearchOptions search_options(const PlanOptions& o, const std::optional<spec::TrainConfig>& recipe) {
   planner::SearchOptions so;
   // This machine's CPU trains in fp32 (the executor's regime there).
   if (o.gpu == "local") {
@@ -266,7 +266,7 @@ planner::SearchOptions search_options(const PlanOptions& o) {
   so.top_k = o.top;
   so.fixed = planner::parse_fixed(o.fix);
   so.cost.flash_attention = o.flash_attention;
-  so.cost = with_recipe(so.cost, o.config);
+  so.cost = with_recipe(so.cost, recipe);
   so.threads = o.threads;
   so.executor_only = o.for_executor;
   so.runtime = runtime_named(o.runtime);
@@ -337,13 +337,14 @@ void print_top(const PlanOptions& o, const planner::PlannerResult& r, const std:
 void run(const PlanOptions& given) {
   PlanOptions o = given;
   // Without --tokens, the run's length as its TRAIN.json states it: time and cost to finish.
-  if (o.tokens == 0) o.tokens = recipe_tokens(o.config, o.global_batch, o.seq_len);
+  const auto recipe = read_recipe(o.config);
+  if (o.tokens == 0) o.tokens = recipe_tokens(recipe, o.global_batch, o.seq_len);
   const auto model = spec::load_model(o.model, "--model");
   const auto clusters = clusters_of(o);
   if (clusters.size() > 1 && o.refine > 0) {
     throw core::ConfigError(str_cat("--refine: expected a single --gpus count, got ", clusters.size()));
   }
-  const planner::SearchOptions so = search_options(o);
+  const planner::SearchOptions so = search_options(o, recipe);
   auto r =
       clusters.size() == 1 ? planner::search(model, clusters.front(), so) : planner::search_sizes(model, clusters, so);
   // The cluster of the best plan (the plan file and the report describe it).

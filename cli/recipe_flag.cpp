@@ -2,8 +2,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include "spec/train_config.h"
-
 namespace cpt::cli {
 
 CLI::Option* add_recipe_option(CLI::App& command, std::string& path) {
@@ -12,19 +10,28 @@ CLI::Option* add_recipe_option(CLI::App& command, std::string& path) {
                             "distillation's teacher and EWC's Fisher and anchor");
 }
 
-cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::string& path) {
-  if (path.empty()) return options;
-  const spec::TrainConfig config = spec::load_train_config(path);
-  options.distill_teacher = config.distill.has_value();
-  options.ewc = config.ewc.has_value();
+std::optional<spec::TrainConfig> read_recipe(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  return spec::load_train_config(path);
+}
+
+std::optional<spec::TrainConfig> run_recipe(const std::filesystem::path& run_dir) {
+  const auto path = run_dir / "train_config.json";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return spec::load_train_config(path);
+}
+
+cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::optional<spec::TrainConfig>& recipe) {
+  if (!recipe) return options;
+  options.distill_teacher = recipe->distill.has_value();
+  options.ewc = recipe->ewc.has_value();
   return options;
 }
 
-std::int64_t recipe_tokens(const std::string& path, int global_batch, int seq_len) {
-  if (path.empty()) return 0;
-  const spec::TrainConfig config = spec::load_train_config(path);
-  if (config.tokens) return *config.tokens;
-  if (config.steps) return *config.steps * global_batch * seq_len;
+std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int global_batch, int seq_len) {
+  if (!recipe) return 0;
+  if (recipe->tokens) return *recipe->tokens;
+  if (recipe->steps) return *recipe->steps * global_batch * seq_len;
   return 0;
 }
 

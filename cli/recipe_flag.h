@@ -3,9 +3,12 @@
 // run (spec/train_config.h), so that the plan prices its continual recipe — KL distillation's
 // teacher and EWC's state (cost::CostModelOptions::distill_teacher, ewc).
 #include <cstdint>
+#include <filesystem>
+#include <optional>
 #include <string>
 
 #include "costmodel/cost_options.h"
+#include "spec/train_config.h"
 
 namespace CLI {
 class App;
@@ -16,13 +19,19 @@ namespace cpt::cli {
 
 CLI::Option* add_recipe_option(CLI::App& command, std::string& path);
 
-// `options` with the recipe of TRAIN.json at `path` (unchanged when `path` is empty). Throws
+// TRAIN.json at `path`, read as cpt train reads it; nullopt when `path` is empty. Throws
 // core::ConfigError naming the file and key for a TRAIN.json cpt train would refuse.
-cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::string& path);
+std::optional<spec::TrainConfig> read_recipe(const std::string& path);
+// The copy of TRAIN.json a cpt train output directory keeps (RUN_DIR/train_config.json); nullopt
+// for a run without one.
+std::optional<spec::TrainConfig> run_recipe(const std::filesystem::path& run_dir);
 
-// The run's length in tokens as TRAIN.json at `path` states it ("tokens", or "steps" of
-// `global_batch` sequences of `seq_len`); 0 when `path` is empty or states neither.
-std::int64_t recipe_tokens(const std::string& path, int global_batch, int seq_len);
+// `options` with the continual recipe `recipe` states (unchanged without one).
+cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::optional<spec::TrainConfig>& recipe);
+
+// The run's length in tokens as `recipe` states it ("tokens", or "steps" of `global_batch`
+// sequences of `seq_len`); 0 without a recipe or when it states neither.
+std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int global_batch, int seq_len);
 
 // "KL teacher, EWC" or "none": what a report says was priced.
 std::string describe_recipe(const cost::CostModelOptions& options);

@@ -10,7 +10,7 @@ CLI::Option* add_runtime_option(CLI::App& command, std::string& name, const std:
                   "The software that runs the plan: megatron (Megatron-LM, Transformer Engine), deepspeed, fsdp "
                   "(PyTorch FSDP), torchtitan or cpt (cpt's executor); " +
                       default_help)
-      ->check(CLI::IsMember({"megatron", "deepspeed", "fsdp", "torchtitan", "cpt"}));
+      ->check(CLI::IsMember(spec::runtime_names()));
 }
 
 std::optional<spec::Runtime> runtime_named(const std::string& name) {

@@ -26,4 +26,12 @@ double nearest_rank_quantile(std::vector<double> values, double q) {
   return *nth;
 }
 
+double linear_quantile(std::vector<double> values, double q) {
+  if (values.empty()) return std::nan("");
+  std::sort(values.begin(), values.end());
+  const double at = std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(at)), hi = static_cast<std::size_t>(std::ceil(at));
+  return values[lo] + (values[hi] - values[lo]) * (at - static_cast<double>(lo));
+}
+
 }  // namespace cpt::core

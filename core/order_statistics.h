@@ -12,4 +12,8 @@ double median(std::vector<double> values);
 // NaN for none.
 double nearest_rank_quantile(std::vector<double> values, double q);
 
+// The q-quantile interpolated linearly between the closest ranks (numpy's default: position
+// q·(n − 1) in the sorted values), q in [0, 1]; NaN for none.
+double linear_quantile(std::vector<double> values, double q);
+
 }  // namespace cpt::core

@@ -13,7 +13,6 @@ constexpr double kTorchFp8GemmScale = 0.76;
 constexpr std::int64_t kDeepSpeedBucketElements = 500'000'000;
 
 CostModelOptions pytorch(CostModelOptions o, double attention_kernel_scale) {
-  o.dispatch = KernelDispatch::kFused;
   o.context_parallel = ContextParallelKind::kAllGather;
   o.fp32_main_grads = false;
   o.bucket_elements = spec::kDefaultGradientBucketBytes / 4;  // torch DDP's 25 MiB of fp32

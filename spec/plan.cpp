@@ -109,7 +109,7 @@ Prediction prediction_from_json(JsonObjectReader& r) {
     p.flash_attention = how.boolean("flash_attention");
     // "runtime" since it exists; before, a flag for cpt's executor against Megatron-LM.
     if (how.has("runtime")) {
-      const std::string name = how.one_of("runtime", {"megatron", "deepspeed", "fsdp", "torchtitan", "cpt"});
+      const std::string name = how.one_of("runtime", runtime_names());
       p.runtime = *runtime_from_string(name);
     } else if (how.optional_boolean("as_run_by_cpt_executor").value_or(false)) {
       p.runtime = Runtime::kCpt;

@@ -22,6 +22,12 @@ std::string to_string(Runtime runtime) {
   return "?";
 }
 
+std::vector<std::string> runtime_names() {
+  std::vector<std::string> names;
+  for (const auto& [value, name] : kNames) names.emplace_back(name);
+  return names;
+}
+
 std::optional<Runtime> runtime_from_string(std::string_view name) {
   for (const auto& [value, known] : kNames) {
     if (known == name) return value;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cpt::spec {
 
@@ -20,9 +21,9 @@ enum class Runtime {
   kCpt,         // cpt's own LibTorch executor (`cpt train`)
 };
 
-inline constexpr std::string_view kRuntimeNames = "megatron|deepspeed|fsdp|torchtitan|cpt";
-
 std::string to_string(Runtime runtime);  // "megatron", "deepspeed", "fsdp", "torchtitan", "cpt"
+// Every runtime's name, in the order of the enum (what a flag or a file may say).
+std::vector<std::string> runtime_names();
 // to_string's inverse; nullopt for any other string.
 std::optional<Runtime> runtime_from_string(std::string_view name);
 

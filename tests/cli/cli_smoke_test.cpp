@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli_test_support.h"
+
 namespace {
 
 struct Result {
@@ -44,15 +46,8 @@ Result cpt(const std::string& args, const std::string& env = "") {
   return r;
 }
 
-std::filesystem::path write_temp(const std::string& name, const std::string& text) {
-  const auto path = std::filesystem::temp_directory_path() / name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-int lines(const std::string& s) {
-  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
-}
+using cpt::cli_testing::lines;
+using cpt::cli_testing::write_temp;
 
 TEST(CliSmoke, HelpOfEverySubcommand) {
   const auto top = cpt("--help");

@@ -3,6 +3,7 @@
 // whole, and the text every machine has after scripts/setup (the Python standard library).
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +39,18 @@ inline std::filesystem::path python_json_package() {
     if (std::filesystem::exists(p / "decoder.py")) return p;
   }
   return {};
+}
+
+// `text` written to `name` in the temporary directory; its path.
+inline std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Lines of a captured output (its newlines).
+inline int lines(const std::string& text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
 
 }  // namespace cpt::cli_testing

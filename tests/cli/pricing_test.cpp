@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,16 +18,6 @@ Run cpt(const std::string& args) {
   const auto dir = std::filesystem::temp_directory_path() / ("cpt_pricing_test." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return sh(std::string(CPT_BINARY) + " " + args, dir);
-}
-
-std::filesystem::path write_temp(const std::string& name, const std::string& text) {
-  const auto path = std::filesystem::temp_directory_path() / name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-int lines(const std::string& s) {
-  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
 }
 
 // --runtime on every command that prices: plan.json records it, whatif prices the plan as it was
