@@ -298,7 +298,9 @@ std::string slurm_script(const spec::Plan& plan, const std::filesystem::path& pl
     << "  echo \"$0: no plan.json in $PLAN_DIR (set CPT_PLAN_DIR to the directory of cpt plan --out)\" >&2\n"
     << "  exit 2\n"
     << "fi\n"
-    << "MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\"\n"
+    // sed reads the whole list: `head -n 1` could close the pipe while scontrol still writes, and
+    // under pipefail its SIGPIPE would end the job.
+    << "MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)\"\n"
     << "export MASTER_ADDR\n"
     << "export MASTER_PORT=\"${MASTER_PORT:-29500}\"\n"
     << "srun cpt train --plan \"$PLAN_DIR/plan.json\" --config \"$CONFIG\" \"$@\"\n";

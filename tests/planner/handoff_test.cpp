@@ -3,6 +3,7 @@
 #include "planner/handoff.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -149,7 +150,8 @@ std::vector<std::string> lines_of(const std::filesystem::path& p) {
 // missing TRAIN.json argument stop them before anything starts.
 TEST(Handoff, LaunchersStartCptTrainWithThePlanAndTheConfig) {
   namespace fs = std::filesystem;
-  const auto root = fs::temp_directory_path() / "cpt_handoff_launch";
+  // Per process: a run of the suite beside another must not share the scripts.
+  const auto root = fs::temp_directory_path() / ("cpt_handoff_launch." + std::to_string(::getpid()));
   fs::remove_all(root);
   const auto dir = root / "plan dir it's";  // a space and a quote in the path
   const auto bin = root / "bin";
