@@ -1,9 +1,9 @@
-// bench/planner_speed: the planner's search time and rates on the two reference cases and
-// a mid-size one, on one worker thread and on all of them, and the cost model's own rate: every
-// candidate that passes pruning evaluated once more by cost::evaluate_search on one core, "cold"
-// (a fresh topology: each layout's groups are placed on the cluster graph inside the timed loop;
-// building the graph itself, once per search, is timed apart) and "warm" (placements known).
-// Usage: build/bin/cpt_bench_planner [repetitions]   (the best of the repetitions is shown)
+// bench/planner_speed: the planner's search time and rates on the two reference cases, a
+// mid-size one and two mixtures of experts (expert parallelism searched), on one worker thread and on all of them, and
+// the cost model's own rate: every candidate that passes pruning evaluated once more by cost::evaluate_search on one
+// core, "cold" (a fresh topology: each layout's groups are placed on the cluster graph inside the timed loop; building
+// the graph itself, once per search, is timed apart) and "warm" (placements known). Usage: build/bin/cpt_bench_planner
+// [repetitions]   (the best of the repetitions is shown)
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -62,10 +62,12 @@ int main(int argc, char** argv) {
       {"Llama 3.1 405B on 16,384 H100", "llama3.1-405b", "h100", 16384, 2048, 8192},
       {"GPT-3 175B on 1,024 A100", "gpt3-175b", "a100", 1024, 1536, 2048},
       {"Llama 3 70B on 64 H100", "llama3-70b", "h100", 64, 256, 8192},
+      {"Qwen3-30B-A3B on 16 H100", "qwen3-30b-a3b", "h100", 16, 512, 4096},
+      {"DeepSeek-V3 on 1,024 H100", "deepseek-v3", "h100", 1024, 4096, 4096},
   };
   const int hw = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
-  std::printf("%-30s | %9s %9s | %12s %10s | %8s %12s %12s | %s\n", "search", "1 thread", "threads",
-              "candidates/s", "evaluated", "graph", "evals/s cold", "evals/s warm", "best plan");
+  std::printf("%-30s | %9s %9s | %12s %10s | %8s %12s %12s | %s\n", "search", "1 thread", "threads", "candidates/s",
+              "evaluated", "graph", "evals/s cold", "evals/s warm", "best plan");
   for (const auto& c : cases) {
     const auto model = spec::find_catalog_model(c.model)->spec;
     const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu(c.gpu, c.gpus, "--gpu");
@@ -100,15 +102,16 @@ int main(int argc, char** argv) {
       warm_s = std::min(warm_s, seconds_since(t1));
     }
     const auto& best = r.top.front();
-    std::printf("%-30s | %8.3fs %8.3fs | %10.2f M %10llu | %6.1fms %10.2f M %10.2f M | tp%d cp%d pp%d v%d %s dp%d mb%d z%d, %.0f tok/s/GPU, "
-                "MFU %.1f%% (checksum %.3g)\n",
-                c.name, one, all, static_cast<double>(r.enumerated) / one / 1e6,
-                static_cast<unsigned long long>(stream.size()), graph_s * 1e3,
-                static_cast<double>(stream.size()) / eval_s / 1e6,
-                static_cast<double>(stream.size()) / warm_s / 1e6,
-                best.config.tp, best.config.cp, best.config.pp, best.config.virtual_stages,
-                spec::to_string(best.config.schedule).c_str(), best.config.dp, best.config.micro_batch,
-                best.config.zero_stage, best.estimate.tokens_per_s_per_gpu, 100 * best.estimate.mfu, sink);
+    std::printf(
+        "%-30s | %8.3fs %8.3fs | %10.2f M %10llu | %6.1fms %10.2f M %10.2f M | tp%d cp%d pp%d v%d %s ep%d dp%d mb%d "
+        "z%d %s, %.0f tok/s/GPU, "
+        "MFU %.1f%% (checksum %.3g)\n",
+        c.name, one, all, static_cast<double>(r.enumerated) / one / 1e6, static_cast<unsigned long long>(stream.size()),
+        graph_s * 1e3, static_cast<double>(stream.size()) / eval_s / 1e6,
+        static_cast<double>(stream.size()) / warm_s / 1e6, best.config.tp, best.config.cp, best.config.pp,
+        best.config.virtual_stages, spec::to_string(best.config.schedule).c_str(), best.config.ep, best.config.dp,
+        best.config.micro_batch, best.config.zero_stage, spec::to_string(best.config.recompute).c_str(),
+        best.estimate.tokens_per_s_per_gpu, 100 * best.estimate.mfu, sink);
   }
   std::printf("(%d hardware threads; candidates/s and evals/s per core on one thread)\n", hw);
   return 0;

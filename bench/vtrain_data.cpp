@@ -54,7 +54,8 @@ spec::ClusterSpec vtrain_cluster(int gpus) {
   // The README's 150 GB/s intra-node figure is vTrain's simulator parameter; cpt uses the A100's
   // NVLink 3 rate from its profile (300 GB/s per direction). CPT_VTRAIN_INTRA_GBPS=150 reproduces
   // the other assumption (docs/benchmarks.md reports both).
-  if (const char* v = std::getenv("CPT_VTRAIN_INTRA_GBPS")) c.node.intra_bandwidth = core::gigabytes_per_second(std::atof(v));
+  if (const char* v = std::getenv("CPT_VTRAIN_INTRA_GBPS"))
+    c.node.intra_bandwidth = core::gigabytes_per_second(std::atof(v));
   c.node.nics_per_node = 8;
   c.node.nic_bandwidth = core::gigabits_per_second(100);
   c.fabric.link_bandwidth = core::gigabits_per_second(100);
@@ -64,10 +65,24 @@ spec::ClusterSpec vtrain_cluster(int gpus) {
 }  // namespace
 
 void predict_vtrain(VtrainRow& r, cost::CostModelOptions o) {
-  const spec::ModelSpec m{"vtrain", r.layers, r.hidden, r.heads, r.heads, 4 * r.hidden, 51200,
-                          spec::MlpKind::kGelu, spec::NormKind::kLayerNorm, spec::PositionKind::kLearned, true, r.seq};
-  const spec::ParallelConfig p{.tp = r.tp, .dp = r.dp, .pp = r.pp, .micro_batch = r.micro_batch,
-                               .global_batch = r.global_batch, .recompute = spec::Recompute::kFull};
+  spec::ModelSpec m;
+  m.name = "vtrain";
+  m.layers = r.layers;
+  m.hidden = r.hidden;
+  m.heads = m.kv_heads = r.heads;
+  m.ffn_hidden = 4 * r.hidden;
+  m.vocab = 51200;
+  m.mlp = spec::MlpKind::kGelu;
+  m.norm = spec::NormKind::kLayerNorm;
+  m.position = spec::PositionKind::kLearned;
+  m.tied_embeddings = true;
+  m.max_seq_len = r.seq;
+  const spec::ParallelConfig p{.tp = r.tp,
+                               .dp = r.dp,
+                               .pp = r.pp,
+                               .micro_batch = r.micro_batch,
+                               .global_batch = r.global_batch,
+                               .recompute = spec::Recompute::kFull};
   o.precision = spec::Precision::kFp16;
   o.flash_attention = false;
   o.overlap_dp_with_backward = false;

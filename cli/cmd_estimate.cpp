@@ -33,7 +33,7 @@ struct EstimateOptions {
   std::string cluster;
   int gpus = 0;
   int gpus_per_node = 0;
-  int tp = 1, pp = 1, dp = 0, vp = 1, cp = 1;
+  int tp = 1, pp = 1, dp = 0, vp = 1, cp = 1, ep = 1, etp = 1;
   int micro_batch = 1;
   int global_batch = 0;
   int seq_len = 0;
@@ -86,11 +86,12 @@ spec::Precision precision_of(const std::string& s) {
 
 void print_table(const cost::Estimate& e, const spec::ModelSpec& m, const spec::ClusterSpec& c,
                  const spec::ParallelConfig& p, int seq_len) {
-  std::cout << str_cat(m.name, " on ", c.num_gpus, " x ", c.gpu().name, ": tp ", p.tp, " cp ", p.cp, " pp ", p.pp,
-                       " (v ", p.virtual_stages, ") dp ", p.dp, ", micro-batch ", p.micro_batch, ", global batch ",
-                       p.global_batch, " (", p.grad_accum(), " microbatches), seq ", seq_len, ", ZeRO ", p.zero_stage,
-                       p.hybrid_shard ? " HSDP" : "", ", recompute ", spec::to_string(p.recompute),
-                       p.sequence_parallel ? ", SP" : "", "\n\n");
+  std::cout << str_cat(
+      m.name, " on ", c.num_gpus, " x ", c.gpu().name, ": tp ", p.tp, " cp ", p.cp, " pp ", p.pp, " (v ",
+      p.virtual_stages, ") dp ", p.dp, ", micro-batch ", p.micro_batch, ", global batch ", p.global_batch, " (",
+      p.grad_accum(), " microbatches), seq ", seq_len, ", ZeRO ", p.zero_stage, p.hybrid_shard ? " HSDP" : "",
+      ", recompute ", spec::to_string(p.recompute), p.sequence_parallel ? ", SP" : "",
+      p.ep > 1 || p.etp > 1 ? str_cat(", ep ", p.ep, " etp ", p.etp, " (expert dp ", p.expert_dp(), ")") : "", "\n\n");
   using core::Align;
   core::TextTable t({"step time", "seconds", "share"}, {Align::kLeft, Align::kRight, Align::kRight});
   const double total = e.time.total().value();
@@ -101,6 +102,7 @@ void print_table(const cost::Estimate& e, const spec::ModelSpec& m, const spec::
   row("recompute", e.time.recompute);
   row("tp_comm", e.time.tp_comm);
   row("cp_comm", e.time.cp_comm);
+  if (e.time.ep_comm > core::Seconds(0)) row("ep_comm", e.time.ep_comm);
   row("pp_comm", e.time.pp_comm);
   row("pp_bubble", e.time.pp_bubble);
   row("dp_comm", e.time.dp_comm);
@@ -134,6 +136,8 @@ void run(const EstimateOptions& o) {
   p.pp = o.pp;
   p.cp = o.cp;
   p.virtual_stages = o.vp;
+  p.ep = o.ep;
+  p.etp = o.etp;
   const int mp = o.tp * o.pp * o.cp;
   p.dp = o.dp > 0 ? o.dp : cluster.num_gpus / mp;
   if (o.dp == 0 && cluster.num_gpus % mp != 0) {
@@ -222,6 +226,12 @@ void register_estimate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"1f1b", "zb_h1", "gpipe"}));
   cmd->add_option("--cp", o->cp, "Context-parallel degree")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--ep", o->ep, "Expert-parallel degree (mixtures of experts; folded over tp * cp * dp)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--etp", o->etp, "Expert tensor-parallel degree (each expert's MLP split; default 1)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--micro-batch", o->micro_batch, "Sequences per microbatch per dp rank")
       ->required()
       ->check(CLI::PositiveNumber);

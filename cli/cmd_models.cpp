@@ -6,12 +6,15 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "core/str_cat.h"
 #include "core/text_table.h"
 #include "spec/model_catalog.h"
 #include "spec/model_io.h"
 
 namespace cpt::cli {
 namespace {
+
+using core::str_cat;
 
 struct ListOptions {
   bool json = false;
@@ -32,7 +35,14 @@ core::Json params_json(const spec::ModelSpec& m) {
           {"mlp_per_layer", c.mlp_per_layer},
           {"norms_per_layer", c.norms_per_layer},
           {"final_norm", c.final_norm},
-          {"lm_head", c.lm_head}};
+          {"lm_head", c.lm_head},
+          {"active", c.active},
+          {"dense_layers", c.dense_layers},
+          {"moe_layers", c.moe_layers},
+          {"per_moe_layer", c.per_moe_layer},
+          {"router_per_layer", c.router_per_layer},
+          {"shared_experts_per_layer", c.shared_experts_per_layer},
+          {"routed_experts_per_layer", c.routed_experts_per_layer}};
 }
 
 void run_list(const ListOptions& o) {
@@ -60,6 +70,19 @@ void run_list(const ListOptions& o) {
   std::cout << t.render();
 }
 
+// The mixture of experts of `m` as rows of `models show`.
+template <class Row>
+void add_expert_rows(const spec::ModelSpec& m, const spec::ParamCounts& c, Row& row) {
+  const spec::ExpertSpec& e = m.moe;
+  row("experts", str_cat(e.experts, " routed, top ", e.experts_per_token, ", width ", e.expert_ffn_hidden,
+                         e.shared_ffn_hidden > 0 ? str_cat("; shared width ", e.shared_ffn_hidden) : "", "; router ",
+                         spec::to_string(e.router),
+                         e.capacity_factor > 0 ? str_cat(", capacity factor ", e.capacity_factor) : ", dropless"));
+  row("layers dense / MoE", str_cat(c.dense_layers, " / ", c.moe_layers));
+  row("  per MoE layer", std::to_string(c.per_moe_layer));
+  row("active params", std::to_string(c.active) + " (" + format_count(c.active) + ")");
+}
+
 void run_show(const ShowOptions& o) {
   const auto m = spec::load_model(o.name, "models show NAME");
   const auto entry = spec::find_catalog_model(o.name);
@@ -82,13 +105,19 @@ void run_show(const ShowOptions& o) {
   row("head_dim", std::to_string(m.head_dim()));
   row("ffn_hidden", std::to_string(m.ffn_hidden));
   row("vocab", std::to_string(m.vocab));
-  row("mlp / norm / position", spec::to_string(m.mlp) + " / " + spec::to_string(m.norm) + " / " +
-                                   spec::to_string(m.position));
+  row("mlp / norm / position",
+      spec::to_string(m.mlp) + " / " + spec::to_string(m.norm) + " / " + spec::to_string(m.position));
   row("tied_embeddings", m.tied_embeddings ? "true" : "false");
   row("max_seq_len", std::to_string(m.max_seq_len));
   row("params", std::to_string(c.total) + " (" + format_count(c.total) + ")");
   row("  per layer", std::to_string(c.per_layer));
   row("  embedding + lm_head", std::to_string(c.embedding + c.lm_head));
+  if (m.moe.present()) add_expert_rows(m, c, row);
+  if (m.mla.present()) {
+    row("latent attention",
+        str_cat("q rank ", m.mla.q_lora_rank, ", kv rank ", m.mla.kv_lora_rank, ", head widths ",
+                m.mla.qk_nope_head_dim, " + ", m.mla.qk_rope_head_dim, " (rope), v ", m.mla.v_head_dim));
+  }
   if (entry) {
     row("source", entry->source);
     if (entry->published_params > 0) row("published params", fixed(entry->published_params, 0));

@@ -208,6 +208,9 @@ void run(const WhatIfOptions& o) {
   row("peak GiB", [](const cost::Estimate& e) { return fixed(core::to_gibibytes(e.peak_memory().total()), 1); });
   row("  compute s", [](const cost::Estimate& e) { return fixed(e.time.compute.value(), 3); });
   row("  tp_comm s", [](const cost::Estimate& e) { return fixed(e.time.tp_comm.value(), 3); });
+  if (plan->model.moe.present()) {
+    row("  ep_comm s", [](const cost::Estimate& e) { return fixed(e.time.ep_comm.value(), 3); });
+  }
   row("  pp_bubble s", [](const cost::Estimate& e) { return fixed(e.time.pp_bubble.value(), 3); });
   row("  dp_comm s", [](const cost::Estimate& e) { return fixed(e.time.dp_comm.value(), 3); });
   std::cout << t.render();

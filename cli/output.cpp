@@ -8,7 +8,9 @@
 
 namespace cpt::cli {
 
-void print_json(const core::Json& j) { std::cout << j.dump(2) << "\n"; }
+void print_json(const core::Json& j) {
+  std::cout << j.dump(2) << "\n";
+}
 
 std::string format_count(std::int64_t n) {
   const double v = static_cast<double>(n);
@@ -21,8 +23,9 @@ std::string format_count(std::int64_t n) {
 std::string config_summary(const spec::ParallelConfig& p) {
   using core::str_cat;
   return str_cat("tp", p.tp, " cp", p.cp, " pp", p.pp, p.virtual_stages > 1 ? str_cat("v", p.virtual_stages) : "",
-                 " dp", p.dp, " mb", p.micro_batch, " ga", p.grad_accum(), " z", p.zero_stage,
-                 p.hybrid_shard ? "-hsdp" : "", " ", spec::to_string(p.recompute), p.sequence_parallel ? " sp" : "",
+                 p.ep > 1 || p.etp > 1 ? str_cat(" ep", p.ep, p.etp > 1 ? str_cat(" etp", p.etp) : "") : "", " dp",
+                 p.dp, " mb", p.micro_batch, " ga", p.grad_accum(), " z", p.zero_stage, p.hybrid_shard ? "-hsdp" : "",
+                 " ", spec::to_string(p.recompute), p.sequence_parallel ? " sp" : "",
                  p.offload != spec::Offload::kNone ? str_cat(" offload-", spec::to_string(p.offload)) : "",
                  p.axis_order[2] == spec::Axis::kPp ? " (pp before dp)" : "");
 }

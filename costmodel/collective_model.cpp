@@ -66,8 +66,14 @@ Seconds collective_time(Collective kind, core::Bytes bytes, const GroupPlacement
     case Collective::kAllGather:
     case Collective::kReduceScatter:
       return Seconds(one_level(kind, S / k, N, g.inter, eff) + one_level(kind, S, k, intra_for(kind, g), eff));
-    case Collective::kAllToAll:
-      return Seconds(one_level(kind, S, k, g.intra, eff) + one_level(kind, S * (N - 1) / N, N, g.inter, eff));
+    case Collective::kAllToAll: {
+      // Each rank sends S / (k·N) to every rank: (k − 1) of them over the node's link, S·(N − 1)/N
+      // through its NIC, at the same time (NCCL's all-to-all is concurrent sends and receives).
+      const double inside = S * (k - 1) / (static_cast<double>(k) * N) / (g.intra.bandwidth.value() * eff) +
+                            (k - 1) * g.intra.latency.value();
+      const double across = S * (N - 1) / N / (g.inter.bandwidth.value() * eff) + (N - 1) * g.inter.latency.value();
+      return Seconds(std::max(inside, across));
+    }
   }
   return Seconds(0);
 }

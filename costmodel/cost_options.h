@@ -163,6 +163,11 @@ struct CostModelOptions {
   // (SM and HBM contention; Calculon's processor_usage: 0.15 NVLink, 0.02 InfiniBand).
   double overlap_slowdown_nvlink = 0.15;
   double overlap_slowdown_network = 0.02;
+  // Mixtures of experts: tokens the busiest expert rank computes per MoE layer, as a multiple of
+  // the balanced share T·k/E, where nothing is dropped (dropless routing). 1: balanced, the
+  // setting of published benchmarks (Megatron-Bridge's moe_router_force_load_balancing); a router
+  // trained on one domain and run on another is less balanced (measure it: `cpt doctor` on a run).
+  double moe_load_imbalance = 1.0;
 
   // Memory that is not model state or activations.
   core::Bytes cuda_context = core::gibibytes(0.75);            // CUDA context, cuBLAS and cuDNN workspaces

@@ -22,10 +22,10 @@ Json memory_to_json(const MemoryBreakdown& m) {
 }
 
 Json time_to_json(const StepTimeBreakdown& t) {
-  return {{"compute", t.compute.value()}, {"recompute", t.recompute.value()}, {"tp_comm", t.tp_comm.value()},
-          {"cp_comm", t.cp_comm.value()}, {"pp_comm", t.pp_comm.value()},     {"pp_bubble", t.pp_bubble.value()},
-          {"dp_comm", t.dp_comm.value()}, {"optimizer", t.optimizer.value()}, {"continual", t.continual.value()},
-          {"other", t.other.value()}};
+  return {{"compute", t.compute.value()},     {"recompute", t.recompute.value()}, {"tp_comm", t.tp_comm.value()},
+          {"cp_comm", t.cp_comm.value()},     {"ep_comm", t.ep_comm.value()},     {"pp_comm", t.pp_comm.value()},
+          {"pp_bubble", t.pp_bubble.value()}, {"dp_comm", t.dp_comm.value()},     {"optimizer", t.optimizer.value()},
+          {"continual", t.continual.value()}, {"other", t.other.value()}};
 }
 
 Json time_by_kind_to_json(const StepTimeByKind& k) {
@@ -64,7 +64,8 @@ Json evaluation_to_json(const Evaluation& ev) {
            {{"tp", e.calls_per_step.tp},
             {"cp", e.calls_per_step.cp},
             {"dp", e.calls_per_step.dp},
-            {"pp", e.calls_per_step.pp}}},
+            {"pp", e.calls_per_step.pp},
+            {"ep", e.calls_per_step.ep}}},
           {"memory_GiB", memory_to_json(e.peak_memory())},
           {"memory_GiB_per_pp_rank", per_rank},
           {"time_s", time_to_json(e.time)},

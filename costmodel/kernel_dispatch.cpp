@@ -4,7 +4,9 @@ namespace cpt::cost {
 
 namespace {
 
-bool eager(const CostModelOptions& o) { return o.dispatch == KernelDispatch::kEager; }
+bool eager(const CostModelOptions& o) {
+  return o.dispatch == KernelDispatch::kEager;
+}
 
 }  // namespace
 
@@ -16,12 +18,22 @@ PassKernels layer_kernels(const CostModelOptions& o) {
   return {57, 76};
 }
 
+PassKernels moe_layer_kernels(const spec::ModelSpec& m, const CostModelOptions&) {
+  if (!m.moe.present()) return {};
+  const double router = 5, dispatch = m.moe.capacity_factor > 0 ? 4 : 6, experts = 3, combine = 3;
+  const double shared = m.moe.shared_ffn_hidden > 0 ? 3 : 0;
+  const double forward = router + dispatch + experts + combine + shared;
+  return {forward, 2 * forward};
+}
+
 double selective_recompute_kernels(const CostModelOptions& o) {
   if (!eager(o)) return o.flash_attention ? 1 : 4;
   return 8;
 }
 
-PassKernels embedding_kernels(const CostModelOptions&) { return {2, 2}; }
+PassKernels embedding_kernels(const CostModelOptions&) {
+  return {2, 2};
+}
 
 PassKernels head_kernels(const CostModelOptions& o) {
   if (!eager(o)) return {6, 6};
@@ -44,9 +56,17 @@ double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool la
   return k;
 }
 
-double kernels_per_call(const CostModelOptions& o) { return eager(o) ? 5 : 0; }
-double kernels_per_sequence_parallel_call(const CostModelOptions& o) { return eager(o) ? 9 : 0; }
-double kernels_per_context_parallel_call(const CostModelOptions& o) { return eager(o) ? 14 : 0; }
-double kernels_per_zero3_call(const CostModelOptions& o) { return eager(o) ? 13 : 0; }
+double kernels_per_call(const CostModelOptions& o) {
+  return eager(o) ? 5 : 0;
+}
+double kernels_per_sequence_parallel_call(const CostModelOptions& o) {
+  return eager(o) ? 9 : 0;
+}
+double kernels_per_context_parallel_call(const CostModelOptions& o) {
+  return eager(o) ? 14 : 0;
+}
+double kernels_per_zero3_call(const CostModelOptions& o) {
+  return eager(o) ? 13 : 0;
+}
 
 }  // namespace cpt::cost

@@ -7,6 +7,13 @@
 // kFused (Megatron-LM / Transformer Engine): 12 kernels per layer forward with FlashAttention, 15
 // without, twice that backward; 2 for the embedding and 6 for the LM head and loss each way; 4 for
 // the optimizer step (multi-tensor kernels); none counted around communication calls.
+// An MoE layer adds (moe_layer_kernels) the operations Megatron-Core's MoE layer dispatches from
+// Python with its alltoall token dispatcher, fused permutation and TE's grouped GEMMs: router 5
+// (GEMM, fused top-k and score, auxiliary loss), dispatch 6 (token counts, their copy to the host
+// and the synchronisation dropless routing needs for the all-to-all's split sizes, permute, sort
+// by expert), experts 3 (grouped fc1, activation, grouped fc2), combine 3 (sort back, unpermute,
+// add), shared experts 3 — forward; twice that backward. Token dropping with a capacity pads to a
+// known size and skips the host synchronisation (2 fewer).
 //
 // kEager (cpt's executor, LibTorch eager mode): the ATen operators its code calls and the autograd
 // nodes backward runs, as executor/measure/op_counter.h counts them (measured.json's
@@ -35,6 +42,8 @@ struct PassKernels {
 
 // One decoder layer, one microbatch, without its communication.
 PassKernels layer_kernels(const CostModelOptions& o);
+// What one MoE layer adds to layer_kernels (none for dense models), counted on every MoE layer.
+PassKernels moe_layer_kernels(const spec::ModelSpec& m, const CostModelOptions& o);
 // Kernels selective recomputation (the attention core) adds to a layer's backward.
 double selective_recompute_kernels(const CostModelOptions& o);
 // The embedding (first stage) and the final norm, LM head and loss (last stage), one microbatch,

@@ -8,6 +8,7 @@
 
 #include "costmodel/elementwise_traffic.h"
 #include "costmodel/kernel_dispatch.h"
+#include "costmodel/memory_model.h"
 
 namespace cpt::cost {
 
@@ -56,6 +57,9 @@ PassTime pass(Seconds gemm, Seconds attention, Seconds memory, double kernels, c
 struct Shape {
   double T;  // tokens per rank
   double h, f, d, a, g, s, V;
+  // Per rank (after tp): the q, k, v and output-projection widths; the attention core's mean head
+  // width (q·k and attention·v widths averaged: d, or latent attention's (192 + 128) / 2).
+  double q_width, k_width, v_width, out_width;
   double tp, cp;
   bool sp;
   double e;  // bytes per activation element
@@ -69,7 +73,12 @@ Shape shape_of(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_
   shape.T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
   shape.h = m.hidden;
   shape.f = m.ffn_hidden;
-  shape.d = m.head_dim();
+  const spec::AttentionWidths widths = m.attention_widths();
+  shape.d = (widths.qk_head_dim + widths.v_head_dim) / 2.0;
+  shape.q_width = static_cast<double>(widths.query) / p.tp;
+  shape.k_width = static_cast<double>(widths.key) / p.tp;
+  shape.v_width = static_cast<double>(widths.value) / p.tp;
+  shape.out_width = static_cast<double>(widths.output) / p.tp;
   shape.a = m.heads;
   shape.g = m.kv_heads;
   shape.s = seq_len;
@@ -88,8 +97,8 @@ ActivationWidths widths_of(const Shape& shape) {
   ActivationWidths w;
   w.tokens = shape.T;
   w.hidden = shape.h;
-  w.query_width = shape.a * shape.d / shape.tp;
-  w.key_value_width = shape.g * shape.d / shape.tp;
+  w.query_width = shape.q_width;
+  w.key_value_width = (shape.k_width + shape.v_width) / 2;
   w.ffn_width = shape.f / shape.tp;
   w.head_dim = shape.d;
   w.sequence_divisor = shape.sp ? shape.tp : 1.0;
@@ -172,43 +181,141 @@ std::pair<Seconds, Seconds> attention_core(const Shape& shape, double full, cons
 
 }  // namespace
 
+namespace {
+
+// The GEMMs of one pass of a layer's part: their time and FLOPs (2·m·n·k each, per rank).
+struct Gemms {
+  Seconds time;
+  double flops = 0;
+  void add(double tokens, double in, double out, const spec::GpuSpec& gpu, const CostModelOptions& o,
+           double count = 1) {
+    const double f = 2 * tokens * in * out;
+    time += gemm_time(f, std::min({tokens, in, out}), gpu, o) * count;
+    flops += f * count;
+  }
+};
+
+// The attention's projections. Megatron fuses Q, K and V into one GEMM; cpt's executor (eager)
+// runs each as its own (executor/model/llama_blocks.cpp). Latent attention: the down projections
+// to the latents run on every token of the tp group (not split), the up projections and the output
+// split over tp.
+Gemms attention_gemms(const spec::ModelSpec& m, const Shape& shape, const spec::GpuSpec& gpu,
+                      const CostModelOptions& o) {
+  Gemms g;
+  g.add(shape.T, shape.out_width, shape.h, gpu, o);  // output projection
+  if (m.mla.present()) {
+    const spec::LatentAttention& l = m.mla;
+    const double kv_b = shape.k_width - shape.a / shape.tp * l.qk_rope_head_dim + shape.v_width;
+    g.add(shape.T, shape.h, l.kv_lora_rank + l.qk_rope_head_dim, gpu, o);
+    g.add(shape.T, l.kv_lora_rank, kv_b, gpu, o);
+    if (l.q_lora_rank > 0) {
+      g.add(shape.T, shape.h, l.q_lora_rank, gpu, o);
+      g.add(shape.T, l.q_lora_rank, shape.q_width, gpu, o);
+    } else {
+      g.add(shape.T, shape.h, shape.q_width, gpu, o);
+    }
+  } else if (o.dispatch == KernelDispatch::kEager) {
+    g.add(shape.T, shape.h, shape.q_width, gpu, o);
+    g.add(shape.T, shape.h, shape.k_width, gpu, o);
+    g.add(shape.T, shape.h, shape.v_width, gpu, o);
+  } else {
+    g.add(shape.T, shape.h, shape.q_width + shape.k_width + shape.v_width, gpu, o);
+  }
+  return g;
+}
+
+// One MLP of inner width `width` per rank on `tokens` tokens: SwiGLU's gate and up (one fused GEMM,
+// or two under eager dispatch) and down, or GeLU's two; `count` such MLPs.
+void add_mlp(Gemms& g, double tokens, double width, const Shape& shape, const spec::GpuSpec& gpu,
+             const CostModelOptions& o, double count = 1) {
+  if (shape.gated && o.dispatch == KernelDispatch::kEager) {
+    g.add(tokens, shape.h, width, gpu, o, 2 * count);
+  } else {
+    g.add(tokens, shape.h, (shape.gated ? 2 : 1) * width, gpu, o, count);
+  }
+  g.add(tokens, width, shape.h, gpu, o, count);
+}
+
+// The mean layer's MLP: the dense MLP on the dense layers; on the MoE layers the router, the shared
+// experts (split over tp like the dense MLP) and the routed experts. Routed: the rank's T/tp tokens
+// (MoE layers run on the sequence-parallel shard) are sent k times to the ep·etp ranks of its
+// expert group, so each of its E/ep experts takes ep·etp·(T/tp)·k/E tokens (times the busiest
+// rank's load) on its slice f_e/etp: 6·(T/tp)·k·h·f_e FLOPs per rank whatever ep and etp, in
+// GEMMs that shrink as E grows (grouped GEMMs of small experts run below the GPU's peak).
+// `model_flops` receives the balanced (load 1) FLOPs.
+Gemms mlp_gemms(const spec::ModelSpec& m, const spec::ParallelConfig& p, const Shape& shape, const spec::GpuSpec& gpu,
+                const CostModelOptions& o, double& model_flops) {
+  Gemms dense;
+  add_mlp(dense, shape.T, shape.f / shape.tp, shape, gpu, o);
+  if (!m.moe.present()) {
+    model_flops = dense.flops;
+    return dense;
+  }
+  const spec::ExpertSpec& x = m.moe;
+  const auto counts = m.param_counts();
+  const double moe_share = static_cast<double>(counts.moe_layers) / m.layers;
+  Gemms moe;
+  const double local = shape.T / shape.tp;
+  moe.add(local, shape.h, x.experts, gpu, o);  // router
+  if (x.shared_ffn_hidden > 0) add_mlp(moe, shape.T, x.shared_ffn_hidden / shape.tp, shape, gpu, o);
+  const double balanced_flops =
+      moe.flops + 2 * local * x.experts_per_token * shape.h * x.expert_ffn_hidden * (shape.gated ? 3 : 2);
+  const double per_expert =
+      static_cast<double>(p.ep) * p.etp * local * x.experts_per_token / x.experts * routed_token_load(x, o);
+  add_mlp(moe, per_expert, static_cast<double>(x.expert_ffn_hidden) / p.etp, shape, gpu, o,
+          static_cast<double>(x.experts) / p.ep);
+  model_flops = (1 - moe_share) * dense.flops + moe_share * balanced_flops;
+  Gemms mean;
+  mean.time = dense.time * (1 - moe_share) + moe.time * moe_share;
+  mean.flops = (1 - moe_share) * dense.flops + moe_share * moe.flops;
+  return mean;
+}
+
+// The element-wise traffic of the MLP's inner width on the mean layer: the dense MLP's f/tp, the
+// MoE layers' k·f_e (at the load) and shared experts per token; and the MoE layers' permutation of
+// the tokens to their experts and back (read and written, forward; again backward).
+std::pair<double, double> moe_widths_and_permute_bytes(const spec::ModelSpec& m, const spec::ParallelConfig& p,
+                                                       const Shape& shape, const CostModelOptions& o) {
+  if (!m.moe.present()) return {shape.f / shape.tp, 0.0};
+  const auto counts = m.param_counts();
+  const double moe_share = static_cast<double>(counts.moe_layers) / m.layers;
+  const spec::ExpertSpec& x = m.moe;
+  const double load = routed_token_load(x, o);
+  const double moe_width = (x.experts_per_token * x.expert_ffn_hidden * load + x.shared_ffn_hidden) / shape.tp;
+  const double permuted = shape.T / shape.tp * x.experts_per_token * load * p.etp * shape.h * shape.e;
+  return {(1 - moe_share) * shape.f / shape.tp + moe_share * moe_width, moe_share * 2 * 2 * permuted};
+}
+
+}  // namespace
+
 BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const spec::GpuSpec& gpu,
                        const CostModelOptions& o) {
   const Shape shape = shape_of(m, p, seq_len, o);
   BlockCosts c;
-  // GEMMs [T, in] x [in, out], 2·T·in·out FLOPs each. Megatron fuses Q, K and V into one GEMM
-  // and SwiGLU's gate and up into another; cpt's executor (eager) runs each projection as its own
-  // GEMM (executor/model/llama_blocks.cpp), each priced at its own shape.
-  const double q_width = shape.a * shape.d / shape.tp, kv_width = shape.g * shape.d / shape.tp,
-               ffn_width = shape.f / shape.tp;
-  const double up_count = shape.gated ? 2 : 1;
-  const double qkv = 2 * shape.T * shape.h * (q_width + 2 * kv_width);
-  const double out = 2 * shape.T * q_width * shape.h;
-  const double up = 2 * shape.T * shape.h * up_count * ffn_width;
-  const double down = 2 * shape.T * ffn_width * shape.h;
-  const double gemm_flops = qkv + out + up + down;
-  auto linear = [&](double in, double out_width) {
-    return gemm_time(2 * shape.T * in * out_width, std::min({shape.T, in, out_width}), gpu, o);
-  };
-  Seconds gemm_fwd = linear(q_width, shape.h) + linear(ffn_width, shape.h);  // attention output, down
-  if (o.dispatch == KernelDispatch::kEager) {
-    gemm_fwd += linear(shape.h, q_width) + linear(shape.h, kv_width) * 2.0 + linear(shape.h, ffn_width) * up_count;
-  } else {
-    gemm_fwd += linear(shape.h, q_width + 2 * kv_width) + linear(shape.h, up_count * ffn_width);
-  }
+  const Gemms attention = attention_gemms(m, shape, gpu, o);
+  double mlp_model_flops = 0;
+  const Gemms mlp = mlp_gemms(m, p, shape, gpu, o, mlp_model_flops);
+  const Seconds gemm_fwd = attention.time + mlp.time;
 
-  // Attention core: QK^T and AV, each 2·T·s·d per head (attention_core).
+  // Attention core: QK^T and AV, 2·T·s·(qk + v width) per head (attention_core).
   const double attn_full = 4 * shape.T * shape.s * shape.d * (shape.a / shape.tp);
   const auto [attn_fwd, attn_bwd] = attention_core(shape, attn_full, gpu, o);
 
   // Element-wise traffic (costmodel/elementwise_traffic.h): as the runtime dispatches it.
-  const PassBytes elementwise = layer_elementwise_bytes(widths_of(shape), o.dispatch);
-  const Seconds mem_fwd = memory_time(elementwise.forward, gpu, o);
-  const Seconds mem_bwd = memory_time(elementwise.backward, gpu, o);
+  ActivationWidths widths = widths_of(shape);
+  const auto [ffn_width, permute_bytes] = moe_widths_and_permute_bytes(m, p, shape, o);
+  widths.ffn_width = ffn_width;
+  const PassBytes elementwise = layer_elementwise_bytes(widths, o.dispatch);
+  const Seconds mem_fwd = memory_time(elementwise.forward + permute_bytes, gpu, o);
+  const Seconds mem_bwd = memory_time(elementwise.backward + permute_bytes, gpu, o);
 
   // Kernels: the layer's own; those around its communication calls are the step inventory's
   // (step_inventory.h).
-  const PassKernels own = layer_kernels(o);
+  PassKernels own = layer_kernels(o);
+  const PassKernels moe = moe_layer_kernels(m, o);
+  const double moe_share = m.moe.present() ? static_cast<double>(m.param_counts().moe_layers) / m.layers : 0.0;
+  own.forward += moe.forward * moe_share;
+  own.backward += moe.backward * moe_share;
   c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward, o);
   c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_bwd, own.backward, o);
   switch (p.recompute) {
@@ -223,7 +330,9 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   }
   if (o.distill_teacher) c.teacher = c.forward;  // the same forward, without a graph
   // The published convention: non-causal attention, forward + 2x backward (Korthikanti et al. 2022
-  // eq. 7); hardware FLOPs add the recomputed forward work in the same convention.
+  // eq. 7), routed experts at their balanced share (active parameters); hardware FLOPs add the
+  // recomputed forward work in the same convention.
+  const double gemm_flops = attention.flops + mlp_model_flops;
   c.model_flops = core::Flops(3 * (gemm_flops + attn_full));
   double recompute_flops = 0;
   if (p.recompute == spec::Recompute::kFull) recompute_flops = gemm_flops + attn_full;

@@ -23,7 +23,25 @@ Bytes bytes(double v) {
 }  // namespace
 
 double block_params_per_tp(const spec::ParamCounts& c, int tp) {
-  return static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / tp + static_cast<double>(c.norms_per_layer);
+  if (c.moe_layers == 0) {
+    return static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / tp + static_cast<double>(c.norms_per_layer);
+  }
+  const double layers = c.dense_layers + c.moe_layers;
+  const double mlp = (static_cast<double>(c.dense_layers) * static_cast<double>(c.mlp_per_layer) +
+                      static_cast<double>(c.moe_layers) * static_cast<double>(c.shared_experts_per_layer)) /
+                     layers;
+  const double router = static_cast<double>(c.moe_layers) * static_cast<double>(c.router_per_layer) / layers;
+  return (static_cast<double>(c.attention_per_layer) + mlp) / tp + static_cast<double>(c.norms_per_layer) + router;
+}
+
+double expert_params_per_layer(const spec::ParamCounts& c, const spec::ParallelConfig& p) {
+  if (c.moe_layers == 0) return 0;
+  return static_cast<double>(c.moe_layers) * static_cast<double>(c.routed_experts_per_layer) /
+         (static_cast<double>(c.dense_layers + c.moe_layers) * p.ep * p.etp);
+}
+
+int expert_shard_group(const spec::ParallelConfig& p) {
+  return p.zero_stage >= 1 ? p.expert_dp() : 1;
 }
 
 double gradient_bytes_per_param(const CostModelOptions& o) {
@@ -43,28 +61,70 @@ MemoryBreakdown model_state_bytes(double psi, int zero_stage, int n, const CostM
   return m;
 }
 
+double gemm_input_bytes(const CostModelOptions& o) {
+  return o.precision == spec::Precision::kFp8 ? 1.0 : activation_bytes(o.precision);
+}
+
+double routed_token_load(const spec::ExpertSpec& e, const CostModelOptions& o) {
+  return e.capacity_factor > 0 ? e.capacity_factor : o.moe_load_imbalance;
+}
+
+namespace {
+
+// The MLP's stored activations of the mean layer on `tokens` tokens per rank (before sequence
+// parallelism): the dense MLP's gate, up and product (or GeLU's in and FC2's in) on the dense
+// layers; on the MoE layers the router's fp32 scores, the tokens permuted to their experts (each
+// token k times, all-gathered over etp) and the experts' own, at the busiest rank's load, and the
+// shared experts'.
+double mlp_activation_bytes(const spec::ModelSpec& m, const spec::ParallelConfig& p, double tokens, double e,
+                            double gemm_input, double load) {
+  // Per inner element: SwiGLU's gate and up (16-bit) and their product (FC2's input), or GeLU's
+  // input and output (FC2's input).
+  const double per_inner = (m.mlp == spec::MlpKind::kSwiGLU ? 2 : 1) * e + gemm_input;
+  const double t = p.tp;
+  const double dense = per_inner * tokens * m.ffn_hidden / t;
+  if (!m.moe.present()) return dense;
+  const auto c = m.param_counts();
+  const double moe_share = static_cast<double>(c.moe_layers) / m.layers;
+  const spec::ExpertSpec& x = m.moe;
+  const double local = tokens / t;  // MoE layers run on the sequence-parallel shard
+  const double routed = local * x.experts_per_token * load;
+  return dense * (1 - moe_share) +
+         moe_share * (4 * local * x.experts + gemm_input * routed * p.etp * m.hidden +
+                      per_inner * routed * x.expert_ffn_hidden + per_inner * tokens * x.shared_ffn_hidden / t);
+}
+
+}  // namespace
+
 Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len,
                                  const CostModelOptions& o) {
   const double e = activation_bytes(o.precision);
   const double t = p.tp;
   const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;  // tokens on this rank
-  const double h = m.hidden, f = m.ffn_hidden, d = m.head_dim(), a = m.heads, g = m.kv_heads;
+  const double h = m.hidden, a = m.heads;
   const double sp = p.sequence_parallel ? t : 1.0;  // divisor of the tensors tp does not split
   const bool dropout = applies_dropout(m, o);
 
   if (p.recompute == spec::Recompute::kFull) return bytes(e * T * h / sp);  // the block input only
 
+  const spec::AttentionWidths w = m.attention_widths();
   double v = 2 * e * T * h / sp;  // inputs of the two norms
-  v += e * T * h / sp;            // QKV GEMM input
-  v += e * T * (a + g) * d / t;   // Q and K (after RoPE)
-  v += e * T * g * d / t;         // V
-  if (p.cp > 1 && o.context_parallel == ContextParallelKind::kAllGather) {
-    v += 2 * e * T * g * d / t * (p.cp - 1);  // K and V of the rest of the sequence, gathered
+  // A GEMM's input kept for its weight gradient: in FP8 Transformer Engine keeps the FP8 copy
+  // it multiplied (1 byte) rather than the 16-bit tensor.
+  const double gemm_input = gemm_input_bytes(o);
+  v += gemm_input * T * h / sp;                           // QKV GEMM input
+  v += e * T * static_cast<double>(w.query + w.key) / t;  // Q and K (after RoPE)
+  v += e * T * static_cast<double>(w.value) / t;          // V
+  if (m.mla.present()) {                                  // the latents, normed and not
+    v += 2 * e * T * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim);
   }
-  v += e * T * a * d / t;                                          // attention output = output-projection input
-  v += e * T * h / sp;                                             // MLP input
-  v += (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) * e * T * f / t;  // gate/up/product or GeLU in + FC2 in
-  if (dropout) v += 2 * T * h / sp;                                // attention and MLP dropout masks, 1 byte
+  if (p.cp > 1 && o.context_parallel == ContextParallelKind::kAllGather) {
+    v += e * T * static_cast<double>(w.key + w.value) / t * (p.cp - 1);  // K and V of the rest, gathered
+  }
+  v += gemm_input * T * static_cast<double>(w.output) / t;  // attention output = output-projection input
+  v += gemm_input * T * h / sp;                             // MLP input
+  v += mlp_activation_bytes(m, p, T, e, gemm_input, m.moe.present() ? routed_token_load(m.moe, o) : 1.0);
+  if (dropout) v += 2 * T * h / sp;  // attention and MLP dropout masks, 1 byte
   const bool scores_stored = !o.flash_attention && p.recompute == spec::Recompute::kNone;
   if (scores_stored) {
     // softmax output (+ dropout mask and output for GPT): 5·a·s²·b / t with dropout.
@@ -77,7 +137,8 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
 
 double params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p, const spec::StagePartition& stages,
                          int pp_rank) {
-  return stages.layers_of_rank(pp_rank) * block_params_per_tp(m.param_counts(), p.tp) +
+  const auto counts = m.param_counts();
+  return stages.layers_of_rank(pp_rank) * (block_params_per_tp(counts, p.tp) + expert_params_per_layer(counts, p)) +
          root_params_of_pp_rank(m, p, stages, pp_rank);
 }
 
@@ -117,12 +178,34 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
   }
   const auto c = m.param_counts();
   t.block_params = block_params_per_tp(c, p.tp);
+  t.expert_params = expert_params_per_layer(c, p);
+  t.expert_shard_group = expert_shard_group(p);
   // Groups this rank talks in (each holds NCCL buffers).
   int groups = 0;
-  for (int d : {p.tp, p.cp, p.dp, p.pp}) groups += d > 1 ? 1 : 0;
+  for (int d : {p.tp, p.cp, p.dp, p.pp, p.ep, p.etp}) groups += d > 1 ? 1 : 0;
   t.comm_buffers = static_cast<double>(o.comm_buffer_per_group.value()) * groups;
   return t;
 }
+
+namespace {
+
+// The routed experts' model state on a rank with `layers` layers: Ψ_e over expert-dp as
+// model_state_bytes counts it, and under ZeRO-3 the running and prefetched blocks' experts whole.
+void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, double layers, const CostModelOptions& o,
+                      MemoryBreakdown& mb) {
+  if (t.expert_params <= 0) return;
+  const MemoryBreakdown experts = model_state_bytes(layers * t.expert_params, p.zero_stage, t.expert_shard_group, o);
+  mb.weights += experts.weights;
+  mb.grads += experts.grads;
+  mb.optimizer += experts.optimizer;
+  if (p.zero_stage == 3) {
+    const double whole = t.expert_params * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
+    mb.weights += bytes(activation_bytes(o.precision) * whole);
+    mb.grads += bytes(activation_bytes(o.precision) * t.expert_params * std::min(2.0, layers));
+  }
+}
+
+}  // namespace
 
 MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p, double layers, double root_psi,
                             double live_activations, bool holds_first, bool holds_last, const CostModelOptions& o) {
@@ -160,14 +243,17 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
     const double in_flight = e * block * blocks_whole + grad_b * (layers > 0 ? block / n : 0);
     mb.grads += bytes(e * root_psi + std::max(in_flight, grad_b * root_psi / n));
   }
+  add_expert_state(t, p, layers, o, mb);
   if (p.offload != spec::Offload::kNone) mb.optimizer = Bytes(0);
   if (p.offload == spec::Offload::kOptimizerAndParams) {
-    mb.weights = bytes(e * (root_psi + block * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers)));
+    mb.weights = bytes(
+        e * (root_psi + (block + t.expert_params) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers)));
   }
 
-  const double held = layers * block + root_psi;
+  const double held = layers * (block + t.expert_params) + root_psi;
   if (o.distill_teacher) {
-    const double gathered = root_psi + block * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
+    const double gathered =
+        root_psi + (block + t.expert_params) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
     mb.teacher = bytes(e * (p.zero_stage == 3 ? held / n + gathered : held));
   }
   if (o.ewc) mb.ewc = bytes(2 * 4 * (p.zero_stage == 3 ? held / n : held));

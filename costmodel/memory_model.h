@@ -11,6 +11,8 @@
 //               unit's whole gradient)
 //   optimizer   12Ψ (fp32 master + two Adam moments; 8Ψ when training in fp32); ZeRO-1+: /N;
 //               0 on the GPU with optimizer offload
+// Routed experts (mixtures of experts) are a second Ψ_e = the layers' routed experts / (ep·etp),
+// with the same state per parameter, sharded over expert-dp (N_e) in place of N.
 // Continual recipe: teacher 2Ψ (ZeRO-3: 2Ψ/N + its gathered blocks and root unit, as the
 // student's), EWC 8Ψ (ZeRO-3: 8Ψ/N), the KL's fp32 tensors on the last stage (kl_logits).
 // Activations: bytes per layer per microbatch (Korthikanti et al. 2022 Table 2, generalised to GQA,
@@ -68,10 +70,23 @@ double root_params(const spec::ModelSpec& model, const spec::ParamCounts& counts
 double gradient_bytes_per_param(const CostModelOptions& options);
 
 // Parameters of one transformer block per tp rank: attention and MLP matrices split over tp,
-// norms (and row-parallel biases) replicated.
+// norms (and row-parallel biases) replicated. For a mixture of experts, the mean layer's without
+// its routed experts (expert_params_per_layer): the dense MLP on the dense layers, the shared
+// experts (split over tp) and the router (replicated) on the MoE layers.
 double block_params_per_tp(const spec::ParamCounts& counts, int tp);
+// The routed experts of the mean layer one rank holds: the MoE layers' routed experts over
+// ep·etp, averaged over all layers; 0 for a dense model.
+double expert_params_per_layer(const spec::ParamCounts& counts, const spec::ParallelConfig& parallel);
+// The ranks ZeRO shards expert state over: expert-dp (ParallelConfig::expert_dp) from ZeRO-1 on.
+int expert_shard_group(const spec::ParallelConfig& parallel);
+// Bytes per element of a GEMM input kept for the backward: the compute precision's, 1 in FP8
+// (Transformer Engine keeps the FP8 copy it multiplied).
+double gemm_input_bytes(const CostModelOptions& options);
+// Tokens the busiest expert rank computes per MoE layer, as a multiple of the balanced T·k/E: the
+// capacity factor where tokens are dropped (padded to capacity), else the options' imbalance.
+double routed_token_load(const spec::ExpertSpec& experts, const CostModelOptions& options);
 
-// Parameters held by one pipeline rank, per tp rank.
+// Parameters held by one pipeline rank, per tp rank (its routed experts per ep·etp).
 double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                          const spec::StagePartition& stages, int pp_rank);
 
@@ -86,6 +101,8 @@ struct MemoryTerms {
   double kl_logits = 0;
   double recompute_buffer = 0;  // full recompute: one layer's rematerialised activations
   double block_params = 0;      // one block's parameters per tp rank (block_params_per_tp; a ZeRO-3 unit)
+  double expert_params = 0;     // the mean layer's routed experts on one rank (expert_params_per_layer)
+  int expert_shard_group = 1;   // expert_shard_group
   double comm_buffers = 0;      // communication buffers of the groups this rank talks in
 };
 MemoryTerms memory_terms(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,

@@ -41,6 +41,10 @@ void count_calls(CommGroup group, double calls, CallsPerStep& out) {
     case CommGroup::kPp:
       out.pp += calls;
       break;
+    case CommGroup::kExpert:
+    case CommGroup::kExpertTp:
+      out.ep += calls;
+      break;
     default:
       out.dp += calls;
   }
@@ -63,7 +67,7 @@ StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, doubl
       sums.kernels_pp += item.kernels * times;
     } else if (item.exposure == Exposure::kBehindBackward) {
       sums.behind_backward += price(item, context, Seconds(0));
-      sums.reduced_bytes = static_cast<double>(item.bytes.value());
+      sums.reduced_bytes += static_cast<double>(item.bytes.value());
       sums.kernels_dp += item.kernels * times;
     } else if (item.exposure == Exposure::kAfterBackward) {
       sums.after_backward += price(item, context, Seconds(0)) * times;
@@ -96,6 +100,7 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
   if (share.first) t.tp_comm += (c.embedding_tp_forward + c.embedding_tp_backward) * microbatches;
   if (share.last) t.tp_comm += (c.head_tp_forward + c.head_tp_backward) * microbatches;
   t.cp_comm = c.layer_cp * layer_passes;
+  t.ep_comm = c.layer_ep * layer_passes * critical.compute_scale;
   // The blocks' exposed gathers run inside the stage durations the replay ran at the rank's speed.
   zero3_exposed = c.layer_zero3 * layer_passes * critical.compute_scale;
   const Seconds root = c.between_passes * times_per_step(WorkScope::kEmbedding, share, microbatches, inv);
@@ -144,9 +149,16 @@ void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, c
 
 // The optimizer step over this rank's shard (CostModelOptions::optimizer_bytes_per_param), with
 // the step's kernels (`step_kernels`).
+// Parameters of `share` this rank holds state of: its own over the shard group from ZeRO-1 on (the
+// routed experts over expert-dp), or under ZeRO-3 alone (`zero_stage` 3 only) its shard.
+double local_params(const RankShare& share, const spec::ParallelConfig& p, int shard_group, int from_stage) {
+  if (p.zero_stage < from_stage) return share.params;
+  return (share.params - share.expert_params) / shard_group + share.expert_params / p.expert_dp();
+}
+
 Seconds optimizer_time(const spec::ClusterSpec& cluster, const spec::ParallelConfig& p, const CostModelOptions& o,
-                       double params, int shard_group, double step_kernels) {
-  const double local = params / (p.zero_stage >= 1 ? shard_group : 1);
+                       const RankShare& share, int shard_group, double step_kernels) {
+  const double local = local_params(share, p, shard_group, 1);
   const double opt_bytes = o.optimizer_bytes_per_param + (o.precision == spec::Precision::kFp16 ? 8.0 : 0.0);
   Seconds seconds;
   if (p.offload == spec::Offload::kNone) {
@@ -199,12 +211,12 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
       (share.last ? (head.head_forward.kernels + head.head_backward.kernels + head.teacher_head.kernels) * microbatches
                   : 0) +
       step_k + sums.kernels_dp + sums.kernels_pp;
-  t.optimizer = optimizer_time(cluster, p, o, share.params, groups.shard_group, step_k);
+  t.optimizer = optimizer_time(cluster, p, o, share, groups.shard_group, step_k);
   Seconds penalty;
   if (o.ewc) {
     // EWC's penalty over the rank's parameters (shards under ZeRO-3), once per step: forward reads
     // θ, θ* and F and writes two temporaries, backward reads three and adds into the gradient, fp32.
-    const double held = share.params / (p.zero_stage == 3 ? groups.shard_group : 1);
+    const double held = local_params(share, p, groups.shard_group, 3);
     penalty = Seconds(held * 4 * 11 / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency));
     t.continual += penalty;
   }

@@ -106,7 +106,7 @@ StepTimeByKind time_by_kind(const MicrobatchCharges& c, const CriticalRank& crit
   k.attention = k.attention * critical.compute_scale;
   k.loss = k.loss * critical.compute_scale;
   k.optimizer = t.optimizer;
-  k.communication = t.tp_comm + t.cp_comm + t.dp_comm + t.pp_comm + t.pp_bubble;
+  k.communication = t.tp_comm + t.cp_comm + t.ep_comm + t.dp_comm + t.pp_comm + t.pp_bubble;
   k.other = std::max(Seconds(0), t.total() - k.gemm - k.attention - k.loss - k.optimizer - k.communication);
   return k;
 }
@@ -218,6 +218,7 @@ CriticalRank critical_rank(const spec::ModelSpec& model, const spec::ParallelCon
     critical.backward_s += d.backward_s[static_cast<std::size_t>(s)];
   }
   share.params = params_of_pp_rank(model, p, stages, share.pp_rank);
+  share.expert_params = share.layers * expert_params_per_layer(model.param_counts(), p);
   share.transfers_per_pass = spec::rank_transfers_per_pass(p.pp, p.virtual_stages, share.pp_rank);
   critical.pp_comm = std::max(Seconds(0), with_transfers.makespan - without_transfers.makespan);
   const auto rank = static_cast<std::size_t>(share.pp_rank);
@@ -271,7 +272,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   std::string detail;
   if (auto why = find_invalid(model, cluster, p, seq_len, o, nullptr, &detail)) return Infeasible{*why, detail};
   const spec::RankLayout layout(p, cluster.node.gpus_per_node);
-  const LayoutCosts& layout_costs = topo.layout_costs(layout);
+  const LayoutCosts& layout_costs = topo.layout_costs(layout, model.moe.present());
   if (auto why = find_invalid(model, cluster, p, seq_len, o, &layout_costs, &detail)) return Infeasible{*why, detail};
   const int microbatches = p.grad_accum();
   const auto stages = spec::StagePartition::balanced(model.layers, p.pp, p.virtual_stages);
@@ -375,12 +376,14 @@ void search_memory(const spec::ModelSpec& model, const spec::ParallelConfig& p, 
                    const CostModelOptions& o, SearchRanks& ranks, SearchEstimate& out) {
   const auto counts = model.param_counts();
   const double block_params = block_params_per_tp(counts, p.tp);
+  const double expert_params = expert_params_per_layer(counts, p);
   const MemoryTerms terms = memory_terms(model, p, seq_len, shard_group, o);
   const bool single_stage = p.pp * p.virtual_stages == 1;
   for (int i = 0; i < ranks.count; ++i) {
     RankShare& share = ranks.ranks[i].share;
     const double root = root_params(model, counts, p.tp, share.first, share.last, single_stage);
-    share.params = share.layers * block_params + root;
+    share.params = share.layers * (block_params + expert_params) + root;
+    share.expert_params = share.layers * expert_params;
     const double activations =
         terms.activation_per_layer * ranks.ranks[i].heaviest_chunk *
         spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), share.pp_rank);
@@ -461,7 +464,7 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
     return out;
   }
   const spec::RankLayout layout(p, cluster.node.gpus_per_node);
-  const LayoutCosts& layout_costs = topo.layout_costs(layout);
+  const LayoutCosts& layout_costs = topo.layout_costs(layout, model.moe.present());
   if (auto why = find_invalid(model, cluster, p, seq_len, o, &layout_costs, nullptr)) {
     out.infeasible = why;
     return out;

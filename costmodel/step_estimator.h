@@ -37,6 +37,7 @@ struct StepTimeBreakdown {
   core::Seconds recompute;  // activation recomputation
   core::Seconds tp_comm;    // tensor-parallel collectives (not overlapped)
   core::Seconds cp_comm;    // context-parallel K/V exchange not hidden behind attention
+  core::Seconds ep_comm;    // expert parallelism's token all-to-alls (and etp's gathers)
   core::Seconds pp_comm;    // point-to-point transfers on the critical path
   core::Seconds pp_bubble;  // idle time of the critical rank in the schedule
   core::Seconds dp_comm;    // exposed data-parallel / ZeRO communication
@@ -46,7 +47,8 @@ struct StepTimeBreakdown {
   core::Seconds continual;
   core::Seconds other;  // compute slowdown while communication overlaps it
   [[nodiscard]] core::Seconds total() const {
-    return compute + recompute + tp_comm + cp_comm + pp_comm + pp_bubble + dp_comm + optimizer + continual + other;
+    return compute + recompute + tp_comm + cp_comm + ep_comm + pp_comm + pp_bubble + dp_comm + optimizer + continual +
+           other;
   }
 };
 
@@ -101,8 +103,9 @@ struct StageDurations {
 struct CallsPerStep {
   double tp = 0;
   double cp = 0;
-  double dp = 0;  // the dp × cp replicas' and the ZeRO shard group's
+  double dp = 0;  // the dp × cp replicas' and the ZeRO shard group's (and expert-dp's)
   double pp = 0;
+  double ep = 0;  // ep's and etp's
 };
 
 struct Estimate {

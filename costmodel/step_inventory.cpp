@@ -132,7 +132,8 @@ void add_tensor_parallel(StepInventory& inv, const spec::ParallelConfig& p, cons
 void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
                           double tokens, double element_bytes, const CostModelOptions& o) {
   if (p.cp <= 1) return;
-  const double kv = 2 * tokens * model.kv_heads * model.head_dim() / p.tp * element_bytes;
+  const spec::AttentionWidths widths = model.attention_widths();
+  const double kv = tokens * static_cast<double>(widths.key + widths.value) / p.tp * element_bytes;
   if (o.context_parallel == ContextParallelKind::kAllGather) {
     const Bytes gathered(static_cast<std::int64_t>(kv / 2 * p.cp));
     const double around = kernels_per_context_parallel_call(o);
@@ -158,39 +159,82 @@ void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, cons
   if (o.distill_teacher) ring(WorkPass::kTeacher, 1);
 }
 
+// Expert parallelism on the MoE layers, each pass: the rank's T/tp tokens (the sequence-parallel
+// shard), k copies each, sent to their experts' ranks by an all-to-all over ep and back after the
+// experts (dispatch and combine, Megatron's alltoall token dispatcher), blocking; with etp > 1 the
+// received tokens all-gathered over etp before the experts and reduce-scattered after. The mean
+// layer runs them moe_layers / layers times.
+void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, double tokens,
+                         double element_bytes, const CostModelOptions& o) {
+  if (!model.moe.present() || (p.ep == 1 && p.etp == 1)) return;
+  const auto counts = model.param_counts();
+  const double share = static_cast<double>(counts.moe_layers) / model.layers;
+  const double routed = tokens / p.tp * model.moe.experts_per_token * routed_token_load(model.moe, o);
+  const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
+  const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));
+  auto pass_work = [&](WorkPass pass) {
+    if (p.ep > 1) {
+      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllToAll, sent, 2 * share,
+                               kernels_per_call(o))));
+    }
+    if (p.etp > 1) {
+      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpertTp, WorkKind::kAllGather, gathered, share,
+                               kernels_per_call(o))));
+      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpertTp, WorkKind::kReduceScatter, gathered, share,
+                               kernels_per_call(o))));
+    }
+  };
+  pass_work(WorkPass::kForward);
+  pass_work(WorkPass::kBackward);
+  if (p.recompute == spec::Recompute::kFull) pass_work(WorkPass::kRecompute);
+  if (o.distill_teacher) pass_work(WorkPass::kTeacher);
+}
+
 // ZeRO-3 over the shard group, every microbatch: each block's parameters gathered forward and
 // again backward, its gradients reduce-scattered backward, prefetched behind compute; the
 // executor's root unit (what the rank holds outside its blocks) gathered and reduced between
 // passes, kept gathered in between (FSDP's root is not resharded after forward either).
 void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, int shard_group,
                const Runtime& runtime, double element_bytes, const CostModelOptions& o) {
-  if (p.zero_stage != 3 || shard_group <= 1) return;
+  if (p.zero_stage != 3) return;
   const auto counts = model.param_counts();
-  const double block = block_params_per_tp(counts, p.tp);
   const double around = kernels_per_zero3_call(o);
-  auto unit = [&](WorkPass pass, WorkScope scope, WorkKind kind, double params, double bytes_per_param,
+  auto unit = [&](WorkPass pass, WorkScope scope, CommGroup group, WorkKind kind, double params, double bytes_per_param,
                   Exposure exposure) {
     const Bytes bytes(static_cast<std::int64_t>(params * bytes_per_param));
-    inv.add(calls_of(pass, scope, CommGroup::kShard, kind, bytes, 1, around, exposure));
+    inv.add(calls_of(pass, scope, group, kind, bytes, 1, around, exposure));
   };
   const double grad_bytes = gradient_bytes_per_param(o);
-  unit(WorkPass::kForward, WorkScope::kLayer, WorkKind::kAllGather, block, element_bytes, Exposure::kPrefetched);
-  unit(WorkPass::kBackward, WorkScope::kLayer, WorkKind::kAllGather, block, element_bytes, Exposure::kPrefetched);
-  unit(WorkPass::kBackward, WorkScope::kLayer, WorkKind::kReduceScatter, block, grad_bytes, Exposure::kPrefetched);
-  // The teacher is sharded like the student (executor/train/continual_objective.h): its units are
-  // gathered for its forward too.
-  if (o.distill_teacher) {
-    unit(WorkPass::kTeacher, WorkScope::kLayer, WorkKind::kAllGather, block, element_bytes, Exposure::kPrefetched);
+  // A block's units, prefetched: gathered forward and backward, reduce-scattered backward; the
+  // teacher, sharded like the student (executor/train/continual_objective.h), gathered for its
+  // forward too. The routed experts are their own units over expert-dp.
+  auto block_units = [&](CommGroup group, double params) {
+    unit(WorkPass::kForward, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
+         Exposure::kPrefetched);
+    unit(WorkPass::kBackward, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
+         Exposure::kPrefetched);
+    unit(WorkPass::kBackward, WorkScope::kLayer, group, WorkKind::kReduceScatter, params, grad_bytes,
+         Exposure::kPrefetched);
+    if (o.distill_teacher) {
+      unit(WorkPass::kTeacher, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
+           Exposure::kPrefetched);
+    }
+  };
+  if (const double experts = expert_params_per_layer(counts, p); experts > 0 && p.expert_dp() > 1) {
+    block_units(CommGroup::kExpertReplicas, experts);
   }
+  if (shard_group <= 1) return;
+  block_units(CommGroup::kShard, block_params_per_tp(counts, p.tp));
   if (!runtime.gathers_root_unit) return;
   const bool single_stage = p.pp * p.virtual_stages == 1;
   const double root = root_params(model, counts, p.tp, true, single_stage, single_stage);
-  unit(WorkPass::kForward, WorkScope::kEmbedding, WorkKind::kAllGather, root, element_bytes, Exposure::kBetweenPasses);
+  unit(WorkPass::kForward, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kAllGather, root, element_bytes,
+       Exposure::kBetweenPasses);
   if (o.distill_teacher) {
-    unit(WorkPass::kTeacher, WorkScope::kEmbedding, WorkKind::kAllGather, root, element_bytes,
+    unit(WorkPass::kTeacher, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kAllGather, root, element_bytes,
          Exposure::kBetweenPasses);
   }
-  unit(WorkPass::kBackward, WorkScope::kEmbedding, WorkKind::kReduceScatter, root, grad_bytes,
+  unit(WorkPass::kBackward, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kReduceScatter, root, grad_bytes,
        Exposure::kBetweenPasses);
 }
 
@@ -205,6 +249,7 @@ StepInventory microbatch_work(const spec::ModelSpec& model, const spec::Parallel
   add_tensor_parallel(inv, p, runtime, tokens, model.hidden, element_bytes, o);
   add_context_parallel(inv, model, p, tokens, element_bytes, o);
   add_zero3(inv, model, p, shard_group, runtime, element_bytes, o);
+  add_expert_parallel(inv, model, p, tokens, element_bytes, o);
   if (p.pp > 1) {
     // The activation passed between stages (scattered over tp under SP), and its gradient back.
     const Bytes boundary(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden *
@@ -273,7 +318,6 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
   const Runtime runtime = runtime_of(p, o);
   const double grad_b = gradient_bytes_per_param(o);
   const Bytes grad_bytes(static_cast<std::int64_t>(share.params * grad_b));
-  const Bytes param_bytes(static_cast<std::int64_t>(share.params * activation_bytes(o.precision)));
   // Buckets per reduction: the executor's own (whole parameters, executor_buckets.h); Megatron's
   // filled to the cap.
   const int shard_group = groups.shard_group;
@@ -292,20 +336,36 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
   const bool accumulates = runtime.executor && !spec::executor_zero2_reduces_each_microbatch(p);
   inv.gradient_reductions = p.zero_stage == 2 && !accumulates ? p.grad_accum() : 1;
   inv.reduces_gradients = shard_group > 1 || (p.hybrid_shard && groups.replicate_size > 1);
-  auto bucketed = [&](WorkKind kind, Bytes bytes, Exposure exposure) {
-    WorkItem item =
-        calls_of(WorkPass::kStepEnd, exposure == Exposure::kBehindBackward ? WorkScope::kReduction : WorkScope::kStep,
-                 CommGroup::kReplicas, kind, bytes, 1, 0, exposure);
-    item.call_overheads = item.calls = inv.gradient_buckets;
-    item.kernels = kernels_per_call(o) * inv.gradient_buckets;
-    inv.add(item);
+  // Routed experts reduce over expert-dp (spec::ParallelConfig::expert_dp), the rest over the
+  // replicas; each its share of the buckets.
+  const double expert_share = share.params > 0 ? share.expert_params / share.params : 0.0;
+  const int expert_dp = p.expert_dp();
+  inv.reduces_gradients = inv.reduces_gradients || (expert_share > 0 && expert_dp > 1);
+  auto bucketed = [&](WorkKind kind, double bytes_per_param, Exposure exposure) {
+    auto add = [&](CommGroup group, double params, double buckets) {
+      WorkItem item =
+          calls_of(WorkPass::kStepEnd, exposure == Exposure::kBehindBackward ? WorkScope::kReduction : WorkScope::kStep,
+                   group, kind, Bytes(static_cast<std::int64_t>(params * bytes_per_param)), 1, 0, exposure);
+      item.call_overheads = item.calls = buckets;
+      item.kernels = kernels_per_call(o) * buckets;
+      inv.add(item);
+    };
+    const double buckets = inv.gradient_buckets;
+    if (expert_share <= 0) {
+      add(CommGroup::kReplicas, share.params, buckets);
+      return;
+    }
+    const double expert_buckets = std::max(1.0, std::round(buckets * expert_share));
+    if (shard_group > 1)
+      add(CommGroup::kReplicas, share.params - share.expert_params, std::max(1.0, buckets - expert_buckets));
+    if (expert_dp > 1) add(CommGroup::kExpertReplicas, share.expert_params, expert_buckets);
   };
   if (inv.reduces_gradients) {
     if (p.zero_stage == 0) {
-      bucketed(WorkKind::kAllReduce, grad_bytes, Exposure::kBehindBackward);
+      bucketed(WorkKind::kAllReduce, grad_b, Exposure::kBehindBackward);
     } else if (p.zero_stage <= 2) {
-      bucketed(WorkKind::kReduceScatter, grad_bytes, Exposure::kBehindBackward);
-      bucketed(WorkKind::kAllGather, param_bytes, Exposure::kAfterBackward);
+      bucketed(WorkKind::kReduceScatter, grad_b, Exposure::kBehindBackward);
+      bucketed(WorkKind::kAllGather, activation_bytes(o.precision), Exposure::kAfterBackward);
     } else if (p.hybrid_shard && groups.replicate_size > 1) {
       add_hybrid_all_reduce(inv, model, p, groups.shard_size, share, runtime, grad_bytes, o);
     }

@@ -42,6 +42,9 @@ enum class CommGroup : std::uint8_t {
   kShard,      // the ZeRO shard group (inside a node under hybrid sharding)
   kReplicate,  // hybrid sharding: the same shard on every node
   kPp,
+  kExpert,          // the ep group: the routed tokens' all-to-all (ParallelConfig::ep)
+  kExpertTp,        // the etp group: an expert's MLP split like tp
+  kExpertReplicas,  // expert-dp: the ranks holding the same expert shard
 };
 
 enum class WorkKind : std::uint8_t {
@@ -51,6 +54,7 @@ enum class WorkKind : std::uint8_t {
   kReduceScatterAllGather,  // sequence parallelism's pair in place of one all-reduce
   kSendReceive,             // point to point to the next rank of the group's ring
   kScalarAllReduce,         // a few bytes, bound by latency (the step's loss, token count, norm)
+  kAllToAll,                // `bytes`: what one rank sends to the whole group (its own share included)
 };
 
 // How an entry meets the compute beside it.
@@ -86,7 +90,7 @@ struct WorkItem {
   bool resumes;            // each call costs the host NodeSpec::compute_lost_resuming_from_call
 };
 
-inline constexpr int kMaxWorkItems = 32;
+inline constexpr int kMaxWorkItems = 40;
 
 class StepInventory {
  public:
@@ -111,7 +115,8 @@ struct RankShare {
   double layers = 0;              // blocks over its chunks
   bool first = false;             // holds the embedding
   bool last = false;              // holds the final norm and LM head
-  double params = 0;              // parameters per tp rank
+  double params = 0;              // parameters per tp rank (the routed experts' its own, below)
+  double expert_params = 0;       // routed-expert parameters it holds (reduced over expert-dp)
   double transfers_per_pass = 0;  // its pipeline sends and receives in one pass of one microbatch
 };
 

@@ -32,8 +32,8 @@ using Vertex = boost::graph_traits<BoostGraph>::vertex_descriptor;
 struct Topology::Graph {
   BoostGraph g;
   int gpus_per_node = 0;
-  std::vector<Vertex> gpu;      // by global GPU index
-  std::vector<Vertex> hub;      // by node
+  std::vector<Vertex> gpu;  // by global GPU index
+  std::vector<Vertex> hub;  // by node
   std::vector<Vertex> nic_of_gpu;
   Vertex spine{};
   // The breadth-first tree from the spine over GPU–NIC–leaf–spine (hub edges excluded): parent of
@@ -62,7 +62,7 @@ struct Topology::Cache {
   // errors.
   using PlaceKey = std::tuple<int, int, int, int, int>;
   // Layout costs: (degrees, strides, hybrid) -> costs; node-based, so references stay valid.
-  using LayoutKey = std::array<int, 9>;
+  using LayoutKey = std::array<int, 12>;
   struct LayoutKeyHash {
     std::size_t operator()(const LayoutKey& k) const noexcept {
       std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the values
@@ -108,8 +108,8 @@ Topology::Topology(const spec::ClusterSpec& c) : graph_(std::make_unique<Graph>(
     for (int i = 0; i < nics; ++i) {
       const Vertex nic = boost::add_vertex(G.g);
       node_nics.push_back(nic);
-      const auto key = c.fabric.rail_optimized ? std::make_pair(i, n / down_ports)
-                                               : std::make_pair(-1, n * nics / down_ports);
+      const auto key =
+          c.fabric.rail_optimized ? std::make_pair(i, n / down_ports) : std::make_pair(-1, n * nics / down_ports);
       auto it = leaves.find(key);
       if (it == leaves.end()) {
         const Vertex leaf = boost::add_vertex(G.g);
@@ -158,7 +158,9 @@ Topology::~Topology() = default;
 Topology::Topology(Topology&&) noexcept = default;
 Topology& Topology::operator=(Topology&&) noexcept = default;
 
-int Topology::num_vertices() const { return static_cast<int>(boost::num_vertices(graph_->g)); }
+int Topology::num_vertices() const {
+  return static_cast<int>(boost::num_vertices(graph_->g));
+}
 
 namespace {
 
@@ -204,15 +206,16 @@ struct Router {
       return G.hub_edge[static_cast<std::size_t>(a)].latency + G.hub_edge[static_cast<std::size_t>(b)].latency;
     }
     double lat = 0;
-    walk(G, G.gpu[static_cast<std::size_t>(a)], G.gpu[static_cast<std::size_t>(b)],
-         [&](Vertex v) {
-           ++loads.up[v];
-           lat += G.up_edge[v].latency;
-         },
-         [&](Vertex v) {
-           ++loads.down[v];
-           lat += G.up_edge[v].latency;
-         });
+    walk(
+        G, G.gpu[static_cast<std::size_t>(a)], G.gpu[static_cast<std::size_t>(b)],
+        [&](Vertex v) {
+          ++loads.up[v];
+          lat += G.up_edge[v].latency;
+        },
+        [&](Vertex v) {
+          ++loads.down[v];
+          lat += G.up_edge[v].latency;
+        });
     return lat;
   }
 };
@@ -385,11 +388,20 @@ GroupPlacement Topology::place_groups(int degree_a, int stride_a, int degree_b, 
   return p;
 }
 
-const LayoutCosts& Topology::layout_costs(const spec::RankLayout& layout) const {
+const LayoutCosts& Topology::layout_costs(const spec::RankLayout& layout, bool experts) const {
   using spec::Axis;
-  const Cache::LayoutKey key{layout.degree(Axis::kTp), layout.degree(Axis::kCp), layout.degree(Axis::kDp),
-                             layout.degree(Axis::kPp), layout.stride(Axis::kTp), layout.stride(Axis::kCp),
-                             layout.stride(Axis::kDp), layout.stride(Axis::kPp), layout.hybrid_shard() ? 1 : 0};
+  const Cache::LayoutKey key{layout.degree(Axis::kTp),
+                             layout.degree(Axis::kCp),
+                             layout.degree(Axis::kDp),
+                             layout.degree(Axis::kPp),
+                             layout.stride(Axis::kTp),
+                             layout.stride(Axis::kCp),
+                             layout.stride(Axis::kDp),
+                             layout.stride(Axis::kPp),
+                             layout.hybrid_shard() ? 1 : 0,
+                             layout.expert_degree(spec::ExpertAxis::kEp),
+                             layout.expert_degree(spec::ExpertAxis::kEtp),
+                             experts ? 1 : 0};
   {
     std::shared_lock lock(cache_->layouts_mutex);
     if (auto it = cache_->layouts.find(key); it != cache_->layouts.end()) return *it->second;
@@ -410,6 +422,15 @@ const LayoutCosts& Topology::layout_costs(const spec::RankLayout& layout) const 
     }
   }
   costs->shard_group = layout.zero_shard_group_size();
+  if (experts) {
+    using spec::ExpertAxis;
+    auto place_expert_axis = [&](ExpertAxis axis) {
+      return place_groups(layout.expert_degree(axis), layout.expert_stride(axis), 1, 0, layout.world_size());
+    };
+    costs->ep = place_expert_axis(ExpertAxis::kEp);
+    costs->etp = place_expert_axis(ExpertAxis::kEtp);
+    costs->expert_replicas = place_expert_axis(ExpertAxis::kExpertDp);
+  }
   if (layout.hybrid_shard()) costs->hybrid_shard_error = hybrid_shard_error(layout);
   std::unique_lock lock(cache_->layouts_mutex);
   // Another thread may have built it meanwhile: keep the first (the values are equal).

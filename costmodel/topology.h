@@ -55,11 +55,11 @@ struct CallScale {
 using CallScales = std::array<CallScale, spec::kAllLinkCalls.size()>;  // indexed by spec::LinkCall
 
 struct GroupPlacement {
-  int size = 1;            // ranks in a group
-  int nodes = 1;           // nodes a group spans
-  int ranks_per_node = 1;  // members of a group on one node (the largest)
-  LinkCost intra;          // ring inside a node (valid when ranks_per_node > 1)
-  LinkCost inter;          // ring across nodes (valid when nodes > 1)
+  int size = 1;              // ranks in a group
+  int nodes = 1;             // nodes a group spans
+  int ranks_per_node = 1;    // members of a group on one node (the largest)
+  LinkCost intra;            // ring inside a node (valid when ranks_per_node > 1)
+  LinkCost inter;            // ring across nodes (valid when nodes > 1)
   CallScales intra_scale{};  // per call on `intra` (all 1 unless the node measured its calls)
 };
 
@@ -79,7 +79,11 @@ struct LayoutCosts {
   // when pp = 1.
   std::vector<LinkCost> pp_next;
   LinkSum pp_ring;  // the sum of pp_next
-  int shard_group = 1;  // spec::RankLayout::zero_shard_group_size
+  // The expert layers' groups (spec::RankLayout's expert axes): ep's all-to-all, etp's split and
+  // expert-dp, over which the routed experts' gradients are summed; size 1 unless the layout was
+  // placed with its experts (Topology::layout_costs).
+  GroupPlacement ep, etp, expert_replicas;
+  int shard_group = 1;                            // spec::RankLayout::zero_shard_group_size
   std::optional<std::string> hybrid_shard_error;  // with hybrid sharding: why it cannot
 };
 
@@ -102,7 +106,9 @@ class Topology {
   // Every placement a step estimate needs of `layout`, built on first use and kept: one lookup
   // per evaluation (the search evaluates millions). The reference stays valid for the Topology's
   // life. Thread-safe.
-  [[nodiscard]] const LayoutCosts& layout_costs(const spec::RankLayout& layout) const;
+  // `experts`: place the expert layers' groups too (a mixture of experts; a dense model's are
+  // never used, and placing them costs a search).
+  [[nodiscard]] const LayoutCosts& layout_costs(const spec::RankLayout& layout, bool experts = false) const;
   // Point-to-point between two ranks, alone on the fabric (inside a node scaled as the node's
   // measured send/recv says). Memoised per pair. Thread-safe.
   [[nodiscard]] LinkCost p2p(int rank_a, int rank_b, int gpus_per_node) const;

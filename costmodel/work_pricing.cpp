@@ -36,6 +36,12 @@ const GroupPlacement& GroupPlacements::of(CommGroup group) const {
       return replicate_;
     case CommGroup::kPp:
       return layout_->pp_in_node;
+    case CommGroup::kExpert:
+      return layout_->ep;
+    case CommGroup::kExpertTp:
+      return layout_->etp;
+    case CommGroup::kExpertReplicas:
+      return layout_->expert_replicas;
   }
   return layout_->tp;
 }
@@ -93,6 +99,8 @@ Seconds operation_time(const WorkItem& item, const PricingContext& context) {
     }
     case WorkKind::kScalarAllReduce:
       return scalar_all_reduce(item, context);
+    case WorkKind::kAllToAll:
+      return collective_time(Collective::kAllToAll, item.bytes, group, efficiency);
   }
   return Seconds(0);
 }
@@ -191,8 +199,12 @@ Seconds charge_dispatch(MicrobatchCharges& c, const StepInventory& inventory, co
 using ByPass = std::array<Seconds, 4>;
 
 struct ScopeSums {
-  ByPass tp{}, cp{}, behind_attention{}, prefetched{};
+  ByPass tp{}, cp{}, ep{}, behind_attention{}, prefetched{};
 };
+
+bool expert_group(CommGroup group) {
+  return group == CommGroup::kExpert || group == CommGroup::kExpertTp || group == CommGroup::kExpertReplicas;
+}
 
 }  // namespace
 
@@ -224,7 +236,7 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
         sums.prefetched[pass] += seconds;
         break;
       default:
-        (item.group == CommGroup::kCp ? sums.cp : sums.tp)[pass] += seconds;
+        (item.group == CommGroup::kCp ? sums.cp : expert_group(item.group) ? sums.ep : sums.tp)[pass] += seconds;
     }
   }
   const auto forward = static_cast<std::size_t>(WorkPass::kForward);
@@ -248,11 +260,12 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
   c.layer_zero3_hidden = c.layer_zero3_hidden_forward + c.layer_zero3_hidden_backward;
   c.layer_tp = layer.tp[forward] + layer.tp[backward] + layer.tp[recompute] + layer.tp[teacher];
   c.layer_cp = cp_forward + cp_backward + cp_teacher;
+  c.layer_ep = layer.ep[forward] + layer.ep[backward] + layer.ep[recompute] + layer.ep[teacher];
   c.layer_zero3 = zero3_forward + zero3_backward + zero3_teacher;
-  c.layer_forward = block.forward.total() + layer.tp[forward] + cp_forward + zero3_forward + block.teacher.total() +
-                    layer.tp[teacher] + cp_teacher + zero3_teacher;
+  c.layer_forward = block.forward.total() + layer.tp[forward] + layer.ep[forward] + cp_forward + zero3_forward +
+                    block.teacher.total() + layer.tp[teacher] + layer.ep[teacher] + cp_teacher + zero3_teacher;
   c.layer_backward = block.backward.total() + block.recompute.total() + layer.tp[backward] + layer.tp[recompute] +
-                     cp_backward + zero3_backward;
+                     layer.ep[backward] + layer.ep[recompute] + cp_backward + zero3_backward;
   c.embedding_tp_forward = embedding.tp[forward] + embedding.tp[teacher];
   c.embedding_tp_backward = embedding.tp[backward];
   c.head_tp_forward = head.tp[forward] + head.tp[teacher];

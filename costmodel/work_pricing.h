@@ -62,6 +62,7 @@ struct MicrobatchCharges {
   // blocking calls), context parallelism (gathers, or the ring beyond the attention core), ZeRO-3
   // (gathers and reduce-scatters beyond the pass's compute).
   core::Seconds layer_tp, layer_cp, layer_zero3;
+  core::Seconds layer_ep;            // expert parallelism's all-to-alls (and etp's gathers), blocking
   core::Seconds layer_zero3_hidden;  // ZeRO-3 communication hidden behind the layer's compute
   core::Seconds layer_zero3_hidden_forward, layer_zero3_hidden_backward;
   core::Seconds layer_forward, layer_backward;  // one layer: compute + exposed, backward with recompute

@@ -110,6 +110,8 @@ Advice advise(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, co
       {"compute", (ts.compute - tw.compute).value()},
       {"recomputation", (ts.recompute - tw.recompute).value()},
       {"tensor-parallel communication", (ts.tp_comm - tw.tp_comm).value()},
+      {"context-parallel communication", (ts.cp_comm - tw.cp_comm).value()},
+      {"expert-parallel all-to-all", (ts.ep_comm - tw.ep_comm).value()},
       {"pipeline bubble", (ts.pp_bubble - tw.pp_bubble).value()},
       {"data-parallel / ZeRO communication", (ts.dp_comm + ts.other - tw.dp_comm - tw.other).value()},
       {"optimizer step", (ts.optimizer - tw.optimizer).value()}};

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/str_cat.h"
@@ -56,6 +58,53 @@ std::string pipeline_split_note(const spec::Plan& plan) {
 
 }  // namespace
 
+namespace {
+
+// Megatron-LM's arguments for the attention variants (explicit head width, q/k norms, latent
+// attention) and the mixture of experts (with its expert parallelism), as the model and plan have
+// them; Megatron-Core's names (core_v0.12+).
+std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
+  const auto& m = plan.model;
+  const auto& c = plan.parallel;
+  std::vector<std::string> args;
+  if (m.explicit_head_dim > 0) args.push_back(str_cat("--kv-channels ", m.explicit_head_dim));
+  if (m.qk_norm) args.emplace_back("--qk-layernorm");
+  if (m.mla.present()) {
+    args.emplace_back("--multi-latent-attention");
+    if (m.mla.q_lora_rank > 0) args.push_back(str_cat("--q-lora-rank ", m.mla.q_lora_rank));
+    args.push_back(str_cat("--kv-lora-rank ", m.mla.kv_lora_rank));
+    args.push_back(str_cat("--qk-head-dim ", m.mla.qk_nope_head_dim));
+    args.push_back(str_cat("--qk-pos-emb-head-dim ", m.mla.qk_rope_head_dim));
+    args.push_back(str_cat("--v-head-dim ", m.mla.v_head_dim));
+  }
+  if (!m.moe.present()) return args;
+  const auto& e = m.moe;
+  args.push_back(str_cat("--num-experts ", e.experts));
+  args.push_back(str_cat("--moe-router-topk ", e.experts_per_token));
+  args.push_back(str_cat("--moe-ffn-hidden-size ", e.expert_ffn_hidden));
+  if (e.shared_ffn_hidden > 0) args.push_back(str_cat("--moe-shared-expert-intermediate-size ", e.shared_ffn_hidden));
+  if (e.first_dense_layers > 0 || e.layer_interval > 1) {
+    std::string pattern = "\"[";  // one entry per layer: 1 MoE, 0 dense
+    for (int layer = 0; layer < m.layers; ++layer)
+      pattern += str_cat(layer > 0 ? "," : "", m.is_moe_layer(layer) ? 1 : 0);
+    args.push_back(str_cat("--moe-layer-freq ", pattern, "]\""));
+  }
+  if (e.router == spec::RouterScore::kSigmoid) args.emplace_back("--moe-router-score-function sigmoid");
+  args.emplace_back("--moe-router-load-balancing-type aux_loss");
+  args.emplace_back("--moe-aux-loss-coeff 1e-3");
+  args.emplace_back("--moe-grouped-gemm");
+  args.emplace_back("--moe-token-dispatcher-type alltoall");
+  if (e.capacity_factor > 0) {
+    args.push_back(str_cat("--moe-expert-capacity-factor ", e.capacity_factor));
+    args.emplace_back("--moe-pad-expert-input-to-capacity");
+  }
+  args.push_back(str_cat("--expert-model-parallel-size ", c.ep));
+  args.push_back(str_cat("--expert-tensor-parallel-size ", c.etp));  // Megatron's default is tp
+  return args;
+}
+
+}  // namespace
+
 std::string megatron_args(const spec::Plan& plan) {
   const auto& m = plan.model;
   const auto& c = plan.parallel;
@@ -94,6 +143,7 @@ std::string megatron_args(const spec::Plan& plan) {
   }
   arg(str_cat("--norm-epsilon ", m.norm_eps));
   if (m.qkv_bias) arg("--add-qkv-bias");
+  for (const auto& a : attention_and_expert_args(plan)) arg(a);
   if (!cost::applies_dropout(m, cost::CostModelOptions{})) {
     // LLaMA-style models train without dropout; Megatron's defaults are 0.1 each.
     arg("--attention-dropout 0.0");
@@ -184,6 +234,13 @@ core::Json deepspeed_config(const spec::Plan& plan) {
                 " was priced as ring attention; DeepSpeed's own sequence parallelism (Ulysses, "
                 "sequence_parallel_size in the model code) is a different algorithm (all-to-all over heads)"));
   }
+  if (plan.model.moe.present()) {
+    notes.push_back(
+        str_cat("a mixture of experts: DeepSpeed-MoE places its experts in the model code "
+                "(deepspeed.moe.layer.MoE(num_experts=",
+                plan.model.moe.experts, ", ep_size=", c.ep, ", k=", plan.model.moe.experts_per_token,
+                ")); the plan's expert tensor parallel ", c.etp, " has no DeepSpeed-MoE setting"));
+  }
   if (!notes.empty()) j["cpt_notes"] = notes;
   return j;
 }
@@ -219,6 +276,12 @@ std::string torchtitan_toml(const spec::Plan& plan) {
   s << "tensor_parallel_degree = " << c.tp << "\n";
   s << "context_parallel_degree = " << c.cp << "\n";
   s << "pipeline_parallel_degree = " << c.pp << "\n";
+  if (plan.model.moe.present()) {
+    // torchtitan's MoE models (DeepSeek-V3, Qwen3, Llama 4 in its model registry) fold ep over
+    // dp_shard x cp (x tp with etp 1).
+    s << "expert_parallel_degree = " << c.ep << "\n";
+    s << "expert_tensor_parallel_degree = " << c.etp << "\n";
+  }
   if (c.schedule == spec::ScheduleKind::kZeroBubbleH1) {
     s << "# The plan's ZB-H1 (split backward, v = 1) has no torch.distributed.pipelining class;\n"
          "# its zero-bubble schedules need virtual stages (ZBVZeroBubble, InterleavedZeroBubble). 1F1B here.\n";

@@ -42,8 +42,14 @@ std::string to_string(RejectReason r) {
 }
 
 LayoutKey layout_key(const spec::ParallelConfig& p) {
-  return {p.tp, p.cp, p.dp, p.pp, static_cast<int>(p.axis_order[0]), static_cast<int>(p.axis_order[1]),
-          static_cast<int>(p.axis_order[2]), static_cast<int>(p.axis_order[3])};
+  return {p.tp,
+          p.cp,
+          p.dp,
+          p.pp,
+          static_cast<int>(p.axis_order[0]),
+          static_cast<int>(p.axis_order[1]),
+          static_cast<int>(p.axis_order[2]),
+          static_cast<int>(p.axis_order[3])};
 }
 
 LayoutFacts layout_facts(const spec::ParallelConfig& config, int gpus_per_node) {
@@ -96,11 +102,17 @@ std::optional<RejectReason> prune_layout(const spec::ParallelConfig& p, const Pr
   const int n = p.hybrid_shard ? facts.hybrid_shard_group : facts.shard_group;
   const auto counts = m.param_counts();
   for (int r : {0, p.pp - 1}) {
-    const double params =
-        spec::StagePartition::balanced_layers_of_rank(m.layers, p.pp, p.virtual_stages, r) *
-            cost::block_params_per_tp(counts, p.tp) +
-        cost::root_params(m, counts, p.tp, r == 0, r == p.pp - 1, p.pp * p.virtual_stages == 1);
+    const double layers = spec::StagePartition::balanced_layers_of_rank(m.layers, p.pp, p.virtual_stages, r);
+    const double params = layers * cost::block_params_per_tp(counts, p.tp) +
+                          cost::root_params(m, counts, p.tp, r == 0, r == p.pp - 1, p.pp * p.virtual_stages == 1);
     auto ms = cost::model_state_bytes(params, p.zero_stage, n, ctx.options);
+    if (m.moe.present()) {  // the routed experts' state over expert-dp
+      const auto experts = cost::model_state_bytes(layers * cost::expert_params_per_layer(counts, p), p.zero_stage,
+                                                   cost::expert_shard_group(p), ctx.options);
+      ms.weights += experts.weights;
+      ms.grads += experts.grads;
+      ms.optimizer += experts.optimizer;
+    }
     if (p.offload != spec::Offload::kNone) ms.optimizer = core::Bytes(0);
     if ((ms.weights + ms.grads + ms.optimizer) > ctx.cluster.gpu().hbm_capacity) return R::kModelStateMemory;
   }

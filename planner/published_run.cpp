@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/str_cat.h"
+#include "spec/model_catalog.h"
 
 namespace cpt::planner {
 
@@ -83,6 +84,19 @@ int count_at(const Json& object, const char* key, int fallback, PublishedRun& ru
 // The model's dimensions from the row; its family (MPT, GPT-3, Llama, Nemotron) by name.
 void read_model(const Json& m, int seq_len, PublishedRun& run) {
   spec::ModelSpec& model = run.model;
+  // A row may name a catalog model (the mixtures of experts, whose experts the dimensions above do
+  // not say), with its capacity factor where tokens were dropped.
+  if (const std::string name = text_at(m, "catalog"); !name.empty()) {
+    if (auto entry = spec::find_catalog_model(name)) {
+      model = entry->spec;
+      model.max_seq_len = std::max(model.max_seq_len, seq_len);
+      if (const auto factor = number_at(m, "moe_capacity_factor"); factor && *factor >= 1 && *factor <= 1e3) {
+        model.moe.capacity_factor = *factor;
+      }
+      return;
+    }
+    run.not_modelled = str_cat("catalog model \"", name, "\" is not in cpt's catalog");
+  }
   model.name = text_at(m, "name");
   model.layers = count_at(m, "layers", 0, run);
   model.hidden = count_at(m, "hidden", 0, run);
@@ -154,6 +168,8 @@ void read_parallel(const Json& row, PublishedRun& run) {
   p.pp = count_at(parallel, "pp", 1, run);
   p.cp = count_at(parallel, "cp", 1, run);
   p.virtual_stages = count_at(parallel, "vp", 1, run);
+  p.ep = count_at(parallel, "ep", 1, run);
+  p.etp = count_at(parallel, "etp", 1, run);
   p.dp = count_at(parallel, "dp", std::max(1, run.gpus / (p.tp * p.pp * p.cp)), run);
   p.zero_stage = zero_stage_of(parallel, run);
   p.recompute = recompute_of(text_at(parallel, "recompute"), run);
@@ -192,6 +208,8 @@ PublishedRun read_row(const Json& row) {
   if (gpu) run.gpu = *gpu;
   if (!gpu) {
     run.not_modelled = str_cat("GPU class \"", gpu_class, "\" has no profile");
+  } else if (run.not_modelled) {
+    // set while reading the model
   } else if (run.gpus < 1 || run.seq_len < 1 || run.model.layers < 1 || run.model.hidden < 1 || run.model.heads < 1) {
     run.not_modelled = "the row lacks the GPU count, sequence length or model dimensions";
   } else if (!run.tokens_per_s_per_gpu && !run.model_tflops_per_gpu) {

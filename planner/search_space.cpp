@@ -14,9 +14,9 @@ using core::str_cat;
 
 namespace {
 
-const std::vector<std::string> kKeys = {"tp",        "cp",        "pp",       "dp",
-                                        "vp",        "micro_batch", "zero",   "hsdp",
-                                        "recompute", "sequence_parallel", "offload", "schedule"};
+const std::vector<std::string> kKeys = {"tp",          "cp",       "pp",   "dp",        "vp",
+                                        "micro_batch", "zero",     "hsdp", "recompute", "sequence_parallel",
+                                        "offload",     "schedule", "ep",   "etp"};
 
 int to_int(const std::string& key, const std::string& v) {
   try {
@@ -45,6 +45,28 @@ std::vector<int> divisors(int n) {
 template <class T>
 void pin(std::vector<T>& values, T v) {
   values = {v};
+}
+
+// (ep, etp) pairs: (1, 1) for a dense model; for a mixture of experts ep over the divisors of the
+// experts up to the GPUs and etp over 1, 2, 4, 8 inside a node (the pairs that do not fold into a
+// candidate's tp·cp·dp are rejected with the reason by the evaluation).
+std::vector<std::pair<int, int>> expert_degrees(const spec::ModelSpec& m, const spec::ClusterSpec& c,
+                                                std::optional<int> fixed_ep, std::optional<int> fixed_etp) {
+  if (!m.moe.present()) return {{fixed_ep.value_or(1), fixed_etp.value_or(1)}};
+  std::vector<int> eps, etps;
+  for (int ep : divisors(m.moe.experts)) {
+    if (ep <= c.num_gpus) eps.push_back(ep);
+  }
+  for (int etp : {1, 2, 4, 8}) {
+    if (etp <= c.node.gpus_per_node && m.moe.expert_ffn_hidden % etp == 0) etps.push_back(etp);
+  }
+  if (fixed_ep) eps = {*fixed_ep};
+  if (fixed_etp) etps = {*fixed_etp};
+  std::vector<std::pair<int, int>> out;
+  for (int ep : eps) {
+    for (int etp : etps) out.emplace_back(ep, etp);
+  }
+  return out;
 }
 
 }  // namespace
@@ -132,35 +154,50 @@ SearchSpace::SearchSpace(const spec::ModelSpec& m, const spec::ClusterSpec& c, i
   recompute_ = {spec::Recompute::kNone, spec::Recompute::kSelective, spec::Recompute::kFull};
   if (auto it = fx.find("recompute"); it != fx.end()) {
     const auto& v = it->second;
-    if (v == "none") pin(recompute_, spec::Recompute::kNone);
-    else if (v == "selective") pin(recompute_, spec::Recompute::kSelective);
-    else if (v == "full") pin(recompute_, spec::Recompute::kFull);
-    else throw ConfigError(str_cat("--fix: recompute: expected none|selective|full, got \"", v, "\""));
+    if (v == "none")
+      pin(recompute_, spec::Recompute::kNone);
+    else if (v == "selective")
+      pin(recompute_, spec::Recompute::kSelective);
+    else if (v == "full")
+      pin(recompute_, spec::Recompute::kFull);
+    else
+      throw ConfigError(str_cat("--fix: recompute: expected none|selective|full, got \"", v, "\""));
   }
   sequence_parallel_ = {false, true};
-  if (auto it = fx.find("sequence_parallel"); it != fx.end()) sequence_parallel_ = {to_bool("sequence_parallel", it->second)};
+  if (auto it = fx.find("sequence_parallel"); it != fx.end())
+    sequence_parallel_ = {to_bool("sequence_parallel", it->second)};
   offload_ = {spec::Offload::kNone, spec::Offload::kOptimizer};
   if (auto it = fx.find("offload"); it != fx.end()) {
     const auto& v = it->second;
-    if (v == "none") pin(offload_, spec::Offload::kNone);
-    else if (v == "optimizer") pin(offload_, spec::Offload::kOptimizer);
-    else if (v == "params") pin(offload_, spec::Offload::kOptimizerAndParams);
-    else throw ConfigError(str_cat("--fix: offload: expected none|optimizer|params, got \"", v, "\""));
+    if (v == "none")
+      pin(offload_, spec::Offload::kNone);
+    else if (v == "optimizer")
+      pin(offload_, spec::Offload::kOptimizer);
+    else if (v == "params")
+      pin(offload_, spec::Offload::kOptimizerAndParams);
+    else
+      throw ConfigError(str_cat("--fix: offload: expected none|optimizer|params, got \"", v, "\""));
   }
   if (auto it = fx.find("schedule"); it != fx.end()) {
     const auto& v = it->second;
     ScheduleKind kind = ScheduleKind::k1F1B;
-    if (v == "1f1b") kind = ScheduleKind::k1F1B;
-    else if (v == "interleaved_1f1b") kind = ScheduleKind::kInterleaved1F1B;
-    else if (v == "zb_h1") kind = ScheduleKind::kZeroBubbleH1;
-    else throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b|zb_h1, got \"", v, "\""));
+    if (v == "1f1b")
+      kind = ScheduleKind::k1F1B;
+    else if (v == "interleaved_1f1b")
+      kind = ScheduleKind::kInterleaved1F1B;
+    else if (v == "zb_h1")
+      kind = ScheduleKind::kZeroBubbleH1;
+    else
+      throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b|zb_h1, got \"", v, "\""));
     std::erase_if(pipelines_, [&](const Pipeline& x) { return x.schedule != kind; });
     if (pipelines_.empty()) throw ConfigError(str_cat("--fix: schedule=", v, " contradicts the fixed vp"));
   }
   using spec::Axis;
   orders_ = {{Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp}, {Axis::kTp, Axis::kCp, Axis::kPp, Axis::kDp}};
+  experts_ = expert_degrees(m, c, fixed_int("ep"), fixed_int("etp"));
+  if (m.moe.present()) orders_.resize(1);  // expert parallelism folds inside a stage: pp outermost
   size_ = static_cast<std::uint64_t>(triples_.size()) * pipelines_.size() * micro_batch_.size() * zero_.size() *
-          recompute_.size() * sequence_parallel_.size() * offload_.size() * orders_.size();
+          recompute_.size() * sequence_parallel_.size() * offload_.size() * orders_.size() * experts_.size();
 }
 
 spec::ParallelConfig SearchSpace::at(std::uint64_t i) const {
@@ -170,6 +207,9 @@ spec::ParallelConfig SearchSpace::at(std::uint64_t i) const {
     return d;
   };
   spec::ParallelConfig p;
+  const auto [ep, etp] = experts_[digit(experts_.size())];
+  p.ep = ep;
+  p.etp = etp;
   p.axis_order = orders_[digit(orders_.size())];
   p.offload = offload_[digit(offload_.size())];
   p.sequence_parallel = sequence_parallel_[digit(sequence_parallel_.size())];

@@ -11,7 +11,8 @@
 //                                                    micro_batch 1, 2, 4, ..., 64
 //   zero         0..3, and 3 + HSDP                   recompute none, selective, full
 //   sequence_parallel false, true                   offload   none, optimizer
-//   axis order   tp-cp-dp-pp, tp-cp-pp-dp
+//   axis order   tp-cp-dp-pp, tp-cp-pp-dp (mixtures of experts: tp-cp-dp-pp)
+//   experts      (ep, etp): (1, 1) for dense models; ep over the divisors of the experts, etp 1, 2, 4, 8
 // A `--fix` pins any field to one value.
 
 #include <array>
@@ -29,7 +30,7 @@
 namespace cpt::planner {
 
 // Pinned values, from `--fix tp=8,pp=4,zero=1,...` (keys: tp cp pp dp vp micro_batch zero hsdp
-// recompute sequence_parallel offload schedule).
+// recompute sequence_parallel offload schedule ep etp).
 struct Fixed {
   std::map<std::string, std::string> values;
 };
@@ -62,6 +63,7 @@ class SearchSpace {
   std::vector<bool> sequence_parallel_;
   std::vector<spec::Offload> offload_;
   std::vector<std::array<spec::Axis, spec::kNumAxes>> orders_;
+  std::vector<std::pair<int, int>> experts_;  // (ep, etp)
   int gpus_ = 0;
   int global_batch_ = 0;
   std::uint64_t size_ = 0;

@@ -7,6 +7,8 @@ namespace cpt::spec {
 using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
+  if (m.moe.present()) return ExecutorGap::kMixtureOfExperts;
+  if (m.mla.present() || m.qk_norm || m.explicit_head_dim > 0) return ExecutorGap::kAttentionVariant;
   if (p.zero_stage == 3 && p.pp > 1) return ExecutorGap::kZero3WithPipeline;
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
     return ExecutorGap::kParameterOffload;
@@ -28,8 +30,8 @@ StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, i
 std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
   switch (gap) {
     case ExecutorGap::kZero3WithPipeline:
-      return str_cat("ZeRO-3 with pp ", p.pp, ": the executor runs ZeRO-3 without pipeline parallelism (as Megatron-LM ",
-                     "and FSDP do)");
+      return str_cat("ZeRO-3 with pp ", p.pp,
+                     ": the executor runs ZeRO-3 without pipeline parallelism (as Megatron-LM ", "and FSDP do)");
     case ExecutorGap::kParameterOffload:
       return str_cat("offload ", to_string(p.offload), " with ZeRO ", p.zero_stage,
                      ": the executor offloads the optimizer state of ZeRO-1, 2 and 3, not parameters");
@@ -37,8 +39,13 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
       return str_cat("tied embeddings over ", p.num_stages(),
                      " pipeline stages: the executor needs the embedding and the LM head on one stage");
     case ExecutorGap::kSequenceParallelTokens:
-      return str_cat("sequence parallelism needs the tokens per context-parallel rank (seq_len ", seq_len, " / cp ", p.cp,
-                     ") divisible by tp (", p.tp, ")");
+      return str_cat("sequence parallelism needs the tokens per context-parallel rank (seq_len ", seq_len, " / cp ",
+                     p.cp, ") divisible by tp (", p.tp, ")");
+    case ExecutorGap::kMixtureOfExperts:
+      return "a mixture of experts: cpt plans, prices and exports it (ep, etp), its executor does not run experts yet";
+    case ExecutorGap::kAttentionVariant:
+      return "latent attention, q/k norms or an explicit head_dim: cpt prices and exports them, its executor does not "
+             "run them yet";
   }
   return "?";
 }

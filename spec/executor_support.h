@@ -10,10 +10,12 @@
 namespace cpt::spec {
 
 enum class ExecutorGap {
-  kZero3WithPipeline,   // ZeRO-3 shards whole models, not pipeline stages (as Megatron-LM and FSDP)
-  kParameterOffload,    // offload other than the optimizer state of ZeRO-1/2/3
-  kTiedOverStages,      // tied embeddings need the embedding and the LM head on one stage
+  kZero3WithPipeline,       // ZeRO-3 shards whole models, not pipeline stages (as Megatron-LM and FSDP)
+  kParameterOffload,        // offload other than the optimizer state of ZeRO-1/2/3
+  kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
+  kMixtureOfExperts,        // routed experts and expert parallelism (planned and priced, not run)
+  kAttentionVariant,        // latent attention, q/k norms, a head width other than hidden / heads
 };
 
 // The first gap the plan falls into, without allocating (the planner's prune calls it per
@@ -28,7 +30,9 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len);
 // ZeRO-2 reduce-scatters each microbatch's gradients (keeping only the shard and the buckets in
 // flight) unless a pipeline schedule interleaves the microbatches' backward passes; then it
 // accumulates whole gradients and reduces once per step, like ZeRO-1.
-inline bool executor_zero2_reduces_each_microbatch(const ParallelConfig& p) { return p.pp == 1; }
+inline bool executor_zero2_reduces_each_microbatch(const ParallelConfig& p) {
+  return p.pp == 1;
+}
 
 // The scalar all-reduces (a few bytes each) cpt's executor runs once per step beside the model's
 // traffic, by group: over the data-parallel replicas (dp × cp ranks) the step's loss-token count

@@ -13,10 +13,28 @@ constexpr auto kLN = NormKind::kLayerNorm;
 constexpr auto kRoPE = PositionKind::kRoPE;
 constexpr auto kLearned = PositionKind::kLearned;
 
+ModelSpec decoder(const char* name, int layers, int hidden, int heads, int kv_heads, int ffn, std::int64_t vocab,
+                  int seq, bool tied, MlpKind mlp, NormKind norm, PositionKind position) {
+  ModelSpec s;
+  s.name = name;
+  s.layers = layers;
+  s.hidden = hidden;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.ffn_hidden = ffn;
+  s.vocab = vocab;
+  s.mlp = mlp;
+  s.norm = norm;
+  s.position = position;
+  s.tied_embeddings = tied;
+  s.max_seq_len = seq;
+  return s;
+}
+
 // LLaMA-style: untied unless stated.
-ModelSpec llama(const char* name, int layers, int hidden, int heads, int kv_heads, int ffn,
-                std::int64_t vocab, int seq, bool tied = false) {
-  return ModelSpec{name, layers, hidden, heads, kv_heads, ffn, vocab, kSwiGLU, kRMS, kRoPE, tied, seq};
+ModelSpec llama(const char* name, int layers, int hidden, int heads, int kv_heads, int ffn, std::int64_t vocab, int seq,
+                bool tied = false) {
+  return decoder(name, layers, hidden, heads, kv_heads, ffn, vocab, seq, tied, kSwiGLU, kRMS, kRoPE);
 }
 
 // RoPE base and norm epsilon of the released config.json (they do not change the parameter count).
@@ -33,7 +51,40 @@ ModelSpec with_qkv_bias(ModelSpec s) {
 
 // GPT-style as in Megatron-LM: f = 4h, MHA, learned positions, tied embeddings.
 ModelSpec gpt(const char* name, int layers, int hidden, int heads, std::int64_t vocab, int seq) {
-  return ModelSpec{name, layers, hidden, heads, heads, 4 * hidden, vocab, kGelu, kLN, kLearned, true, seq};
+  return decoder(name, layers, hidden, heads, heads, 4 * hidden, vocab, seq, true, kGelu, kLN, kLearned);
+}
+
+// A mixture of experts on a LLaMA-style decoder: `experts` routed experts of width `expert_ffn`,
+// `top_k` per token, every layer MoE unless `moe.first_dense_layers` says otherwise.
+ModelSpec moe(ModelSpec s, int experts, int top_k, int expert_ffn, int shared_ffn = 0, int first_dense = 0) {
+  s.moe.experts = experts;
+  s.moe.experts_per_token = top_k;
+  s.moe.expert_ffn_hidden = expert_ffn;
+  s.moe.shared_ffn_hidden = shared_ffn;
+  s.moe.first_dense_layers = first_dense;
+  return s;
+}
+
+// Qwen3's attention: explicit head width and RMSNorm over each head's queries and keys.
+ModelSpec qwen3_attention(ModelSpec s, int head_dim) {
+  s.explicit_head_dim = head_dim;
+  s.qk_norm = true;
+  return s;
+}
+
+ModelSpec latent_attention(ModelSpec s, int q_lora_rank, int kv_lora_rank) {
+  s.mla = LatentAttention{q_lora_rank, kv_lora_rank, 128, 64, 128};  // DeepSeek-V2/V3's head widths
+  return s;
+}
+
+ModelSpec sigmoid_router(ModelSpec s) {
+  s.moe.router = RouterScore::kSigmoid;
+  return s;
+}
+
+ModelSpec with_head_dim(ModelSpec s, int head_dim) {
+  s.explicit_head_dim = head_dim;
+  return s;
 }
 
 constexpr const char* kHf = "config.json of the released checkpoint on the Hugging Face Hub";
@@ -44,14 +95,55 @@ constexpr const char* kKorthikanti =
     "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, Table 3; "
     "vocabulary 51,200, sequence 2,048";
 
+// The mixtures of experts, through `add` (build's).
+template <class Add>
+void add_mixtures_of_experts(const Add& add) {
+  // Mixtures of experts. Published counts are the model cards' (rounded: precision 0.1 B or 1 B);
+  // "active" counts are in tests/spec/model_catalog_test.cpp.
+  // Mixtral (Jiang et al. 2024, Mixtral of Experts): 8 experts, top 2, every layer.
+  add(moe(numerics(llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768), 1e6, 1e-5), 8, 2, 14336),
+      {"mixtral-8x7b-v0.1"}, std::string("mistralai/Mixtral-8x7B-v0.1 ") + kHf, 46'702'792'704, 1);
+  add(moe(numerics(llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32000, 65536), 1e6, 1e-5), 8, 2, 16384),
+      {"mixtral-8x22b-v0.1"}, std::string("mistralai/Mixtral-8x22B-v0.1 ") + kHf, 140.6e9, 1e8);
+  // Qwen2-MoE (Qwen team 2024): 64 experts, top 8, shared experts of width 20480, q/k/v biases.
+  add(moe(with_qkv_bias(numerics(llama("qwen2-57b-a14b", 28, 3584, 28, 4, 18944, 151936, 131072), 1e6, 1e-6)), 64, 8,
+          2560, 20480),
+      {"qwen2-moe-57b"}, std::string("Qwen/Qwen2-57B-A14B ") + kHf, 57.4e9, 1e8);
+  // Qwen3-MoE (Qwen team 2025): 128 experts, top 8, head width 128, q/k norms.
+  add(moe(qwen3_attention(numerics(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 768, 151936, 40960), 1e6, 1e-6), 128), 128,
+          8, 768),
+      {"qwen3-30b"}, std::string("Qwen/Qwen3-30B-A3B ") + kHf, 30.5e9, 1e8);
+  add(moe(qwen3_attention(numerics(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 1536, 151936, 40960), 1e6, 1e-6), 128),
+          128, 8, 1536),
+      {"qwen3-235b"}, std::string("Qwen/Qwen3-235B-A22B ") + kHf, 235e9, 1e9);
+  // DeepSeek-V2-Lite and V3 (DeepSeek-AI 2024): latent attention, shared experts, dense first layers.
+  add(moe(latent_attention(llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840), 0, 512), 64, 6, 1408,
+          2 * 1408, 1),
+      {}, std::string("deepseek-ai/DeepSeek-V2-Lite ") + kHf, 15.7e9, 1e8);
+  add(sigmoid_router(moe(latent_attention(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840), 1536, 512),
+                         256, 8, 2048, 2048, 3)),
+      {"deepseek-v3-base"},
+      std::string("deepseek-ai/DeepSeek-V3 ") + kHf + " (without the multi-token prediction module)", 671e9, 1e9);
+  // GPT-OSS (OpenAI 2025): head width 64, attention biases (q, k, v counted; the output's, the
+  // experts' and the attention sinks are not: 0.03%).
+  add(moe(with_qkv_bias(
+              with_head_dim(numerics(llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072), 150000.0, 1e-5), 64)),
+          32, 4, 2880),
+      {}, std::string("openai/gpt-oss-20b ") + kHf, 20.91e9, 1e7 * 5);
+  add(moe(with_qkv_bias(with_head_dim(
+              numerics(llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072), 150000.0, 1e-5), 64)),
+          128, 4, 2880),
+      {}, std::string("openai/gpt-oss-120b ") + kHf, 116.83e9, 1e8);
+}
+
 std::vector<CatalogModel> build() {
   std::vector<CatalogModel> c;
-  auto add = [&](ModelSpec s, std::vector<std::string> aliases, std::string source, double params,
-                 double precision) {
+  auto add = [&](ModelSpec s, std::vector<std::string> aliases, std::string source, double params, double precision) {
     c.push_back(CatalogModel{std::move(s), std::move(aliases), std::move(source), params, precision});
   };
   // Test models (no published count; their counts are pinned by hand computations in the tests).
   add(llama("tiny", 2, 64, 4, 2, 176, 512, 128), {"cpt-tiny"}, "cpt test model", 0, 1);
+  add(moe(llama("tiny-moe", 2, 64, 4, 2, 176, 512, 128), 4, 2, 64, 64, 0), {"cpt-tiny-moe"}, "cpt test model", 0, 1);
   add(llama("cpt-25m", 8, 384, 6, 2, 1024, 16000, 512), {},
       "cpt demonstration model for CPU runs (about 25M parameters)", 0, 1);
   // Meta LLaMA 2 (Touvron et al. 2023), meta-llama/Llama-2-*-hf. Exact counts: safetensors totals.
@@ -66,13 +158,13 @@ std::vector<CatalogModel> build() {
       std::string("meta-llama/Meta-Llama-3-8B ") + kHf, 8'030'261'248, 1);
   add(numerics(llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192), 500000.0, 1e-5), {"llama-3-70b"},
       std::string("meta-llama/Meta-Llama-3-70B ") + kHf, 70'553'706'496, 1);
-  add(numerics(llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072), 500000.0, 1e-5), {"llama-3.1-8b", "llama31-8b"},
-      std::string("meta-llama/Llama-3.1-8B ") + kHf, 8'030'261'248, 1);
-  add(numerics(llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072), 500000.0, 1e-5), {"llama-3.1-70b", "llama31-70b"},
-      std::string("meta-llama/Llama-3.1-70B ") + kHf, 70'553'706'496, 1);
+  add(numerics(llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072), 500000.0, 1e-5),
+      {"llama-3.1-8b", "llama31-8b"}, std::string("meta-llama/Llama-3.1-8B ") + kHf, 8'030'261'248, 1);
+  add(numerics(llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072), 500000.0, 1e-5),
+      {"llama-3.1-70b", "llama31-70b"}, std::string("meta-llama/Llama-3.1-70B ") + kHf, 70'553'706'496, 1);
   add(numerics(llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072), 500000.0, 1e-5),
-      {"llama3-405b", "llama-3.1-405b", "llama31-405b"},
-      std::string("meta-llama/Llama-3.1-405B ") + kHf, 405'853'388'800, 1);
+      {"llama3-405b", "llama-3.1-405b", "llama31-405b"}, std::string("meta-llama/Llama-3.1-405B ") + kHf,
+      405'853'388'800, 1);
   // Meta Llama 3.2 text models (tied embeddings): small continual pre-training targets.
   add(numerics(llama("llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, true), 500000.0, 1e-5),
       {"llama-3.2-1b", "llama32-1b"}, std::string("meta-llama/Llama-3.2-1B ") + kHf, 1'235'814'400, 1);
@@ -82,10 +174,11 @@ std::vector<CatalogModel> build() {
   add(llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768), {"mistral-7b-v0.1"},
       std::string("mistralai/Mistral-7B-v0.1 ") + kHf, 7'241'732'096, 1);
   // Qwen2.5 (Qwen team 2024), with its q/k/v biases.
-  add(with_qkv_bias(numerics(llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072), 1000000.0, 1e-6)), {"qwen25-7b"},
-      std::string("Qwen/Qwen2.5-7B ") + kHf, 7'615'616'512, 1);
-  add(with_qkv_bias(numerics(llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072), 1000000.0, 1e-6)), {"qwen25-72b"},
-      std::string("Qwen/Qwen2.5-72B ") + kHf, 72'706'203'648, 1);
+  add(with_qkv_bias(numerics(llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072), 1000000.0, 1e-6)),
+      {"qwen25-7b"}, std::string("Qwen/Qwen2.5-7B ") + kHf, 7'615'616'512, 1);
+  add(with_qkv_bias(numerics(llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072), 1000000.0, 1e-6)),
+      {"qwen25-72b"}, std::string("Qwen/Qwen2.5-72B ") + kHf, 72'706'203'648, 1);
+  add_mixtures_of_experts(add);
   // GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12288, 96 heads, context 2048,
   // GPT-2 BPE vocabulary of 50,257.
   add(gpt("gpt3-175b", 96, 12288, 96, 50257, 2048), {"gpt-3-175b"},

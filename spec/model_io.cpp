@@ -1,5 +1,7 @@
 #include "spec/model_io.h"
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -17,11 +19,50 @@ namespace {
 
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 30;
 
-int dim(JsonObjectReader& r, std::string_view key) { return static_cast<int>(r.integer(key, 1, kMaxDim)); }
+int dim(JsonObjectReader& r, std::string_view key) {
+  return static_cast<int>(r.integer(key, 1, kMaxDim));
+}
 
 void check_spec(const ModelSpec& m, const std::string& origin) {
   const auto errors = find_model_spec_errors(m);
   if (!errors.empty()) throw ConfigError(str_cat(origin, ": $: ", errors.front()));
+}
+
+int optional_dim(JsonObjectReader& r, std::string_view key, int otherwise) {
+  return static_cast<int>(r.optional_integer(key, 0, kMaxDim).value_or(otherwise));
+}
+
+ExpertSpec experts_from_json(JsonObjectReader r) {
+  ExpertSpec e;
+  e.experts = dim(r, "experts");
+  e.experts_per_token = dim(r, "experts_per_token");
+  e.expert_ffn_hidden = dim(r, "expert_ffn_hidden");
+  e.shared_ffn_hidden = optional_dim(r, "shared_ffn_hidden", 0);
+  e.first_dense_layers = optional_dim(r, "first_dense_layers", 0);
+  e.layer_interval = static_cast<int>(r.optional_integer("layer_interval", 1, kMaxDim).value_or(1));
+  if (r.has("router")) {
+    e.router = r.one_of("router", {"softmax", "sigmoid"}) == "softmax" ? RouterScore::kSoftmax : RouterScore::kSigmoid;
+  } else {
+    r.accept("router");
+  }
+  if (r.has("capacity_factor")) {
+    e.capacity_factor = r.number("capacity_factor", 0, 1e3);
+  } else {
+    r.accept("capacity_factor");
+  }
+  r.finish();
+  return e;
+}
+
+LatentAttention latent_attention_from_json(JsonObjectReader r) {
+  LatentAttention l;
+  l.q_lora_rank = optional_dim(r, "q_lora_rank", 0);
+  l.kv_lora_rank = dim(r, "kv_lora_rank");
+  l.qk_nope_head_dim = dim(r, "qk_nope_head_dim");
+  l.qk_rope_head_dim = dim(r, "qk_rope_head_dim");
+  l.v_head_dim = dim(r, "v_head_dim");
+  r.finish();
+  return l;
 }
 
 }  // namespace
@@ -48,6 +89,18 @@ ModelSpec model_from_json(JsonObjectReader& r) {
   } else {
     r.accept("norm_eps");  // known (for "did you mean") though absent
   }
+  m.explicit_head_dim = static_cast<int>(r.optional_integer("head_dim", 1, kMaxDim).value_or(0));
+  m.qk_norm = r.optional_boolean("qk_norm").value_or(false);
+  if (r.has("moe")) {
+    m.moe = experts_from_json(r.object("moe"));
+  } else {
+    r.accept("moe");
+  }
+  if (r.has("mla")) {
+    m.mla = latent_attention_from_json(r.object("mla"));
+  } else {
+    r.accept("mla");
+  }
   r.finish();
   check_spec(m, r.origin());
   return m;
@@ -70,11 +123,111 @@ Json model_to_json(const ModelSpec& m) {
   j["rope_theta"] = m.rope_theta;
   j["norm_eps"] = m.norm_eps;
   if (m.qkv_bias) j["qkv_bias"] = true;
+  if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
+  if (m.qk_norm) j["qk_norm"] = true;
+  if (m.moe.present()) {
+    const ExpertSpec& e = m.moe;
+    j["moe"] = {{"experts", e.experts},
+                {"experts_per_token", e.experts_per_token},
+                {"expert_ffn_hidden", e.expert_ffn_hidden},
+                {"shared_ffn_hidden", e.shared_ffn_hidden},
+                {"first_dense_layers", e.first_dense_layers},
+                {"layer_interval", e.layer_interval},
+                {"router", to_string(e.router)},
+                {"capacity_factor", e.capacity_factor}};
+  }
+  if (m.mla.present()) {
+    const LatentAttention& l = m.mla;
+    j["mla"] = {{"q_lora_rank", l.q_lora_rank},
+                {"kv_lora_rank", l.kv_lora_rank},
+                {"qk_nope_head_dim", l.qk_nope_head_dim},
+                {"qk_rope_head_dim", l.qk_rope_head_dim},
+                {"v_head_dim", l.v_head_dim}};
+  }
   return j;
 }
 
+namespace {
+
+// The Hugging Face model types read, and what each adds to a LLaMA-style decoder.
+const std::vector<std::string> kHfModelTypes = {"llama",     "mistral",   "qwen2",       "qwen3",       "mixtral",
+                                                "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss"};
+
+// An integer that may be absent or null in a config.json.
+std::optional<std::int64_t> present_integer(JsonObjectReader& r, std::string_view key, std::int64_t min) {
+  if (!r.has(key) || r.raw(key).is_null()) {
+    r.accept(key);
+    return std::nullopt;
+  }
+  return r.integer(key, min, kMaxDim);
+}
+
+// Qwen2-MoE / Qwen3-MoE list the layers that keep a dense MLP; cpt models only a dense prefix.
+void refuse_mlp_only_layers(JsonObjectReader& r) {
+  if (r.has("mlp_only_layers") && !r.integer_array("mlp_only_layers", 0).empty()) {
+    r.fail("mlp_only_layers", "[] (dense layers only as a first_k_dense_replace prefix)", "a non-empty list");
+  }
+}
+
+// The mixture of experts of a config.json of `type` (none for dense types).
+ExpertSpec hf_experts(JsonObjectReader& r, const std::string& type) {
+  ExpertSpec e;
+  if (type == "mixtral" || type == "gpt_oss") {
+    e.experts = dim(r, "num_local_experts");
+    e.experts_per_token =
+        dim(r, type == "gpt_oss" && r.has("experts_per_token") ? "experts_per_token" : "num_experts_per_tok");
+    e.expert_ffn_hidden = dim(r, "intermediate_size");
+  } else if (type == "qwen2_moe" || type == "qwen3_moe") {
+    e.experts = dim(r, "num_experts");
+    e.experts_per_token = dim(r, "num_experts_per_tok");
+    e.expert_ffn_hidden = dim(r, "moe_intermediate_size");
+    e.shared_ffn_hidden = static_cast<int>(present_integer(r, "shared_expert_intermediate_size", 0).value_or(0));
+    e.layer_interval = static_cast<int>(present_integer(r, "decoder_sparse_step", 1).value_or(1));
+    refuse_mlp_only_layers(r);
+  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+    e.experts = dim(r, "n_routed_experts");
+    e.experts_per_token = dim(r, "num_experts_per_tok");
+    e.expert_ffn_hidden = dim(r, "moe_intermediate_size");
+    e.shared_ffn_hidden = static_cast<int>(present_integer(r, "n_shared_experts", 0).value_or(0)) * e.expert_ffn_hidden;
+    e.first_dense_layers = static_cast<int>(present_integer(r, "first_k_dense_replace", 0).value_or(0));
+    if (present_integer(r, "moe_layer_freq", 1).value_or(1) != 1) {
+      r.fail("moe_layer_freq", "1 (every layer after the dense ones)", str_cat(r.integer("moe_layer_freq")));
+    }
+    if (r.has("scoring_func") && r.string("scoring_func") == "sigmoid") e.router = RouterScore::kSigmoid;
+  }
+  return e;
+}
+
+LatentAttention hf_latent_attention(JsonObjectReader& r) {
+  LatentAttention l;
+  l.q_lora_rank = static_cast<int>(present_integer(r, "q_lora_rank", 0).value_or(0));
+  l.kv_lora_rank = dim(r, "kv_lora_rank");
+  l.qk_nope_head_dim = dim(r, "qk_nope_head_dim");
+  l.qk_rope_head_dim = dim(r, "qk_rope_head_dim");
+  l.v_head_dim = dim(r, "v_head_dim");
+  return l;
+}
+
+// head_dim where the type allows one apart from hidden / heads (Qwen3, GPT-OSS, Mistral); the
+// others must agree with hidden / heads.
+void read_hf_head_dim(JsonObjectReader& r, const std::string& type, ModelSpec& m) {
+  if (!r.has("head_dim") || r.raw("head_dim").is_null()) return;
+  const auto head_dim = r.integer("head_dim", 1, kMaxDim);
+  const bool free_width = type == "qwen3" || type == "qwen3_moe" || type == "gpt_oss" || type == "mistral";
+  if (free_width) {
+    if (m.hidden % m.heads != 0 || head_dim != m.hidden / m.heads) m.explicit_head_dim = static_cast<int>(head_dim);
+    return;
+  }
+  if (m.hidden % m.heads != 0 || head_dim != m.hidden / m.heads) {
+    r.fail("head_dim", str_cat(m.hidden / std::max(m.heads, 1), " (hidden_size / num_attention_heads)"),
+           str_cat(head_dim));
+  }
+}
+
+}  // namespace
+
 ModelSpec model_from_hf_config(JsonObjectReader& r, const std::string& fallback_name) {
-  const auto type = r.one_of("model_type", {"llama", "mistral", "qwen2"});
+  const auto type = r.one_of("model_type", kHfModelTypes);
   ModelSpec m;
   m.name = r.optional_string("_name_or_path").value_or(fallback_name);
   if (m.name.empty()) m.name = fallback_name;
@@ -85,7 +238,7 @@ ModelSpec model_from_hf_config(JsonObjectReader& r, const std::string& fallback_
   m.ffn_hidden = dim(r, "intermediate_size");
   m.vocab = r.integer("vocab_size", 1, kMaxDim);
   m.max_seq_len = dim(r, "max_position_embeddings");
-  // LlamaConfig, MistralConfig and Qwen2Config all default tie_word_embeddings to false.
+  // Every type read defaults tie_word_embeddings to false.
   m.tied_embeddings = r.optional_boolean("tie_word_embeddings").value_or(false);
   if (r.has("rope_theta")) m.rope_theta = r.positive_number("rope_theta");
   // LlamaConfig, MistralConfig and Qwen2Config default rms_norm_eps to 1e-6.
@@ -93,7 +246,11 @@ ModelSpec model_from_hf_config(JsonObjectReader& r, const std::string& fallback_
   m.mlp = MlpKind::kSwiGLU;
   m.norm = NormKind::kRMSNorm;
   m.position = PositionKind::kRoPE;
-  m.qkv_bias = type == "qwen2";  // Qwen2 has biases on q, k and v (and nowhere else)
+  // Qwen2 and Qwen2-MoE have biases on q, k and v (and nowhere else); GPT-OSS on every attention
+  // projection and its experts (counted: q, k and v's; not modelled: the output's, the experts'
+  // and the attention sinks, 0.03% of gpt-oss-120b).
+  m.qkv_bias = type == "qwen2" || type == "qwen2_moe" || type == "gpt_oss";
+  m.qk_norm = type == "qwen3" || type == "qwen3_moe";
   if (auto act = r.optional_string("hidden_act"); act && *act != "silu") {
     r.fail("hidden_act", "\"silu\" (SwiGLU MLP)", str_cat("\"", *act, "\""));
   }
@@ -102,13 +259,12 @@ ModelSpec model_from_hf_config(JsonObjectReader& r, const std::string& fallback_
       if (r.optional_boolean(key).value_or(false)) r.fail(key, "false (biases are not modelled)", "true");
     }
   }
-  if (r.has("head_dim") && !r.raw("head_dim").is_null()) {
-    const auto head_dim = r.integer("head_dim", 1, kMaxDim);
-    if (m.hidden % m.heads != 0 || head_dim != m.hidden / m.heads) {
-      r.fail("head_dim", str_cat(m.hidden / std::max(m.heads, 1), " (hidden_size / num_attention_heads)"),
-             str_cat(head_dim));
-    }
+  read_hf_head_dim(r, type, m);
+  m.moe = hf_experts(r, type);
+  if (m.moe.present() && m.moe.first_dense_layers == 0 && m.moe.layer_interval == 1) {
+    m.ffn_hidden = m.moe.expert_ffn_hidden;  // no dense layer: intermediate_size is the experts'
   }
+  if (type == "deepseek_v2" || type == "deepseek_v3") m.mla = hf_latent_attention(r);
   // Every other key (token ids, dtype, rope_scaling, ...) leaves the
   // parameter layout unchanged and is ignored on purpose: no finish() here.
   check_spec(m, r.origin());

@@ -1,5 +1,7 @@
 #include "spec/model_spec.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/str_cat.h"
 
@@ -7,9 +9,46 @@ namespace cpt::spec {
 
 using core::str_cat;
 
-std::string to_string(MlpKind k) { return k == MlpKind::kSwiGLU ? "swiglu" : "gelu"; }
-std::string to_string(NormKind k) { return k == NormKind::kRMSNorm ? "rmsnorm" : "layernorm"; }
-std::string to_string(PositionKind k) { return k == PositionKind::kRoPE ? "rope" : "learned"; }
+std::string to_string(MlpKind k) {
+  return k == MlpKind::kSwiGLU ? "swiglu" : "gelu";
+}
+std::string to_string(NormKind k) {
+  return k == NormKind::kRMSNorm ? "rmsnorm" : "layernorm";
+}
+std::string to_string(PositionKind k) {
+  return k == PositionKind::kRoPE ? "rope" : "learned";
+}
+std::string to_string(RouterScore k) {
+  return k == RouterScore::kSoftmax ? "softmax" : "sigmoid";
+}
+
+AttentionWidths ModelSpec::attention_widths() const {
+  AttentionWidths w;
+  if (mla.present()) {  // latent attention: keys and values per query head
+    w.qk_head_dim = mla.qk_head_dim();
+    w.v_head_dim = mla.v_head_dim;
+    w.query = w.key = std::int64_t{heads} * w.qk_head_dim;
+    w.value = w.output = std::int64_t{heads} * w.v_head_dim;
+    return w;
+  }
+  w.qk_head_dim = w.v_head_dim = head_dim();
+  w.query = w.output = std::int64_t{heads} * head_dim();
+  w.key = w.value = std::int64_t{kv_heads} * head_dim();
+  return w;
+}
+
+bool ModelSpec::is_moe_layer(int layer) const {
+  return moe.present() && layer >= moe.first_dense_layers && (layer + 1) % moe.layer_interval == 0;
+}
+
+int ModelSpec::moe_layers_in(int first, int count) const {
+  if (!moe.present() || count <= 0) return 0;
+  const int interval = moe.layer_interval;
+  // Layers i in [start, end) with (i + 1) % interval == 0: multiples of interval in [start + 1, end].
+  const int start = std::max(first, moe.first_dense_layers), end = first + count;
+  if (start >= end) return 0;
+  return end / interval - start / interval;
+}
 
 std::int64_t ModelSpec::norm_params() const {
   return norm == NormKind::kRMSNorm ? std::int64_t{hidden} : 2 * std::int64_t{hidden};
@@ -21,6 +60,8 @@ std::int64_t ModelSpec::norm_params() const {
 //   norms      2 per block, h each (RMSNorm) or 2h (LayerNorm)
 // plus the token embedding V·h, learned positions s·h, the final norm and an untied LM head V·h.
 // For GPT (f = 4h, a = g) this is Narayanan et al. 2021 eq. (2): 12·L·h² + 13·L·h + (V + s)·h (+ 2h).
+// Latent attention (LatentAttention's shapes) replaces q, k and v; an MoE layer's MLP is its router
+// h·E, its routed experts E·(3 or 2)·h·f_e and its shared experts (3 or 2)·h·f_shared.
 namespace {
 
 // Products and sums of dimensions, checked: dimensions each in range can still multiply past 64
@@ -41,30 +82,70 @@ Count operator+(Count a, Count b) {
 
 }  // namespace
 
-ParamCounts ModelSpec::param_counts() const {
-  const Count h{hidden}, d{head_dim()}, f{ffn_hidden}, v{vocab};
-  const Count q_width = Count{heads} * d;
-  const Count kv_width = Count{kv_heads} * d;
+namespace {
+
+// The attention block's matrices (and biases): multi-head/grouped-query, or latent.
+Count attention_params(const ModelSpec& m) {
+  const Count h{m.hidden}, a{m.heads};
+  if (m.mla.present()) {
+    const LatentAttention& l = m.mla;
+    const Count qk{l.qk_head_dim()}, kv_rank{l.kv_lora_rank};
+    const Count q = l.q_lora_rank > 0 ? h * Count{l.q_lora_rank} + Count{l.q_lora_rank} + Count{l.q_lora_rank} * a * qk
+                                      : h * a * qk;
+    const Count kv = h * (kv_rank + Count{l.qk_rope_head_dim}) + kv_rank +
+                     kv_rank * a * (Count{l.qk_nope_head_dim} + Count{l.v_head_dim});
+    return q + kv + a * Count{l.v_head_dim} * h;
+  }
+  const Count d{m.head_dim()};
+  const Count q_width = a * d;
+  const Count kv_width = Count{m.kv_heads} * d;
   Count attention = Count{2} * h * q_width + Count{2} * h * kv_width;
-  Count mlp_params = Count{mlp == MlpKind::kSwiGLU ? 3 : 2} * h * f;
-  if (has_linear_biases()) {
+  if (m.has_linear_biases()) {
     attention = attention + q_width + Count{2} * kv_width + h;
-    mlp_params = mlp_params + f + h;
-  } else if (qkv_bias) {
+  } else if (m.qkv_bias) {
     attention = attention + q_width + Count{2} * kv_width;
   }
+  return attention;
+}
+
+// One MLP of inner width `width`: SwiGLU's three matrices or GeLU's two (+ GPT's biases).
+Count mlp_params(const ModelSpec& m, int width) {
+  const Count h{m.hidden}, f{width};
+  Count params = Count{m.mlp == MlpKind::kSwiGLU ? 3 : 2} * h * f;
+  if (m.has_linear_biases()) params = params + f + h;
+  return params;
+}
+
+}  // namespace
+
+ParamCounts ModelSpec::param_counts() const {
+  const Count h{hidden}, v{vocab};
   ParamCounts c;
-  c.attention_per_layer = attention.value;
-  c.mlp_per_layer = mlp_params.value;
-  c.norms_per_layer = 2 * norm_params();
-  c.per_layer = (attention + mlp_params + Count{c.norms_per_layer}).value;
+  c.attention_per_layer = attention_params(*this).value;
+  c.mlp_per_layer = mlp_params(*this, ffn_hidden).value;
+  c.norms_per_layer = 2 * norm_params() + (qk_norm ? 2 * std::int64_t{head_dim()} : 0);
+  c.per_layer = (Count{c.attention_per_layer} + Count{c.mlp_per_layer} + Count{c.norms_per_layer}).value;
+  c.moe_layers = moe_layers_in(0, layers);
+  c.dense_layers = layers - c.moe_layers;
+  Count inactive{0};
+  if (moe.present()) {
+    const Count expert = mlp_params(*this, moe.expert_ffn_hidden);
+    c.router_per_layer = (h * Count{moe.experts}).value;
+    c.routed_experts_per_layer = (Count{moe.experts} * expert).value;
+    c.shared_experts_per_layer = moe.shared_ffn_hidden > 0 ? mlp_params(*this, moe.shared_ffn_hidden).value : 0;
+    c.per_moe_layer = (Count{c.attention_per_layer} + Count{c.norms_per_layer} + Count{c.router_per_layer} +
+                       Count{c.shared_experts_per_layer} + Count{c.routed_experts_per_layer})
+                          .value;
+    inactive = Count{c.moe_layers} * Count{moe.experts - moe.experts_per_token} * expert;
+  }
   c.embedding = (v * h).value;
   c.position = position == PositionKind::kLearned ? (Count{max_seq_len} * h).value : 0;
   c.final_norm = norm_params();
   c.lm_head = tied_embeddings ? 0 : c.embedding;
-  c.total = (Count{layers} * Count{c.per_layer} + Count{c.embedding} + Count{c.position} + Count{c.final_norm} +
-             Count{c.lm_head})
+  c.total = (Count{c.dense_layers} * Count{c.per_layer} + Count{c.moe_layers} * Count{c.per_moe_layer} +
+             Count{c.embedding} + Count{c.position} + Count{c.final_norm} + Count{c.lm_head})
                 .value;
+  c.active = c.total - inactive.value - c.embedding - c.position;
   return c;
 }
 
@@ -74,7 +155,47 @@ std::int64_t tp_padded_vocab(std::int64_t vocab, int tp) {
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
-std::int64_t ModelSpec::tp_padded_vocab(int tp) const { return spec::tp_padded_vocab(vocab, tp); }
+std::int64_t ModelSpec::tp_padded_vocab(int tp) const {
+  return spec::tp_padded_vocab(vocab, tp);
+}
+
+namespace {
+
+void find_expert_errors(const ModelSpec& m, std::vector<std::string>& errors) {
+  const ExpertSpec& e = m.moe;
+  if (e.experts < 0) errors.push_back(str_cat("moe.experts must be >= 0, got ", e.experts));
+  if (!e.present()) return;
+  if (e.experts_per_token < 1 || e.experts_per_token > e.experts) {
+    errors.push_back(
+        str_cat("moe.experts_per_token (", e.experts_per_token, ") must be in 1..moe.experts (", e.experts, ")"));
+  }
+  if (e.expert_ffn_hidden < 1)
+    errors.push_back(str_cat("moe.expert_ffn_hidden must be >= 1, got ", e.expert_ffn_hidden));
+  if (e.shared_ffn_hidden < 0)
+    errors.push_back(str_cat("moe.shared_ffn_hidden must be >= 0, got ", e.shared_ffn_hidden));
+  if (e.layer_interval < 1) errors.push_back(str_cat("moe.layer_interval must be >= 1, got ", e.layer_interval));
+  if (e.first_dense_layers < 0 || e.first_dense_layers >= m.layers) {
+    errors.push_back(
+        str_cat("moe.first_dense_layers (", e.first_dense_layers, ") must be in 0..layers - 1 (", m.layers - 1, ")"));
+  }
+  if (e.capacity_factor != 0 && !(e.capacity_factor >= 1)) {
+    errors.push_back(str_cat("moe.capacity_factor must be 0 (dropless) or >= 1, got ", e.capacity_factor));
+  }
+}
+
+void find_latent_attention_errors(const LatentAttention& l, std::vector<std::string>& errors) {
+  if (l.kv_lora_rank < 0 || l.q_lora_rank < 0) {
+    errors.push_back(
+        str_cat("mla.kv_lora_rank and mla.q_lora_rank must be >= 0, got ", l.kv_lora_rank, " and ", l.q_lora_rank));
+  }
+  if (!l.present()) return;
+  if (l.qk_nope_head_dim < 1 || l.qk_rope_head_dim < 1 || l.v_head_dim < 1) {
+    errors.push_back(str_cat("mla.qk_nope_head_dim, qk_rope_head_dim and v_head_dim must be >= 1, got ",
+                             l.qk_nope_head_dim, ", ", l.qk_rope_head_dim, " and ", l.v_head_dim));
+  }
+}
+
+}  // namespace
 
 std::vector<std::string> find_model_spec_errors(const ModelSpec& m) {
   std::vector<std::string> errors;
@@ -88,12 +209,15 @@ std::vector<std::string> find_model_spec_errors(const ModelSpec& m) {
   positive("ffn_hidden", m.ffn_hidden);
   positive("vocab", m.vocab);
   positive("max_seq_len", m.max_seq_len);
-  if (m.heads >= 1 && m.hidden >= 1 && m.hidden % m.heads != 0) {
+  if (m.explicit_head_dim == 0 && m.heads >= 1 && m.hidden >= 1 && m.hidden % m.heads != 0) {
     errors.push_back(str_cat("hidden (", m.hidden, ") must be divisible by heads (", m.heads, ")"));
   }
   if (m.heads >= 1 && m.kv_heads >= 1 && m.heads % m.kv_heads != 0) {
     errors.push_back(str_cat("heads (", m.heads, ") must be divisible by kv_heads (", m.kv_heads, ")"));
   }
+  if (m.explicit_head_dim < 0) errors.push_back(str_cat("head_dim must be >= 1, got ", m.explicit_head_dim));
+  find_expert_errors(m, errors);
+  find_latent_attention_errors(m.mla, errors);
   if (errors.empty()) {
     try {
       (void)m.param_counts();

@@ -10,6 +10,12 @@
 //                add_bias_linear default), ffn_hidden usually 4·hidden
 // Linear biases are present exactly when mlp == gelu, except Qwen2's biases on the q, k and v
 // projections only (qkv_bias).
+//
+// Mixtures of experts (ExpertSpec) replace the MLP of some layers by a router, `experts` routed
+// expert MLPs of which each token uses `experts_per_token`, and optionally shared experts every
+// token uses; DeepSeek's multi-head latent attention (LatentAttention) replaces the q, k and v
+// projections by low-rank ones. Layers differ then (dense or MoE): ParamCounts gives both kinds and
+// how many of each; the cost model prices the mean layer (docs/costmodel.md, "Mixture of experts").
 
 #include <cstdint>
 #include <string>
@@ -24,31 +30,94 @@ enum class NormKind { kRMSNorm, kLayerNorm };
 // Serialized as "rope" / "learned". DO NOT CHANGE the strings.
 enum class PositionKind { kRoPE, kLearned };
 
+// Serialized as "softmax" / "sigmoid". DO NOT CHANGE the strings.
+enum class RouterScore { kSoftmax, kSigmoid };
+
 std::string to_string(MlpKind k);
 std::string to_string(NormKind k);
 std::string to_string(PositionKind k);
+std::string to_string(RouterScore k);
+
+// The mixture of experts of a model; experts == 0: a dense model (every other field unused).
+// Layer i (from 0) is an MoE layer when i >= first_dense_layers and (i + 1) % layer_interval == 0
+// (Qwen2-MoE's decoder_sparse_step; DeepSeek's first_k_dense_replace); the others keep the dense
+// MLP of ModelSpec::ffn_hidden. Expert MLPs have the model's MLP kind (SwiGLU: 3 matrices).
+struct ExpertSpec {
+  int experts = 0;            // routed experts E per MoE layer
+  int experts_per_token = 0;  // top-k: routed experts each token is sent to
+  int expert_ffn_hidden = 0;  // inner width f_e of one routed expert
+  int shared_ffn_hidden = 0;  // inner width of the shared experts together (0: none)
+  int first_dense_layers = 0;
+  int layer_interval = 1;
+  RouterScore router = RouterScore::kSoftmax;
+  // Tokens one expert takes per microbatch, as a multiple of the balanced T·k/E; the rest are
+  // dropped. 0: dropless (every token computed; the busiest expert sets the pace).
+  double capacity_factor = 0;
+
+  [[nodiscard]] bool present() const { return experts > 0; }
+  bool operator==(const ExpertSpec&) const = default;
+};
+
+// DeepSeek's multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, §2.1); kv_lora_rank == 0:
+// absent. Queries: h → q_lora_rank → heads·(qk_nope + qk_rope) (or h → heads·(qk_nope + qk_rope)
+// directly when q_lora_rank == 0); keys and values: h → kv_lora_rank + qk_rope, then kv_lora_rank →
+// heads·(qk_nope + v); output heads·v → h. Each low-rank latent has an RMSNorm.
+struct LatentAttention {
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+
+  [[nodiscard]] bool present() const { return kv_lora_rank > 0; }
+  [[nodiscard]] int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  bool operator==(const LatentAttention&) const = default;
+};
 
 // Parameter counts by part, in elements.
 struct ParamCounts {
-  std::int64_t embedding = 0;         // vocab·hidden token embedding
-  std::int64_t position = 0;          // max_seq_len·hidden for learned positions, else 0
-  std::int64_t per_layer = 0;         // one transformer block
+  std::int64_t embedding = 0;  // vocab·hidden token embedding
+  std::int64_t position = 0;   // max_seq_len·hidden for learned positions, else 0
+  std::int64_t per_layer = 0;  // one dense transformer block
   std::int64_t attention_per_layer = 0;
-  std::int64_t mlp_per_layer = 0;
-  std::int64_t norms_per_layer = 0;
+  std::int64_t mlp_per_layer = 0;    // the dense MLP
+  std::int64_t norms_per_layer = 0;  // the block's norms (and Qwen3's q/k norms)
   std::int64_t final_norm = 0;
-  std::int64_t lm_head = 0;           // 0 when tied to the embedding
+  std::int64_t lm_head = 0;  // 0 when tied to the embedding
+  // Mixture of experts (0 for dense models): one MoE layer's router [E, h], shared experts and
+  // routed experts; its whole block; the layers of each kind.
+  std::int64_t router_per_layer = 0;
+  std::int64_t shared_experts_per_layer = 0;
+  std::int64_t routed_experts_per_layer = 0;
+  std::int64_t per_moe_layer = 0;
+  int dense_layers = 0;
+  int moe_layers = 0;
   std::int64_t total = 0;
+  // Parameters one token multiplies by: total less the routed experts it is not sent to and the
+  // embedding lookups (OpenAI's and DeepSeek's convention for "active"; Qwen's cards include the
+  // embedding).
+  std::int64_t active = 0;
+};
+
+// The attention's projection widths, summed over heads (before tensor parallelism): queries and
+// keys at the query-key head width, values and the output projection's input at the value width.
+struct AttentionWidths {
+  std::int64_t query = 0;
+  std::int64_t key = 0;
+  std::int64_t value = 0;
+  std::int64_t output = 0;
+  int qk_head_dim = 0;
+  int v_head_dim = 0;
 };
 
 struct ModelSpec {
   std::string name;
-  int layers = 0;           // transformer blocks
-  int hidden = 0;           // model width h
-  int heads = 0;            // query heads a; head_dim = hidden / heads
-  int kv_heads = 0;         // key/value heads g (GQA); == heads for multi-head attention
-  int ffn_hidden = 0;       // MLP inner width f (per branch for SwiGLU)
-  std::int64_t vocab = 0;   // tokenizer vocabulary, unpadded
+  int layers = 0;          // transformer blocks
+  int hidden = 0;          // model width h
+  int heads = 0;           // query heads a; head_dim = hidden / heads
+  int kv_heads = 0;        // key/value heads g (GQA); == heads for multi-head attention
+  int ffn_hidden = 0;      // MLP inner width f (per branch for SwiGLU)
+  std::int64_t vocab = 0;  // tokenizer vocabulary, unpadded
   MlpKind mlp = MlpKind::kSwiGLU;
   NormKind norm = NormKind::kRMSNorm;
   PositionKind position = PositionKind::kRoPE;
@@ -57,10 +126,20 @@ struct ModelSpec {
   bool qkv_bias = false;         // biases on the q, k and v projections only (Qwen2)
   // Numerics that leave the parameter layout (and so the cost model) unchanged but that the
   // executor needs to compute the same function as the released checkpoint.
-  double rope_theta = 10000.0;   // RoPE base frequency (Llama 2: 1e4, Llama 3: 5e5)
-  double norm_eps = 1e-5;        // epsilon inside RMSNorm / LayerNorm
+  double rope_theta = 10000.0;  // RoPE base frequency (Llama 2: 1e4, Llama 3: 5e5)
+  double norm_eps = 1e-5;       // epsilon inside RMSNorm / LayerNorm
+  // Width of one attention head when it is not hidden / heads (Qwen3, GPT-OSS); 0: hidden / heads.
+  int explicit_head_dim = 0;
+  bool qk_norm = false;  // RMSNorm over each head's queries and keys (Qwen3)
+  ExpertSpec moe;
+  LatentAttention mla;
 
-  [[nodiscard]] int head_dim() const { return hidden / heads; }
+  [[nodiscard]] int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
+  // Whether layer `layer` (from 0) is an MoE layer (ExpertSpec's rule).
+  [[nodiscard]] bool is_moe_layer(int layer) const;
+  [[nodiscard]] AttentionWidths attention_widths() const;
+  // MoE layers among layers [first, first + count).
+  [[nodiscard]] int moe_layers_in(int first, int count) const;
   [[nodiscard]] bool has_linear_biases() const { return mlp == MlpKind::kGelu; }
   // Elements of one norm's parameters: weight (+ bias for LayerNorm).
   [[nodiscard]] std::int64_t norm_params() const;
@@ -79,7 +158,8 @@ struct ModelSpec {
 std::int64_t tp_padded_vocab(std::int64_t vocab, int tp);
 
 // Every violated constraint of `m`, each a full sentence naming the fields and their values;
-// empty when the spec is valid (positive sizes, hidden % heads == 0, heads % kv_heads == 0).
+// empty when the spec is valid (positive sizes, hidden % heads == 0 unless the head width is
+// explicit, heads % kv_heads == 0, top-k within the experts, latent dimensions all set).
 std::vector<std::string> find_model_spec_errors(const ModelSpec& m);
 
 }  // namespace cpt::spec

@@ -76,6 +76,44 @@ int ParallelConfig::degree(Axis a) const {
   return 0;
 }
 
+namespace {
+
+// Expert parallelism's rules (ParallelConfig::ep, etp).
+void find_expert_parallel_errors(const ParallelConfig& c, const ModelSpec& m, std::vector<std::string>& e) {
+  if (m.moe.present() && c.tp > 1 && !c.sequence_parallel) {
+    e.push_back(str_cat("a mixture of experts with tp (", c.tp,
+                        ") > 1 needs sequence_parallel (its MoE layers run on the sequence-parallel shard, as "
+                        "Megatron-LM requires)"));
+  }
+  if (m.moe.present() && c.hybrid_shard) {
+    e.push_back("hybrid_shard with a mixture of experts is not modelled (experts shard over expert-dp)");
+  }
+  if (c.ep == 1 && c.etp == 1) return;
+  if (!m.moe.present()) {
+    e.push_back(
+        str_cat("ep (", c.ep, ") and etp (", c.etp, ") need a mixture-of-experts model; ", m.name, " is dense"));
+    return;
+  }
+  const std::int64_t stage_ranks = std::int64_t{c.tp} * c.cp * c.dp, expert_ranks = std::int64_t{c.ep} * c.etp;
+  if (stage_ranks % expert_ranks != 0) {
+    e.push_back(str_cat("ep (", c.ep, ") * etp (", c.etp, ") = ", expert_ranks,
+                        " must divide tp * cp * dp = ", stage_ranks, " (the ranks of a pipeline stage)"));
+  }
+  if (m.moe.experts % c.ep != 0) {
+    e.push_back(str_cat("moe.experts (", m.moe.experts, ") must be divisible by ep (", c.ep, ")"));
+  }
+  if (m.moe.expert_ffn_hidden % c.etp != 0) {
+    e.push_back(
+        str_cat("moe.expert_ffn_hidden (", m.moe.expert_ffn_hidden, ") must be divisible by etp (", c.etp, ")"));
+  }
+  if (c.axis_order.back() != Axis::kPp) {
+    e.push_back(str_cat("expert parallelism needs pp as the outermost axis of axis_order, got ",
+                        to_string(c.axis_order.back())));
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, const ModelSpec& m, int seq_len,
                                                      int world_size) {
   std::vector<std::string> e;
@@ -89,6 +127,8 @@ std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, co
   positive("virtual_stages", c.virtual_stages);
   positive("micro_batch", c.micro_batch);
   positive("global_batch", c.global_batch);
+  positive("ep", c.ep);
+  positive("etp", c.etp);
   if (!e.empty()) return e;  // the checks below divide by these
   const std::int64_t world = std::int64_t{c.tp} * c.cp * c.dp * c.pp;
   if (world > std::numeric_limits<int>::max()) {
@@ -148,6 +188,7 @@ std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, co
   if (order != std::array<Axis, kNumAxes>{Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp}) {
     e.push_back("axis_order must name each of tp, cp, dp, pp exactly once");
   }
+  find_expert_parallel_errors(c, m, e);
   return e;
 }
 

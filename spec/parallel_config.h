@@ -67,6 +67,16 @@ struct ParallelConfig {
   // Rank order, fastest-varying axis first. The default keeps tp (then cp) inside a node.
   // REQUIRES: a permutation of {tp, cp, dp, pp}.
   std::array<Axis, kNumAxes> axis_order = {Axis::kTp, Axis::kCp, Axis::kDp, Axis::kPp};
+  // Expert parallelism (mixtures of experts only), Megatron-Core's "parallel folding": the expert
+  // layers lay the tp·cp·dp ranks of a pipeline stage out again as etp × ep × expert-dp (etp
+  // fastest), so attention keeps tp/cp/dp while the experts have their own degrees
+  // (spec/rank_layout.h's expert groups, with a worked example). ep splits the routed experts
+  // (each token's hidden state goes to its experts' ranks by an all-to-all, and back), etp splits
+  // each expert's MLP like tp. REQUIRES: ep·etp divides tp·cp·dp, experts % ep == 0,
+  // expert_ffn_hidden % etp == 0, pp the outermost axis. A mixture of experts with tp > 1 needs
+  // sequence_parallel (Megatron-LM's rule) and is not sharded hybridly.
+  int ep = 1;
+  int etp = 1;
 
   // Derived.
   // REQUIRES: the product fits an int (find_parallel_config_errors checks it; a plan's degrees are
@@ -80,13 +90,16 @@ struct ParallelConfig {
   // is smaller than one round.
   [[nodiscard]] int grad_accum() const { return static_cast<int>(global_batch / sequences_per_microbatch()); }
   [[nodiscard]] int num_stages() const { return pp * virtual_stages; }
+  // Ranks of a pipeline stage that hold the same expert shard (gradients summed, ZeRO shards spread
+  // over them): tp·cp·dp / (ep·etp).
+  [[nodiscard]] int expert_dp() const { return tp * cp * dp / (ep * etp); }
 
   bool operator==(const ParallelConfig&) const = default;
 };
 
 // Every violated constraint of `c` against `model` (and `seq_len` and `world_size` when > 0), each
 // a full sentence showing all the factors involved; empty when valid.
-std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, const ModelSpec& model,
-                                                     int seq_len, int world_size);
+std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, const ModelSpec& model, int seq_len,
+                                                     int world_size);
 
 }  // namespace cpt::spec

@@ -174,6 +174,10 @@ Json parallel_config_to_json(const ParallelConfig& c) {
   j["schedule"] = to_string(c.schedule);
   j["axis_order"] = Json::array();
   for (Axis a : c.axis_order) j["axis_order"].push_back(to_string(a));
+  if (c.ep > 1 || c.etp > 1) {  // dense plans stay as they were
+    j["ep"] = c.ep;
+    j["etp"] = c.etp;
+  }
   return j;
 }
 
@@ -184,6 +188,8 @@ ParallelConfig parallel_config_from_json(JsonObjectReader& r) {
   c.cp = static_cast<int>(r.integer("cp", 1, kMax));
   c.dp = static_cast<int>(r.integer("dp", 1, kMax));
   c.pp = static_cast<int>(r.integer("pp", 1, kMax));
+  c.ep = static_cast<int>(r.optional_integer("ep", 1, kMax).value_or(1));
+  c.etp = static_cast<int>(r.optional_integer("etp", 1, kMax).value_or(1));
   c.virtual_stages = static_cast<int>(r.integer("virtual_stages", 1, kMax));
   c.micro_batch = static_cast<int>(r.integer("micro_batch", 1, kMax));
   c.global_batch = static_cast<int>(r.integer("global_batch", 1, 1LL << 30));

@@ -41,7 +41,11 @@ void RankCoord::set(Axis a, int v) {
 }
 
 RankLayout::RankLayout(const ParallelConfig& config, int gpus_per_node)
-    : order_(config.axis_order), gpus_per_node_(gpus_per_node), hybrid_shard_(config.hybrid_shard) {
+    : order_(config.axis_order),
+      gpus_per_node_(gpus_per_node),
+      hybrid_shard_(config.hybrid_shard),
+      ep_(config.ep),
+      etp_(config.etp) {
   CPT_CHECK(gpus_per_node >= 1, "gpus_per_node ", gpus_per_node);
   int stride = 1;
   unsigned seen = 0;  // bit per Axis
@@ -208,6 +212,40 @@ std::optional<std::string> RankLayout::find_hybrid_dp_error() const {
   return core::str_cat("hybrid_shard needs the same number of dp ranks on every node of a dp group; dp group of rank ",
                        runs.uneven_group, " has ", runs.first_count, " on node ", runs.first_node, " and ",
                        runs.other_count, " on node ", runs.other_node);
+}
+
+int RankLayout::expert_degree(ExpertAxis axis) const {
+  switch (axis) {
+    case ExpertAxis::kEtp:
+      return etp_;
+    case ExpertAxis::kEp:
+      return ep_;
+    case ExpertAxis::kExpertDp:
+      return world_size_ / degree(Axis::kPp) / (ep_ * etp_);
+  }
+  return 1;
+}
+
+int RankLayout::expert_stride(ExpertAxis axis) const {
+  switch (axis) {
+    case ExpertAxis::kEtp:
+      return 1;
+    case ExpertAxis::kEp:
+      return etp_;
+    case ExpertAxis::kExpertDp:
+      return etp_ * ep_;
+  }
+  return 1;
+}
+
+std::vector<int> RankLayout::expert_group(int rank, ExpertAxis axis) const {
+  CPT_CHECK(rank >= 0 && rank < world_size_, "rank ", rank, " of ", world_size_);
+  const int degree = expert_degree(axis), stride = expert_stride(axis);
+  const int base = rank - ((rank / stride) % degree) * stride;
+  std::vector<int> group;
+  group.reserve(static_cast<std::size_t>(degree));
+  for (int i = 0; i < degree; ++i) group.push_back(base + i * stride);
+  return group;
 }
 
 }  // namespace cpt::spec

@@ -21,6 +21,16 @@
 // members of its dp group with the same index within their shard groups. In the example above,
 // dp groups lie inside one node, so each shard group is the whole dp group and each replicate
 // group a single rank.
+//
+// Expert layers (ParallelConfig::ep, etp; Megatron-Core's parallel folding): pp is the outermost
+// axis, so a pipeline stage's S = tp·cp·dp ranks are consecutive, and the expert layers number them
+// again as (etp, ep, expert-dp), etp fastest: with l = rank mod S,
+//   etp coord = l mod etp,   ep coord = (l / etp) mod ep,   expert-dp coord = l / (etp·ep).
+// Worked example: tp 2, dp 4, pp 2 (16 ranks), ep 2, etp 2, so expert-dp = 8 / 4 = 2:
+//   stage 0 is ranks 0..7; etp groups {0,1} {2,3} {4,5} {6,7}; ep groups {0,2} {1,3} {4,6} {5,7};
+//   expert-dp groups {0,4} {1,5} {2,6} {3,7}; stage 1 (ranks 8..15) likewise. Rank 6 holds the
+//   second half of expert shard 1 (ep coord 1) — the experts E/2..E−1, each's MLP columns split
+//   over etp — and sums its gradients with rank 2. Attention keeps the tp groups {0,1} {2,3} ...
 
 #include <array>
 #include <optional>
@@ -30,6 +40,9 @@
 #include "spec/parallel_config.h"
 
 namespace cpt::spec {
+
+// The axes of the expert layers (the comment above).
+enum class ExpertAxis { kEtp, kEp, kExpertDp };
 
 struct RankCoord {
   int tp = 0;
@@ -104,6 +117,12 @@ class RankLayout {
   [[nodiscard]] std::optional<std::string> find_hybrid_cp_error() const;
   [[nodiscard]] std::optional<std::string> find_hybrid_dp_error() const;
 
+  // The expert layers' axes: degree, stride over the ranks (inside a stage: pp is outermost) and
+  // the group of `rank`, ascending.
+  [[nodiscard]] int expert_degree(ExpertAxis axis) const;
+  [[nodiscard]] int expert_stride(ExpertAxis axis) const;
+  [[nodiscard]] std::vector<int> expert_group(int rank, ExpertAxis axis) const;
+
  private:
   [[nodiscard]] static std::size_t index(Axis a) { return static_cast<std::size_t>(a); }
 
@@ -113,6 +132,8 @@ class RankLayout {
   int world_size_ = 0;
   int gpus_per_node_ = 1;
   bool hybrid_shard_ = false;
+  int ep_ = 1;
+  int etp_ = 1;
 };
 
 }  // namespace cpt::spec

@@ -15,7 +15,9 @@
 namespace cpt::planner {
 namespace {
 
-const spec::HardwareCatalog& cat() { return spec::HardwareCatalog::builtin(); }
+const spec::HardwareCatalog& cat() {
+  return spec::HardwareCatalog::builtin();
+}
 
 struct Counts {
   int feasible = 0, out_of_memory = 0, invalid = 0;
@@ -61,21 +63,25 @@ void compare_over_space(const spec::ModelSpec& model, const spec::ClusterSpec& c
 TEST(SearchEvaluation, EqualsTheClosedFormEvaluationOnEveryCandidate) {
   // 80 layers on up to 64 pipeline stages, GQA, H100 nodes of 8, ZB-H1 and interleaving.
   Counts n70, n405, n175;
-  compare_over_space(spec::find_catalog_model("llama3-70b")->spec, cat().cluster_for_gpu("h100", 64, "--gpu"), 256, 8192,
-                     3, {}, n70);
+  compare_over_space(spec::find_catalog_model("llama3-70b")->spec, cat().cluster_for_gpu("h100", 64, "--gpu"), 256,
+                     8192, 3, {}, n70);
   // 126 layers: uneven splits everywhere (the extra layers on the inner stages), 2 of 3 ranks heavier.
   compare_over_space(spec::find_catalog_model("llama3.1-405b")->spec, cat().cluster_for_gpu("h100", 512, "--gpu"), 512,
                      8192, 7, {}, n405);
   // GPT (learned positions, tied embeddings, GeLU), materialised attention scores, A100.
   cost::CostModelOptions no_flash;
   no_flash.flash_attention = false;
-  compare_over_space(spec::find_catalog_model("gpt3-175b")->spec, cat().cluster_for_gpu("a100", 128, "--gpu"), 256, 2048,
-                     5, no_flash, n175);
+  compare_over_space(spec::find_catalog_model("gpt3-175b")->spec, cat().cluster_for_gpu("a100", 128, "--gpu"), 256,
+                     2048, 5, no_flash, n175);
   // Priced as cpt's executor runs it (all-gather context parallelism, eager dispatch counts).
   Counts n70g;
-  compare_over_space(spec::find_catalog_model("llama3-70b")->spec, cat().cluster_for_gpu("h100", 64, "--gpu"), 256, 8192,
-                     5, cost::as_run_by_cpt_executor({}), n70g);
-  for (const auto& n : {n70, n405, n175, n70g}) {
+  compare_over_space(spec::find_catalog_model("llama3-70b")->spec, cat().cluster_for_gpu("h100", 64, "--gpu"), 256,
+                     8192, 5, cost::as_run_by_cpt_executor({}), n70g);
+  // A mixture of experts with dense first layers and latent attention, expert parallelism searched.
+  Counts nv3;
+  compare_over_space(spec::find_catalog_model("deepseek-v2-lite")->spec, cat().cluster_for_gpu("h100", 32, "--gpu"),
+                     128, 4096, 11, {}, nv3);
+  for (const auto& n : {n70, n405, n175, n70g, nv3}) {
     EXPECT_GT(n.feasible, 500);       // the comparison covered real plans,
     EXPECT_GT(n.out_of_memory, 100);  // the memory verdicts
     EXPECT_GT(n.invalid, 100);        // and the validity checks

@@ -105,6 +105,22 @@ TEST(PublishedRuns, ChecksCompareOrSayWhyNot) {
   EXPECT_EQ(groups[4].group, "test TPU-v5p bf16");
 }
 
+// The mixture-of-experts rows (bench/data/moe_published_runs.jsonl) name catalog models and their
+// expert parallelism; each is priced with both (docs/benchmarks.md has the errors).
+TEST(PublishedRuns, MixtureOfExpertsRowsUseTheCatalogAndExpertParallelism) {
+  const auto runs = read_published_runs(std::filesystem::path(CPT_SOURCE_DIR) / "bench/data/moe_published_runs.jsonl");
+  ASSERT_EQ(runs.size(), 8u);
+  for (const auto& run : runs) {
+    EXPECT_TRUE(run.model.moe.present()) << run.id;
+    EXPECT_EQ(run.parallel.ep, 8) << run.id;
+    const RunCheck check = check_published_run(run, cost::CostModelOptions{});
+    EXPECT_EQ(check.outcome, RunOutcome::kCompared) << run.id << ": " << check.detail;
+  }
+  EXPECT_EQ(find(runs, "mbridge2509_h100_fp8_qwen3-30b-a3b-tokendrop_16gpu").model.moe.capacity_factor, 1.0);
+  EXPECT_EQ(find(runs, "mbridge2602_h100_fp8_qwen3-30b-a3b_16gpu").model.moe.capacity_factor, 0.0);
+  EXPECT_EQ(find(runs, "mcorev09_h100_bf16_mixtral-8x7b_64gpu").model.name, "mixtral-8x7b");
+}
+
 // Each row names the software that ran it: llm-foundry's torch FSDP strategies are fsdp, NeMo's and
 // Megatron-Bridge's rows megatron; each is priced for its own unless the caller names another.
 TEST(PublishedRuns, EachRowIsPricedForItsOwnRuntime) {

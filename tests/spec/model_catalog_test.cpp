@@ -28,8 +28,8 @@ TEST(ModelCatalog, ParameterCountsMatchPublished) {
 
 // Bias-free LLaMA/Mistral checkpoints are counted exactly.
 TEST(ModelCatalog, LlamaAndMistralCountsAreExact) {
-  for (const char* name : {"llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b",
-                           "mistral-7b"}) {
+  for (const char* name :
+       {"llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b", "mistral-7b"}) {
     const auto e = find_catalog_model(name);
     ASSERT_TRUE(e) << name;
     EXPECT_EQ(static_cast<double>(e->spec.num_params()), e->published_params) << name;
@@ -89,14 +89,19 @@ TEST(ModelIo, BadInputsSayWhereAndWhat) {
       R"("name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 176, "vocab": 512,
          "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "tied_embeddings": false, "max_seq_len": 128)";
   EXPECT_EQ(load_error("{" + ok + "}"), "");
-  EXPECT_EQ(load_error("{" + ok + R"(, "rope_theat": 10000})"), "m.json: $.rope_theat: unknown key (did you mean \"rope_theta\"?)");
-  EXPECT_EQ(load_error("{" + ok + R"(, "norm_eps": 0})"), "m.json: $.norm_eps: expected a number in [1e-12, 0.1], got 0");
-  EXPECT_EQ(load_error(R"({"name": "x", "layers": -2})"), "m.json: $.layers: expected an integer in [1, 1073741824], got -2");
+  EXPECT_EQ(load_error("{" + ok + R"(, "rope_theat": 10000})"),
+            "m.json: $.rope_theat: unknown key (did you mean \"rope_theta\"?)");
+  EXPECT_EQ(load_error("{" + ok + R"(, "norm_eps": 0})"),
+            "m.json: $.norm_eps: expected a number in [1e-12, 0.1], got 0");
+  EXPECT_EQ(load_error(R"({"name": "x", "layers": -2})"),
+            "m.json: $.layers: expected an integer in [1, 1073741824], got -2");
   std::string bad_heads = "{" + ok + "}";
   bad_heads.replace(bad_heads.find("\"kv_heads\": 2"), 13, "\"kv_heads\": 3");
   EXPECT_EQ(load_error(bad_heads), "m.json: $: heads (4) must be divisible by kv_heads (3)");
-  EXPECT_EQ(load_error(R"({"model_type": "gpt2"})"),
-            "m.json: $.model_type: expected one of llama|mistral|qwen2, got string \"gpt2\"");
+  EXPECT_EQ(
+      load_error(R"({"model_type": "gpt2"})"),
+      "m.json: $.model_type: expected one of "
+      "llama|mistral|qwen2|qwen3|mixtral|qwen2_moe|qwen3_moe|deepseek_v2|deepseek_v3|gpt_oss, got string \"gpt2\"");
   EXPECT_EQ(load_error(R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
                           "num_attention_heads": 4, "intermediate_size": 176, "vocab_size": 512,
                           "max_position_embeddings": 128, "hidden_act": "gelu"})"),

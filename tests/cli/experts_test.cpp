@@ -1,0 +1,83 @@
+// Mixtures of experts through the real binary: --ep/--etp on estimate, a plan that searches and
+// records expert parallelism, and exports that carry it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_test_support.h"
+
+namespace cpt::cli_testing {
+namespace {
+
+std::filesystem::path scratch() {
+  // Per process: ctest -j runs several of these tests at once.
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt_experts_test." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+Run cpt(const std::string& args) {
+  return sh(std::string(CPT_BINARY) + " " + args, scratch());
+}
+
+TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
+  const auto moe =
+      cpt("estimate --model mixtral-8x7b --gpu h100 --gpus 64 --pp 4 --vp 8 --ep 8 --micro-batch 1 "
+          "--global-batch 256 --seq-len 4096 --zero 1 --json");
+  ASSERT_EQ(moe.exit_code, 0) << moe.err;
+  const auto j = nlohmann::json::parse(moe.out);
+  EXPECT_GT(j["time_s"]["ep_comm"].get<double>(), 0) << moe.out;
+  // Dispatch and combine, forward and backward, 8 layers a rank, 256 / 16 microbatches.
+  EXPECT_EQ(j["calls_per_step"]["ep"].get<double>(), 2 * 2 * 8 * 16);
+  const auto dense =
+      cpt("estimate --model llama3-8b --gpu h100 --gpus 8 --ep 2 --micro-batch 1 --global-batch 8 "
+          "--seq-len 4096");
+  EXPECT_EQ(dense.exit_code, 2);
+  EXPECT_NE(dense.err.find("llama3-8b is dense"), std::string::npos) << dense.err;
+  const auto folded =
+      cpt("estimate --model mixtral-8x7b --gpu h100 --gpus 8 --ep 3 --micro-batch 1 "
+          "--global-batch 8 --seq-len 4096");
+  EXPECT_EQ(folded.exit_code, 2);
+  EXPECT_NE(folded.err.find("must divide tp * cp * dp = 8"), std::string::npos) << folded.err;
+}
+
+TEST(Experts, PlansRecordAndExportExpertParallelism) {
+  const auto out = scratch() / "qwen3";
+  std::filesystem::remove_all(out);
+  const auto planned =
+      cpt("plan --model qwen3-30b-a3b --gpu h100 --gpus 16 --global-batch 512 --seq-len 4096 "
+          "--fix ep=8,pp=2 --out " +
+          out.string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_NE(planned.out.find(" ep8 "), std::string::npos) << planned.out;
+  const auto plan = nlohmann::json::parse(slurp(out / "plan.json"));
+  EXPECT_EQ(plan["parallel"]["ep"], 8);
+  EXPECT_EQ(plan["model"]["moe"]["experts"], 128);
+  const std::string megatron = slurp(out / "megatron_args.sh");
+  for (const char* arg :
+       {"--num-experts 128", "--moe-router-topk 8", "--moe-ffn-hidden-size 768", "--expert-model-parallel-size 8",
+        "--expert-tensor-parallel-size 1", "--qk-layernorm", "--kv-channels 128", "--moe-grouped-gemm"}) {
+    EXPECT_NE(megatron.find(arg), std::string::npos) << arg << "\n" << megatron;
+  }
+  EXPECT_NE(slurp(out / "torchtitan.toml").find("expert_parallel_degree = 8"), std::string::npos);
+  EXPECT_NE(slurp(out / "ds_config.json").find("ep_size=8"), std::string::npos);
+  // The plan replays in the simulator and under other hardware.
+  EXPECT_EQ(cpt("simulate " + (out / "plan.json").string()).exit_code, 0);
+  const auto whatif = cpt("whatif " + (out / "plan.json").string() + " --gpu h200");
+  ASSERT_EQ(whatif.exit_code, 0) << whatif.err;
+  EXPECT_NE(whatif.out.find("ep_comm"), std::string::npos) << whatif.out;
+}
+
+TEST(Experts, ModelsShowTheirExpertsAndActiveParameters) {
+  const auto shown = cpt("models show deepseek-v3");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  for (const char* part : {"256 routed, top 8", "router sigmoid", "3 / 58", "latent attention", "active params"}) {
+    EXPECT_NE(shown.out.find(part), std::string::npos) << part << "\n" << shown.out;
+  }
+}
+
+}  // namespace
+}  // namespace cpt::cli_testing

@@ -1,0 +1,89 @@
+// Mixtures of experts priced: the routed experts' model state over ep·etp and expert-dp (by hand),
+// their FLOPs independent of how they are split, the all-to-all only where tokens leave the rank.
+#include <gtest/gtest.h>
+
+#include <variant>
+
+#include "costmodel/layer_costs.h"
+#include "costmodel/memory_model.h"
+#include "costmodel/step_estimator.h"
+#include "spec/hardware_catalog.h"
+#include "spec/model_catalog.h"
+#include "spec/rank_layout.h"
+#include "spec/stage_partition.h"
+
+namespace cpt::cost {
+namespace {
+
+const spec::ModelSpec& mixtral() {
+  static const spec::ModelSpec m = spec::find_catalog_model("mixtral-8x7b")->spec;
+  return m;
+}
+
+spec::ParallelConfig expert_parallel(int dp, int ep, int zero_stage) {
+  spec::ParallelConfig p;
+  p.dp = dp;
+  p.ep = ep;
+  p.micro_batch = 1;
+  p.global_batch = dp;
+  p.zero_stage = zero_stage;
+  return p;
+}
+
+MemoryBreakdown memory_of(const spec::ParallelConfig& p) {
+  const auto stages = spec::StagePartition::balanced(mixtral().layers, p.pp, p.virtual_stages);
+  return memory_per_pp_rank(mixtral(), p, 4096, stages, nullptr, spec::RankLayout(p, 8), CostModelOptions{}).front();
+}
+
+Estimate estimate(const spec::ModelSpec& model, const spec::ParallelConfig& p, int gpus) {
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", gpus, "--gpu");
+  const Evaluation e = evaluate(model, cluster, p, 128, CostModelOptions{});
+  if (const auto* infeasible = std::get_if<Infeasible>(&e)) ADD_FAILURE() << infeasible->detail;
+  return std::get<Estimate>(e);
+}
+
+// Mixtral 8x7B on 8 GPUs, ep 8 (one expert each), ZeRO-1: the dense part (attention, norms, router,
+// embedding, head) replicated with its optimizer state over dp 8; each rank's expert whole, with
+// its optimizer state over expert-dp = 8 / 8 = 1. Megatron's fp32 main gradients.
+TEST(MixtureOfExpertsCost, ModelStateOfExpertsByHand) {
+  const double layers = 32;
+  const double dense = layers * (41'943'040.0 + 2 * 4096 + 4096 * 8) + 2 * 32000.0 * 4096 + 4096;
+  const double experts = layers * 3.0 * 4096 * 14336;  // 8 experts / ep 8
+  const auto memory = memory_of(expert_parallel(8, 8, 1));
+  EXPECT_NEAR(static_cast<double>(memory.weights.value()), 2 * dense + 2 * experts, 4);
+  EXPECT_NEAR(static_cast<double>(memory.grads.value()), 4 * dense + 4 * experts, 4);
+  EXPECT_NEAR(static_cast<double>(memory.optimizer.value()), 12 * dense / 8 + 12 * experts, 4);
+  // ep 2 over the same 8 GPUs: four experts a rank, their state over expert-dp 4.
+  const auto ep2 = memory_of(expert_parallel(8, 2, 1));
+  EXPECT_NEAR(static_cast<double>(ep2.optimizer.value()), 12 * dense / 8 + 12 * 4 * experts / 4, 4);
+  EXPECT_NEAR(static_cast<double>(ep2.weights.value()), 2 * dense + 2 * 4 * experts, 4);
+}
+
+// 6·(T/tp)·k·h·f_e per rank whatever the split: ep and etp change the GEMMs' shapes, not the work.
+TEST(MixtureOfExpertsCost, RoutedFlopsDoNotDependOnTheSplit) {
+  const auto gpu = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 8, "--gpu").gpu();
+  const double reference = block_costs(mixtral(), expert_parallel(8, 1, 1), 4096, gpu, {}).model_flops.value();
+  for (const auto& [ep, etp] : {std::pair{2, 1}, {8, 1}, {4, 2}}) {
+    spec::ParallelConfig p = expert_parallel(8, ep, 1);
+    p.etp = etp;
+    EXPECT_DOUBLE_EQ(block_costs(mixtral(), p, 4096, gpu, {}).model_flops.value(), reference) << ep << " " << etp;
+  }
+  // Active, not total: two of eight experts per token (attention core aside).
+  const double routed = 6.0 * 4096 * 2 * 4096 * 14336 * 3;
+  EXPECT_GT(reference, routed);
+  EXPECT_LT(reference, 2 * routed);
+}
+
+// Tokens cross ranks only with ep > 1: an all-to-all each way per MoE layer and pass.
+TEST(MixtureOfExpertsCost, AllToAllOnlyWithExpertParallelism) {
+  const auto tiny = spec::find_catalog_model("tiny-moe")->spec;  // 2 MoE layers, 4 experts
+  const Estimate local = estimate(tiny, expert_parallel(8, 1, 1), 8);
+  const Estimate spread = estimate(tiny, expert_parallel(8, 4, 1), 8);
+  EXPECT_EQ(local.time.ep_comm.value(), 0.0);
+  EXPECT_EQ(local.calls_per_step.ep, 0.0);
+  EXPECT_GT(spread.time.ep_comm.value(), 0.0);
+  EXPECT_EQ(spread.calls_per_step.ep, 2 * 2 * 2);  // 2 MoE layers, dispatch + combine, forward + backward
+}
+
+}  // namespace
+}  // namespace cpt::cost

@@ -1,0 +1,193 @@
+// Mixtures of experts and latent attention in spec/: parameter counts by hand and against the
+// model cards, the MoE layer pattern, the readers (model JSON and Hugging Face config.json), the
+// rules of expert parallelism and RankLayout's expert groups (its worked example).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+#include "spec/model_catalog.h"
+#include "spec/model_io.h"
+#include "spec/parallel_config.h"
+#include "spec/rank_layout.h"
+
+namespace cpt::spec {
+namespace {
+
+ModelSpec catalog(const char* name) {
+  auto entry = find_catalog_model(name);
+  EXPECT_TRUE(entry) << name;
+  return entry ? entry->spec : ModelSpec{};
+}
+
+// tiny-moe: 2 layers, h 64, 4 heads (2 kv), 4 experts of width 64, top 2, a shared expert of 64.
+TEST(MixtureOfExperts, TinyCountsByHand) {
+  const auto c = catalog("tiny-moe").param_counts();
+  const std::int64_t attention = 2 * 64 * 64 + 2 * 64 * 32, expert = 3 * 64 * 64;
+  EXPECT_EQ(c.router_per_layer, 64 * 4);
+  EXPECT_EQ(c.routed_experts_per_layer, 4 * expert);
+  EXPECT_EQ(c.shared_experts_per_layer, expert);
+  EXPECT_EQ(c.per_moe_layer, attention + 2 * 64 + 64 * 4 + expert + 4 * expert);
+  EXPECT_EQ(c.moe_layers, 2);
+  EXPECT_EQ(c.dense_layers, 0);
+  EXPECT_EQ(c.total, 2 * c.per_moe_layer + 2 * 512 * 64 + 64);
+  EXPECT_EQ(c.active, c.total - 2 * 2 * expert - 512 * 64);  // two of four experts unused, the lookup
+}
+
+// Active parameters as the model cards give them (total counts: ModelCatalog's test), within their
+// rounding where the vendor leaves the embedding lookup out as cpt does (OpenAI, DeepSeek; V2-Lite's
+// 2.45 B is given as 2.4), within the embedding and the rounding where it counts it (Mistral, Qwen).
+TEST(MixtureOfExperts, ActiveParametersMatchTheModelCards) {
+  const struct {
+    const char* name;
+    double active, tolerance;
+  } cards[] = {{"gpt-oss-120b", 5.13e9, 0.01e9},    {"gpt-oss-20b", 3.61e9, 0.01e9},  {"deepseek-v3", 37e9, 0.5e9},
+               {"deepseek-v2-lite", 2.4e9, 0.06e9}, {"mixtral-8x7b", 12.9e9, 0.19e9}, {"qwen3-30b-a3b", 3.3e9, 0.32e9},
+               {"qwen3-235b-a22b", 22e9, 0.7e9},    {"qwen2-57b-a14b", 14e9, 0.6e9}};
+  for (const auto& card : cards) {
+    EXPECT_NEAR(static_cast<double>(catalog(card.name).param_counts().active), card.active, card.tolerance)
+        << card.name;
+  }
+}
+
+// DeepSeek's first_k_dense_replace and Qwen2-MoE's decoder_sparse_step.
+TEST(MixtureOfExperts, LayerPatternCountsDenseAndMoeLayers) {
+  const auto v3 = catalog("deepseek-v3");
+  EXPECT_FALSE(v3.is_moe_layer(2));
+  EXPECT_TRUE(v3.is_moe_layer(3));
+  EXPECT_EQ(v3.moe_layers_in(0, 61), 58);
+  EXPECT_EQ(v3.moe_layers_in(0, 3), 0);
+  EXPECT_EQ(v3.moe_layers_in(2, 3), 2);
+  ModelSpec every_other = catalog("tiny-moe");
+  every_other.layers = 8;
+  every_other.moe.layer_interval = 2;  // layers 1, 3, 5, 7
+  EXPECT_EQ(every_other.moe_layers_in(0, 8), 4);
+  EXPECT_EQ(every_other.moe_layers_in(1, 2), 1);
+  EXPECT_EQ(every_other.moe_layers_in(2, 1), 0);
+  EXPECT_EQ(every_other.param_counts().dense_layers, 4);
+}
+
+ModelSpec from_hf(const nlohmann::json& config) {
+  const auto doc = core::parse_json_text(config.dump(), "config.json");
+  auto reader = core::JsonObjectReader::root_of(doc);
+  return model_from_hf_config(reader, "hf");
+}
+
+// config.json of the released checkpoints (their architecture keys) give the catalog's counts.
+TEST(MixtureOfExperts, HuggingFaceConfigsOfEachFamilyAreRead) {
+  const auto mixtral = from_hf({{"model_type", "mixtral"},
+                                {"num_hidden_layers", 32},
+                                {"hidden_size", 4096},
+                                {"intermediate_size", 14336},
+                                {"num_attention_heads", 32},
+                                {"num_key_value_heads", 8},
+                                {"vocab_size", 32000},
+                                {"max_position_embeddings", 32768},
+                                {"num_local_experts", 8},
+                                {"num_experts_per_tok", 2},
+                                {"rope_theta", 1e6}});
+  EXPECT_EQ(mixtral.num_params(), catalog("mixtral-8x7b").num_params());
+  const auto qwen3 = from_hf({{"model_type", "qwen3_moe"},
+                              {"num_hidden_layers", 48},
+                              {"hidden_size", 2048},
+                              {"intermediate_size", 6144},
+                              {"num_attention_heads", 32},
+                              {"num_key_value_heads", 4},
+                              {"head_dim", 128},
+                              {"vocab_size", 151936},
+                              {"max_position_embeddings", 40960},
+                              {"num_experts", 128},
+                              {"num_experts_per_tok", 8},
+                              {"moe_intermediate_size", 768},
+                              {"decoder_sparse_step", 1},
+                              {"mlp_only_layers", nlohmann::json::array()}});
+  EXPECT_EQ(qwen3.num_params(), catalog("qwen3-30b-a3b").num_params());
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_EQ(qwen3.head_dim(), 128);
+  const auto v3 = from_hf({{"model_type", "deepseek_v3"}, {"num_hidden_layers", 61},
+                           {"hidden_size", 7168},         {"intermediate_size", 18432},
+                           {"num_attention_heads", 128},  {"num_key_value_heads", 128},
+                           {"vocab_size", 129280},        {"max_position_embeddings", 163840},
+                           {"n_routed_experts", 256},     {"n_shared_experts", 1},
+                           {"num_experts_per_tok", 8},    {"moe_intermediate_size", 2048},
+                           {"first_k_dense_replace", 3},  {"moe_layer_freq", 1},
+                           {"q_lora_rank", 1536},         {"kv_lora_rank", 512},
+                           {"qk_nope_head_dim", 128},     {"qk_rope_head_dim", 64},
+                           {"v_head_dim", 128},           {"scoring_func", "sigmoid"}});
+  EXPECT_EQ(v3.num_params(), catalog("deepseek-v3").num_params());
+  EXPECT_EQ(v3.moe.router, RouterScore::kSigmoid);
+  // Dense layers anywhere but a prefix are refused by name.
+  auto listed = nlohmann::json{{"model_type", "qwen2_moe"},      {"num_hidden_layers", 4},   {"hidden_size", 64},
+                               {"intermediate_size", 128},       {"num_attention_heads", 4}, {"vocab_size", 512},
+                               {"max_position_embeddings", 128}, {"num_experts", 4},         {"num_experts_per_tok", 2},
+                               {"moe_intermediate_size", 32},    {"mlp_only_layers", {1}}};
+  try {
+    (void)from_hf(listed);
+    FAIL() << "mlp_only_layers accepted";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp_only_layers"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MixtureOfExperts, ModelJsonRoundTripsExpertsAndLatentAttention) {
+  for (const char* name : {"deepseek-v3", "qwen3-30b-a3b", "gpt-oss-20b", "tiny-moe"}) {
+    const auto m = catalog(name);
+    const auto doc = core::parse_json_text(model_to_json(m).dump(), "model.json");
+    auto reader = core::JsonObjectReader::root_of(doc);
+    EXPECT_EQ(model_from_json(reader), m) << name;
+  }
+  auto broken = model_to_json(catalog("tiny-moe"));
+  broken["moe"]["experts_per_token"] = 5;  // more than the 4 experts
+  const auto doc = core::parse_json_text(broken.dump(), "model.json");
+  auto reader = core::JsonObjectReader::root_of(doc);
+  try {
+    (void)model_from_json(reader);
+    FAIL() << "top-5 of 4 experts accepted";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("moe.experts_per_token (5)"), std::string::npos) << e.what();
+  }
+}
+
+ParallelConfig layout(int tp, int dp, int pp, int ep, int etp) {
+  ParallelConfig p;
+  p.tp = tp;
+  p.dp = dp;
+  p.pp = pp;
+  p.ep = ep;
+  p.etp = etp;
+  p.sequence_parallel = tp > 1;
+  p.global_batch = dp;
+  return p;
+}
+
+TEST(MixtureOfExperts, ExpertParallelRulesNameTheirValues) {
+  const auto moe = catalog("mixtral-8x7b");
+  EXPECT_TRUE(find_parallel_config_errors(layout(2, 4, 1, 8, 1), moe, 4096, 8).empty());
+  auto first = [&](const ParallelConfig& p, const ModelSpec& m) {
+    const auto errors = find_parallel_config_errors(p, m, 4096, 0);
+    return errors.empty() ? std::string() : errors.front();
+  };
+  EXPECT_NE(first(layout(1, 8, 1, 2, 1), catalog("llama3-8b")).find("dense"), std::string::npos);
+  EXPECT_NE(first(layout(1, 6, 1, 4, 1), moe).find("must divide tp * cp * dp = 6"), std::string::npos);
+  EXPECT_NE(first(layout(1, 16, 1, 16, 1), moe).find("moe.experts (8) must be divisible by ep (16)"),
+            std::string::npos);
+  ParallelConfig no_sp = layout(2, 4, 1, 8, 1);
+  no_sp.sequence_parallel = false;
+  EXPECT_NE(first(no_sp, moe).find("needs sequence_parallel"), std::string::npos);
+}
+
+// RankLayout's worked example: tp 2, dp 4, pp 2, ep 2, etp 2.
+TEST(MixtureOfExperts, ExpertGroupsFoldInsideEachStage) {
+  const RankLayout l(layout(2, 4, 2, 2, 2), 8);
+  EXPECT_EQ(l.expert_degree(ExpertAxis::kExpertDp), 2);
+  EXPECT_EQ(l.expert_group(6, ExpertAxis::kEtp), (std::vector<int>{6, 7}));
+  EXPECT_EQ(l.expert_group(6, ExpertAxis::kEp), (std::vector<int>{4, 6}));
+  EXPECT_EQ(l.expert_group(6, ExpertAxis::kExpertDp), (std::vector<int>{2, 6}));
+  EXPECT_EQ(l.expert_group(13, ExpertAxis::kEp), (std::vector<int>{13, 15}));
+  EXPECT_EQ(l.expert_group(13, ExpertAxis::kExpertDp), (std::vector<int>{9, 13}));
+  EXPECT_EQ(l.group_of(6, Axis::kTp), (std::vector<int>{6, 7}));  // attention keeps its tp groups
+}
+
+}  // namespace
+}  // namespace cpt::spec
