@@ -102,7 +102,8 @@ void run_show(const ShowOptions& o) {
   row("layers", std::to_string(m.layers));
   row("hidden", std::to_string(m.hidden));
   row("heads / kv_heads", std::to_string(m.heads) + " / " + std::to_string(m.kv_heads));
-  row("head_dim", std::to_string(m.head_dim()));
+  row("head_dim", m.mla.present() ? str_cat("latent: q·k ", m.mla.qk_head_dim(), ", v ", m.mla.v_head_dim)
+                                  : std::to_string(m.head_dim()));
   row("ffn_hidden", std::to_string(m.ffn_hidden));
   row("vocab", std::to_string(m.vocab));
   row("mlp / norm / position",
@@ -110,7 +111,7 @@ void run_show(const ShowOptions& o) {
   row("tied_embeddings", m.tied_embeddings ? "true" : "false");
   row("max_seq_len", std::to_string(m.max_seq_len));
   row("params", std::to_string(c.total) + " (" + format_count(c.total) + ")");
-  row("  per layer", std::to_string(c.per_layer));
+  if (c.dense_layers > 0) row("  per (dense) layer", std::to_string(c.per_layer));
   row("  embedding + lm_head", std::to_string(c.embedding + c.lm_head));
   if (m.moe.present()) add_expert_rows(m, c, row);
   if (m.mla.present()) {

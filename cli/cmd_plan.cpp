@@ -115,6 +115,10 @@ std::string exports_md(const spec::ModelSpec& model, const spec::ClusterSpec& cl
         "what runs instead.\n\n| file | runtime | step s | tokens/s/GPU | peak GiB | where the step should land "
         "|\n|---|---|---|---|---|---|\n";
   for (const auto& [file, runtime] : kExports) {
+    if (const auto why = planner::export_cannot_run(model, best.config, seq_len, runtime)) {
+      md << "| " << file << " | " << spec::to_string(runtime) << " | - | - | - | cannot run it: " << *why << " |\n";
+      continue;
+    }
     const auto evaluation =
         cost::evaluate(model, cluster, best.config, seq_len, cost::for_runtime(priced_with, runtime));
     md << "| " << file << " | " << spec::to_string(runtime) << " | ";

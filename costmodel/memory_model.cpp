@@ -121,8 +121,10 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
   if (p.cp > 1 && o.context_parallel == ContextParallelKind::kAllGather) {
     v += e * T * static_cast<double>(w.key + w.value) / t * (p.cp - 1);  // K and V of the rest, gathered
   }
-  v += gemm_input * T * static_cast<double>(w.output) / t;  // attention output = output-projection input
-  v += gemm_input * T * h / sp;                             // MLP input
+  // The attention output: kept for the attention core's backward, and as the output projection's
+  // input (one tensor in 16 bits; in FP8 an FP8 copy beside it).
+  v += (o.precision == spec::Precision::kFp8 ? e + gemm_input : e) * T * static_cast<double>(w.output) / t;
+  v += gemm_input * T * h / sp;  // MLP input
   v += mlp_activation_bytes(m, p, T, e, gemm_input, m.moe.present() ? routed_token_load(m.moe, o) : 1.0);
   if (dropout) v += 2 * T * h / sp;  // attention and MLP dropout masks, 1 byte
   const bool scores_stored = !o.flash_attention && p.recompute == spec::Recompute::kNone;
@@ -198,7 +200,7 @@ void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, doubl
   mb.weights += experts.weights;
   mb.grads += experts.grads;
   mb.optimizer += experts.optimizer;
-  if (p.zero_stage == 3) {
+  if (p.zero_stage == 3 && t.expert_shard_group > 1) {  // gathered experts beside their shards
     const double whole = t.expert_params * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
     mb.weights += bytes(activation_bytes(o.precision) * whole);
     mb.grads += bytes(activation_bytes(o.precision) * t.expert_params * std::min(2.0, layers));
@@ -250,13 +252,16 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
         e * (root_psi + (block + t.expert_params) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers)));
   }
 
-  const double held = layers * (block + t.expert_params) + root_psi;
+  // The parameters the rank holds, and under ZeRO-3 its shards (the routed experts over expert-dp).
+  const double experts = layers * t.expert_params;
+  const double held = layers * block + root_psi + experts;
+  const double sharded = (layers * block + root_psi) / n + experts / t.expert_shard_group;
   if (o.distill_teacher) {
     const double gathered =
         root_psi + (block + t.expert_params) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
-    mb.teacher = bytes(e * (p.zero_stage == 3 ? held / n + gathered : held));
+    mb.teacher = bytes(e * (p.zero_stage == 3 ? sharded + gathered : held));
   }
-  if (o.ewc) mb.ewc = bytes(2 * 4 * (p.zero_stage == 3 ? held / n : held));
+  if (o.ewc) mb.ewc = bytes(2 * 4 * (p.zero_stage == 3 ? sharded : held));
 
   double act = live_activations;
   if (holds_last) act += t.logits + t.kl_logits;

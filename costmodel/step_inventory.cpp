@@ -64,13 +64,21 @@ WorkItem waiting(WorkItem item) {
 }
 
 // Tensor parallelism (Megatron's f/g): two collectives per layer and pass (after attention and
-// after the MLP), each an all-reduce or, under sequence parallelism, a reduce-scatter and an
-// all-gather priced as one; the embedding's sum over the vocabulary shards forward (a
-// reduce-scatter under SP), under SP also its gradient gathered backward; the LM head's input
-// gathered forward under SP and its gradient reduced backward; the loss's all-reduces.
-void add_tensor_parallel(StepInventory& inv, const spec::ParallelConfig& p, const Runtime& runtime, double tokens,
-                         double hidden, double element_bytes, const CostModelOptions& o) {
+// after the MLP; see per_layer for MoE layers), each an all-reduce or, under sequence parallelism, a reduce-scatter and
+// an all-gather priced as one; the embedding's sum over the vocabulary shards forward (a reduce-scatter under SP),
+// under SP also its gradient gathered backward; the LM head's input gathered forward under SP and its gradient reduced
+// backward; the loss's all-reduces.
+void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
+                         const Runtime& runtime, double tokens, double hidden, double element_bytes,
+                         const CostModelOptions& o) {
   if (p.tp <= 1) return;
+  // Per layer: one collective after attention and one after the MLP. An MoE layer without shared
+  // experts has no tp-split MLP: its routed experts run on the sequence-parallel shard (their
+  // tokens gathered over etp, add_expert_parallel), so the mean layer has fewer.
+  double per_layer = 2;
+  if (model.moe.present() && model.moe.shared_ffn_hidden == 0) {
+    per_layer -= static_cast<double>(model.param_counts().moe_layers) / model.layers;
+  }
   const Bytes activations(static_cast<std::int64_t>(tokens * hidden * element_bytes));
   const Bytes norm_grads(static_cast<std::int64_t>(hidden * 4));  // fp32 weight gradient of one norm
   const Bytes loss(static_cast<std::int64_t>(tokens * 4));        // fp32 per token
@@ -79,9 +87,9 @@ void add_tensor_parallel(StepInventory& inv, const spec::ParallelConfig& p, cons
   const double around_one = sp ? kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
   const WorkKind block_kind = sp ? WorkKind::kReduceScatterAllGather : WorkKind::kAllReduce;
   auto block_collectives = [&](WorkPass pass) {
-    WorkItem item = waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kTp, block_kind, activations, 2, 0));
-    item.calls = sp ? 4 : 2;
-    item.kernels = 2 * around_pair;
+    WorkItem item = waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kTp, block_kind, activations, per_layer, 0));
+    item.calls = (sp ? 2 : 1) * per_layer;
+    item.kernels = per_layer * around_pair;
     inv.add(item);
   };
   block_collectives(WorkPass::kForward);
@@ -246,7 +254,7 @@ StepInventory microbatch_work(const spec::ModelSpec& model, const spec::Parallel
   const Runtime runtime = runtime_of(p, o);
   const double tokens = static_cast<double>(p.micro_batch) * seq_len / p.cp;  // per rank
   const double element_bytes = activation_bytes(o.precision);
-  add_tensor_parallel(inv, p, runtime, tokens, model.hidden, element_bytes, o);
+  add_tensor_parallel(inv, model, p, runtime, tokens, model.hidden, element_bytes, o);
   add_context_parallel(inv, model, p, tokens, element_bytes, o);
   add_zero3(inv, model, p, shard_group, runtime, element_bytes, o);
   add_expert_parallel(inv, model, p, tokens, element_bytes, o);

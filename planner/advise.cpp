@@ -42,6 +42,11 @@ Advice advise(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, co
     if (!o.executor_only) o.runtime = options.runtime.value_or(f.runtime);
     const bool three_d = std::string(f.fix).empty();
     FamilyResult fr{f.name, o.executor_only ? spec::Runtime::kCpt : *o.runtime, std::nullopt, ""};
+    if (model.moe.present() && o.fixed.values.count("hsdp") > 0 && o.fixed.values.at("hsdp") == "true") {
+      fr.why_not = "hybrid sharding of a mixture of experts is not modelled";
+      a.families.push_back(fr);
+      continue;
+    }
     const auto r = search(model, cluster, o);
     // 3D means model parallelism (tp, pp or cp > 1) with at most a sharded optimizer; it is picked
     // from every feasible candidate and then evaluated exactly, like the planner's top.

@@ -8,6 +8,7 @@
 #include "core/atomic_file.h"
 #include "core/str_cat.h"
 #include "costmodel/layer_costs.h"
+#include "spec/executor_support.h"
 
 namespace cpt::planner {
 
@@ -90,6 +91,8 @@ std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
     args.push_back(str_cat("--moe-layer-freq ", pattern, "]\""));
   }
   if (e.router == spec::RouterScore::kSigmoid) args.emplace_back("--moe-router-score-function sigmoid");
+  // The load balancing is the recipe's, not the plan's: a common default here (DeepSeek-V3 trains
+  // with an expert bias and a sequence-level loss instead; set the model's own).
   args.emplace_back("--moe-router-load-balancing-type aux_loss");
   args.emplace_back("--moe-aux-loss-coeff 1e-3");
   args.emplace_back("--moe-grouped-gemm");
@@ -279,6 +282,9 @@ std::string torchtitan_toml(const spec::Plan& plan) {
   if (plan.model.moe.present()) {
     // torchtitan's MoE models (DeepSeek-V3, Qwen3, Llama 4 in its model registry) fold ep over
     // dp_shard x cp (x tp with etp 1).
+    if (c.ep > 1 && c.etp != 1 && c.etp != c.tp) {
+      s << "# torchtitan runs expert tensor parallelism 1 or tp only: the plan's " << c.etp << " is refused\n";
+    }
     s << "expert_parallel_degree = " << c.ep << "\n";
     s << "expert_tensor_parallel_degree = " << c.etp << "\n";
   }
@@ -325,13 +331,25 @@ constexpr const char* kTakeConfig =
 
 }  // namespace
 
+namespace {
+
+// A launcher's comment line when cpt's executor does not run the plan (`cpt train` says so too).
+std::string executor_gap_note(const spec::Plan& plan) {
+  const auto gap = spec::find_executor_gap(plan.parallel, plan.model, plan.workload.seq_len);
+  if (!gap) return "";
+  return str_cat("# cpt's executor does not run this plan yet (cpt train refuses it): ",
+                 spec::describe(*gap, plan.parallel, plan.workload.seq_len), "\n");
+}
+
+}  // namespace
+
 std::string torchrun_script(const spec::Plan& plan) {
   std::ostringstream s;
   s << "#!/usr/bin/env bash\n"
     << "# Launch cpt's executor for this plan with torchrun (one process per GPU):\n"
     << "#   ./torchrun.sh TRAIN.json [cpt train options]\n"
     << "# Multi-node: run on every node with NNODES, NODE_RANK and MASTER_ADDR set.\n"
-    << "set -euo pipefail\n"
+    << executor_gap_note(plan) << "set -euo pipefail\n"
     << kTakeConfig << "PLAN_DIR=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\n"
     << "NNODES=\"${NNODES:-" << nodes(plan) << "}\"\n"
     << "NODE_RANK=\"${NODE_RANK:-0}\"\n"
@@ -354,7 +372,7 @@ std::string slurm_script(const spec::Plan& plan, const std::filesystem::path& pl
     << "#   sbatch slurm.sbatch TRAIN.json [cpt train options]\n"
     << "# cpt train joins the job from SLURM_PROCID / SLURM_NTASKS (one task per GPU). Slurm runs a\n"
     << "# copy of this file, so the plan's directory is written here (CPT_PLAN_DIR overrides it).\n"
-    << "set -euo pipefail\n"
+    << executor_gap_note(plan) << "set -euo pipefail\n"
     << kTakeConfig << "WRITTEN_PLAN_DIR=" << shell_quoted(std::filesystem::absolute(plan_dir).string()) << "\n"
     << "PLAN_DIR=\"${CPT_PLAN_DIR:-$WRITTEN_PLAN_DIR}\"\n"
     << "if [ ! -f \"$PLAN_DIR/plan.json\" ]; then\n"
@@ -382,6 +400,20 @@ std::vector<std::string> write_handoff(const spec::Plan& plan, const std::filesy
                                  std::filesystem::perm_options::add, ec);
   }
   return {"megatron_args.sh", "ds_config.json", "torchtitan.toml", "torchrun.sh", "slurm.sbatch"};
+}
+
+std::optional<std::string> export_cannot_run(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
+                                             int seq_len, spec::Runtime runtime) {
+  if (runtime == spec::Runtime::kCpt) {
+    if (auto gap = spec::find_executor_gap(parallel, model, seq_len)) return spec::describe(*gap, parallel, seq_len);
+  }
+  if (runtime == spec::Runtime::kDeepSpeed && model.moe.present() && parallel.zero_stage == 3) {
+    return "DeepSpeed-MoE does not run with ZeRO-3 (its engine asserts it): ZeRO-2 at most";
+  }
+  if (runtime == spec::Runtime::kTorchtitan && parallel.ep > 1 && parallel.etp != 1 && parallel.etp != parallel.tp) {
+    return str_cat("torchtitan's expert tensor parallelism is 1 or tp (", parallel.tp, "), not ", parallel.etp);
+  }
+  return std::nullopt;
 }
 
 }  // namespace cpt::planner

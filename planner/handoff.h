@@ -7,11 +7,13 @@
 // docs/planner.md, "Hand-off").
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/json_reader.h"
 #include "spec/plan.h"
+#include "spec/runtime.h"
 
 namespace cpt::planner {
 
@@ -28,6 +30,12 @@ std::string torchtitan_toml(const spec::Plan& plan);
 // carries `plan_dir` (made absolute) and refuses to start when plan.json is not there.
 std::string torchrun_script(const spec::Plan& plan);
 std::string slurm_script(const spec::Plan& plan, const std::filesystem::path& plan_dir);
+
+// Why the framework reading the export for `runtime` cannot run `parallel` of `model` (cpt's
+// executor: spec::find_executor_gap; DeepSpeed-MoE refuses ZeRO-3; torchtitan's expert tensor
+// parallelism is 1 or tp), or nullopt.
+std::optional<std::string> export_cannot_run(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
+                                             int seq_len, spec::Runtime runtime);
 
 // Writes megatron_args.sh, ds_config.json, torchtitan.toml, torchrun.sh and slurm.sbatch into `dir`
 // (atomically each); returns the file names.

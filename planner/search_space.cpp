@@ -52,7 +52,20 @@ void pin(std::vector<T>& values, T v) {
 // candidate's tp·cp·dp are rejected with the reason by the evaluation).
 std::vector<std::pair<int, int>> expert_degrees(const spec::ModelSpec& m, const spec::ClusterSpec& c,
                                                 std::optional<int> fixed_ep, std::optional<int> fixed_etp) {
-  if (!m.moe.present()) return {{fixed_ep.value_or(1), fixed_etp.value_or(1)}};
+  if (!m.moe.present()) {
+    if (fixed_ep.value_or(1) != 1 || fixed_etp.value_or(1) != 1) {
+      throw ConfigError(str_cat("--fix: ep and etp need a mixture-of-experts model; ", m.name, " is dense"));
+    }
+    return {{1, 1}};
+  }
+  if (fixed_ep && (*fixed_ep < 1 || m.moe.experts % *fixed_ep != 0)) {
+    throw ConfigError(
+        str_cat("--fix: ep=", *fixed_ep, ": expected a divisor of the model's ", m.moe.experts, " routed experts"));
+  }
+  if (fixed_etp && (*fixed_etp < 1 || m.moe.expert_ffn_hidden % *fixed_etp != 0)) {
+    throw ConfigError(
+        str_cat("--fix: etp=", *fixed_etp, ": expected a divisor of the experts' width ", m.moe.expert_ffn_hidden));
+  }
   std::vector<int> eps, etps;
   for (int ep : divisors(m.moe.experts)) {
     if (ep <= c.num_gpus) eps.push_back(ep);

@@ -145,7 +145,8 @@ ParamCounts ModelSpec::param_counts() const {
   c.total = (Count{c.dense_layers} * Count{c.per_layer} + Count{c.moe_layers} * Count{c.per_moe_layer} +
              Count{c.embedding} + Count{c.position} + Count{c.final_norm} + Count{c.lm_head})
                 .value;
-  c.active = c.total - inactive.value - c.embedding - c.position;
+  // The embedding lookup multiplies nothing; a tied head (counted once, as the embedding) does.
+  c.active = c.total - inactive.value - (tied_embeddings ? 0 : c.embedding) - c.position;
   return c;
 }
 

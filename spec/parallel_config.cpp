@@ -82,11 +82,16 @@ namespace {
 void find_expert_parallel_errors(const ParallelConfig& c, const ModelSpec& m, std::vector<std::string>& e) {
   if (m.moe.present() && c.tp > 1 && !c.sequence_parallel) {
     e.push_back(str_cat("a mixture of experts with tp (", c.tp,
-                        ") > 1 needs sequence_parallel (its MoE layers run on the sequence-parallel shard, as "
-                        "Megatron-LM requires)"));
+                        ") > 1 needs sequence_parallel (--sequence-parallel; its MoE layers run on the "
+                        "sequence-parallel shard, as Megatron-LM requires)"));
   }
   if (m.moe.present() && c.hybrid_shard) {
     e.push_back("hybrid_shard with a mixture of experts is not modelled (experts shard over expert-dp)");
+  }
+  if (m.moe.present() && c.axis_order.back() != Axis::kPp) {
+    // Expert groups fold over a stage's consecutive ranks, whatever ep and etp.
+    e.push_back(str_cat("a mixture of experts needs pp as the outermost axis of axis_order, got ",
+                        to_string(c.axis_order.back())));
   }
   if (c.ep == 1 && c.etp == 1) return;
   if (!m.moe.present()) {
@@ -105,10 +110,6 @@ void find_expert_parallel_errors(const ParallelConfig& c, const ModelSpec& m, st
   if (m.moe.expert_ffn_hidden % c.etp != 0) {
     e.push_back(
         str_cat("moe.expert_ffn_hidden (", m.moe.expert_ffn_hidden, ") must be divisible by etp (", c.etp, ")"));
-  }
-  if (c.axis_order.back() != Axis::kPp) {
-    e.push_back(str_cat("expert parallelism needs pp as the outermost axis of axis_order, got ",
-                        to_string(c.axis_order.back())));
   }
 }
 

@@ -63,6 +63,14 @@ TEST(Experts, PlansRecordAndExportExpertParallelism) {
     EXPECT_NE(megatron.find(arg), std::string::npos) << arg << "\n" << megatron;
   }
   EXPECT_NE(slurp(out / "torchtitan.toml").find("expert_parallel_degree = 8"), std::string::npos);
+  // cpt's executor does not run experts: the launchers say so and report.md does not price them.
+  EXPECT_NE(slurp(out / "torchrun.sh").find("does not run this plan yet"), std::string::npos);
+  EXPECT_NE(slurp(out / "report.md").find("| torchrun.sh, slurm.sbatch | cpt | - | - | - | cannot run it"),
+            std::string::npos)
+      << slurp(out / "report.md");
+  const auto dense = cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --fix ep=2");
+  EXPECT_EQ(dense.exit_code, 2);
+  EXPECT_NE(dense.err.find("llama3-8b is dense"), std::string::npos) << dense.err;
   EXPECT_NE(slurp(out / "ds_config.json").find("ep_size=8"), std::string::npos);
   // The plan replays in the simulator and under other hardware.
   EXPECT_EQ(cpt("simulate " + (out / "plan.json").string()).exit_code, 0);

@@ -30,9 +30,9 @@ spec::ParallelConfig expert_parallel(int dp, int ep, int zero_stage) {
   return p;
 }
 
-MemoryBreakdown memory_of(const spec::ParallelConfig& p) {
+MemoryBreakdown memory_of(const spec::ParallelConfig& p, const CostModelOptions& o = {}) {
   const auto stages = spec::StagePartition::balanced(mixtral().layers, p.pp, p.virtual_stages);
-  return memory_per_pp_rank(mixtral(), p, 4096, stages, nullptr, spec::RankLayout(p, 8), CostModelOptions{}).front();
+  return memory_per_pp_rank(mixtral(), p, 4096, stages, nullptr, spec::RankLayout(p, 8), o).front();
 }
 
 Estimate estimate(const spec::ModelSpec& model, const spec::ParallelConfig& p, int gpus) {
@@ -57,6 +57,35 @@ TEST(MixtureOfExpertsCost, ModelStateOfExpertsByHand) {
   const auto ep2 = memory_of(expert_parallel(8, 2, 1));
   EXPECT_NEAR(static_cast<double>(ep2.optimizer.value()), 12 * dense / 8 + 12 * 4 * experts / 4, 4);
   EXPECT_NEAR(static_cast<double>(ep2.weights.value()), 2 * dense + 2 * 4 * experts, 4);
+  // ZeRO-3 over 64 GPUs with EWC: its Fisher and anchor shard like the weights, the dense part over
+  // the 64 replicas, the experts over expert-dp 64 / 8.
+  CostModelOptions ewc;
+  ewc.ewc = true;
+  const auto zero3 = memory_of(expert_parallel(64, 8, 3), ewc);
+  EXPECT_NEAR(static_cast<double>(zero3.ewc.value()), 8 * (dense / 64 + experts / 8), 4);
+  // Experts unsharded (expert-dp 1): no gathered copies beside them.
+  const auto unsharded = memory_of(expert_parallel(8, 8, 3));
+  EXPECT_NEAR(
+      static_cast<double>(unsharded.weights.value()),
+      2 * dense / 8 + 2 * experts + 2 * (2 * 32000.0 * 4096 + 4096) + 2 * 2 * (41'943'040.0 + 2 * 4096 + 4096 * 8), 4);
+}
+
+// Megatron-Core's MoE layer has no tensor-parallel MLP to reduce unless it has shared experts:
+// Mixtral without them calls tp once per layer and pass (a sequence-parallel pair), with them twice.
+TEST(MixtureOfExpertsCost, TensorParallelSkipsRoutedMlps) {
+  spec::ParallelConfig p = expert_parallel(32, 8, 1);
+  p.tp = 2;
+  p.sequence_parallel = true;
+  spec::ModelSpec shared = mixtral();
+  shared.moe.shared_ffn_hidden = 14336;
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h200", 64, "--gpu");
+  auto tp_calls = [&](const spec::ModelSpec& m) {
+    const Evaluation e = evaluate(m, cluster, p, 4096, CostModelOptions{});
+    if (const auto* infeasible = std::get_if<Infeasible>(&e)) ADD_FAILURE() << infeasible->detail;
+    return std::get<Estimate>(e).calls_per_step.tp;
+  };
+  // 32 layers, one microbatch, forward and backward, one more pair (2 calls) each.
+  EXPECT_EQ(tp_calls(shared) - tp_calls(mixtral()), 32 * 2 * 2);
 }
 
 // 6·(T/tp)·k·h·f_e per rank whatever the split: ep and etp change the GEMMs' shapes, not the work.
