@@ -21,16 +21,17 @@ cmake --build "$build" --target cpt_fuzz_spec_json cpt_fuzz_published_runs cpt_f
 seed() { mkdir -p "$work/$1/corpus"; }
 seed spec_json
 i=0
-for f in examples/models/*.json examples/plans/*.json examples/tiny/plan.json hardware_profiles/gpus/*.json \
+for f in examples/models/*.json examples/plans/*.json examples/tiny/plan.json \
+         examples/*/train*.json hardware_profiles/gpus/*.json \
          hardware_profiles/clusters/*.json tests/data/*.json tests/data/*/config.json; do
   [ -f "$f" ] || continue
-  for which in 0 1 2 3 4 5; do
+  for which in 0 1 2 3 4 5 6; do
     { printf "\\x$(printf %02x $which)"; cat "$f"; } >"$work/spec_json/corpus/seed_$i"
     i=$((i + 1))
   done
 done
 seed published_runs
-cp tests/golden/published_runs_sample.jsonl "$work/published_runs/corpus/"
+cp tests/golden/published_runs_sample.jsonl bench/data/moe_published_runs.jsonl "$work/published_runs/corpus/"
 seed token_shard
 python3 - "$work/token_shard/corpus/seed" <<'PY'
 import struct, sys

@@ -1,5 +1,6 @@
 // libFuzzer harness: the JSON readers of spec/ (a model spec, a Hugging Face config.json, a GPU
-// profile, a cluster with inline node and fabric, a plan, a measured run). The first byte picks
+// profile, a cluster with inline node and fabric, a plan, a measured run, a TRAIN.json whose paths
+// resolve in a directory that does not exist). The first byte picks
 // the reader; the rest is the document (parsed with the depth limit every file gets).
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "spec/measured_run.h"
 #include "spec/model_io.h"
 #include "spec/plan.h"
+#include "spec/train_config.h"
 
 namespace {
 
@@ -33,12 +35,12 @@ spec::HardwareResolver no_names() {
 
 void read(std::uint8_t which, std::string_view text) {
   const core::JsonDocument doc = core::parse_json_text(text, "fuzz.json");
-  if (which % 6 == 5) {
+  if (which % 7 == 5) {
     (void)spec::measured_run_from_json(doc.root(), "fuzz.json");
     return;
   }
   auto reader = core::JsonObjectReader::root_of(doc);
-  switch (which % 6) {
+  switch (which % 7) {
     case 0:
       (void)spec::model_from_json(reader);
       break;
@@ -50,6 +52,9 @@ void read(std::uint8_t which, std::string_view text) {
       break;
     case 3:
       (void)spec::cluster_from_json(reader, no_names());
+      break;
+    case 6:
+      (void)spec::train_config_from_json(reader, "/nonexistent/cpt-fuzz", "fuzz.json");
       break;
     default:
       (void)spec::plan_from_json(reader);

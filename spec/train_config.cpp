@@ -198,9 +198,12 @@ void read_run_settings(JsonObjectReader& r, TrainConfig& c) {
 TrainConfig load_train_config(const fs::path& path) {
   const auto doc = core::parse_json_file(path);
   auto r = JsonObjectReader::root_of(doc);
-  const auto base = fs::absolute(path).parent_path();
+  return train_config_from_json(r, fs::absolute(path).parent_path(), path);
+}
+
+TrainConfig train_config_from_json(JsonObjectReader& r, const fs::path& base, const fs::path& origin) {
   TrainConfig c;
-  c.origin = path;
+  c.origin = origin;
   c.data = data_sets(r, "data", base, false);
   if (c.data.empty()) r.fail("data", "at least one training data set", "[]");
   if (r.has("eval")) c.eval = data_sets(r, "eval", base, true);

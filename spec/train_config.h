@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_reader.h"
 #include "spec/gradient_buckets.h"
 #include "spec/lr_schedule.h"
 
@@ -106,5 +107,9 @@ struct TrainConfig {
 
 // Strict: unknown keys, wrong types and out-of-range values are ConfigErrors naming the file and key.
 TrainConfig load_train_config(const std::filesystem::path& path);
+// The same from a parsed document; relative paths resolve against `base`, errors name `origin`'s
+// reader. (The fuzz harness reads documents without files.)
+TrainConfig train_config_from_json(core::JsonObjectReader& reader, const std::filesystem::path& base,
+                                   const std::filesystem::path& origin);
 
 }  // namespace cpt::spec

@@ -3,6 +3,7 @@
 // rules of expert parallelism and RankLayout's expert groups (its worked example).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -147,6 +148,20 @@ TEST(MixtureOfExperts, ModelJsonRoundTripsExpertsAndLatentAttention) {
   } catch (const core::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("moe.experts_per_token (5)"), std::string::npos) << e.what();
   }
+}
+
+// The example model files (and the fuzzers' seeds) load and count as their headers say.
+TEST(MixtureOfExperts, ExampleModelFilesLoad) {
+  const std::filesystem::path examples = std::filesystem::path(CPT_SOURCE_DIR) / "examples/models";
+  const auto tiny = load_model((examples / "tiny_moe.json").string(), "--model");
+  EXPECT_EQ(tiny.num_params(), catalog("tiny-moe").num_params());
+  const auto latent = load_model((examples / "tiny_latent_moe.json").string(), "--model");
+  const auto counts = latent.param_counts();
+  EXPECT_EQ(counts.dense_layers, 1);
+  EXPECT_EQ(counts.moe_layers, 3);
+  EXPECT_TRUE(latent.mla.present());
+  // Latent attention by hand: q 64·32 + 32 + 32·4·24, kv 64·(32 + 8) + 32 + 32·4·(16 + 16), out 4·16·64.
+  EXPECT_EQ(counts.attention_per_layer, 64 * 32 + 32 + 32 * 4 * 24 + 64 * 40 + 32 + 32 * 4 * 32 + 4 * 16 * 64);
 }
 
 ParallelConfig layout(int tp, int dp, int pp, int ep, int etp) {
