@@ -34,6 +34,7 @@ core::Json params_json(const spec::ModelSpec& m) {
           {"attention_per_layer", c.attention_per_layer},
           {"mlp_per_layer", c.mlp_per_layer},
           {"norms_per_layer", c.norms_per_layer},
+          {"attention_replicated_per_layer", c.attention_replicated_per_layer},
           {"final_norm", c.final_norm},
           {"lm_head", c.lm_head},
           {"active", c.active},

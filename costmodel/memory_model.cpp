@@ -23,15 +23,15 @@ Bytes bytes(double v) {
 }  // namespace
 
 double block_params_per_tp(const spec::ParamCounts& c, int tp) {
-  if (c.moe_layers == 0) {
-    return static_cast<double>(c.attention_per_layer + c.mlp_per_layer) / tp + static_cast<double>(c.norms_per_layer);
-  }
+  const double replicated = static_cast<double>(c.norms_per_layer + c.attention_replicated_per_layer);
+  const double attention = static_cast<double>(c.attention_per_layer - c.attention_replicated_per_layer);
+  if (c.moe_layers == 0) return (attention + static_cast<double>(c.mlp_per_layer)) / tp + replicated;
   const double layers = c.dense_layers + c.moe_layers;
   const double mlp = (static_cast<double>(c.dense_layers) * static_cast<double>(c.mlp_per_layer) +
                       static_cast<double>(c.moe_layers) * static_cast<double>(c.shared_experts_per_layer)) /
                      layers;
   const double router = static_cast<double>(c.moe_layers) * static_cast<double>(c.router_per_layer) / layers;
-  return (static_cast<double>(c.attention_per_layer) + mlp) / tp + static_cast<double>(c.norms_per_layer) + router;
+  return (attention + mlp) / tp + replicated + router;
 }
 
 double expert_params_per_layer(const spec::ParamCounts& c, const spec::ParallelConfig& p) {

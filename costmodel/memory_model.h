@@ -70,7 +70,8 @@ double root_params(const spec::ModelSpec& model, const spec::ParamCounts& counts
 double gradient_bytes_per_param(const CostModelOptions& options);
 
 // Parameters of one transformer block per tp rank: attention and MLP matrices split over tp,
-// norms (and row-parallel biases) replicated. For a mixture of experts, the mean layer's without
+// norms (and row-parallel biases) and latent attention's down projections replicated. For a
+// mixture of experts, the mean layer's without
 // its routed experts (expert_params_per_layer): the dense MLP on the dense layers, the shared
 // experts (split over tp) and the router (replicated) on the MoE layers.
 double block_params_per_tp(const spec::ParamCounts& counts, int tp);

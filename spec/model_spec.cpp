@@ -122,6 +122,11 @@ ParamCounts ModelSpec::param_counts() const {
   const Count h{hidden}, v{vocab};
   ParamCounts c;
   c.attention_per_layer = attention_params(*this).value;
+  if (mla.present()) {
+    const Count q_rank{mla.q_lora_rank}, kv_rank{mla.kv_lora_rank};
+    c.attention_replicated_per_layer =
+        (h * q_rank + q_rank + h * (kv_rank + Count{mla.qk_rope_head_dim}) + kv_rank).value;
+  }
   c.mlp_per_layer = mlp_params(*this, ffn_hidden).value;
   c.norms_per_layer = 2 * norm_params() + (qk_norm ? 2 * std::int64_t{head_dim()} : 0);
   c.per_layer = (Count{c.attention_per_layer} + Count{c.mlp_per_layer} + Count{c.norms_per_layer}).value;

@@ -82,6 +82,9 @@ struct ParamCounts {
   std::int64_t attention_per_layer = 0;
   std::int64_t mlp_per_layer = 0;    // the dense MLP
   std::int64_t norms_per_layer = 0;  // the block's norms (and Qwen3's q/k norms)
+  // Of attention_per_layer, what tensor parallelism replicates: latent attention's down
+  // projections to the latents and the latents' norms (Megatron-Core runs them on every rank).
+  std::int64_t attention_replicated_per_layer = 0;
   std::int64_t final_norm = 0;
   std::int64_t lm_head = 0;  // 0 when tied to the embedding
   // Mixture of experts (0 for dense models): one MoE layer's router [E, h], shared experts and

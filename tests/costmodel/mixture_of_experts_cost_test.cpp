@@ -88,6 +88,17 @@ TEST(MixtureOfExpertsCost, TensorParallelSkipsRoutedMlps) {
   EXPECT_EQ(tp_calls(shared) - tp_calls(mixtral()), 32 * 2 * 2);
 }
 
+// Latent attention's down projections stay whole on every tensor-parallel rank.
+TEST(MixtureOfExpertsCost, LatentDownProjectionsAreReplicatedOverTp) {
+  const auto counts = spec::find_catalog_model("deepseek-v3")->spec.param_counts();
+  const double replicated = 7168.0 * 1536 + 1536 + 7168.0 * (512 + 64) + 512;
+  const double split_mlp = (counts.moe_layers * static_cast<double>(counts.shared_experts_per_layer) +
+                            counts.dense_layers * static_cast<double>(counts.mlp_per_layer)) /
+                           61;
+  EXPECT_NEAR(block_params_per_tp(counts, 1) - block_params_per_tp(counts, 2),
+              (static_cast<double>(counts.attention_per_layer) - replicated + split_mlp) / 2, 1e-3);
+}
+
 // 6·(T/tp)·k·h·f_e per rank whatever the split: ep and etp change the GEMMs' shapes, not the work.
 TEST(MixtureOfExpertsCost, RoutedFlopsDoNotDependOnTheSplit) {
   const auto gpu = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 8, "--gpu").gpu();

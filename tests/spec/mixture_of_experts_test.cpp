@@ -162,6 +162,7 @@ TEST(MixtureOfExperts, ExampleModelFilesLoad) {
   EXPECT_TRUE(latent.mla.present());
   // Latent attention by hand: q 64·32 + 32 + 32·4·24, kv 64·(32 + 8) + 32 + 32·4·(16 + 16), out 4·16·64.
   EXPECT_EQ(counts.attention_per_layer, 64 * 32 + 32 + 32 * 4 * 24 + 64 * 40 + 32 + 32 * 4 * 32 + 4 * 16 * 64);
+  EXPECT_EQ(counts.attention_replicated_per_layer, 64 * 32 + 32 + 64 * 40 + 32);  // down projections, latent norms
 }
 
 ParallelConfig layout(int tp, int dp, int pp, int ep, int etp) {
