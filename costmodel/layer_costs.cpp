@@ -252,8 +252,7 @@ Gemms mlp_gemms(const spec::ModelSpec& m, const spec::ParallelConfig& p, const S
     return dense;
   }
   const spec::ExpertSpec& x = m.moe;
-  const auto counts = m.param_counts();
-  const double moe_share = static_cast<double>(counts.moe_layers) / m.layers;
+  const double moe_share = m.moe_layer_share();
   Gemms moe;
   const double local = shape.T / shape.tp;
   moe.add(local, shape.h, x.experts, gpu, o);  // router
@@ -277,8 +276,7 @@ Gemms mlp_gemms(const spec::ModelSpec& m, const spec::ParallelConfig& p, const S
 std::pair<double, double> moe_widths_and_permute_bytes(const spec::ModelSpec& m, const spec::ParallelConfig& p,
                                                        const Shape& shape, const CostModelOptions& o) {
   if (!m.moe.present()) return {shape.f / shape.tp, 0.0};
-  const auto counts = m.param_counts();
-  const double moe_share = static_cast<double>(counts.moe_layers) / m.layers;
+  const double moe_share = m.moe_layer_share();
   const spec::ExpertSpec& x = m.moe;
   const double load = routed_token_load(x, o);
   const double moe_width = (x.experts_per_token * x.expert_ffn_hidden * load + x.shared_ffn_hidden) / shape.tp;
@@ -313,7 +311,7 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   // (step_inventory.h).
   PassKernels own = layer_kernels(o);
   const PassKernels moe = moe_layer_kernels(m, o);
-  const double moe_share = m.moe.present() ? static_cast<double>(m.param_counts().moe_layers) / m.layers : 0.0;
+  const double moe_share = m.moe_layer_share();
   own.forward += moe.forward * moe_share;
   own.backward += moe.backward * moe_share;
   c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward, o);

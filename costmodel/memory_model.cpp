@@ -84,8 +84,7 @@ double mlp_activation_bytes(const spec::ModelSpec& m, const spec::ParallelConfig
   const double t = p.tp;
   const double dense = per_inner * tokens * m.ffn_hidden / t;
   if (!m.moe.present()) return dense;
-  const auto c = m.param_counts();
-  const double moe_share = static_cast<double>(c.moe_layers) / m.layers;
+  const double moe_share = m.moe_layer_share();
   const spec::ExpertSpec& x = m.moe;
   const double local = tokens / t;  // MoE layers run on the sequence-parallel shard
   const double routed = local * x.experts_per_token * load;

@@ -77,7 +77,7 @@ void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   // tokens gathered over etp, add_expert_parallel), so the mean layer has fewer.
   double per_layer = 2;
   if (model.moe.present() && model.moe.shared_ffn_hidden == 0) {
-    per_layer -= static_cast<double>(model.param_counts().moe_layers) / model.layers;
+    per_layer -= model.moe_layer_share();
   }
   const Bytes activations(static_cast<std::int64_t>(tokens * hidden * element_bytes));
   const Bytes norm_grads(static_cast<std::int64_t>(hidden * 4));  // fp32 weight gradient of one norm
@@ -175,8 +175,7 @@ void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, cons
 void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, double tokens,
                          double element_bytes, const CostModelOptions& o) {
   if (!model.moe.present() || (p.ep == 1 && p.etp == 1)) return;
-  const auto counts = model.param_counts();
-  const double share = static_cast<double>(counts.moe_layers) / model.layers;
+  const double share = model.moe_layer_share();
   const double routed = tokens / p.tp * model.moe.experts_per_token * routed_token_load(model.moe, o);
   const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
   const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));

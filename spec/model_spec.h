@@ -141,6 +141,9 @@ struct ModelSpec {
   // Whether layer `layer` (from 0) is an MoE layer (ExpertSpec's rule).
   [[nodiscard]] bool is_moe_layer(int layer) const;
   [[nodiscard]] AttentionWidths attention_widths() const;
+  // The share of the layers that are MoE layers (0 for a dense model): what the cost model's mean
+  // layer weighs the MoE layer's terms by. O(1), no parameter counting.
+  [[nodiscard]] double moe_layer_share() const { return static_cast<double>(moe_layers_in(0, layers)) / layers; }
   // MoE layers among layers [first, first + count).
   [[nodiscard]] int moe_layers_in(int first, int count) const;
   [[nodiscard]] bool has_linear_biases() const { return mlp == MlpKind::kGelu; }
