@@ -91,7 +91,8 @@ std::vector<spec::GemmShapeCurve> fit_gemm_shape_curves(const std::vector<GemmSa
     if (s.min_dim > 0) by_min_dim[s.min_dim].push_back(s);
   }
   std::vector<spec::GemmShapeCurve> out;
-  for (const auto& [min_dim, group] : by_min_dim) out.push_back({min_dim, fit_gemm_curve(group, peak_flops_per_s).curve});
+  for (const auto& [min_dim, group] : by_min_dim)
+    out.push_back({min_dim, fit_gemm_curve(group, peak_flops_per_s).curve});
   return out;
 }
 

@@ -26,9 +26,9 @@ struct CollectiveSample {
 };
 
 struct AlphaBetaFit {
-  double alpha_s = 0;                  // per algorithm step
-  double bandwidth_bytes_per_s = 0;    // per rank and direction
-  double rms_relative_error = 0;       // of the fitted times against the samples
+  double alpha_s = 0;                // per algorithm step
+  double bandwidth_bytes_per_s = 0;  // per rank and direction
+  double rms_relative_error = 0;     // of the fitted times against the samples
   int samples = 0;
 };
 
@@ -40,9 +40,9 @@ std::pair<double, double> alpha_beta_factors(spec::LinkCall op, int ranks);
 AlphaBetaFit fit_alpha_beta(const std::vector<CollectiveSample>& samples);
 
 struct GemmSample {
-  double gflop = 0;         // per call
+  double gflop = 0;  // per call
   double flops_per_s = 0;
-  double min_dim = 0;       // the smallest of m, n, k (0: unknown; fit_gemm_shape_curves skips it)
+  double min_dim = 0;  // the smallest of m, n, k (0: unknown; fit_gemm_shape_curves skips it)
 };
 
 struct GemmFit {
@@ -86,8 +86,8 @@ struct ScaleAndFixed {
 ScaleAndFixed fit_scale_and_fixed(const std::vector<RunTerm>& runs);
 
 // The profile with its computation `compute_scale` times slower (dense peaks, memory bandwidth and
-// measured cross-entropy rates divided by it), its communication `comm_scale` times slower (latencies multiplied, bandwidths
-// divided), and the given fixed costs per kernel and per collective call.
+// measured cross-entropy rates divided by it), its communication `comm_scale` times slower (latencies multiplied,
+// bandwidths divided), and the given fixed costs per kernel and per collective call.
 spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scale, double comm_scale,
                            core::Seconds kernel_overhead, core::Seconds collective_overhead);
 

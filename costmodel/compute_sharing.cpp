@@ -30,13 +30,14 @@ double ComputeSharing::share(int computing_devices) const {
 
 double ComputeSharing::speed(std::span<const char> computing, int pp_rank) const {
   if (!active_) return 1.0;
-  CPT_CHECK(pp_rank >= 0 && static_cast<std::size_t>(pp_rank) < computing.size() && computing[static_cast<std::size_t>(pp_rank)],
+  CPT_CHECK(pp_rank >= 0 && static_cast<std::size_t>(pp_rank) < computing.size() &&
+                computing[static_cast<std::size_t>(pp_rank)],
             "ComputeSharing::speed: pipeline rank ", pp_rank, " is not computing");
   double slowest = 0;
   bool found = false;
   for (const auto& node : devices_) {
-    CPT_CHECK(node.size() == computing.size(), "ComputeSharing::speed: ", computing.size(), " pipeline ranks, the layout has ",
-              node.size());
+    CPT_CHECK(node.size() == computing.size(), "ComputeSharing::speed: ", computing.size(),
+              " pipeline ranks, the layout has ", node.size());
     if (node[static_cast<std::size_t>(pp_rank)] == 0) continue;
     int busy = 0;
     for (std::size_t q = 0; q < node.size(); ++q) busy += computing[q] ? node[q] : 0;

@@ -2,6 +2,8 @@
 
 namespace cpt::cost {
 
-double EfficiencyCurve::at(double flops) const { return interpolate_efficiency(points, flops); }
+double EfficiencyCurve::at(double flops) const {
+  return interpolate_efficiency(points, flops);
+}
 
 }  // namespace cpt::cost

@@ -13,7 +13,8 @@ bool counted_eager(const ActivationWidths& widths, KernelDispatch dispatch) {
 
 PassBytes layer_elementwise_bytes(const ActivationWidths& widths, KernelDispatch dispatch) {
   const double T = widths.tokens, s = widths.sequence_divisor, e = widths.element_bytes;
-  const double h = widths.hidden, q = widths.query_width, kv = widths.key_value_width, f = widths.ffn_width, d = widths.head_dim;
+  const double h = widths.hidden, q = widths.query_width, kv = widths.key_value_width, f = widths.ffn_width,
+               d = widths.head_dim;
   if (counted_eager(widths, dispatch)) {
     double fwd = 20 * T * h / s + 10 * T * q + 10 * T * kv + 5 * T * f + 4 * T * d + 12 * T / s;
     double bwd = 54 * T * h / s + 9 * T * h + 16 * T * q + 16 * T * kv + 9 * T * f + 3 * T * d + 22 * T / s;

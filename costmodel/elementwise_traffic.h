@@ -36,7 +36,7 @@
 
 namespace cpt::cost {
 
-struct ActivationWidths {  // one microbatch on one rank
+struct ActivationWidths {        // one microbatch on one rank
   double tokens = 0;             // T, after context parallelism
   double hidden = 0;             // h
   double query_width = 0;        // a·d / tp

@@ -13,7 +13,7 @@ BucketStats executor_gradient_buckets(const spec::ModelSpec& m, int tp, int laye
                                       bool single_stage, std::int64_t cap_elements, int shard_group) {
   std::vector<std::int64_t> numels;
   numels.reserve(static_cast<std::size_t>(layers) * 12 + 3);
-  spec::visit_gradient_order(m, tp, layers, first, last, single_stage,
+  spec::visit_gradient_order(m, tp, 0, layers, first, last, single_stage,
                              [&](std::int64_t numel) { numels.push_back(numel); });
   const auto buckets = spec::reverse_order_buckets(numels, cap_elements);
   BucketStats s;

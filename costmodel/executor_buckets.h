@@ -11,8 +11,8 @@
 namespace cpt::cost {
 
 struct BucketStats {
-  int count = 0;              // buckets on the rank
-  double largest_pair = 0;    // elements of the largest two consecutive buckets together
+  int count = 0;            // buckets on the rank
+  double largest_pair = 0;  // elements of the largest two consecutive buckets together
   // ZeRO-1/2: the most optimizer segments (parts of one parameter inside one owned slice of a
   // bucket) any member of the shard group holds, each bucket split by spec::ShardLayout.
   int busiest_segments = 0;

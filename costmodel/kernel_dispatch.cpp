@@ -18,8 +18,14 @@ PassKernels layer_kernels(const CostModelOptions& o) {
   return {57, 76};
 }
 
-PassKernels moe_layer_kernels(const spec::ModelSpec& m, const CostModelOptions&) {
+PassKernels moe_layer_kernels(const spec::ModelSpec& m, const CostModelOptions& o) {
   if (!m.moe.present()) return {};
+  if (eager(o)) {
+    const double experts = m.moe.experts;
+    const double shared = m.moe.shared_ffn_hidden > 0 ? 12 : 0;
+    const bool capacity = m.moe.capacity_factor > 0;
+    return {25 + 14 * experts + shared + (capacity ? 12 : 0), 4 + 12 * experts + shared + (capacity ? 1 : 0)};
+  }
   const double router = 5, dispatch = m.moe.capacity_factor > 0 ? 4 : 6, experts = 3, combine = 3;
   const double shared = m.moe.shared_ffn_hidden > 0 ? 3 : 0;
   const double forward = router + dispatch + experts + combine + shared;
@@ -43,9 +49,10 @@ PassKernels head_kernels(const CostModelOptions& o) {
 double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool last, int sharded_zero_stage,
                     double busiest_segments, const CostModelOptions& o) {
   if (!eager(o)) return 4;
-  // Parameter tensors: per layer two norms, q, k, v, o and the MLP's (three for SwiGLU, two else);
-  // the embedding; the final norm and the LM head (none apart when tied).
-  const double per_layer = 6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2);
+  // Parameter tensors: per layer two norms, q, k, v, o and the MLP's (three for SwiGLU, two else;
+  // an MoE layer's router, routed and shared experts instead); the embedding; the final norm and
+  // the LM head (none apart when tied).
+  const double per_layer = 6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + moe_extra_tensors_per_layer(m);
   const double tensors = per_layer * layers + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
   double k = 22 + 2 * tensors;
   if (sharded_zero_stage == 3) {
@@ -67,6 +74,15 @@ double kernels_per_context_parallel_call(const CostModelOptions& o) {
 }
 double kernels_per_zero3_call(const CostModelOptions& o) {
   return eager(o) ? 13 : 0;
+}
+double kernels_per_zero3_block_call(const spec::ModelSpec& m, const CostModelOptions& o) {
+  return eager(o) ? 13 + 1.4 * moe_extra_tensors_per_layer(m) : 0;
+}
+
+double moe_extra_tensors_per_layer(const spec::ModelSpec& m) {
+  if (!m.moe.present()) return 0;
+  const double mlp = m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2;
+  return m.moe_layer_share() * (1 + mlp * m.moe.experts + (m.moe.shared_ffn_hidden > 0 ? mlp : 0) - mlp);
 }
 
 }  // namespace cpt::cost

@@ -21,7 +21,11 @@
 // 57 forward, 76 backward; selective recomputation 8 more backward; the embedding 2 + 2; the final
 // norm, LM head and cross-entropy 29 + 16; around each communication call 5, around a
 // sequence-parallel gather or scatter 9, around a context-parallel gather or its reduce-scatter
-// 14, around a ZeRO-3 unit's gather or reduce-scatter 13 (its views into the flat buffer); per
+// 14, around a ZeRO-3 unit's gather or reduce-scatter 13 (its views into the flat buffer). An MoE
+// layer (model/moe_mlp.h: every expert called in turn) adds to the dense layer 25 + 14 per routed
+// expert forward and 4 + 12 per expert backward, 12 and 12 for shared experts, 12 and 1 for a
+// capacity (counted on tiny MoE variants of 4 and 8 experts, with and without shared experts and
+// capacity, one process). Per
 // step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for all); ZeRO-3
 // 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered values
 // copied back) and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm,
@@ -62,5 +66,13 @@ double kernels_per_call(const CostModelOptions& o);
 double kernels_per_sequence_parallel_call(const CostModelOptions& o);
 double kernels_per_context_parallel_call(const CostModelOptions& o);
 double kernels_per_zero3_call(const CostModelOptions& o);
+// Around a ZeRO-3 block unit's gather or reduce-scatter: kernels_per_zero3_call for a dense
+// block's 9 tensors, and 1.4 more per tensor the mean layer holds beyond them (an MoE layer's
+// router and experts; the views into the flat buffer are per tensor: measured on the tiny MoE's
+// 22-tensor layers, ZeRO-3 DP2).
+double kernels_per_zero3_block_call(const spec::ModelSpec& m, const CostModelOptions& o);
+// The parameter tensors the mean layer holds beyond a dense block's (an MoE layer's router, its
+// routed and shared experts' matrices instead of the dense MLP's), weighted by the MoE layers' share.
+double moe_extra_tensors_per_layer(const spec::ModelSpec& m);
 
 }  // namespace cpt::cost

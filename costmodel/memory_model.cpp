@@ -181,6 +181,10 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
   t.block_params = block_params_per_tp(c, p.tp);
   t.expert_params = expert_params_per_layer(c, p);
   t.expert_shard_group = expert_shard_group(p);
+  if (p.experts_with_their_layer()) {  // one block: its buckets, shards and ZeRO-3 unit hold them
+    t.block_params += t.expert_params;
+    t.expert_params = 0;
+  }
   // Groups this rank talks in (each holds NCCL buffers).
   int groups = 0;
   for (int d : {p.tp, p.cp, p.dp, p.pp, p.ep, p.etp}) groups += d > 1 ? 1 : 0;

@@ -101,8 +101,9 @@ struct MemoryTerms {
   // its backward (executor/train/regularizers.cpp kl_sum: log-softmax, its exp, the difference).
   double kl_logits = 0;
   double recompute_buffer = 0;  // full recompute: one layer's rematerialised activations
-  double block_params = 0;      // one block's parameters per tp rank (block_params_per_tp; a ZeRO-3 unit)
-  double expert_params = 0;     // the mean layer's routed experts on one rank (expert_params_per_layer)
+  double block_params = 0;      // one block's parameters per tp rank (block_params_per_tp; a ZeRO-3 unit),
+                                // with its routed experts when they live with it (experts_with_their_layer)
+  double expert_params = 0;     // the mean layer's routed experts on one rank apart from it (expert_params_per_layer)
   int expert_shard_group = 1;   // expert_shard_group
   double comm_buffers = 0;      // communication buffers of the groups this rank talks in
 };

@@ -20,9 +20,15 @@ class ActionTimes {
  public:
   ActionTimes(const spec::PipelineSchedule& s, std::span<const double> fwd, std::span<const double> bwd,
               std::span<const double> p2p, std::span<const double> wgrad)
-      : m_(s.num_microbatches), fwd_(fwd), bwd_(bwd), p2p_(p2p), wgrad_(wgrad),
-        act_arrives_(static_cast<std::size_t>(s.num_stages() * m_), kUnknown), grad_arrives_(act_arrives_),
-        fwd_end_(static_cast<std::size_t>(s.num_stages() * m_), 0.0), bwd_end_(fwd_end_) {
+      : m_(s.num_microbatches),
+        fwd_(fwd),
+        bwd_(bwd),
+        p2p_(p2p),
+        wgrad_(wgrad),
+        act_arrives_(static_cast<std::size_t>(s.num_stages() * m_), kUnknown),
+        grad_arrives_(act_arrives_),
+        fwd_end_(static_cast<std::size_t>(s.num_stages() * m_), 0.0),
+        bwd_end_(fwd_end_) {
     const int stages = s.num_stages();
     CPT_CHECK(static_cast<int>(fwd.size()) == stages && static_cast<int>(bwd.size()) == stages &&
                   static_cast<int>(p2p.size()) == stages,
@@ -34,14 +40,17 @@ class ActionTimes {
   [[nodiscard]] std::optional<double> compute_seconds(const spec::Action& a) const {
     const auto su = static_cast<std::size_t>(a.stage);
     switch (a.kind) {
-      case K::kForward: return fwd_[su];
-      case K::kBackward: return bwd_[su];
+      case K::kForward:
+        return fwd_[su];
+      case K::kBackward:
+        return bwd_[su];
       case K::kBackwardInput:
       case K::kBackwardWeight:
         CPT_CHECK(wgrad_.size() == fwd_.size(), "split backward ", spec::to_string(a),
                   " needs weight-gradient durations for ", fwd_.size(), " stages, got ", wgrad_.size());
         return a.kind == K::kBackwardInput ? bwd_[su] - wgrad_[su] : wgrad_[su];
-      default: return std::nullopt;
+      default:
+        return std::nullopt;
     }
   }
   [[nodiscard]] static bool is_receive(const spec::Action& a) {
@@ -75,7 +84,8 @@ class ActionTimes {
   std::vector<double> fwd_end_, bwd_end_;
 };
 
-ReplayResult result_of(const std::vector<double>& busy, const std::vector<double>& work, const std::vector<double>& finish) {
+ReplayResult result_of(const std::vector<double>& busy, const std::vector<double>& work,
+                       const std::vector<double>& finish) {
   ReplayResult out;
   for (std::size_t r = 0; r < busy.size(); ++r) {
     out.busy.emplace_back(busy[r]);

@@ -17,10 +17,10 @@
 namespace cpt::cost {
 
 struct ReplayResult {
-  core::Seconds makespan;                // last action of any rank
-  std::vector<core::Seconds> busy;       // wall-clock time each rank computes
-  std::vector<core::Seconds> finish;     // finish time of each rank
-  std::vector<core::Seconds> work;       // each rank's compute at the given durations (= busy at speed 1)
+  core::Seconds makespan;             // last action of any rank
+  std::vector<core::Seconds> busy;    // wall-clock time each rank computes
+  std::vector<core::Seconds> finish;  // finish time of each rank
+  std::vector<core::Seconds> work;    // each rank's compute at the given durations (= busy at speed 1)
 };
 
 // A split backward (zero-bubble schedules) runs as I, taking backward_s − weight_grad_s and

@@ -14,7 +14,7 @@ namespace cpt::cost {
 // The pipeline rank that finishes last, and the pipeline's share of the step on it.
 struct CriticalRank {
   RankShare share;
-  double backward_s = 0;  // its backward over its stages, one microbatch
+  double backward_s = 0;    // its backward over its stages, one microbatch
   core::Seconds pp_comm;    // transfers on the critical path
   core::Seconds pp_bubble;  // idle time in the schedule
   // Its wall-clock compute over its compute at the profile's rates: 1 unless ranks share CPU cores

@@ -205,7 +205,7 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
                const Runtime& runtime, double element_bytes, const CostModelOptions& o) {
   if (p.zero_stage != 3) return;
   const auto counts = model.param_counts();
-  const double around = kernels_per_zero3_call(o);
+  double around = kernels_per_zero3_call(o);
   auto unit = [&](WorkPass pass, WorkScope scope, CommGroup group, WorkKind kind, double params, double bytes_per_param,
                   Exposure exposure) {
     const Bytes bytes(static_cast<std::int64_t>(params * bytes_per_param));
@@ -214,7 +214,8 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
   const double grad_bytes = gradient_bytes_per_param(o);
   // A block's units, prefetched: gathered forward and backward, reduce-scattered backward; the
   // teacher, sharded like the student (executor/train/continual_objective.h), gathered for its
-  // forward too. The routed experts are their own units over expert-dp.
+  // forward too. The routed experts are their own units over expert-dp unless they live with their
+  // layer (spec::ParallelConfig::experts_with_their_layer).
   auto block_units = [&](CommGroup group, double params) {
     unit(WorkPass::kForward, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
          Exposure::kPrefetched);
@@ -227,11 +228,13 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
            Exposure::kPrefetched);
     }
   };
-  if (const double experts = expert_params_per_layer(counts, p); experts > 0 && p.expert_dp() > 1) {
-    block_units(CommGroup::kExpertReplicas, experts);
-  }
+  const double experts = expert_params_per_layer(counts, p);
+  const bool experts_apart = experts > 0 && !p.experts_with_their_layer();
+  if (experts_apart && p.expert_dp() > 1) block_units(CommGroup::kExpertReplicas, experts);
   if (shard_group <= 1) return;
-  block_units(CommGroup::kShard, block_params_per_tp(counts, p.tp));
+  if (!experts_apart) around = kernels_per_zero3_block_call(model, o);  // the experts' tensors too
+  block_units(CommGroup::kShard, block_params_per_tp(counts, p.tp) + (experts_apart ? 0.0 : experts));
+  around = kernels_per_zero3_call(o);
   if (!runtime.gathers_root_unit) return;
   const bool single_stage = p.pp * p.virtual_stages == 1;
   const double root = root_params(model, counts, p.tp, true, single_stage, single_stage);
@@ -345,7 +348,8 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
   inv.reduces_gradients = shard_group > 1 || (p.hybrid_shard && groups.replicate_size > 1);
   // Routed experts reduce over expert-dp (spec::ParallelConfig::expert_dp), the rest over the
   // replicas; each its share of the buckets.
-  const double expert_share = share.params > 0 ? share.expert_params / share.params : 0.0;
+  const double expert_share =
+      share.params > 0 && !p.experts_with_their_layer() ? share.expert_params / share.params : 0.0;
   const int expert_dp = p.expert_dp();
   inv.reduces_gradients = inv.reduces_gradients || (expert_share > 0 && expert_dp > 1);
   auto bucketed = [&](WorkKind kind, double bytes_per_param, Exposure exposure) {

@@ -7,7 +7,7 @@ namespace cpt::spec {
 using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
-  if (m.moe.present()) return ExecutorGap::kMixtureOfExperts;
+  if (m.moe.present() && (p.ep > 1 || p.etp > 1 || p.tp > 1 || p.cp > 1)) return ExecutorGap::kExpertParallelism;
   if (m.mla.present() || m.qk_norm || m.explicit_head_dim > 0) return ExecutorGap::kAttentionVariant;
   if (p.zero_stage == 3 && p.pp > 1) return ExecutorGap::kZero3WithPipeline;
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
@@ -41,8 +41,10 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
     case ExecutorGap::kSequenceParallelTokens:
       return str_cat("sequence parallelism needs the tokens per context-parallel rank (seq_len ", seq_len, " / cp ",
                      p.cp, ") divisible by tp (", p.tp, ")");
-    case ExecutorGap::kMixtureOfExperts:
-      return "a mixture of experts: cpt plans, prices and exports it (ep, etp), its executor does not run experts yet";
+    case ExecutorGap::kExpertParallelism:
+      return str_cat("a mixture of experts with ep ", p.ep, ", etp ", p.etp, ", tp ", p.tp, ", cp ", p.cp,
+                     ": the executor runs experts with data, ZeRO and pipeline parallelism only (ep, etp, tp, cp 1); "
+                     "cpt plans, prices and exports the rest");
     case ExecutorGap::kAttentionVariant:
       return "latent attention, q/k norms or an explicit head_dim: cpt prices and exports them, its executor does not "
              "run them yet";

@@ -14,7 +14,7 @@ enum class ExecutorGap {
   kParameterOffload,        // offload other than the optimizer state of ZeRO-1/2/3
   kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
-  kMixtureOfExperts,        // routed experts and expert parallelism (planned and priced, not run)
+  kExpertParallelism,       // experts split over ranks (ep, etp), or with tensor or context parallelism
   kAttentionVariant,        // latent attention, q/k norms, a head width other than hidden / heads
 };
 

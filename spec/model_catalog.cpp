@@ -82,6 +82,12 @@ ModelSpec sigmoid_router(ModelSpec s) {
   return s;
 }
 
+// Top-k router scores used as weights without renormalising them (norm_topk_prob false).
+ModelSpec raw_top_k(ModelSpec s) {
+  s.moe.normalize_top_k = false;
+  return s;
+}
+
 ModelSpec with_head_dim(ModelSpec s, int head_dim) {
   s.explicit_head_dim = head_dim;
   return s;
@@ -106,8 +112,8 @@ void add_mixtures_of_experts(const Add& add) {
   add(moe(numerics(llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32000, 65536), 1e6, 1e-5), 8, 2, 16384),
       {"mixtral-8x22b-v0.1"}, std::string("mistralai/Mixtral-8x22B-v0.1 ") + kHf, 140.6e9, 1e8);
   // Qwen2-MoE (Qwen team 2024): 64 experts, top 8, shared experts of width 20480, q/k/v biases.
-  add(moe(with_qkv_bias(numerics(llama("qwen2-57b-a14b", 28, 3584, 28, 4, 18944, 151936, 131072), 1e6, 1e-6)), 64, 8,
-          2560, 20480),
+  add(raw_top_k(moe(with_qkv_bias(numerics(llama("qwen2-57b-a14b", 28, 3584, 28, 4, 18944, 151936, 131072), 1e6, 1e-6)),
+                    64, 8, 2560, 20480)),
       {"qwen2-moe-57b"}, std::string("Qwen/Qwen2-57B-A14B ") + kHf, 57.4e9, 1e8);
   // Qwen3-MoE (Qwen team 2025): 128 experts, top 8, head width 128, q/k norms.
   add(moe(qwen3_attention(numerics(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 768, 151936, 40960), 1e6, 1e-6), 128), 128,
@@ -117,8 +123,8 @@ void add_mixtures_of_experts(const Add& add) {
           128, 8, 1536),
       {"qwen3-235b"}, std::string("Qwen/Qwen3-235B-A22B ") + kHf, 235e9, 1e9);
   // DeepSeek-V2-Lite and V3 (DeepSeek-AI 2024): latent attention, shared experts, dense first layers.
-  add(moe(latent_attention(llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840), 0, 512), 64, 6, 1408,
-          2 * 1408, 1),
+  add(raw_top_k(moe(latent_attention(llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840), 0, 512), 64, 6,
+                    1408, 2 * 1408, 1)),
       {}, std::string("deepseek-ai/DeepSeek-V2-Lite ") + kHf, 15.7e9, 1e8);
   add(sigmoid_router(moe(latent_attention(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840), 1536, 512),
                          256, 8, 2048, 2048, 3)),

@@ -45,6 +45,7 @@ ExpertSpec experts_from_json(JsonObjectReader r) {
   } else {
     r.accept("router");
   }
+  e.normalize_top_k = r.optional_boolean("normalize_top_k").value_or(true);
   if (r.has("capacity_factor")) {
     e.capacity_factor = r.number("capacity_factor", 0, 1e3);
   } else {
@@ -134,6 +135,7 @@ Json model_to_json(const ModelSpec& m) {
                 {"first_dense_layers", e.first_dense_layers},
                 {"layer_interval", e.layer_interval},
                 {"router", to_string(e.router)},
+                {"normalize_top_k", e.normalize_top_k},
                 {"capacity_factor", e.capacity_factor}};
   }
   if (m.mla.present()) {
@@ -184,6 +186,7 @@ ExpertSpec hf_experts(JsonObjectReader& r, const std::string& type) {
     e.shared_ffn_hidden = static_cast<int>(present_integer(r, "shared_expert_intermediate_size", 0).value_or(0));
     e.layer_interval = static_cast<int>(present_integer(r, "decoder_sparse_step", 1).value_or(1));
     refuse_mlp_only_layers(r);
+    e.normalize_top_k = r.has("norm_topk_prob") && !r.raw("norm_topk_prob").is_null() && r.boolean("norm_topk_prob");
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     e.experts = dim(r, "n_routed_experts");
     e.experts_per_token = dim(r, "num_experts_per_tok");
@@ -194,6 +197,11 @@ ExpertSpec hf_experts(JsonObjectReader& r, const std::string& type) {
       r.fail("moe_layer_freq", "1 (every layer after the dense ones)", str_cat(r.integer("moe_layer_freq")));
     }
     if (r.has("scoring_func") && r.string("scoring_func") == "sigmoid") e.router = RouterScore::kSigmoid;
+    // transformers' defaults: DeepseekV2Config False, DeepseekV3Config True.
+    const auto normalize = r.has("norm_topk_prob") && !r.raw("norm_topk_prob").is_null()
+                               ? std::optional<bool>(r.boolean("norm_topk_prob"))
+                               : std::nullopt;
+    e.normalize_top_k = normalize.value_or(type == "deepseek_v3");
   }
   return e;
 }

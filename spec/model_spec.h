@@ -50,6 +50,10 @@ struct ExpertSpec {
   int first_dense_layers = 0;
   int layer_interval = 1;
   RouterScore router = RouterScore::kSoftmax;
+  // Whether a token's top-k router scores are divided by their sum to give its expert weights
+  // (Mixtral, GPT-OSS, Qwen3-MoE, DeepSeek-V3; Hugging Face's norm_topk_prob) or used as they are
+  // (Qwen2-MoE, DeepSeek-V2).
+  bool normalize_top_k = true;
   // Tokens one expert takes per microbatch, as a multiple of the balanced T·k/E; the rest are
   // dropped. 0: dropless (every token computed; the busiest expert sets the pace).
   double capacity_factor = 0;

@@ -93,6 +93,12 @@ struct ParallelConfig {
   // Ranks of a pipeline stage that hold the same expert shard (gradients summed, ZeRO shards spread
   // over them): tp·cp·dp / (ep·etp).
   [[nodiscard]] int expert_dp() const { return tp * cp * dp / (ep * etp); }
+  // Whether the routed experts live like the rest of their layer: unsplit (ep = etp = 1) and
+  // replicated over the same data-parallel ranks (tp = 1, so expert-dp is the cp·dp replicas).
+  // Then their gradients join the layer's buckets and ZeRO-3 gathers them with their layer, as
+  // cpt's executor runs them and torchtitan without expert parallelism; otherwise they are units
+  // of their own over expert-dp.
+  [[nodiscard]] bool experts_with_their_layer() const { return ep * etp == 1 && tp == 1; }
 
   bool operator==(const ParallelConfig&) const = default;
 };

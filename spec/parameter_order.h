@@ -2,7 +2,8 @@
 // The order in which data parallelism lays out a LLaMA model's parameter tensors for its gradient
 // buckets (spec/gradient_buckets.h): the order the forward pass consumes them — the embedding; per
 // layer the input norm, q, k, v (each weight, then its bias with qkv_bias), o, the
-// post-attention norm, up, gate, down; the final norm; the LM head. The buckets take it in
+// post-attention norm, up, gate, down (an MoE layer: the router, each routed expert's up, gate,
+// down, then the shared experts'); the final norm; the LM head. The buckets take it in
 // reverse, which is the order backward produces the gradients (LibTorch 2.11's autograd engine,
 // observed per parameter on the executor's model): a norm's weight gradient arrives after the
 // block part it feeds, so it sits before that part (Megatron-LM registers its modules this way;
@@ -25,9 +26,11 @@ namespace cpt::spec {
 std::pair<int, int> gradient_order_key(std::string_view name);
 
 // Calls `visit(numel)` for every parameter tensor of one rank, per tp rank, in that order: the
-// embedding when `first`; `layers` blocks; the final norm and the LM head when `last` (no head
-// when tied on a single stage).
-void visit_gradient_order(const ModelSpec& model, int tp, int layers, bool first, bool last, bool single_stage,
-                          const std::function<void(std::int64_t numel)>& visit);
+// embedding when `first`; blocks [first_layer, first_layer + layers) (an MoE layer's router,
+// routed experts and shared experts in place of the dense MLP; experts unsplit, as the executor
+// runs them without tensor or expert parallelism); the final norm and the LM head when `last` (no
+// head when tied on a single stage).
+void visit_gradient_order(const ModelSpec& model, int tp, int first_layer, int layers, bool first, bool last,
+                          bool single_stage, const std::function<void(std::int64_t numel)>& visit);
 
 }  // namespace cpt::spec

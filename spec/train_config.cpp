@@ -191,6 +191,11 @@ void read_run_settings(JsonObjectReader& r, TrainConfig& c) {
   c.log_interval_steps = r.optional_integer("log_interval_steps", 0).value_or(1);
   c.collective_timeout_s = static_cast<int>(r.optional_integer("collective_timeout_s", 1, 86400).value_or(300));
   if (auto mib = r.optional_positive_number("dp_bucket_mib")) c.dp_bucket_mib = *mib;
+  if (r.has("router_aux_loss")) {
+    c.router_aux_loss = r.number("router_aux_loss", 0, 1e3);
+  } else {
+    r.accept("router_aux_loss");
+  }
 }
 
 }  // namespace

@@ -103,6 +103,9 @@ struct TrainConfig {
   // Data-parallel gradient bucket size (replicated buckets and ZeRO-1/2's reduce-scatter buckets).
   double dp_bucket_mib = static_cast<double>(kDefaultGradientBucketBytes) / (1024 * 1024);
   std::int64_t log_interval_steps = 1;
+  // Mixtures of experts: the weight of the auxiliary load-balancing loss (executor/model/moe_mlp.h)
+  // in the objective; Switch Transformer's α (Fedus et al. 2022, §2.2). Unused by dense models.
+  double router_aux_loss = 0.01;
 };
 
 // Strict: unknown keys, wrong types and out-of-range values are ConfigErrors naming the file and key.

@@ -38,7 +38,8 @@ struct Row {
   std::int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   bool skipped = false;
-  std::map<std::string, double> samples;  // cumulative per source
+  std::map<std::string, double> samples;                            // cumulative per source
+  double expert_load = std::nan(""), dropped_pairs = std::nan("");  // mixtures of experts
 };
 
 // JSON has no NaN: nlohmann writes a non-finite number as null.
@@ -59,6 +60,8 @@ std::vector<Row> read_metrics(const fs::path& file) {
     r.lr = number_or_nan(j, "lr");
     r.grad_norm = number_or_nan(j, "grad_norm");
     r.skipped = j.value("skipped", false);
+    r.expert_load = number_or_nan(j, "expert_load");
+    r.dropped_pairs = number_or_nan(j, "dropped_pairs");
     if (j.contains("samples_by_source")) {
       for (const auto& [k, v] : j["samples_by_source"].items()) r.samples[k] = v.get<double>();
     }
@@ -80,8 +83,12 @@ double mean_of(const std::vector<Row>& rows, std::size_t begin, std::size_t end)
 }
 
 using core::fixed;
-std::string fixed(double v) { return fixed(v, 3); }
-std::string sci(double v) { return core::significant(v, 3); }
+std::string fixed(double v) {
+  return fixed(v, 3);
+}
+std::string sci(double v) {
+  return core::significant(v, 3);
+}
 
 Finding finding(std::string check, Verdict v, std::string detail, std::string suggestion = "") {
   return Finding{std::move(check), v, std::move(detail), v == Verdict::kOk ? "" : std::move(suggestion)};
@@ -92,7 +99,10 @@ void check_losses(const std::vector<Row>& rows, std::vector<Finding>& out) {
   std::int64_t skipped = 0;
   for (const auto& r : rows) skipped += r.skipped || !std::isfinite(r.loss) ? 1 : 0;
   const double skipped_share = static_cast<double>(skipped) / static_cast<double>(n);
-  out.push_back(finding("non-finite steps", skipped == 0 ? Verdict::kOk : skipped_share < 0.01 ? Verdict::kWarn : Verdict::kFail,
+  out.push_back(finding("non-finite steps",
+                        skipped == 0           ? Verdict::kOk
+                        : skipped_share < 0.01 ? Verdict::kWarn
+                                               : Verdict::kFail,
                         str_cat(skipped, " of ", n, " steps skipped (loss or gradient norm not finite)"),
                         "lower the learning rate or raise warmup; check the data for empty or corrupt windows; in "
                         "bf16/fp16 look for overflowing activations"));
@@ -132,9 +142,13 @@ void check_losses(const std::vector<Row>& rows, std::vector<Finding>& out) {
   std::string at;
   for (std::size_t i = 0; i < std::min<std::size_t>(spikes.size(), 5); ++i) at += str_cat(i ? ", " : "", spikes[i]);
   const double spike_share = static_cast<double>(spikes.size()) / static_cast<double>(n);
-  out.push_back(finding("loss spikes", spikes.empty() ? Verdict::kOk : spike_share < 0.02 ? Verdict::kWarn : Verdict::kFail,
-                        spikes.empty() ? "none (no step 4 robust deviations above its last 20)"
-                                       : str_cat(spikes.size(), " spikes, at steps ", at, spikes.size() > 5 ? ", ..." : ""),
+  out.push_back(finding("loss spikes",
+                        spikes.empty()       ? Verdict::kOk
+                        : spike_share < 0.02 ? Verdict::kWarn
+                                             : Verdict::kFail,
+                        spikes.empty()
+                            ? "none (no step 4 robust deviations above its last 20)"
+                            : str_cat(spikes.size(), " spikes, at steps ", at, spikes.size() > 5 ? ", ..." : ""),
                         "lower the peak learning rate or lengthen warmup; look at the batches of those steps (a "
                         "corrupt or very repetitive document); tighten gradient clipping"));
 
@@ -153,10 +167,11 @@ void check_losses(const std::vector<Row>& rows, std::vector<Finding>& out) {
     const double flip_share = pairs ? static_cast<double>(flips) / pairs : 0;
     const double rel = pairs ? amplitude / pairs / mean_of(rows, n / 2, n) : 0;
     const bool oscillates = flip_share > 0.7 && rel > 0.05;
-    out.push_back(finding("loss oscillation", oscillates ? Verdict::kWarn : Verdict::kOk,
-                          str_cat(fixed(100 * flip_share, 0), "% of late steps reverse direction, mean step-to-step change ",
-                                  fixed(100 * rel, 1), "% of the loss"),
-                          "the optimizer overshoots: lower the learning rate or raise the batch size"));
+    out.push_back(
+        finding("loss oscillation", oscillates ? Verdict::kWarn : Verdict::kOk,
+                str_cat(fixed(100 * flip_share, 0), "% of late steps reverse direction, mean step-to-step change ",
+                        fixed(100 * rel, 1), "% of the loss"),
+                "the optimizer overshoots: lower the learning rate or raise the batch size"));
   }
 }
 
@@ -176,18 +191,20 @@ void check_learning_rate(const std::vector<Row>& rows, const TrainConfig& config
   }
   const bool agrees = worst < 1e-6;
   const bool continual = config.init_from.has_value();
-  std::string detail = str_cat(to_string(schedule.kind), " schedule, peak ", sci(schedule.peak), ", warmup ",
-                               schedule.warmup_steps, " of ", total_steps, " steps, floor ",
-                               sci(schedule.peak * schedule.min_ratio));
+  std::string detail =
+      str_cat(to_string(schedule.kind), " schedule, peak ", sci(schedule.peak), ", warmup ", schedule.warmup_steps,
+              " of ", total_steps, " steps, floor ", sci(schedule.peak * schedule.min_ratio));
   if (!agrees) {
     detail += str_cat("; logged rate differs from it by up to ", fixed(100 * worst, 1), "% (step ", worst_step, ")");
   }
   Verdict v = agrees ? Verdict::kOk : Verdict::kWarn;
-  std::string suggestion = agrees ? "" : "the rate was changed during the run (KL guard, or a resume with another schedule)";
+  std::string suggestion =
+      agrees ? "" : "the rate was changed during the run (KL guard, or a resume with another schedule)";
   if (continual && schedule.warmup_steps == 0) {
     v = Verdict::kWarn;
-    suggestion = "a continual run from trained weights should re-warm (about 1% of the steps): an immediate jump to "
-                 "the peak rate destabilises the trained model (Gupta et al. 2023)";
+    suggestion =
+        "a continual run from trained weights should re-warm (about 1% of the steps): an immediate jump to "
+        "the peak rate destabilises the trained model (Gupta et al. 2023)";
   }
   if (continual && schedule.peak > 1e-3) {
     v = Verdict::kWarn;
@@ -219,8 +236,9 @@ void check_grad_norm(const std::vector<Row>& rows, double clip, std::vector<Find
   }
   if (clipped_share > 0.5) {
     v = Verdict::kWarn;
-    suggestion = "clipping acts on most steps: the effective learning rate is lower than configured; lower the rate "
-                 "or raise the clip threshold";
+    suggestion =
+        "clipping acts on most steps: the effective learning rate is lower than configured; lower the rate "
+        "or raise the clip threshold";
   }
   out.push_back(finding("gradient norm", v,
                         str_cat("median ", sci(early), " early, ", sci(late), " late; clipped (> ", sci(clip), ") on ",
@@ -230,9 +248,9 @@ void check_grad_norm(const std::vector<Row>& rows, double clip, std::vector<Find
 
 void check_mixture(const std::vector<Row>& rows, const TrainConfig& config, std::vector<Finding>& out) {
   if (rows.empty() || rows.back().samples.empty() || config.data.size() < 2) {
-    out.push_back(finding("data mixture", Verdict::kOk,
-                          str_cat(config.data.size(), " training source", config.data.size() == 1 ? "" : "s",
-                                  ": nothing to mix")));
+    out.push_back(finding(
+        "data mixture", Verdict::kOk,
+        str_cat(config.data.size(), " training source", config.data.size() == 1 ? "" : "s", ": nothing to mix")));
     return;
   }
   double configured_total = 0, seen_total = 0;
@@ -253,6 +271,42 @@ void check_mixture(const std::vector<Row>& rows, const TrainConfig& config, std:
                         "run resumed with other weights"));
 }
 
+// A mixture of experts' routing over the run: how far the busiest expert's load is from balanced
+// (1) toward collapse (E/k: every token chooses it), early and late, and the pairs dropped.
+void check_expert_load(const std::vector<Row>& rows, const spec::ExpertSpec& moe, std::vector<Finding>& out) {
+  std::vector<double> loads, dropped;
+  for (const auto& r : rows) {
+    if (std::isfinite(r.expert_load)) loads.push_back(r.expert_load);
+    if (std::isfinite(r.dropped_pairs)) dropped.push_back(r.dropped_pairs);
+  }
+  if (loads.empty()) return;
+  const auto tenth = std::max<std::size_t>(1, loads.size() / 10);
+  const double early = median(std::vector<double>(loads.begin(), loads.begin() + static_cast<std::ptrdiff_t>(tenth)));
+  const double late = median(std::vector<double>(loads.end() - static_cast<std::ptrdiff_t>(tenth), loads.end()));
+  const double collapse = static_cast<double>(moe.experts) / moe.experts_per_token;
+  const double late_dropped =
+      dropped.empty()
+          ? 0
+          : median(std::vector<double>(dropped.end() - static_cast<std::ptrdiff_t>(std::min(tenth, dropped.size())),
+                                       dropped.end()));
+  Verdict v = Verdict::kOk;
+  std::string suggestion;
+  if (late - 1 > 0.5 * (collapse - 1)) {
+    v = Verdict::kWarn;
+    suggestion =
+        "the router sends most tokens to few experts: raise router_aux_loss, lower the learning rate, or "
+        "replay more of the original data (docs/continual.md, \"Mixtures of experts\")";
+  } else if (late_dropped > 0.05) {
+    v = Verdict::kWarn;
+    suggestion = "over 5% of the routed pairs are dropped at capacity: raise the capacity factor or run dropless";
+  }
+  out.push_back(finding("expert load", v,
+                        str_cat("busiest expert at ", fixed(early, 2), "x its balanced share early, ", fixed(late, 2),
+                                "x late (", fixed(collapse, 2), "x: every token chooses it); ",
+                                fixed(100 * late_dropped, 1), "% of pairs dropped late"),
+                        suggestion));
+}
+
 // Decodes windows of each training source and measures how much of it is unknown, byte-level or
 // not text.
 void check_data_sample(const RunInputs& inputs, int seq_len, std::vector<Finding>& out) {
@@ -269,7 +323,8 @@ void check_data_sample(const RunInputs& inputs, int seq_len, std::vector<Finding
     std::int64_t chars = 0, bad_chars = 0;
     std::string excerpt;
     for (std::int64_t w = 0; w < windows; ++w) {
-      const auto first = data.tokens() <= seq_len ? 0 : (data.tokens() - seq_len) * w / std::max<std::int64_t>(1, windows - 1);
+      const auto first =
+          data.tokens() <= seq_len ? 0 : (data.tokens() - seq_len) * w / std::max<std::int64_t>(1, windows - 1);
       const auto len = std::min<std::int64_t>(seq_len, data.tokens() - first);
       std::vector<std::int64_t> ids(static_cast<std::size_t>(len));
       data.read(first, ids);
@@ -299,8 +354,8 @@ void check_data_sample(const RunInputs& inputs, int seq_len, std::vector<Finding
     std::string suggestion;
     if (unk > 0.01 || byte_share > 0.10 || bad > 0.01) {
       v = unk > 0.05 || bad > 0.05 ? Verdict::kFail : Verdict::kWarn;
-      suggestion = unk > 0.01 ? "many unknown tokens: the tokenizer does not cover this text (extend it: cpt data "
-                                "extend-tokenizer) or the data was tokenized with another tokenizer"
+      suggestion = unk > 0.01   ? "many unknown tokens: the tokenizer does not cover this text (extend it: cpt data "
+                                  "extend-tokenizer) or the data was tokenized with another tokenizer"
                    : bad > 0.01 ? "control or replacement characters: binary or mis-encoded files in the corpus"
                                 : "many byte-level pieces: the tokenizer fits this domain poorly (extend its "
                                   "vocabulary)";
@@ -308,11 +363,11 @@ void check_data_sample(const RunInputs& inputs, int seq_len, std::vector<Finding
     for (auto& c : excerpt) {
       if (c == '\n' || c == '\t') c = ' ';
     }
-    out.push_back(finding(str_cat("data sample: ", source.name), v,
-                          str_cat(tokens, " tokens decoded: unknown ", fixed(100 * unk, 2), "%, byte pieces ",
-                                  fixed(100 * byte_share, 2), "%, control/replacement characters ", fixed(100 * bad, 2),
-                                  "%; \"", excerpt, "\""),
-                          suggestion));
+    out.push_back(finding(
+        str_cat("data sample: ", source.name), v,
+        str_cat(tokens, " tokens decoded: unknown ", fixed(100 * unk, 2), "%, byte pieces ", fixed(100 * byte_share, 2),
+                "%, control/replacement characters ", fixed(100 * bad, 2), "%; \"", excerpt, "\""),
+        suggestion));
   }
 }
 
@@ -324,8 +379,9 @@ void check_start(const std::vector<Row>& rows, const TrainConfig& config, const 
   }
   const double chance = std::log(static_cast<double>(model.vocab));
   const double first = rows.front().loss;
-  const auto detail = str_cat("first loss ", fixed(first), " vs ln(vocabulary) = ", fixed(chance),
-                              config.init_from ? str_cat(", init_from ", config.init_from->string()) : ", from scratch");
+  const auto detail =
+      str_cat("first loss ", fixed(first), " vs ln(vocabulary) = ", fixed(chance),
+              config.init_from ? str_cat(", init_from ", config.init_from->string()) : ", from scratch");
   if (config.init_from && first > 0.9 * chance) {
     out.push_back(finding("starting weights", Verdict::kFail, detail,
                           "the run was meant to start from trained weights but starts at chance: check init_from, and "
@@ -349,12 +405,13 @@ std::vector<Finding> diagnose_run(const fs::path& run_dir) {
   std::vector<Finding> out;
   const auto rows = read_metrics(metrics_file);
   out.push_back(finding("metrics", rows.empty() ? Verdict::kFail : Verdict::kOk,
-                        str_cat(rows.size(), " steps logged", rows.empty() ? "" : str_cat(" (", rows.front().step, " to ",
-                                                                                            rows.back().step, ")")),
+                        str_cat(rows.size(), " steps logged",
+                                rows.empty() ? "" : str_cat(" (", rows.front().step, " to ", rows.back().step, ")")),
                         "the run logged no step: look at its output for the error"));
   if (rows.empty()) return out;
   const auto plan = spec::load_plan(run_dir / "plan.json");
   check_losses(rows, out);
+  if (plan.model.moe.present()) check_expert_load(rows, plan.model.moe, out);
 
   // The configuration the run used (cpt train keeps a copy and the original's path).
   std::optional<TrainConfig> config;

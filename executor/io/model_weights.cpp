@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <map>
+#include <string_view>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -22,8 +24,37 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string to_cpt_name(const std::string& hf) { return hf.starts_with("model.") ? hf.substr(6) : hf; }
-std::string to_hf_name(const std::string& cpt) { return cpt.starts_with("lm_head.") ? cpt : "model." + cpt; }
+// Mixtral's names for a mixture of experts' tensors (transformers' MixtralSparseMoeBlock) and
+// cpt's (Qwen-MoE's and DeepSeek's; model/moe_mlp.h), as name fragments.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kMixtralFragments{{
+    {".block_sparse_moe.", ".mlp."},
+    {".w1.", ".gate_proj."},
+    {".w2.", ".down_proj."},
+    {".w3.", ".up_proj."},
+}};
+
+// Replaces each fragment `from` of `name` by its `to` (column 0 to 1, or 1 to 0 when `reverse`).
+// Only names of a mixture of experts are touched: the w1/w2/w3 fragments only under experts.
+std::string map_expert_names(std::string name, bool reverse) {
+  const bool mixtral = name.find(reverse ? ".mlp.experts." : ".block_sparse_moe.experts.") != std::string::npos ||
+                       name.find(reverse ? ".mlp.gate." : ".block_sparse_moe.gate.") != std::string::npos;
+  if (!mixtral) return name;
+  for (const auto& [hf, cpt] : kMixtralFragments) {
+    const auto from = reverse ? cpt : hf;
+    const auto to = reverse ? hf : cpt;
+    if (const auto at = name.find(from); at != std::string::npos) name.replace(at, from.size(), to);
+  }
+  return name;
+}
+
+std::string to_cpt_name(const std::string& hf) {
+  return map_expert_names(hf.starts_with("model.") ? hf.substr(6) : hf, false);
+}
+// `mixtral`: the model exports as Mixtral (expert tensors under Mixtral's names).
+std::string to_hf_name(const std::string& cpt, bool mixtral) {
+  const std::string name = cpt.starts_with("lm_head.") ? cpt : "model." + cpt;
+  return mixtral ? map_expert_names(name, true) : name;
+}
 
 // Safetensors files of a Hugging Face directory, in a stable order.
 std::vector<fs::path> hf_weight_files(const fs::path& dir) {
@@ -73,7 +104,11 @@ spec::ModelSpec read_hf_model_spec(const fs::path& dir) {
     core::warn(config.string(), ": sliding_window ", j["sliding_window"].get<long long>(),
                " is not implemented (full causal attention): identical only for sequences up to that length");
   }
-  auto m = spec::load_model_file(config);
+  auto m = spec::load_model_file(config);  // checks model_type and every key it reads
+  if (m.moe.shared_ffn_hidden > 0 && j["model_type"] == "qwen2_moe") {
+    throw core::ConfigError(str_cat(config.string(), ": $.model_type: qwen2_moe's shared expert has a sigmoid gate ",
+                                    "the executor does not run (cpt plans and prices it)"));
+  }
   m.name = dir.filename().string();
   if (m.name.empty()) m.name = dir.parent_path().filename().string();
   return m;
@@ -125,25 +160,38 @@ std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
   }
   for (const auto& p : params) {
     if (!filled.count(p.key())) {
-      throw core::ConfigError(str_cat(source.string(), ": no tensor ", p.key(), " (model ", model.spec().name, " needs it)"));
+      throw core::ConfigError(
+          str_cat(source.string(), ": no tensor ", p.key(), " (model ", model.spec().name, " needs it)"));
     }
   }
   return str_cat(what, ", ", filled.size(), " tensors");
 }
 
-void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
-  if (fs::exists(out_dir)) throw core::ConfigError(str_cat(out_dir.string(), ": already exists"));
-  const auto ckpt = Checkpoint::open(checkpoint_dir);
-  const auto& m = ckpt.model();
-  const auto st = ckpt.weights();
-  NamedTensors tensors;
-  for (const auto& name : st.names()) tensors.emplace_back(to_hf_name(name), st.load(name, torch::kFloat32));
-  // LLaMA, or Qwen2 for a model with q/k/v biases (Llama's attention_bias would add one to o_proj too).
-  const bool qwen2 = m.qkv_bias;
-  nlohmann::ordered_json config{{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-                                {"model_type", qwen2 ? "qwen2" : "llama"},
+namespace {
+
+// A mixture of experts exports as Mixtral, whose block has no shared experts and no dense layers,
+// a softmax router and renormalised top-k weights.
+void require_mixtral_shape(const spec::ModelSpec& m, const fs::path& origin) {
+  const spec::ExpertSpec& e = m.moe;
+  if (e.shared_ffn_hidden > 0 || e.first_dense_layers > 0 || e.layer_interval != 1 ||
+      e.router != spec::RouterScore::kSoftmax || !e.normalize_top_k || e.capacity_factor > 0 || m.qkv_bias) {
+    throw core::ConfigError(str_cat(origin.string(), ": model ", m.name, ": a mixture of experts exports as Mixtral ",
+                                    "(no shared experts or dense layers, a softmax router with normalised top-k, ",
+                                    "dropless, no q/k/v biases); this one differs"));
+  }
+}
+
+// transformers' config.json of `m`: LLaMA, Qwen2 for q/k/v biases (Llama's attention_bias would
+// add one to o_proj too), Mixtral for a mixture of experts.
+nlohmann::ordered_json hf_config_of(const spec::ModelSpec& m) {
+  const bool mixtral = m.moe.present();
+  const bool qwen2 = !mixtral && m.qkv_bias;
+  const char* type = mixtral ? "mixtral" : (qwen2 ? "qwen2" : "llama");
+  const char* architecture = mixtral ? "MixtralForCausalLM" : (qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
+  nlohmann::ordered_json config{{"architectures", {architecture}},
+                                {"model_type", type},
                                 {"hidden_size", m.hidden},
-                                {"intermediate_size", m.ffn_hidden},
+                                {"intermediate_size", mixtral ? m.moe.expert_ffn_hidden : m.ffn_hidden},
                                 {"num_hidden_layers", m.layers},
                                 {"num_attention_heads", m.heads},
                                 {"num_key_value_heads", m.kv_heads},
@@ -156,9 +204,30 @@ void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
                                 {"tie_word_embeddings", m.tied_embeddings},
                                 {"hidden_act", "silu"},
                                 {"use_sliding_window", false},
+                                {"sliding_window", nullptr},
                                 {"torch_dtype", "float32"},
                                 {"bos_token_id", 1},
                                 {"eos_token_id", 2}};
+  if (mixtral) {
+    config["num_local_experts"] = m.moe.experts;
+    config["num_experts_per_tok"] = m.moe.experts_per_token;
+    config["router_jitter_noise"] = 0.0;
+  }
+  return config;
+}
+
+}  // namespace
+
+void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
+  if (fs::exists(out_dir)) throw core::ConfigError(str_cat(out_dir.string(), ": already exists"));
+  const auto ckpt = Checkpoint::open(checkpoint_dir);
+  const auto& m = ckpt.model();
+  const auto st = ckpt.weights();
+  const bool mixtral = m.moe.present();
+  if (mixtral) require_mixtral_shape(m, checkpoint_dir);
+  NamedTensors tensors;
+  for (const auto& name : st.names()) tensors.emplace_back(to_hf_name(name, mixtral), st.load(name, torch::kFloat32));
+  const auto config = hf_config_of(m);
   const auto tmp = fs::path(str_cat(out_dir.string(), ".tmp-", ::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);

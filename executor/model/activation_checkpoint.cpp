@@ -13,6 +13,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+thread_local int t_recomputing = 0;
+
 // Re-enables the graph and computes the gradients of `outputs` w.r.t. the detached copies of the
 // inputs (and, as a side effect, of every parameter used).
 variable_list recompute_and_backward(const std::function<torch::Tensor(const variable_list&)>& fn,
@@ -22,7 +24,14 @@ variable_list recompute_and_backward(const std::function<torch::Tensor(const var
   torch::Tensor out;
   {
     torch::AutoGradMode enable(true);
-    out = fn(detached);
+    ++t_recomputing;
+    try {
+      out = fn(detached);
+    } catch (...) {
+      --t_recomputing;
+      throw;
+    }
+    --t_recomputing;
   }
   torch::autograd::backward({out}, {grad_output});
   variable_list grads;
@@ -37,7 +46,9 @@ variable_list recompute_and_backward(const std::function<torch::Tensor(const var
 // The checkpointed forward casts without the cache, whatever LibTorch cpt is built against.
 class AutocastCacheOff {
  public:
-  AutocastCacheOff() : previous_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
+  AutocastCacheOff() : previous_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
   ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(previous_); }
   AutocastCacheOff(const AutocastCacheOff&) = delete;
   AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
@@ -82,14 +93,16 @@ struct AttentionCoreCheckpoint : public torch::autograd::Function<AttentionCoreC
     const bool has_mask = ctx->saved_data["has_mask"].toBool();
     auto saved = ctx->get_saved_variables();
     const auto mask = has_mask ? saved[3] : torch::Tensor();
-    const auto grads = recompute_and_backward(
-        [&](const variable_list& in) { return attention_core(in[0], in[1], in[2], mask, gqa); },
-        {saved[0], saved[1], saved[2]}, grad_out[0]);
+    const auto grads =
+        recompute_and_backward([&](const variable_list& in) { return attention_core(in[0], in[1], in[2], mask, gqa); },
+                               {saved[0], saved[1], saved[2]}, grad_out[0]);
     return {grads[0], grads[1], grads[2], torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
-torch::Tensor placeholder(const torch::Tensor& like) { return torch::empty({0}, like.options().dtype(torch::kBool)); }
+torch::Tensor placeholder(const torch::Tensor& like) {
+  return torch::empty({0}, like.options().dtype(torch::kBool));
+}
 
 }  // namespace
 
@@ -103,8 +116,13 @@ torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, con
     return at::scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), mask,
                                             0.0, /*is_causal=*/false, std::nullopt, /*enable_gqa=*/false);
   }
-  if (mask.defined()) return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, std::nullopt, gqa);
+  if (mask.defined())
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, std::nullopt, gqa);
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+}
+
+bool in_recomputation() {
+  return t_recomputing > 0;
 }
 
 torch::Tensor checkpointed_block(DecoderBlockImpl& block, const torch::Tensor& x, const torch::Tensor& cos,

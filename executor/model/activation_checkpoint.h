@@ -22,6 +22,10 @@ torch::Tensor checkpointed_block(DecoderBlockImpl& block, const torch::Tensor& x
 torch::Tensor checkpointed_attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                           const torch::Tensor& mask, bool gqa);
 
+// True while a checkpointed function's forward is being re-run for backward (on this thread): the
+// second forward of the same microbatch, which statistics must not count again.
+bool in_recomputation();
+
 // The attention core itself (shared by the plain and the checkpointed paths).
 torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& mask, bool gqa);

@@ -24,7 +24,8 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 
 RotaryTables::RotaryTables(int head_dim, int max_positions, double theta) : max_positions_(max_positions) {
   // inv_freq[i] = theta^(-2i/D), i < D/2; angle[p, i] = p · inv_freq[i]; channels [i] and [i + D/2] share it.
-  const auto exponents = torch::arange(0, head_dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(head_dim);
+  const auto exponents =
+      torch::arange(0, head_dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(head_dim);
   const auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat32), exponents);
   const auto positions = torch::arange(max_positions, torch::kInt64).to(torch::kFloat32);
   const auto angles = torch::outer(positions, inv_freq);
@@ -82,22 +83,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const torch::Ten
   return leave_tp_region(o_proj(out.transpose(1, 2).reshape({b, s, std::int64_t{heads_} * head_dim_})), tp_);
 }
 
-SwiGluMlpImpl::SwiGluMlpImpl(const spec::ModelSpec& m, const TensorParallel& tp) : tp_(tp) {
-  const std::int64_t width = m.ffn_hidden / tp.size();
-  gate_proj = register_module("gate_proj", linear(m.hidden, width));
-  up_proj = register_module("up_proj", linear(m.hidden, width));
-  down_proj = register_module("down_proj", linear(width, m.hidden));
-}
-
-torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x_in) {
-  const auto x = enter_tp_region(x_in, tp_);
-  return leave_tp_region(down_proj(torch::silu(gate_proj(x)) * up_proj(x)), tp_);
-}
-
-DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, const TensorParallel& tp, const ContextParallel& cp) {
+DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, int layer, const TensorParallel& tp,
+                                   const ContextParallel& cp) {
   // Registration order = Hugging Face's attribute order, so parameters() lists them alike.
   self_attn = register_module("self_attn", Attention(m, tp, cp));
-  mlp = register_module("mlp", SwiGluMlp(m, tp));
+  if (m.is_moe_layer(layer)) {
+    moe = register_module("mlp", MoeMlp(m));
+  } else {
+    mlp = register_module("mlp", SwiGluMlp(m.hidden, m.ffn_hidden, tp));
+  }
   Communicator* sp = tp.sp() ? tp.group : nullptr;
   input_layernorm = register_module("input_layernorm", RMSNorm(m.hidden, m.norm_eps, sp));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(m.hidden, m.norm_eps, sp));
@@ -106,7 +100,8 @@ DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, const TensorParalle
 torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                         const torch::Tensor& mask) {
   const auto h = x + self_attn(input_layernorm(x), cos, sin, mask);
-  return h + mlp(post_attention_layernorm(h));
+  const auto normed = post_attention_layernorm(h);
+  return h + (moe ? moe(normed) : mlp(normed));
 }
 
 }  // namespace cpt::exec

@@ -13,6 +13,8 @@
 // outputs are [B, S/t, H] shards.
 #include <torch/torch.h>
 
+#include "executor/model/moe_mlp.h"
+#include "executor/model/swiglu_mlp.h"
 #include "executor/parallel/context_parallel.h"
 #include "executor/parallel/tensor_parallel.h"
 #include "spec/model_spec.h"
@@ -72,27 +74,17 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// down(silu(gate(x)) * up(x)).
-class SwiGluMlpImpl : public torch::nn::Module {
- public:
-  SwiGluMlpImpl(const spec::ModelSpec& m, const TensorParallel& tp);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
-
- private:
-  TensorParallel tp_;
-};
-TORCH_MODULE(SwiGluMlp);
-
-// x + attn(norm(x)), then + mlp(norm(.)).
+// x + attn(norm(x)), then + mlp(norm(.)); the MLP is the mixture of experts in the model's MoE
+// layers (spec::ModelSpec::is_moe_layer(layer)), registered under the same name "mlp".
 class DecoderBlockImpl : public torch::nn::Module {
  public:
-  DecoderBlockImpl(const spec::ModelSpec& m, const TensorParallel& tp, const ContextParallel& cp = {});
+  DecoderBlockImpl(const spec::ModelSpec& m, int layer, const TensorParallel& tp, const ContextParallel& cp = {});
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
-  SwiGluMlp mlp{nullptr};
+  SwiGluMlp mlp{nullptr};  // null in an MoE layer
+  MoeMlp moe{nullptr};     // null in a dense layer
 };
 TORCH_MODULE(DecoderBlock);
 

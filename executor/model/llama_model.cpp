@@ -28,7 +28,8 @@ void require_llama_family(const spec::ModelSpec& m) {
 StageShape resolved(StageShape s, const spec::ModelSpec& m) {
   if (s.last_layer < 0) s.last_layer = m.layers;
   if (s.first_layer < 0 || s.first_layer > s.last_layer || s.last_layer > m.layers) {
-    throw core::InternalError(str_cat("stage layers [", s.first_layer, ", ", s.last_layer, ") outside [0, ", m.layers, ")"));
+    throw core::InternalError(
+        str_cat("stage layers [", s.first_layer, ", ", s.last_layer, ") outside [0, ", m.layers, ")"));
   }
   return s;
 }
@@ -36,7 +37,11 @@ StageShape resolved(StageShape s, const spec::ModelSpec& m) {
 }  // namespace
 
 LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, TensorParallel tp, ContextParallel cp)
-    : spec_(spec), shape_(resolved(shape, spec)), tp_(tp), cp_(cp), rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta) {
+    : spec_(spec),
+      shape_(resolved(shape, spec)),
+      tp_(tp),
+      cp_(cp),
+      rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta) {
   require_llama_family(spec_);
   const int t = tp_.size();
   if (spec_.heads % t != 0 || spec_.kv_heads % t != 0 || spec_.ffn_hidden % t != 0) {
@@ -55,7 +60,7 @@ LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, Te
   for (int i = 0; i < spec_.layers; ++i) {
     // Absent layers are placeholders so that names keep the global layer index (layers.<i>.*).
     if (i >= shape_.first_layer && i < shape_.last_layer) {
-      layers->push_back(DecoderBlock(spec_, tp_, cp_));
+      layers->push_back(DecoderBlock(spec_, i, tp_, cp_));
     } else {
       layers->push_back(torch::nn::Identity());
     }
@@ -63,8 +68,8 @@ LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, Te
   if (shape_.head) {
     norm = register_module("norm", RMSNorm(spec_.hidden, spec_.norm_eps, tp_.sp() ? tp_.group : nullptr));
     if (!spec_.tied_embeddings) {
-      lm_head = register_module(
-          "lm_head", torch::nn::Linear(torch::nn::LinearOptions(spec_.hidden, vocab_rows).bias(false)));
+      lm_head =
+          register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(spec_.hidden, vocab_rows).bias(false)));
     }
   }
 }
@@ -93,7 +98,8 @@ torch::Tensor LlamaModelImpl::blocks(torch::Tensor hidden, const Batch& batch) {
   for (int i = shape_.first_layer; i < shape_.last_layer; ++i) {
     auto& block = *layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i));
     if (residency_ != nullptr) residency_->before_forward(i);
-    hidden = full ? checkpointed_block(block, hidden, cos, sin, batch.mask) : block.forward(hidden, cos, sin, batch.mask);
+    hidden =
+        full ? checkpointed_block(block, hidden, cos, sin, batch.mask) : block.forward(hidden, cos, sin, batch.mask);
     if (residency_ != nullptr) hidden = residency_->after_forward(i, hidden);
   }
   return hidden;
@@ -121,7 +127,9 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
 }
 
-torch::Tensor LlamaModelImpl::loss_sum(const Batch& batch) { return loss_sum_of_logits(forward(batch), batch.targets); }
+torch::Tensor LlamaModelImpl::loss_sum(const Batch& batch) {
+  return loss_sum_of_logits(forward(batch), batch.targets);
+}
 
 torch::Tensor LlamaModelImpl::loss_sum_of_logits(const torch::Tensor& logits, const torch::Tensor& targets) {
   if (tp_.active()) return vocab_parallel_cross_entropy_sum(logits, targets, vocab_first_row(), *tp_.group);
@@ -159,6 +167,30 @@ void LlamaModelImpl::set_recompute(spec::Recompute recompute) {
     layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i))->self_attn->recompute_core =
         recompute == spec::Recompute::kSelective;
   }
+}
+
+std::vector<std::pair<int, MoeMlpImpl*>> LlamaModelImpl::moe_layers() {
+  std::vector<std::pair<int, MoeMlpImpl*>> found;
+  for (int i = shape_.first_layer; i < shape_.last_layer; ++i) {
+    auto& block = *layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i));
+    if (block.moe) found.emplace_back(i, block.moe.get());
+  }
+  return found;
+}
+
+void LlamaModelImpl::set_router_aux_loss_scale(double scale) {
+  for (auto& [layer, moe] : moe_layers()) moe->set_aux_loss_scale(scale);
+}
+
+EvalModeGuard::EvalModeGuard(std::vector<torch::nn::Module*> modules) {
+  for (auto* m : modules) {
+    restore_.emplace_back(m, m->is_training());
+    m->eval();
+  }
+}
+
+EvalModeGuard::~EvalModeGuard() {
+  for (auto& [m, training] : restore_) m->train(training);
 }
 
 bool is_no_decay_parameter(const std::string& name) {

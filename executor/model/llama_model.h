@@ -11,6 +11,8 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "executor/data/batch.h"
 #include "executor/model/llama_blocks.h"
@@ -67,6 +69,12 @@ class LlamaModelImpl : public torch::nn::Module {
   // null (the default) for whole parameters. Only forward() and loss_sum() consult it.
   void set_parameter_residency(ParameterResidency* residency) { residency_ = residency; }
 
+  // The mixture-of-experts MLPs of this part of the model (moe_mlp.h), with their global layer
+  // index; empty for a dense model.
+  [[nodiscard]] std::vector<std::pair<int, MoeMlpImpl*>> moe_layers();
+  // The objective's weight of each MoE layer's auxiliary load-balancing loss per microbatch.
+  void set_router_aux_loss_scale(double scale);
+
   [[nodiscard]] const spec::ModelSpec& spec() const { return spec_; }
   [[nodiscard]] const StageShape& shape() const { return shape_; }
   [[nodiscard]] const TensorParallel& tp() const { return tp_; }
@@ -93,6 +101,21 @@ class LlamaModelImpl : public torch::nn::Module {
   RotaryTables rotary_;
 };
 TORCH_MODULE(LlamaModel);
+
+// Puts modules in evaluation mode for its scope (is_training() false: no recomputation, and a
+// mixture of experts records no routing statistics and adds no auxiliary loss), then restores
+// each one's mode. For evaluation passes and the EWC Fisher estimate, whose gradients are the
+// cross-entropy's alone.
+class EvalModeGuard {
+ public:
+  explicit EvalModeGuard(std::vector<torch::nn::Module*> modules);
+  ~EvalModeGuard();
+  EvalModeGuard(const EvalModeGuard&) = delete;
+  EvalModeGuard& operator=(const EvalModeGuard&) = delete;
+
+ private:
+  std::vector<std::pair<torch::nn::Module*, bool>> restore_;
+};
 
 // Σ of the token cross-entropies of `logits` [B, S, V] against `targets` [B, S] (kIgnoreIndex
 // skipped), as an fp32 scalar.

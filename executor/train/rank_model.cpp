@@ -21,10 +21,14 @@ RankModel build_rank_model(const spec::Plan& plan, const TrainConfig& config, co
     chunk->init_weights(config.seed);
     if (config.init_from) {
       const auto loaded = load_model_weights(*chunk, *config.init_from);
-      if (&chunk == &rank.chunks.front()) core::info0("init: weights from ", config.init_from->string(), " (", loaded, ")");
+      if (&chunk == &rank.chunks.front())
+        core::info0("init: weights from ", config.init_from->string(), " (", loaded, ")");
     }
     chunk->to(device);
     chunk->set_recompute(par.recompute);
+    // The objective averages each MoE layer's auxiliary loss over the step's microbatches on every
+    // data-parallel rank (executor supports MoE without cp, so a microbatch is whole sequences).
+    chunk->set_router_aux_loss_scale(config.router_aux_loss / static_cast<double>(par.grad_accum() * par.dp));
   }
   if (par.pp > 1) {
     rank.pipeline.emplace(rank.chunks, plan.stages.num_stages(), *groups.pp);

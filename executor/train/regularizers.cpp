@@ -61,7 +61,8 @@ void sum_gradients(const torch::OrderedDict<std::string, torch::Tensor>& named, 
 namespace {
 
 // Adds every parameter's .grad squared into `fisher` (same order as `params`).
-void add_squared_gradients(const std::vector<torch::Tensor>& params, std::vector<std::pair<std::string, torch::Tensor>>& fisher) {
+void add_squared_gradients(const std::vector<torch::Tensor>& params,
+                           std::vector<std::pair<std::string, torch::Tensor>>& fisher) {
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (params[i].grad().defined()) fisher[i].second.add_(params[i].grad().pow(2));
@@ -111,15 +112,19 @@ Ewc estimate_with(const torch::OrderedDict<std::string, torch::Tensor>& named, D
 }  // namespace
 
 Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
+  const EvalModeGuard evaluation({&model});
   return estimate_with(model.named_parameters(), loader, sequences, device, model.cp(),
                        [&](const Batch& b, double scale) { (model.loss_sum(b) * scale).backward(); });
 }
 
 Ewc Ewc::estimate(PipelineExecutor& pipeline, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
   torch::OrderedDict<std::string, torch::Tensor> named;
+  std::vector<torch::nn::Module*> modules;
   for (auto& chunk : pipeline.chunks()) {
     for (const auto& p : chunk->named_parameters()) named.insert(p.key(), p.value());
+    modules.push_back(chunk.get());
   }
+  const EvalModeGuard evaluation(modules);
   return estimate_with(named, loader, sequences, device, pipeline.chunks().front()->cp(),
                        [&](const Batch& b, double scale) { pipeline.backward_one(b, scale); });
 }
@@ -159,7 +164,8 @@ Ewc Ewc::load(const std::filesystem::path& file, const std::vector<LlamaModelImp
     for (const auto& p : model->named_parameters()) {
       for (auto [prefix, out] : {std::pair{"fisher/", &e.fisher_}, std::pair{"anchor/", &e.anchor_}}) {
         const auto name = prefix + p.key();
-        if (!st.contains(name)) throw core::ConfigError(str_cat(file.string(), ": no tensor ", name, " for this model"));
+        if (!st.contains(name))
+          throw core::ConfigError(str_cat(file.string(), ": no tensor ", name, " for this model"));
         const auto whole = st.load(name, torch::kFloat32);
         const auto expected = tp_full_shape(p.key(), p.value().sizes(), model->spec().vocab, model->tp());
         if (!whole.sizes().equals(expected)) {
@@ -168,8 +174,8 @@ Ewc Ewc::load(const std::filesystem::path& file, const std::vector<LlamaModelImp
         }
         const auto t = model->shard_of_full(p.key(), whole).contiguous();
         if (!t.sizes().equals(p.value().sizes())) {
-          throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", t.sizes(), ", the model needs ",
-                                          p.value().sizes()));
+          throw core::ConfigError(
+              str_cat(file.string(), ": ", name, " has shape ", t.sizes(), ", the model needs ", p.value().sizes()));
         }
         out->emplace_back(p.key(), t.to(device));
       }

@@ -23,6 +23,9 @@ double RunEvaluator::loss_sum(const Batch& whole) {
 
 double RunEvaluator::mean_loss(const DataSource& source, std::int64_t sequences, std::int64_t* tokens_out) {
   torch::NoGradGuard no_grad;
+  std::vector<torch::nn::Module*> modules;
+  for (auto& chunk : rank_.chunks) modules.push_back(chunk.get());
+  const EvalModeGuard evaluation(modules);
   AutocastGuard autocast(device_);
   LoaderOptions o = loader_;
   o.shuffle = false;

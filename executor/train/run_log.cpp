@@ -70,6 +70,11 @@ void RunLog::step(const StepRecord& r, double eta_s) {
                              {"skipped", r.skipped}};
   if (r.kl) row["kl"] = *r.kl;
   if (r.ewc_penalty) row["ewc_penalty"] = *r.ewc_penalty;
+  if (r.experts) {
+    row["expert_load"] = r.experts->busiest;
+    row["router_aux_loss"] = r.experts->aux_loss;
+    row["dropped_pairs"] = r.experts->dropped;
+  }
   row["samples_by_source"] = r.samples_by_source;
   metrics_->write(row);
   progress(r, eta_s);

@@ -9,6 +9,8 @@
 #include <string>
 #include <nlohmann/json.hpp>
 
+#include "executor/train/expert_load.h"
+
 namespace cpt::exec {
 
 // One step as metrics.jsonl records it (docs/executor.md lists the keys).
@@ -24,6 +26,7 @@ struct StepRecord {
   bool skipped = false;  // not finite: no update
   std::optional<double> kl;
   std::optional<double> ewc_penalty;
+  std::optional<ExpertLoad> experts;  // mixtures of experts only
   nlohmann::ordered_json samples_by_source;
 };
 
@@ -45,8 +48,8 @@ class RunLog {
  public:
   // `writes`: this rank writes (rank 0). `bar`: draw a progress bar. `log_interval`: steps between
   // progress lines without a bar (0: none). Truncates the files to the rows before `first_step`.
-  RunLog(const std::filesystem::path& out_dir, std::int64_t first_step, std::int64_t total_steps, bool writes,
-         bool bar, std::int64_t log_interval);
+  RunLog(const std::filesystem::path& out_dir, std::int64_t first_step, std::int64_t total_steps, bool writes, bool bar,
+         std::int64_t log_interval);
   // The step's row and progress; `eta_s`: the estimated time to the run's last step.
   void step(const StepRecord& record, double eta_s);
   void eval(std::int64_t step, const std::string& set, double loss, std::int64_t tokens);

@@ -52,7 +52,8 @@ std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, co
   const auto tokens_per_step = std::int64_t{plan.parallel.global_batch} * plan.workload.seq_len;
   if (config.tokens) return (*config.tokens + tokens_per_step - 1) / tokens_per_step;
   if (plan.workload.train_tokens > 0) return (plan.workload.train_tokens + tokens_per_step - 1) / tokens_per_step;
-  throw core::ConfigError(str_cat(config.origin.string(), ": $: expected \"steps\" or \"tokens\" (the plan has no token ",
+  throw core::ConfigError(str_cat(config.origin.string(),
+                                  ": $: expected \"steps\" or \"tokens\" (the plan has no token ",
                                   "budget either), got neither"));
 }
 
@@ -201,8 +202,8 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
       rank0_(launch_.rank == 0),
       layout_(par_, plan.cluster.node.gpus_per_node),
       device_(set_up_compute(config, options, launch_)),
-      groups_(make_process_groups(layout_, launch_, std::chrono::seconds(config.collective_timeout_s),
-                                  device_.is_cuda())),
+      groups_(
+          make_process_groups(layout_, launch_, std::chrono::seconds(config.collective_timeout_s), device_.is_cuda())),
       total_steps_(resolve_steps(plan, config, options)),
       inputs_(prepare_run_directory(plan, config, options, total_steps_, rank0_, *groups_.world)),
       tp_{groups_.tp.get(), par_.sequence_parallel},
@@ -234,11 +235,11 @@ StepResult RankRun::run_step(double lr) {
   loader_.skip((par_.dp - 1 - dp_rank) * per_rank);
   const Objective& objective = continual_.objective;
   auto& optimizer = *choice_.optimizer;
-  auto r = rank_.pipeline ? train_step_pipelined(*rank_.pipeline, *rank_.schedule, optimizer, micro, lr,
-                                                 config_.grad_clip, device_, groups_.replicas(), objective.ewc,
-                                                 objective.ewc_lambda)
-                          : train_step(*rank_.first(), optimizer, micro, lr, config_.grad_clip, device_,
-                                       groups_.replicas(), objective);
+  auto r =
+      rank_.pipeline
+          ? train_step_pipelined(*rank_.pipeline, *rank_.schedule, optimizer, micro, lr, config_.grad_clip, device_,
+                                 groups_.replicas(), objective.ewc, objective.ewc_lambda)
+          : train_step(*rank_.first(), optimizer, micro, lr, config_.grad_clip, device_, groups_.replicas(), objective);
   if (choice_.zero3 != nullptr && continual_.ewc) r.ewc_penalty = choice_.zero3->ewc_penalty();
   return r;
 }
@@ -270,9 +271,21 @@ StepRecord RankRun::step_once(RunMeter& meter, std::int64_t first_step, ModelSta
   // The first step of a process pays one-off allocation costs; a profiled step, the profiler's.
   meter.end_step(seconds, step_tokens, step > first_step && !profiled);
   ++counters_.step;
-  StepRecord record{step, r.loss, lr, r.grad_norm, counters_.tokens, step_tokens, seconds,
-                    peak_memory_bytes(device_), !r.applied, std::nullopt, std::nullopt, {}};
+  StepRecord record{step,
+                    r.loss,
+                    lr,
+                    r.grad_norm,
+                    counters_.tokens,
+                    step_tokens,
+                    seconds,
+                    peak_memory_bytes(device_),
+                    !r.applied,
+                    std::nullopt,
+                    std::nullopt,
+                    std::nullopt,
+                    {}};
   if (config_.distill) record.kl = r.kl;
+  record.experts = take_expert_load(rank_.chunks, groups_.replicas(), groups_.pp.get());
   if (config_.ewc) record.ewc_penalty = r.ewc_penalty;
   for (std::size_t i = 0; i < loader_.sources().size(); ++i) {
     record.samples_by_source[loader_.sources()[i].name] = loader_.consumed()[i];

@@ -86,18 +86,17 @@ TEST(Doctor, PlantedFaultsAreCaught) {
   fs::create_directories(dir.path() / "base");
   write_config(dir.path() / "train.json", dir.path() / "cjk",
                {{"init_from", (dir.path() / "base").string()}, {"lr", {{"warmup_steps", 0}}}});
-  std::ofstream(run / "run.json") << nlohmann::json{{"config", (dir.path() / "train.json").string()}, {"total_steps", 100}}.dump();
+  std::ofstream(run / "run.json") << nlohmann::json{
+      {"config", (dir.path() / "train.json").string()},
+      {"total_steps", 100}}.dump();
   std::ofstream metrics(run / "metrics.jsonl");
   for (int s = 0; s < 100; ++s) {
     double loss = std::log(512.0) + 0.01 * s;  // at chance, rising
     if (s == 50 || s == 70) loss *= 1.5;       // spikes
     const bool nan = s % 20 == 7;              // 5% non-finite
-    nlohmann::json row{{"step", s},
-                       {"loss", nan ? nlohmann::json(nullptr) : nlohmann::json(loss)},
-                       {"lr", 3e-3},
-                       {"grad_norm", 2.0 + s},
-                       {"skipped", nan},
-                       {"samples_by_source", {{"py", 4 * (s + 1)}}}};
+    nlohmann::json row{{"step", s},      {"loss", nan ? nlohmann::json(nullptr) : nlohmann::json(loss)},
+                       {"lr", 3e-3},     {"grad_norm", 2.0 + s},
+                       {"skipped", nan}, {"samples_by_source", {{"py", 4 * (s + 1)}}}};
     metrics << row.dump() << "\n";
   }
   metrics.close();
@@ -109,6 +108,39 @@ TEST(Doctor, PlantedFaultsAreCaught) {
   EXPECT_EQ(checks.at("gradient norm"), Verdict::kWarn);  // clipped (> 1) on every step, growing
   EXPECT_NE(checks.at("data sample: py"), Verdict::kOk);
   EXPECT_EQ(checks.at("starting weights"), Verdict::kFail);
+}
+
+// A mixture of experts' routing: the busiest expert's load drifting from balanced (1) past halfway
+// to collapse (E/k = 2 for the tiny MoE: every token choosing it) is a warning; a steady one is not.
+TEST(Doctor, ARouterDriftingOntoFewExpertsIsFlagged) {
+  ScratchDir dir("doctor-experts");
+  for (const auto& [name, late_load, verdict] :
+       {std::tuple{"steady", 1.1, Verdict::kOk}, std::tuple{"collapsing", 1.8, Verdict::kWarn}}) {
+    const auto run = dir.path() / name;
+    fs::create_directories(run);
+    auto plan = tiny_plan();
+    plan.model = spec::find_catalog_model("tiny-moe")->spec;
+    spec::save_plan(plan, run / "plan.json");
+    std::ofstream metrics(run / "metrics.jsonl");
+    for (int s = 0; s < 50; ++s) {
+      const double load = 1.1 + (late_load - 1.1) * s / 49.0;
+      metrics << nlohmann::json{{"step", s},
+                                {"loss", 3.0 - 0.01 * s},
+                                {"lr", 1e-3},
+                                {"grad_norm", 0.5},
+                                {"skipped", false},
+                                {"expert_load", load},
+                                {"router_aux_loss", 1.0},
+                                {"dropped_pairs", 0.0}}
+                     .dump()
+              << "\n";
+    }
+    metrics.close();
+    const auto findings = diagnose_run(run);
+    const auto checks = by_check(findings);
+    ASSERT_TRUE(checks.count("expert load")) << name;
+    EXPECT_EQ(checks.at("expert load"), verdict) << name;
+  }
 }
 
 TEST(Doctor, ADirectoryThatIsNotARunIsAConfigError) {

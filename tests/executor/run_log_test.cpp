@@ -33,9 +33,14 @@ fs::path fresh_dir(const char* name) {
 // writing rank touches the files.
 TEST(RunLog, AResumedRunReplacesTheRowsFromItsFirstStep) {
   const auto dir = fresh_dir("cpt_run_log_test");
-  std::ofstream(dir / "metrics.jsonl") << R"({"step": 0, "loss": 3})" "\n" R"({"step": 1, "loss": 2.5})" "\n"
-                                       << R"({"step": 2, "loss": 9})" "\n";
-  std::ofstream(dir / "eval.jsonl") << R"({"step": 2, "set": "old", "loss": 1})" "\n";
+  std::ofstream(dir / "metrics.jsonl") << R"({"step": 0, "loss": 3})"
+                                          "\n"
+                                          R"({"step": 1, "loss": 2.5})"
+                                          "\n"
+                                       << R"({"step": 2, "loss": 9})"
+                                          "\n";
+  std::ofstream(dir / "eval.jsonl") << R"({"step": 2, "set": "old", "loss": 1})"
+                                       "\n";
   {
     RunLog silent(dir, 2, 10, /*writes=*/false, false, 0);
     StepRecord ignored;
@@ -45,8 +50,18 @@ TEST(RunLog, AResumedRunReplacesTheRowsFromItsFirstStep) {
   }
   EXPECT_EQ(rows_of(dir / "metrics.jsonl").size(), 3u);
   RunLog log(dir, 2, 10, /*writes=*/true, /*bar=*/false, /*log_interval=*/0);
-  StepRecord record{.step = 2, .loss = 2.25, .lr = 1e-3, .grad_norm = 0.5, .tokens_seen = 300, .step_tokens = 100,
-                    .seconds = 0.5, .peak_memory_bytes = 7, .skipped = false, .kl = 0.125, .ewc_penalty = std::nullopt,
+  StepRecord record{.step = 2,
+                    .loss = 2.25,
+                    .lr = 1e-3,
+                    .grad_norm = 0.5,
+                    .tokens_seen = 300,
+                    .step_tokens = 100,
+                    .seconds = 0.5,
+                    .peak_memory_bytes = 7,
+                    .skipped = false,
+                    .kl = 0.125,
+                    .ewc_penalty = std::nullopt,
+                    .experts = ExpertLoad{.busiest = 1.5, .aux_loss = 1.25, .dropped = 0.0},
                     .samples_by_source = {{"web", 4}}};
   log.step(record, 4);
   log.eval(3, "held_out", 2.0, 64);
@@ -58,6 +73,9 @@ TEST(RunLog, AResumedRunReplacesTheRowsFromItsFirstStep) {
   EXPECT_EQ(metrics[2]["tokens_per_s"], 200);
   EXPECT_EQ(metrics[2]["kl"], 0.125);
   EXPECT_FALSE(metrics[2].contains("ewc_penalty"));
+  EXPECT_EQ(metrics[2]["expert_load"], 1.5);
+  EXPECT_EQ(metrics[2]["router_aux_loss"], 1.25);
+  EXPECT_EQ(metrics[2]["dropped_pairs"], 0.0);
   EXPECT_EQ(metrics[2]["samples_by_source"]["web"], 4);
   const auto eval = rows_of(dir / "eval.jsonl");
   ASSERT_EQ(eval.size(), 1u);  // the old step-2 row is gone

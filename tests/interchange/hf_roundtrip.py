@@ -6,7 +6,8 @@ scripts/setup installs into cpt's venv):
      again, transformers reads back the same model.
   2. `cpt checkpoint init` makes a cpt-native model; `cpt checkpoint export` writes it; transformers
      loads the export, and its logits equal cpt's.
-For an untied GQA LLaMA, a tied one, and a Qwen2 (q/k/v biases). Tolerance: max |difference| <= 1e-4
+For an untied GQA LLaMA, a tied one, a Qwen2 (q/k/v biases) and a Mixtral (4 experts, top 2: the
+router's choices and the experts' weights under Mixtral's names). Tolerance: max |difference| <= 1e-4
 in fp32.
 
 usage: hf_roundtrip.py CPT_EXEC WORK_DIR
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 TOLERANCE = 1e-4
 
@@ -93,11 +95,48 @@ def case(cpt, work, tied, qwen2=False):
           cpt_logits(cpt, work / "native", tokens, work))
 
 
+def mixtral_case(cpt, work):
+    work = work / "mixtral"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 512, (2, 48), dtype=torch.int64)
+    config = MixtralConfig(vocab_size=512, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                           rms_norm_eps=1e-5, rope_theta=10000.0, num_local_experts=4, num_experts_per_tok=2,
+                           sliding_window=None, router_jitter_noise=0.0, tie_word_embeddings=False,
+                           torch_dtype="float32")
+    hf = MixtralForCausalLM(config).float().eval()
+    with torch.no_grad():  # routers far from uniform, so that each token's top 2 are clear choices
+        for layer in hf.model.layers:
+            layer.block_sparse_moe.gate.weight.normal_(0.0, 0.5)
+    hf.save_pretrained(work / "hf", safe_serialization=True)
+    run(cpt, "checkpoint", "import", "--format", "hf", work / "hf", work / "imported")
+    check("mixtral: transformers model -> cpt import", cpt_logits(cpt, work / "imported", tokens, work),
+          hf_logits(hf, tokens))
+    run(cpt, "checkpoint", "export", "--format", "hf", work / "imported", work / "reexported")
+    back = AutoModelForCausalLM.from_pretrained(work / "reexported", torch_dtype=torch.float32).eval()
+    assert type(back).__name__ == "MixtralForCausalLM", type(back).__name__
+    check("mixtral: transformers -> cpt -> transformers", hf_logits(back, tokens), hf_logits(hf, tokens))
+
+    model_json = {"name": "interchange-mixtral", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+                  "ffn_hidden": 64, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+                  "tied_embeddings": False, "max_seq_len": 128, "rope_theta": 10000.0, "norm_eps": 1e-5,
+                  "moe": {"experts": 4, "experts_per_token": 2, "expert_ffn_hidden": 64}}
+    (work / "model.json").write_text(json.dumps(model_json))
+    run(cpt, "checkpoint", "init", "--model", work / "model.json", "--seed", "7", work / "native")
+    run(cpt, "checkpoint", "export", "--format", "hf", work / "native", work / "exported")
+    loaded = AutoModelForCausalLM.from_pretrained(work / "exported", torch_dtype=torch.float32).eval()
+    check("mixtral: cpt model -> export -> transformers", hf_logits(loaded, tokens),
+          cpt_logits(cpt, work / "native", tokens, work))
+
+
 def main():
     cpt, work = sys.argv[1], Path(sys.argv[2])
     for tied in (False, True):
         case(cpt, work, tied)
     case(cpt, work, False, qwen2=True)
+    mixtral_case(cpt, work)
     shutil.rmtree(work, ignore_errors=True)
     print("OK")
 

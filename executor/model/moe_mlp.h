@@ -1,0 +1,70 @@
+#pragma once
+// The mixture-of-experts MLP of an MoE decoder layer (spec::ExpertSpec): a router scores the E
+// routed experts for every token, each token goes to its top k, and its output is the routing
+// weights' sum of those experts' SwiGLU outputs, plus the shared experts' output for every token
+// (DeepSeekMoE's shared experts; absent when shared_ffn_hidden is 0).
+//
+// Parameter names (under "layers.<i>.mlp."): gate.weight [E, H] (the router, Qwen-MoE's and
+// DeepSeek's name), experts.<e>.{gate,up,down}_proj.weight, shared_experts.{gate,up,down}_proj.weight.
+// Hugging Face's Mixtral names (block_sparse_moe.*, w1/w2/w3) are mapped in io/model_weights.cpp.
+//
+// Routing, for tokens x [T, H] (T = B·S):
+//   scores = softmax(x·Wᵀ) (or sigmoid, spec::RouterScore) [T, E], in fp32;
+//   each token's top-k scores are its weights, divided by their sum when normalize_top_k
+//   (Mixtral, Qwen3-MoE, DeepSeek-V3; HF's norm_topk_prob);
+//   dropless (capacity_factor 0): every (token, expert) pair is computed; with a capacity factor c
+//   an expert takes at most ceil(c·T·k/E) of its pairs, in token order, and drops the rest
+//   (Megatron-Core's --moe-token-drop-policy position), counted over this microbatch's tokens.
+// Every expert runs every microbatch, on zero tokens if none reach it, so that each parameter
+// receives a gradient each backward (the data-parallel hooks count them).
+//
+// Load balancing: the auxiliary loss of Switch Transformer (Fedus et al. 2022, eq. 4), for top-k
+// as Megatron-Core's switch_load_balancing_loss_func: aux = E · Σ_e f_e · P_e with f_e the share of
+// the T·k routed pairs that chose expert e (no gradient) and P_e the mean router probability of e
+// (softmax scores; sigmoid scores normalised to sum 1 per token). Balanced routing gives 1. It
+// adds scale · aux to the objective (scale = coefficient / microbatches of the step over all
+// data-parallel ranks, set by the trainer): its gradient is attached to the layer's output (as
+// Megatron's MoEAuxLossAutoScaler), so it reaches the router through whichever backward runs this
+// layer (the microbatch loop, a pipeline schedule, or a recomputation).
+//
+// Expert parallelism (experts split over an ep group with all-to-all dispatch) is not built here
+// yet: spec::find_executor_gap refuses ep > 1, and tensor or context parallelism with experts.
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "executor/model/swiglu_mlp.h"
+#include "spec/model_spec.h"
+
+namespace cpt::exec {
+
+// What the layer routed during training since the last take_routing_stats(), for metrics.
+struct RoutingStats {
+  torch::Tensor tokens_per_expert;  // int64 [E], (token, expert) pairs chosen, before any drop
+  std::int64_t dropped = 0;         // pairs over capacity (0 when dropless)
+  double aux_loss_sum = 0;          // Σ over forwards of the unscaled auxiliary loss
+  std::int64_t forwards = 0;
+};
+
+class MoeMlpImpl : public torch::nn::Module {
+ public:
+  explicit MoeMlpImpl(const spec::ModelSpec& m);
+  // [B, S, H] -> [B, S, H].
+  torch::Tensor forward(const torch::Tensor& x);
+  // The objective's weight of this layer's auxiliary loss per microbatch (0: none).
+  void set_aux_loss_scale(double scale) { aux_loss_scale_ = scale; }
+  // The statistics recorded since the last call, then cleared.
+  RoutingStats take_routing_stats();
+
+  torch::nn::Linear gate{nullptr};
+  torch::nn::ModuleList experts{nullptr};
+  SwiGluMlp shared_experts{nullptr};  // null without shared experts
+
+ private:
+  spec::ExpertSpec spec_;
+  double aux_loss_scale_ = 0;
+  RoutingStats stats_;
+};
+TORCH_MODULE(MoeMlp);
+
+}  // namespace cpt::exec

@@ -1,0 +1,42 @@
+#include "executor/train/expert_load.h"
+
+#include <algorithm>
+
+namespace cpt::exec {
+
+std::optional<ExpertLoad> take_expert_load(std::vector<LlamaModel>& chunks, Communicator& replicas,
+                                           Communicator* pipeline) {
+  const spec::ModelSpec& model = chunks.front()->spec();
+  if (!model.moe.present()) return std::nullopt;
+  const std::int64_t experts = model.moe.experts;
+  // One row per MoE layer of the whole model: the pairs per expert, then dropped pairs, the summed
+  // auxiliary loss and the forwards it sums. Rows of layers another stage holds stay 0 here.
+  const int moe_layers = model.moe_layers_in(0, model.layers);
+  auto rows = torch::zeros({moe_layers, experts + 3}, torch::kFloat64);
+  for (auto& chunk : chunks) {
+    for (auto& [layer, moe] : chunk->moe_layers()) {
+      const RoutingStats stats = moe->take_routing_stats();
+      auto row = rows[model.moe_layers_in(0, layer)];
+      row.narrow(0, 0, experts).copy_(stats.tokens_per_expert.to(torch::kFloat64));
+      row[experts] = static_cast<double>(stats.dropped);
+      row[experts + 1] = stats.aux_loss_sum;
+      row[experts + 2] = static_cast<double>(stats.forwards);
+    }
+  }
+  if (replicas.size() > 1) replicas.all_reduce_sum(rows)->wait();
+  if (pipeline != nullptr && pipeline->size() > 1) pipeline->all_reduce_sum(rows)->wait();
+  const auto pairs = rows.narrow(1, 0, experts);
+  const auto pairs_per_layer = pairs.sum(1);
+  const double total_pairs = pairs_per_layer.sum().item<double>();
+  const double forwards = rows.select(1, experts + 2).sum().item<double>();
+  ExpertLoad load;
+  if (total_pairs > 0) {
+    const auto balanced = pairs_per_layer.clamp_min(1) / static_cast<double>(experts);
+    load.busiest = (std::get<0>(pairs.max(1)) / balanced).max().item<double>();
+    load.dropped = rows.select(1, experts).sum().item<double>() / total_pairs;
+  }
+  if (forwards > 0) load.aux_loss = rows.select(1, experts + 1).sum().item<double>() / forwards;
+  return load;
+}
+
+}  // namespace cpt::exec

@@ -1,0 +1,113 @@
+// A mixture of experts through the real `cpt train` (distributed_train_fixture.h): the catalog's
+// tiny MoE (4 experts, top 2, shared experts) trained by one process and by data-parallel, ZeRO,
+// recomputing and pipeline layouts gives the same losses and final weights, routes the same
+// tokens (metrics.jsonl's expert_load), and makes the communication calls the cost model counts.
+#include "distributed_train_fixture.h"
+
+namespace {
+
+using namespace cpt::dist_testing;
+
+class ExpertsTrain : public DistributedTrain {
+ protected:
+  // Plans of tiny-moe in DIR/moe-<name>, made once per test process.
+  static void plan_once() {
+    static bool planned = false;
+    if (planned) return;
+    planned = true;
+    const auto d = dir_.string();
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "ep=1,micro_batch=2", 1}, std::tuple{"dp2", "dp=2,ep=1,zero=0,micro_batch=2", 2},
+          std::tuple{"zero1-dp2", "dp=2,ep=1,zero=1,offload=none,micro_batch=2", 2},
+          std::tuple{"zero3-dp2", "dp=2,ep=1,zero=3,offload=none,micro_batch=2", 2},
+          std::tuple{"dp2-full-recompute", "dp=2,ep=1,zero=0,recompute=full,micro_batch=2", 2},
+          std::tuple{"pp2", "pp=2,ep=1,schedule=1f1b,micro_batch=2", 2}}) {
+      const auto r = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus " + std::to_string(gpus) +
+                            " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/moe-" + name,
+                        dir_);
+      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    }
+  }
+};
+
+TEST_F(ExpertsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
+  plan_once();
+  reference("moe-single", "o-moe-1");
+  const auto single_load = metric(dir_ / "o-moe-1" / "metrics.jsonl", "expert_load");
+  const auto single_aux = metric(dir_ / "o-moe-1" / "metrics.jsonl", "router_aux_loss");
+  ASSERT_EQ(single_load.size(), 20u);
+  // Two of four experts per token: the busiest takes between its share and every token.
+  for (const double load : single_load) {
+    EXPECT_GE(load, 1.0);
+    EXPECT_LE(load, 2.0);
+  }
+  for (const std::string layout : {"dp2", "zero1-dp2", "zero3-dp2", "dp2-full-recompute", "pp2"}) {
+    const auto out = "o-moe-" + layout;
+    const auto r = train("moe-" + layout, out, 2);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    expect_same_as_reference("o-moe-1", dir_ / out, "moe " + layout);
+    expect_calls_of_the_cost_model(out, "moe " + layout);
+    // The first step starts from the same weights on the same tokens: the same routing, counted
+    // over every rank (the auxiliary loss is a mean of fp32 sums: round-off apart).
+    const auto load = metric(dir_ / out / "metrics.jsonl", "expert_load");
+    const auto aux = metric(dir_ / out / "metrics.jsonl", "router_aux_loss");
+    ASSERT_EQ(load.size(), single_load.size()) << layout;
+    EXPECT_EQ(load[0], single_load[0]) << layout;
+    EXPECT_NEAR(aux[0], single_aux[0], 1e-5 * single_aux[0]) << layout;
+  }
+}
+
+// The executor's weights, gradients and optimizer state with experts are the cost model's bytes
+// exactly (the routed experts in their layer's buckets and ZeRO-3 units), its communication calls
+// the cost model's, its kernels within 6%, in every layout it runs.
+TEST_F(ExpertsTrain, ModelStateBytesEqualTheCostModel) {
+  plan_once();
+  const auto d = dir_.string();
+  const auto two_steps = short_config(2);
+  for (const auto& [layout, procs, flags] :
+       {std::tuple{"single", 1, "--gpus 1"}, std::tuple{"dp2", 2, "--gpus 2 --dp 2"},
+        std::tuple{"zero1-dp2", 2, "--gpus 2 --dp 2 --zero 1"}, std::tuple{"zero3-dp2", 2, "--gpus 2 --dp 2 --zero 3"},
+        std::tuple{"pp2", 2, "--gpus 2 --pp 2"}}) {
+    const auto out = std::string("mem-moe-") + layout;
+    const auto r = train(std::string("moe-") + layout, out, procs, two_steps);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    const auto e = sh(cpt_binary() + " estimate --model tiny-moe --gpu h100 " + flags +
+                          " --ep 1 --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
+                      dir_);
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    const auto predicted = nlohmann::json::parse(e.out)["memory_GiB_per_pp_rank"];
+    const auto measured = nlohmann::json::parse(slurp(dir_ / out / "measured.json"))["ranks"];
+    ASSERT_EQ(measured.size(), static_cast<std::size_t>(procs)) << layout;
+    for (const auto& rank : measured) {
+      const auto& p = predicted.at(rank["pp"].get<std::size_t>());
+      for (const std::string key : {"weights", "grads", "optimizer"}) {
+        const auto bytes = std::llround(p[key].get<double>() * 1024.0 * 1024.0 * 1024.0);
+        EXPECT_EQ(rank["memory_bytes"][key].get<std::int64_t>(), bytes)
+            << layout << ", rank " << rank["rank"] << ": " << key;
+      }
+    }
+    expect_calls_of_the_cost_model(out, std::string("moe ") + layout);
+    // The kernels the cost model charges for the executor's MoE layers (every expert in turn) are
+    // the ones it dispatched, within the 6% of the dense layouts (distributed_train_test.cpp).
+    const auto cmp = sh(cpt_binary() + " compare " + d + "/" + out + " --json --log " + d + "/fidelity.jsonl", dir_);
+    ASSERT_EQ(cmp.exit_code, 0) << layout << ": " << cmp.err;
+    const auto kernels = nlohmann::json::parse(cmp.out)["fields"]["kernels_per_step"];
+    EXPECT_LE(std::abs(kernels["rel_err"].get<double>()), 0.06)
+        << layout << ": cost model " << kernels["predicted"] << " kernels, executor " << kernels["measured"];
+  }
+}
+
+// Expert, tensor and context parallelism with experts are refused in one line, before any rank
+// trains.
+TEST_F(ExpertsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
+  const auto d = dir_.string();
+  const auto planned = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus 2 --global-batch 8 --seq-len 64" +
+                              " --fix dp=2,ep=2,micro_batch=2 --out " + d + "/moe-ep2",
+                          dir_);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const auto r = train("moe-ep2", "o-moe-ep2", 2);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("a mixture of experts with ep 2"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,169 @@
+// The executor's mixture of experts (executor/model/moe_mlp.h) against a per-token reference
+// written from the definitions: routing, capacity dropping, the auxiliary loss's gradient, the
+// routing statistics, and the model built from the tiny MoE of the catalog.
+#include "executor/model/moe_mlp.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "executor/model/llama_model.h"
+#include "spec/model_catalog.h"
+#include "spec/parameter_order.h"
+
+namespace cpt::exec {
+namespace {
+
+spec::ModelSpec tiny_moe() {
+  return spec::find_catalog_model("tiny-moe").value().spec;
+}
+
+// N(0, 0.2) weights from `seed`, so that routing scores differ clearly between experts.
+void randomize(torch::nn::Module& m, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.parameters()) p.normal_(0.0, 0.2);
+}
+
+// y_t = Σ over the top-k experts e of w_e · expert_e(x_t) (+ the shared experts), token by token.
+torch::Tensor reference_output(MoeMlpImpl& moe, const spec::ModelSpec& m, const torch::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> rows;
+  for (std::int64_t t = 0; t < tokens.size(0); ++t) {
+    const auto x = tokens[t].unsqueeze(0);
+    const auto scores = moe.gate(x).softmax(-1)[0];
+    auto [weights, chosen] = scores.topk(m.moe.experts_per_token);
+    weights = weights / weights.sum();
+    auto y = torch::zeros_like(x);
+    for (std::int64_t j = 0; j < chosen.size(0); ++j) {
+      auto& expert = *moe.experts->ptr<SwiGluMlpImpl>(static_cast<std::size_t>(chosen[j].item<std::int64_t>()));
+      y = y + weights[j] * expert.forward(x);
+    }
+    if (moe.shared_experts) y = y + moe.shared_experts->forward(x);
+    rows.push_back(y);
+  }
+  return torch::cat(rows);
+}
+
+TEST(MixtureOfExperts, DroplessOutputIsEachTokensWeightedExperts) {
+  const auto m = tiny_moe();  // 4 experts, top 2, expert width 64, shared width 64
+  MoeMlp moe(m);
+  randomize(*moe, 3);
+  torch::manual_seed(4);
+  const auto x = torch::randn({2, 7, m.hidden});
+  moe->eval();
+  const auto out = moe->forward(x);
+  ASSERT_EQ(out.sizes(), x.sizes());
+  // fp32 sums of a few dozen O(1) products in another order: ~1e-6 apart.
+  EXPECT_TRUE(
+      torch::allclose(out.reshape({-1, m.hidden}), reference_output(*moe, m, x.reshape({-1, m.hidden})), 1e-5, 1e-5));
+}
+
+TEST(MixtureOfExperts, CapacityKeepsEachExpertsFirstTokensAndDropsTheRest) {
+  auto m = tiny_moe();
+  m.moe.shared_ffn_hidden = 0;
+  m.moe.capacity_factor = 0.5;  // capacity ceil(0.5 · 8 tokens · 2 / 4 experts) = 2
+  MoeMlp moe(m);
+  randomize(*moe, 5);
+  {
+    // Every token prefers expert 0, then expert 1.
+    torch::NoGradGuard no_grad;
+    moe->gate->weight.zero_();
+    moe->gate->weight[0].fill_(1.0);
+    moe->gate->weight[1].fill_(0.5);
+  }
+  const auto x = torch::rand({1, 8, m.hidden}) + 0.1;  // positive: expert 0's score is the largest
+  moe->train();
+  const auto out = moe->forward(x).reshape({8, m.hidden});
+  const auto stats = moe->take_routing_stats();
+  EXPECT_EQ(stats.tokens_per_expert[0].item<std::int64_t>(), 8);
+  EXPECT_EQ(stats.tokens_per_expert[1].item<std::int64_t>(), 8);
+  EXPECT_EQ(stats.dropped, 12);  // 16 pairs, 2 kept by each of the two experts
+  const auto kept = reference_output(*moe, m, x.reshape({8, m.hidden}));
+  EXPECT_TRUE(torch::allclose(out.narrow(0, 0, 2), kept.narrow(0, 0, 2), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::equal(out.narrow(0, 2, 6), torch::zeros({6, m.hidden})));  // dropped: no output at all
+}
+
+TEST(MixtureOfExperts, AuxiliaryLossAddsItsScaledGradientToTheRouter) {
+  const auto m = tiny_moe();
+  torch::manual_seed(6);
+  const auto x = torch::randn({2, 5, m.hidden});
+  auto router_grad = [&](double scale) {
+    MoeMlp moe(m);
+    randomize(*moe, 7);
+    moe->train();
+    moe->set_aux_loss_scale(scale);
+    moe->forward(x).sum().backward();
+    return moe->gate->weight.grad().clone();
+  };
+  const double scale = 0.37;
+  const auto with_aux = router_grad(scale);
+  const auto difference = with_aux - router_grad(0.0);
+  // d/dW of scale · E · Σ_e f_e · P_e, with f_e fixed (the routing's counts) and P_e the mean softmax.
+  MoeMlp moe(m);
+  randomize(*moe, 7);
+  const auto tokens = x.reshape({-1, m.hidden});
+  const auto scores = moe->gate(tokens).softmax(-1);
+  const auto chosen =
+      torch::bincount(std::get<1>(scores.topk(m.moe.experts_per_token, -1)).reshape({-1}), {}, m.moe.experts);
+  const auto share = chosen.to(torch::kFloat32) / static_cast<double>(tokens.size(0) * m.moe.experts_per_token);
+  ((share * scores.mean(0)).sum() * (m.moe.experts * scale)).backward();
+  EXPECT_GT(difference.abs().max().item<double>(), 1e-4);  // the term is there
+  // The difference of two fp32 gradients carries their round-off: a few ulps of the larger one.
+  const double ulps = 16 * std::numeric_limits<float>::epsilon() * with_aux.abs().max().item<double>();
+  EXPECT_TRUE(torch::allclose(difference, moe->gate->weight.grad(), 1e-4, ulps))
+      << "max |difference| " << difference.abs().max().item<double>() << ", max |aux gradient| "
+      << moe->gate->weight.grad().abs().max().item<double>() << ", max |error| "
+      << (difference - moe->gate->weight.grad()).abs().max().item<double>();
+}
+
+TEST(MixtureOfExperts, RoutingStatisticsCountTrainingForwardsOnly) {
+  const auto m = tiny_moe();
+  MoeMlp moe(m);
+  randomize(*moe, 8);
+  const auto x = torch::randn({3, 4, m.hidden});
+  moe->train();
+  moe->forward(x);
+  {
+    const EvalModeGuard evaluation({moe.ptr().get()});
+    moe->forward(x);  // an evaluation pass: not counted
+  }
+  EXPECT_TRUE(moe->is_training());
+  const auto stats = moe->take_routing_stats();
+  EXPECT_EQ(stats.tokens_per_expert.sum().item<std::int64_t>(), 12 * m.moe.experts_per_token);
+  EXPECT_EQ(stats.forwards, 1);
+  EXPECT_EQ(stats.dropped, 0);
+  // E · Σ f·P is at least 1 (equality when balanced) only in expectation; it is positive and finite.
+  EXPECT_GT(stats.aux_loss_sum, 0.0);
+  EXPECT_TRUE(std::isfinite(stats.aux_loss_sum));
+  EXPECT_EQ(moe->take_routing_stats().forwards, 0);  // taken: cleared
+}
+
+TEST(MixtureOfExperts, ModelHoldsTheSpecsParametersInGradientOrder) {
+  const auto m = tiny_moe();
+  LlamaModel model(m);
+  std::int64_t params = 0;
+  std::vector<std::int64_t> sorted;
+  std::vector<std::pair<std::pair<int, int>, std::int64_t>> keyed;
+  for (const auto& p : model->named_parameters()) {
+    params += p.value().numel();
+    const auto key = spec::gradient_order_key(p.key());
+    EXPECT_LT(key.first, INT_MAX) << p.key() << " has no place in the gradient order";
+    keyed.emplace_back(key, p.value().numel());
+  }
+  EXPECT_EQ(params, m.num_params());
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [key, numel] : keyed) sorted.push_back(numel);
+  // The cost model's visit of the same model lists the same sizes in the same order.
+  std::vector<std::int64_t> visited;
+  spec::visit_gradient_order(m, 1, 0, m.layers, true, true, true, [&](std::int64_t n) { visited.push_back(n); });
+  EXPECT_EQ(sorted, visited);
+  const auto names = model->named_parameters().keys();
+  EXPECT_NE(std::find(names.begin(), names.end(), "layers.1.mlp.experts.3.down_proj.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "layers.0.mlp.shared_experts.up_proj.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "layers.0.mlp.gate.weight"), names.end());
+}
+
+}  // namespace
+}  // namespace cpt::exec
