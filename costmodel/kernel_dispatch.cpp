@@ -32,6 +32,11 @@ PassKernels moe_layer_kernels(const spec::ModelSpec& m, const CostModelOptions& 
   return {forward, 2 * forward};
 }
 
+PassKernels qk_norm_kernels(const spec::ModelSpec& m, const CostModelOptions& o) {
+  if (!m.qk_norm) return {};
+  return eager(o) ? PassKernels{18, 14} : PassKernels{2, 4};
+}
+
 double selective_recompute_kernels(const CostModelOptions& o) {
   if (!eager(o)) return o.flash_attention ? 1 : 4;
   return 8;
@@ -52,7 +57,8 @@ double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool la
   // Parameter tensors: per layer two norms, q, k, v, o and the MLP's (three for SwiGLU, two else;
   // an MoE layer's router, routed and shared experts instead); the embedding; the final norm and
   // the LM head (none apart when tied).
-  const double per_layer = 6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + moe_extra_tensors_per_layer(m);
+  const double per_layer =
+      6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + (m.qk_norm ? 2 : 0) + moe_extra_tensors_per_layer(m);
   const double tensors = per_layer * layers + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
   double k = 22 + 2 * tensors;
   if (sharded_zero_stage == 3) {

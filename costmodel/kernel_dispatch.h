@@ -25,7 +25,7 @@
 // layer (model/moe_mlp.h: every expert called in turn) adds to the dense layer 25 + 14 per routed
 // expert forward and 4 + 12 per expert backward, 12 and 12 for shared experts, 12 and 1 for a
 // capacity (counted on tiny MoE variants of 4 and 8 experts, with and without shared experts and
-// capacity, one process). Per
+// capacity, one process); q/k norms 18 forward and 14 backward (two RMSNorms; 2 + 4 fused). Per
 // step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for all); ZeRO-3
 // 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered values
 // copied back) and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm,
@@ -48,6 +48,8 @@ struct PassKernels {
 PassKernels layer_kernels(const CostModelOptions& o);
 // What one MoE layer adds to layer_kernels (none for dense models), counted on every MoE layer.
 PassKernels moe_layer_kernels(const spec::ModelSpec& m, const CostModelOptions& o);
+// What q/k norms (spec::ModelSpec::qk_norm) add to a layer: two RMSNorms over the heads.
+PassKernels qk_norm_kernels(const spec::ModelSpec& m, const CostModelOptions& o);
 // Kernels selective recomputation (the attention core) adds to a layer's backward.
 double selective_recompute_kernels(const CostModelOptions& o);
 // The embedding (first stage) and the final norm, LM head and loss (last stage), one microbatch,

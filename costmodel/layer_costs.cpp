@@ -312,8 +312,9 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   PassKernels own = layer_kernels(o);
   const PassKernels moe = moe_layer_kernels(m, o);
   const double moe_share = m.moe_layer_share();
-  own.forward += moe.forward * moe_share;
-  own.backward += moe.backward * moe_share;
+  const PassKernels qk_norms = qk_norm_kernels(m, o);
+  own.forward += moe.forward * moe_share + qk_norms.forward;
+  own.backward += moe.backward * moe_share + qk_norms.backward;
   c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward, o);
   c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_bwd, own.backward, o);
   switch (p.recompute) {

@@ -100,6 +100,13 @@ void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const
     inv.add(calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, norm_grads, 2,
                      kernels_per_call(o)));
   }
+  if (model.qk_norm && runtime.executor) {
+    // Each rank normalises its own heads with the replicated q/k norm weights: cpt's executor sums
+    // their gradients over tp every backward (model/llama_blocks.h).
+    const Bytes head_norm_grads(static_cast<std::int64_t>(model.head_dim()) * 4);
+    inv.add(calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, head_norm_grads, 2,
+                     kernels_per_call(o)));
+  }
   const WorkKind scatter = sp ? WorkKind::kReduceScatter : WorkKind::kAllReduce;
   const WorkKind gather = sp ? WorkKind::kAllGather : WorkKind::kAllReduce;
   inv.add(waiting(

@@ -8,7 +8,7 @@ using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
   if (m.moe.present() && (p.ep > 1 || p.etp > 1 || p.tp > 1 || p.cp > 1)) return ExecutorGap::kExpertParallelism;
-  if (m.mla.present() || m.qk_norm || m.explicit_head_dim > 0) return ExecutorGap::kAttentionVariant;
+  if (m.mla.present()) return ExecutorGap::kAttentionVariant;
   if (p.zero_stage == 3 && p.pp > 1) return ExecutorGap::kZero3WithPipeline;
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
     return ExecutorGap::kParameterOffload;
@@ -46,8 +46,7 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
                      ": the executor runs experts with data, ZeRO and pipeline parallelism only (ep, etp, tp, cp 1); "
                      "cpt plans, prices and exports the rest");
     case ExecutorGap::kAttentionVariant:
-      return "latent attention, q/k norms or an explicit head_dim: cpt prices and exports them, its executor does not "
-             "run them yet";
+      return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
   }
   return "?";
 }

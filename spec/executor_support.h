@@ -15,7 +15,7 @@ enum class ExecutorGap {
   kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
   kExpertParallelism,       // experts split over ranks (ep, etp), or with tensor or context parallelism
-  kAttentionVariant,        // latent attention, q/k norms, a head width other than hidden / heads
+  kAttentionVariant,        // DeepSeek's latent attention
 };
 
 // The first gap the plan falls into, without allocating (the planner's prune calls it per

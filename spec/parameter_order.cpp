@@ -9,13 +9,30 @@ namespace cpt::spec {
 namespace {
 
 // One block's tensors in the order the forward pass consumes them (see the header).
-enum class BlockTensor { kInputNorm, kQ, kQBias, kK, kKBias, kV, kVBias, kO, kPostNorm, kGate, kUp, kDown };
-constexpr std::array<std::pair<std::string_view, BlockTensor>, 12> kBlockTensors{{
+enum class BlockTensor {
+  kInputNorm,
+  kQ,
+  kQBias,
+  kQNorm,
+  kK,
+  kKBias,
+  kKNorm,
+  kV,
+  kVBias,
+  kO,
+  kPostNorm,
+  kGate,
+  kUp,
+  kDown
+};
+constexpr std::array<std::pair<std::string_view, BlockTensor>, 14> kBlockTensors{{
     {"input_layernorm.weight", BlockTensor::kInputNorm},
     {"self_attn.q_proj.weight", BlockTensor::kQ},
     {"self_attn.q_proj.bias", BlockTensor::kQBias},
+    {"self_attn.q_norm.weight", BlockTensor::kQNorm},
     {"self_attn.k_proj.weight", BlockTensor::kK},
     {"self_attn.k_proj.bias", BlockTensor::kKBias},
+    {"self_attn.k_norm.weight", BlockTensor::kKNorm},
     {"self_attn.v_proj.weight", BlockTensor::kV},
     {"self_attn.v_proj.bias", BlockTensor::kVBias},
     {"self_attn.o_proj.weight", BlockTensor::kO},
@@ -41,7 +58,7 @@ int mlp_matrix(std::string_view tensor) {
 // A mixture of experts' tensors (moe_mlp.h), after the block's dense ones: the router, each routed
 // expert in turn, then the shared experts (the forward's order). -1 for other names.
 int expert_tensor_key(std::string_view tensor) {
-  constexpr int kRouter = 12;
+  constexpr int kRouter = static_cast<int>(kBlockTensors.size());
   constexpr int kShared = INT_MAX - 3;
   if (tensor == "mlp.gate.weight") return kRouter;
   constexpr std::string_view shared = "mlp.shared_experts.";
@@ -111,6 +128,10 @@ void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layer
         case BlockTensor::kKBias:
         case BlockTensor::kVBias:
           if (m.qkv_bias) visit(kv);
+          break;
+        case BlockTensor::kQNorm:
+        case BlockTensor::kKNorm:
+          if (m.qk_norm) visit(d);
           break;
         case BlockTensor::kO:
           visit(q * h);

@@ -169,25 +169,40 @@ std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
 
 namespace {
 
-// A mixture of experts exports as Mixtral, whose block has no shared experts and no dense layers,
-// a softmax router and renormalised top-k weights.
-void require_mixtral_shape(const spec::ModelSpec& m, const fs::path& origin) {
+// The transformers class a model exports as: LLaMA; Qwen2 for q/k/v biases (Llama's attention_bias
+// would add one to o_proj too); Qwen3 for q/k norms; a mixture of experts as Mixtral, or as
+// Qwen3-MoE with q/k norms. ConfigError naming `origin` for a model none of them computes.
+enum class HfFamily { kLlama, kQwen2, kQwen3, kMixtral, kQwen3Moe };
+
+HfFamily hf_family_of(const spec::ModelSpec& m, const fs::path& origin) {
+  auto refuse = [&](const char* why) {
+    throw core::ConfigError(str_cat(origin.string(), ": model ", m.name, ": no transformers class computes it: ", why));
+  };
+  if (m.qkv_bias && m.qk_norm) refuse("q/k/v biases with q/k norms");
+  if (!m.moe.present()) return m.qk_norm ? HfFamily::kQwen3 : (m.qkv_bias ? HfFamily::kQwen2 : HfFamily::kLlama);
   const spec::ExpertSpec& e = m.moe;
-  if (e.shared_ffn_hidden > 0 || e.first_dense_layers > 0 || e.layer_interval != 1 ||
-      e.router != spec::RouterScore::kSoftmax || !e.normalize_top_k || e.capacity_factor > 0 || m.qkv_bias) {
-    throw core::ConfigError(str_cat(origin.string(), ": model ", m.name, ": a mixture of experts exports as Mixtral ",
-                                    "(no shared experts or dense layers, a softmax router with normalised top-k, ",
-                                    "dropless, no q/k/v biases); this one differs"));
+  if (e.shared_ffn_hidden > 0 || e.first_dense_layers > 0 || e.router != spec::RouterScore::kSoftmax ||
+      e.capacity_factor > 0 || m.qkv_bias) {
+    refuse(
+        "an MoE exports as Mixtral or Qwen3-MoE: no shared experts or dense first layers, a softmax router, "
+        "dropless, no q/k/v biases");
   }
+  if (m.qk_norm) return HfFamily::kQwen3Moe;
+  if (e.layer_interval != 1 || !e.normalize_top_k) {
+    refuse("without q/k norms an MoE exports as Mixtral: every layer MoE, normalised top-k weights");
+  }
+  return HfFamily::kMixtral;
 }
 
-// transformers' config.json of `m`: LLaMA, Qwen2 for q/k/v biases (Llama's attention_bias would
-// add one to o_proj too), Mixtral for a mixture of experts.
-nlohmann::ordered_json hf_config_of(const spec::ModelSpec& m) {
-  const bool mixtral = m.moe.present();
-  const bool qwen2 = !mixtral && m.qkv_bias;
-  const char* type = mixtral ? "mixtral" : (qwen2 ? "qwen2" : "llama");
-  const char* architecture = mixtral ? "MixtralForCausalLM" : (qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
+// transformers' config.json of `m` as `family`.
+nlohmann::ordered_json hf_config_of(const spec::ModelSpec& m, HfFamily family) {
+  static constexpr std::array<std::pair<const char*, const char*>, 5> kNames{{{"llama", "LlamaForCausalLM"},
+                                                                              {"qwen2", "Qwen2ForCausalLM"},
+                                                                              {"qwen3", "Qwen3ForCausalLM"},
+                                                                              {"mixtral", "MixtralForCausalLM"},
+                                                                              {"qwen3_moe", "Qwen3MoeForCausalLM"}}};
+  const auto& [type, architecture] = kNames[static_cast<std::size_t>(family)];
+  const bool mixtral = family == HfFamily::kMixtral;
   nlohmann::ordered_json config{{"architectures", {architecture}},
                                 {"model_type", type},
                                 {"hidden_size", m.hidden},
@@ -208,10 +223,19 @@ nlohmann::ordered_json hf_config_of(const spec::ModelSpec& m) {
                                 {"torch_dtype", "float32"},
                                 {"bos_token_id", 1},
                                 {"eos_token_id", 2}};
+  if (family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe) config["attention_bias"] = false;
   if (mixtral) {
     config["num_local_experts"] = m.moe.experts;
     config["num_experts_per_tok"] = m.moe.experts_per_token;
     config["router_jitter_noise"] = 0.0;
+  }
+  if (family == HfFamily::kQwen3Moe) {
+    config["num_experts"] = m.moe.experts;
+    config["num_experts_per_tok"] = m.moe.experts_per_token;
+    config["moe_intermediate_size"] = m.moe.expert_ffn_hidden;
+    config["decoder_sparse_step"] = m.moe.layer_interval;
+    config["mlp_only_layers"] = nlohmann::ordered_json::array();
+    config["norm_topk_prob"] = m.moe.normalize_top_k;
   }
   return config;
 }
@@ -223,11 +247,12 @@ void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
   const auto ckpt = Checkpoint::open(checkpoint_dir);
   const auto& m = ckpt.model();
   const auto st = ckpt.weights();
-  const bool mixtral = m.moe.present();
-  if (mixtral) require_mixtral_shape(m, checkpoint_dir);
+  const HfFamily family = hf_family_of(m, checkpoint_dir);
   NamedTensors tensors;
-  for (const auto& name : st.names()) tensors.emplace_back(to_hf_name(name, mixtral), st.load(name, torch::kFloat32));
-  const auto config = hf_config_of(m);
+  for (const auto& name : st.names()) {
+    tensors.emplace_back(to_hf_name(name, family == HfFamily::kMixtral), st.load(name, torch::kFloat32));
+  }
+  const auto config = hf_config_of(m, family);
   const auto tmp = fs::path(str_cat(out_dir.string(), ".tmp-", ::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);

@@ -2,7 +2,8 @@
 // Model weights in and out: cpt checkpoints and Hugging Face directories (config.json plus
 // model.safetensors or sharded model-0000k-of-0000n.safetensors with model.safetensors.index.json),
 // in bf16, fp16 or fp32. Names map one to one: Hugging Face's "model.<x>" is cpt's "<x>";
-// "lm_head.weight" is the same in both.
+// "lm_head.weight" is the same in both; Mixtral's expert names (block_sparse_moe, w1/w2/w3) are
+// renamed to cpt's (Qwen-MoE's: mlp.gate, mlp.experts.<e>.gate_proj/up_proj/down_proj).
 #include <filesystem>
 #include <string>
 
@@ -28,7 +29,9 @@ NamedTensors read_hf_weights(const std::filesystem::path& dir);
 std::string load_model_weights(LlamaModelImpl& model, const std::filesystem::path& source);
 
 // `cpt checkpoint export --format hf`: a cpt checkpoint -> config.json + model.safetensors (fp32),
-// loadable by transformers' LlamaForCausalLM. Written atomically; `out_dir` must not exist.
+// loadable by transformers' LlamaForCausalLM (Qwen2ForCausalLM with q/k/v biases, Qwen3ForCausalLM
+// with q/k norms, MixtralForCausalLM or Qwen3MoeForCausalLM for a mixture of experts; ConfigError
+// for a model none of them computes). Written atomically; `out_dir` must not exist.
 void export_hf(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out_dir);
 
 // `cpt checkpoint import --format hf`: a Hugging Face directory -> a weights-only cpt checkpoint

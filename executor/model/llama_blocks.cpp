@@ -10,15 +10,15 @@ torch::nn::Linear linear(std::int64_t in, std::int64_t out, bool bias = false) {
 }
 }  // namespace
 
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps, Communicator* sequence_parallel_group)
-    : eps_(eps), sp_group_(sequence_parallel_group) {
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps, Communicator* replica_group)
+    : eps_(eps), replica_group_(replica_group) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   const auto xf = x.to(torch::kFloat32);
   const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  const auto w = sp_group_ != nullptr ? copy_to_tp(weight, *sp_group_) : weight;
+  const auto w = replica_group_ != nullptr ? copy_to_tp(weight, *replica_group_) : weight;
   return w * normed.to(x.scalar_type());
 }
 
@@ -59,6 +59,11 @@ AttentionImpl::AttentionImpl(const spec::ModelSpec& m, const TensorParallel& tp,
   k_proj = register_module("k_proj", linear(m.hidden, std::int64_t{kv_heads_} * head_dim_, m.qkv_bias));
   v_proj = register_module("v_proj", linear(m.hidden, std::int64_t{kv_heads_} * head_dim_, m.qkv_bias));
   o_proj = register_module("o_proj", linear(std::int64_t{heads_} * head_dim_, m.hidden));
+  if (m.qk_norm) {
+    Communicator* replicas = tp.active() ? tp.group : nullptr;  // each rank normalises its own heads
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, m.norm_eps, replicas));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, m.norm_eps, replicas));
+  }
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -67,8 +72,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const torch::Ten
   const auto b = x.size(0);
   const auto s = x.size(1);
   // [B, S, heads·D] -> [B, heads, S, D]
-  auto q = q_proj(x).view({b, s, heads_, head_dim_}).transpose(1, 2);
-  auto k = k_proj(x).view({b, s, kv_heads_, head_dim_}).transpose(1, 2);
+  auto q = q_proj(x).view({b, s, heads_, head_dim_});
+  auto k = k_proj(x).view({b, s, kv_heads_, head_dim_});
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
   auto v = v_proj(x).view({b, s, kv_heads_, head_dim_}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);

@@ -7,7 +7,8 @@
 // Submodule names follow Hugging Face's LlamaForCausalLM (self_attn.q_proj, mlp.gate_proj,
 // input_layernorm, ...), so a state dict maps to a Hugging Face checkpoint by adding "model.".
 //
-// Shapes: B batch, S sequence, H hidden, A query heads, G key/value heads, D head_dim = H / A.
+// Shapes: B batch, S sequence, H hidden, A query heads, G key/value heads, D head_dim (H / A unless
+// the model gives its own, as Qwen3 and GPT-OSS do).
 // With tensor parallelism over t ranks (tensor_parallel.h) each rank holds A/t query heads, G/t
 // key/value heads and F/t of the FFN width; with sequence parallelism the blocks' inputs and
 // outputs are [B, S/t, H] shards.
@@ -22,17 +23,18 @@
 namespace cpt::exec {
 
 // y = x / sqrt(mean(x^2) + eps) * weight, computed in fp32 and returned in x's dtype (as HF does).
-// `sequence_parallel_group`: when set, x is a sequence shard and the weight's gradient is summed
-// over that group.
+// `replica_group`: when set, the weight is replicated over that group whose ranks each see part of
+// the inputs (a sequence shard under sequence parallelism; their own heads for q/k norms), so the
+// weight's gradient is summed over it.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(std::int64_t dim, double eps, Communicator* sequence_parallel_group = nullptr);
+  RMSNormImpl(std::int64_t dim, double eps, Communicator* replica_group = nullptr);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
-  Communicator* sp_group_;
+  Communicator* replica_group_;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -65,6 +67,9 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  // With spec::ModelSpec::qk_norm (Qwen3): an RMSNorm over each head's D channels of the queries
+  // and of the keys, before RoPE; their weights are replicated over tp (gradients summed).
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
   bool recompute_core = false;  // selective recomputation of the attention core (activation_checkpoint.h)
 
  private:

@@ -1,14 +1,15 @@
-// A mixture of experts through the real `cpt train` (distributed_train_fixture.h): the catalog's
-// tiny MoE (4 experts, top 2, shared experts) trained by one process and by data-parallel, ZeRO,
-// recomputing and pipeline layouts gives the same losses and final weights, routes the same
-// tokens (metrics.jsonl's expert_load), and makes the communication calls the cost model counts.
+// Model variants through the real `cpt train` (distributed_train_fixture.h). A mixture of experts:
+// the catalog's tiny MoE (4 experts, top 2, shared experts) trained by one process and by
+// data-parallel, ZeRO, recomputing and pipeline layouts gives the same losses and final weights,
+// routes the same tokens (metrics.jsonl's expert_load), and makes the communication calls the cost
+// model counts. Qwen3's attention (q/k norms, a head width of its own) under tensor parallelism.
 #include "distributed_train_fixture.h"
 
 namespace {
 
 using namespace cpt::dist_testing;
 
-class ExpertsTrain : public DistributedTrain {
+class ModelVariantsTrain : public DistributedTrain {
  protected:
   // Plans of tiny-moe in DIR/moe-<name>, made once per test process.
   static void plan_once() {
@@ -27,10 +28,23 @@ class ExpertsTrain : public DistributedTrain {
                         dir_);
       ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
     }
+    // tiny with Qwen3's attention: q/k norms over heads of 32 (not hidden / heads = 16).
+    std::ofstream(dir_ / "tiny-qk.json") << R"({"name": "tiny-qk", "layers": 2, "hidden": 64, "heads": 4,
+      "kv_heads": 2, "head_dim": 32, "qk_norm": true, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu",
+      "norm": "rmsnorm", "position": "rope", "tied_embeddings": false, "max_seq_len": 128})";
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "micro_batch=2", 1}, std::tuple{"tp2", "tp=2,micro_batch=2", 2},
+          std::tuple{"tp2-sp", "tp=2,sequence_parallel=true,micro_batch=2", 2}}) {
+      const auto r =
+          sh(cpt_binary() + " plan --model " + d + "/tiny-qk.json --gpu h100 --gpus " + std::to_string(gpus) +
+                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/qk-" + name,
+             dir_);
+      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    }
   }
 };
 
-TEST_F(ExpertsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
+TEST_F(ModelVariantsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
   plan_once();
   reference("moe-single", "o-moe-1");
   const auto single_load = metric(dir_ / "o-moe-1" / "metrics.jsonl", "expert_load");
@@ -60,7 +74,7 @@ TEST_F(ExpertsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
 // The executor's weights, gradients and optimizer state with experts are the cost model's bytes
 // exactly (the routed experts in their layer's buckets and ZeRO-3 units), its communication calls
 // the cost model's, its kernels within 6%, in every layout it runs.
-TEST_F(ExpertsTrain, ModelStateBytesEqualTheCostModel) {
+TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
   plan_once();
   const auto d = dir_.string();
   const auto two_steps = short_config(2);
@@ -97,9 +111,23 @@ TEST_F(ExpertsTrain, ModelStateBytesEqualTheCostModel) {
   }
 }
 
+// The q/k norms' weights are replicated over tp while each rank normalises its own heads: their
+// gradients are summed over the group, and the run is the single-process one.
+TEST_F(ModelVariantsTrain, QkNormsAndTheirOwnHeadWidthMatchTheSingleProcessRunUnderTensorParallelism) {
+  plan_once();
+  reference("qk-single", "o-qk-1");
+  for (const std::string layout : {"tp2", "tp2-sp"}) {
+    const auto out = "o-qk-" + layout;
+    const auto r = train("qk-" + layout, out, 2);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    expect_same_as_reference("o-qk-1", dir_ / out, "qk " + layout);
+    expect_calls_of_the_cost_model(out, "qk " + layout);
+  }
+}
+
 // Expert, tensor and context parallelism with experts are refused in one line, before any rank
 // trains.
-TEST_F(ExpertsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
+TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
   const auto d = dir_.string();
   const auto planned = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus 2 --global-batch 8 --seq-len 64" +
                               " --fix dp=2,ep=2,micro_batch=2 --out " + d + "/moe-ep2",

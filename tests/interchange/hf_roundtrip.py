@@ -6,8 +6,9 @@ scripts/setup installs into cpt's venv):
      again, transformers reads back the same model.
   2. `cpt checkpoint init` makes a cpt-native model; `cpt checkpoint export` writes it; transformers
      loads the export, and its logits equal cpt's.
-For an untied GQA LLaMA, a tied one, a Qwen2 (q/k/v biases) and a Mixtral (4 experts, top 2: the
-router's choices and the experts' weights under Mixtral's names). Tolerance: max |difference| <= 1e-4
+For an untied GQA LLaMA, a tied one, a Qwen2 (q/k/v biases), a Mixtral (4 experts, top 2: the
+router's choices and the experts' weights under Mixtral's names), a Qwen3 (q/k norms, heads wider
+than hidden / heads) and a Qwen3-MoE. Tolerance: max |difference| <= 1e-4
 in fp32.
 
 usage: hf_roundtrip.py CPT_EXEC WORK_DIR
@@ -21,7 +22,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 TOLERANCE = 1e-4
 
@@ -95,40 +97,67 @@ def case(cpt, work, tied, qwen2=False):
           cpt_logits(cpt, work / "native", tokens, work))
 
 
-def mixtral_case(cpt, work):
-    work = work / "mixtral"
+def family_case(cpt, work, tag, hf, model_json):
+    """A model of another transformers family, both ways: `hf` (random weights) imported, re-exported
+    and read back; `model_json` initialised by cpt, exported and loaded as the same class."""
+    work = work / tag
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     torch.manual_seed(0)
     tokens = torch.randint(0, 512, (2, 48), dtype=torch.int64)
-    config = MixtralConfig(vocab_size=512, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                           rms_norm_eps=1e-5, rope_theta=10000.0, num_local_experts=4, num_experts_per_tok=2,
-                           sliding_window=None, router_jitter_noise=0.0, tie_word_embeddings=False,
-                           torch_dtype="float32")
-    hf = MixtralForCausalLM(config).float().eval()
-    with torch.no_grad():  # routers far from uniform, so that each token's top 2 are clear choices
-        for layer in hf.model.layers:
-            layer.block_sparse_moe.gate.weight.normal_(0.0, 0.5)
+    hf = hf.float().eval()
     hf.save_pretrained(work / "hf", safe_serialization=True)
     run(cpt, "checkpoint", "import", "--format", "hf", work / "hf", work / "imported")
-    check("mixtral: transformers model -> cpt import", cpt_logits(cpt, work / "imported", tokens, work),
+    check(f"{tag}: transformers model -> cpt import", cpt_logits(cpt, work / "imported", tokens, work),
           hf_logits(hf, tokens))
     run(cpt, "checkpoint", "export", "--format", "hf", work / "imported", work / "reexported")
     back = AutoModelForCausalLM.from_pretrained(work / "reexported", torch_dtype=torch.float32).eval()
-    assert type(back).__name__ == "MixtralForCausalLM", type(back).__name__
-    check("mixtral: transformers -> cpt -> transformers", hf_logits(back, tokens), hf_logits(hf, tokens))
+    assert type(back) is type(hf), type(back).__name__
+    check(f"{tag}: transformers -> cpt -> transformers", hf_logits(back, tokens), hf_logits(hf, tokens))
 
-    model_json = {"name": "interchange-mixtral", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
-                  "ffn_hidden": 64, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
-                  "tied_embeddings": False, "max_seq_len": 128, "rope_theta": 10000.0, "norm_eps": 1e-5,
-                  "moe": {"experts": 4, "experts_per_token": 2, "expert_ffn_hidden": 64}}
+    model_json = {"name": f"interchange-{tag}", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+                  "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "tied_embeddings": False,
+                  "max_seq_len": 128, "rope_theta": 10000.0, "norm_eps": 1e-5, **model_json}
     (work / "model.json").write_text(json.dumps(model_json))
     run(cpt, "checkpoint", "init", "--model", work / "model.json", "--seed", "7", work / "native")
     run(cpt, "checkpoint", "export", "--format", "hf", work / "native", work / "exported")
     loaded = AutoModelForCausalLM.from_pretrained(work / "exported", torch_dtype=torch.float32).eval()
-    check("mixtral: cpt model -> export -> transformers", hf_logits(loaded, tokens),
+    assert type(loaded) is type(hf), type(loaded).__name__
+    check(f"{tag}: cpt model -> export -> transformers", hf_logits(loaded, tokens),
           cpt_logits(cpt, work / "native", tokens, work))
+
+
+def spread_routers(hf, block):
+    """Routers far from uniform, so that each token's top 2 are clear choices."""
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            getattr(layer, block).gate.weight.normal_(0.0, 0.5)
+    return hf
+
+
+def other_families(cpt, work):
+    common = dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                  torch_dtype="float32")
+    experts = {"experts": 4, "experts_per_token": 2, "expert_ffn_hidden": 64}
+    torch.manual_seed(1)
+    mixtral = MixtralForCausalLM(MixtralConfig(intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+                                               sliding_window=None, router_jitter_noise=0.0, **common))
+    family_case(cpt, work, "mixtral", spread_routers(mixtral, "block_sparse_moe"),
+                {"ffn_hidden": 64, "moe": experts})
+    # Qwen3: q/k norms (random, so that a dropped norm shows) and heads of 32, not hidden / heads.
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(intermediate_size=176, head_dim=32, use_sliding_window=False, **common))
+    with torch.no_grad():
+        for layer in qwen3.model.layers:
+            layer.self_attn.q_norm.weight.normal_(1.0, 0.3)
+            layer.self_attn.k_norm.weight.normal_(1.0, 0.3)
+    family_case(cpt, work, "qwen3", qwen3, {"ffn_hidden": 176, "head_dim": 32, "qk_norm": True})
+    qwen3_moe = Qwen3MoeForCausalLM(Qwen3MoeConfig(intermediate_size=176, moe_intermediate_size=64, num_experts=4,
+                                                   num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                                                   mlp_only_layers=[], head_dim=32, use_sliding_window=False,
+                                                   **common))
+    family_case(cpt, work, "qwen3-moe", spread_routers(qwen3_moe, "mlp"),
+                {"ffn_hidden": 64, "head_dim": 32, "qk_norm": True, "moe": experts})
 
 
 def main():
@@ -136,7 +165,7 @@ def main():
     for tied in (False, True):
         case(cpt, work, tied)
     case(cpt, work, False, qwen2=True)
-    mixtral_case(cpt, work)
+    other_families(cpt, work)
     shutil.rmtree(work, ignore_errors=True)
     print("OK")
 
