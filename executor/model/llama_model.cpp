@@ -193,6 +193,23 @@ EvalModeGuard::~EvalModeGuard() {
   for (auto& [m, training] : restore_) m->train(training);
 }
 
+RouterTermsOff::RouterTermsOff(std::vector<LlamaModelImpl*> chunks) {
+  for (auto* chunk : chunks) {
+    for (auto& [layer, moe] : chunk->moe_layers()) {
+      restore_.emplace_back(moe, moe->aux_loss_scale());
+      moe->set_aux_loss_scale(0);
+      moe->set_recording(false);
+    }
+  }
+}
+
+RouterTermsOff::~RouterTermsOff() {
+  for (auto& [moe, scale] : restore_) {
+    moe->set_aux_loss_scale(scale);
+    moe->set_recording(true);
+  }
+}
+
 bool is_no_decay_parameter(const std::string& name) {
   return name.ends_with("norm.weight") || name.ends_with(".bias");
 }

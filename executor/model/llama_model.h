@@ -104,8 +104,7 @@ TORCH_MODULE(LlamaModel);
 
 // Puts modules in evaluation mode for its scope (is_training() false: no recomputation, and a
 // mixture of experts records no routing statistics and adds no auxiliary loss), then restores
-// each one's mode. For evaluation passes and the EWC Fisher estimate, whose gradients are the
-// cross-entropy's alone.
+// each one's mode. For evaluation passes (which run without gradients).
 class EvalModeGuard {
  public:
   explicit EvalModeGuard(std::vector<torch::nn::Module*> modules);
@@ -115,6 +114,20 @@ class EvalModeGuard {
 
  private:
   std::vector<std::pair<torch::nn::Module*, bool>> restore_;
+};
+
+// Switches the mixture-of-experts terms off in `chunks` for its scope: no auxiliary loss in the
+// gradients and no routing counted, the modules' training mode (and so recomputation) unchanged.
+// For the EWC Fisher estimate, whose gradients are the cross-entropy's alone. A no-op for dense models.
+class RouterTermsOff {
+ public:
+  explicit RouterTermsOff(std::vector<LlamaModelImpl*> chunks);
+  ~RouterTermsOff();
+  RouterTermsOff(const RouterTermsOff&) = delete;
+  RouterTermsOff& operator=(const RouterTermsOff&) = delete;
+
+ private:
+  std::vector<std::pair<MoeMlpImpl*, double>> restore_;
 };
 
 // Σ of the token cross-entropies of `logits` [B, S, V] against `targets` [B, S] (kIgnoreIndex

@@ -103,10 +103,11 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
     const auto probabilities = spec_.router == spec::RouterScore::kSoftmax ? scores : scores / scores.sum(-1, true);
     const auto share = chosen.to(torch::kFloat32) / static_cast<double>(token_count * k);
     const auto aux_loss = (share * probabilities.mean(0)).sum() * static_cast<double>(expert_count);
-    if (!in_recomputation()) {
+    if (recording_ && !in_recomputation()) {
       stats_.tokens_per_expert += chosen.to(torch::kCPU);
       stats_.dropped += token_count * k - offset;
-      stats_.aux_loss_sum += aux_loss.item<double>();
+      const auto value = aux_loss.detach();
+      aux_loss_sum_ = aux_loss_sum_.defined() ? aux_loss_sum_ + value : value;
       ++stats_.forwards;
     }
     if (aux_loss_scale_ > 0 && aux_loss.requires_grad()) out = AuxLossToOutput::apply(out, aux_loss, aux_loss_scale_);
@@ -116,6 +117,8 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
 
 RoutingStats MoeMlpImpl::take_routing_stats() {
   RoutingStats taken = stats_;
+  if (aux_loss_sum_.defined()) taken.aux_loss_sum = aux_loss_sum_.item<double>();
+  aux_loss_sum_ = torch::Tensor();
   stats_ = RoutingStats{};
   stats_.tokens_per_expert = torch::zeros({spec_.experts}, torch::kInt64);
   return taken;

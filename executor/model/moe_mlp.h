@@ -53,6 +53,9 @@ class MoeMlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   // The objective's weight of this layer's auxiliary loss per microbatch (0: none).
   void set_aux_loss_scale(double scale) { aux_loss_scale_ = scale; }
+  [[nodiscard]] double aux_loss_scale() const { return aux_loss_scale_; }
+  // Whether training forwards count into the routing statistics (true by default).
+  void set_recording(bool recording) { recording_ = recording; }
   // The statistics recorded since the last call, then cleared.
   RoutingStats take_routing_stats();
 
@@ -63,7 +66,9 @@ class MoeMlpImpl : public torch::nn::Module {
  private:
   spec::ExpertSpec spec_;
   double aux_loss_scale_ = 0;
+  bool recording_ = true;
   RoutingStats stats_;
+  torch::Tensor aux_loss_sum_;  // on the layer's device, read only by take_routing_stats (no sync per forward)
 };
 TORCH_MODULE(MoeMlp);
 

@@ -112,19 +112,19 @@ Ewc estimate_with(const torch::OrderedDict<std::string, torch::Tensor>& named, D
 }  // namespace
 
 Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
-  const EvalModeGuard evaluation({&model});
+  const RouterTermsOff plain_loss({&model});
   return estimate_with(model.named_parameters(), loader, sequences, device, model.cp(),
                        [&](const Batch& b, double scale) { (model.loss_sum(b) * scale).backward(); });
 }
 
 Ewc Ewc::estimate(PipelineExecutor& pipeline, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
   torch::OrderedDict<std::string, torch::Tensor> named;
-  std::vector<torch::nn::Module*> modules;
+  std::vector<LlamaModelImpl*> chunks;
   for (auto& chunk : pipeline.chunks()) {
     for (const auto& p : chunk->named_parameters()) named.insert(p.key(), p.value());
-    modules.push_back(chunk.get());
+    chunks.push_back(chunk.get());
   }
-  const EvalModeGuard evaluation(modules);
+  const RouterTermsOff plain_loss(chunks);
   return estimate_with(named, loader, sequences, device, pipeline.chunks().front()->cp(),
                        [&](const Batch& b, double scale) { pipeline.backward_one(b, scale); });
 }

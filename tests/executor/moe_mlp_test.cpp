@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "executor/model/llama_model.h"
 #include "spec/model_catalog.h"
@@ -138,6 +139,45 @@ TEST(MixtureOfExperts, RoutingStatisticsCountTrainingForwardsOnly) {
   EXPECT_GT(stats.aux_loss_sum, 0.0);
   EXPECT_TRUE(std::isfinite(stats.aux_loss_sum));
   EXPECT_EQ(moe->take_routing_stats().forwards, 0);  // taken: cleared
+}
+
+// The EWC Fisher estimate's guard: the cross-entropy's gradient alone, the training mode (and so
+// the plan's recomputation) kept, nothing counted; the scale back afterwards.
+TEST(MixtureOfExperts, RouterTermsOffLeavesTheCrossEntropyAloneAndTheModeAsItIs) {
+  const auto m = tiny_moe();
+  torch::manual_seed(11);
+  auto tokens = torch::randint(m.vocab, {2, 16}, torch::kInt64);
+  auto targets = torch::roll(tokens, -1, 1);
+  const auto positions = torch::arange(16, torch::kInt64).unsqueeze(0).expand({2, 16}).contiguous();
+  const Batch batch{tokens, targets, positions, {}, 32};
+  auto router_grads = [&](double scale, bool off) {
+    LlamaModel model(m);
+    model->init_weights(3);
+    model->train();
+    model->set_recompute(spec::Recompute::kFull);
+    model->set_router_aux_loss_scale(scale);
+    std::vector<torch::Tensor> grads;
+    {
+      std::optional<RouterTermsOff> plain;
+      if (off) plain.emplace(std::vector<LlamaModelImpl*>{model.ptr().get()});
+      EXPECT_TRUE(model->is_training());
+      model->loss_sum(batch).backward();
+      for (auto& [layer, moe] : model->moe_layers()) {
+        grads.push_back(moe->gate->weight.grad().clone());
+        EXPECT_EQ(moe->take_routing_stats().forwards, off ? 0 : 1);
+      }
+    }
+    for (auto& [layer, moe] : model->moe_layers()) EXPECT_EQ(moe->aux_loss_scale(), scale);
+    return grads;
+  };
+  const auto plain = router_grads(0.0, false);
+  const auto off = router_grads(0.5, true);
+  const auto on = router_grads(0.5, false);
+  ASSERT_EQ(plain.size(), 2u);
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(torch::equal(off[i], plain[i])) << "layer " << i;
+    EXPECT_FALSE(torch::equal(on[i], plain[i])) << "layer " << i;  // the term exists when on
+  }
 }
 
 TEST(MixtureOfExperts, ModelHoldsTheSpecsParametersInGradientOrder) {
