@@ -143,6 +143,8 @@ std::string megatron_args(const spec::Plan& plan) {
   if (m.position == spec::PositionKind::kRoPE) {
     arg("--position-embedding-type rope");
     arg(str_cat("--rotary-base ", static_cast<std::int64_t>(m.rope_theta)));  // Megatron's default is 10000
+    // Llama 3.1's frequency scaling; Megatron fixes its other terms at Llama 3.1's (1, 4, 8192).
+    if (m.rope_scaling.present()) arg(str_cat("--use-rope-scaling --rope-scaling-factor ", m.rope_scaling.factor));
   }
   arg(str_cat("--norm-epsilon ", m.norm_eps));
   if (m.qkv_bias) arg("--add-qkv-bias");

@@ -44,6 +44,13 @@ ModelSpec numerics(ModelSpec s, double rope_theta, double norm_eps) {
   return s;
 }
 
+// Llama 3.1's RoPE scaling (its config.json: factor 8, frequency factors 1 and 4, 8192 positions);
+// Llama 3.2's text models use factor 32.
+ModelSpec llama31_rope(ModelSpec s, double factor = 8.0) {
+  s.rope_scaling = RopeScaling{factor, 1.0, 4.0, 8192};
+  return s;
+}
+
 ModelSpec with_qkv_bias(ModelSpec s) {
   s.qkv_bias = true;
   return s;
@@ -164,17 +171,17 @@ std::vector<CatalogModel> build() {
       std::string("meta-llama/Meta-Llama-3-8B ") + kHf, 8'030'261'248, 1);
   add(numerics(llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192), 500000.0, 1e-5), {"llama-3-70b"},
       std::string("meta-llama/Meta-Llama-3-70B ") + kHf, 70'553'706'496, 1);
-  add(numerics(llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072), 500000.0, 1e-5),
+  add(llama31_rope(numerics(llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072), 500000.0, 1e-5)),
       {"llama-3.1-8b", "llama31-8b"}, std::string("meta-llama/Llama-3.1-8B ") + kHf, 8'030'261'248, 1);
-  add(numerics(llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072), 500000.0, 1e-5),
+  add(llama31_rope(numerics(llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072), 500000.0, 1e-5)),
       {"llama-3.1-70b", "llama31-70b"}, std::string("meta-llama/Llama-3.1-70B ") + kHf, 70'553'706'496, 1);
-  add(numerics(llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072), 500000.0, 1e-5),
+  add(llama31_rope(numerics(llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072), 500000.0, 1e-5)),
       {"llama3-405b", "llama-3.1-405b", "llama31-405b"}, std::string("meta-llama/Llama-3.1-405B ") + kHf,
       405'853'388'800, 1);
   // Meta Llama 3.2 text models (tied embeddings): small continual pre-training targets.
-  add(numerics(llama("llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, true), 500000.0, 1e-5),
+  add(llama31_rope(numerics(llama("llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, true), 500000.0, 1e-5), 32.0),
       {"llama-3.2-1b", "llama32-1b"}, std::string("meta-llama/Llama-3.2-1B ") + kHf, 1'235'814'400, 1);
-  add(numerics(llama("llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, true), 500000.0, 1e-5),
+  add(llama31_rope(numerics(llama("llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, true), 500000.0, 1e-5), 32.0),
       {"llama-3.2-3b", "llama32-3b"}, std::string("meta-llama/Llama-3.2-3B ") + kHf, 3'212'749'824, 1);
   // Mistral 7B v0.1 (Jiang et al. 2023, Table 1).
   add(llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768), {"mistral-7b-v0.1"},

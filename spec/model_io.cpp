@@ -55,6 +55,26 @@ ExpertSpec experts_from_json(JsonObjectReader r) {
   return e;
 }
 
+// "rope_scaling" of a model JSON, or the llama3 rope_scaling of a Hugging Face config.json (the
+// same keys; `hf`: also its "rope_type" or "type").
+RopeScaling rope_scaling_from_json(JsonObjectReader r, bool hf) {
+  RopeScaling s;
+  if (hf) {
+    const auto type = r.has("rope_type") ? r.string("rope_type") : r.string("type");
+    r.accept("rope_type");
+    r.accept("type");
+    if (type != "llama3") return s;  // other kinds leave the parameter layout alone; the executor refuses them
+  }
+  s.factor = r.number("factor", 1, 1e6);
+  s.low_freq_factor = r.has("low_freq_factor") || hf ? r.number("low_freq_factor", 1e-6, 1e6) : 1.0;
+  s.high_freq_factor = r.has("high_freq_factor") || hf ? r.number("high_freq_factor", 1e-6, 1e6) : 4.0;
+  s.original_max_positions = r.has("original_max_position_embeddings") || hf
+                                 ? static_cast<int>(r.integer("original_max_position_embeddings", 1, kMaxDim))
+                                 : 8192;
+  if (!hf) r.finish();
+  return s;
+}
+
 LatentAttention latent_attention_from_json(JsonObjectReader r) {
   LatentAttention l;
   l.q_lora_rank = optional_dim(r, "q_lora_rank", 0);
@@ -92,6 +112,11 @@ ModelSpec model_from_json(JsonObjectReader& r) {
   }
   m.explicit_head_dim = static_cast<int>(r.optional_integer("head_dim", 1, kMaxDim).value_or(0));
   m.qk_norm = r.optional_boolean("qk_norm").value_or(false);
+  if (r.has("rope_scaling")) {
+    m.rope_scaling = rope_scaling_from_json(r.object("rope_scaling"), false);
+  } else {
+    r.accept("rope_scaling");
+  }
   if (r.has("moe")) {
     m.moe = experts_from_json(r.object("moe"));
   } else {
@@ -123,6 +148,12 @@ Json model_to_json(const ModelSpec& m) {
   j["max_seq_len"] = m.max_seq_len;
   j["rope_theta"] = m.rope_theta;
   j["norm_eps"] = m.norm_eps;
+  if (m.rope_scaling.present()) {
+    j["rope_scaling"] = {{"factor", m.rope_scaling.factor},
+                         {"low_freq_factor", m.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", m.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", m.rope_scaling.original_max_positions}};
+  }
   if (m.qkv_bias) j["qkv_bias"] = true;
   if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
   if (m.qk_norm) j["qk_norm"] = true;
@@ -249,6 +280,9 @@ ModelSpec model_from_hf_config(JsonObjectReader& r, const std::string& fallback_
   // Every type read defaults tie_word_embeddings to false.
   m.tied_embeddings = r.optional_boolean("tie_word_embeddings").value_or(false);
   if (r.has("rope_theta")) m.rope_theta = r.positive_number("rope_theta");
+  if (r.has("rope_scaling") && r.raw("rope_scaling").is_object()) {
+    m.rope_scaling = rope_scaling_from_json(r.object("rope_scaling"), true);
+  }
   // LlamaConfig, MistralConfig and Qwen2Config default rms_norm_eps to 1e-6.
   m.norm_eps = r.has("rms_norm_eps") ? r.number("rms_norm_eps", 1e-12, 1e-1) : 1e-6;
   m.mlp = MlpKind::kSwiGLU;

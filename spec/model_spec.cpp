@@ -167,6 +167,19 @@ std::int64_t ModelSpec::tp_padded_vocab(int tp) const {
 
 namespace {
 
+void find_rope_scaling_errors(const RopeScaling& r, std::vector<std::string>& errors) {
+  if (!r.present()) return;
+  if (!(r.factor >= 1)) errors.push_back(str_cat("rope_scaling.factor must be >= 1, got ", r.factor));
+  if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor)) {
+    errors.push_back(str_cat("rope_scaling needs 0 < low_freq_factor < high_freq_factor, got ", r.low_freq_factor,
+                             " and ", r.high_freq_factor));
+  }
+  if (r.original_max_positions < 1) {
+    errors.push_back(
+        str_cat("rope_scaling.original_max_position_embeddings must be >= 1, got ", r.original_max_positions));
+  }
+}
+
 void find_expert_errors(const ModelSpec& m, std::vector<std::string>& errors) {
   const ExpertSpec& e = m.moe;
   if (e.experts < 0) errors.push_back(str_cat("moe.experts must be >= 0, got ", e.experts));
@@ -223,6 +236,7 @@ std::vector<std::string> find_model_spec_errors(const ModelSpec& m) {
   }
   if (m.explicit_head_dim < 0) errors.push_back(str_cat("head_dim must be >= 1, got ", m.explicit_head_dim));
   find_expert_errors(m, errors);
+  find_rope_scaling_errors(m.rope_scaling, errors);
   find_latent_attention_errors(m.mla, errors);
   if (errors.empty()) {
     try {

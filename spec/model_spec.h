@@ -38,6 +38,21 @@ std::string to_string(NormKind k);
 std::string to_string(PositionKind k);
 std::string to_string(RouterScore k);
 
+// Llama 3.1's RoPE scaling (Hugging Face's rope_scaling with "rope_type": "llama3", as
+// transformers' _compute_llama3_parameters and Meta's reference code): a rotary frequency whose
+// wavelength 2π/ω exceeds original_max_positions / low_freq_factor is divided by `factor`, one
+// shorter than original_max_positions / high_freq_factor is kept, and those between are
+// interpolated, smooth = (original_max_positions / wavelength − low) / (high − low). factor 0: none.
+struct RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_positions = 8192;
+
+  [[nodiscard]] bool present() const { return factor > 0; }
+  bool operator==(const RopeScaling&) const = default;
+};
+
 // The mixture of experts of a model; experts == 0: a dense model (every other field unused).
 // Layer i (from 0) is an MoE layer when i >= first_dense_layers and (i + 1) % layer_interval == 0
 // (Qwen2-MoE's decoder_sparse_step; DeepSeek's first_k_dense_replace); the others keep the dense
@@ -135,6 +150,7 @@ struct ModelSpec {
   // executor needs to compute the same function as the released checkpoint.
   double rope_theta = 10000.0;  // RoPE base frequency (Llama 2: 1e4, Llama 3: 5e5)
   double norm_eps = 1e-5;       // epsilon inside RMSNorm / LayerNorm
+  RopeScaling rope_scaling;     // Llama 3.1's long-context frequencies (none by default)
   // Width of one attention head when it is not hidden / heads (Qwen3, GPT-OSS); 0: hidden / heads.
   int explicit_head_dim = 0;
   bool qk_norm = false;  // RMSNorm over each head's queries and keys (Qwen3)

@@ -92,10 +92,6 @@ spec::ModelSpec read_hf_model_spec(const fs::path& dir) {
   const auto config = dir / "config.json";
   const auto doc = core::parse_json_file(config);
   const auto& j = doc.root();
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    throw core::ConfigError(str_cat(config.string(), ": $.rope_scaling: expected null (the executor implements plain ",
-                                    "RoPE), got ", core::describe_json(j["rope_scaling"])));
-  }
   if (j.value("use_sliding_window", false)) {
     throw core::ConfigError(str_cat(config.string(), ": $.use_sliding_window: expected false (the executor uses full ",
                                     "causal attention), got true"));
@@ -105,6 +101,10 @@ spec::ModelSpec read_hf_model_spec(const fs::path& dir) {
                " is not implemented (full causal attention): identical only for sequences up to that length");
   }
   auto m = spec::load_model_file(config);  // checks model_type and every key it reads
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null() && !m.rope_scaling.present()) {
+    throw core::ConfigError(str_cat(config.string(), ": $.rope_scaling: expected null or a \"llama3\" scaling (the ",
+                                    "executor implements those), got ", core::describe_json(j["rope_scaling"])));
+  }
   if (m.moe.shared_ffn_hidden > 0 && j["model_type"] == "qwen2_moe") {
     throw core::ConfigError(str_cat(config.string(), ": $.model_type: qwen2_moe's shared expert has a sigmoid gate ",
                                     "the executor does not run (cpt plans and prices it)"));
@@ -224,6 +224,13 @@ nlohmann::ordered_json hf_config_of(const spec::ModelSpec& m, HfFamily family) {
                                 {"bos_token_id", 1},
                                 {"eos_token_id", 2}};
   if (family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe) config["attention_bias"] = false;
+  if (const auto& s = m.rope_scaling; s.present()) {
+    config["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", s.factor},
+                              {"low_freq_factor", s.low_freq_factor},
+                              {"high_freq_factor", s.high_freq_factor},
+                              {"original_max_position_embeddings", s.original_max_positions}};
+  }
   if (mixtral) {
     config["num_local_experts"] = m.moe.experts;
     config["num_experts_per_tok"] = m.moe.experts_per_token;

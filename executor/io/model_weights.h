@@ -17,7 +17,7 @@ namespace cpt::exec {
 bool is_hf_directory(const std::filesystem::path& dir);
 
 // The ModelSpec of a Hugging Face directory. ConfigError for what the executor cannot compute the
-// same way: rope_scaling, Qwen2's q/k/v biases, non-SwiGLU activations.
+// same way: a rope_scaling other than Llama 3.1's "llama3", sliding windows, non-SwiGLU activations.
 spec::ModelSpec read_hf_model_spec(const std::filesystem::path& dir);
 
 // Every weight of a Hugging Face directory under cpt names, as fp32 CPU tensors.

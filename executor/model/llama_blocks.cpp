@@ -1,5 +1,7 @@
 #include "executor/model/llama_blocks.h"
 
+#include <cmath>
+
 #include "executor/model/activation_checkpoint.h"
 
 namespace cpt::exec {
@@ -22,11 +24,31 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return w * normed.to(x.scalar_type());
 }
 
-RotaryTables::RotaryTables(int head_dim, int max_positions, double theta) : max_positions_(max_positions) {
+namespace {
+
+// Llama 3.1's frequencies from the plain ones (spec::RopeScaling; transformers'
+// _compute_llama3_parameters, in fp32 as there).
+torch::Tensor llama3_scaled(const torch::Tensor& inv_freq, const spec::RopeScaling& s) {
+  const double original = s.original_max_positions;
+  const double low_freq_wavelength = original / s.low_freq_factor;
+  const double high_freq_wavelength = original / s.high_freq_factor;
+  const auto wavelength = 2 * M_PI / inv_freq;
+  const auto stretched = torch::where(wavelength > low_freq_wavelength, inv_freq / s.factor, inv_freq);
+  const auto smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const auto smoothed = (1 - smooth) * stretched / s.factor + smooth * stretched;
+  const auto medium = (wavelength >= high_freq_wavelength).logical_and(wavelength <= low_freq_wavelength);
+  return torch::where(medium, smoothed, stretched);
+}
+
+}  // namespace
+
+RotaryTables::RotaryTables(int head_dim, int max_positions, double theta, const spec::RopeScaling& scaling)
+    : max_positions_(max_positions) {
   // inv_freq[i] = theta^(-2i/D), i < D/2; angle[p, i] = p · inv_freq[i]; channels [i] and [i + D/2] share it.
   const auto exponents =
       torch::arange(0, head_dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(head_dim);
-  const auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat32), exponents);
+  auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat32), exponents);
+  if (scaling.present()) inv_freq = llama3_scaled(inv_freq, scaling);
   const auto positions = torch::arange(max_positions, torch::kInt64).to(torch::kFloat32);
   const auto angles = torch::outer(positions, inv_freq);
   const auto both = torch::cat({angles, angles}, -1);

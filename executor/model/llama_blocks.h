@@ -42,7 +42,8 @@ TORCH_MODULE(RMSNorm);
 // reference code): the first D/2 channels pair with the last D/2.
 class RotaryTables {
  public:
-  RotaryTables(int head_dim, int max_positions, double theta);
+  // `scaling`: Llama 3.1's frequency scaling (spec::RopeScaling), or none.
+  RotaryTables(int head_dim, int max_positions, double theta, const spec::RopeScaling& scaling = {});
   // cos and sin for `positions` [B, S] (int64): each [B, 1, S, D], in `dtype` on positions' device.
   std::pair<torch::Tensor, torch::Tensor> lookup(const torch::Tensor& positions, torch::ScalarType dtype) const;
   [[nodiscard]] int max_positions() const { return max_positions_; }

@@ -41,7 +41,7 @@ LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, Te
       shape_(resolved(shape, spec)),
       tp_(tp),
       cp_(cp),
-      rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta) {
+      rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta, spec.rope_scaling) {
   require_llama_family(spec_);
   const int t = tp_.size();
   if (spec_.heads % t != 0 || spec_.kv_heads % t != 0 || spec_.ffn_hidden % t != 0) {

@@ -8,7 +8,7 @@ scripts/setup installs into cpt's venv):
      loads the export, and its logits equal cpt's.
 For an untied GQA LLaMA, a tied one, a Qwen2 (q/k/v biases), a Mixtral (4 experts, top 2: the
 router's choices and the experts' weights under Mixtral's names), a Qwen3 (q/k norms, heads wider
-than hidden / heads) and a Qwen3-MoE. Tolerance: max |difference| <= 1e-4
+than hidden / heads), a Qwen3-MoE and a LLaMA with Llama 3.1's RoPE scaling. Tolerance: max |difference| <= 1e-4
 in fp32.
 
 usage: hf_roundtrip.py CPT_EXEC WORK_DIR
@@ -140,6 +140,12 @@ def other_families(cpt, work):
                   max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
                   torch_dtype="float32")
     experts = {"experts": 4, "experts_per_token": 2, "expert_ffn_hidden": 64}
+    # Llama 3.1's RoPE scaling, its bands placed inside 48 tokens (original context 64, heads of 16:
+    # wavelengths 6 to 20,000 positions), so that a wrong scaling shows in the logits.
+    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    llama31 = LlamaForCausalLM(LlamaConfig(intermediate_size=176, rope_scaling={"rope_type": "llama3", **scaling},
+                                           attention_bias=False, mlp_bias=False, **common))
+    family_case(cpt, work, "llama3.1-rope", llama31, {"ffn_hidden": 176, "rope_scaling": scaling})
     torch.manual_seed(1)
     mixtral = MixtralForCausalLM(MixtralConfig(intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
                                                sliding_window=None, router_jitter_noise=0.0, **common))

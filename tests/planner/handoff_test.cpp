@@ -107,7 +107,8 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// The Megatron arguments build the plan's model: its RoPE base, norm epsilon, q/k/v biases and no
+// The Megatron arguments build the plan's model: its RoPE base and Llama 3.1 scaling, norm epsilon,
+// q/k/v biases and no
 // dropout where the family trains without; its rank order and uneven pipeline split.
 TEST(Handoff, MegatronArgumentsBuildThePlansModel) {
   const std::string llama = megatron_of("llama3-8b", 8, {.tp = 2, .dp = 4, .global_batch = 64});
@@ -117,6 +118,10 @@ TEST(Handoff, MegatronArgumentsBuildThePlansModel) {
   EXPECT_TRUE(has(llama, "--norm-epsilon 1e-05")) << llama;
   EXPECT_FALSE(has(llama, "--add-qkv-bias"));
   EXPECT_TRUE(has(llama, "export CUDA_DEVICE_MAX_CONNECTIONS=1"));
+  EXPECT_FALSE(has(llama, "--use-rope-scaling")) << llama;  // Llama 3 has none; 3.1 and 3.2 do
+  EXPECT_TRUE(has(megatron_of("llama3.1-8b", 8, {.tp = 2, .dp = 4, .global_batch = 64}),
+                  "--use-rope-scaling --rope-scaling-factor 8"));
+  EXPECT_TRUE(has(megatron_of("llama3.2-1b", 8, {.dp = 8, .global_batch = 64}), "--rope-scaling-factor 32"));
   const std::string qwen = megatron_of("qwen2.5-7b", 8, {.tp = 2, .dp = 4, .global_batch = 64});
   EXPECT_TRUE(has(qwen, "--add-qkv-bias")) << qwen;
   EXPECT_TRUE(has(qwen, "--rotary-base 1000000")) << qwen;

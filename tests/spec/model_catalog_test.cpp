@@ -69,6 +69,41 @@ TEST(ModelIo, HuggingFaceLlamaConfig) {
   EXPECT_EQ(m.num_params(), 6'738'415'616);
 }
 
+// Llama 3.1's config.json: its "llama3" rope_scaling is read (and is the catalog's); other kinds of
+// scaling leave the spec without one (the executor refuses them; the layout is unchanged).
+TEST(ModelIo, HuggingFaceLlama31RopeScaling) {
+  nlohmann::json config{{"model_type", "llama"},
+                        {"_name_or_path", "llama3.1-8b"},
+                        {"hidden_size", 4096},
+                        {"intermediate_size", 14336},
+                        {"num_hidden_layers", 32},
+                        {"num_attention_heads", 32},
+                        {"num_key_value_heads", 8},
+                        {"vocab_size", 128256},
+                        {"max_position_embeddings", 131072},
+                        {"rope_theta", 500000.0},
+                        {"rms_norm_eps", 1e-5},
+                        {"rope_scaling",
+                         {{"rope_type", "llama3"},
+                          {"factor", 8.0},
+                          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 8192}}}};
+  auto read = [](const nlohmann::json& j) {
+    const auto doc = core::parse_json_text(j.dump(), "config.json");
+    auto r = core::JsonObjectReader::root_of(doc);
+    return model_from_hf_config(r, "m");
+  };
+  EXPECT_EQ(read(config), find_catalog_model("llama3.1-8b")->spec);
+  config["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
+  EXPECT_FALSE(read(config).rope_scaling.present());
+  // The model JSON keeps it through a round trip, and checks it.
+  const auto spec = find_catalog_model("llama3.1-8b")->spec;
+  const auto doc = core::parse_json_text(model_to_json(spec).dump(), "m.json");
+  auto r = core::JsonObjectReader::root_of(doc);
+  EXPECT_EQ(model_from_json(r).rope_scaling, spec.rope_scaling);
+}
+
 std::string load_error(const std::string& json) {
   try {
     const auto doc = core::parse_json_text(json, "m.json");
@@ -91,6 +126,8 @@ TEST(ModelIo, BadInputsSayWhereAndWhat) {
   EXPECT_EQ(load_error("{" + ok + "}"), "");
   EXPECT_EQ(load_error("{" + ok + R"(, "rope_theat": 10000})"),
             "m.json: $.rope_theat: unknown key (did you mean \"rope_theta\"?)");
+  EXPECT_EQ(load_error("{" + ok + R"(, "rope_scaling": {"factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}})"),
+            "m.json: $: rope_scaling needs 0 < low_freq_factor < high_freq_factor, got 4 and 1");
   EXPECT_EQ(load_error("{" + ok + R"(, "norm_eps": 0})"),
             "m.json: $.norm_eps: expected a number in [1e-12, 0.1], got 0");
   EXPECT_EQ(load_error(R"({"name": "x", "layers": -2})"),
