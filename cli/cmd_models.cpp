@@ -111,6 +111,15 @@ void run_show(const ShowOptions& o) {
       spec::to_string(m.mlp) + " / " + spec::to_string(m.norm) + " / " + spec::to_string(m.position));
   row("tied_embeddings", m.tied_embeddings ? "true" : "false");
   row("max_seq_len", std::to_string(m.max_seq_len));
+  if (m.position == spec::PositionKind::kRoPE) {
+    const auto& s = m.rope_scaling;
+    row("rope", str_cat("theta ", fixed(m.rope_theta, 0),
+                        s.present() ? str_cat("; Llama 3.1 scaling x", core::significant(s.factor, 3),
+                                              " (frequency factors ", core::significant(s.low_freq_factor, 3), ", ",
+                                              core::significant(s.high_freq_factor, 3), "; original context ",
+                                              s.original_max_positions, ")")
+                                    : std::string()));
+  }
   row("params", std::to_string(c.total) + " (" + format_count(c.total) + ")");
   if (c.dense_layers > 0) row("  per (dense) layer", std::to_string(c.per_layer));
   row("  embedding + lm_head", std::to_string(c.embedding + c.lm_head));

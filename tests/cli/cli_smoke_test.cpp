@@ -68,6 +68,16 @@ TEST(CliSmoke, HelpOfEverySubcommand) {
   EXPECT_EQ(cpt("--version").exit_code, 0);
 }
 
+// The RoPE a checkpoint needs to be continued: its base and Llama 3.1's scaling.
+TEST(CliSmoke, ModelsShowTheirRope) {
+  const auto shown = cpt("models show llama3.1-8b");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("theta 500000; Llama 3.1 scaling x8 (frequency factors 1, 4; original context 8192)"),
+            std::string::npos)
+      << shown.out;
+  EXPECT_EQ(cpt("models show llama3-8b").out.find("scaling"), std::string::npos);
+}
+
 TEST(CliSmoke, CudaCalibrationWithoutAGpuSaysWhatIsMissing) {
   if (std::filesystem::exists("/dev/nvidia0")) GTEST_SKIP() << "this machine has a CUDA device";
   const auto r = cpt("calibrate --device cuda");
