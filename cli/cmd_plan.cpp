@@ -44,6 +44,7 @@ struct PlanOptions {
   int refine = 0;
   double price = 0;
   double headroom = 0.10;
+  double memory_margin = 0;
   bool flash_attention = true;
   bool for_executor = false;
   std::string runtime;  // empty: megatron (cpt with --for-executor or --gpu local)
@@ -68,6 +69,12 @@ core::Json config_json(const spec::ParallelConfig& p) {
           {"schedule", spec::to_string(p.schedule)},
           {"axis_order", str_cat(spec::to_string(p.axis_order[0]), "-", spec::to_string(p.axis_order[1]), "-",
                                  spec::to_string(p.axis_order[2]), "-", spec::to_string(p.axis_order[3]))}};
+}
+
+// ", leaving 30% of the HBM free" for a memory margin; empty without one.
+std::string margin_text(const PlanOptions& o) {
+  if (o.memory_margin <= 0) return "";
+  return str_cat(", leaving ", core::fixed(100 * o.memory_margin, 0), "% of the HBM free");
 }
 
 core::Json candidates_json(const std::vector<planner::Candidate>& list) {
@@ -140,7 +147,8 @@ std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& clu
   std::ostringstream md;
   md << "# cpt plan: " << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().display_name << "\n\n"
      << "Global batch " << o.global_batch << " sequences of " << o.seq_len << " tokens; objective " << o.objective
-     << ". " << r.enumerated << " candidates, " << r.evaluated << " evaluated, " << r.feasible << " feasible.\n\n"
+     << margin_text(o) << ". " << r.enumerated << " candidates, " << r.evaluated << " evaluated, " << r.feasible
+     << " feasible.\n\n"
      << "| # | configuration | step s | tokens/s/GPU | MFU | peak GiB |\n|---|---|---|---|---|---|\n";
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& c = r.top[i];
@@ -267,6 +275,7 @@ planner::SearchOptions search_options(const PlanOptions& o, const std::optional<
   so.objective = objective_of(o.objective);
   so.price_per_gpu_hour = o.price;
   so.headroom = o.headroom;
+  so.memory_margin = o.memory_margin;
   so.top_k = o.top;
   so.fixed = planner::parse_fixed(o.fix);
   so.cost.flash_attention = o.flash_attention;
@@ -381,7 +390,7 @@ void run(const PlanOptions& given) {
   std::string sizes;
   for (const auto& c : clusters) sizes += str_cat(sizes.empty() ? "" : ", ", c.num_gpus);
   std::cout << str_cat(model.name, " on ", sizes, " x ", cluster.gpu().name, ", global batch ", o.global_batch, " x ",
-                       o.seq_len, " tokens, objective ", o.objective, "\npriced for ",
+                       o.seq_len, " tokens, objective ", o.objective, margin_text(o), "\npriced for ",
                        cost::describe(priced_with.runtime), ", continual recipe: ", describe_recipe(priced_with),
                        "\n\n");
   if (!r.best_per_size.empty()) print_sizes(o, r);
@@ -422,6 +431,10 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens, "Token budget of the run (time and cost)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--price-per-gpu-hour", o->price, "USD per GPU-hour (objective cost)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--headroom", o->headroom, "HBM fraction to keep free (objective headroom)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
+  cmd->add_option("--memory-margin", o->memory_margin,
+                  "HBM fraction every plan leaves free, whatever the objective (e.g. 0.1)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.9));
   cmd->add_option("--top", o->top, "How many plans to list")->capture_default_str()->check(CLI::Range(1, 1000));

@@ -79,6 +79,9 @@ void check_options(const spec::ModelSpec& model, const SearchOptions& o) {
     throw core::ConfigError(
         str_cat("--seq-len: expected at most the model's max_seq_len (", model.max_seq_len, "), got ", o.seq_len));
   }
+  if (!(o.memory_margin >= 0 && o.memory_margin < 1)) {
+    throw core::ConfigError(str_cat("--memory-margin: expected a fraction in [0, 1), got ", o.memory_margin));
+  }
   if (o.objective == Objective::kCost && o.price_per_gpu_hour <= 0) {
     throw core::ConfigError("--objective cost: expected a GPU-hour price (--price-per-gpu-hour), got none");
   }
@@ -208,8 +211,9 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   cost::CostModelOptions fast = cost::with_device_overheads(pricing_options(o), cluster.node.gpu);
   fast.exact_pipeline = false;
   const PruneContext ctx{model, cluster, o.seq_len, fast, o.executor_only};
-  const core::Bytes limit(static_cast<std::int64_t>(static_cast<double>(cluster.gpu().hbm_capacity.value()) *
-                                                    (o.objective == Objective::kHeadroom ? 1.0 - o.headroom : 1.0)));
+  const double kept_free = std::max(o.memory_margin, o.objective == Objective::kHeadroom ? o.headroom : 0.0);
+  const core::Bytes limit(
+      static_cast<std::int64_t>(static_cast<double>(cluster.gpu().hbm_capacity.value()) * (1.0 - kept_free)));
   result.enumerated = space.size();
 
   // Workers take blocks of candidates in turn; the merge sorts by a total order, so the result

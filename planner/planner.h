@@ -39,6 +39,9 @@ struct SearchOptions {
   Objective objective = Objective::kThroughput;
   double price_per_gpu_hour = 0;  // USD, for kCost
   double headroom = 0.10;         // fraction of HBM to keep free, for kHeadroom
+  // Fraction of HBM every plan leaves free whatever the objective (the user's margin for what the
+  // memory model does not see: fragmentation, other processes, a longer sequence later).
+  double memory_margin = 0;
   int top_k = 10;
   Fixed fixed;
   // Only layouts cpt's own executor runs (RejectReason::kNotRunByExecutor), and a LLaMA-family

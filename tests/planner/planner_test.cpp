@@ -15,7 +15,9 @@
 namespace cpt::planner {
 namespace {
 
-const spec::HardwareCatalog& cat() { return spec::HardwareCatalog::builtin(); }
+const spec::HardwareCatalog& cat() {
+  return spec::HardwareCatalog::builtin();
+}
 
 TEST(SearchSpace, FixPinsFieldsAndEveryCandidateUsesAllGpus) {
   const auto m = spec::find_catalog_model("llama3-8b")->spec;
@@ -221,6 +223,23 @@ TEST(Planner, HeadroomObjectiveKeepsMemoryFree) {
   const auto r = search(m, c, o);
   ASSERT_FALSE(r.top.empty());
   for (const auto& cand : r.top) EXPECT_LE(core::to_gibibytes(cand.estimate.peak_memory().total()), 60.0);
+}
+
+// A memory margin holds under any objective: every plan leaves it free, and fewer plans fit.
+TEST(Planner, MemoryMarginHoldsUnderEveryObjective) {
+  const auto m = spec::find_catalog_model("llama3-70b")->spec;
+  const auto c = cat().cluster_for_gpu("h100", 64, "--gpu");
+  auto o = options(128, 4096);
+  o.objective = Objective::kTime;
+  o.tokens = 1'000'000'000;
+  const auto free_run = search(m, c, o);
+  o.memory_margin = 0.25;
+  const auto r = search(m, c, o);
+  ASSERT_FALSE(r.top.empty());
+  for (const auto& cand : r.top) EXPECT_LE(core::to_gibibytes(cand.estimate.peak_memory().total()), 60.0);
+  EXPECT_LT(r.feasible, free_run.feasible);
+  o.memory_margin = 1.0;
+  EXPECT_THROW(search(m, c, o), core::ConfigError);
 }
 
 TEST(Planner, CostObjectiveNeedsAPrice) {
