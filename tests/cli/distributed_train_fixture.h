@@ -32,13 +32,17 @@ using cpt::cli_testing::python_json_package;
 using cpt::cli_testing::sh;
 using cpt::cli_testing::slurp;
 
-inline std::string cpt_binary() { return CPT_BINARY; }
+inline std::string cpt_binary() {
+  return CPT_BINARY;
+}
 
 // fp32 tensors of a safetensors file (the checkpoints hold only fp32 weights).
 std::map<std::string, std::vector<float>> read_f32(const fs::path& file);
 // One field of every step of a metrics.jsonl.
 std::vector<double> metric(const fs::path& metrics, const std::string& key);
-inline std::vector<double> losses(const fs::path& metrics) { return metric(metrics, "loss"); }
+inline std::vector<double> losses(const fs::path& metrics) {
+  return metric(metrics, "loss");
+}
 // The final weights of two runs: per tensor, the norm of the difference over the norm of the
 // first run's tensor; the largest over the model.
 double largest_relative_difference(const fs::path& a_dir, const fs::path& b_dir);
@@ -64,8 +68,15 @@ class DistributedTrain : public ::testing::Test {
     const auto src = python_json_package().string();
     ASSERT_FALSE(src.empty()) << "needs /usr/lib/python3.X/json (scripts/setup installs python3)";
     const auto d = dir_.string();
-    ASSERT_EQ(sh(cpt_binary() + " data train-tokenizer " + src + " --ext .py --vocab-size 512 --out " + d + "/tok", dir_).exit_code, 0);
-    ASSERT_EQ(sh(cpt_binary() + " data prepare " + src + " --ext .py --tokenizer " + d + "/tok.model --out " + d + "/data", dir_).exit_code, 0);
+    ASSERT_EQ(
+        sh(cpt_binary() + " data train-tokenizer " + src + " --ext .py --vocab-size 512 --out " + d + "/tok", dir_)
+            .exit_code,
+        0);
+    ASSERT_EQ(
+        sh(cpt_binary() + " data prepare " + src + " --ext .py --tokenizer " + d + "/tok.model --out " + d + "/data",
+           dir_)
+            .exit_code,
+        0);
     std::ofstream(dir_ / "train.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
       "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
       "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
@@ -101,7 +112,8 @@ class DistributedTrain : public ::testing::Test {
           std::tuple{"pp2-tp2-sp", "/tiny4.json", "pp=2,tp=2,sequence_parallel=true,schedule=1f1b,micro_batch=2", 4},
           std::tuple{"zero3-dp2", "tiny", "dp=2,zero=3,offload=none,micro_batch=2", 2},
           std::tuple{"zero3-dp4", "tiny", "dp=4,zero=3,offload=none,micro_batch=2", 4},
-          std::tuple{"zero3-dp2-tp2-full", "/tiny4.json", "dp=2,tp=2,zero=3,offload=none,recompute=full,micro_batch=2", 4},
+          std::tuple{"zero3-dp2-tp2-full", "/tiny4.json", "dp=2,tp=2,zero=3,offload=none,recompute=full,micro_batch=2",
+                     4},
           // Context parallelism (sequence 64 in 4 chunks) and its products.
           std::tuple{"cp2", "tiny", "cp=2,zero=0,micro_batch=2", 2},
           std::tuple{"cp2-zero1-dp2", "tiny", "cp=2,dp=2,zero=1,offload=none,micro_batch=2", 4},
@@ -130,7 +142,13 @@ class DistributedTrain : public ::testing::Test {
       std::ofstream(dir_ / to / "plan.json") << hsdp.dump(2);
     }
   }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  // Each suite (this one and those derived from it) prepares its own directory: the next suite of
+  // the same process starts afresh.
+  static void TearDownTestSuite() {
+    fs::remove_all(dir_);
+    attempted_ = ready_ = false;
+    round_off_floor_.clear();
+  }
 
   // `cpt train` of DIR/<plan>/plan.json with DIR/<config> into DIR/<out> on `procs` local ranks;
   // `extra`: more flags (--stop-at, --resume).
@@ -139,8 +157,8 @@ class DistributedTrain : public ::testing::Test {
                                      const std::string& config = "train.json", const std::string& extra = "",
                                      const std::string& environment = "") {
     const auto d = dir_.string();
-    return sh((environment.empty() ? "" : "env " + environment + " ") + cpt_binary() + " train --plan " + d + "/" + plan +
-                  "/plan.json --config " + d + "/" + config + " --out " + d + "/" + out +
+    return sh((environment.empty() ? "" : "env " + environment + " ") + cpt_binary() + " train --plan " + d + "/" +
+                  plan + "/plan.json --config " + d + "/" + config + " --out " + d + "/" + out +
                   (procs > 1 ? " --nproc-per-node " + std::to_string(procs) : "") + extra,
               dir_);
   }
@@ -191,6 +209,38 @@ class DistributedTrain : public ::testing::Test {
       const auto calls = fields[group + "_calls_per_step"];
       EXPECT_EQ(calls["predicted"].get<double>(), calls["measured"].get<double>()) << what << ": " << group << " calls";
     }
+  }
+  // The run DIR/<out> of `procs` ranks against `cpt estimate --model <model> <flags> --micro-batch 2
+  // --global-batch 8 --seq-len 64 --precision fp32`: each rank's weights, gradients and optimizer
+  // state are the predicted bytes exactly, the communication calls the cost model's
+  // (expect_calls_of_the_cost_model), and the kernels the cost model charges its per-kernel cost
+  // for (costmodel/kernel_dispatch.h) within 6% of the operators and autograd nodes the executor
+  // dispatched in its first step, as `cpt compare` puts them side by side.
+  static void expect_model_state_of_the_cost_model(const std::string& out, int procs, const std::string& model,
+                                                   const std::string& flags, const std::string& what) {
+    const auto d = dir_.string();
+    const auto e = sh(cpt_binary() + " estimate --model " + model + " --gpu h100 " + flags +
+                          " --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
+                      dir_);
+    ASSERT_EQ(e.exit_code, 0) << what << ": " << e.err;
+    const auto predicted = nlohmann::json::parse(e.out)["memory_GiB_per_pp_rank"];
+    const auto measured = nlohmann::json::parse(slurp(dir_ / out / "measured.json"))["ranks"];
+    ASSERT_EQ(measured.size(), static_cast<std::size_t>(procs)) << what;
+    for (const auto& rank : measured) {
+      const auto& p = predicted.at(rank["pp"].get<std::size_t>());
+      for (const std::string key : {"weights", "grads", "optimizer"}) {
+        const auto bytes = std::llround(p[key].get<double>() * 1024.0 * 1024.0 * 1024.0);
+        EXPECT_EQ(rank["memory_bytes"][key].get<std::int64_t>(), bytes)
+            << what << ", rank " << rank["rank"] << ": " << key;
+      }
+    }
+    expect_calls_of_the_cost_model(out, what);
+    const auto cmp = sh(cpt_binary() + " compare " + d + "/" + out + " --json --log " + d + "/fidelity.jsonl", dir_);
+    ASSERT_EQ(cmp.exit_code, 0) << what << ": " << cmp.err;
+    const auto kernels = nlohmann::json::parse(cmp.out)["fields"]["kernels_per_step"];
+    EXPECT_GT(kernels["measured"].get<double>(), 0) << what;
+    EXPECT_LE(std::abs(kernels["rel_err"].get<double>()), 0.06)
+        << what << ": cost model " << kernels["predicted"] << " kernels, executor " << kernels["measured"];
   }
   // Checkpoints hold whole tensors: `from` stopped at step 10 resumes as `to` and ends where the
   // reference run `ref` ends.

@@ -21,9 +21,8 @@ using namespace cpt::dist_testing;
 // the single-process run, step by step and in the final weights.
 TEST_F(DistributedTrain, DataParallelLayoutsMatchTheSingleProcessRun) {
   reference("single", "o1");
-  for (const std::string layout :
-       {"dp2", "zero1-dp2", "zero2-dp2", "dp2-full-recompute", "zero1-dp2-selective", "zero2-dp2-offload",
-        "zero3-dp2-offload"}) {
+  for (const std::string layout : {"dp2", "zero1-dp2", "zero2-dp2", "dp2-full-recompute", "zero1-dp2-selective",
+                                   "zero2-dp2-offload", "zero3-dp2-offload"}) {
     const auto r = train(layout, "o-" + layout, 2);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     expect_same_as_reference("o1", dir_ / ("o-" + layout), layout);
@@ -58,8 +57,9 @@ TEST_F(DistributedTrain, TensorAndPipelineLayoutsMatchTheSingleProcessRun) {
 // communication calls.
 TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
   reference("single", "o1");
-  for (const auto& [layout, procs] : {std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4}, std::pair{"zero3-cp2", 2},
-                                      std::pair{"hsdp-cp2-dp2", 4}, std::pair{"cp2-tp2-sp", 4}, std::pair{"cp2-pp2", 4}}) {
+  for (const auto& [layout, procs] :
+       {std::pair{"cp2", 2}, std::pair{"cp2-zero1-dp2", 4}, std::pair{"zero3-cp2", 2}, std::pair{"hsdp-cp2-dp2", 4},
+        std::pair{"cp2-tp2-sp", 4}, std::pair{"cp2-pp2", 4}}) {
     const auto out = std::string("o-") + layout;
     const auto r = train(layout, out, procs);
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -78,7 +78,7 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
   std::ofstream(dir_ / "kl.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
     "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
     "dp_bucket_mib": 0.1, "log_interval_steps": 0, "init_from": ")" +
-                                    (dir_ / "o1/checkpoints/step_00000020").string() + R"(",
+                                         (dir_ / "o1/checkpoints/step_00000020").string() + R"(",
     "distill": {"lambda": 0.5}})";
   reference("single", "k1", "kl.json");
   const auto kl = [&](const std::string& out) { return metric(dir_ / out / "metrics.jsonl", "kl"); };
@@ -86,9 +86,8 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
   ASSERT_EQ(reference_kl.size(), 20u);
   EXPECT_EQ(reference_kl.front(), 0.0);  // the student starts as the teacher
   EXPECT_GT(reference_kl.back(), 0.0);
-  for (const auto& [layout, procs] :
-       {std::pair{"tp2", 2}, std::pair{"pp2", 2}, std::pair{"pp2-tp2-sp-tiny", 4}, std::pair{"cp2", 2},
-        std::pair{"zero3-dp2", 2}}) {
+  for (const auto& [layout, procs] : {std::pair{"tp2", 2}, std::pair{"pp2", 2}, std::pair{"pp2-tp2-sp-tiny", 4},
+                                      std::pair{"cp2", 2}, std::pair{"zero3-dp2", 2}}) {
     const auto out = std::string("k-") + layout;
     const auto r = train(layout, out, procs, "kl.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -99,7 +98,8 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
     expect_same_as_reference("k1", dir_ / out, std::string("kl ") + layout);
     const auto k = kl(out);
     ASSERT_EQ(k.size(), reference_kl.size()) << layout;
-    for (std::size_t i = 1; i < k.size(); ++i) EXPECT_NEAR(k[i] / reference_kl[i], 1.0, 1e-4) << layout << ": step " << i;
+    for (std::size_t i = 1; i < k.size(); ++i)
+      EXPECT_NEAR(k[i] / reference_kl[i], 1.0, 1e-4) << layout << ": step " << i;
   }
 }
 
@@ -143,43 +143,19 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
 // executor dispatched (`cpt compare`'s kernels_per_step), with sequence parallelism and
 // recomputation too; its communication calls per group are the executor's exactly.
 TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
-  const auto d = dir_.string();
   const auto two_steps = short_config(2);
   for (const auto& [layout, procs, flags] :
        {std::tuple{"single", 1, "--gpus 1"}, std::tuple{"dp2", 2, "--gpus 2 --dp 2"},
         std::tuple{"zero1-dp2", 2, "--gpus 2 --dp 2 --zero 1"}, std::tuple{"tp2", 2, "--gpus 2 --tp 2"},
         std::tuple{"pp2", 2, "--gpus 2 --pp 2"}, std::tuple{"zero3-dp2", 2, "--gpus 2 --dp 2 --zero 3"},
-        std::tuple{"zero3-dp4", 4, "--gpus 4 --dp 4 --zero 3"}, std::tuple{"cp2-zero1-dp2", 4, "--gpus 4 --cp 2 --dp 2 --zero 1"},
+        std::tuple{"zero3-dp4", 4, "--gpus 4 --dp 4 --zero 3"},
+        std::tuple{"cp2-zero1-dp2", 4, "--gpus 4 --cp 2 --dp 2 --zero 1"},
         std::tuple{"tp2-sp", 2, "--gpus 2 --tp 2 --sequence-parallel"},
         std::tuple{"dp2-full-recompute", 2, "--gpus 2 --dp 2 --recompute full"},
         std::tuple{"zero1-dp2-selective", 2, "--gpus 2 --dp 2 --zero 1 --recompute selective"}}) {
-    const auto out = d + "/mem-" + layout;
     const auto r = train(layout, std::string("mem-") + layout, procs, two_steps);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
-    const auto e = sh(cpt_binary() + " estimate --model tiny --gpu h100 " + flags +
-                          " --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
-                      dir_);
-    ASSERT_EQ(e.exit_code, 0) << e.err;
-    const auto predicted = nlohmann::json::parse(e.out)["memory_GiB_per_pp_rank"];
-    const auto measured = nlohmann::json::parse(slurp(out + "/measured.json"))["ranks"];
-    // The kernels the cost model charges its per-kernel cost for (costmodel/kernel_dispatch.h)
-    // against the operators and autograd nodes the executor dispatched in its first step, as
-    // `cpt compare` puts them side by side (the critical pipeline rank's busiest rank).
-    const auto cmp = sh(cpt_binary() + " compare " + out + " --json --log " + d + "/fidelity.jsonl", dir_);
-    ASSERT_EQ(cmp.exit_code, 0) << layout << ": " << cmp.err;
-    const auto kernels = nlohmann::json::parse(cmp.out)["fields"]["kernels_per_step"];
-    expect_calls_of_the_cost_model(std::string("mem-") + layout, layout);
-    EXPECT_GT(kernels["measured"].get<double>(), 0) << layout;
-    EXPECT_LE(std::abs(kernels["rel_err"].get<double>()), 0.06)
-        << layout << ": cost model " << kernels["predicted"] << " kernels, executor " << kernels["measured"];
-    ASSERT_EQ(measured.size(), static_cast<std::size_t>(procs)) << layout;
-    for (const auto& rank : measured) {
-      const auto& p = predicted.at(rank["pp"].get<std::size_t>());
-      for (const std::string key : {"weights", "grads", "optimizer"}) {
-        const auto bytes = std::llround(p[key].get<double>() * 1024.0 * 1024.0 * 1024.0);
-        EXPECT_EQ(rank["memory_bytes"][key].get<std::int64_t>(), bytes) << layout << ", rank " << rank["rank"] << ": " << key;
-      }
-    }
+    expect_model_state_of_the_cost_model(std::string("mem-") + layout, procs, "tiny", flags, layout);
   }
 }
 
@@ -191,7 +167,8 @@ TEST_F(DistributedTrain, ZeroTwoHoldsItsShardAndTheBucketsInFlight) {
   const auto d = dir_.string();
   const auto r = train("zero2-dp2", "buckets-zero2-dp2", 2, short_config(2));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto cmp = sh(cpt_binary() + " compare " + d + "/buckets-zero2-dp2 --json --log " + d + "/fidelity.jsonl", dir_);
+  const auto cmp =
+      sh(cpt_binary() + " compare " + d + "/buckets-zero2-dp2 --json --log " + d + "/fidelity.jsonl", dir_);
   ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
   const auto f = nlohmann::json::parse(cmp.out)["fields"];
   EXPECT_LE(std::abs(f["grads_bytes"]["rel_err"].get<double>()), 0.05) << f["grads_bytes"];

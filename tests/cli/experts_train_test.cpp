@@ -11,11 +11,9 @@ using namespace cpt::dist_testing;
 
 class ModelVariantsTrain : public DistributedTrain {
  protected:
-  // Plans of tiny-moe in DIR/moe-<name>, made once per test process.
+  // Plans of tiny-moe in DIR/moe-<name> (and of tiny-qk), made once per prepared directory.
   static void plan_once() {
-    static bool planned = false;
-    if (planned) return;
-    planned = true;
+    if (fs::exists(dir_ / "qk-tp2-sp" / "plan.json")) return;
     const auto d = dir_.string();
     for (const auto& [name, fix, gpus] :
          {std::tuple{"single", "ep=1,micro_batch=2", 1}, std::tuple{"dp2", "dp=2,ep=1,zero=0,micro_batch=2", 2},
@@ -76,7 +74,6 @@ TEST_F(ModelVariantsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
 // the cost model's, its kernels within 6%, in every layout it runs.
 TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
   plan_once();
-  const auto d = dir_.string();
   const auto two_steps = short_config(2);
   for (const auto& [layout, procs, flags] :
        {std::tuple{"single", 1, "--gpus 1"}, std::tuple{"dp2", 2, "--gpus 2 --dp 2"},
@@ -85,29 +82,8 @@ TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
     const auto out = std::string("mem-moe-") + layout;
     const auto r = train(std::string("moe-") + layout, out, procs, two_steps);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
-    const auto e = sh(cpt_binary() + " estimate --model tiny-moe --gpu h100 " + flags +
-                          " --ep 1 --micro-batch 2 --global-batch 8 --seq-len 64 --precision fp32 --json",
-                      dir_);
-    ASSERT_EQ(e.exit_code, 0) << e.err;
-    const auto predicted = nlohmann::json::parse(e.out)["memory_GiB_per_pp_rank"];
-    const auto measured = nlohmann::json::parse(slurp(dir_ / out / "measured.json"))["ranks"];
-    ASSERT_EQ(measured.size(), static_cast<std::size_t>(procs)) << layout;
-    for (const auto& rank : measured) {
-      const auto& p = predicted.at(rank["pp"].get<std::size_t>());
-      for (const std::string key : {"weights", "grads", "optimizer"}) {
-        const auto bytes = std::llround(p[key].get<double>() * 1024.0 * 1024.0 * 1024.0);
-        EXPECT_EQ(rank["memory_bytes"][key].get<std::int64_t>(), bytes)
-            << layout << ", rank " << rank["rank"] << ": " << key;
-      }
-    }
-    expect_calls_of_the_cost_model(out, std::string("moe ") + layout);
-    // The kernels the cost model charges for the executor's MoE layers (every expert in turn) are
-    // the ones it dispatched, within the 6% of the dense layouts (distributed_train_test.cpp).
-    const auto cmp = sh(cpt_binary() + " compare " + d + "/" + out + " --json --log " + d + "/fidelity.jsonl", dir_);
-    ASSERT_EQ(cmp.exit_code, 0) << layout << ": " << cmp.err;
-    const auto kernels = nlohmann::json::parse(cmp.out)["fields"]["kernels_per_step"];
-    EXPECT_LE(std::abs(kernels["rel_err"].get<double>()), 0.06)
-        << layout << ": cost model " << kernels["predicted"] << " kernels, executor " << kernels["measured"];
+    expect_model_state_of_the_cost_model(out, procs, "tiny-moe", std::string(flags) + " --ep 1",
+                                         std::string("moe ") + layout);
   }
 }
 
