@@ -48,7 +48,7 @@ std::vector<Run> read_runs(const std::vector<std::string>& dirs, const spec::Clu
     const auto& b = m.ranks.front().step_time_breakdown_s;
     r.step = m.step_time_s;
     r.compute = b.compute_and_other;
-    r.comm = b.tp_comm + b.cp_comm + b.dp_comm;
+    r.comm = b.tp_comm + b.cp_comm + b.dp_comm + b.ep_comm;
     r.cpu = m.on_cpu();
     r.recipe = run_recipe(d);
     if (r.plan.parallel.world_size() > base.node.gpus_per_node) {
@@ -86,14 +86,14 @@ Parts predict(const spec::ClusterSpec& cluster, const Run& r) {
     return e->time;
   };
   const auto t = time_on(c);
-  const double comm = (t.tp_comm + t.cp_comm + t.dp_comm).value();
+  const double comm = (t.tp_comm + t.cp_comm + t.dp_comm + t.ep_comm).value();
   const double compute = t.total().value() - comm - (t.pp_comm + t.pp_bubble).value();
   double resume = 0;
   if (c.node.compute_lost_resuming_from_call) {
     auto without = c;
     without.node.compute_lost_resuming_from_call.reset();
     const auto u = time_on(without);
-    resume = compute - (u.total() - u.tp_comm - u.cp_comm - u.dp_comm - u.pp_comm - u.pp_bubble).value();
+    resume = compute - (u.total() - u.tp_comm - u.cp_comm - u.dp_comm - u.ep_comm - u.pp_comm - u.pp_bubble).value();
   }
   return Parts{t.total().value(), compute, comm, t.other.value() + resume};
 }

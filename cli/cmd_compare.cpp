@@ -162,6 +162,7 @@ void run(const CompareOptions& o) {
     add("tp_comm_s", t.tp_comm.value(), m.tp_comm);
     add("cp_comm_s", t.cp_comm.value(), m.cp_comm);
     add("dp_comm_s", t.dp_comm.value(), m.dp_comm);
+    add("ep_comm_s", t.ep_comm.value(), m.ep_comm);
     add("pp_comm_and_bubble_s", (t.pp_comm + t.pp_bubble).value(), m.pp_comm_and_bubble);
     add("compute_and_other_s", (t.compute + t.recompute + t.optimizer + t.continual + t.other).value(),
         m.compute_and_other);
@@ -181,8 +182,8 @@ void run(const CompareOptions& o) {
         busiest([](const spec::MeasuredDispatch& d) { return d.kernels_per_step(); }));
     // Communication calls started per step by group, the count behind each fixed per-call cost.
     const std::array predicted = {e->calls_per_step.tp, e->calls_per_step.cp, e->calls_per_step.dp,
-                                  e->calls_per_step.pp};
-    const std::array groups = {"tp", "cp", "dp", "pp"};
+                                  e->calls_per_step.pp, e->calls_per_step.ep};
+    const std::array groups = {"tp", "cp", "dp", "pp", "ep"};
     for (std::size_t g = 0; g < groups.size(); ++g) {
       add(str_cat(groups[g], "_calls_per_step"), predicted[g],
           busiest([&](const spec::MeasuredDispatch& d) { return d.calls_per_step[g]; }));

@@ -10,13 +10,15 @@
 namespace cpt::cost {
 
 BucketStats executor_gradient_buckets(const spec::ModelSpec& m, int tp, int layers, bool first, bool last,
-                                      bool single_stage, std::int64_t cap_elements, int shard_group) {
+                                      bool single_stage, std::int64_t cap_elements, int shard_group,
+                                      spec::ParameterSubset subset, int ep) {
   std::vector<std::int64_t> numels;
   numels.reserve(static_cast<std::size_t>(layers) * 12 + 3);
-  spec::visit_gradient_order(m, tp, 0, layers, first, last, single_stage,
-                             [&](std::int64_t numel) { numels.push_back(numel); });
-  const auto buckets = spec::reverse_order_buckets(numels, cap_elements);
+  spec::visit_gradient_order(
+      m, tp, 0, layers, first, last, single_stage, [&](std::int64_t numel) { numels.push_back(numel); }, subset, ep);
   BucketStats s;
+  if (numels.empty()) return s;
+  const auto buckets = spec::reverse_order_buckets(numels, cap_elements);
   s.count = static_cast<int>(buckets.size());
   // Segments per member: a parameter adds one to every member whose slice of its bucket it
   // touches, a contiguous range of members (a difference array over the group).

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "spec/model_spec.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::cost {
 
@@ -20,8 +21,11 @@ struct BucketStats {
 
 // `layers`: the rank's blocks; `first` / `last`: it holds the embedding / the final norm and head;
 // `single_stage`: one pipeline stage (a tied head is the embedding itself); `shard_group`: the
-// ZeRO-1/2 group each bucket is split over (1: none). O(parameter tensors + shard_group).
+// ZeRO-1/2 group each bucket is split over (1: none); `subset` and `ep`: under expert parallelism
+// the routed experts' buckets or the rest's (spec::ParameterSubset). O(parameter tensors +
+// shard_group).
 BucketStats executor_gradient_buckets(const spec::ModelSpec& model, int tp, int layers, bool first, bool last,
-                                      bool single_stage, std::int64_t cap_elements, int shard_group = 1);
+                                      bool single_stage, std::int64_t cap_elements, int shard_group = 1,
+                                      spec::ParameterSubset subset = spec::ParameterSubset::kAll, int ep = 1);
 
 }  // namespace cpt::cost

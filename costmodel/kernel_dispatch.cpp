@@ -18,13 +18,22 @@ PassKernels layer_kernels(const CostModelOptions& o) {
   return {57, 76};
 }
 
-PassKernels moe_layer_kernels(const spec::ModelSpec& m, const CostModelOptions& o) {
+// Expert parallelism in the executor (model/moe_mlp.cpp, parallel/expert_parallel.cpp): what the
+// dispatch adds to an MoE layer beyond its local experts (12 forward and 12 backward each; the
+// single process's per-expert count copies are gone), its three calls' own operators included
+// (the inventory charges its all-to-alls and count gather no kernels of their own); and the second
+// optimizer's per-step kernels (the experts' own norm, clipping and AdamW call).
+constexpr double kEpDispatchForward = 19, kEpDispatchBackward = 5, kEpSecondOptimizer = 26;
+
+PassKernels moe_layer_kernels(const spec::ModelSpec& m, int ep, const CostModelOptions& o) {
   if (!m.moe.present()) return {};
   if (eager(o)) {
-    const double experts = m.moe.experts;
     const double shared = m.moe.shared_ffn_hidden > 0 ? 12 : 0;
     const bool capacity = m.moe.capacity_factor > 0;
-    return {25 + 14 * experts + shared + (capacity ? 12 : 0), 4 + 12 * experts + shared + (capacity ? 1 : 0)};
+    const double base_forward = 25 + shared + (capacity ? 12 : 0), base_backward = 4 + shared + (capacity ? 1 : 0);
+    if (ep == 1) return {base_forward + 14.0 * m.moe.experts, base_backward + 12.0 * m.moe.experts};
+    const double local = static_cast<double>(m.moe.experts) / ep;
+    return {base_forward + kEpDispatchForward + 12 * local, base_backward + kEpDispatchBackward + 12 * local};
   }
   const double router = 5, dispatch = m.moe.capacity_factor > 0 ? 4 : 6, experts = 3, combine = 3;
   const double shared = m.moe.shared_ffn_hidden > 0 ? 3 : 0;
@@ -51,16 +60,16 @@ PassKernels head_kernels(const CostModelOptions& o) {
   return {29, 16};
 }
 
-double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool last, int sharded_zero_stage,
+double step_kernels(const spec::ModelSpec& m, int ep, double layers, bool first, bool last, int sharded_zero_stage,
                     double busiest_segments, const CostModelOptions& o) {
   if (!eager(o)) return 4;
   // Parameter tensors: per layer two norms, q, k, v, o and the MLP's (three for SwiGLU, two else;
   // an MoE layer's router, routed and shared experts instead); the embedding; the final norm and
   // the LM head (none apart when tied).
   const double per_layer =
-      6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + (m.qk_norm ? 2 : 0) + moe_extra_tensors_per_layer(m);
+      6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + (m.qk_norm ? 2 : 0) + moe_extra_tensors_per_layer(m, ep);
   const double tensors = per_layer * layers + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
-  double k = 22 + 2 * tensors;
+  double k = 22 + 2 * tensors + (ep > 1 ? kEpSecondOptimizer : 0);
   if (sharded_zero_stage == 3) {
     k += 3 * tensors;
   } else if (sharded_zero_stage >= 1) {
@@ -82,13 +91,14 @@ double kernels_per_zero3_call(const CostModelOptions& o) {
   return eager(o) ? 13 : 0;
 }
 double kernels_per_zero3_block_call(const spec::ModelSpec& m, const CostModelOptions& o) {
-  return eager(o) ? 13 + 1.4 * moe_extra_tensors_per_layer(m) : 0;
+  return eager(o) ? 13 + 1.4 * moe_extra_tensors_per_layer(m, 1) : 0;
 }
 
-double moe_extra_tensors_per_layer(const spec::ModelSpec& m) {
+double moe_extra_tensors_per_layer(const spec::ModelSpec& m, int ep) {
   if (!m.moe.present()) return 0;
   const double mlp = m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2;
-  return m.moe_layer_share() * (1 + mlp * m.moe.experts + (m.moe.shared_ffn_hidden > 0 ? mlp : 0) - mlp);
+  const double local_experts = static_cast<double>(m.moe.experts) / ep;
+  return m.moe_layer_share() * (1 + mlp * local_experts + (m.moe.shared_ffn_hidden > 0 ? mlp : 0) - mlp);
 }
 
 }  // namespace cpt::cost

@@ -25,15 +25,17 @@
 // layer (model/moe_mlp.h: every expert called in turn) adds to the dense layer 25 + 14 per routed
 // expert forward and 4 + 12 per expert backward, 12 and 12 for shared experts, 12 and 1 for a
 // capacity (counted on tiny MoE variants of 4 and 8 experts, with and without shared experts and
-// capacity, one process); q/k norms 18 forward and 14 backward (two RMSNorms; 2 + 4 fused). Per
-// step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for all); ZeRO-3
-// 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered values
-// copied back) and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm,
-// moments, update and gather; fitted on tiny DP2 and DP4 with 1 and 6 buckets, 1-15 segments).
-// Measured per layout: DistributedTrain.ModelStateBytesEqualTheCostModel checks single, DP2,
-// ZeRO-1 and ZeRO-3 DP2, TP2, TP2 + SP, PP2, CP2 x ZeRO-1 DP2 and DP2 with full and with
-// selective recomputation within 6%; CP2 and the interleaved pipeline were compared by hand
-// (docs/calibration.md).
+// capacity, one process); with the experts over ep ranks, 12 and 12 per local expert, and 19 and 5
+// for the dispatch, its all-to-alls' and count gather's own operators included, plus 26 per step
+// for the experts' own optimizer (counted on tiny-moe split over 2 ranks in two threads, and checked
+// against DP2 runs: ep 2 vs dp 2 predicted -141 kernels, measured -141); q/k norms 18 forward and 14 backward (two
+// RMSNorms; 2 + 4 fused). Per step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for
+// all); ZeRO-3 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered values copied back)
+// and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm, moments, update and gather; fitted
+// on tiny DP2 and DP4 with 1 and 6 buckets, 1-15 segments). Measured per layout:
+// DistributedTrain.ModelStateBytesEqualTheCostModel checks single, DP2, ZeRO-1 and ZeRO-3 DP2, TP2, TP2 + SP, PP2, CP2
+// x ZeRO-1 DP2 and DP2 with full and with selective recomputation within 6%; CP2 and the interleaved pipeline were
+// compared by hand (docs/calibration.md).
 #include "costmodel/cost_options.h"
 #include "spec/model_spec.h"
 
@@ -47,7 +49,8 @@ struct PassKernels {
 // One decoder layer, one microbatch, without its communication.
 PassKernels layer_kernels(const CostModelOptions& o);
 // What one MoE layer adds to layer_kernels (none for dense models), counted on every MoE layer.
-PassKernels moe_layer_kernels(const spec::ModelSpec& m, const CostModelOptions& o);
+// `ep`: the experts split over that many ranks (ParallelConfig::ep).
+PassKernels moe_layer_kernels(const spec::ModelSpec& m, int ep, const CostModelOptions& o);
 // What q/k norms (spec::ModelSpec::qk_norm) add to a layer: two RMSNorms over the heads.
 PassKernels qk_norm_kernels(const spec::ModelSpec& m, const CostModelOptions& o);
 // Kernels selective recomputation (the attention core) adds to a layer's backward.
@@ -60,7 +63,7 @@ PassKernels head_kernels(const CostModelOptions& o);
 // `last`), besides its communication: gradient norm, clipping, the optimizer and, when the
 // optimizer state is sharded (`sharded_zero_stage` 1..3; 0 when not sharded), ZeRO's buffers
 // (`busiest_segments`: BucketStats::busiest_segments, for ZeRO-1/2).
-double step_kernels(const spec::ModelSpec& m, double layers, bool first, bool last, int sharded_zero_stage,
+double step_kernels(const spec::ModelSpec& m, int ep, double layers, bool first, bool last, int sharded_zero_stage,
                     double busiest_segments, const CostModelOptions& o);
 // Kernels around one communication call: a plain one (all-reduce, bucket, send / receive), a
 // sequence-parallel gather or scatter, a context-parallel gather or reduce-scatter.
@@ -74,7 +77,8 @@ double kernels_per_zero3_call(const CostModelOptions& o);
 // 22-tensor layers, ZeRO-3 DP2).
 double kernels_per_zero3_block_call(const spec::ModelSpec& m, const CostModelOptions& o);
 // The parameter tensors the mean layer holds beyond a dense block's (an MoE layer's router, its
-// routed and shared experts' matrices instead of the dense MLP's), weighted by the MoE layers' share.
-double moe_extra_tensors_per_layer(const spec::ModelSpec& m);
+// routed and shared experts' matrices instead of the dense MLP's), weighted by the MoE layers' share;
+// this rank's E / ep routed experts.
+double moe_extra_tensors_per_layer(const spec::ModelSpec& m, int ep);
 
 }  // namespace cpt::cost

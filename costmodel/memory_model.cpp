@@ -196,13 +196,26 @@ namespace {
 
 // The routed experts' model state on a rank with `layers` layers: Ψ_e over expert-dp as
 // model_state_bytes counts it, and under ZeRO-3 the running and prefetched blocks' experts whole.
-void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, double layers, const CostModelOptions& o,
-                      MemoryBreakdown& mb) {
+void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, double layers, bool holds_first,
+                      bool holds_last, const CostModelOptions& o, MemoryBreakdown& mb) {
   if (t.expert_params <= 0) return;
   const MemoryBreakdown experts = model_state_bytes(layers * t.expert_params, p.zero_stage, t.expert_shard_group, o);
+  const bool eager_zero2 = p.zero_stage == 2 && o.dispatch == KernelDispatch::kEager;
   mb.weights += experts.weights;
-  mb.grads += experts.grads;
+  // The executor under a pipeline schedule accumulates whole gradients like ZeRO-1 (rank_memory).
+  mb.grads += eager_zero2 && !spec::executor_zero2_reduces_each_microbatch(p)
+                  ? bytes(gradient_bytes_per_param(o) * layers * t.expert_params)
+                  : experts.grads;
   mb.optimizer += experts.optimizer;
+  // The executor's ZeRO-2 over expert-dp keeps the experts' buckets being reduced beside their
+  // shard, as rank_memory's dense part does (its own optimizer, train/optimizer_choice.cpp).
+  if (eager_zero2 && t.model != nullptr && spec::executor_zero2_reduces_each_microbatch(p)) {
+    const double reducing = executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)),
+                                                      holds_first, holds_last, p.pp * p.virtual_stages == 1,
+                                                      o.bucket_elements, 1, spec::ParameterSubset::kRoutedExperts, p.ep)
+                                .largest_pair;
+    mb.grads += bytes(gradient_bytes_per_param(o) * std::min(layers * t.expert_params, reducing));
+  }
   if (p.zero_stage == 3 && t.expert_shard_group > 1) {  // gathered experts beside their shards
     const double whole = t.expert_params * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
     mb.weights += bytes(activation_bytes(o.precision) * whole);
@@ -226,10 +239,13 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
     // cpt's executor under a pipeline schedule accumulates whole gradients like ZeRO-1.
     mb.grads = bytes(grad_b * (layers * block + root_psi));
   } else if (p.zero_stage == 2) {
+    // The executor's buckets; under expert parallelism its dense optimizer's (the routed experts'
+    // own staging is add_expert_state's).
+    const auto subset = t.expert_params > 0 ? spec::ParameterSubset::kAllButRoutedExperts : spec::ParameterSubset::kAll;
     const double reducing =
         o.dispatch == KernelDispatch::kEager && t.model != nullptr
             ? executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)), holds_first, holds_last,
-                                        p.pp * p.virtual_stages == 1, o.bucket_elements)
+                                        p.pp * p.virtual_stages == 1, o.bucket_elements, 1, subset, p.ep)
                   .largest_pair
             : 2.0 * static_cast<double>(o.bucket_elements);
     mb.grads += bytes(grad_b * std::min(layers * block + root_psi, reducing));
@@ -248,7 +264,7 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
     const double in_flight = e * block * blocks_whole + grad_b * (layers > 0 ? block / n : 0);
     mb.grads += bytes(e * root_psi + std::max(in_flight, grad_b * root_psi / n));
   }
-  add_expert_state(t, p, layers, o, mb);
+  add_expert_state(t, p, layers, holds_first, holds_last, o, mb);
   if (p.offload != spec::Offload::kNone) mb.optimizer = Bytes(0);
   if (p.offload == spec::Offload::kOptimizerAndParams) {
     mb.weights = bytes(

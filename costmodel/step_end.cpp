@@ -197,7 +197,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   end.calls = sums.calls;
   const int sharded_stage = groups.shard_group > 1 ? p.zero_stage : 0;
   const double step_k =
-      step_kernels(model, share.layers, share.first, share.last, sharded_stage, inv.optimizer_segments, o) +
+      step_kernels(model, p.ep, share.layers, share.first, share.last, sharded_stage, inv.optimizer_segments, o) +
       sums.kernels_scalars;
   const BlockCosts& block = c.block;
   const HeadCosts& head = c.head;

@@ -177,8 +177,10 @@ void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, cons
 // Expert parallelism on the MoE layers, each pass: the rank's T/tp tokens (the sequence-parallel
 // shard), k copies each, sent to their experts' ranks by an all-to-all over ep and back after the
 // experts (dispatch and combine, Megatron's alltoall token dispatcher), blocking; with etp > 1 the
-// received tokens all-gathered over etp before the experts and reduce-scattered after. The mean
-// layer runs them moe_layers / layers times.
+// received tokens all-gathered over etp before the experts and reduce-scattered after. Each
+// forward first all-gathers every rank's pairs per expert (E int64 counts: what each rank receives;
+// Megatron gathers them too) — backward reuses them. The mean layer runs them moe_layers / layers
+// times.
 void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, double tokens,
                          double element_bytes, const CostModelOptions& o) {
   if (!model.moe.present() || (p.ep == 1 && p.etp == 1)) return;
@@ -186,10 +188,14 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   const double routed = tokens / p.tp * model.moe.experts_per_token * routed_token_load(model.moe, o);
   const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
   const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));
+  const Bytes counts(static_cast<std::int64_t>(model.moe.experts) * 8);
+  // The operators around the ep calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
   auto pass_work = [&](WorkPass pass) {
     if (p.ep > 1) {
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllToAll, sent, 2 * share,
-                               kernels_per_call(o))));
+      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllToAll, sent, 2 * share, 0)));
+      if (pass != WorkPass::kBackward) {
+        inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllGather, counts, share, 0)));
+      }
     }
     if (p.etp > 1) {
       inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpertTp, WorkKind::kAllGather, gathered, share,
@@ -326,6 +332,8 @@ void add_step_scalars(StepInventory& inv, const spec::ParallelConfig& p, int sha
   add(CommGroup::kShard, scalars.shard);
   add(CommGroup::kTp, scalars.tp);
   add(CommGroup::kPp, scalars.pp);
+  add(CommGroup::kExpert, scalars.ep);
+  add(CommGroup::kExpertReplicas, scalars.expert_shard);
 }
 
 }  // namespace
@@ -338,12 +346,25 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
   // Buckets per reduction: the executor's own (whole parameters, executor_buckets.h); Megatron's
   // filled to the cap.
   const int shard_group = groups.shard_group;
+  const bool experts_apart = model.moe.present() && !p.experts_with_their_layer();
   if (runtime.executor) {
-    const BucketStats buckets = executor_gradient_buckets(
-        model, p.tp, static_cast<int>(std::lround(share.layers)), share.first, share.last, p.pp * p.virtual_stages == 1,
-        o.bucket_elements, p.zero_stage == 1 || p.zero_stage == 2 ? shard_group : 1);
+    // Under expert parallelism the executor's two optimizers bucket (and shard) their own
+    // parameters: the routed experts over expert-dp, the rest over the replicas.
+    auto executor_buckets = [&](int group, spec::ParameterSubset subset) {
+      return executor_gradient_buckets(model, p.tp, static_cast<int>(std::lround(share.layers)), share.first,
+                                       share.last, p.pp * p.virtual_stages == 1, o.bucket_elements,
+                                       p.zero_stage == 1 || p.zero_stage == 2 ? group : 1, subset, p.ep);
+    };
+    const BucketStats buckets = executor_buckets(
+        shard_group, experts_apart ? spec::ParameterSubset::kAllButRoutedExperts : spec::ParameterSubset::kAll);
     inv.gradient_buckets = buckets.count;
     inv.optimizer_segments = buckets.busiest_segments;
+    if (experts_apart) {
+      const BucketStats experts = executor_buckets(p.expert_dp(), spec::ParameterSubset::kRoutedExperts);
+      inv.expert_gradient_buckets = experts.count;
+      inv.gradient_buckets += experts.count;
+      inv.optimizer_segments += experts.busiest_segments;
+    }
   } else {
     inv.gradient_buckets = std::max(1.0, std::ceil(share.params / static_cast<double>(o.bucket_elements)));
   }
@@ -373,7 +394,8 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
       add(CommGroup::kReplicas, share.params, buckets);
       return;
     }
-    const double expert_buckets = std::max(1.0, std::round(buckets * expert_share));
+    const double expert_buckets = inv.expert_gradient_buckets >= 0 ? inv.expert_gradient_buckets
+                                                                   : std::max(1.0, std::round(buckets * expert_share));
     if (shard_group > 1)
       add(CommGroup::kReplicas, share.params - share.expert_params, std::max(1.0, buckets - expert_buckets));
     if (expert_dp > 1) add(CommGroup::kExpertReplicas, share.expert_params, expert_buckets);

@@ -99,8 +99,11 @@ class StepInventory {
   [[nodiscard]] std::span<const WorkItem> items() const { return {items_.data(), static_cast<std::size_t>(size_)}; }
 
   // Set by add_step_end_work:
-  int gradient_reductions = 1;     // per step: 1, or each microbatch (ZeRO-2 without accumulation)
-  double gradient_buckets = 1;     // per reduction
+  int gradient_reductions = 1;  // per step: 1, or each microbatch (ZeRO-2 without accumulation)
+  double gradient_buckets = 1;  // per reduction
+  // Of gradient_buckets, the routed experts' own where they reduce apart (over expert-dp); < 0:
+  // split in proportion to their parameters (Megatron's buckets).
+  double expert_gradient_buckets = -1;
   bool reduces_gradients = false;  // data-parallel work at the step's end (its last call waits)
   double optimizer_segments = 0;   // the executor's ZeRO-1/2: BucketStats::busiest_segments
 

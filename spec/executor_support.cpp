@@ -7,7 +7,9 @@ namespace cpt::spec {
 using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
-  if (m.moe.present() && (p.ep > 1 || p.etp > 1 || p.tp > 1 || p.cp > 1)) return ExecutorGap::kExpertParallelism;
+  if (m.moe.present() && (p.etp > 1 || p.tp > 1 || p.cp > 1 || (p.ep > 1 && p.zero_stage == 3))) {
+    return ExecutorGap::kExpertParallelism;
+  }
   if (m.mla.present()) return ExecutorGap::kAttentionVariant;
   if (p.zero_stage == 3 && p.pp > 1) return ExecutorGap::kZero3WithPipeline;
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
@@ -24,6 +26,13 @@ StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, i
   if (p.zero_stage >= 1 && shard_ranks > 1) n.shard = 1;
   if (p.tp > 1) n.tp = 1;
   if (p.pp > 1) n.pp = 2;  // the loss, the gradient norm
+  // Expert parallelism: the routed experts' part of the norm, over ep and pp, and over expert-dp
+  // where ZeRO shards them there (train/optimizer_choice.cpp).
+  if (p.ep > 1) {
+    n.ep = 1;
+    if (p.pp > 1) ++n.pp;
+    if (p.zero_stage >= 1 && p.expert_dp() > 1) n.expert_shard = 1;
+  }
   return n;
 }
 
@@ -42,9 +51,10 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
       return str_cat("sequence parallelism needs the tokens per context-parallel rank (seq_len ", seq_len, " / cp ",
                      p.cp, ") divisible by tp (", p.tp, ")");
     case ExecutorGap::kExpertParallelism:
-      return str_cat("a mixture of experts with ep ", p.ep, ", etp ", p.etp, ", tp ", p.tp, ", cp ", p.cp,
-                     ": the executor runs experts with data, ZeRO and pipeline parallelism only (ep, etp, tp, cp 1); "
-                     "cpt plans, prices and exports the rest");
+      return str_cat("a mixture of experts with ep ", p.ep, ", etp ", p.etp, ", tp ", p.tp, ", cp ", p.cp, ", ZeRO ",
+                     p.zero_stage,
+                     ": the executor runs experts with data, expert, ZeRO and pipeline parallelism (etp, tp, cp 1; "
+                     "ZeRO-3 only without ep); cpt plans, prices and exports the rest");
     case ExecutorGap::kAttentionVariant:
       return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
   }

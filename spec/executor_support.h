@@ -14,7 +14,7 @@ enum class ExecutorGap {
   kParameterOffload,        // offload other than the optimizer state of ZeRO-1/2/3
   kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
-  kExpertParallelism,       // experts split over ranks (ep, etp), or with tensor or context parallelism
+  kExpertParallelism,       // experts split over etp, with tensor or context parallelism, or ZeRO-3 with ep
   kAttentionVariant,        // DeepSeek's latent attention
 };
 
@@ -39,14 +39,17 @@ inline bool executor_zero2_reduces_each_microbatch(const ParallelConfig& p) {
 // and its loss sums (executor/train/train_step.cpp); over pp the last stage's loss
 // (parallel/pipeline_executor.cpp); the gradient norm's sum of squares over tp and over pp
 // (train/step_optimizer.cpp) and, where ZeRO shards the gradients or the state over
-// `shard_ranks` > 1, over the shard group (train/zero_optimizer.cpp, parallel/fully_sharded.cpp).
+// `shard_ranks` > 1, over the shard group (train/zero_optimizer.cpp, parallel/fully_sharded.cpp);
+// under expert parallelism the routed experts' part of the norm over ep, pp and (ZeRO) expert-dp.
 // An objective's own terms (KL over tp, EWC) add theirs; not counted here.
 struct StepScalarAllReduces {
   int replicas = 0;  // over the dp × cp replicas
   int shard = 0;     // over the ZeRO shard group
   int tp = 0;
   int pp = 0;
-  [[nodiscard]] int total() const { return replicas + shard + tp + pp; }
+  int ep = 0;            // over the ep group
+  int expert_shard = 0;  // over expert-dp, where ZeRO shards the experts
+  [[nodiscard]] int total() const { return replicas + shard + tp + pp + ep + expert_shard; }
 };
 StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks);
 

@@ -17,12 +17,13 @@ using core::str_cat;
 
 namespace {
 
-constexpr std::array<const char*, 4> kGroups = {"tp", "cp", "dp", "pp"};
+constexpr std::array<const char*, 5> kGroups = {"tp", "cp", "dp", "pp", "ep"};
 
 Json parts_to_json(const MeasuredStepParts& p) {
   return {{"tp_comm", p.tp_comm},
           {"cp_comm", p.cp_comm},
           {"dp_comm", p.dp_comm},
+          {"ep_comm", p.ep_comm},
           {"pp_comm_and_bubble", p.pp_comm_and_bubble},
           {"compute_and_other", p.compute_and_other}};
 }
@@ -32,6 +33,7 @@ MeasuredStepParts parts_from_json(JsonObjectReader r) {
   p.tp_comm = r.number("tp_comm", 0.0);
   p.cp_comm = r.number("cp_comm", 0.0);
   p.dp_comm = r.number("dp_comm", 0.0);
+  if (r.has("ep_comm")) p.ep_comm = r.number("ep_comm", 0.0);  // written since expert parallelism ran
   p.pp_comm_and_bubble = r.number("pp_comm_and_bubble", 0.0);
   p.compute_and_other = r.number("compute_and_other", 0.0);
   r.finish();
@@ -72,7 +74,10 @@ MeasuredDispatch dispatch_from_json(JsonObjectReader r) {
   d.backward_nodes = r.integer("backward_nodes", 0);
   d.nested_ops = r.integer("nested_ops", 0);
   auto calls = r.object("calls_per_step");
-  for (std::size_t g = 0; g < kGroups.size(); ++g) d.calls_per_step[g] = calls.integer(kGroups[g], 0);
+  for (std::size_t g = 0; g < kGroups.size(); ++g) {
+    // "ep" is written since expert parallelism ran; earlier files had no ep group.
+    if (g < 4 || calls.has(kGroups[g])) d.calls_per_step[g] = calls.integer(kGroups[g], 0);
+  }
   calls.finish();
   r.finish();
   return d;
@@ -127,8 +132,9 @@ Json measured_run_to_json(const MeasuredRun& run) {
 MeasuredRun measured_run_from_json(const Json& json, const std::string& origin) {
   JsonObjectReader r(json, origin);
   if (!r.has("schema_version")) {
-    throw core::ConfigError(str_cat(origin, ": written by an earlier cpt (no schema_version); train the run again "
-                                            "with this cpt to compare or fit it"));
+    throw core::ConfigError(str_cat(origin,
+                                    ": written by an earlier cpt (no schema_version); train the run again "
+                                    "with this cpt to compare or fit it"));
   }
   MeasuredRun run;
   run.schema_version = static_cast<int>(r.integer("schema_version", 1, kMeasuredRunSchemaVersion));
@@ -151,7 +157,8 @@ MeasuredRun measured_run_from_json(const Json& json, const std::string& origin) 
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     run.ranks.push_back(rank_from_json(JsonObjectReader(ranks[i], origin, str_cat("$.ranks[", i, "]")), run.processes));
     if (run.ranks.back().rank != static_cast<int>(i)) {
-      throw core::ConfigError(str_cat(origin, ": $.ranks[", i, "].rank: expected ", i, ", got ", run.ranks.back().rank));
+      throw core::ConfigError(
+          str_cat(origin, ": $.ranks[", i, "].rank: expected ", i, ", got ", run.ranks.back().rank));
     }
   }
   r.finish();

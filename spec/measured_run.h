@@ -25,6 +25,7 @@ struct MeasuredStepParts {
   double tp_comm = 0;
   double cp_comm = 0;
   double dp_comm = 0;
+  double ep_comm = 0;  // the routed tokens' all-to-all (absent from files of runs without experts apart: 0)
   double pp_comm_and_bubble = 0;
   double compute_and_other = 0;
   bool operator==(const MeasuredStepParts&) const = default;
@@ -47,7 +48,7 @@ struct MeasuredDispatch {
   std::int64_t forward_ops = 0;
   std::int64_t backward_nodes = 0;
   std::int64_t nested_ops = 0;
-  std::array<std::int64_t, 4> calls_per_step{};  // tp, cp, dp, pp
+  std::array<std::int64_t, 5> calls_per_step{};  // tp, cp, dp, pp, ep (ep absent from older files: 0)
   // The kernels the cost model charges its per-kernel cost for (costmodel/kernel_dispatch.h).
   [[nodiscard]] std::int64_t kernels_per_step() const { return forward_ops + backward_nodes; }
   bool operator==(const MeasuredDispatch&) const = default;

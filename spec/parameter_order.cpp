@@ -102,7 +102,13 @@ std::pair<int, int> gradient_order_key(std::string_view name) {
 }
 
 void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layers, bool first, bool last,
-                          bool single_stage, const std::function<void(std::int64_t numel)>& visit) {
+                          bool single_stage, const std::function<void(std::int64_t numel)>& visit_any,
+                          ParameterSubset subset, int ep) {
+  const bool dense_part = subset != ParameterSubset::kRoutedExperts;
+  const bool expert_part = subset != ParameterSubset::kAllButRoutedExperts;
+  auto visit = [&](std::int64_t numel) {
+    if (dense_part) visit_any(numel);
+  };
   const std::int64_t h = m.hidden, d = m.head_dim(), f = m.ffn_hidden / tp;
   const std::int64_t q = std::int64_t{m.heads} / tp * d, kv = std::int64_t{m.kv_heads} / tp * d;
   const std::int64_t vocab_rows = m.tp_padded_vocab(tp) / tp;
@@ -146,7 +152,9 @@ void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layer
     if (moe) {
       visit(h * m.moe.experts);
       const std::int64_t expert = h * m.moe.expert_ffn_hidden;
-      for (int e = 0; e < 3 * m.moe.experts; ++e) visit(expert);
+      if (expert_part) {
+        for (int e = 0; e < 3 * m.moe.experts / ep; ++e) visit_any(expert);
+      }
       if (m.moe.shared_ffn_hidden > 0) {
         for (int j = 0; j < 3; ++j) visit(h * m.moe.shared_ffn_hidden);
       }

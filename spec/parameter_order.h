@@ -26,12 +26,18 @@ namespace cpt::spec {
 // (use a stable sort).
 std::pair<int, int> gradient_order_key(std::string_view name);
 
-// Calls `visit(numel)` for every parameter tensor of one rank, per tp rank, in that order: the
-// embedding when `first`; blocks [first_layer, first_layer + layers) (an MoE layer's router,
-// routed experts and shared experts in place of the dense MLP; experts unsplit, as the executor
-// runs them without tensor or expert parallelism); the final norm and the LM head when `last` (no
-// head when tied on a single stage).
+// Which of a rank's parameters a visit covers: all of them, or under expert parallelism (the
+// executor's two optimizers, train/optimizer_choice.cpp) the routed experts — this rank's E / ep
+// of them — or everything else.
+enum class ParameterSubset { kAll, kAllButRoutedExperts, kRoutedExperts };
+
+// Calls `visit(numel)` for every parameter tensor of one rank in `subset`, per tp rank, in that
+// order: the embedding when `first`; blocks [first_layer, first_layer + layers) (an MoE layer's
+// router, routed experts and shared experts in place of the dense MLP; experts unsplit by tp, as
+// the executor runs them, E / ep of them); the final norm and the LM head when `last` (no head when
+// tied on a single stage).
 void visit_gradient_order(const ModelSpec& model, int tp, int first_layer, int layers, bool first, bool last,
-                          bool single_stage, const std::function<void(std::int64_t numel)>& visit);
+                          bool single_stage, const std::function<void(std::int64_t numel)>& visit,
+                          ParameterSubset subset = ParameterSubset::kAll, int ep = 1);
 
 }  // namespace cpt::spec

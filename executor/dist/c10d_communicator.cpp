@@ -25,7 +25,9 @@ using core::str_cat;
 
 namespace {
 // c10d messages can run over several lines; cpt's errors are one line.
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
 }  // namespace
 
 struct JobStore::Impl {
@@ -50,11 +52,13 @@ std::shared_ptr<JobStore> JobStore::connect(const LaunchInfo& launch, std::chron
     if (o.isServer) o.masterListenFd = listen_on(launch.master_addr, launch.master_port);
     impl->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, o);
   } catch (const c10::Error& e) {
-    throw core::RuntimeError(str_cat("rank ", launch.rank, ": rendezvous at ", impl->where, " failed (", launch.world_size,
-                                     " ranks expected, timeout ", timeout.count(), " s): ", first_line(e.what_without_backtrace())));
+    throw core::RuntimeError(str_cat("rank ", launch.rank, ": rendezvous at ", impl->where, " failed (",
+                                     launch.world_size, " ranks expected, timeout ", timeout.count(),
+                                     " s): ", first_line(e.what_without_backtrace())));
   } catch (const std::exception& e) {
-    throw core::RuntimeError(str_cat("rank ", launch.rank, ": rendezvous at ", impl->where, " failed (", launch.world_size,
-                                     " ranks expected, timeout ", timeout.count(), " s): ", first_line(e.what())));
+    throw core::RuntimeError(str_cat("rank ", launch.rank, ": rendezvous at ", impl->where, " failed (",
+                                     launch.world_size, " ranks expected, timeout ", timeout.count(),
+                                     " s): ", first_line(e.what())));
   }
   return std::shared_ptr<JobStore>(new JobStore(std::move(impl)));
 }
@@ -113,6 +117,16 @@ class C10dCommunicator : public Communicator {
     o.rootRank = root;
     return post("broadcast", [&] { return pg_->broadcast(v, o); });
   }
+  std::unique_ptr<CommHandle> all_to_all(const torch::Tensor& in, torch::Tensor& out,
+                                         const std::vector<std::int64_t>& in_rows,
+                                         const std::vector<std::int64_t>& out_rows) override {
+    CPT_CHECK(in.is_contiguous() && out.is_contiguous(), "all_to_all on group ", name_, ": tensors must be contiguous");
+    auto input = in;
+    auto output = out;
+    auto in_splits = in_rows;
+    auto out_splits = out_rows;
+    return post("all_to_all", [&] { return pg_->alltoall_base(output, input, out_splits, in_splits); });
+  }
   std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override {
     std::vector<at::Tensor> v{t};
     return post(str_cat("send to ", peer), [&] { return pg_->send(v, peer, tag); });
@@ -121,7 +135,9 @@ class C10dCommunicator : public Communicator {
     std::vector<at::Tensor> v{t};
     return post(str_cat("recv from ", peer), [&] { return pg_->recv(v, peer, tag); });
   }
-  void barrier() override { post("barrier", [&] { return pg_->barrier(); })->wait(); }
+  void barrier() override {
+    post("barrier", [&] { return pg_->barrier(); })->wait();
+  }
 
  private:
   // Starts an operation (`start` returns its c10d Work). A failure while posting (a malformed
@@ -183,6 +199,11 @@ class DeviceRoutedCommunicator : public Communicator {
     return on(in).reduce_scatter_sum(in, out);
   }
   std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) override { return on(t).broadcast(t, root); }
+  std::unique_ptr<CommHandle> all_to_all(const torch::Tensor& in, torch::Tensor& out,
+                                         const std::vector<std::int64_t>& in_rows,
+                                         const std::vector<std::int64_t>& out_rows) override {
+    return on(in).all_to_all(in, out, in_rows, out_rows);
+  }
   std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override {
     if (!t.is_cuda()) return cpu_->send(t, peer, tag);
     auto host = t.to(torch::kCPU).contiguous();
@@ -215,8 +236,9 @@ GlooTransport gloo_transport_of(const LaunchInfo& launch) {
   return {launch.gloo_socket_ifname, one_node ? launch.master_addr : std::string()};
 }
 
-std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name, const std::vector<int>& ranks,
-                                              int self, std::chrono::seconds timeout, const GlooTransport& transport) {
+std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::string& name,
+                                              const std::vector<int>& ranks, int self, std::chrono::seconds timeout,
+                                              const GlooTransport& transport) {
   const auto it = std::find(ranks.begin(), ranks.end(), self);
   CPT_CHECK(it != ranks.end(), "rank ", self, " is not in group ", name);
   if (ranks.size() == 1) return make_solo_communicator(name);
@@ -231,7 +253,8 @@ std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::
                                                           static_cast<int>(ranks.size()), opts);
     return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(std::move(pg), name, self);
   } catch (const c10::Error& e) {
-    throw core::RuntimeError(str_cat("rank ", self, ": creating group ", name, " failed: ", first_line(e.what_without_backtrace())));
+    throw core::RuntimeError(
+        str_cat("rank ", self, ": creating group ", name, " failed: ", first_line(e.what_without_backtrace())));
   } catch (const std::exception& e) {
     throw core::RuntimeError(str_cat("rank ", self, ": creating group ", name, " failed: ", first_line(e.what())));
   }
@@ -252,16 +275,16 @@ std::unique_ptr<Communicator> make_nccl_group(const JobStore& store, const std::
                                                           static_cast<int>(ranks.size()), opts);
     return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(std::move(pg), name, self);
   } catch (const c10::Error& e) {
-    throw core::RuntimeError(str_cat("rank ", self, ": creating NCCL group ", name, " failed: ",
-                                     first_line(e.what_without_backtrace())));
+    throw core::RuntimeError(
+        str_cat("rank ", self, ": creating NCCL group ", name, " failed: ", first_line(e.what_without_backtrace())));
   } catch (const std::exception& e) {
     throw core::RuntimeError(str_cat("rank ", self, ": creating NCCL group ", name, " failed: ", first_line(e.what())));
   }
 #else
   (void)store;
   (void)timeout;
-  throw core::ConfigError(str_cat("group ", name, ": NCCL needs a CUDA build of LibTorch; this cpt was built against a ",
-                                  "CPU-only one"));
+  throw core::ConfigError(
+      str_cat("group ", name, ": NCCL needs a CUDA build of LibTorch; this cpt was built against a ", "CPU-only one"));
 #endif
 }
 

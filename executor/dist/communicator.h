@@ -6,7 +6,9 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cpt::exec {
 
@@ -32,6 +34,14 @@ class Communicator {
   // out = this rank's slice of the sum of every rank's `in` (in.numel() == size() · out.numel()).
   [[nodiscard]] virtual std::unique_ptr<CommHandle> reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) = 0;
   [[nodiscard]] virtual std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) = 0;
+  // Rows (dim 0) exchanged with every rank: `in`'s first in_rows[0] rows go to rank 0, the next
+  // in_rows[1] to rank 1, ...; `out` receives out_rows[r] rows from rank r, in rank order (c10d's
+  // alltoall_base). The rank's own rows are copied. REQUIRES: both contiguous, the same row shape,
+  // size() entries in each list summing to their tensor's rows, and every rank's in_rows[r] equal
+  // to rank r's out_rows[this rank].
+  [[nodiscard]] virtual std::unique_ptr<CommHandle> all_to_all(const torch::Tensor& in, torch::Tensor& out,
+                                                               const std::vector<std::int64_t>& in_rows,
+                                                               const std::vector<std::int64_t>& out_rows) = 0;
   // POINT-TO-POINT: `peer` is a rank inside this group.
   [[nodiscard]] virtual std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) = 0;
   [[nodiscard]] virtual std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) = 0;

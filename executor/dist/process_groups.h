@@ -15,9 +15,9 @@ namespace cpt::exec {
 class JobStore;
 
 // Seconds blocked in each axis's groups (timed_communicator.h); the data-parallel clock also
-// counts the hybrid-sharding groups.
+// counts the hybrid-sharding and expert-data-parallel groups.
 struct CommClocks {
-  CommClock tp, cp, dp, pp;
+  CommClock tp, cp, dp, pp, ep;
 };
 
 struct ProcessGroups {
@@ -32,6 +32,10 @@ struct ProcessGroups {
   // Context parallelism only (null otherwise): the ranks holding the same parameters, dp × cp
   // (spec::RankLayout::replica_group): gradients are summed and ZeRO shards spread over them.
   std::unique_ptr<Communicator> dp_cp;
+  // Expert parallelism only (null otherwise, spec::RankLayout's expert axes with etp 1): the ranks
+  // among which the routed experts are split and tokens dispatched (ep), and the ranks holding the
+  // same experts (expert-dp), over which the experts' gradients are summed and sharded.
+  std::unique_ptr<Communicator> ep, expert_dp;
   // The group over which gradients are summed and optimizer state is sharded: dp_cp, or dp.
   [[nodiscard]] Communicator& replicas() const { return dp_cp ? *dp_cp : *dp; }
 };

@@ -51,6 +51,11 @@ class TimedCommunicator : public Communicator {
   std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) override {
     return timed([&] { return inner_->broadcast(t, root); });
   }
+  std::unique_ptr<CommHandle> all_to_all(const torch::Tensor& in, torch::Tensor& out,
+                                         const std::vector<std::int64_t>& in_rows,
+                                         const std::vector<std::int64_t>& out_rows) override {
+    return timed([&] { return inner_->all_to_all(in, out, in_rows, out_rows); });
+  }
   std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override {
     return timed([&] { return inner_->send(t, peer, tag); });
   }

@@ -117,11 +117,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const torch::Ten
 }
 
 DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, int layer, const TensorParallel& tp,
-                                   const ContextParallel& cp) {
+                                   const ContextParallel& cp, const ExpertParallel& ep) {
   // Registration order = Hugging Face's attribute order, so parameters() lists them alike.
   self_attn = register_module("self_attn", Attention(m, tp, cp));
   if (m.is_moe_layer(layer)) {
-    moe = register_module("mlp", MoeMlp(m));
+    moe = register_module("mlp", MoeMlp(m, ep));
   } else {
     mlp = register_module("mlp", SwiGluMlp(m.hidden, m.ffn_hidden, tp));
   }

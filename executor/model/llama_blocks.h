@@ -84,7 +84,8 @@ TORCH_MODULE(Attention);
 // layers (spec::ModelSpec::is_moe_layer(layer)), registered under the same name "mlp".
 class DecoderBlockImpl : public torch::nn::Module {
  public:
-  DecoderBlockImpl(const spec::ModelSpec& m, int layer, const TensorParallel& tp, const ContextParallel& cp = {});
+  DecoderBlockImpl(const spec::ModelSpec& m, int layer, const TensorParallel& tp, const ContextParallel& cp = {},
+                   const ExpertParallel& ep = {});
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};

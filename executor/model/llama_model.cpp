@@ -36,11 +36,13 @@ StageShape resolved(StageShape s, const spec::ModelSpec& m) {
 
 }  // namespace
 
-LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, TensorParallel tp, ContextParallel cp)
+LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, TensorParallel tp, ContextParallel cp,
+                               ExpertParallel ep)
     : spec_(spec),
       shape_(resolved(shape, spec)),
       tp_(tp),
       cp_(cp),
+      ep_(ep),
       rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta, spec.rope_scaling) {
   require_llama_family(spec_);
   const int t = tp_.size();
@@ -60,7 +62,7 @@ LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, Te
   for (int i = 0; i < spec_.layers; ++i) {
     // Absent layers are placeholders so that names keep the global layer index (layers.<i>.*).
     if (i >= shape_.first_layer && i < shape_.last_layer) {
-      layers->push_back(DecoderBlock(spec_, i, tp_, cp_));
+      layers->push_back(DecoderBlock(spec_, i, tp_, cp_, ep_));
     } else {
       layers->push_back(torch::nn::Identity());
     }

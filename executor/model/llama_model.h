@@ -36,10 +36,11 @@ class LlamaModelImpl : public torch::nn::Module {
   // ConfigError when `spec` is not LLaMA-family (SwiGLU, RMSNorm, RoPE, no biases): the executor
   // builds only those; GPT-style specs exist for the cost model's validation.
   // ConfigError too when heads, key/value heads or the FFN width are not divisible by tp.
+  // With expert parallelism (expert_parallel.h) the MoE layers hold this rank's experts.
   // With context parallelism (context_parallel.h) every batch it is given holds this rank's tokens
   // (context_parallel_slice) and loss_sum() is this rank's part of the sum.
   explicit LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape = {}, TensorParallel tp = {},
-                          ContextParallel cp = {});
+                          ContextParallel cp = {}, ExpertParallel ep = {});
 
   // Whole model: tokens [B, S] -> logits [B, S, vocab] (fp32 accumulation is the caller's choice);
   // with tensor parallelism [B, S, vocab columns of this rank] (from vocab_first_row(), padding
@@ -79,6 +80,7 @@ class LlamaModelImpl : public torch::nn::Module {
   [[nodiscard]] const StageShape& shape() const { return shape_; }
   [[nodiscard]] const TensorParallel& tp() const { return tp_; }
   [[nodiscard]] const ContextParallel& cp() const { return cp_; }
+  [[nodiscard]] const ExpertParallel& ep() const { return ep_; }
   // True when this process holds only part of the layers, the embedding or the head.
   [[nodiscard]] bool is_stage() const;
   // The first vocabulary id of this rank's embedding / LM-head rows (0 without tensor parallelism).
@@ -96,6 +98,7 @@ class LlamaModelImpl : public torch::nn::Module {
   StageShape shape_;
   TensorParallel tp_;
   ContextParallel cp_;
+  ExpertParallel ep_;
   spec::Recompute recompute_ = spec::Recompute::kNone;
   ParameterResidency* residency_ = nullptr;
   RotaryTables rotary_;

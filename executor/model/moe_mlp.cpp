@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/check.h"
 #include "executor/model/activation_checkpoint.h"
 
 namespace cpt::exec {
@@ -56,14 +57,44 @@ SortedPairs sort_by_expert(const torch::Tensor& top_experts, const torch::Tensor
 
 }  // namespace
 
-MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m) : spec_(m.moe) {
+MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep) : spec_(m.moe), ep_(ep) {
+  CPT_CHECK(spec_.experts % ep_.size() == 0, spec_.experts, " experts over an ep group of ", ep_.size());
   gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(m.hidden, spec_.experts).bias(false)));
-  experts = register_module("experts", torch::nn::ModuleList());
-  for (int e = 0; e < spec_.experts; ++e) experts->push_back(SwiGluMlp(m.hidden, spec_.expert_ffn_hidden));
+  experts = register_module("experts", std::make_shared<torch::nn::Module>());
+  const std::int64_t local = spec_.experts / ep_.size();
+  first_expert_ = ep_.rank() * local;
+  for (std::int64_t e = first_expert_; e < first_expert_ + local; ++e) {
+    auto expert = experts->register_module(std::to_string(e), SwiGluMlp(m.hidden, spec_.expert_ffn_hidden));
+    local_.push_back(expert.get());
+  }
   if (spec_.shared_ffn_hidden > 0) {
     shared_experts = register_module("shared_experts", SwiGluMlp(m.hidden, spec_.shared_ffn_hidden));
   }
   stats_.tokens_per_expert = torch::zeros({spec_.experts}, torch::kInt64);
+}
+
+torch::Tensor MoeMlpImpl::run_experts(const torch::Tensor& rows, const torch::Tensor& per_expert) {
+  auto run_local = [&](const torch::Tensor& input, const std::vector<std::int64_t>& counts) {
+    std::vector<torch::Tensor> outputs;
+    std::int64_t offset = 0;
+    for (std::size_t e = 0; e < local_.size(); ++e) {
+      outputs.push_back(local_[e]->forward(input.narrow(0, offset, counts[e])));
+      offset += counts[e];
+    }
+    return torch::cat(outputs);
+  };
+  if (!ep_.active()) {
+    const auto host = per_expert.to(torch::kCPU);
+    std::vector<std::int64_t> counts;
+    for (std::int64_t e = 0; e < host.size(0); ++e) counts.push_back(host[e].item<std::int64_t>());
+    return run_local(rows, counts);
+  }
+  const ExpertDispatch d = plan_expert_dispatch(per_expert, ep_);
+  const auto received = exchange_rows(rows, d.send_rows, d.recv_rows, *ep_.group);
+  const auto computed = run_local(received.index_select(0, d.by_expert), d.rows_per_local_expert);
+  // Back to the received order (the inverse permutation), then to the pairs' ranks.
+  const auto back = computed.index_select(0, torch::argsort(d.by_expert));
+  return exchange_rows(back, d.recv_rows, d.send_rows, *ep_.group);
 }
 
 torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
@@ -83,17 +114,7 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
 
   // Every expert on its run of the sorted pairs (possibly empty), then each output weighted and
   // added to its token's row.
-  const auto expert_inputs = tokens.index_select(0, pairs.token);
-  const auto counts = pairs.per_expert.to(torch::kCPU);
-  std::vector<torch::Tensor> outputs;
-  std::int64_t offset = 0;
-  for (std::int64_t e = 0; e < expert_count; ++e) {
-    const auto count = counts[e].item<std::int64_t>();
-    auto& expert = *experts->ptr<SwiGluMlpImpl>(static_cast<std::size_t>(e));
-    outputs.push_back(expert.forward(expert_inputs.narrow(0, offset, count)));
-    offset += count;
-  }
-  auto routed = torch::cat(outputs);
+  auto routed = run_experts(tokens.index_select(0, pairs.token), pairs.per_expert);
   routed = routed * pairs.weight.unsqueeze(1).to(routed.scalar_type());
   auto out = torch::zeros({token_count, tokens.size(1)}, routed.options()).index_add(0, pairs.token, routed);
   if (shared_experts) out = out + shared_experts->forward(tokens);
@@ -105,7 +126,7 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
     const auto aux_loss = (share * probabilities.mean(0)).sum() * static_cast<double>(expert_count);
     if (recording_ && !in_recomputation()) {
       stats_.tokens_per_expert += chosen.to(torch::kCPU);
-      stats_.dropped += token_count * k - offset;
+      stats_.dropped += token_count * k - pairs.token.size(0);
       const auto value = aux_loss.detach();
       aux_loss_sum_ = aux_loss_sum_.defined() ? aux_loss_sum_ + value : value;
       ++stats_.forwards;

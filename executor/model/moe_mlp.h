@@ -27,13 +27,19 @@
 // Megatron's MoEAuxLossAutoScaler), so it reaches the router through whichever backward runs this
 // layer (the microbatch loop, a pipeline schedule, or a recomputation).
 //
-// Expert parallelism (experts split over an ep group with all-to-all dispatch) is not built here
-// yet: spec::find_executor_gap refuses ep > 1, and tensor or context parallelism with experts.
+// Expert parallelism (parallel/expert_parallel.h): this rank holds its share of the experts, under
+// their global names, and its pairs go to their experts' ranks and back by all-to-all; the
+// routing, drops and auxiliary loss stay this rank's own, so the layer computes what the single
+// process computes. Tensor and context parallelism with experts are not built
+// (spec::find_executor_gap).
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "executor/model/swiglu_mlp.h"
+#include "executor/parallel/expert_parallel.h"
 #include "spec/model_spec.h"
 
 namespace cpt::exec {
@@ -48,7 +54,7 @@ struct RoutingStats {
 
 class MoeMlpImpl : public torch::nn::Module {
  public:
-  explicit MoeMlpImpl(const spec::ModelSpec& m);
+  explicit MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep = {});
   // [B, S, H] -> [B, S, H].
   torch::Tensor forward(const torch::Tensor& x);
   // The objective's weight of this layer's auxiliary loss per microbatch (0: none).
@@ -59,12 +65,25 @@ class MoeMlpImpl : public torch::nn::Module {
   // The statistics recorded since the last call, then cleared.
   RoutingStats take_routing_stats();
 
+  // This rank's experts: every expert, or under expert parallelism [first_expert(), + local_experts()).
+  [[nodiscard]] std::int64_t first_expert() const { return first_expert_; }
+  [[nodiscard]] std::int64_t local_experts() const { return static_cast<std::int64_t>(local_.size()); }
+  // Expert e of this rank's (0 <= e < local_experts()), global index first_expert() + e.
+  [[nodiscard]] SwiGluMlpImpl& local_expert(std::int64_t e) { return *local_[static_cast<std::size_t>(e)]; }
+
   torch::nn::Linear gate{nullptr};
-  torch::nn::ModuleList experts{nullptr};
-  SwiGluMlp shared_experts{nullptr};  // null without shared experts
+  std::shared_ptr<torch::nn::Module> experts;  // children named by global expert index
+  SwiGluMlp shared_experts{nullptr};           // null without shared experts
 
  private:
+  // The routed pairs' rows [N, H], sorted by expert with `per_expert` [E] rows each, through their
+  // experts (on this rank or, under expert parallelism, on theirs): [N, H] in the same order.
+  torch::Tensor run_experts(const torch::Tensor& rows, const torch::Tensor& per_expert);
+
   spec::ExpertSpec spec_;
+  ExpertParallel ep_;
+  std::int64_t first_expert_ = 0;
+  std::vector<SwiGluMlpImpl*> local_;
   double aux_loss_scale_ = 0;
   bool recording_ = true;
   RoutingStats stats_;

@@ -40,8 +40,8 @@ NamedParams recv_tensors(Communicator& c, int peer) {
   c.recv(size, peer, kHeaderTag)->wait();
   auto bytes = torch::empty({size.item<std::int64_t>()}, torch::kUInt8);
   c.recv(bytes, peer, kHeaderTag)->wait();
-  const auto header = nlohmann::json::parse(std::string(static_cast<const char*>(bytes.data_ptr()),
-                                                        static_cast<std::size_t>(bytes.numel())));
+  const auto header = nlohmann::json::parse(
+      std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())));
   NamedParams out;
   for (const auto& entry : header) {
     auto t = torch::empty(entry.at("shape").get<std::vector<std::int64_t>>(), torch::kFloat32);
@@ -49,6 +49,28 @@ NamedParams recv_tensors(Communicator& c, int peer) {
     out.emplace_back(entry.at("name").get<std::string>(), t);
   }
   return out;
+}
+
+bool is_routed_expert(const std::string& name) {
+  return name.find(".mlp.experts.") != std::string::npos;
+}
+
+// `local` with every rank of the ep group's routed experts, on its rank 0 (the others send theirs
+// there and get `local` back).
+NamedParams with_every_expert(const NamedParams& local, Communicator& ep) {
+  if (ep.rank() != 0) {
+    NamedParams experts;
+    for (const auto& entry : local) {
+      if (is_routed_expert(entry.first)) experts.push_back(entry);
+    }
+    send_tensors(ep, 0, experts);
+    return local;
+  }
+  NamedParams all = local;
+  for (int r = 1; r < ep.size(); ++r) {
+    for (auto& entry : recv_tensors(ep, r)) all.push_back(std::move(entry));
+  }
+  return all;
 }
 
 }  // namespace
@@ -60,9 +82,12 @@ torch::Tensor shard_of_full_tensor(const std::string& name, const torch::Tensor&
 }
 
 NamedParams gather_full_tensors(const NamedParams& local, std::int64_t vocab, const FullStateGroups& groups) {
+  const bool experts_apart = groups.ep != nullptr && groups.ep->size() > 1;
+  const NamedParams gathered =
+      experts_apart && groups.holds_expert_replica_zero ? with_every_expert(local, *groups.ep) : local;
   if (!groups.holds_replica_zero) return {};
   NamedParams full;
-  for (const auto& [name, t] : local) {
+  for (const auto& [name, t] : gathered) {
     const auto [param, split] = parameter_of(name);
     full.emplace_back(name, split ? tp_full_from_shards(param, t, vocab, groups.tp) : t);
   }

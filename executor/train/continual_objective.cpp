@@ -19,6 +19,11 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
                           const FullStateGroups& full_state_groups, const fs::path& out_dir,
                           const torch::Device& device) {
   if (!config.ewc) return;
+  if (plan.parallel.ep > 1) {
+    throw core::ConfigError(str_cat(config.origin.string(), ": \"ewc\" with expert parallelism (ep ", plan.parallel.ep,
+                                    "): the executor estimates the Fisher on one data-parallel replica, which holds ",
+                                    "only its share of the experts; use a plan with ep 1"));
+  }
   const bool rank0 = groups.rank == 0;
   const auto file = out_dir / "ewc_fisher.safetensors";
   auto need = torch::tensor({rank0 && !fs::exists(file) ? 1.0 : 0.0}, torch::kFloat64);
@@ -59,7 +64,7 @@ void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Pla
     std::vector<LlamaModel> teacher_chunks;
     std::string loaded;
     for (const auto& chunk : rank.chunks) {
-      LlamaModel t(plan.model, chunk->shape(), tp, cp);
+      LlamaModel t(plan.model, chunk->shape(), tp, cp, chunk->ep());  // experts split like the student's
       loaded = load_model_weights(*t, source);
       t->to(device);
       teacher_chunks.push_back(std::move(t));
@@ -71,7 +76,8 @@ void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Pla
         // ZeRO-3: the teacher's parameters are sharded over the student's shard group and gathered
         // per block for its forward, as the student's are.
         NamedParams teacher_params;
-        for (const auto& p : teacher_chunks.front()->named_parameters()) teacher_params.emplace_back(p.key(), p.value());
+        for (const auto& p : teacher_chunks.front()->named_parameters())
+          teacher_params.emplace_back(p.key(), p.value());
         continual.teacher_shards = make_fully_sharded_frozen(teacher_params, *choice.shard_group);
         teacher_chunks.front()->set_parameter_residency(continual.teacher_shards.get());
         core::info0("distill: teacher sharded (ZeRO-3) over ", choice.shard_group->size(), " ranks");
@@ -103,8 +109,8 @@ void keep_base_optimizer_state(const TrainConfig& config, StepOptimizer& optimiz
   }
   const auto base = Checkpoint::open(source);
   if (!base.has_optimizer()) {
-    throw core::ConfigError(str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(),
-                                    " holds no optimizer state"));
+    throw core::ConfigError(
+        str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(), " holds no optimizer state"));
   }
   const auto opt = base.optimizer();
   optimizer.load_full_state(
@@ -125,16 +131,16 @@ LrSchedule run_lr_schedule(const TrainConfig& config, std::int64_t total_steps) 
   // A fraction of the peak of the run that wrote init_from, which its checkpoint records.
   const auto& source = *config.init_from;
   const auto no_peak = [&](const std::string& why) {
-    return core::ConfigError(str_cat(config.origin.string(), ": lr.peak_fraction: ", source.string(), " ", why,
-                                     "; give lr.peak instead"));
+    return core::ConfigError(
+        str_cat(config.origin.string(), ": lr.peak_fraction: ", source.string(), " ", why, "; give lr.peak instead"));
   };
   if (is_hf_directory(source)) throw no_peak("is a Hugging Face directory, which records no learning rate");
   const auto base = Checkpoint::open(source);
   if (!base.trainer_state().contains("lr_peak")) throw no_peak("records no peak learning rate");
   const double base_peak = base.trainer_state()["lr_peak"].get<double>();
   schedule.peak = *config.lr_peak_fraction * base_peak;
-  core::info0("lr: peak ", schedule.peak, " = ", *config.lr_peak_fraction, " x the base run's ", base_peak,
-              ", warmup ", schedule.warmup_steps, " steps");
+  core::info0("lr: peak ", schedule.peak, " = ", *config.lr_peak_fraction, " x the base run's ", base_peak, ", warmup ",
+              schedule.warmup_steps, " steps");
   return schedule;
 }
 

@@ -19,20 +19,39 @@ NamedParams in_gradient_order(NamedParams named) {
   return named;
 }
 
+bool is_routed_expert(const std::string& name) {
+  return name.find(".mlp.experts.") != std::string::npos;
+}
+
+// ZeRO-0, 1 or 2 over `replicas` for `named`.
+std::unique_ptr<StepOptimizer> data_parallel_optimizer(const spec::ParallelConfig& par, const TrainConfig& config,
+                                                       const NamedParams& named, Communicator& replicas,
+                                                       const ModelParallelNorm& norm_groups) {
+  const auto bucket_bytes = static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024);
+  if (par.zero_stage == 0) {
+    return make_replicated_optimizer(in_gradient_order(named), config.optimizer, replicas, bucket_bytes, norm_groups);
+  }
+  ZeroOptions zero;
+  zero.stage = par.zero_stage;
+  zero.bucket_bytes = bucket_bytes;
+  zero.reduce_each_microbatch = spec::executor_zero2_reduces_each_microbatch(par);
+  zero.offload = par.offload == spec::Offload::kOptimizer;
+  return make_zero_optimizer(in_gradient_order(named), config.optimizer, replicas, zero, norm_groups);
+}
+
 }  // namespace
 
 OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const TrainConfig& config,
                                       const NamedParams& named, const ProcessGroups& groups, LlamaModel& model) {
   const ModelParallelNorm norm_groups{groups.tp.get(), groups.pp.get()};
-  const auto bucket_bytes = static_cast<std::int64_t>(config.dp_bucket_mib * 1024 * 1024);
   Communicator& replicas = groups.replicas();
   OptimizerChoice choice;
   const bool hybrid = par.hybrid_shard && groups.dp_shard;
   choice.shard_group = hybrid ? groups.dp_shard.get() : &replicas;
   if (par.zero_stage == 3) {
-    auto sharded = make_fully_sharded(named, config.optimizer, *choice.shard_group,
-                                      hybrid ? groups.dp_replicate.get() : nullptr, norm_groups,
-                                      par.offload == spec::Offload::kOptimizer);
+    auto sharded =
+        make_fully_sharded(named, config.optimizer, *choice.shard_group, hybrid ? groups.dp_replicate.get() : nullptr,
+                           norm_groups, par.offload == spec::Offload::kOptimizer);
     choice.zero3 = sharded.get();
     model->set_parameter_residency(choice.zero3);
     if (hybrid) {
@@ -41,16 +60,17 @@ OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const Tra
                   groups.dp_replicate->name(), ")");
     }
     choice.optimizer = std::move(sharded);
-  } else if (par.zero_stage == 0) {
+  } else if (groups.ep) {
+    // Expert parallelism: the routed experts' gradients are summed (and ZeRO shards them) over the
+    // ranks holding the same experts, expert-dp; everything else over the replicas.
+    NamedParams dense, experts;
+    for (const auto& entry : named) (is_routed_expert(entry.first) ? experts : dense).push_back(entry);
+    const ModelParallelNorm expert_norm{nullptr, groups.pp.get(), groups.ep.get()};
     choice.optimizer =
-        make_replicated_optimizer(in_gradient_order(named), config.optimizer, replicas, bucket_bytes, norm_groups);
+        make_expert_split_optimizer(data_parallel_optimizer(par, config, dense, replicas, norm_groups),
+                                    data_parallel_optimizer(par, config, experts, *groups.expert_dp, expert_norm));
   } else {
-    ZeroOptions zero;
-    zero.stage = par.zero_stage;
-    zero.bucket_bytes = bucket_bytes;
-    zero.reduce_each_microbatch = spec::executor_zero2_reduces_each_microbatch(par);
-    zero.offload = par.offload == spec::Offload::kOptimizer;
-    choice.optimizer = make_zero_optimizer(in_gradient_order(named), config.optimizer, replicas, zero, norm_groups);
+    choice.optimizer = data_parallel_optimizer(par, config, named, replicas, norm_groups);
   }
   return choice;
 }

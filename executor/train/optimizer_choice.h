@@ -2,7 +2,8 @@
 // The step optimizer a plan's ZeRO stage asks for: ZeRO-0 replicates the update (bucketed
 // all-reduce), ZeRO-1/2 shard the optimizer state (and gradients) over the replicas
 // (step_optimizer.h), ZeRO-3 shards the parameters too, gathered per block (fully_sharded.h), over
-// the node's part of the replicas under hybrid sharding.
+// the node's part of the replicas under hybrid sharding. Under expert parallelism the routed
+// experts have their own ZeRO-0/1/2 optimizer over expert-dp (make_expert_split_optimizer).
 #include <memory>
 
 #include "executor/dist/process_groups.h"
@@ -16,7 +17,7 @@ namespace cpt::exec {
 
 struct OptimizerChoice {
   std::unique_ptr<StepOptimizer> optimizer;
-  FullyShardedModel* zero3 = nullptr;  // the optimizer, under ZeRO-3; null otherwise
+  FullyShardedModel* zero3 = nullptr;   // the optimizer, under ZeRO-3; null otherwise
   Communicator* shard_group = nullptr;  // ZeRO-3's: the node's replicas under hybrid sharding, else all
 };
 

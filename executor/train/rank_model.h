@@ -1,9 +1,9 @@
 #pragma once
 // This rank's part of the model: its pipeline stages (chunk c = stage c·pp + pp rank), each split
-// over the tensor-parallel group (tensor_parallel.h) and holding its context-parallel share of the
-// sequence (context_parallel.h); initialised from the seed, then from TRAIN.json's init_from; on
-// the device, with the plan's recomputation. With pp > 1, the pipeline executor over the chunks
-// and the plan's schedule.
+// over the tensor-parallel group (tensor_parallel.h), holding its context-parallel share of the
+// sequence (context_parallel.h) and its share of the routed experts (expert_parallel.h); initialised from the seed,
+// then from TRAIN.json's init_from; on the device, with the plan's recomputation. With pp > 1, the pipeline executor
+// over the chunks and the plan's schedule.
 #include <optional>
 #include <vector>
 
@@ -21,9 +21,9 @@ namespace cpt::exec {
 
 struct RankModel {
   std::vector<LlamaModel> chunks;
-  std::optional<PipelineExecutor> pipeline;           // pp > 1
-  std::optional<spec::PipelineSchedule> schedule;     // pp > 1
-  NamedParams named;                                  // every chunk's parameters, in chunk order
+  std::optional<PipelineExecutor> pipeline;        // pp > 1
+  std::optional<spec::PipelineSchedule> schedule;  // pp > 1
+  NamedParams named;                               // every chunk's parameters, in chunk order
   // The whole model when pp = 1 (the first chunk otherwise).
   [[nodiscard]] LlamaModel& first() { return chunks.front(); }
 };

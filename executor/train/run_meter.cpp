@@ -21,23 +21,24 @@ enum RowField : std::int64_t {
   kBackwardNodes,
   kNestedOps,
   kCounted,  // 1 where the rank counted its first step's dispatch
-  kCalls,    // 4 groups: tp, cp, dp, pp
-  kRowFields = kCalls + 4,
+  kCalls,    // 5 groups: tp, cp, dp, pp, ep
+  kRowFields = kCalls + 5,
 };
 
 }  // namespace
 
-RunMeter::RunMeter(const CommClocks& clocks, bool counts_dispatch) : clocks_(clocks), counts_dispatch_(counts_dispatch) {}
+RunMeter::RunMeter(const CommClocks& clocks, bool counts_dispatch)
+    : clocks_(clocks), counts_dispatch_(counts_dispatch) {}
 
-std::array<double, 4> RunMeter::waits_now() const {
-  return {clocks_.tp.seconds, clocks_.cp.seconds, clocks_.dp.seconds, clocks_.pp.seconds};
+std::array<double, 5> RunMeter::waits_now() const {
+  return {clocks_.tp.seconds, clocks_.cp.seconds, clocks_.dp.seconds, clocks_.pp.seconds, clocks_.ep.seconds};
 }
 
 void RunMeter::begin_step(bool first_of_process) {
   waits_at_start_ = waits_now();
   if (first_of_process && counts_dispatch_) {
     op_counter_.emplace();
-    calls_at_start_ = {clocks_.tp.calls, clocks_.cp.calls, clocks_.dp.calls, clocks_.pp.calls};
+    calls_at_start_ = {clocks_.tp.calls, clocks_.cp.calls, clocks_.dp.calls, clocks_.pp.calls, clocks_.ep.calls};
   }
 }
 
@@ -50,7 +51,8 @@ void RunMeter::end_step(double seconds, std::int64_t tokens, bool timed) {
     d.backward_nodes = ops.backward_nodes;
     d.nested_ops = ops.nested_ops;
     d.calls_per_step = {clocks_.tp.calls - calls_at_start_[0], clocks_.cp.calls - calls_at_start_[1],
-                        clocks_.dp.calls - calls_at_start_[2], clocks_.pp.calls - calls_at_start_[3]};
+                        clocks_.dp.calls - calls_at_start_[2], clocks_.pp.calls - calls_at_start_[3],
+                        clocks_.ep.calls - calls_at_start_[4]};
     first_step_dispatch_ = d;
   }
   if (!timed) return;
@@ -80,14 +82,14 @@ spec::MeasuredRun RunMeter::finish(const RunFacts& facts, Communicator& world, c
     row[kBackwardNodes] = first_step_dispatch_->backward_nodes;
     row[kNestedOps] = first_step_dispatch_->nested_ops;
     row[kCounted] = 1;
-    for (std::size_t g = 0; g < 4; ++g) row[kCalls + g] = first_step_dispatch_->calls_per_step[g];
+    for (std::size_t g = 0; g < 5; ++g) row[kCalls + g] = first_step_dispatch_->calls_per_step[g];
   }
   auto all_rows = torch::empty({processes, kRowFields}, torch::kInt64);
   world.all_gather(torch::tensor(row, torch::kInt64), all_rows)->wait();
   const double timed_steps = std::max<double>(1.0, static_cast<double>(timed_seconds_.size()));
-  std::vector<double> waits(4);
-  for (std::size_t g = 0; g < 4; ++g) waits[g] = timed_waits_[g] / timed_steps;
-  auto all_waits = torch::empty({processes, 4}, torch::kFloat64);
+  std::vector<double> waits(5);
+  for (std::size_t g = 0; g < 5; ++g) waits[g] = timed_waits_[g] / timed_steps;
+  auto all_waits = torch::empty({processes, 5}, torch::kFloat64);
   world.all_gather(torch::tensor(waits, torch::kFloat64), all_waits)->wait();
 
   spec::MeasuredRun run;
@@ -120,12 +122,15 @@ spec::MeasuredRun RunMeter::finish(const RunFacts& facts, Communicator& world, c
     p.cp_comm = parts[r][1];
     p.dp_comm = parts[r][2];
     p.pp_comm_and_bubble = parts[r][3];
-    p.compute_and_other = std::max(0.0, run.step_time_s - p.tp_comm - p.cp_comm - p.dp_comm - p.pp_comm_and_bubble);
+    p.ep_comm = parts[r][4];
+    p.compute_and_other =
+        std::max(0.0, run.step_time_s - p.tp_comm - p.cp_comm - p.dp_comm - p.ep_comm - p.pp_comm_and_bubble);
     if (rows[r][kCounted] != 0) {
-      rank.dispatch = spec::MeasuredDispatch{rows[r][kForwardOps],
-                                             rows[r][kBackwardNodes],
-                                             rows[r][kNestedOps],
-                                             {rows[r][kCalls], rows[r][kCalls + 1], rows[r][kCalls + 2], rows[r][kCalls + 3]}};
+      rank.dispatch = spec::MeasuredDispatch{
+          rows[r][kForwardOps],
+          rows[r][kBackwardNodes],
+          rows[r][kNestedOps],
+          {rows[r][kCalls], rows[r][kCalls + 1], rows[r][kCalls + 2], rows[r][kCalls + 3], rows[r][kCalls + 4]}};
     }
     run.ranks.push_back(rank);
   }

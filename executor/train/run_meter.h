@@ -27,13 +27,13 @@ namespace cpt::exec {
 
 // What the record needs that the meter does not see.
 struct RunFacts {
-  std::string device;                // Device::str()
-  std::int64_t steps = 0;            // trained by this invocation
+  std::string device;      // Device::str()
+  std::int64_t steps = 0;  // trained by this invocation
   std::int64_t skipped_steps = 0;
   std::int64_t global_batch_tokens = 0;  // tokens of one step, all ranks together
   double final_loss = 0;
   std::int64_t dp_bucket_bytes = 0;
-  ModelStateBytes state;             // this rank's, after the last step
+  ModelStateBytes state;               // this rank's, after the last step
   std::int64_t peak_memory_bytes = 0;  // this rank's
 };
 
@@ -58,15 +58,15 @@ class RunMeter {
   spec::MeasuredRun finish(const RunFacts& facts, Communicator& world, const spec::RankLayout& layout) const;
 
  private:
-  [[nodiscard]] std::array<double, 4> waits_now() const;  // tp, cp, dp, pp seconds so far
+  [[nodiscard]] std::array<double, 5> waits_now() const;  // tp, cp, dp, pp, ep seconds so far
 
   const CommClocks& clocks_;
   bool counts_dispatch_;
   std::optional<OpCounter> op_counter_;
   std::optional<spec::MeasuredDispatch> first_step_dispatch_;
-  std::array<std::int64_t, 4> calls_at_start_{};
-  std::array<double, 4> waits_at_start_{};
-  std::array<double, 4> timed_waits_{};  // summed over the timed steps
+  std::array<std::int64_t, 5> calls_at_start_{};
+  std::array<double, 5> waits_at_start_{};
+  std::array<double, 5> timed_waits_{};  // summed over the timed steps
   std::vector<double> timed_seconds_;
   std::int64_t timed_tokens_ = 0;
 };

@@ -10,7 +10,7 @@ bool ModelParallelNorm::counts(const std::string& name) const {
 
 double ModelParallelNorm::sum_over_groups(double squares) const {
   auto t = torch::tensor({squares}, torch::kFloat64);
-  for (auto* g : {tp, pp}) {
+  for (auto* g : {tp, ep, pp}) {
     if (g != nullptr && g->size() > 1) g->all_reduce_sum(t)->wait();
   }
   return t.item<double>();

@@ -22,15 +22,17 @@ namespace cpt::exec {
 using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // The model-parallel groups over which this rank's parameters are only a part of the model, for
-// the global gradient norm: squares summed over the tensor- and pipeline-parallel groups too, a
-// parameter replicated over the tensor-parallel group (tensor_parallel.h) counted on its rank 0
-// only. Null groups: a group of one.
+// the global gradient norm: squares summed over the tensor-, expert- and pipeline-parallel groups
+// too, a parameter replicated over the tensor-parallel group (tensor_parallel.h) counted on its
+// rank 0 only. Null groups: a group of one. (The routed experts' optimizer sums over ep, the rest
+// of the model's over tp: optimizer_choice.cpp.)
 struct ModelParallelNorm {
   Communicator* tp = nullptr;
   Communicator* pp = nullptr;
+  Communicator* ep = nullptr;
   // Whether parameter `name`'s gradient counts on this rank.
   [[nodiscard]] bool counts(const std::string& name) const;
-  // Σ of the squares over the groups (identity without them). COLLECTIVE over tp and pp.
+  // Σ of the squares over the groups (identity without them). COLLECTIVE over tp, ep and pp.
   [[nodiscard]] double sum_over_groups(double squares) const;
 };
 
@@ -61,7 +63,8 @@ class StepOptimizer {
   // The whole optimizer state, named as AdamW::state(). COLLECTIVE (sharded: an all-gather).
   virtual NamedParams full_state() = 0;
   // Loads a whole state (each rank keeps its part). ConfigError naming `origin` on a mismatch.
-  virtual void load_full_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin) = 0;
+  virtual void load_full_state(const std::function<torch::Tensor(const std::string&)>& get,
+                               const std::string& origin) = 0;
 };
 
 // ZeRO-0: AdamW on every rank; gradients all-reduced in buckets during the last backward.
@@ -88,5 +91,12 @@ struct ZeroOptions {
 std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, const AdamWOptions& options,
                                                    Communicator& dp, const ZeroOptions& zero,
                                                    const ModelParallelNorm& mp = {});
+
+// Under expert parallelism: `dense` for the parameters replicated over the data-parallel group and
+// `experts` for the routed experts (replicated over expert-dp, split over ep), as one optimizer —
+// each reduces, shards and updates its own; the gradient norm is both's, the full state both's
+// names (train/expert_split_optimizer.cpp).
+std::unique_ptr<StepOptimizer> make_expert_split_optimizer(std::unique_ptr<StepOptimizer> dense,
+                                                           std::unique_ptr<StepOptimizer> experts);
 
 }  // namespace cpt::exec

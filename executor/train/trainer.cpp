@@ -209,7 +209,8 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
       tp_{groups_.tp.get(), par_.sequence_parallel},
       cp_{groups_.cp.get()},
       rank_(build_rank_model(plan, config, tp_, cp_, groups_, device_)),
-      full_state_groups_{tp_, groups_.pp.get(), groups_.coord.dp == 0 && groups_.coord.cp == 0},
+      full_state_groups_{tp_, groups_.pp.get(), groups_.coord.dp == 0 && groups_.coord.cp == 0, groups_.ep.get(),
+                         !groups_.expert_dp || groups_.expert_dp->rank() == 0},
       loader_options_(loader_options_of(plan, config)),
       loader_(inputs_.train, loader_options_),
       schedule_(run_lr_schedule(config, total_steps_)) {
@@ -316,8 +317,10 @@ TrainSummary RankRun::train() {
   const std::int64_t end_step = std::min(total_steps_, options_.stop_at.value_or(total_steps_));
   RunLog log(options_.out_dir, first_step, total_steps_, rank0_, options_.progress && ::isatty(STDOUT_FILENO) != 0,
              config_.log_interval_steps);
+  // Every rank evaluates where its replica's layers are collective over dp (ZeRO-3's gathers, the
+  // experts' all-to-all); replica 0 alone otherwise.
   RunEvaluator evaluator(inputs_, loader_options_, device_, cp_, rank_,
-                         choice_.zero3 != nullptr || groups_.coord.dp == 0);
+                         choice_.zero3 != nullptr || groups_.ep != nullptr || groups_.coord.dp == 0);
   // Step times, communication waits and the first step's counts (run_meter.h): measured.json.
   RunMeter meter(*groups_.clocks, device_.is_cpu());
   announce(first_step, end_step);

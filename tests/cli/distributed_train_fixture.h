@@ -205,7 +205,7 @@ class DistributedTrain : public ::testing::Test {
     const auto cmp = sh(cpt_binary() + " compare " + d + "/" + out + " --json --log " + d + "/fidelity.jsonl", dir_);
     ASSERT_EQ(cmp.exit_code, 0) << what << ": " << cmp.err;
     const auto fields = nlohmann::json::parse(cmp.out)["fields"];
-    for (const std::string group : {"tp", "cp", "dp", "pp"}) {
+    for (const std::string group : {"tp", "cp", "dp", "pp", "ep"}) {
       const auto calls = fields[group + "_calls_per_step"];
       EXPECT_EQ(calls["predicted"].get<double>(), calls["measured"].get<double>()) << what << ": " << group << " calls";
     }

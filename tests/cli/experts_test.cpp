@@ -30,8 +30,9 @@ TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
   ASSERT_EQ(moe.exit_code, 0) << moe.err;
   const auto j = nlohmann::json::parse(moe.out);
   EXPECT_GT(j["time_s"]["ep_comm"].get<double>(), 0) << moe.out;
-  // Dispatch and combine, forward and backward, 8 layers a rank, 256 / 16 microbatches.
-  EXPECT_EQ(j["calls_per_step"]["ep"].get<double>(), 2 * 2 * 8 * 16);
+  // Dispatch and combine, forward and backward, and the forward's gather of the pairs per expert:
+  // 8 layers a rank, 256 / 16 microbatches.
+  EXPECT_EQ(j["calls_per_step"]["ep"].get<double>(), (2 * 2 + 1) * 8 * 16);
   const auto dense =
       cpt("estimate --model llama3-8b --gpu h100 --gpus 8 --ep 2 --micro-batch 1 --global-batch 8 "
           "--seq-len 4096");
@@ -63,11 +64,23 @@ TEST(Experts, PlansRecordAndExportExpertParallelism) {
     EXPECT_NE(megatron.find(arg), std::string::npos) << arg << "\n" << megatron;
   }
   EXPECT_NE(slurp(out / "torchtitan.toml").find("expert_parallel_degree = 8"), std::string::npos);
-  // cpt's executor does not run experts: the launchers say so and report.md does not price them.
-  EXPECT_NE(slurp(out / "torchrun.sh").find("does not run this plan yet"), std::string::npos);
-  EXPECT_NE(slurp(out / "report.md").find("| torchrun.sh, slurm.sbatch | cpt | - | - | - | cannot run it"),
+  // cpt's executor runs expert parallelism (etp, tp and cp 1): its launcher starts the job and
+  // report.md prices it; with tensor parallelism the launcher says it does not run it.
+  EXPECT_EQ(slurp(out / "torchrun.sh").find("does not run this plan yet"), std::string::npos);
+  EXPECT_EQ(slurp(out / "report.md").find("| torchrun.sh, slurm.sbatch | cpt | - | - | - | cannot run it"),
             std::string::npos)
       << slurp(out / "report.md");
+  const auto with_tp = scratch() / "qwen3-tp2";
+  std::filesystem::remove_all(with_tp);
+  ASSERT_EQ(cpt("plan --model qwen3-30b-a3b --gpu h100 --gpus 16 --global-batch 512 --seq-len 4096 "
+                "--fix ep=8,pp=2,tp=2 --out " +
+                with_tp.string())
+                .exit_code,
+            0);
+  EXPECT_NE(slurp(with_tp / "torchrun.sh").find("does not run this plan yet"), std::string::npos);
+  EXPECT_NE(slurp(with_tp / "report.md").find("| torchrun.sh, slurm.sbatch | cpt | - | - | - | cannot run it"),
+            std::string::npos)
+      << slurp(with_tp / "report.md");
   const auto dense = cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --fix ep=2");
   EXPECT_EQ(dense.exit_code, 2);
   EXPECT_NE(dense.err.find("llama3-8b is dense"), std::string::npos) << dense.err;

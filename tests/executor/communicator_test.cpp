@@ -37,6 +37,10 @@ class Recording : public Communicator {
     return note("reduce_scatter");
   }
   std::unique_ptr<CommHandle> broadcast(torch::Tensor&, int) override { return note("broadcast"); }
+  std::unique_ptr<CommHandle> all_to_all(const torch::Tensor&, torch::Tensor&, const std::vector<std::int64_t>&,
+                                         const std::vector<std::int64_t>&) override {
+    return note("all_to_all");
+  }
   std::unique_ptr<CommHandle> send(torch::Tensor&, int, int) override { return note("send"); }
   std::unique_ptr<CommHandle> recv(torch::Tensor&, int, int) override { return note("recv"); }
   void barrier() override { note("barrier"); }
@@ -53,8 +57,8 @@ class Recording : public Communicator {
 
 TEST(RouteByDevice, CpuTensorsAndBarriersGoToTheCpuGroup) {
   std::vector<std::string> log;
-  auto routed = route_by_device(std::make_unique<Recording>("gloo", 1, 2, log),
-                                std::make_unique<Recording>("nccl", 1, 2, log));
+  auto routed =
+      route_by_device(std::make_unique<Recording>("gloo", 1, 2, log), std::make_unique<Recording>("nccl", 1, 2, log));
   EXPECT_EQ(routed->name(), "gloo");
   EXPECT_EQ(routed->rank(), 1);
   EXPECT_EQ(routed->size(), 2);
@@ -67,8 +71,8 @@ TEST(RouteByDevice, CpuTensorsAndBarriersGoToTheCpuGroup) {
   routed->send(t, 0, 7)->wait();
   routed->recv(t, 0, 7)->wait();
   routed->barrier();
-  EXPECT_EQ(log, (std::vector<std::string>{"gloo:all_reduce", "gloo:all_gather", "gloo:reduce_scatter", "gloo:broadcast",
-                                           "gloo:send", "gloo:recv", "gloo:barrier"}));
+  EXPECT_EQ(log, (std::vector<std::string>{"gloo:all_reduce", "gloo:all_gather", "gloo:reduce_scatter",
+                                           "gloo:broadcast", "gloo:send", "gloo:recv", "gloo:barrier"}));
   if (torch::cuda::is_available()) {  // on a GPU machine: CUDA tensors take the other group
     auto c = torch::zeros({4}, torch::kCUDA);
     routed->all_reduce_sum(c)->wait();
@@ -80,8 +84,8 @@ TEST(RouteByDevice, CpuTensorsAndBarriersGoToTheCpuGroup) {
 
 TEST(RouteByDevice, RefusesGroupsOfDifferentRanks) {
   std::vector<std::string> log;
-  EXPECT_ANY_THROW(route_by_device(std::make_unique<Recording>("gloo", 0, 2, log),
-                                   std::make_unique<Recording>("nccl", 0, 4, log)));
+  EXPECT_ANY_THROW(
+      route_by_device(std::make_unique<Recording>("gloo", 0, 2, log), std::make_unique<Recording>("nccl", 0, 4, log)));
 }
 
 // An operation Gloo refuses when it is posted (here an all-gather whose output is not size × input;

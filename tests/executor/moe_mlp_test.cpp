@@ -38,7 +38,7 @@ torch::Tensor reference_output(MoeMlpImpl& moe, const spec::ModelSpec& m, const 
     weights = weights / weights.sum();
     auto y = torch::zeros_like(x);
     for (std::int64_t j = 0; j < chosen.size(0); ++j) {
-      auto& expert = *moe.experts->ptr<SwiGluMlpImpl>(static_cast<std::size_t>(chosen[j].item<std::int64_t>()));
+      auto& expert = moe.local_expert(chosen[j].item<std::int64_t>());
       y = y + weights[j] * expert.forward(x);
     }
     if (moe.shared_experts) y = y + moe.shared_experts->forward(x);

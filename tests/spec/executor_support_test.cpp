@@ -28,6 +28,30 @@ TEST(ExecutorSupport, StepScalarAllReducesFollowTheGroupsThatExist) {
   EXPECT_EQ(tp_pp.pp, 2);  // the last stage's loss, the norm
   EXPECT_EQ(tp_pp.replicas, 0);
   EXPECT_EQ(tp_pp.total(), 3);
+
+  // Expert parallelism: the routed experts' part of the norm over ep, over pp, and over expert-dp
+  // where ZeRO shards them there (dp 4 / ep 2 = 2).
+  const auto ep = executor_step_scalar_all_reduces(ParallelConfig{.dp = 4, .pp = 2, .zero_stage = 1, .ep = 2}, 4);
+  EXPECT_EQ(ep.ep, 1);
+  EXPECT_EQ(ep.pp, 3);
+  EXPECT_EQ(ep.expert_shard, 1);
+  EXPECT_EQ(ep.total(), 2 + 1 + 3 + 1 + 1);
+  EXPECT_EQ(executor_step_scalar_all_reduces(ParallelConfig{.dp = 2, .ep = 2}, 2).expert_shard, 0);  // expert-dp 1
+}
+
+// The executor runs experts over ep with data parallelism and ZeRO-0/1/2, not with tp, cp, etp or
+// ZeRO-3 (parallel/expert_parallel.h).
+TEST(ExecutorSupport, ExpertParallelismRunsWithDataParallelismAndZeroUpToTwo) {
+  auto moe = ModelSpec{};
+  moe.moe.experts = 4;
+  moe.moe.experts_per_token = 2;
+  ASSERT_TRUE(moe.moe.present());
+  EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .zero_stage = 2, .ep = 2}, moe, 64));
+  EXPECT_EQ(find_executor_gap(ParallelConfig{.dp = 2, .zero_stage = 3, .ep = 2}, moe, 64),
+            ExecutorGap::kExpertParallelism);
+  EXPECT_EQ(find_executor_gap(ParallelConfig{.tp = 2, .dp = 2, .ep = 2}, moe, 64), ExecutorGap::kExpertParallelism);
+  EXPECT_EQ(find_executor_gap(ParallelConfig{.dp = 2, .ep = 2, .etp = 2}, moe, 64), ExecutorGap::kExpertParallelism);
+  EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .zero_stage = 3}, moe, 64));  // experts with their layer
 }
 
 }  // namespace

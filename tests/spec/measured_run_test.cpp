@@ -26,9 +26,10 @@ MeasuredRun sample_run() {
   run.tokens_per_s_per_gpu = 2048;
   run.final_loss = 3.5;
   run.dp_bucket_bytes = 104'857;
-  MeasuredRank first{0, 0, 0, 0, 0, {1000, 1000, 2000, 8, 50'000}, {0.0, 0.0, 0.0, 0.025, 0.1}, std::nullopt};
-  first.dispatch = MeasuredDispatch{300, 200, 40, {0, 0, 0, 26}};
-  MeasuredRank second{1, 0, 0, 0, 1, {900, 900, 1800, 8, 40'000}, {0.0, 0.0, 0.0, 0.03, 0.095}, std::nullopt};
+  // tp, cp, dp, ep comm, pp comm and bubble, compute and other.
+  MeasuredRank first{0, 0, 0, 0, 0, {1000, 1000, 2000, 8, 50'000}, {0.0, 0.0, 0.0, 0.004, 0.025, 0.1}, std::nullopt};
+  first.dispatch = MeasuredDispatch{300, 200, 40, {0, 0, 0, 26, 12}};  // tp, cp, dp, pp, ep calls
+  MeasuredRank second{1, 0, 0, 0, 1, {900, 900, 1800, 8, 40'000}, {0.0, 0.0, 0.0, 0.0, 0.03, 0.095}, std::nullopt};
   run.ranks = {first, second};
   return run;
 }
@@ -56,10 +57,24 @@ TEST(MeasuredRun, RoundTripsThroughJsonAndAFile) {
 TEST(MeasuredRun, KeysAreThePredictionsWhereTheyNameTheSameQuantity) {
   const auto json = measured_run_to_json(sample_run());
   const auto& rank = json["ranks"][0];
-  for (const char* key : {"tp_comm", "cp_comm", "dp_comm"}) EXPECT_TRUE(rank["step_time_breakdown_s"].contains(key)) << key;
+  for (const char* key : {"tp_comm", "cp_comm", "dp_comm"})
+    EXPECT_TRUE(rank["step_time_breakdown_s"].contains(key)) << key;
   for (const char* key : {"weights", "grads", "optimizer"}) EXPECT_TRUE(rank["memory_bytes"].contains(key)) << key;
   EXPECT_EQ(rank["dispatch"]["calls_per_step"]["pp"], 26);
+  EXPECT_EQ(rank["dispatch"]["calls_per_step"]["ep"], 12);
+  EXPECT_EQ(rank["step_time_breakdown_s"]["ep_comm"], 0.004);
   EXPECT_FALSE(json["ranks"][1].contains("dispatch"));
+}
+
+// Files written before expert parallelism ran have no ep_comm and no ep calls: they read as 0.
+TEST(MeasuredRun, FilesWithoutTheExpertGroupReadItAsZero) {
+  auto json = measured_run_to_json(sample_run());
+  json["ranks"][0]["step_time_breakdown_s"].erase("ep_comm");
+  json["ranks"][0]["dispatch"]["calls_per_step"].erase("ep");
+  const auto run = measured_run_from_json(json, "run/measured.json");
+  EXPECT_EQ(run.ranks[0].step_time_breakdown_s.ep_comm, 0.0);
+  EXPECT_EQ(run.ranks[0].dispatch->calls_per_step[4], 0);
+  EXPECT_EQ(run.ranks[0].dispatch->calls_per_step[3], 26);
 }
 
 // A misspelt, missing or out-of-range key is an error naming the file and the key, never a 0.
@@ -89,7 +104,8 @@ TEST(MeasuredRun, ReadingIsStrict) {
 // A measured.json of an earlier cpt (untyped, no schema_version) is refused in one line; a newer
 // schema than this cpt knows too.
 TEST(MeasuredRun, EarlierAndLaterFilesAreRefusedInOneLine) {
-  const nlohmann::ordered_json earlier = {{"steps", 20}, {"step_time_s", 0.1}, {"memory_per_rank", nlohmann::json::array()}};
+  const nlohmann::ordered_json earlier = {
+      {"steps", 20}, {"step_time_s", 0.1}, {"memory_per_rank", nlohmann::json::array()}};
   const auto message = error_of(earlier);
   EXPECT_NE(message.find("run/measured.json: written by an earlier cpt (no schema_version)"), std::string::npos)
       << message;
