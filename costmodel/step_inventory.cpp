@@ -1,9 +1,9 @@
 #include "costmodel/step_inventory.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 
+#include "core/check.h"
 #include "costmodel/executor_buckets.h"
 #include "costmodel/kernel_dispatch.h"
 #include "costmodel/layer_costs.h"
@@ -15,7 +15,7 @@ namespace cpt::cost {
 using core::Bytes;
 
 void StepInventory::add(const WorkItem& item) {
-  assert(size_ < kMaxWorkItems);
+  CPT_CHECK(size_ < kMaxWorkItems, "step inventory: more than ", kMaxWorkItems, " work items");
   items_[static_cast<std::size_t>(size_++)] = item;
 }
 

@@ -90,11 +90,12 @@ struct WorkItem {
   bool resumes;            // each call costs the host NodeSpec::compute_lost_resuming_from_call
 };
 
-inline constexpr int kMaxWorkItems = 40;
+// Enough for every producer at once (StepInventory.EveryParallelismAtOnceFitsTheInventory).
+inline constexpr int kMaxWorkItems = 64;
 
 class StepInventory {
  public:
-  // REQUIRES: fewer than kMaxWorkItems entries so far (a producer's fixed set).
+  // REQUIRES: fewer than kMaxWorkItems entries so far (a producer's fixed set); checked.
   void add(const WorkItem& item);
   [[nodiscard]] std::span<const WorkItem> items() const { return {items_.data(), static_cast<std::size_t>(size_)}; }
 

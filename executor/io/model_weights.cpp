@@ -126,6 +126,26 @@ NamedTensors read_hf_weights(const fs::path& dir) {
   return out;
 }
 
+namespace {
+
+// Whether `name` is one of the model's routed experts that another rank of its ep group holds
+// (layers.<i>.mlp.experts.<e>.*, e < E, outside this rank's share; model/moe_mlp.h).
+bool held_by_another_expert_rank(LlamaModelImpl& model, const std::string& name) {
+  if (!model.ep().active()) return false;
+  constexpr std::string_view kExperts = ".mlp.experts.";
+  const auto at = name.find(kExperts);
+  if (at == std::string::npos) return false;
+  const auto digits = name.substr(at + kExperts.size());
+  const auto dot = digits.find('.');
+  if (dot == 0 || dot == std::string::npos || digits.find_first_not_of("0123456789") != dot || dot > 9) return false;
+  const std::int64_t expert = std::stoll(digits.substr(0, dot));
+  const std::int64_t local = model.spec().moe.experts / model.ep().size();
+  const std::int64_t first = model.ep().rank() * local;
+  return expert < model.spec().moe.experts && (expert < first || expert >= first + local);
+}
+
+}  // namespace
+
 std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
   NamedTensors tensors;
   std::string what;
@@ -146,7 +166,8 @@ std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
     if (model.spec().tied_embeddings && name == "lm_head.weight") continue;
     auto* p = params.find(name);
     if (p == nullptr) {
-      if (model.is_stage()) continue;  // another pipeline stage's tensor
+      if (model.is_stage()) continue;                          // another pipeline stage's tensor
+      if (held_by_another_expert_rank(model, name)) continue;  // another ep rank's expert
       throw core::ConfigError(str_cat(source.string(), ": tensor ", name, " has no place in model ", model.spec().name,
                                       " (a checkpoint of another architecture?)"));
     }

@@ -25,7 +25,9 @@ NamedTensors read_hf_weights(const std::filesystem::path& dir);
 
 // Copies the weights at `source` (a cpt checkpoint directory or a Hugging Face directory) into
 // `model`. ConfigError naming the source when a tensor the model needs is missing, has another
-// shape, or the source holds tensors the model does not have. Returns a short description.
+// shape, or the source holds tensors the model does not have (other pipeline stages' layers and,
+// under expert parallelism, the experts of the other ranks of its ep group excepted). Returns a
+// short description.
 std::string load_model_weights(LlamaModelImpl& model, const std::filesystem::path& source);
 
 // `cpt checkpoint export --format hf`: a cpt checkpoint -> config.json + model.safetensors (fp32),

@@ -66,9 +66,11 @@ OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const Tra
     NamedParams dense, experts;
     for (const auto& entry : named) (is_routed_expert(entry.first) ? experts : dense).push_back(entry);
     const ModelParallelNorm expert_norm{nullptr, groups.pp.get(), groups.ep.get()};
-    choice.optimizer =
-        make_expert_split_optimizer(data_parallel_optimizer(par, config, dense, replicas, norm_groups),
-                                    data_parallel_optimizer(par, config, experts, *groups.expert_dp, expert_norm));
+    // A pipeline stage of dense layers only holds no experts (dense first layers, interleaved MoE).
+    choice.optimizer = make_expert_split_optimizer(
+        data_parallel_optimizer(par, config, dense, replicas, norm_groups),
+        experts.empty() ? nullptr : data_parallel_optimizer(par, config, experts, *groups.expert_dp, expert_norm),
+        expert_norm);
   } else {
     choice.optimizer = data_parallel_optimizer(par, config, named, replicas, norm_groups);
   }

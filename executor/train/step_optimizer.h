@@ -95,8 +95,11 @@ std::unique_ptr<StepOptimizer> make_zero_optimizer(const NamedParams& params, co
 // Under expert parallelism: `dense` for the parameters replicated over the data-parallel group and
 // `experts` for the routed experts (replicated over expert-dp, split over ep), as one optimizer —
 // each reduces, shards and updates its own; the gradient norm is both's, the full state both's
-// names (train/expert_split_optimizer.cpp).
+// names (train/expert_split_optimizer.cpp). `experts` is null on a pipeline stage without MoE
+// layers: its part of the norm is then 0, still summed over `expert_norm`'s groups, as the ranks of
+// the stages with experts sum theirs.
 std::unique_ptr<StepOptimizer> make_expert_split_optimizer(std::unique_ptr<StepOptimizer> dense,
-                                                           std::unique_ptr<StepOptimizer> experts);
+                                                           std::unique_ptr<StepOptimizer> experts,
+                                                           const ModelParallelNorm& expert_norm);
 
 }  // namespace cpt::exec

@@ -32,6 +32,20 @@ class ModelVariantsTrain : public DistributedTrain {
                         dir_);
       ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
     }
+    // tiny-moe with a dense first layer: under pp 2 the first stage holds no experts.
+    std::ofstream(dir_ / "tiny-moe-df.json") << R"({"name": "tiny-moe-df", "layers": 2, "hidden": 64, "heads": 4,
+      "kv_heads": 2, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+      "tied_embeddings": false, "max_seq_len": 128, "moe": {"experts": 4, "experts_per_token": 2,
+      "expert_ffn_hidden": 64, "shared_ffn_hidden": 64, "first_dense_layers": 1}})";
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "ep=1,micro_batch=2", 1},
+          std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
+      const auto r =
+          sh(cpt_binary() + " plan --model " + d + "/tiny-moe-df.json --gpu h100 --gpus " + std::to_string(gpus) +
+                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/df-" + name,
+             dir_);
+      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    }
     // tiny with Qwen3's attention: q/k norms over heads of 32 (not hidden / heads = 16).
     std::ofstream(dir_ / "tiny-qk.json") << R"({"name": "tiny-qk", "layers": 2, "hidden": 64, "heads": 4,
       "kv_heads": 2, "head_dim": 32, "qk_norm": true, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu",
@@ -124,11 +138,23 @@ TEST_F(ModelVariantsTrain, ExpertParallelZeroTwoHoldsBothOptimizersShardsAndBuck
 }
 
 // A checkpoint holds whole tensors whatever the layout: the experts split over two ranks are
-// gathered into it, and one process resumes from it where the single-process run would be.
-TEST_F(ModelVariantsTrain, ExpertParallelCheckpointResumesInOneProcess) {
+// gathered into it, and one process resumes from it where the single-process run would be; a
+// one-process checkpoint resumes with the experts split over two ranks, each loading its own.
+TEST_F(ModelVariantsTrain, ExpertParallelCheckpointsMoveBetweenLayouts) {
   plan_once();
   reference("moe-single", "o-moe-1");
   expect_resume("moe-ep2-zero1", 2, "moe-single", 1, "o-moe-1");
+  expect_resume("moe-single", 1, "moe-ep2", 2, "o-moe-1");
+}
+
+// A dense first layer under pp 2 × ep 2: the first stage holds no experts (its expert optimizer
+// is none, its norm still joins the pipeline's sum) and the run is the single process's.
+TEST_F(ModelVariantsTrain, ExpertParallelStageWithoutExpertsMatchesTheSingleProcessRun) {
+  plan_once();
+  reference("df-single", "o-df-1");
+  const auto r = train("df-ep2-pp2", "o-df-ep2-pp2", 4);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_as_reference("o-df-1", dir_ / "o-df-ep2-pp2", "dense-first ep2-pp2");
 }
 
 // The q/k norms' weights are replicated over tp while each rank normalises its own heads: their
