@@ -14,6 +14,7 @@
 
 #include "executor/dist/c10d_communicator.h"
 #include "executor/dist/timed_communicator.h"
+#include "executor_test_support.h"
 
 namespace cpt::exec {
 namespace {
@@ -92,29 +93,17 @@ TEST(RouteByDevice, RefusesGroupsOfDifferentRanks) {
 // NCCL raises its start-up errors the same way) is a RuntimeError naming the operation, group and
 // rank (exit 3), not a LibTorch exception (exit 1). Two ranks as two threads of this process.
 TEST(C10dCommunicator, AnOperationRefusedWhenPostedIsARuntimeErrorNamingIt) {
-  const int port = 29000 + static_cast<int>(::getpid() % 2000);
   std::vector<std::string> errors(2);
-  auto rank_main = [&](int rank) {
-    LaunchInfo launch;
-    launch.rank = rank;
-    launch.world_size = 2;
-    launch.local_world_size = 2;
-    launch.local_rank = rank;
-    launch.master_port = port;
-    const auto store = JobStore::connect(launch, std::chrono::seconds(30));
-    auto group = make_gloo_group(*store, "g", {0, 1}, rank, std::chrono::seconds(30), GlooTransport{"lo", ""});
+  testing::on_two_gloo_ranks(29000 + static_cast<int>(::getpid() % 2000), "g", [&](int rank, Communicator& group) {
     auto in = torch::ones({4});
     auto out = torch::empty({5});  // should be 8
     try {
-      group->all_gather(in, out);
+      (void)group.all_gather(in, out);
     } catch (const core::RuntimeError& e) {
       errors[static_cast<std::size_t>(rank)] = e.what();
     }
-    group->barrier();  // the group still works
-  };
-  std::thread second(rank_main, 1);
-  rank_main(0);
-  second.join();
+    group.barrier();  // the group still works
+  });
   for (int rank : {0, 1}) {
     const auto& e = errors[static_cast<std::size_t>(rank)];
     EXPECT_EQ(e.rfind("all_gather on group g (global rank " + std::to_string(rank) + ", rank " + std::to_string(rank) +

@@ -1,10 +1,14 @@
 #include "executor_test_support.h"
 
+#include <chrono>
+#include <thread>
+
 #include <unistd.h>
 
 #include <optional>
 
 #include "core/str_cat.h"
+#include "executor/dist/c10d_communicator.h"
 
 namespace cpt::exec::testing {
 
@@ -47,6 +51,24 @@ void prepare_small_dataset(const fs::path& dir) {
   PrepareOptions o;
   o.corpus.extensions = {".py"};
   prepare_dataset({python_json_package()}, small_tokenizer(), dir, o);
+}
+
+void on_two_gloo_ranks(int port, const std::string& group_name,
+                       const std::function<void(int rank, Communicator& group)>& rank_main) {
+  auto run = [&](int rank) {
+    LaunchInfo launch;
+    launch.rank = rank;
+    launch.world_size = 2;
+    launch.local_world_size = 2;
+    launch.local_rank = rank;
+    launch.master_port = port;
+    const auto store = JobStore::connect(launch, std::chrono::seconds(30));
+    auto group = make_gloo_group(*store, group_name, {0, 1}, rank, std::chrono::seconds(30), GlooTransport{"lo", ""});
+    rank_main(rank, *group);
+  };
+  std::thread second(run, 1);
+  run(0);
+  second.join();
 }
 
 }  // namespace cpt::exec::testing

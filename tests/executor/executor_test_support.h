@@ -3,7 +3,10 @@
 // built from text every machine with Python 3 has (the standard library's json package), never
 // from text committed to this repository.
 #include <filesystem>
+#include <functional>
 #include <string>
+
+#include "executor/dist/communicator.h"
 
 #include "executor/data/prepare_dataset.h"
 #include "executor/data/tokenizer.h"
@@ -31,5 +34,10 @@ const Tokenizer& small_tokenizer();
 
 // Prepares python_json_package() with small_tokenizer() into `dir`.
 void prepare_small_dataset(const std::filesystem::path& dir);
+
+// Runs rank_main(rank, group) on two ranks, this thread and another, joined by a Gloo group named
+// `group_name` over loopback, its rendezvous on `port` (pick one per test: tests may run at once).
+void on_two_gloo_ranks(int port, const std::string& group_name,
+                       const std::function<void(int rank, Communicator& group)>& rank_main);
 
 }  // namespace cpt::exec::testing

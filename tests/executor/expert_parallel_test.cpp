@@ -16,30 +16,16 @@
 #include <thread>
 #include <vector>
 
-#include "executor/dist/c10d_communicator.h"
+#include "executor_test_support.h"
 #include "executor/model/moe_mlp.h"
 #include "spec/model_catalog.h"
 
 namespace cpt::exec {
 namespace {
 
-// Runs rank_main(rank, group) on two ranks (this thread and another) joined by a Gloo group.
+// Two ranks as threads over Gloo (executor_test_support.h), a port per test.
 void on_two_ranks(int port_offset, const std::function<void(int, Communicator&)>& rank_main) {
-  const int port = 31000 + static_cast<int>(::getpid() % 1000) * 4 + port_offset;
-  auto run = [&](int rank) {
-    LaunchInfo launch;
-    launch.rank = rank;
-    launch.world_size = 2;
-    launch.local_world_size = 2;
-    launch.local_rank = rank;
-    launch.master_port = port;
-    const auto store = JobStore::connect(launch, std::chrono::seconds(30));
-    auto group = make_gloo_group(*store, "ep/0", {0, 1}, rank, std::chrono::seconds(30), GlooTransport{"lo", ""});
-    rank_main(rank, *group);
-  };
-  std::thread second(run, 1);
-  run(0);
-  second.join();
+  testing::on_two_gloo_ranks(31000 + static_cast<int>(::getpid() % 1000) * 4 + port_offset, "ep/0", rank_main);
 }
 
 TEST(ExpertParallel, DispatchPlanOfTheWorkedExample) {
