@@ -67,6 +67,8 @@ core::Json config_json(const spec::ParallelConfig& p) {
           {"sequence_parallel", p.sequence_parallel},
           {"offload", spec::to_string(p.offload)},
           {"schedule", spec::to_string(p.schedule)},
+          {"ep", p.ep},
+          {"etp", p.etp},
           {"axis_order", str_cat(spec::to_string(p.axis_order[0]), "-", spec::to_string(p.axis_order[1]), "-",
                                  spec::to_string(p.axis_order[2]), "-", spec::to_string(p.axis_order[3]))}};
 }
@@ -194,7 +196,7 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
   }
   std::ostringstream csv;
   csv << "rank,tp,cp,pp,vp,dp,micro_batch,grad_accum,zero,hsdp,recompute,sequence_parallel,offload,axis_order,"
-         "step_time_s,tokens_per_s_per_gpu,mfu,peak_memory_GiB\n";
+         "schedule,ep,etp,step_time_s,tokens_per_s_per_gpu,mfu,peak_memory_GiB\n";
   for (std::size_t i = 0; i < r.all_feasible.size(); ++i) {
     const auto& c = r.all_feasible[i];
     const auto& p = c.config;
@@ -202,9 +204,9 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
     csv << i + 1 << "," << p.tp << "," << p.cp << "," << p.pp << "," << p.virtual_stages << "," << p.dp << ","
         << p.micro_batch << "," << p.grad_accum() << "," << p.zero_stage << "," << (p.hybrid_shard ? 1 : 0) << ","
         << spec::to_string(p.recompute) << "," << (p.sequence_parallel ? 1 : 0) << "," << spec::to_string(p.offload)
-        << "," << j["axis_order"].get<std::string>() << "," << c.estimate.time.total().value() << ","
-        << c.estimate.tokens_per_s_per_gpu << "," << c.estimate.mfu << ","
-        << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
+        << "," << j["axis_order"].get<std::string>() << "," << spec::to_string(p.schedule) << "," << p.ep << ","
+        << p.etp << "," << c.estimate.time.total().value() << "," << c.estimate.tokens_per_s_per_gpu << ","
+        << c.estimate.mfu << "," << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
   }
   core::write_file_atomic(dir / "candidates.csv", csv.str());
   core::write_file_atomic(dir / "report.md", report_md(model, cluster, o, r, priced_with));

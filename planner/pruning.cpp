@@ -37,6 +37,8 @@ std::string to_string(RejectReason r) {
       return "unsupported_combination";
     case RejectReason::kNotRunByExecutor:
       return "not_run_by_cpt_executor";
+    case RejectReason::kExpertsDoNotFold:
+      return "ep_etp_not_dividing_tp_cp_dp";
   }
   return "?";
 }
@@ -77,6 +79,11 @@ std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const Pru
   if (p.pp * p.virtual_stages > m.layers) return R::kStagesExceedLayers;
   if (p.global_batch % p.sequences_per_microbatch() != 0) return R::kBatchNotDivisible;
   if (p.virtual_stages > 1 && (p.pp < 2 || p.grad_accum() % p.pp != 0)) return R::kInterleaveShape;
+  // Before any memory bound divides by expert-dp (0 when the experts do not fold into a stage).
+  if ((p.tp * p.cp * p.dp) % (p.ep * p.etp) != 0) return R::kExpertsDoNotFold;
+  // spec's other rules for experts (find_parallel_config_errors): MoE layers on the
+  // sequence-parallel shard under tp; no hybrid sharding.
+  if (m.moe.present() && ((p.tp > 1 && !p.sequence_parallel) || p.hybrid_shard)) return R::kUnsupported;
   // Redundant: these run exactly like another candidate that stays in the space.
   if (p.sequence_parallel && p.tp == 1) return R::kRedundant;
   if (p.zero_stage > 0 && p.dp * p.cp == 1) return R::kRedundant;

@@ -17,27 +17,28 @@ namespace cpt::planner {
 
 // Serialized in `cpt plan --json` as the strings of to_string. DO NOT CHANGE them.
 enum class RejectReason {
-  kHeadsNotDivisible,      // heads % tp
-  kKvHeadsNotDivisible,    // kv_heads % tp
-  kFfnNotDivisible,        // ffn_hidden % tp
-  kStagesExceedLayers,     // pp·vp > layers
-  kInterleaveShape,        // vp > 1 needs pp >= 2 and microbatches % pp == 0
-  kBatchNotDivisible,      // global_batch % (micro_batch·dp)
-  kTpCpAcrossNodes,        // tp·cp > GPUs per node: TP and CP stay inside a node
-  kSeqNotDivisible,        // seq_len % (2·cp) with cp > 1
-  kRedundant,              // the same execution as another candidate (SP without TP, ZeRO without a shard
-                           // group, HSDP whose shard group is the whole dp group, offload without ZeRO,
-                           // the second axis order when dp or pp is 1)
-  kHybridShardSplit,       // HSDP shard groups of unequal size
-  kModelStateMemory,       // weights + grads + optimizer alone exceed the HBM (lower bound)
-  kOutOfMemory,            // the full memory model exceeds the HBM
-  kUnsupported,            // a combination the cost model does not cover
-  kNotRunByExecutor,       // with `executor_only`: a layout cpt's executor refuses (ZeRO-3 with a
-                           // pipeline, parameter offload, hybrid sharding with cp > 1, tied
-                           // embeddings split over stages, sequence parallelism whose tokens per
-                           // cp rank do not split over tp)
+  kHeadsNotDivisible,    // heads % tp
+  kKvHeadsNotDivisible,  // kv_heads % tp
+  kFfnNotDivisible,      // ffn_hidden % tp
+  kStagesExceedLayers,   // pp·vp > layers
+  kInterleaveShape,      // vp > 1 needs pp >= 2 and microbatches % pp == 0
+  kBatchNotDivisible,    // global_batch % (micro_batch·dp)
+  kTpCpAcrossNodes,      // tp·cp > GPUs per node: TP and CP stay inside a node
+  kSeqNotDivisible,      // seq_len % (2·cp) with cp > 1
+  kRedundant,            // the same execution as another candidate (SP without TP, ZeRO without a shard
+                         // group, HSDP whose shard group is the whole dp group, offload without ZeRO,
+                         // the second axis order when dp or pp is 1)
+  kHybridShardSplit,     // HSDP shard groups of unequal size
+  kModelStateMemory,     // weights + grads + optimizer alone exceed the HBM (lower bound)
+  kOutOfMemory,          // the full memory model exceeds the HBM
+  kUnsupported,          // a combination the cost model does not cover
+  kNotRunByExecutor,     // with `executor_only`: a layout cpt's executor refuses (ZeRO-3 with a
+                         // pipeline, parameter offload, hybrid sharding with cp > 1, tied
+                         // embeddings split over stages, sequence parallelism whose tokens per
+                         // cp rank do not split over tp)
+  kExpertsDoNotFold,     // ep·etp does not divide a stage's tp·cp·dp ranks (spec/rank_layout.h)
 };
-inline constexpr int kNumRejectReasons = 14;
+inline constexpr int kNumRejectReasons = 15;
 std::string to_string(RejectReason r);
 
 struct PruneContext {

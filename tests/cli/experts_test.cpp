@@ -56,6 +56,10 @@ TEST(Experts, PlansRecordAndExportExpertParallelism) {
   EXPECT_NE(planned.out.find(" ep8 "), std::string::npos) << planned.out;
   const auto plan = nlohmann::json::parse(slurp(out / "plan.json"));
   EXPECT_EQ(plan["parallel"]["ep"], 8);
+  // The candidates list every configuration's expert degrees and schedule.
+  const std::string csv = slurp(out / "candidates.csv");
+  EXPECT_NE(csv.find(",axis_order,schedule,ep,etp,step_time_s,"), std::string::npos) << csv.substr(0, 200);
+  EXPECT_NE(csv.find(",8,1,"), std::string::npos);
   EXPECT_EQ(plan["model"]["moe"]["experts"], 128);
   const std::string megatron = slurp(out / "megatron_args.sh");
   for (const char* arg :

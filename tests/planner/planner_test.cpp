@@ -56,6 +56,33 @@ TEST(Pruning, WhatPassesIsValidForSpec) {
   EXPECT_GT(passed, 100u);
 }
 
+// The same for a mixture of experts; expert degrees that do not fold into a stage's ranks are
+// rejected by their shape, before the memory bound divides by expert-dp (0 for them: an
+// infinite bound cast to bytes, which UBSan reported, bench/sanitize.sh).
+TEST(Pruning, ExpertDegreesThatDoNotFoldAreRejectedByShape) {
+  const auto m = spec::find_catalog_model("qwen3-30b-a3b")->spec;
+  const auto c = cat().cluster_for_gpu("h100", 16, "--gpu");
+  const SearchSpace space(m, c, 64, Fixed{});
+  const cost::CostModelOptions o;
+  const PruneContext ctx{m, c, 4096, o};
+  std::uint64_t passed = 0, not_folding = 0;
+  for (std::uint64_t i = 0; i < space.size(); i += 7) {
+    const auto p = space.at(i);
+    const auto reason = prune_shape(p, ctx);
+    if ((p.tp * p.cp * p.dp) % (p.ep * p.etp) != 0) {
+      ++not_folding;
+      ASSERT_TRUE(reason.has_value());
+      continue;
+    }
+    if (reason || prune_layout(p, ctx, layout_facts(p, c.node.gpus_per_node))) continue;
+    ++passed;
+    const auto errors = spec::find_parallel_config_errors(p, m, 4096, c.num_gpus);
+    ASSERT_TRUE(errors.empty()) << errors.front();
+  }
+  EXPECT_GT(not_folding, 100u);
+  EXPECT_GT(passed, 100u);
+}
+
 // layout_facts (one allocation-free pass) agrees with RankLayout's group functions.
 TEST(Pruning, LayoutFactsAgreeWithRankLayout) {
   int checked = 0;
