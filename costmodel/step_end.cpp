@@ -28,9 +28,10 @@ struct StepEndSums {
   Seconds scalars_tp, scalars_pp, scalars_dp;
   double kernels_dp = 0, kernels_pp = 0, kernels_scalars = 0;  // around calls outside the passes
   CallsPerStep calls;
+  BytesPerStep bytes;
 };
 
-void count_calls(CommGroup group, double calls, CallsPerStep& out) {
+void add_for_group(CommGroup group, double calls, PerCommGroup& out) {
   switch (group) {
     case CommGroup::kTp:
       out.tp += calls;
@@ -55,7 +56,8 @@ StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, doubl
   StepEndSums sums;
   for (const WorkItem& item : inv.items()) {
     const double times = times_per_step(item.scope, share, microbatches, inv);
-    count_calls(item.group, item.calls * times, sums.calls);
+    add_for_group(item.group, item.calls * times, sums.calls);
+    add_for_group(item.group, static_cast<double>(item.bytes.value()) * item.operations * times, sums.bytes);
     if (item.kind == WorkKind::kScalarAllReduce) {
       const Seconds seconds = price(item, context, Seconds(0));
       (item.group == CommGroup::kTp   ? sums.scalars_tp
@@ -195,6 +197,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   t.pp_comm += sums.scalars_pp;
   end.dp_after += sums.scalars_dp + sums.scalars_tp + sums.scalars_pp;
   end.calls = sums.calls;
+  end.bytes = sums.bytes;
   const int sharded_stage = groups.shard_group > 1 ? p.zero_stage : 0;
   const double step_k =
       step_kernels(model, p.ep, share.layers, share.first, share.last, sharded_stage, inv.optimizer_segments, o) +

@@ -32,6 +32,7 @@ struct StepEnd {
   core::Seconds outside_schedule;  // StageDurations::outside_schedule
   double kernels = 0;              // dispatched by the critical rank in the step (kernel_dispatch.h)
   CallsPerStep calls;
+  BytesPerStep bytes;
 };
 
 // Fills `time` (StepTimeBreakdown) for the critical rank. `inventory`: microbatch_work's, to which

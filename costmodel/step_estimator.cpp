@@ -240,6 +240,7 @@ void record_step_end(const StepEnd& end, const MicrobatchCharges& c, const Criti
   est.stages.overlap_slowdown = c.overlap_slowdown;
   est.kernels_per_step = end.kernels;
   est.calls_per_step = end.calls;
+  est.bytes_per_step = end.bytes;
   est.critical_pp_rank = critical.share.pp_rank;
 }
 

@@ -98,15 +98,20 @@ struct StageDurations {
   std::vector<double> dp_slowdown;
 };
 
-// Communication calls a rank starts in one step, by group (collectives, sends and receives): what
-// measured.json's dispatch_per_step_per_rank counts for the executor's ranks.
-struct CallsPerStep {
+// A quantity per communication group, for one rank's step.
+struct PerCommGroup {
   double tp = 0;
   double cp = 0;
   double dp = 0;  // the dp × cp replicas' and the ZeRO shard group's (and expert-dp's)
   double pp = 0;
   double ep = 0;  // ep's and etp's
 };
+// Communication calls a rank starts in one step, by group (collectives, sends and receives): what
+// measured.json's dispatch counts for the executor's ranks.
+using CallsPerStep = PerCommGroup;
+// Their bytes (WorkItem::bytes of each operation: the reduced buffer, the gathered result, what an
+// all-to-all sends, one transfer), as measured.json's dispatch counts them.
+using BytesPerStep = PerCommGroup;
 
 struct Estimate {
   StepTimeBreakdown time;
@@ -128,6 +133,7 @@ struct Estimate {
   // Kernels the critical pipeline rank dispatches per step (CostModelOptions::dispatch's counts).
   double kernels_per_step = 0;
   CallsPerStep calls_per_step;  // of the critical pipeline rank
+  BytesPerStep bytes_per_step;  // of the critical pipeline rank
   int critical_pp_rank = 0;     // the pipeline rank that finishes the step last
   [[nodiscard]] const MemoryBreakdown& peak_memory() const {
     return memory_per_pp_rank[static_cast<std::size_t>(worst_pp_rank)];

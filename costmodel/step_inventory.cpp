@@ -188,7 +188,7 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   const double routed = tokens / p.tp * model.moe.experts_per_token * routed_token_load(model.moe, o);
   const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
   const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));
-  const Bytes counts(static_cast<std::int64_t>(model.moe.experts) * 8);
+  const Bytes counts(std::int64_t{model.moe.experts} * 8 * p.ep);  // gathered: int64 [ep, E]
   // The operators around the ep calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
   auto pass_work = [&](WorkPass pass) {
     if (p.ep > 1) {
@@ -320,11 +320,10 @@ void add_hybrid_all_reduce(StepInventory& inv, const spec::ModelSpec& model, con
 // The executor's scalar all-reduces of every step (spec::executor_step_scalar_all_reduces).
 void add_step_scalars(StepInventory& inv, const spec::ParallelConfig& p, int shard_group, const CostModelOptions& o) {
   const spec::StepScalarAllReduces scalars = spec::executor_step_scalar_all_reduces(p, shard_group);
-  const Bytes two_doubles(16);
-  auto add = [&](CommGroup group, int calls) {
+  auto add = [&](CommGroup group, int calls, Bytes bytes = Bytes(16)) {
     if (calls <= 0) return;
-    WorkItem item = calls_of(WorkPass::kStepEnd, WorkScope::kStep, group, WorkKind::kScalarAllReduce, two_doubles,
-                             calls, kernels_per_call(o));
+    WorkItem item = calls_of(WorkPass::kStepEnd, WorkScope::kStep, group, WorkKind::kScalarAllReduce, bytes, calls,
+                             kernels_per_call(o));
     item.resumes = false;  // after the step's compute
     inv.add(item);
   };
@@ -332,8 +331,9 @@ void add_step_scalars(StepInventory& inv, const spec::ParallelConfig& p, int sha
   add(CommGroup::kShard, scalars.shard);
   add(CommGroup::kTp, scalars.tp);
   add(CommGroup::kPp, scalars.pp);
-  add(CommGroup::kExpert, scalars.ep);
-  add(CommGroup::kExpertReplicas, scalars.expert_shard);
+  // The experts' part of the gradient norm: one double each.
+  add(CommGroup::kExpert, scalars.ep, Bytes(8));
+  add(CommGroup::kExpertReplicas, scalars.expert_shard, Bytes(8));
 }
 
 }  // namespace

@@ -60,12 +60,16 @@ MeasuredMemory memory_from_json(JsonObjectReader r) {
 }
 
 Json dispatch_to_json(const MeasuredDispatch& d) {
-  Json calls = Json::object();
-  for (std::size_t g = 0; g < kGroups.size(); ++g) calls[kGroups[g]] = d.calls_per_step[g];
+  Json calls = Json::object(), bytes = Json::object();
+  for (std::size_t g = 0; g < kGroups.size(); ++g) {
+    calls[kGroups[g]] = d.calls_per_step[g];
+    bytes[kGroups[g]] = d.bytes_per_step[g];
+  }
   return {{"forward_ops", d.forward_ops},
           {"backward_nodes", d.backward_nodes},
           {"nested_ops", d.nested_ops},
-          {"calls_per_step", calls}};
+          {"calls_per_step", calls},
+          {"bytes_per_step", bytes}};
 }
 
 MeasuredDispatch dispatch_from_json(JsonObjectReader r) {
@@ -79,6 +83,11 @@ MeasuredDispatch dispatch_from_json(JsonObjectReader r) {
     if (g < 4 || calls.has(kGroups[g])) d.calls_per_step[g] = calls.integer(kGroups[g], 0);
   }
   calls.finish();
+  if (r.has("bytes_per_step")) {  // written since the executor counts its bytes
+    auto bytes = r.object("bytes_per_step");
+    for (std::size_t g = 0; g < kGroups.size(); ++g) d.bytes_per_step[g] = bytes.integer(kGroups[g], 0);
+    bytes.finish();
+  }
   r.finish();
   return d;
 }

@@ -49,6 +49,9 @@ struct MeasuredDispatch {
   std::int64_t backward_nodes = 0;
   std::int64_t nested_ops = 0;
   std::array<std::int64_t, 5> calls_per_step{};  // tp, cp, dp, pp, ep (ep absent from older files: 0)
+  // Their bytes (executor/dist/timed_communicator.h's convention, the cost model's); absent from
+  // files written before they were counted: 0.
+  std::array<std::int64_t, 5> bytes_per_step{};
   // The kernels the cost model charges its per-kernel cost for (costmodel/kernel_dispatch.h).
   [[nodiscard]] std::int64_t kernels_per_step() const { return forward_ops + backward_nodes; }
   bool operator==(const MeasuredDispatch&) const = default;

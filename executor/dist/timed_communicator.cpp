@@ -40,27 +40,27 @@ class TimedCommunicator : public Communicator {
   int size() const override { return inner_->size(); }
   const std::string& name() const override { return inner_->name(); }
   std::unique_ptr<CommHandle> all_reduce_sum(torch::Tensor& inout) override {
-    return timed([&] { return inner_->all_reduce_sum(inout); });
+    return timed(inout, [&] { return inner_->all_reduce_sum(inout); });
   }
   std::unique_ptr<CommHandle> all_gather(const torch::Tensor& in, torch::Tensor& out) override {
-    return timed([&] { return inner_->all_gather(in, out); });
+    return timed(out, [&] { return inner_->all_gather(in, out); });
   }
   std::unique_ptr<CommHandle> reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
-    return timed([&] { return inner_->reduce_scatter_sum(in, out); });
+    return timed(in, [&] { return inner_->reduce_scatter_sum(in, out); });
   }
   std::unique_ptr<CommHandle> broadcast(torch::Tensor& t, int root) override {
-    return timed([&] { return inner_->broadcast(t, root); });
+    return timed(t, [&] { return inner_->broadcast(t, root); });
   }
   std::unique_ptr<CommHandle> all_to_all(const torch::Tensor& in, torch::Tensor& out,
                                          const std::vector<std::int64_t>& in_rows,
                                          const std::vector<std::int64_t>& out_rows) override {
-    return timed([&] { return inner_->all_to_all(in, out, in_rows, out_rows); });
+    return timed(in, [&] { return inner_->all_to_all(in, out, in_rows, out_rows); });
   }
   std::unique_ptr<CommHandle> send(torch::Tensor& t, int peer, int tag) override {
-    return timed([&] { return inner_->send(t, peer, tag); });
+    return timed(t, [&] { return inner_->send(t, peer, tag); });
   }
   std::unique_ptr<CommHandle> recv(torch::Tensor& t, int peer, int tag) override {
-    return timed([&] { return inner_->recv(t, peer, tag); });
+    return timed(t, [&] { return inner_->recv(t, peer, tag); });
   }
   void barrier() override {
     count_call();
@@ -73,14 +73,17 @@ class TimedCommunicator : public Communicator {
  private:
   // A call is an operation among ranks: on a group of one it is a local copy, which pays no
   // per-call cost and which the cost model does not count (Estimate::calls_per_step).
-  void count_call() {
-    if (inner_->size() > 1) ++clock_.calls;
+  void count_call(std::int64_t bytes = 0) {
+    if (inner_->size() == 1) return;
+    ++clock_.calls;
+    clock_.bytes += bytes;
   }
   // Starts an operation, counting the time the start itself blocks (Gloo does part of some
   // collectives on the calling thread: a 2 MB reduce-scatter spends about half its time there).
+  // `payload`: the tensor whose bytes the operation counts (the header).
   template <typename Start>
-  std::unique_ptr<CommHandle> timed(Start&& start) {
-    count_call();
+  std::unique_ptr<CommHandle> timed(const torch::Tensor& payload, Start&& start) {
+    count_call(static_cast<std::int64_t>(payload.nbytes()));
     RECORD_USER_SCOPE(*scope_);
     const auto t0 = Clock::now();
     auto h = start();

@@ -20,9 +20,10 @@ enum RowField : std::int64_t {
   kForwardOps,
   kBackwardNodes,
   kNestedOps,
-  kCounted,  // 1 where the rank counted its first step's dispatch
-  kCalls,    // 5 groups: tp, cp, dp, pp, ep
-  kRowFields = kCalls + 5,
+  kCounted,             // 1 where the rank counted its first step's dispatch
+  kCalls,               // 5 groups: tp, cp, dp, pp, ep
+  kBytes = kCalls + 5,  // the same 5 groups
+  kRowFields = kBytes + 5,
 };
 
 }  // namespace
@@ -39,6 +40,7 @@ void RunMeter::begin_step(bool first_of_process) {
   if (first_of_process && counts_dispatch_) {
     op_counter_.emplace();
     calls_at_start_ = {clocks_.tp.calls, clocks_.cp.calls, clocks_.dp.calls, clocks_.pp.calls, clocks_.ep.calls};
+    bytes_at_start_ = {clocks_.tp.bytes, clocks_.cp.bytes, clocks_.dp.bytes, clocks_.pp.bytes, clocks_.ep.bytes};
   }
 }
 
@@ -53,6 +55,9 @@ void RunMeter::end_step(double seconds, std::int64_t tokens, bool timed) {
     d.calls_per_step = {clocks_.tp.calls - calls_at_start_[0], clocks_.cp.calls - calls_at_start_[1],
                         clocks_.dp.calls - calls_at_start_[2], clocks_.pp.calls - calls_at_start_[3],
                         clocks_.ep.calls - calls_at_start_[4]};
+    d.bytes_per_step = {clocks_.tp.bytes - bytes_at_start_[0], clocks_.cp.bytes - bytes_at_start_[1],
+                        clocks_.dp.bytes - bytes_at_start_[2], clocks_.pp.bytes - bytes_at_start_[3],
+                        clocks_.ep.bytes - bytes_at_start_[4]};
     first_step_dispatch_ = d;
   }
   if (!timed) return;
@@ -82,7 +87,10 @@ spec::MeasuredRun RunMeter::finish(const RunFacts& facts, Communicator& world, c
     row[kBackwardNodes] = first_step_dispatch_->backward_nodes;
     row[kNestedOps] = first_step_dispatch_->nested_ops;
     row[kCounted] = 1;
-    for (std::size_t g = 0; g < 5; ++g) row[kCalls + g] = first_step_dispatch_->calls_per_step[g];
+    for (std::size_t g = 0; g < 5; ++g) {
+      row[kCalls + g] = first_step_dispatch_->calls_per_step[g];
+      row[kBytes + g] = first_step_dispatch_->bytes_per_step[g];
+    }
   }
   auto all_rows = torch::empty({processes, kRowFields}, torch::kInt64);
   world.all_gather(torch::tensor(row, torch::kInt64), all_rows)->wait();
@@ -130,7 +138,8 @@ spec::MeasuredRun RunMeter::finish(const RunFacts& facts, Communicator& world, c
           rows[r][kForwardOps],
           rows[r][kBackwardNodes],
           rows[r][kNestedOps],
-          {rows[r][kCalls], rows[r][kCalls + 1], rows[r][kCalls + 2], rows[r][kCalls + 3], rows[r][kCalls + 4]}};
+          {rows[r][kCalls], rows[r][kCalls + 1], rows[r][kCalls + 2], rows[r][kCalls + 3], rows[r][kCalls + 4]},
+          {rows[r][kBytes], rows[r][kBytes + 1], rows[r][kBytes + 2], rows[r][kBytes + 3], rows[r][kBytes + 4]}};
     }
     run.ranks.push_back(rank);
   }

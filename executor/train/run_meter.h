@@ -65,6 +65,7 @@ class RunMeter {
   std::optional<OpCounter> op_counter_;
   std::optional<spec::MeasuredDispatch> first_step_dispatch_;
   std::array<std::int64_t, 5> calls_at_start_{};
+  std::array<std::int64_t, 5> bytes_at_start_{};
   std::array<double, 5> waits_at_start_{};
   std::array<double, 5> timed_waits_{};  // summed over the timed steps
   std::vector<double> timed_seconds_;

@@ -28,7 +28,8 @@ MeasuredRun sample_run() {
   run.dp_bucket_bytes = 104'857;
   // tp, cp, dp, ep comm, pp comm and bubble, compute and other.
   MeasuredRank first{0, 0, 0, 0, 0, {1000, 1000, 2000, 8, 50'000}, {0.0, 0.0, 0.0, 0.004, 0.025, 0.1}, std::nullopt};
-  first.dispatch = MeasuredDispatch{300, 200, 40, {0, 0, 0, 26, 12}};  // tp, cp, dp, pp, ep calls
+  // tp, cp, dp, pp, ep calls and bytes.
+  first.dispatch = MeasuredDispatch{300, 200, 40, {0, 0, 0, 26, 12}, {0, 0, 0, 53'248, 393'224}};
   MeasuredRank second{1, 0, 0, 0, 1, {900, 900, 1800, 8, 40'000}, {0.0, 0.0, 0.0, 0.0, 0.03, 0.095}, std::nullopt};
   run.ranks = {first, second};
   return run;
@@ -66,15 +67,18 @@ TEST(MeasuredRun, KeysAreThePredictionsWhereTheyNameTheSameQuantity) {
   EXPECT_FALSE(json["ranks"][1].contains("dispatch"));
 }
 
-// Files written before expert parallelism ran have no ep_comm and no ep calls: they read as 0.
+// Files written before expert parallelism ran have no ep_comm and no ep calls, and before the
+// executor counted its bytes no bytes_per_step: they read as 0.
 TEST(MeasuredRun, FilesWithoutTheExpertGroupReadItAsZero) {
   auto json = measured_run_to_json(sample_run());
   json["ranks"][0]["step_time_breakdown_s"].erase("ep_comm");
   json["ranks"][0]["dispatch"]["calls_per_step"].erase("ep");
+  json["ranks"][0]["dispatch"].erase("bytes_per_step");
   const auto run = measured_run_from_json(json, "run/measured.json");
   EXPECT_EQ(run.ranks[0].step_time_breakdown_s.ep_comm, 0.0);
   EXPECT_EQ(run.ranks[0].dispatch->calls_per_step[4], 0);
   EXPECT_EQ(run.ranks[0].dispatch->calls_per_step[3], 26);
+  EXPECT_EQ(run.ranks[0].dispatch->bytes_per_step[4], 0);
 }
 
 // A misspelt, missing or out-of-range key is an error naming the file and the key, never a 0.
