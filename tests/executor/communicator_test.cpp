@@ -150,11 +150,32 @@ TEST(TimedCommunicator, OperationsOnOneRankAreNotCalls) {
   timed->all_reduce_sum(t)->wait();
   timed->barrier();
   EXPECT_EQ(clock.calls, 0);
+  EXPECT_EQ(clock.bytes, 0);
   std::vector<std::string> log;
   CommClock two;
   auto pair = with_timing(std::make_unique<Recording>("pair", 0, 2, log), two);
   pair->all_reduce_sum(t)->wait();
   EXPECT_EQ(two.calls, 1);
+  EXPECT_EQ(two.bytes, 16);
+}
+
+// Each call's bytes as the cost model's step inventory counts them: an all-reduce's buffer, an
+// all-gather's gathered result, a reduce-scatter's input, what an all-to-all sends.
+TEST(TimedCommunicator, CountsTheBytesTheCostModelCounts) {
+  std::vector<std::string> log;
+  CommClock clock;
+  auto pair = with_timing(std::make_unique<Recording>("pair", 0, 2, log), clock);
+  auto shard = torch::ones({4});  // 16 bytes
+  auto whole = torch::ones({8});  // 32 bytes
+  pair->all_gather(shard, whole)->wait();
+  EXPECT_EQ(clock.bytes, 32);
+  pair->reduce_scatter_sum(whole, shard)->wait();
+  EXPECT_EQ(clock.bytes, 64);
+  auto rows = torch::ones({3, 2}, torch::kFloat64);  // 48 bytes sent
+  auto received = torch::empty({1, 2}, torch::kFloat64);
+  pair->all_to_all(rows, received, {2, 1}, {0, 1})->wait();
+  EXPECT_EQ(clock.bytes, 112);
+  EXPECT_EQ(clock.calls, 3);
 }
 
 }  // namespace
