@@ -188,16 +188,20 @@ void run(const CompareOptions& o) {
       add(str_cat(groups[g], "_calls_per_step"), predicted[g],
           busiest([&](const spec::MeasuredDispatch& d) { return d.calls_per_step[g]; }));
     }
-    // The experts' all-to-all bytes (and their count gather and norm), the mean over the ranks of
-    // the critical pipeline rank: each rank sends its own pairs and returns what its experts
+    // Their bytes (timed_communicator.h's convention, the inventory's), the mean over the ranks of
+    // the critical pipeline rank: under expert parallelism each rank returns what its experts
     // computed, which routing makes uneven; the cost model prices the balanced rank.
-    double ep_bytes = 0, ranks = 0;
-    for (const auto& r : measured.ranks) {
-      if (r.pp != e->critical_pp_rank || !r.dispatch) continue;
-      ep_bytes += static_cast<double>(r.dispatch->bytes_per_step[4]);
-      ++ranks;
+    const std::array predicted_bytes = {e->bytes_per_step.tp, e->bytes_per_step.cp, e->bytes_per_step.dp,
+                                        e->bytes_per_step.pp, e->bytes_per_step.ep};
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      double bytes = 0, ranks = 0;
+      for (const auto& r : measured.ranks) {
+        if (r.pp != e->critical_pp_rank || !r.dispatch) continue;
+        bytes += static_cast<double>(r.dispatch->bytes_per_step[g]);
+        ++ranks;
+      }
+      add(str_cat(groups[g], "_bytes_per_step"), predicted_bytes[g], ranks > 0 ? bytes / ranks : 0.0);
     }
-    add("ep_bytes_per_step", e->bytes_per_step.ep, ranks > 0 ? ep_bytes / ranks : 0.0);
   }
   // Kinds of work, where the run profiled a step: that step of the critical pipeline rank (its
   // lowest rank) split as measure/op_kind.h splits it, beside the cost model's StepTimeByKind.

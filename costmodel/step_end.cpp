@@ -57,7 +57,9 @@ StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, doubl
   for (const WorkItem& item : inv.items()) {
     const double times = times_per_step(item.scope, share, microbatches, inv);
     add_for_group(item.group, item.calls * times, sums.calls);
-    add_for_group(item.group, static_cast<double>(item.bytes.value()) * item.operations * times, sums.bytes);
+    // A sequence-parallel pair moves its bytes twice: gathered, then reduce-scattered.
+    const double moved = item.kind == WorkKind::kReduceScatterAllGather ? 2.0 : 1.0;
+    add_for_group(item.group, static_cast<double>(item.bytes.value()) * item.operations * moved * times, sums.bytes);
     if (item.kind == WorkKind::kScalarAllReduce) {
       const Seconds seconds = price(item, context, Seconds(0));
       (item.group == CommGroup::kTp   ? sums.scalars_tp

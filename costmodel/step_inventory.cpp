@@ -25,7 +25,7 @@ namespace {
 struct Runtime {
   bool executor = false;  // cpt's own (KernelDispatch::kEager); else Megatron-LM with fused kernels
   // The vocabulary-parallel cross-entropy's all-reduces: Megatron's three (max, target logit,
-  // exp-sum); the executor gathers the maxima and reduces the other two in one call.
+  // exp-sum); the executor gathers the maxima and reduces the other two in one call (two calls).
   double loss_all_reduces = 3;
   // The executor all-reduces each sequence-parallel norm's weight gradient over tp in every
   // backward (Megatron sums them once per step, which is not counted).
@@ -129,8 +129,17 @@ void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const
     inv.add(
         waiting(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, gather, activations, 1, around_one)));
   }
-  inv.add(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss,
-                   runtime.loss_all_reduces, kernels_per_call(o)));
+  if (runtime.executor) {
+    // Its maxima (fp32 per token) gathered from every tp rank; its target logits and sums of
+    // exponentials reduced in one call.
+    inv.add(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllGather, loss * p.tp, 1,
+                     kernels_per_call(o)));
+    inv.add(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss * 2, 1,
+                     kernels_per_call(o)));
+  } else {
+    inv.add(calls_of(WorkPass::kForward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss,
+                     runtime.loss_all_reduces, kernels_per_call(o)));
+  }
   inv.add(
       waiting(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, scatter, activations, 1, around_one)));
   if (runtime.norm_grads_each_backward) {  // the final norm's
@@ -320,20 +329,23 @@ void add_hybrid_all_reduce(StepInventory& inv, const spec::ModelSpec& model, con
 // The executor's scalar all-reduces of every step (spec::executor_step_scalar_all_reduces).
 void add_step_scalars(StepInventory& inv, const spec::ParallelConfig& p, int shard_group, const CostModelOptions& o) {
   const spec::StepScalarAllReduces scalars = spec::executor_step_scalar_all_reduces(p, shard_group);
-  auto add = [&](CommGroup group, int calls, Bytes bytes = Bytes(16)) {
+  auto add = [&](CommGroup group, int calls, int values) {
     if (calls <= 0) return;
-    WorkItem item = calls_of(WorkPass::kStepEnd, WorkScope::kStep, group, WorkKind::kScalarAllReduce, bytes, calls,
-                             kernels_per_call(o));
+    WorkItem item = calls_of(WorkPass::kStepEnd, WorkScope::kStep, group, WorkKind::kScalarAllReduce,
+                             Bytes(std::int64_t{values} * spec::kScalarValueBytes), calls, kernels_per_call(o));
     item.resumes = false;  // after the step's compute
     inv.add(item);
   };
-  add(CommGroup::kReplicas, scalars.replicas);
-  add(CommGroup::kShard, scalars.shard);
-  add(CommGroup::kTp, scalars.tp);
-  add(CommGroup::kPp, scalars.pp);
-  // The experts' part of the gradient norm: one double each.
-  add(CommGroup::kExpert, scalars.ep, Bytes(8));
-  add(CommGroup::kExpertReplicas, scalars.expert_shard, Bytes(8));
+  // The replicas' loss-token count (one value) and loss sums (two); the last stage's loss (two)
+  // and the norms' sums (one each) over pp; every other group's norm sum (one).
+  add(CommGroup::kReplicas, std::min(scalars.replicas, 1), 1);
+  add(CommGroup::kReplicas, scalars.replicas - 1, 2);
+  add(CommGroup::kShard, scalars.shard, 1);
+  add(CommGroup::kTp, scalars.tp, 1);
+  add(CommGroup::kPp, std::min(scalars.pp, 1), 2);
+  add(CommGroup::kPp, scalars.pp - 1, 1);
+  add(CommGroup::kExpert, scalars.ep, 1);
+  add(CommGroup::kExpertReplicas, scalars.expert_shard, 1);
 }
 
 }  // namespace

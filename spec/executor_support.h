@@ -41,7 +41,10 @@ inline bool executor_zero2_reduces_each_microbatch(const ParallelConfig& p) {
 // (train/step_optimizer.cpp) and, where ZeRO shards the gradients or the state over
 // `shard_ranks` > 1, over the shard group (train/zero_optimizer.cpp, parallel/fully_sharded.cpp);
 // under expert parallelism the routed experts' part of the norm over ep, pp and (ZeRO) expert-dp.
-// An objective's own terms (KL over tp, EWC) add theirs; not counted here.
+// An objective's own terms (KL over tp, EWC) add theirs; not counted here. Sizes (fp64 values):
+// the loss-token count 8 bytes, the loss sums 16 (cross-entropy, KL), the last stage's loss 16
+// (the same two), every norm's sum of squares 8.
+inline constexpr int kScalarValueBytes = 8;
 struct StepScalarAllReduces {
   int replicas = 0;  // over the dp × cp replicas
   int shard = 0;     // over the ZeRO shard group

@@ -198,8 +198,10 @@ class DistributedTrain : public ::testing::Test {
                                << R"(, "seed": 5, "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0})";
     return name;
   }
-  // The communication calls the run's ranks started per step, by group, are the cost model's
-  // for its plan exactly (`cpt compare`'s *_calls_per_step; each call pays a fixed cost).
+
+  // The communication calls the run's ranks started per step, by group, and their bytes are the
+  // cost model's for its plan exactly (`cpt compare`'s *_calls_per_step and *_bytes_per_step;
+  // each call pays a fixed cost, each byte the link).
   static void expect_calls_of_the_cost_model(const std::string& out, const std::string& what) {
     const auto d = dir_.string();
     const auto cmp = sh(cpt_binary() + " compare " + d + "/" + out + " --json --log " + d + "/fidelity.jsonl", dir_);
@@ -208,6 +210,9 @@ class DistributedTrain : public ::testing::Test {
     for (const std::string group : {"tp", "cp", "dp", "pp", "ep"}) {
       const auto calls = fields[group + "_calls_per_step"];
       EXPECT_EQ(calls["predicted"].get<double>(), calls["measured"].get<double>()) << what << ": " << group << " calls";
+      // Their bytes too (the mean rank: expert parallelism's combine returns uneven rows).
+      const auto bytes = fields[group + "_bytes_per_step"];
+      EXPECT_EQ(bytes["predicted"].get<double>(), bytes["measured"].get<double>()) << what << ": " << group << " bytes";
     }
   }
   // The run DIR/<out> of `procs` ranks against `cpt estimate --model <model> <flags> --micro-batch 2

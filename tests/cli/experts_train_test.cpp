@@ -12,14 +12,6 @@ using namespace cpt::dist_testing;
 
 class ModelVariantsTrain : public DistributedTrain {
  protected:
-  // The bytes the ep group moves per step (all-to-alls, count gathers, the norm; the mean rank of
-  // the critical pipeline rank) are the cost model's exactly: dropless routing sends every pair.
-  static void expect_expert_bytes_of_the_cost_model(const std::string& out, const std::string& what) {
-    const auto cmp = sh(cpt_binary() + " compare " + dir_.string() + "/" + out + " --json", dir_);
-    ASSERT_EQ(cmp.exit_code, 0) << what << ": " << cmp.err;
-    const auto bytes = nlohmann::json::parse(cmp.out)["fields"]["ep_bytes_per_step"];
-    EXPECT_EQ(bytes["predicted"].get<double>(), bytes["measured"].get<double>()) << what << ": ep bytes";
-  }
   // Plans of tiny-moe in DIR/moe-<name> (and of tiny-qk), made once per prepared directory.
   static void plan_once() {
     if (fs::exists(dir_ / "qk-tp2-sp" / "plan.json")) return;
@@ -96,7 +88,6 @@ TEST_F(ModelVariantsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     expect_same_as_reference("o-moe-1", dir_ / out, "moe " + layout);
     expect_calls_of_the_cost_model(out, "moe " + layout);
-    expect_expert_bytes_of_the_cost_model(out, "moe " + layout);
     // The first step starts from the same weights on the same tokens: the same routing, counted
     // over every rank (the auxiliary loss is a mean of fp32 sums: round-off apart).
     const auto load = metric(dir_ / out / "metrics.jsonl", "expert_load");
