@@ -18,22 +18,29 @@ PassKernels layer_kernels(const CostModelOptions& o) {
   return {57, 76};
 }
 
-// Expert parallelism in the executor (model/moe_mlp.cpp, parallel/expert_parallel.cpp): what the
-// dispatch adds to an MoE layer beyond its local experts (12 forward and 12 backward each; the
-// single process's per-expert count copies are gone), its three calls' own operators included
-// (the inventory charges its all-to-alls and count gather no kernels of their own); and the second
-// optimizer's per-step kernels (the experts' own norm, clipping and AdamW call).
-constexpr double kEpDispatchForward = 19, kEpDispatchBackward = 5, kEpSecondOptimizer = 26;
+// cpt's MoE layer (model/moe_mlp.cpp) beyond a dense layer, counted with the op counter on the
+// layer alone (kernel_dispatch.h): forward 30 + 11 per routed expert (9 under expert parallelism:
+// no per-expert count copy), 9 for shared experts, 12 for a capacity; backward 4 + 12 per expert,
+// 12 for shared experts, 1 for a capacity. Expert parallelism (parallel/expert_parallel.cpp) adds
+// the dispatch, its three calls' own operators included (the inventory charges its all-to-alls and
+// count gather no kernels of their own), and the second optimizer's per-step kernels (the experts'
+// own norm, clipping and AdamW call).
+constexpr double kMoeForward = 30, kMoeBackward = 4;
+constexpr double kExpertForward = 11, kLocalExpertForward = 9, kExpertBackward = 12;
+constexpr double kSharedForward = 9, kSharedBackward = 12, kCapacityForward = 12, kCapacityBackward = 1;
+constexpr double kEpDispatchForward = 13, kEpDispatchBackward = 5, kEpSecondOptimizer = 26;
 
 PassKernels moe_layer_kernels(const spec::ModelSpec& m, int ep, const CostModelOptions& o) {
   if (!m.moe.present()) return {};
   if (eager(o)) {
-    const double shared = m.moe.shared_ffn_hidden > 0 ? 12 : 0;
-    const bool capacity = m.moe.capacity_factor > 0;
-    const double base_forward = 25 + shared + (capacity ? 12 : 0), base_backward = 4 + shared + (capacity ? 1 : 0);
-    if (ep == 1) return {base_forward + 14.0 * m.moe.experts, base_backward + 12.0 * m.moe.experts};
+    const bool shared = m.moe.shared_ffn_hidden > 0, capacity = m.moe.capacity_factor > 0;
+    const double base_forward = kMoeForward + (shared ? kSharedForward : 0) + (capacity ? kCapacityForward : 0);
+    const double base_backward = kMoeBackward + (shared ? kSharedBackward : 0) + (capacity ? kCapacityBackward : 0);
+    if (ep == 1)
+      return {base_forward + kExpertForward * m.moe.experts, base_backward + kExpertBackward * m.moe.experts};
     const double local = static_cast<double>(m.moe.experts) / ep;
-    return {base_forward + kEpDispatchForward + 12 * local, base_backward + kEpDispatchBackward + 12 * local};
+    return {base_forward + kEpDispatchForward + kLocalExpertForward * local,
+            base_backward + kEpDispatchBackward + kExpertBackward * local};
   }
   const double router = 5, dispatch = m.moe.capacity_factor > 0 ? 4 : 6, experts = 3, combine = 3;
   const double shared = m.moe.shared_ffn_hidden > 0 ? 3 : 0;

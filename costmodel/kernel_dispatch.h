@@ -22,13 +22,14 @@
 // norm, LM head and cross-entropy 29 + 16; around each communication call 5, around a
 // sequence-parallel gather or scatter 9, around a context-parallel gather or its reduce-scatter
 // 14, around a ZeRO-3 unit's gather or reduce-scatter 13 (its views into the flat buffer). An MoE
-// layer (model/moe_mlp.h: every expert called in turn) adds to the dense layer 25 + 14 per routed
-// expert forward and 4 + 12 per expert backward, 12 and 12 for shared experts, 12 and 1 for a
-// capacity (counted on tiny MoE variants of 4 and 8 experts, with and without shared experts and
-// capacity, one process); with the experts over ep ranks, 12 and 12 per local expert, and 19 and 5
-// for the dispatch, its all-to-alls' and count gather's own operators included, plus 26 per step
-// for the experts' own optimizer (counted on tiny-moe split over 2 ranks in two threads, and checked
-// against DP2 runs: ep 2 vs dp 2 predicted -141 kernels, measured -141); q/k norms 18 forward and 14 backward (two
+// layer (model/moe_mlp.h: every expert called in turn) adds to the dense layer 30 + 11 per routed
+// expert forward and 4 + 12 per expert backward, 9 and 12 for shared experts, 12 and 1 for a
+// capacity (counted with the op counter on the layer alone, 4 and 8 experts, with and without
+// shared experts and capacity, in training with its auxiliary loss); with the experts over ep
+// ranks, 9 and 12 per local expert, and 13 and 5 for the dispatch, its all-to-alls' and count
+// gather's own operators included, plus 26 per step for the experts' own optimizer (counted on
+// tiny-moe split over 2 ranks in two threads, and checked against DP2 runs: ep 2 vs dp 2 predicted
+// -141 kernels, measured -141; kernel_dispatch.cpp holds the constants); q/k norms 18 forward and 14 backward (two
 // RMSNorms; 2 + 4 fused). Per step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for
 // all); ZeRO-3 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered values copied back)
 // and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm, moments, update and gather; fitted
