@@ -118,7 +118,10 @@ std::string megatron_args(const spec::Plan& plan) {
       << (c.hybrid_shard ? " with hybrid sharding" : "")
       << " is expressed as ZeRO-1 here; use DeepSpeed or torchtitan for the exact plan.\n";
   }
-  if (c.offload != spec::Offload::kNone) s << "# CPU offload is not expressed in these arguments.\n";
+  if (c.offload == spec::Offload::kOptimizerAndParams) {
+    s << "# Megatron-LM offloads the optimizer state only (--optimizer-cpu-offload): the plan's parameter\n"
+         "# offload is not expressed; the parameters stay in HBM.\n";
+  }
   if (c.schedule == spec::ScheduleKind::kZeroBubbleH1) {
     s << "# The plan's ZB-H1 schedule is not in upstream Megatron-LM (the fork\n"
          "# sail-sg/zero-bubble-pipeline-parallelism adds it); these arguments run 1F1B.\n";
@@ -168,6 +171,14 @@ std::string megatron_args(const spec::Plan& plan) {
   arg(str_cat("--micro-batch-size ", c.micro_batch));
   arg(str_cat("--global-batch-size ", c.global_batch));
   if (c.zero_stage >= 1) arg("--use-distributed-optimizer");
+  if (c.offload != spec::Offload::kNone) {
+    // Megatron-Core's hybrid-device optimizer: the whole optimizer state and step on the host
+    // (validate_args requires the precision-aware optimizer with it), the copies overlapped.
+    arg("--optimizer-cpu-offload");
+    arg("--optimizer-offload-fraction 1.0");
+    arg("--use-precision-aware-optimizer");
+    arg("--overlap-cpu-optimizer-d2h-h2d");
+  }
   if (c.recompute == spec::Recompute::kSelective) arg("--recompute-granularity selective");
   if (c.recompute == spec::Recompute::kFull) {
     arg("--recompute-granularity full");

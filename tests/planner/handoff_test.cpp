@@ -78,8 +78,14 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     for (const char* script : {"torchrun.sh", "slurm.sbatch", "megatron_args.sh"}) {
       EXPECT_EQ(run("bash -n " + (dir / script).string()), 0) << script;
     }
-    EXPECT_NE(slurp(dir / "megatron_args.sh").find("--tensor-model-parallel-size " + std::to_string(c.tp)),
-              std::string::npos);
+    const std::string megatron = slurp(dir / "megatron_args.sh");
+    EXPECT_NE(megatron.find("--tensor-model-parallel-size " + std::to_string(c.tp)), std::string::npos);
+    // Optimizer offload as Megatron-Core's hybrid-device optimizer (which validate_args allows only
+    // with the precision-aware optimizer) over the distributed optimizer.
+    const bool offloads = c.offload != spec::Offload::kNone;
+    EXPECT_EQ(megatron.find("--optimizer-cpu-offload") != std::string::npos, offloads) << megatron;
+    EXPECT_EQ(megatron.find("--use-precision-aware-optimizer") != std::string::npos, offloads);
+    if (offloads) EXPECT_NE(megatron.find("--use-distributed-optimizer"), std::string::npos);
     if (have_tomllib) {
       // The product of torchtitan's degrees is the GPU count.
       const std::string check =
