@@ -10,6 +10,14 @@ namespace cpt::cost {
 
 using core::Json;
 
+namespace {
+
+Json per_group_to_json(const PerCommGroup& g) {
+  return {{"tp", g.tp}, {"cp", g.cp}, {"dp", g.dp}, {"pp", g.pp}, {"ep", g.ep}};
+}
+
+}  // namespace
+
 Json memory_to_json(const MemoryBreakdown& m) {
   return {{"weights", core::to_gibibytes(m.weights)},
           {"grads", core::to_gibibytes(m.grads)},
@@ -60,18 +68,8 @@ Json evaluation_to_json(const Evaluation& ev) {
           {"worst_pp_rank", e.worst_pp_rank},
           {"critical_pp_rank", e.critical_pp_rank},
           {"kernels_per_step", e.kernels_per_step},
-          {"calls_per_step",
-           {{"tp", e.calls_per_step.tp},
-            {"cp", e.calls_per_step.cp},
-            {"dp", e.calls_per_step.dp},
-            {"pp", e.calls_per_step.pp},
-            {"ep", e.calls_per_step.ep}}},
-          {"bytes_per_step",
-           {{"tp", e.bytes_per_step.tp},
-            {"cp", e.bytes_per_step.cp},
-            {"dp", e.bytes_per_step.dp},
-            {"pp", e.bytes_per_step.pp},
-            {"ep", e.bytes_per_step.ep}}},
+          {"calls_per_step", per_group_to_json(e.calls_per_step)},
+          {"bytes_per_step", per_group_to_json(e.bytes_per_step)},
           {"memory_GiB", memory_to_json(e.peak_memory())},
           {"memory_GiB_per_pp_rank", per_rank},
           {"time_s", time_to_json(e.time)},

@@ -11,8 +11,9 @@ namespace cpt::cost {
 // {feasible, infeasible_reason, infeasible_detail, step_time_s, tokens_per_s_per_gpu,
 //  model_tflops_per_gpu, mfu, hfu, flop_convention, peak_memory_GiB, worst_pp_rank,
 //  memory_GiB {weights, grads, optimizer, activations, other}, memory_GiB_per_pp_rank [...],
-//  time_s {compute, recompute, tp_comm, cp_comm, pp_comm, pp_bubble, dp_comm, optimizer, other},
-//  time_by_kind_s {gemm, attention, loss, optimizer, communication, other}}
+//  kernels_per_step, calls_per_step {tp, cp, dp, pp, ep}, bytes_per_step {the same groups},
+//  time_s {compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, pp_bubble, dp_comm, optimizer,
+//  continual, other}, time_by_kind_s {gemm, attention, loss, optimizer, communication, other}}
 core::Json evaluation_to_json(const Evaluation& evaluation);
 core::Json memory_to_json(const MemoryBreakdown& m);
 core::Json time_to_json(const StepTimeBreakdown& t);

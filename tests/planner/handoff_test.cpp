@@ -85,7 +85,9 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     const bool offloads = c.offload != spec::Offload::kNone;
     EXPECT_EQ(megatron.find("--optimizer-cpu-offload") != std::string::npos, offloads) << megatron;
     EXPECT_EQ(megatron.find("--use-precision-aware-optimizer") != std::string::npos, offloads);
-    if (offloads) EXPECT_NE(megatron.find("--use-distributed-optimizer"), std::string::npos);
+    if (offloads) {
+      EXPECT_NE(megatron.find("--use-distributed-optimizer"), std::string::npos);
+    }
     if (have_tomllib) {
       // The product of torchtitan's degrees is the GPU count.
       const std::string check =

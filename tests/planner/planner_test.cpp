@@ -37,23 +37,29 @@ TEST(SearchSpace, FixPinsFieldsAndEveryCandidateUsesAllGpus) {
   EXPECT_THROW(parse_fixed("recompute=some"), core::ConfigError);  // checked when the space is built
 }
 
-// The pruning rules restate spec's rules: whatever passes them is a valid ParallelConfig.
-TEST(Pruning, WhatPassesIsValidForSpec) {
-  const auto m = spec::find_catalog_model("llama3-8b")->spec;
-  const auto c = cat().cluster_for_gpu("h100", 32, "--gpu");
+// Every `stride`-th candidate of the search space of `m` on `c` that passes the pruning rules is
+// a valid ParallelConfig for spec. Returns how many passed.
+std::uint64_t passes_are_valid(const spec::ModelSpec& m, const spec::ClusterSpec& c, std::uint64_t stride) {
   const SearchSpace space(m, c, 64, Fixed{});
   const cost::CostModelOptions o;
   const PruneContext ctx{m, c, 4096, o};
   std::uint64_t passed = 0;
-  for (std::uint64_t i = 0; i < space.size(); ++i) {
+  for (std::uint64_t i = 0; i < space.size(); i += stride) {
     const auto p = space.at(i);
-    if (prune_shape(p, ctx)) continue;
-    if (prune_layout(p, ctx, layout_facts(p, c.node.gpus_per_node))) continue;
+    if (prune_shape(p, ctx) || prune_layout(p, ctx, layout_facts(p, c.node.gpus_per_node))) continue;
     ++passed;
     const auto errors = spec::find_parallel_config_errors(p, m, 4096, c.num_gpus);
-    ASSERT_TRUE(errors.empty()) << errors.front();
+    EXPECT_TRUE(errors.empty()) << errors.front();
+    if (!errors.empty()) break;
   }
-  EXPECT_GT(passed, 100u);
+  return passed;
+}
+
+// The pruning rules restate spec's rules: whatever passes them is a valid ParallelConfig.
+TEST(Pruning, WhatPassesIsValidForSpec) {
+  EXPECT_GT(
+      passes_are_valid(spec::find_catalog_model("llama3-8b")->spec, cat().cluster_for_gpu("h100", 32, "--gpu"), 1),
+      100u);
 }
 
 // The same for a mixture of experts; expert degrees that do not fold into a stage's ranks are
@@ -65,22 +71,18 @@ TEST(Pruning, ExpertDegreesThatDoNotFoldAreRejectedByShape) {
   const SearchSpace space(m, c, 64, Fixed{});
   const cost::CostModelOptions o;
   const PruneContext ctx{m, c, 4096, o};
-  std::uint64_t passed = 0, not_folding = 0;
+  std::uint64_t not_folding = 0, named = 0;  // named: the first rule that rejects it is this one
   for (std::uint64_t i = 0; i < space.size(); i += 7) {
     const auto p = space.at(i);
+    if ((p.tp * p.cp * p.dp) % (p.ep * p.etp) == 0) continue;
+    ++not_folding;
     const auto reason = prune_shape(p, ctx);
-    if ((p.tp * p.cp * p.dp) % (p.ep * p.etp) != 0) {
-      ++not_folding;
-      ASSERT_TRUE(reason.has_value());
-      continue;
-    }
-    if (reason || prune_layout(p, ctx, layout_facts(p, c.node.gpus_per_node))) continue;
-    ++passed;
-    const auto errors = spec::find_parallel_config_errors(p, m, 4096, c.num_gpus);
-    ASSERT_TRUE(errors.empty()) << errors.front();
+    ASSERT_TRUE(reason.has_value());
+    named += *reason == RejectReason::kExpertsDoNotFold ? 1u : 0u;
   }
   EXPECT_GT(not_folding, 100u);
-  EXPECT_GT(passed, 100u);
+  EXPECT_GT(named, 0u);
+  EXPECT_GT(passes_are_valid(m, c, 7), 100u);
 }
 
 // layout_facts (one allocation-free pass) agrees with RankLayout's group functions.
