@@ -1,7 +1,9 @@
 // cpt-exec: the LibTorch side of cpt, started by `cpt` for the subcommands that train or measure
-// (cli/executor_process.h says why it is a separate binary): info, train, data, checkpoint. Exit codes as for `cpt` (core/error.h).
+// (cli/executor_process.h says why it is a separate binary): info, train, data, checkpoint. Exit codes as for `cpt`
+// (core/error.h).
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -10,10 +12,22 @@
 #include "cli/output.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "executor/dist/rank_board.h"
 #include "executor/measure/calibration_probe.h"
 #include "executor/host_memory.h"
 #include "executor/measure/host_probe.h"
 #include "executor/torch_compat.h"
+
+namespace {
+
+// A rank of cpt's launcher leaves its error on the ranks' status board, and the launcher prints it
+// with the others', root cause first (executor/dist/failure_report.h); any other process prints it.
+void report_error(const std::string& program, const std::string& message) {
+  if (!cpt::exec::RankReporter::of_this_process().record_failure(message))
+    std::cerr << program << ": error: " << message << "\n";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace cpt;
@@ -76,13 +90,16 @@ int main(int argc, char** argv) {
     std::cerr << name << ": error: " << e.what() << "\n";
     return core::kExitBadInput;
   } catch (const core::Error& e) {
-    std::cerr << name << ": error: " << e.what() << "\n";
+    report_error(name, e.what());
     return e.exit_code();
   } catch (const c10::Error& e) {
-    std::cerr << name << ": error: internal error in LibTorch: " << e.what_without_backtrace() << "\n";
+    report_error(name, core::str_cat("internal error in LibTorch: ", e.what_without_backtrace()));
     return core::kExitInternal;
+  } catch (const std::filesystem::filesystem_error& e) {
+    report_error(name, e.what());  // the environment's failure, not cpt's
+    return core::kExitRuntime;
   } catch (const std::exception& e) {
-    std::cerr << name << ": error: internal error: " << e.what() << "\n";
+    report_error(name, core::str_cat("internal error: ", e.what()));
     return core::kExitInternal;
   }
 }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "executor/device.h"
 #include "executor/dist/local_launcher.h"
+#include "executor/dist/rank_board.h"
 #include "executor/train/run_inputs.h"
 #include "executor/train/trainer.h"
 #include "spec/plan.h"
@@ -30,7 +31,8 @@ void register_exec_train_command(CLI::App& app) {
     exec::LocalLaunch launch;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("train", "Run one rank of the training job a plan describes (`cpt train` launches every rank)");
+  auto* cmd = app.add_subcommand("train",
+                                 "Run one rank of the training job a plan describes (`cpt train` launches every rank)");
   cmd->add_option("--plan", args->plan, "plan.json (from `cpt plan --out`)")->required();
   cmd->add_option("--config", args->config, "TRAIN.json: data, tokenizer, steps, schedule (docs/train_config.md)")
       ->required();
@@ -52,9 +54,11 @@ void register_exec_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--nnodes", args->launch.nnodes, "Nodes in the job (run the same command on each)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--node-rank", args->launch.node_rank, "This node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--node-rank", args->launch.node_rank, "This node's index in [0, nnodes)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--master-addr", args->launch.master_addr, "Address of node 0 (rendezvous)")->capture_default_str();
-  cmd->add_option("--master-port", args->launch.master_port, "Rendezvous port on node 0 (default: a free port, one node)")
+  cmd->add_option("--master-port", args->launch.master_port,
+                  "Rendezvous port on node 0 (default: a free port, one node)")
       ->check(CLI::Range(1, 65535));
   cmd->callback([args] {
     const bool inside_job = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
@@ -82,6 +86,7 @@ void register_exec_train_command(CLI::App& app) {
       if (code != 0) throw ExitWith{code};
       return;
     }
+    (void)exec::RankReporter::of_this_process();  // a launched rank's heartbeat starts now (rank_board.h)
     const auto plan = spec::load_plan(args->plan);
     const auto config = exec::load_train_config(args->config);
     // One process, or rank 0 of a job that torchrun or Slurm started, holds OUT's lock.

@@ -2,6 +2,7 @@
 //
 // Exit codes (core/error.h): 0 ok, 1 internal error (a bug), 2 bad input, 3 runtime failure.
 // Every error is one line on stderr: "cpt: error: <message>".
+#include <filesystem>
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <algorithm>
@@ -40,8 +41,7 @@ int main(int argc, char** argv) {
                                                                : std::string(" (no executor)")));
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")->capture_default_str();
-  app.parse_complete_callback(
-      [&] { core::set_log_level(core::parse_log_level(log_level, "--log-level")); });
+  app.parse_complete_callback([&] { core::set_log_level(core::parse_log_level(log_level, "--log-level")); });
   app.require_subcommand(1);
   app.footer("Run `cpt SUBCOMMAND --help` for the options of each subcommand.");
 
@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   cli::register_compare_command(app);
   cli::register_validate_command(app);
   cli::register_executor_command(app, "data", "Train tokenizers; prepare token shards from text, directories or JSONL");
-  cli::register_executor_command(app, "checkpoint", "Verify checkpoints; export to and import from Hugging Face format");
+  cli::register_executor_command(app, "checkpoint",
+                                 "Verify checkpoints; export to and import from Hugging Face format");
   cli::register_executor_command(app, "doctor", "Diagnose a training run: loss, learning rate, gradients, data, start");
   cli::register_advise_command(app);
   cli::register_models_command(app);
@@ -66,7 +67,8 @@ int main(int argc, char** argv) {
     // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.
     if (argc > 1 && argv[1][0] != '-') {
       std::vector<std::string> names;
-      for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+      for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+        names.push_back(sub->get_name());
       if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
         const auto hint = core::closest_match(argv[1], names);
         std::string message = std::string("unknown subcommand \"") + argv[1] + "\"";
@@ -86,6 +88,8 @@ int main(int argc, char** argv) {
     return fail(core::kExitBadInput, std::string(e.what()) + " (see `cpt --help`)");
   } catch (const core::Error& e) {
     return fail(e.exit_code(), e.what());
+  } catch (const std::filesystem::filesystem_error& e) {
+    return fail(core::kExitRuntime, e.what());  // the environment's failure, not cpt's
   } catch (const std::exception& e) {
     return fail(core::kExitInternal, std::string("internal error: ") + e.what());
   }

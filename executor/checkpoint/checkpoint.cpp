@@ -116,7 +116,11 @@ void write_checkpoint_dir(const fs::path& dir, const CheckpointContents& c) {
   }
 }
 
-fs::path write_checkpoint(const fs::path& root, const CheckpointContents& c) {
+namespace {
+
+// write_checkpoint; a file-system failure (a full disk, a path that is not a directory) escapes
+// as std::filesystem::filesystem_error.
+fs::path write_or_replace_checkpoint(const fs::path& root, const CheckpointContents& c) {
   const auto dir = root / checkpoint_dir_name(c.step);
   if (!fs::exists(dir)) {
     write_checkpoint_dir(dir, c);
@@ -131,6 +135,17 @@ fs::path write_checkpoint(const fs::path& root, const CheckpointContents& c) {
   fs::rename(fresh, dir);
   fs::remove_all(old);
   return dir;
+}
+
+}  // namespace
+
+fs::path write_checkpoint(const fs::path& root, const CheckpointContents& c) {
+  try {
+    return write_or_replace_checkpoint(root, c);
+  } catch (const fs::filesystem_error& e) {
+    throw core::RuntimeError(str_cat("cannot write the checkpoint of step ", c.step, " into ", root.string(), ": ",
+                                     e.code().message(), " (", e.path1().string(), ")"));
+  }
 }
 
 Checkpoint Checkpoint::open(const fs::path& dir) {
@@ -192,7 +207,9 @@ std::optional<Checkpoint> latest_valid_checkpoint(const fs::path& root) {
   return std::nullopt;
 }
 
-bool has_step_directories(const fs::path& root) { return !step_dirs(root).empty(); }
+bool has_step_directories(const fs::path& root) {
+  return !step_dirs(root).empty();
+}
 
 int recover_unfinished_checkpoints(const fs::path& root) {
   std::error_code ec;

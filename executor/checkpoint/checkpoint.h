@@ -31,8 +31,8 @@ struct CheckpointContents {
   std::int64_t step = 0;
   spec::ModelSpec model;
   NamedTensors weights;
-  NamedTensors optimizer;      // empty: a weights-only checkpoint
-  NamedTensors rng;            // may be empty
+  NamedTensors optimizer;  // empty: a weights-only checkpoint
+  NamedTensors rng;        // may be empty
   core::Json trainer_state = core::Json::object();
 };
 
@@ -40,7 +40,8 @@ struct CheckpointContents {
 std::string checkpoint_dir_name(std::int64_t step);
 
 // Writes `c` as <root>/<checkpoint_dir_name(c.step)> atomically and returns that path. An existing
-// checkpoint of the same step is replaced only after the new one is complete.
+// checkpoint of the same step is replaced only after the new one is complete. A file-system
+// failure (a full disk, a path that is not a directory) is a RuntimeError naming the step and path.
 std::filesystem::path write_checkpoint(const std::filesystem::path& root, const CheckpointContents& c);
 // Writes `c` atomically as exactly `dir` (which must not exist).
 void write_checkpoint_dir(const std::filesystem::path& dir, const CheckpointContents& c);

@@ -18,6 +18,7 @@
 #include "core/str_cat.h"
 #include "executor/dist/c10d_communicator.h"
 #include "executor/dist/listening_socket.h"
+#include "executor/dist/rank_board.h"
 
 namespace cpt::exec {
 
@@ -71,13 +72,17 @@ class C10dHandle : public CommHandle {
  public:
   C10dHandle(c10::intrusive_ptr<c10d::Work> work, std::string what) : work_(std::move(work)), what_(std::move(what)) {}
   void wait() override {
+    RankReporter::of_this_process().note_waiting(true);
     try {
       work_->wait();
     } catch (const c10::Error& e) {
+      RankReporter::of_this_process().note_collective_failure();
       throw core::RuntimeError(str_cat(what_, " failed or timed out: ", first_line(e.what_without_backtrace())));
     } catch (const std::exception& e) {
+      RankReporter::of_this_process().note_collective_failure();
       throw core::RuntimeError(str_cat(what_, " failed or timed out: ", first_line(e.what())));
     }
+    RankReporter::of_this_process().note_waiting(false);
   }
 
  private:
@@ -147,11 +152,14 @@ class C10dCommunicator : public Communicator {
   std::unique_ptr<CommHandle> post(const std::string& op, Start&& start) {
     auto what = str_cat(op, " on group ", name_, " (global rank ", self_, ", rank ", pg_->getRank(), " of ",
                         pg_->getSize(), ")");
+    RankReporter::of_this_process().note_posted(what);
     try {
       return std::make_unique<C10dHandle>(start(), std::move(what));
     } catch (const c10::Error& e) {
+      RankReporter::of_this_process().note_collective_failure();
       throw core::RuntimeError(str_cat(what, " failed: ", first_line(e.what_without_backtrace())));
     } catch (const std::exception& e) {
+      RankReporter::of_this_process().note_collective_failure();
       throw core::RuntimeError(str_cat(what, " failed: ", first_line(e.what())));
     }
   }

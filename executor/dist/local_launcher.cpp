@@ -11,11 +11,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <thread>
 
 #include "core/error.h"
-#include "core/log.h"
 #include "core/str_cat.h"
+#include "executor/dist/failure_report.h"
+#include "executor/dist/rank_board.h"
 
 namespace cpt::exec {
 
@@ -24,7 +26,9 @@ using core::str_cat;
 namespace {
 
 volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+void on_signal(int sig) {
+  g_signal = sig;
+}
 
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -43,7 +47,49 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
-int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : core::kExitRuntime; }
+int exit_code_of(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : core::kExitRuntime;
+}
+
+}  // namespace
+
+namespace {
+
+// Starts local rank `local` (global `rank`) as a child running /proc/self/exe `args`.
+pid_t start_rank(const std::vector<std::string>& args, const LocalLaunch& l, int local, int port,
+                 const RankBoard& board) {
+  const int rank = l.node_rank * l.nproc_per_node + local;
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw core::RuntimeError(str_cat("cannot fork rank ", rank, ": ", std::strerror(errno)));
+  if (pid != 0) return pid;
+  // The rank dies with its launcher (kill -9 of the launcher would leave it training).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) std::_Exit(core::kExitRuntime);  // the launcher died before prctl
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(l.nnodes * l.nproc_per_node).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(l.nproc_per_node).c_str(), 1);
+  ::setenv("NODE_RANK", std::to_string(l.node_rank).c_str(), 1);
+  ::setenv("MASTER_ADDR", l.master_addr.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv(kRankBoardEnv, board.env_value().c_str(), 1);
+  std::vector<std::string> storage{"/proc/self/exe"};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  std::_Exit(127);
+}
+
+// Prints the report of failure_report.h: the root cause first, as the program's error line.
+void print_report(const FailureReport& report) {
+  const char* invoked_as = std::getenv("CPT_EXEC_INVOKED_AS");
+  const std::string name = invoked_as != nullptr ? invoked_as : "cpt-exec";
+  std::cerr << name << ": error: " << report.root << "\n";
+  for (const auto& other : report.others) std::cerr << name << ": because of it, " << other << "\n";
+}
 
 }  // namespace
 
@@ -52,47 +98,29 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
     throw core::ConfigError(str_cat("--node-rank ", l.node_rank, " must be below --nnodes ", l.nnodes));
   }
   if (l.nnodes > 1 && l.master_port == 0) {
-    throw core::ConfigError("--master-port: expected the rendezvous port of node 0 (every node must name the same), got none");
+    throw core::ConfigError(
+        "--master-port: expected the rendezvous port of node 0 (every node must name the same), got none");
   }
   const int port = l.master_port != 0 ? l.master_port : free_port();
-  const int world = l.nnodes * l.nproc_per_node;
-  std::vector<pid_t> children;
-  struct sigaction sa{};
+  const RankBoard board(l.nproc_per_node);
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
-  const pid_t parent = ::getpid();
+  std::vector<pid_t> children;
+  std::vector<RankEnd> ends(static_cast<std::size_t>(l.nproc_per_node));
   for (int local = 0; local < l.nproc_per_node; ++local) {
-    const int rank = l.node_rank * l.nproc_per_node + local;
-    const pid_t pid = ::fork();
-    if (pid < 0) throw core::RuntimeError(str_cat("cannot fork rank ", rank, ": ", std::strerror(errno)));
-    if (pid == 0) {
-      // The rank dies with its launcher (kill -9 of the launcher would leave it training).
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) std::_Exit(core::kExitRuntime);  // the launcher died before prctl
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(l.nproc_per_node).c_str(), 1);
-      ::setenv("NODE_RANK", std::to_string(l.node_rank).c_str(), 1);
-      ::setenv("MASTER_ADDR", l.master_addr.c_str(), 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      std::vector<std::string> storage{"/proc/self/exe"};
-      storage.insert(storage.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& s : storage) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      ::execv("/proc/self/exe", argv.data());
-      std::_Exit(127);
-    }
-    children.push_back(pid);
+    children.push_back(start_rank(args, l, local, port, board));
+    ends[static_cast<std::size_t>(local)].rank = l.node_rank * l.nproc_per_node + local;
   }
   int result = 0;
   std::size_t running = children.size();
-  bool stopping = false;
+  bool stopping = false, failed = false;
+  std::int64_t first_failure_ns = 0;
   auto stop_all = [&](int sig) {
     for (const pid_t c : children) {
       if (c > 0) ::kill(c, sig);
+      if (c > 0) ::kill(c, SIGCONT);  // a stopped rank takes the signal now
     }
   };
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
@@ -102,18 +130,21 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
     if (pid > 0) {
       const auto it = std::find(children.begin(), children.end(), pid);
       if (it == children.end()) continue;
-      const int rank = l.node_rank * l.nproc_per_node + static_cast<int>(it - children.begin());
+      const auto local = static_cast<std::size_t>(it - children.begin());
       *it = -1;
       --running;
-      const int code = exit_code_of(status);
-      if (code != 0 && result == 0) {
-        result = code;
+      RankEnd& end = ends[local];
+      end.exit_code = exit_code_of(status);
+      end.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      end.signalled_by_launcher = stopping;
+      end.at_end = board.read(static_cast<int>(local));
+      if (end.exit_code != 0 && result == 0) {
+        result = end.exit_code;
         if (stopping) continue;  // asked to stop: a rank's own code (kExitStopped after its checkpoint)
-        if (running > 0) {
-          core::warn("launcher: rank ", rank,
-                     WIFSIGNALED(status) ? str_cat(" was killed by signal ", WTERMSIG(status)) : str_cat(" exited with code ", code),
-                     "; stopping the other ", running, " rank(s)");
-        }
+        // The board as it was when the job failed: who was waiting for whom (failure_report.h).
+        failed = true;
+        first_failure_ns = monotonic_ns();
+        for (std::size_t r = 0; r < ends.size(); ++r) ends[r].at_first_failure = board.read(static_cast<int>(r));
         stopping = true;
         stop_all(SIGTERM);
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -130,7 +161,10 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
     if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_all(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return result;
+  if (!failed) return result;
+  const FailureReport report = explain_failure(ends, first_failure_ns);
+  print_report(report);
+  return report.exit_code;
 }
 
 }  // namespace cpt::exec

@@ -18,6 +18,7 @@
 #include "executor/device.h"
 #include "executor/dist/launch_info.h"
 #include "executor/dist/process_groups.h"
+#include "executor/dist/rank_board.h"
 #include "executor/measure/step_profiler.h"
 #include "executor/parallel/context_parallel.h"
 #include "executor/parallel/full_state.h"
@@ -331,6 +332,8 @@ TrainSummary RankRun::train() {
   const auto run_start = Clock::now();
   const StopRequest stop;
   while (counters_.step < end_step) {
+    RankReporter::of_this_process().note_step(counters_.step +
+                                              1);  // the step being trained, numbered as in metrics.jsonl
     const StepRecord record = step_once(meter, first_step, state);
     const std::int64_t step = counters_.step;
     summary.final_loss = record.loss;

@@ -24,7 +24,9 @@ TEST_F(JobFailures, ADeadRankTakesTheJobDown) {
   // Start a long job, kill one of its two ranks, expect the launcher to stop the other and fail.
   const auto r = sh(cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d +
                         "/o3 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
-                        "[ -s " + d + "/o3/metrics.jsonl ] && break; done; "
+                        "[ -s " +
+                        d +
+                        "/o3/metrics.jsonl ] && break; done; "
                         "kill -9 $(pgrep -P $L | head -1); wait $L; echo exit=$?; pgrep -P $L | wc -l",
                     dir_);
   EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
@@ -36,15 +38,21 @@ TEST_F(JobFailures, ADeadRankTakesTheJobDown) {
 // and kept training), after which OUT can be written again.
 TEST_F(JobFailures, OneJobPerOutputAndTheRanksDieWithTheirLauncher) {
   const auto d = dir_.string();
-  const auto job = cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d + "/o4";
-  const auto r = sh(job + " --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
-                          "[ -s " + d + "/o4/metrics.jsonl ] && break; done; "
-                          "RANKS=$(pgrep -P $L | tr '\n' ' '); " + job + " 2>" + d + "/second.err; echo second=$?; "
-                          "kill -9 $L; for i in $(seq 50); do alive=0; for p in $RANKS; do "
-                          // running, not a zombie waiting for whoever adopted it to reap it
-                          "grep -qs '^State:[[:space:]]*[^Z]' /proc/$p/status && alive=$((alive+1)); done; "
-                          "[ $alive = 0 ] && break; sleep 0.1; done; "
-                          "echo ranks=$(echo $RANKS | wc -w) alive=$alive",
+  const auto job =
+      cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d + "/o4";
+  const auto r = sh(job +
+                        " --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
+                        "[ -s " +
+                        d +
+                        "/o4/metrics.jsonl ] && break; done; "
+                        "RANKS=$(pgrep -P $L | tr '\n' ' '); " +
+                        job + " 2>" + d +
+                        "/second.err; echo second=$?; "
+                        "kill -9 $L; for i in $(seq 50); do alive=0; for p in $RANKS; do "
+                        // running, not a zombie waiting for whoever adopted it to reap it
+                        "grep -qs '^State:[[:space:]]*[^Z]' /proc/$p/status && alive=$((alive+1)); done; "
+                        "[ $alive = 0 ] && break; sleep 0.1; done; "
+                        "echo ranks=$(echo $RANKS | wc -w) alive=$alive",
                     dir_);
   EXPECT_NE(r.out.find("second=3"), std::string::npos) << r.out << r.err;
   const auto second = slurp(dir_ / "second.err");
@@ -60,7 +68,9 @@ TEST_F(JobFailures, AOneNodeJobListensOnLoopbackOnly) {
   const auto d = dir_.string();
   const auto r = sh(cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d +
                         "/o5 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
-                        "[ -s " + d + "/o5/metrics.jsonl ] && break; done; "
+                        "[ -s " +
+                        d +
+                        "/o5/metrics.jsonl ] && break; done; "
                         "for p in $(pgrep -P $L); do python3 - $p <<'PY'\n"
                         "import os, sys\n"
                         "pid = sys.argv[1]\n"
@@ -91,8 +101,8 @@ TEST_F(JobFailures, AOneNodeJobListensOnLoopbackOnly) {
 TEST_F(JobFailures, SigtermEndsWithAFinalCheckpointAndExitFour) {
   const auto d = dir_.string();
   for (const auto& [out, procs] : {std::pair{"o6", 2}, std::pair{"o7", 1}}) {
-    const auto r = sh(cpt_binary() + " train --plan " + d + (procs == 2 ? "/dp2" : "/single") + "/plan.json --config " + d +
-                          "/long.json --out " + d + "/" + out + (procs == 2 ? " --nproc-per-node 2" : "") +
+    const auto r = sh(cpt_binary() + " train --plan " + d + (procs == 2 ? "/dp2" : "/single") + "/plan.json --config " +
+                          d + "/long.json --out " + d + "/" + out + (procs == 2 ? " --nproc-per-node 2" : "") +
                           " & L=$!; for i in $(seq 100); do sleep 0.1; [ -s " + d + "/" + out +
                           "/metrics.jsonl ] && break; done; kill -TERM $L; wait $L; echo exit=$?",
                       dir_);
@@ -125,11 +135,12 @@ TEST_F(JobFailures, DataThatDoesNotFitTheModelIsOneLineFromTheLauncher) {
   std::ofstream(dir_ / "tiny256.json") << R"({"name": "tiny256", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
     "ffn_hidden": 176, "vocab": 256, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
     "tied_embeddings": false, "max_seq_len": 128})";
-  ASSERT_EQ(sh(cpt_binary() + " plan --model " + d + "/tiny256.json --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 " +
-                   "--fix dp=2,zero=0,micro_batch=2 --out " + d + "/dp2-v256",
-               dir_)
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      sh(cpt_binary() + " plan --model " + d + "/tiny256.json --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 " +
+             "--fix dp=2,zero=0,micro_batch=2 --out " + d + "/dp2-v256",
+         dir_)
+          .exit_code,
+      0);
   const auto r = train("dp2-v256", "o-v256", 2);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("tokenized with a 512-token vocabulary, but model tiny256 has 256"), std::string::npos) << r.err;
@@ -147,6 +158,74 @@ TEST_F(JobFailures, AMissingPeerEndsInATimeoutNotAHang) {
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("rank 0: rendezvous at 127.0.0.1:29731 failed"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // one line, no backtrace
+}
+
+// The pid of rank R among the children of the launcher whose pid is in $L (a shell fragment).
+std::string pid_of_rank(int rank) {
+  return "$(for p in $(pgrep -P $L); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx RANK=" + std::to_string(rank) +
+         " && echo $p; done)";
+}
+
+// The lines of `err` that are errors (the ranks also log information).
+std::vector<std::string> error_lines(const std::string& err) {
+  std::vector<std::string> lines;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("error:") != std::string::npos || line.find("because of it") != std::string::npos)
+      lines.push_back(line);
+  }
+  return lines;
+}
+
+// A rank that stops (SIGSTOP: a frozen process) is named by the launcher, not the rank that timed
+// out waiting for it; the job ends at the collective timeout, not at timeout plus a grace period.
+TEST_F(JobFailures, AHungRankIsNamedNotTheOneThatTimedOut) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "long-timeout.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 100000,
+    "seed": 5, "threads": 1, "log_interval_steps": 0, "collective_timeout_s": 3})";
+  const auto r =
+      sh(cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long-timeout.json --out " + d +
+             "/o8 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
+             "[ -s " +
+             d +
+             "/o8/metrics.jsonl ] && break; done; "
+             "kill -STOP " +
+             pid_of_rank(1) + "; S=$(date +%s); wait $L; echo exit=$? after=$(($(date +%s) - S))",
+         dir_);
+  EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
+  const auto errors = error_lines(r.err);
+  ASSERT_FALSE(errors.empty()) << r.err;
+  EXPECT_NE(errors[0].find("error: rank 1 stopped running at step "), std::string::npos) << r.err;
+  EXPECT_NE(errors[0].find("(the process was stopped or frozen)"), std::string::npos) << r.err;
+  ASSERT_GE(errors.size(), 2u) << r.err;
+  EXPECT_NE(errors[1].find("because of it, rank 0: "), std::string::npos) << r.err;
+  const auto after = std::stoi(r.out.substr(r.out.find("after=") + 6));
+  EXPECT_LE(after, 3 + 5) << r.out;  // the timeout, and the launcher's teardown
+}
+
+// One rank's own failure (its checkpoint directory is gone: an I/O error like a full disk's) comes
+// first, before the other rank's failed collective it caused, whichever rank printed first.
+TEST_F(JobFailures, TheRootCauseIsTheFirstLine) {
+  const auto d = dir_.string();
+  std::ofstream(dir_ / "checkpointing.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 100000,
+    "seed": 5, "threads": 1, "log_interval_steps": 0, "checkpoint": {"interval_steps": 5}})";
+  const auto r =
+      sh(cpt_binary() + " train --plan " + d + "/zero2-dp2/plan.json --config " + d + "/checkpointing.json --out " + d +
+             "/o9 --nproc-per-node 2 & L=$!; for i in $(seq 200); do sleep 0.1; "
+             "[ -d " +
+             d +
+             "/o9/checkpoints ] && break; done; "
+             "rm -rf " +
+             d + "/o9/checkpoints; touch " + d + "/o9/checkpoints; wait $L; echo exit=$?",
+         dir_);
+  EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
+  const auto errors = error_lines(r.err);
+  ASSERT_FALSE(errors.empty()) << r.err;
+  EXPECT_NE(errors[0].find("error: rank "), std::string::npos) << r.err;
+  EXPECT_NE(errors[0].find("checkpoints"), std::string::npos) << r.err;
+  for (std::size_t i = 1; i < errors.size(); ++i) {
+    EXPECT_NE(errors[i].find("because of it, rank "), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace
