@@ -33,11 +33,13 @@ std::map<std::string, double> DistributedTrain::round_off_floor_;
 bool DistributedTrain::attempted_ = false;
 bool DistributedTrain::ready_ = false;
 
-// The final weights of two runs: per tensor, the norm of the difference over the norm of the
-// first run's tensor; the largest over the model.
-double largest_relative_difference(const fs::path& a_dir, const fs::path& b_dir) {
-  const auto wa = read_f32(a_dir / "checkpoints/step_00000020/model.safetensors");
-  const auto wb = read_f32(b_dir / "checkpoints/step_00000020/model.safetensors");
+// The weights of two runs at `step` (their checkpoints): per tensor, the norm of the difference
+// over the norm of the first run's tensor; the largest over the model.
+double largest_relative_difference(const fs::path& a_dir, const fs::path& b_dir, int step) {
+  std::ostringstream file;
+  file << "checkpoints/step_" << std::setw(8) << std::setfill('0') << step << "/model.safetensors";
+  const auto wa = read_f32(a_dir / file.str());
+  const auto wb = read_f32(b_dir / file.str());
   EXPECT_EQ(wa.size(), wb.size()) << a_dir << " against " << b_dir;
   double largest = 0;
   for (const auto& [name, x] : wa) {

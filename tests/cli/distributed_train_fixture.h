@@ -45,7 +45,7 @@ inline std::vector<double> losses(const fs::path& metrics) {
 }
 // The final weights of two runs: per tensor, the norm of the difference over the norm of the
 // first run's tensor; the largest over the model.
-double largest_relative_difference(const fs::path& a_dir, const fs::path& b_dir);
+double largest_relative_difference(const fs::path& a_dir, const fs::path& b_dir, int step = 20);
 // The same run in two layouts: the same loss every step, weights within 4x the round-off floor.
 void expect_same_run(const fs::path& a_dir, const fs::path& b_dir, double round_off_floor, const std::string& what);
 

@@ -5,11 +5,16 @@
 // fixture's plans and data.
 #include "distributed_train_fixture.h"
 
+#include <random>
+
 namespace {
 
 using namespace cpt::dist_testing;
 
-class JobFailures : public DistributedTrain {};
+class JobFailures : public DistributedTrain {
+ protected:
+  static void expect_resume_after_a_kill(const std::vector<std::pair<std::string, int>>& layouts);
+};
 
 // The launcher makes a missing OUT (and its parents) as the single-process run does; it used to
 // fail writing the tokenizer there.
@@ -226,6 +231,49 @@ TEST_F(JobFailures, TheRootCauseIsTheFirstLine) {
   for (std::size_t i = 1; i < errors.size(); ++i) {
     EXPECT_NE(errors[i].find("because of it, rank "), std::string::npos) << r.err;
   }
+}
+
+// SIGKILL of a random rank at a random step of a 40-step run that checkpoints every 4 steps, then
+// `--resume`: the run ends bit-identical to the same layout's uninterrupted run (every loss, every
+// final weight), in each layout of `layouts` (plan name, ranks).
+void JobFailures::expect_resume_after_a_kill(const std::vector<std::pair<std::string, int>>& layouts) {
+  const auto d = dir_.string();
+  auto config = nlohmann::json::parse(slurp(dir_ / "train.json"));
+  config["steps"] = 40;
+  config["checkpoint"] = {{"interval_steps", 4}, {"keep_last", 2}};
+  std::ofstream(dir_ / "resumable.json") << config.dump();
+  std::random_device entropy;
+  int kills = 0;
+  for (const auto& [plan, procs] : layouts) {
+    const int rank = static_cast<int>(entropy() % static_cast<unsigned>(procs));
+    const int step = 5 + static_cast<int>(entropy() % 24);  // after the first checkpoint, well before the end
+    SCOPED_TRACE(plan + ": rank " + std::to_string(rank) + " killed after step " + std::to_string(step));
+    const auto whole = train(plan, "whole-" + plan, procs, "resumable.json");
+    ASSERT_EQ(whole.exit_code, 0) << whole.err;
+    const auto out = d + "/killed-" + plan;
+    const auto killed =
+        sh(cpt_binary() + " train --plan " + d + "/" + plan + "/plan.json --config " + d + "/resumable.json --out " +
+               out + " --nproc-per-node " + std::to_string(procs) + " & L=$!; for i in $(seq 3000); do [ \"$(wc -l < " +
+               out + "/metrics.jsonl 2>/dev/null)\" -ge " + std::to_string(step) +
+               " ] 2>/dev/null && break; sleep 0.01; done; kill -9 " + pid_of_rank(rank) + "; wait $L; echo exit=$?",
+           dir_);
+    if (killed.out.find("exit=0") != std::string::npos) continue;  // finished before the kill: nothing to resume
+    ASSERT_NE(killed.out.find("exit=3"), std::string::npos) << killed.out << killed.err;
+    ++kills;
+    const auto resumed = train(plan, "killed-" + plan, procs, "resumable.json", " --resume");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+    EXPECT_EQ(losses(dir_ / ("whole-" + plan) / "metrics.jsonl"), losses(fs::path(out) / "metrics.jsonl"));
+    EXPECT_EQ(largest_relative_difference(dir_ / ("whole-" + plan), out, 40), 0.0);
+  }
+  EXPECT_GT(kills, 0) << "every run finished before its rank was killed";
+}
+
+TEST_F(JobFailures, DataParallelLayoutsResumeBitIdenticallyAfterARankIsKilled) {
+  expect_resume_after_a_kill({{"dp2", 2}, {"zero1-dp2", 2}, {"zero2-dp2", 2}, {"zero3-dp2", 2}, {"hsdp-dp4", 4}});
+}
+
+TEST_F(JobFailures, ModelParallelLayoutsResumeBitIdenticallyAfterARankIsKilled) {
+  expect_resume_after_a_kill({{"tp2-sp", 2}, {"cp2", 2}, {"pp2", 2}, {"pp2-interleaved", 2}});
 }
 
 }  // namespace
