@@ -11,10 +11,11 @@ runs=${2:-1000000}
 seconds=${3:-600}
 build=$work/build
 mkdir -p "$work"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$(command -v clang++-14 || command -v clang++)" \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
   -DCPT_WITH_TORCH=OFF -DCPT_BUILD_TESTS=OFF -DCPT_FUZZERS=ON >"$work/configure.log"
-cmake --build "$build" --target cpt_fuzz_spec_json cpt_fuzz_published_runs cpt_fuzz_token_shard >"$work/build.log"
+harnesses="spec_json published_runs token_shard safetensors checkpoint_manifest tokenizer"
+cmake --build "$build" --target $(for h in $harnesses; do printf 'cpt_fuzz_%s ' "$h"; done) >"$work/build.log"
 
 # Seeds: every JSON document of the repository's own (a selector byte first for spec_json), the
 # published-runs sample, and one well-formed token shard (index length in two bytes, index, tokens).
@@ -41,7 +42,32 @@ tokens = struct.pack(f"<{sum(lengths)}H", *range(1, sum(lengths) + 1))
 open(sys.argv[1], "wb").write(struct.pack("<H", len(index)) + index + tokens)
 PY
 
-for harness in spec_json published_runs token_shard; do
+seed safetensors
+python3 - "$work/safetensors/corpus/seed" <<'PY'
+import json, struct, sys
+header = {"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+          "b": {"dtype": "BF16", "shape": [4], "data_offsets": [24, 32]}, "__metadata__": {"format": "pt"}}
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + bytes(32))
+PY
+seed checkpoint_manifest
+python3 - "$work/checkpoint_manifest/corpus/seed" examples/models/tiny.json examples/models/tiny_moe.json <<'PY'
+import json, sys
+for i, model in enumerate(sys.argv[2:]):
+    manifest = {"format": "cpt-checkpoint-v1", "step": 10, "model": json.load(open(model)),
+                "files": {"model.safetensors": {"bytes": 632124, "fnv1a64": "0123456789abcdef"},
+                          "optimizer.safetensors": {"bytes": 1264248, "fnv1a64": "fedcba9876543210"}}}
+    open(f"{sys.argv[1]}_{i}", "w").write(json.dumps(manifest))
+PY
+seed tokenizer
+if command -v spm_train >/dev/null; then
+  cat examples/models/*.json README.md >"$work/tokenizer/text"
+  (cd "$work/tokenizer" && spm_train --input=text --model_prefix=corpus/seed --vocab_size=200 \
+     --model_type=bpe >train.log 2>&1 && rm -f corpus/seed.vocab)
+fi
+
+for harness in $harnesses; do
   dir=$work/$harness
   start=$(date +%s)
   (cd "$dir" && "$build/bin/cpt_fuzz_$harness" -runs="$runs" -max_total_time="$seconds" -max_len=4096 -seed=1 \

@@ -1,4 +1,5 @@
 #include "executor/checkpoint/checkpoint.h"
+#include "executor/checkpoint/checkpoint_manifest.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -22,8 +23,6 @@ using core::str_cat;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kFormat = "cpt-checkpoint-v1";
 
 void fsync_path(const fs::path& p, bool directory) {
   const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
@@ -97,7 +96,7 @@ void write_checkpoint_dir(const fs::path& dir, const CheckpointContents& c) {
     core::write_file_atomic(tmp / "trainer_state.json", c.trainer_state.dump(2) + "\n");
     files.emplace_back("trainer_state.json");
     nlohmann::ordered_json m;
-    m["format"] = kFormat;
+    m["format"] = kCheckpointFormat;
     m["step"] = c.step;
     m["model"] = spec::model_to_json(c.model);
     for (const auto& f : files) {
@@ -155,35 +154,21 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   if (!fs::exists(manifest)) {
     throw core::ConfigError(str_cat(where, ": not a complete cpt checkpoint (no manifest.json; half-written?)"));
   }
-  const auto doc = core::parse_json_file(manifest);
-  auto r = core::JsonObjectReader::root_of(doc);
-  const auto format = r.string("format");
-  if (format != kFormat) r.fail("format", str_cat("\"", kFormat, "\""), str_cat("\"", format, "\""));
+  const auto m = read_checkpoint_manifest(core::parse_json_file(manifest), dir);
   Checkpoint c;
   c.dir_ = dir;
-  c.step_ = r.integer("step", 0);
-  auto model = r.object("model");
-  c.model_ = spec::model_from_json(model);
-  const auto& files = r.raw("files");
-  if (!files.is_object() || !files.contains("model.safetensors")) {
-    r.fail("files", "an object listing model.safetensors", core::describe_json(files));
-  }
-  r.finish();
-  const auto origin = manifest.string();
-  for (const auto& [name, entry] : files.items()) {
-    const auto path = core::path_inside(dir, name, origin, "a key of $.files");
-    core::JsonObjectReader file(entry, origin, str_cat("$.files.", name));
-    const auto listed_bytes = static_cast<std::uintmax_t>(file.integer("bytes", 0));
-    const auto checksum = file.string("fnv1a64");
-    file.finish();
-    if (!fs::is_regular_file(path)) throw core::ConfigError(str_cat(where, ": ", name, " is missing"));
-    const auto bytes = fs::file_size(path);
-    if (bytes != listed_bytes) {
-      throw core::ConfigError(str_cat(where, ": ", name, " has ", bytes, " bytes, the manifest says ", listed_bytes,
+  c.step_ = m.step;
+  c.model_ = m.model;
+  for (const auto& file : m.files) {
+    if (!fs::is_regular_file(file.path)) throw core::ConfigError(str_cat(where, ": ", file.name, " is missing"));
+    const auto bytes = fs::file_size(file.path);
+    if (bytes != file.bytes) {
+      throw core::ConfigError(str_cat(where, ": ", file.name, " has ", bytes, " bytes, the manifest says ", file.bytes,
                                       " (truncated or replaced)"));
     }
-    if (file_checksum(path) != checksum) {
-      throw core::ConfigError(str_cat(where, ": ", name, " does not match its checksum in manifest.json (corrupted)"));
+    if (file_checksum(file.path) != file.fnv1a64) {
+      throw core::ConfigError(
+          str_cat(where, ": ", file.name, " does not match its checksum in manifest.json (corrupted)"));
     }
   }
   const auto state = core::parse_json_file(dir / "trainer_state.json");

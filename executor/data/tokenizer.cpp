@@ -67,7 +67,10 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::filesystem::path& model_file) {
-  const auto bytes = read_bytes(model_file);
+  return parse(read_bytes(model_file), model_file);
+}
+
+Tokenizer Tokenizer::parse(const std::string& bytes, const std::filesystem::path& model_file) {
   Tokenizer t;
   t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = t.sp_->LoadFromSerializedProto(bytes);
@@ -94,7 +97,9 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
   return out;
 }
 
-std::int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+std::int64_t Tokenizer::vocab_size() const {
+  return sp_->GetPieceSize();
+}
 
 std::int32_t Tokenizer::piece_id(const std::string& piece) const {
   const int id = sp_->PieceToId(piece);
@@ -102,12 +107,22 @@ std::int32_t Tokenizer::piece_id(const std::string& piece) const {
   return id == sp_->unk_id() && sp_->IdToPiece(id) != piece ? -1 : id;
 }
 
-std::string Tokenizer::piece(std::int32_t id) const { return sp_->IdToPiece(id); }
-float Tokenizer::score(std::int32_t id) const { return sp_->GetScore(id); }
-std::int32_t Tokenizer::bos_id() const { return sp_->bos_id(); }
-std::int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+std::string Tokenizer::piece(std::int32_t id) const {
+  return sp_->IdToPiece(id);
+}
+float Tokenizer::score(std::int32_t id) const {
+  return sp_->GetScore(id);
+}
+std::int32_t Tokenizer::bos_id() const {
+  return sp_->bos_id();
+}
+std::int32_t Tokenizer::eos_id() const {
+  return sp_->eos_id();
+}
 
-std::int32_t Tokenizer::unk_id() const { return sp_->unk_id(); }
+std::int32_t Tokenizer::unk_id() const {
+  return sp_->unk_id();
+}
 
 namespace {
 
@@ -256,7 +271,8 @@ std::vector<std::string> learn_domain_tokens(const std::vector<std::string>& doc
 void train_tokenizer(const std::vector<std::string>& documents, const TokenizerTrainOptions& options,
                      const std::filesystem::path& out_prefix) {
   if (options.model_type != "bpe" && options.model_type != "unigram") {
-    throw core::ConfigError(str_cat("tokenizer model_type: expected \"bpe\" or \"unigram\", got \"", options.model_type, "\""));
+    throw core::ConfigError(
+        str_cat("tokenizer model_type: expected \"bpe\" or \"unigram\", got \"", options.model_type, "\""));
   }
   const std::unordered_map<std::string, std::string> args{
       {"model_type", options.model_type},
@@ -284,7 +300,8 @@ void train_tokenizer(const std::vector<std::string>& documents, const TokenizerT
   core::write_file_atomic(out_prefix.string() + ".model", model);
   // The human-readable vocabulary, one "piece<TAB>id" per line.
   sentencepiece::SentencePieceProcessor sp;
-  if (!sp.LoadFromSerializedProto(model).ok()) throw core::InternalError("tokenizer training produced an unloadable model");
+  if (!sp.LoadFromSerializedProto(model).ok())
+    throw core::InternalError("tokenizer training produced an unloadable model");
   std::string vocab;
   for (int i = 0; i < sp.GetPieceSize(); ++i) vocab += str_cat(sp.IdToPiece(i), "\t", i, "\n");
   core::write_file_atomic(out_prefix.string() + ".vocab", vocab);

@@ -18,6 +18,8 @@ class Tokenizer {
  public:
   // ConfigError naming the file when it is missing or not a SentencePiece model.
   static Tokenizer load(const std::filesystem::path& model_file);
+  // The same from the file's bytes (`model_file` names them in errors and path()).
+  static Tokenizer parse(const std::string& bytes, const std::filesystem::path& model_file);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
@@ -45,8 +47,8 @@ class Tokenizer {
 
 struct TokenizerTrainOptions {
   std::int64_t vocab_size = 32000;
-  std::string model_type = "bpe";            // "bpe" or "unigram"
-  std::int64_t max_sentences = 2'000'000;    // lines sampled for training
+  std::string model_type = "bpe";          // "bpe" or "unigram"
+  std::int64_t max_sentences = 2'000'000;  // lines sampled for training
   // LLaMA-style defaults: byte fallback (every byte encodable), digits split, whitespace kept
   // verbatim (code), no Unicode normalisation; ids 0 unk, 1 bos, 2 eos.
 };

@@ -15,20 +15,14 @@
 #include <vector>
 
 #include "executor/io/mapped_file.h"
+#include "executor/io/safetensors_header.h"
 
 namespace cpt::exec {
 
-struct SafetensorInfo {
-  std::string dtype;                // safetensors name: F32, BF16, F16, F64, I64, I32, I16, I8, U8, BOOL
-  std::vector<std::int64_t> shape;
-  std::size_t begin = 0, end = 0;   // byte range in the data section
-};
-
 class SafetensorsFile {
  public:
-  // Maps `path` read-only and validates the header: ConfigError naming the file and what is wrong
-  // (truncated file, header not JSON, unknown dtype, byte ranges that do not match the shapes or
-  // run past the end of the file, overlapping tensors).
+  // Maps `path` read-only and validates the header (parse_safetensors_header): ConfigError naming
+  // the file and what is wrong.
   static SafetensorsFile open(const std::filesystem::path& path);
 
   [[nodiscard]] const std::filesystem::path& path() const { return path_; }

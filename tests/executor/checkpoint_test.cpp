@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -69,6 +71,45 @@ TEST(Safetensors, AShapeTooLargeForAnyFileIsRefused) {
     EXPECT_NE(std::string(e.what()).find("shape [4611686018427387904, 4] holds more bytes than any file"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// A header nested 100,000 deep is refused in one line, by the depth limit every JSON file cpt
+// reads gets (core::kMaxJsonDepth), before any walk over it.
+TEST(Safetensors, ADeeplyNestedHeaderIsAnErrorNotACrash) {
+  const std::string header = R"({"__metadata__":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  std::string file(8, '\0');
+  const std::uint64_t length = header.size();
+  std::memcpy(file.data(), &length, 8);
+  file += header;
+  try {
+    (void)parse_safetensors_header("deep.safetensors", reinterpret_cast<const std::byte*>(file.data()), file.size());
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("deep.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+// Header values of the wrong kind are one-line errors. A shape of 3.4e50 (found by the fuzzer)
+// was converted to an integer by the JSON library, which is undefined behaviour.
+TEST(Safetensors, HeaderValuesOfTheWrongKindAreErrors) {
+  for (const std::string entry : {R"({"dtype": "F32", "shape": [3, 3.4e50, 32], "data_offsets": [0, 4]})",
+                                  R"({"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 4]})",
+                                  R"({"dtype": "F32", "shape": [1], "data_offsets": [0, 4.5]})",
+                                  R"({"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]})",
+                                  R"({"dtype": 7, "shape": [1], "data_offsets": [0, 4]})", R"([1, 2])",
+                                  R"({"dtype": "F32", "data_offsets": [0, 4]})"}) {
+    const std::string header = R"({"w": )" + entry + "}";
+    std::string file(8, '\0');
+    const std::uint64_t length = header.size();
+    std::memcpy(file.data(), &length, 8);
+    file += header + std::string(4, '\0');
+    try {
+      (void)parse_safetensors_header("x.safetensors", reinterpret_cast<const std::byte*>(file.data()), file.size());
+      ADD_FAILURE() << entry;
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("x.safetensors: tensor w: "), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -215,7 +256,8 @@ TEST(VocabExtension, TokenizerKeepsOldIdsAndAddsWholeTokens) {
   const auto& base = testing::small_tokenizer();
   const auto base_file = dir.path() / "base.model";
   fs::copy_file(base.path(), base_file);
-  const auto added = extend_tokenizer(base_file, {"JSONDecodeError", "JSONDecodeError", "\xe2\x96\x81return"}, dir.path() / "ext.model");
+  const auto added = extend_tokenizer(base_file, {"JSONDecodeError", "JSONDecodeError", "\xe2\x96\x81return"},
+                                      dir.path() / "ext.model");
   ASSERT_GE(added.size(), 1u);
   EXPECT_EQ(added.front(), "JSONDecodeError");
   const auto ext = Tokenizer::load(dir.path() / "ext.model");
@@ -279,7 +321,8 @@ TEST(VocabExtension, MergedDomainPiecesFormThroughBpe) {
   int lines = 0;
   for (std::string line; std::getline(code, line);) {
     const auto padded = " " + line;  // SentencePiece's dummy prefix
-    if (std::any_of(surfaces.begin(), surfaces.end(), [&](const auto& t) { return padded.find(t) != std::string::npos; })) {
+    if (std::any_of(surfaces.begin(), surfaces.end(),
+                    [&](const auto& t) { return padded.find(t) != std::string::npos; })) {
       continue;
     }
     EXPECT_EQ(ext.encode(line), base.encode(line)) << line;
@@ -313,7 +356,8 @@ TEST(VocabExtension, MergingBringsNewCharactersFirst) {
     std::string text;
     for (int w = 0; w < 60; ++w) {
       const int n = 1 + static_cast<int>((state = state * 6364136223846793005ULL + 1) >> 62);
-      for (int k = 0; k < n; ++k) text += syllables[((state = state * 6364136223846793005ULL + 1) >> 33) % syllables.size()];
+      for (int k = 0; k < n; ++k)
+        text += syllables[((state = state * 6364136223846793005ULL + 1) >> 33) % syllables.size()];
       text += ' ';
     }
     docs.push_back(text);
