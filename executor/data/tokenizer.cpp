@@ -73,7 +73,14 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_file) {
 Tokenizer Tokenizer::parse(const std::string& bytes, const std::filesystem::path& model_file) {
   Tokenizer t;
   t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = t.sp_->LoadFromSerializedProto(bytes);
+  sentencepiece::util::Status status;
+  try {
+    status = t.sp_->LoadFromSerializedProto(bytes);
+  } catch (const std::exception& e) {
+    // The library throws (rather than returning a status) for some malformed vocabularies, e.g. an
+    // empty piece in its trie (found by fuzz/tokenizer_fuzzer.cpp).
+    throw core::ConfigError(str_cat(model_file.string(), ": not a SentencePiece model: ", e.what()));
+  }
   if (!status.ok()) {
     throw core::ConfigError(str_cat(model_file.string(), ": not a SentencePiece model: ", status.ToString()));
   }

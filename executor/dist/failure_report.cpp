@@ -66,7 +66,11 @@ std::optional<std::string> silent_ranks(const std::vector<RankEnd>& ends, const 
   if (!not_running.empty()) {
     named = not_running;
     const RankEnd& s = *not_running.front();
-    return str_cat(rank_list(not_running), " stopped running", step_of(s), ": no heartbeat for ",
+    const RankView& v = s.at_first_failure;
+    const std::string where_it_was = v.collectives_posted == 0 ? std::string()
+                                     : v.waiting               ? str_cat(" while waiting in ", v.last_collective)
+                                                 : str_cat(" after its last collective, ", v.last_collective);
+    return str_cat(rank_list(not_running), " stopped running", step_of(s), where_it_was, ": no heartbeat for ",
                    seconds_text(failed_at_ns - s.at_first_failure.heartbeat_ns), " s", when,
                    " (the process was stopped or frozen)");
   }

@@ -8,6 +8,7 @@
 #include "executor/data/corpus_reader.h"
 #include "executor/data/data_loader.h"
 #include "executor/data/token_shards.h"
+#include "executor/data/tokenizer.h"
 #include "executor_test_support.h"
 
 namespace cpt::exec {
@@ -16,6 +17,20 @@ namespace {
 namespace fs = std::filesystem;
 using testing::ScratchDir;
 
+// A tokenizer model whose vocabulary makes SentencePiece throw instead of returning a status (an
+// empty piece in its trie; found by fuzz/tokenizer_fuzzer.cpp) is a one-line ConfigError naming
+// the file, not an internal error.
+TEST(TokenizerFile, AModelTheLibraryThrowsOnIsAConfigError) {
+  const fs::path model = fs::path(CPT_TEST_DATA_DIR) / "fuzz_findings/tokenizer_empty_piece.model";
+  try {
+    (void)Tokenizer::load(model);
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_empty_piece.model: not a SentencePiece model: "), std::string::npos)
+        << e.what();
+  }
+}
+
 void write(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
 }
@@ -23,9 +38,9 @@ void write(const fs::path& p, const std::string& text) {
 TEST(Utf8, AcceptsWellFormedAndRejectsMalformed) {
   EXPECT_TRUE(is_valid_utf8("plain ascii"));
   EXPECT_TRUE(is_valid_utf8("\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));  // été € 😀
-  EXPECT_FALSE(is_valid_utf8("\xc3"));                                             // truncated
-  EXPECT_FALSE(is_valid_utf8("\xc0\xaf"));                                         // overlong '/'
-  EXPECT_FALSE(is_valid_utf8("\xed\xa0\x80"));                                     // surrogate
+  EXPECT_FALSE(is_valid_utf8("\xc3"));                                            // truncated
+  EXPECT_FALSE(is_valid_utf8("\xc0\xaf"));                                        // overlong '/'
+  EXPECT_FALSE(is_valid_utf8("\xed\xa0\x80"));                                    // surrogate
   EXPECT_FALSE(is_valid_utf8("\xff"));
 }
 
@@ -51,7 +66,8 @@ TEST(Corpus, ReadsFilesDirectoriesAndJsonlAndCountsWhatItSkips) {
   EXPECT_EQ(stats.skipped.at("invalid_utf8"), 1);
   EXPECT_EQ(stats.skipped.at("binary"), 1);
   EXPECT_EQ(stats.skipped.at("bad_json_line"), 2);
-  EXPECT_THROW(read_corpus({dir.path() / "missing"}, o, [](std::string_view, const std::string&) {}), core::ConfigError);
+  EXPECT_THROW(read_corpus({dir.path() / "missing"}, o, [](std::string_view, const std::string&) {}),
+               core::ConfigError);
 }
 
 TEST(TokenShards, RoundTripInMegatronFormatWithBothTokenWidths) {
@@ -171,8 +187,8 @@ TEST_F(LoaderTest, PackedBatchesShiftTargetsRestartPositionsAndMaskDocuments) {
       EXPECT_FALSE(b.mask.triu(1).any().item<bool>());
     }
     // Within a row, the target at j is the input at j + 1 unless ignored.
-    const auto same = (b.targets.narrow(1, 0, 63) == b.tokens.narrow(1, 1, 63)) |
-                      (b.targets.narrow(1, 0, 63) == kIgnoreIndex);
+    const auto same =
+        (b.targets.narrow(1, 0, 63) == b.tokens.narrow(1, 1, 63)) | (b.targets.narrow(1, 0, 63) == kIgnoreIndex);
     EXPECT_TRUE(same.all().item<bool>());
     EXPECT_EQ(b.loss_tokens, (b.targets != kIgnoreIndex).sum().item<std::int64_t>());
   }

@@ -71,6 +71,8 @@ TEST(FailureReport, ARankThatStoppedRunningIsNamed) {
   RankView silent;
   silent.step = 12;
   silent.waiting = true;
+  silent.collectives_posted = 58;
+  silent.last_collective = "all_reduce on group dp/0";
   silent.heartbeat_ns = 17 * kSecond;
   // Woken by the launcher, its own collective failed too: not listed as a consequence of itself.
   auto stopped = ended(1, core::kExitRuntime, failed_view(RankFailure::kCollective, "recv timed out", 22 * kSecond));
@@ -79,9 +81,10 @@ TEST(FailureReport, ARankThatStoppedRunningIsNamed) {
   auto timed_out = ended(0, 3, timeout);
   timed_out.at_first_failure.heartbeat_ns = 20 * kSecond;
   const auto r = explain_failure({timed_out, stopped}, 21 * kSecond);
-  EXPECT_EQ(r.root,
-            "rank 1 stopped running at step 12: no heartbeat for 3.0 s before rank 0's collective failed (the process "
-            "was stopped or frozen)");
+  EXPECT_EQ(
+      r.root,
+      "rank 1 stopped running at step 12 while waiting in all_reduce on group dp/0: no heartbeat for 3.0 s before "
+      "rank 0's collective failed (the process was stopped or frozen)");
   ASSERT_EQ(r.others.size(), 1u);
   EXPECT_EQ(r.others[0].rfind("rank 0: all_reduce on group dp failed or timed out", 0), 0u);
 }
