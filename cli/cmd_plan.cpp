@@ -402,9 +402,11 @@ void run(const PlanOptions& given) {
       clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory", " Pareto front, in ",
       fixed(r.seconds, 2), " s on ", r.threads, r.threads == 1 ? " thread\n" : " threads\n");
   if (!o.out.empty()) {
+    // Only what write_outputs wrote: without a feasible plan there is no plan.json to export.
     std::cout << "wrote " << o.out
-              << "/: plan.json, candidates.csv, report.md, megatron_args.sh, ds_config.json, torchtitan.toml, "
-                 "torchrun.sh, slurm.sbatch\n";
+              << (r.top.empty() ? "/: candidates.csv, report.md (no feasible plan: no plan.json and no exports)\n"
+                                : "/: plan.json, candidates.csv, report.md, megatron_args.sh, ds_config.json, "
+                                  "torchtitan.toml, torchrun.sh, slurm.sbatch\n");
   }
 }
 

@@ -1,4 +1,5 @@
 #include "planner/handoff.h"
+#include "planner/torchtitan_export.h"
 
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -259,63 +260,6 @@ core::Json deepspeed_config(const spec::Plan& plan) {
   }
   if (!notes.empty()) j["cpt_notes"] = notes;
   return j;
-}
-
-std::string torchtitan_toml(const spec::Plan& plan) {
-  const auto& m = plan.model;
-  const auto& c = plan.parallel;
-  std::ostringstream s;
-  s << "# torchtitan job config from cpt plan (" << plan.provenance.tool_version << ").\n";
-  s << "# FSDP: ZeRO-3 shards over dp (data_parallel_shard_degree); HSDP replicates across nodes;\n";
-  s << "# ZeRO 0-2 map to replicate-only or to FSDP with reshard_after_forward = false (SHARD_GRAD_OP).\n\n";
-  s << "[job]\ndescription = \"" << m.name << " on " << plan.cluster.num_gpus << " x " << plan.cluster.gpu().name
-    << "\"\n\n";
-  s << "[training]\n";
-  s << "local_batch_size = " << c.micro_batch << "\n";
-  s << "global_batch_size = " << c.global_batch << "\n";
-  s << "seq_len = " << plan.workload.seq_len << "\n";
-  s << "mixed_precision_param = \"bfloat16\"\n\n";
-  int shard = 1;
-  int replicate = c.dp;
-  if (c.zero_stage >= 1) {
-    shard = c.dp;
-    replicate = 1;
-    if (c.hybrid_shard) {
-      shard = std::max(1, gpus_per_node(plan) / (c.tp * c.cp));
-      replicate = c.dp / shard;
-    }
-  }
-  s << "[parallelism]\n";
-  s << "data_parallel_replicate_degree = " << replicate << "\n";
-  s << "data_parallel_shard_degree = " << shard << "\n";
-  s << "fsdp_reshard_after_forward = \"" << (c.zero_stage == 3 ? "always" : "never") << "\"\n";
-  s << "tensor_parallel_degree = " << c.tp << "\n";
-  s << "context_parallel_degree = " << c.cp << "\n";
-  s << "pipeline_parallel_degree = " << c.pp << "\n";
-  if (plan.model.moe.present()) {
-    // torchtitan's MoE models (DeepSeek-V3, Qwen3, Llama 4 in its model registry) fold ep over
-    // dp_shard x cp (x tp with etp 1).
-    if (c.ep > 1 && c.etp != 1 && c.etp != c.tp) {
-      s << "# torchtitan runs expert tensor parallelism 1 or tp only: the plan's " << c.etp << " is refused\n";
-    }
-    s << "expert_parallel_degree = " << c.ep << "\n";
-    s << "expert_tensor_parallel_degree = " << c.etp << "\n";
-  }
-  if (c.schedule == spec::ScheduleKind::kZeroBubbleH1) {
-    s << "# The plan's ZB-H1 (split backward, v = 1) has no torch.distributed.pipelining class;\n"
-         "# its zero-bubble schedules need virtual stages (ZBVZeroBubble, InterleavedZeroBubble). 1F1B here.\n";
-  }
-  s << "pipeline_parallel_schedule = \"" << (c.virtual_stages > 1 ? "Interleaved1F1B" : "1F1B") << "\"\n";
-  s << "pipeline_parallel_microbatch_size = " << c.micro_batch << "\n";
-  s << "enable_async_tensor_parallel = false\n\n";
-  s << "[activation_checkpoint]\n";
-  s << "mode = \""
-    << (c.recompute == spec::Recompute::kFull        ? "full"
-        : c.recompute == spec::Recompute::kSelective ? "selective"
-                                                     : "none")
-    << "\"\n";
-  if (c.recompute == spec::Recompute::kSelective) s << "selective_ac_option = \"op\"\n";
-  return s.str();
 }
 
 namespace {

@@ -21,8 +21,6 @@ namespace cpt::planner {
 std::string megatron_args(const spec::Plan& plan);
 // DeepSpeed ds_config.json.
 core::Json deepspeed_config(const spec::Plan& plan);
-// torchtitan job TOML ([parallelism], [training], [activation_checkpoint] sections).
-std::string torchtitan_toml(const spec::Plan& plan);
 // A torchrun launcher for one node (multi-node: set NNODES, NODE_RANK, MASTER_ADDR) and a Slurm
 // batch script, both taking the job's TRAIN.json as their first argument and starting
 // `cpt train --plan PLAN_DIR/plan.json --config TRAIN.json [their other arguments]` on every GPU.

@@ -1,0 +1,23 @@
+#pragma once
+// A plan as a torchtitan 0.2.x job file (TOML, read by torchtitan's ConfigManager; torchtitan 0.3
+// replaced TOML files with Python config modules, which this does not write). What it expresses:
+//   [model]       the registry model whose dimensions are the plan's (name and flavor), or, when
+//                 torchtitan has none, a flavor named after the plan's model that torchtitan
+//                 refuses at start (with the dimensions to register in a comment) rather than its
+//                 debug model; the tokenizer and weights of the base model as a placeholder path;
+//   [training]    local_batch_size: the micro-batch, or with a pipeline the batch of one
+//                 data-parallel rank (torchtitan splits it into pipeline microbatches);
+//   [parallelism] ZeRO-3 as FSDP, ZeRO-1/2 and ZeRO-0 beside tp/cp/pp as FSDP without resharding
+//                 (torchtitan runs DDP only as the one parallelism), HSDP, the pipeline schedule;
+//   [checkpoint]  the base model loaded from its Hugging Face weights (continual pre-training).
+// What it cannot express (optimizer-only offload, ZB-H1, an expert tensor parallelism other than
+// 1 or tp, a RoPE scaling torchtitan's flavour does not have) is said in a comment.
+#include <string>
+
+#include "spec/plan.h"
+
+namespace cpt::planner {
+
+std::string torchtitan_toml(const spec::Plan& plan);
+
+}  // namespace cpt::planner
