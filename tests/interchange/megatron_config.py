@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""cpt plan's megatron_args.sh built into megatron-core's own TransformerConfig (the version
+scripts/setup pins), as Megatron-LM's core_transformer_config_from_args builds it: every argument
+whose name is a config field is passed under that name, the renamed ones under Megatron-LM's names
+(--num-experts, --norm-epsilon, --swiglu, --disable-bias-linear, --num-virtual-stages-per-pipeline-
+rank, --decoder-first/last-pipeline-num-layers), and TransformerConfig's checks run. The model it
+describes must be the plan's (layers, width, heads, query groups, MLP width, biases, epsilon, RoPE
+base, experts), dropout 0, and the pipeline split one Megatron-LM's validate_args accepts (the
+layers between the first and last stage's divide over the other stages and their virtual stages;
+Megatron-LM's training package is not on the package index, so that rule is restated here).
+
+Usage: megatron_config.py CPT_BINARY WORK_DIR   (exit 77: megatron-core is not installed)
+"""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import typing
+import warnings
+
+warnings.filterwarnings("ignore")  # megatron-core's notes that Transformer Engine and Apex are absent
+
+try:
+    import torch
+    from megatron.core.transformer.enums import AttnBackend
+    from megatron.core.transformer.transformer_config import TransformerConfig
+except ImportError as error:
+    print(f"megatron-core is not installed (scripts/setup installs it): {error}")
+    sys.exit(77)
+
+# (model, GPUs, --fix): tensor and sequence parallelism, an interleaved pipeline, 405B's uneven
+# split [1, 62 x 2, 1], Qwen2.5's biases and RoPE base, context parallelism, mixtures of experts
+# with expert parallelism (Mixtral; Qwen3-MoE's q/k norms and head width).
+LAYOUTS = [
+    ("llama3-8b", 16, "tp=2,pp=1,cp=1,zero=1,sequence_parallel=true"),
+    ("llama3-70b", 64, "tp=8,pp=4,cp=1,zero=1,vp=5,schedule=interleaved_1f1b"),
+    ("llama3.1-405b", 2048, "tp=8,pp=64,cp=1,zero=1,schedule=1f1b"),
+    ("qwen2.5-7b", 16, "tp=2,pp=2,cp=2,zero=1,sequence_parallel=true,schedule=1f1b"),
+    ("mixtral-8x7b", 64, "tp=1,pp=4,cp=1,zero=1,ep=8,schedule=1f1b"),
+    ("qwen3-30b-a3b", 16, "tp=1,pp=2,cp=1,zero=1,ep=8,schedule=1f1b"),
+]
+
+# Megatron-LM's names for TransformerConfig fields that are not spelt as the field.
+RENAMED = {
+    "num_experts": "num_moe_experts",
+    "norm_epsilon": "layernorm_epsilon",
+    "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
+    "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+    "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
+    "tensor_model_parallel_size": "tensor_model_parallel_size",
+}
+
+
+def megatron_arguments(path):
+    """The MEGATRON_ARGS array of megatron_args.sh, as bash sees it, into {name: value or True}."""
+    words = subprocess.run(["bash", "-c", 'source "$1"; printf "%s\\0" "${MEGATRON_ARGS[@]}"', "_", path],
+                           check=True, capture_output=True).stdout.decode().split("\0")[:-1]
+    args, i = {}, 0
+    while i < len(words):
+        name = words[i][2:].replace("-", "_")
+        if i + 1 < len(words) and not words[i + 1].startswith("--"):
+            args[name], i = words[i + 1], i + 2
+        else:
+            args[name], i = True, i + 1
+    return args
+
+
+def transformer_config(args):
+    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    kwargs = {"bf16": "bf16" in args, "params_dtype": torch.bfloat16, "pipeline_dtype": torch.bfloat16}
+    for name, value in args.items():
+        field = RENAMED.get(name, name)
+        if field not in fields or field in kwargs:
+            continue
+        kind = fields[field].type
+        kind = next((k for k in typing.get_args(kind) if k is not type(None)), kind) if typing.get_args(kind) else kind
+        if field == "attention_backend":
+            kwargs[field] = AttnBackend[value]
+        elif kind is bool:
+            kwargs[field] = True
+        elif kind in (int, float):
+            kwargs[field] = kind(value)
+        elif isinstance(value, str):
+            kwargs[field] = value
+    if "swiglu" in args:
+        kwargs.update(gated_linear_unit=True, activation_func=torch.nn.functional.silu)
+    if "disable_bias_linear" in args:
+        kwargs["add_bias_linear"] = False
+    if "group_query_attention" not in args:
+        kwargs.pop("num_query_groups", None)
+    return TransformerConfig(**kwargs)
+
+
+def check_layout(cpt, work, index, layout, failures):
+    model_name, gpus, fix = layout
+    out = os.path.join(work, f"plan{index}")
+    subprocess.run([cpt, "plan", "--model", model_name, "--gpu", "h100", "--gpus", str(gpus), "--global-batch", "1024",
+                    "--seq-len", "4096", "--fix", fix, "--threads", "1", "--out", out],
+                   check=True, stdout=subprocess.DEVNULL)
+    plan = json.load(open(os.path.join(out, "plan.json")))
+    model, parallel = plan["model"], plan["parallel"]
+    args = megatron_arguments(os.path.join(out, "megatron_args.sh"))
+    config = transformer_config(args)
+    moe = model.get("moe")
+    expected = [
+        ("num_layers", model["layers"]), ("hidden_size", model["hidden"]),
+        ("num_attention_heads", model["heads"]), ("num_query_groups", model["kv_heads"]),
+        ("ffn_hidden_size", model["ffn_hidden"]), ("layernorm_epsilon", model["norm_eps"]),
+        ("add_qkv_bias", bool(model.get("qkv_bias", False))),
+        ("qk_layernorm", bool(model.get("qk_norm", False))),
+        ("kv_channels", model.get("head_dim", model["hidden"] // model["heads"])),
+        ("hidden_dropout", 0.0), ("attention_dropout", 0.0),
+        ("tensor_model_parallel_size", parallel["tp"]), ("pipeline_model_parallel_size", parallel["pp"]),
+        ("context_parallel_size", parallel["cp"]), ("sequence_parallel", parallel["sequence_parallel"]),
+        ("virtual_pipeline_model_parallel_size", parallel["virtual_stages"] if parallel["virtual_stages"] > 1 else None),
+    ]
+    if moe:
+        expected += [("num_moe_experts", moe["experts"]), ("moe_router_topk", moe["experts_per_token"]),
+                     ("moe_ffn_hidden_size", moe["expert_ffn_hidden"]),
+                     ("expert_model_parallel_size", parallel.get("ep", 1)),
+                     ("expert_tensor_parallel_size", parallel.get("etp", 1))]
+    # The RoPE base is GPTModel's argument, not the config's (Megatron's default is 10000).
+    if float(args.get("rotary_base", 10000)) != model["rope_theta"]:
+        failures.append(f"{model_name} {fix}: --rotary-base {args.get('rotary_base')}, plan {model['rope_theta']}")
+    for field, value in expected:
+        if getattr(config, field) != value:
+            failures.append(f"{model_name} {fix}: {field}: megatron-core builds {getattr(config, field)!r}, plan {value!r}")
+    # Megatron-LM's validate_args: the layers between an uneven first and last stage divide evenly.
+    first = config.num_layers_in_first_pipeline_stage or 0
+    last = config.num_layers_in_last_pipeline_stage or 0
+    middle_stages = config.pipeline_model_parallel_size - (1 if first else 0) - (1 if last else 0)
+    per_chunk = middle_stages * (config.virtual_pipeline_model_parallel_size or 1)
+    if middle_stages > 0 and (config.num_layers - first - last) % per_chunk != 0:
+        failures.append(f"{model_name} {fix}: {config.num_layers} layers do not split over the pipeline")
+    print(f"{model_name} {fix}: megatron-core builds {config.num_layers} layers, hidden {config.hidden_size}, "
+          f"tp {config.tensor_model_parallel_size} pp {config.pipeline_model_parallel_size} "
+          f"(first {first}, last {last}), experts {config.num_moe_experts}")
+
+
+def main():
+    cpt, work = sys.argv[1], sys.argv[2]
+    failures = []
+    for index, layout in enumerate(LAYOUTS):
+        check_layout(cpt, work, index, layout, failures)
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
