@@ -113,6 +113,7 @@ std::string megatron_args(const spec::Plan& plan) {
   const auto& m = plan.model;
   const auto& c = plan.parallel;
   std::ostringstream s;
+  s << "# shellcheck shell=bash disable=SC2034\n";  // sourced: it defines MEGATRON_ARGS for its reader
   s << "# Megatron-LM arguments for pretrain_gpt.py, from cpt plan (" << plan.provenance.tool_version << ").\n";
   if (c.zero_stage >= 2) {
     s << "# Megatron-LM shards optimizer state only (--use-distributed-optimizer); ZeRO-" << c.zero_stage

@@ -34,6 +34,7 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
   const auto model = spec::find_catalog_model("llama3-70b")->spec;
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 64, "--gpu");
   const bool have_tomllib = run("python3 -c 'import tomllib'") == 0;
+  const bool have_shellcheck = run("command -v shellcheck") == 0;  // scripts/setup installs it
   const std::vector<spec::ParallelConfig> configs = {
       {.tp = 8,
        .dp = 8,
@@ -77,6 +78,9 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     EXPECT_EQ(ds.contains("optimizer"), c.offload != spec::Offload::kNone);
     for (const char* script : {"torchrun.sh", "slurm.sbatch", "megatron_args.sh"}) {
       EXPECT_EQ(run("bash -n " + (dir / script).string()), 0) << script;
+      if (have_shellcheck) {
+        EXPECT_EQ(run("shellcheck " + (dir / script).string()), 0) << script;
+      }
     }
     const std::string megatron = slurp(dir / "megatron_args.sh");
     EXPECT_NE(megatron.find("--tensor-model-parallel-size " + std::to_string(c.tp)), std::string::npos);
