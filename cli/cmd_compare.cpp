@@ -245,6 +245,17 @@ void run(const CompareOptions& o) {
     add_worst(
         "optimizer", [](const spec::MeasuredMemory& m) { return m.optimizer; },
         [](const cost::MemoryBreakdown& b) { return b.optimizer; });
+    // The continual recipe's state, where the run has it.
+    if (options.distill_teacher) {
+      add_worst(
+          "teacher", [](const spec::MeasuredMemory& m) { return m.teacher; },
+          [](const cost::MemoryBreakdown& b) { return b.teacher; });
+    }
+    if (options.ewc) {
+      add_worst(
+          "ewc", [](const spec::MeasuredMemory& m) { return m.ewc; },
+          [](const cost::MemoryBreakdown& b) { return b.ewc; });
+    }
   }
   // On a GPU, the caching allocator's peak per rank (measured.json's peak_memory_bytes) is the
   // model state, the activations and the temporaries: the activation peak is measured as the peak

@@ -41,11 +41,14 @@ MeasuredStepParts parts_from_json(JsonObjectReader r) {
 }
 
 Json memory_to_json(const MeasuredMemory& m) {
-  return {{"weights", m.weights},
-          {"grads", m.grads},
-          {"optimizer", m.optimizer},
-          {"optimizer_counters", m.optimizer_counters},
-          {"peak", m.peak}};
+  Json j = {{"weights", m.weights},
+            {"grads", m.grads},
+            {"optimizer", m.optimizer},
+            {"optimizer_counters", m.optimizer_counters},
+            {"peak", m.peak}};
+  if (m.teacher > 0) j["teacher"] = m.teacher;
+  if (m.ewc > 0) j["ewc"] = m.ewc;
+  return j;
 }
 
 MeasuredMemory memory_from_json(JsonObjectReader r) {
@@ -55,6 +58,8 @@ MeasuredMemory memory_from_json(JsonObjectReader r) {
   m.optimizer = r.integer("optimizer", 0);
   m.optimizer_counters = r.integer("optimizer_counters", 0);
   m.peak = r.integer("peak", 0);
+  m.teacher = r.optional_integer("teacher", 0).value_or(0);
+  m.ewc = r.optional_integer("ewc", 0).value_or(0);
   r.finish();
   return m;
 }

@@ -39,6 +39,8 @@ struct MeasuredMemory {
   std::int64_t optimizer = 0;
   std::int64_t optimizer_counters = 0;
   std::int64_t peak = 0;
+  std::int64_t teacher = 0;  // KL distillation's teacher weights (0: no teacher; absent in older files)
+  std::int64_t ewc = 0;      // EWC's Fisher and anchor (0: no EWC; absent in older files)
   bool operator==(const MeasuredMemory&) const = default;
 };
 

@@ -64,8 +64,8 @@ class FullyShardedImpl : public FullyShardedModel {
         const auto begin = std::max(p.offset, mine.offset);
         const auto end = std::min(p.offset + p.tensor.numel(), mine.offset + mine.size);
         if (begin >= end) continue;
-        unit.segments.push_back({k, begin - p.offset, begin - mine.offset, end - begin,
-                                 !is_no_decay_parameter(p.name), mp.counts(p.name), torch::zeros({}, state_opts)});
+        unit.segments.push_back({k, begin - p.offset, begin - mine.offset, end - begin, !is_no_decay_parameter(p.name),
+                                 mp.counts(p.name), torch::zeros({}, state_opts)});
       }
       unit.gathered = true;  // the parameters hold whole values now
     }
@@ -238,7 +238,8 @@ class FullyShardedImpl : public FullyShardedModel {
     return out;
   }
 
-  void load_full_state(const std::function<torch::Tensor(const std::string&)>& get, const std::string& origin) override {
+  void load_full_state(const std::function<torch::Tensor(const std::string&)>& get,
+                       const std::string& origin) override {
     torch::NoGradGuard no_grad;
     double count = 0;
     for (auto& unit : units_) {
@@ -268,6 +269,14 @@ class FullyShardedImpl : public FullyShardedModel {
 
   // Weights and gradients: the largest this step held (shards plus whole units and gradient
   // buffers alive at once, sampled at every gather, gradient buffer and reduction).
+  std::int64_t ewc_bytes() const override {
+    std::vector<torch::Tensor> slices;
+    for (const auto& unit : units_) {
+      slices.push_back(unit.ewc_fisher);
+      slices.push_back(unit.ewc_anchor);
+    }
+    return storage_bytes(slices);
+  }
   ModelStateBytes state_bytes() const override {
     std::vector<torch::Tensor> moments, counters;
     bool on_device = true;  // offloaded to a GPU's host, the optimizer state is 0 on the device
@@ -478,7 +487,8 @@ std::unique_ptr<FullyShardedModel> make_fully_sharded(const NamedParams& params,
 }
 
 std::unique_ptr<FullyShardedModel> make_fully_sharded_frozen(const NamedParams& params, Communicator& shard) {
-  return std::make_unique<FullyShardedImpl>(params, AdamWOptions{}, shard, nullptr, ModelParallelNorm{}, /*frozen=*/true);
+  return std::make_unique<FullyShardedImpl>(params, AdamWOptions{}, shard, nullptr, ModelParallelNorm{},
+                                            /*frozen=*/true);
 }
 
 }  // namespace cpt::exec

@@ -60,6 +60,8 @@ class FullyShardedModel : public ParameterResidency, public StepOptimizer {
   // whole model's λ/2·Σ F (θ − θ*)² at the weights before the update.
   virtual void set_ewc(const NamedParams& fisher, const NamedParams& anchor, double lambda) = 0;
   [[nodiscard]] virtual double ewc_penalty() const = 0;
+  // Storage of this rank's Fisher and anchor slices (0 without EWC).
+  [[nodiscard]] virtual std::int64_t ewc_bytes() const = 0;
   // Gathers every unit (COLLECTIVE over the shard group): the parameters are whole, e.g. to save
   // or load them; then release_all(), or reshard_from_params() after writing new values into them.
   virtual void gather_all() = 0;

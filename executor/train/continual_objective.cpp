@@ -8,6 +8,7 @@
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/data/data_loader.h"
 #include "executor/io/model_weights.h"
+#include "executor/measure/storage_bytes.h"
 
 namespace cpt::exec {
 
@@ -69,6 +70,13 @@ void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Pla
       t->to(device);
       teacher_chunks.push_back(std::move(t));
     }
+    if (choice.zero3 == nullptr) {
+      std::vector<torch::Tensor> weights;
+      for (const auto& t : teacher_chunks) {
+        for (const auto& p : t->parameters()) weights.push_back(p);
+      }
+      continual.teacher_bytes = storage_bytes(weights);
+    }
     if (rank.pipeline) {
       rank.pipeline->set_teacher(std::move(teacher_chunks), config.distill->lambda);
     } else {
@@ -94,10 +102,26 @@ void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Pla
   if (choice.zero3 != nullptr) {
     // ZeRO-3 holds the parameters as shards outside forward: the penalty works on them there.
     choice.zero3->set_ewc(continual.ewc->fisher(), continual.ewc->anchor(), lambda);
+    continual.ewc.reset();  // the shards keep their slices: the whole tensors were 8 bytes a parameter more
+    continual.ewc_on_shards = true;
   } else {
     continual.objective.ewc = &*continual.ewc;  // the pipelined step is given it too
     continual.objective.ewc_lambda = lambda;
   }
+}
+
+RecipeBytes recipe_bytes(const ContinualObjective& continual, const OptimizerChoice& choice) {
+  RecipeBytes bytes;
+  bytes.teacher = continual.teacher_shards ? continual.teacher_shards->state_bytes().weights : continual.teacher_bytes;
+  if (continual.ewc_on_shards) {
+    bytes.ewc = choice.zero3->ewc_bytes();
+  } else if (continual.ewc) {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& [name, t] : continual.ewc->fisher()) tensors.push_back(t);
+    for (const auto& [name, t] : continual.ewc->anchor()) tensors.push_back(t);
+    bytes.ewc = storage_bytes(tensors);
+  }
+  return bytes;
 }
 
 void keep_base_optimizer_state(const TrainConfig& config, StepOptimizer& optimizer, const spec::ModelSpec& model,

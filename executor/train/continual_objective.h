@@ -25,7 +25,9 @@ namespace cpt::exec {
 
 // What the step sees of the recipe, and the objects it points into; built in place, never moved.
 struct ContinualObjective {
-  std::optional<Ewc> ewc;
+  std::optional<Ewc> ewc;          // whole (tensor-parallel) Fisher and anchor; dropped once ZeRO-3's shards hold them
+  bool ewc_on_shards = false;      // ZeRO-3: the penalty lives in the optimizer's shards
+  std::int64_t teacher_bytes = 0;  // the teacher's weights on this rank, without ZeRO-3
   std::unique_ptr<FullyShardedModel> teacher_shards;  // ZeRO-3: the teacher's shards (outlive it)
   std::optional<Teacher> teacher;
   Objective objective;  // for a model without a pipeline (the pipeline holds its own)
@@ -48,6 +50,9 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
 void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Plan& plan, const TrainConfig& config,
                                   RankModel& rank, const OptimizerChoice& choice, const TensorParallel& tp,
                                   const ContextParallel& cp, const ProcessGroups& groups, const torch::Device& device);
+
+// The storage the recipe holds on this rank (step_optimizer.h's RecipeBytes).
+[[nodiscard]] RecipeBytes recipe_bytes(const ContinualObjective& continual, const OptimizerChoice& choice);
 
 // init_optimizer "keep": the AdamW moments and step counts of the init_from checkpoint, cut into
 // this rank's shards. ConfigError for a Hugging Face directory or a checkpoint without them.

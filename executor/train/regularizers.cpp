@@ -172,7 +172,9 @@ Ewc Ewc::load(const std::filesystem::path& file, const std::vector<LlamaModelImp
           throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", whole.sizes(), ", the model needs ",
                                           c10::IntArrayRef(expected)));
         }
-        const auto t = model->shard_of_full(p.key(), whole).contiguous();
+        // A copy of the shard alone: a view (a row-parallel shard is a narrow of the whole tensor)
+        // would keep the whole tensor's storage alive on every rank.
+        const auto t = model->shard_of_full(p.key(), whole).clone(torch::MemoryFormat::Contiguous);
         if (!t.sizes().equals(p.value().sizes())) {
           throw core::ConfigError(
               str_cat(file.string(), ": ", name, " has shape ", t.sizes(), ", the model needs ", p.value().sizes()));

@@ -17,6 +17,8 @@ enum RowField : std::int64_t {
   kOptimizer,
   kOptimizerCounters,
   kPeak,
+  kTeacher,
+  kEwc,
   kForwardOps,
   kBackwardNodes,
   kNestedOps,
@@ -82,6 +84,8 @@ spec::MeasuredRun RunMeter::finish(const RunFacts& facts, Communicator& world, c
   row[kOptimizer] = facts.state.optimizer;
   row[kOptimizerCounters] = facts.state.optimizer_counters;
   row[kPeak] = facts.peak_memory_bytes;
+  row[kTeacher] = facts.recipe.teacher;
+  row[kEwc] = facts.recipe.ewc;
   if (first_step_dispatch_) {
     row[kForwardOps] = first_step_dispatch_->forward_ops;
     row[kBackwardNodes] = first_step_dispatch_->backward_nodes;
@@ -123,8 +127,8 @@ spec::MeasuredRun RunMeter::finish(const RunFacts& facts, Communicator& world, c
     rank.cp = coord.cp;
     rank.dp = coord.dp;
     rank.pp = coord.pp;
-    rank.memory_bytes = {rows[r][kWeights], rows[r][kGrads], rows[r][kOptimizer], rows[r][kOptimizerCounters],
-                         rows[r][kPeak]};
+    rank.memory_bytes = {rows[r][kWeights], rows[r][kGrads],   rows[r][kOptimizer], rows[r][kOptimizerCounters],
+                         rows[r][kPeak],    rows[r][kTeacher], rows[r][kEwc]};
     auto& p = rank.step_time_breakdown_s;
     p.tp_comm = parts[r][0];
     p.cp_comm = parts[r][1];

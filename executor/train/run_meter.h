@@ -34,6 +34,7 @@ struct RunFacts {
   double final_loss = 0;
   std::int64_t dp_bucket_bytes = 0;
   ModelStateBytes state;               // this rank's, after the last step
+  RecipeBytes recipe;                  // this rank's teacher and EWC storage
   std::int64_t peak_memory_bytes = 0;  // this rank's
 };
 

@@ -45,6 +45,14 @@ struct ModelStateBytes {
   std::int64_t optimizer_counters = 0;  // step counters, one fp32 scalar per parameter (or segment)
 };
 
+// Storage the continual recipe holds on a rank (measured.json's memory_bytes.teacher and .ewc,
+// which the cost model predicts): the teacher's weights (under ZeRO-3 the peak of its shards and
+// gathered units), EWC's Fisher and anchor (under ZeRO-3 their slices).
+struct RecipeBytes {
+  std::int64_t teacher = 0;
+  std::int64_t ewc = 0;
+};
+
 class StepOptimizer {
  public:
   virtual ~StepOptimizer() = default;

@@ -242,7 +242,7 @@ StepResult RankRun::run_step(double lr) {
           ? train_step_pipelined(*rank_.pipeline, *rank_.schedule, optimizer, micro, lr, config_.grad_clip, device_,
                                  groups_.replicas(), objective.ewc, objective.ewc_lambda)
           : train_step(*rank_.first(), optimizer, micro, lr, config_.grad_clip, device_, groups_.replicas(), objective);
-  if (choice_.zero3 != nullptr && continual_.ewc) r.ewc_penalty = choice_.zero3->ewc_penalty();
+  if (continual_.ewc_on_shards) r.ewc_penalty = choice_.zero3->ewc_penalty();
   return r;
 }
 
@@ -369,6 +369,7 @@ TrainSummary RankRun::finish(TrainSummary summary, const RunMeter& meter, const 
   facts.final_loss = summary.final_loss;
   facts.dp_bucket_bytes = static_cast<std::int64_t>(config_.dp_bucket_mib * 1024 * 1024);
   facts.state = state;
+  facts.recipe = recipe_bytes(continual_, choice_);
   facts.peak_memory_bytes = peak_memory_bytes(device_);
   const auto measured = meter.finish(facts, *groups_.world, layout_);
   if (rank0_) spec::save_measured_run(options_.out_dir / "measured.json", measured);

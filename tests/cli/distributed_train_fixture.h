@@ -247,6 +247,18 @@ class DistributedTrain : public ::testing::Test {
     EXPECT_LE(std::abs(kernels["rel_err"].get<double>()), 0.06)
         << what << ": cost model " << kernels["predicted"] << " kernels, executor " << kernels["measured"];
   }
+  // The continual recipe's state on the busiest rank (`cpt compare`'s `key`_bytes: teacher, ewc)
+  // is the cost model's for the run's plan and recipe exactly.
+  static void expect_recipe_bytes_of_the_cost_model(const std::string& out, const std::string& key,
+                                                    const std::string& what) {
+    const auto cmp = sh(cpt_binary() + " compare " + (dir_ / out).string() + " --json", dir_);
+    ASSERT_EQ(cmp.exit_code, 0) << what << ": " << cmp.err;
+    const auto field = nlohmann::json::parse(cmp.out)["fields"][key + "_bytes"];
+    ASSERT_TRUE(field.is_object()) << what << ": no " << key << "_bytes in " << cmp.out;
+    EXPECT_GT(field["measured"].get<double>(), 0) << what;
+    EXPECT_EQ(std::llround(field["predicted"].get<double>()), std::llround(field["measured"].get<double>()))
+        << what << ": " << key;
+  }
   // Checkpoints hold whole tensors: `from` stopped at step 10 resumes as `to` and ends where the
   // reference run `ref` ends.
   static void expect_resume(const std::string& from, int from_procs, const std::string& to, int to_procs,

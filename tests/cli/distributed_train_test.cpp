@@ -71,7 +71,8 @@ TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
 // KL distillation with the teacher sharded like the student — tensor-parallel (vocabulary-parallel
 // log-softmaxes), pipelined (the teacher's stages on the student's ranks, its hidden states riding
 // with the student's), both, context-parallel, and ZeRO-3 (its blocks gathered for its forward):
-// the same losses, KL and weights as one process.
+// the same losses, KL and weights as one process; the teacher's storage on each rank is the cost
+// model's teacher memory exactly.
 TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) {
   reference("single", "o1");
   // The teacher: the reference run's final weights; the student starts from them too.
@@ -81,6 +82,7 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
                                          (dir_ / "o1/checkpoints/step_00000020").string() + R"(",
     "distill": {"lambda": 0.5}})";
   reference("single", "k1", "kl.json");
+  expect_recipe_bytes_of_the_cost_model("k1", "teacher", "kl single");
   const auto kl = [&](const std::string& out) { return metric(dir_ / out / "metrics.jsonl", "kl"); };
   const auto reference_kl = kl("k1");
   ASSERT_EQ(reference_kl.size(), 20u);
@@ -96,6 +98,7 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
       EXPECT_NE(r.err.find("teacher sharded (ZeRO-3) over 2 ranks"), std::string::npos) << r.err;
     }
     expect_same_as_reference("k1", dir_ / out, std::string("kl ") + layout);
+    expect_recipe_bytes_of_the_cost_model(out, "teacher", std::string("kl ") + layout);
     const auto k = kl(out);
     ASSERT_EQ(k.size(), reference_kl.size()) << layout;
     for (std::size_t i = 1; i < k.size(); ++i)
@@ -108,7 +111,9 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
 // under pp every sequence goes forward and backward through the stages; under ZeRO-3 and hybrid
 // sharding the penalty works on the shards) and
 // written whole, each rank's penalty on its shards (replicated norms on every rank); the same
-// losses (penalty included) and weights as the single process.
+// losses (penalty included) and weights as the single process; the Fisher and anchor storage on
+// each rank is the cost model's EWC memory exactly (under ZeRO-3 only the shards' slices: the
+// whole tensors used to stay beside them, 8 bytes a parameter more).
 TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
   const auto d = dir_.string();
   std::ofstream(dir_ / "ewc.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
@@ -116,6 +121,7 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
     "dp_bucket_mib": 0.1, "log_interval_steps": 0,
     "ewc": {"lambda": 5000, "data": {"name": "py", "path": "data"}, "sequences": 8}})";
   reference("single", "e1", "ewc.json");
+  expect_recipe_bytes_of_the_cost_model("e1", "ewc", "ewc single");
   const auto penalties = [&](const std::string& out) { return metric(dir_ / out / "metrics.jsonl", "ewc_penalty"); };
   const auto single = penalties("e1");
   ASSERT_EQ(single.size(), 20u);
@@ -128,6 +134,7 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     if (r.exit_code != 0) continue;
     expect_same_as_reference("e1", dir_ / out, std::string("ewc ") + layout);
+    expect_recipe_bytes_of_the_cost_model(out, "ewc", std::string("ewc ") + layout);
     const auto p = penalties(out);
     ASSERT_EQ(p.size(), single.size()) << layout;
     for (std::size_t i = 1; i < p.size(); ++i) EXPECT_NEAR(p[i] / single[i], 1.0, 1e-3) << layout << ": step " << i;

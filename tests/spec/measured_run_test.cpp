@@ -30,7 +30,9 @@ MeasuredRun sample_run() {
   MeasuredRank first{0, 0, 0, 0, 0, {1000, 1000, 2000, 8, 50'000}, {0.0, 0.0, 0.0, 0.004, 0.025, 0.1}, std::nullopt};
   // tp, cp, dp, pp, ep calls and bytes.
   first.dispatch = MeasuredDispatch{300, 200, 40, {0, 0, 0, 26, 12}, {0, 0, 0, 53'248, 393'224}};
-  MeasuredRank second{1, 0, 0, 0, 1, {900, 900, 1800, 8, 40'000}, {0.0, 0.0, 0.0, 0.0, 0.03, 0.095}, std::nullopt};
+  // The second rank holds a KL teacher and EWC's Fisher and anchor.
+  MeasuredRank second{
+      1, 0, 0, 0, 1, {900, 900, 1800, 8, 40'000, 900, 1800}, {0.0, 0.0, 0.0, 0.0, 0.03, 0.095}, std::nullopt};
   run.ranks = {first, second};
   return run;
 }
