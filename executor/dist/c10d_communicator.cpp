@@ -44,7 +44,7 @@ std::shared_ptr<JobStore> JobStore::connect(const LaunchInfo& launch, std::chron
   impl->where = str_cat(launch.master_addr, ":", launch.master_port);
   c10d::TCPStoreOptions o;
   o.port = static_cast<std::uint16_t>(launch.master_port);
-  o.isServer = launch.rank == 0;
+  o.isServer = launch.rank == 0 && !launch.agent_hosts_store;
   o.numWorkers = static_cast<std::size_t>(launch.world_size);
   o.waitWorkers = true;
   o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
@@ -52,6 +52,10 @@ std::shared_ptr<JobStore> JobStore::connect(const LaunchInfo& launch, std::chron
     // Rank 0 serves the store on --master-addr alone (listening_socket.h).
     if (o.isServer) o.masterListenFd = listen_on(launch.master_addr, launch.master_port);
     impl->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, o);
+    if (launch.agent_hosts_store) {
+      impl->store =
+          c10::make_intrusive<c10d::PrefixStore>(str_cat("/worker/attempt_", launch.restart_count), impl->store);
+    }
   } catch (const c10::Error& e) {
     throw core::RuntimeError(str_cat("rank ", launch.rank, ": rendezvous at ", impl->where, " failed (",
                                      launch.world_size, " ranks expected, timeout ", timeout.count(),

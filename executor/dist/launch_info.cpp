@@ -43,11 +43,15 @@ LaunchInfo launch_info_from_env() {
   l.local_world_size = int_env("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", l.world_size);
   l.node_rank = int_env("NODE_RANK", "SLURM_NODEID", 0);
   if (l.world_size < 1 || l.rank >= l.world_size) {
-    throw core::ConfigError(core::str_cat("environment RANK (", l.rank, ") must be below WORLD_SIZE (", l.world_size, ")"));
+    throw core::ConfigError(
+        core::str_cat("environment RANK (", l.rank, ") must be below WORLD_SIZE (", l.world_size, ")"));
   }
   if (const char* a = env("MASTER_ADDR")) l.master_addr = a;
   if (const char* i = env("GLOO_SOCKET_IFNAME")) l.gloo_socket_ifname = i;
   l.master_port = int_env("MASTER_PORT", nullptr, 0);
+  const char* agent_store = env("TORCHELASTIC_USE_AGENT_STORE");
+  l.agent_hosts_store = agent_store != nullptr && std::string(agent_store) == "True";
+  l.restart_count = int_env("TORCHELASTIC_RESTART_COUNT", nullptr, 0);
   const char* visible = env("CUDA_VISIBLE_DEVICES");
   const char* per_task = env("SLURM_GPUS_PER_TASK");
   l.gpu_bound_per_task = env("SLURM_LOCALID") != nullptr && per_task != nullptr && std::string(per_task) == "1" &&

@@ -25,6 +25,11 @@ struct LaunchInfo {
   // CUDA_VISIBLE_DEVICES names one device): it is device 0 whatever the local rank. One visible
   // device without that binding may be one GPU every task of the node shares: not a binding.
   bool gpu_bound_per_task = false;
+  // torchrun's agent serves the rendezvous store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
+  // every rank connects as a client, its keys under "/worker/attempt_<restart_count>/" as
+  // torch.distributed's env:// rendezvous puts them (TORCHELASTIC_RESTART_COUNT).
+  bool agent_hosts_store = false;
+  int restart_count = 0;
   [[nodiscard]] bool distributed() const { return world_size > 1; }
 };
 
