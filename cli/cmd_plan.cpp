@@ -48,6 +48,7 @@ struct PlanOptions {
   bool flash_attention = true;
   bool for_executor = false;
   std::string runtime;  // empty: megatron (cpt with --for-executor or --gpu local)
+  std::string target;   // empty: any; else only what that framework's export runs as planned
   std::string config;   // TRAIN.json: the continual recipe priced
   bool json = false;
 };
@@ -283,12 +284,18 @@ planner::SearchOptions search_options(const PlanOptions& o, const std::optional<
   so.cost.flash_attention = o.flash_attention;
   so.cost = with_recipe(so.cost, recipe);
   so.threads = o.threads;
-  so.executor_only = o.for_executor;
+  // --target cpt is --for-executor; another target keeps what its export runs, priced for it
+  // unless --runtime says otherwise.
+  const bool for_executor = o.for_executor || o.target == "cpt";
+  so.executor_only = for_executor;
   so.runtime = runtime_named(o.runtime);
-  if ((o.for_executor || o.gpu == "local") && so.runtime && *so.runtime != spec::Runtime::kCpt) {
+  if (!o.target.empty() && !for_executor) {
+    so.target = runtime_named(o.target);
+    if (!so.runtime) so.runtime = so.target;
+  }
+  if ((for_executor || o.gpu == "local") && so.runtime && *so.runtime != spec::Runtime::kCpt) {
     throw core::ConfigError(str_cat("--runtime: ", o.runtime, " does not run ",
-                                    o.for_executor ? "--for-executor plans" : "on --gpu local",
-                                    "; cpt's executor does"));
+                                    for_executor ? "--for-executor plans" : "on --gpu local", "; cpt's executor does"));
   }
   if (o.gpu == "local") so.runtime.reset();  // priced as the executor runs here (above)
   return so;
@@ -452,6 +459,10 @@ void register_plan_command(CLI::App& app) {
   cmd->add_flag("--for-executor", o->for_executor,
                 "Only plans cpt's own executor runs (what cpt run trains): no ZeRO-3 with pipelines, no parameter "
                 "offload, no hybrid sharding with context parallelism, tied embeddings on one stage");
+  cmd->add_option("--target", o->target,
+                  "Only plans this framework's export runs as planned, priced for it unless --runtime is given "
+                  "(cpt: as --for-executor; docs/planner.md, \"Targets\")")
+      ->check(CLI::IsMember({"megatron", "deepspeed", "torchtitan", "cpt"}));
   cmd->add_flag("--json", o->json, "Print the JSON contract instead of tables");
   cmd->callback([o] { run(*o); });
 }

@@ -1,4 +1,5 @@
 #include "planner/handoff.h"
+#include "planner/export_gaps.h"
 #include "planner/torchtitan_export.h"
 
 #include <nlohmann/json.hpp>
@@ -362,16 +363,9 @@ std::vector<std::string> write_handoff(const spec::Plan& plan, const std::filesy
 
 std::optional<std::string> export_cannot_run(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                                              int seq_len, spec::Runtime runtime) {
-  if (runtime == spec::Runtime::kCpt) {
-    if (auto gap = spec::find_executor_gap(parallel, model, seq_len)) return spec::describe(*gap, parallel, seq_len);
-  }
-  if (runtime == spec::Runtime::kDeepSpeed && model.moe.present() && parallel.zero_stage == 3) {
-    return "DeepSpeed-MoE does not run with ZeRO-3 (its engine asserts it): ZeRO-2 at most";
-  }
-  if (runtime == spec::Runtime::kTorchtitan && parallel.ep > 1 && parallel.etp != 1 && parallel.etp != parallel.tp) {
-    return str_cat("torchtitan's expert tensor parallelism is 1 or tp (", parallel.tp, "), not ", parallel.etp);
-  }
-  return std::nullopt;
+  const ExportGap gap = find_export_gap(model, parallel, seq_len, runtime);
+  if (!is_refusal(gap)) return std::nullopt;
+  return describe(gap, parallel, model, seq_len);
 }
 
 }  // namespace cpt::planner

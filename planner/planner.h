@@ -47,6 +47,9 @@ struct SearchOptions {
   // Only layouts cpt's own executor runs (RejectReason::kNotRunByExecutor), and a LLaMA-family
   // model (ConfigError otherwise): what `cpt run` plans.
   bool executor_only = false;
+  // Only layouts this framework's export runs as planned (RejectReason::kNotRunByTarget,
+  // export_gaps.h); unset: any.
+  std::optional<spec::Runtime> target;
   // The software that runs the plan (cost::for_runtime applied to `cost`); unset: `cost` as given
   // (Megatron-LM's by default).
   std::optional<spec::Runtime> runtime;

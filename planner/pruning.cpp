@@ -1,5 +1,7 @@
 #include "planner/pruning.h"
 
+#include "planner/export_gaps.h"
+
 #include "costmodel/memory_model.h"
 #include "spec/executor_support.h"
 #include "spec/rank_layout.h"
@@ -39,6 +41,8 @@ std::string to_string(RejectReason r) {
       return "not_run_by_cpt_executor";
     case RejectReason::kExpertsDoNotFold:
       return "ep_etp_not_dividing_tp_cp_dp";
+    case RejectReason::kNotRunByTarget:
+      return "not_run_by_target";
   }
   return "?";
 }
@@ -94,6 +98,7 @@ std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const Pru
   if (p.axis_order[2] == spec::Axis::kPp && (p.dp == 1 || p.pp == 1)) return R::kRedundant;
   // What cpt's executor refuses (spec/executor_support.h).
   if (ctx.executor_only && spec::find_executor_gap(p, m, ctx.seq_len)) return R::kNotRunByExecutor;
+  if (ctx.target && find_export_gap(m, p, ctx.seq_len, *ctx.target) != ExportGap::kNone) return R::kNotRunByTarget;
   return std::nullopt;
 }
 

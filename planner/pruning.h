@@ -12,6 +12,7 @@
 #include "spec/hardware_spec.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
+#include "spec/runtime.h"
 
 namespace cpt::planner {
 
@@ -37,8 +38,10 @@ enum class RejectReason {
                          // embeddings split over stages, sequence parallelism whose tokens per
                          // cp rank do not split over tp)
   kExpertsDoNotFold,     // ep·etp does not divide a stage's tp·cp·dp ranks (spec/rank_layout.h)
+  kNotRunByTarget,       // with `target`: a layout the framework's export does not run as planned
+                         // (export_gaps.h)
 };
-inline constexpr int kNumRejectReasons = 15;
+inline constexpr int kNumRejectReasons = 16;
 std::string to_string(RejectReason r);
 
 struct PruneContext {
@@ -47,6 +50,7 @@ struct PruneContext {
   int seq_len;
   const cost::CostModelOptions& options;
   bool executor_only = false;  // keep only what cpt's own executor runs (`cpt plan --for-executor`)
+  std::optional<spec::Runtime> target = std::nullopt;  // keep only what this framework runs as planned (`--target`)
 };
 
 // What pruning needs of a rank layout (from spec::RankLayout::dp_node_runs); it depends only on the

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "planner/export_gaps.h"
+#include "planner/pruning.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_catalog.h"
 #include "spec/rank_layout.h"
@@ -83,6 +85,30 @@ TEST(Pruning, ExpertDegreesThatDoNotFoldAreRejectedByShape) {
   EXPECT_GT(not_folding, 100u);
   EXPECT_GT(named, 0u);
   EXPECT_GT(passes_are_valid(m, c, 7), 100u);
+}
+
+// With a target, what passes the pruning rules is what that framework's export runs as planned
+// (export_gaps.h), and the rule rejects something in a real search space.
+TEST(Pruning, ATargetKeepsWhatItsExportRunsAsPlanned) {
+  const auto m = spec::find_catalog_model("llama3-70b")->spec;
+  const auto c = cat().cluster_for_gpu("h100", 64, "--gpu");
+  const SearchSpace space(m, c, 64, Fixed{});
+  const cost::CostModelOptions o;
+  for (const auto target : {spec::Runtime::kMegatron, spec::Runtime::kDeepSpeed, spec::Runtime::kTorchtitan}) {
+    PruneContext ctx{m, c, 4096, o};
+    ctx.target = target;
+    std::uint64_t kept = 0, rejected = 0;
+    for (std::uint64_t i = 0; i < space.size(); i += 5) {
+      const auto p = space.at(i);
+      const auto reason = prune_shape(p, ctx);
+      rejected += reason == RejectReason::kNotRunByTarget ? 1u : 0u;
+      if (reason) continue;
+      ++kept;
+      ASSERT_EQ(find_export_gap(m, p, 4096, target), ExportGap::kNone) << spec::to_string(target);
+    }
+    EXPECT_GT(kept, 100u) << spec::to_string(target);
+    EXPECT_GT(rejected, 100u) << spec::to_string(target);
+  }
 }
 
 // layout_facts (one allocation-free pass) agrees with RankLayout's group functions.

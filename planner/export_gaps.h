@@ -1,0 +1,41 @@
+#pragma once
+// What each framework's export (handoff.h, torchtitan_export.h) cannot run exactly as planned: the
+// framework refuses the configuration, or the export writes a different one (with a comment in the
+// file). `cpt plan --target F` keeps only the candidates F runs as planned; report.md names the
+// refusals. Allocation-free: the planner's pruning calls find_export_gap per candidate.
+#include <string>
+
+#include "spec/model_spec.h"
+#include "spec/parallel_config.h"
+#include "spec/runtime.h"
+
+namespace cpt::planner {
+
+enum class ExportGap {
+  kNone,
+  kCptExecutor,               // cpt's executor refuses it (spec/executor_support.h)
+  kMoeWithZero3,              // DeepSpeed-MoE asserts against ZeRO-3
+  kExpertTensorParallel,      // torchtitan: expert tensor parallelism is 1 or tp
+  kShardingBeyondOptimizer,   // Megatron: ZeRO-2/3 written as the distributed optimizer (ZeRO-1)
+  kParameterOffload,          // Megatron: no argument offloads parameters
+  kHybridSharding,            // Megatron: written as ZeRO-1; DeepSpeed: written as ZeRO++ hpZ
+  kShardingWithPipeline,      // DeepSpeed's pipeline engine refuses ZeRO-2/3: written as ZeRO-1
+  kRingContextParallel,       // DeepSpeed's sequence parallelism is Ulysses, not the ring priced
+  kZeroBubbleH1,              // torchtitan: no ZB-H1 class without virtual stages: written as 1F1B
+  kOptimizerOnlyOffload,      // torchtitan offloads parameters, gradients and optimizer together
+  kDataParallelBesideOthers,  // torchtitan runs DDP only alone: ZeRO-0 beside tp/cp/pp written as FSDP
+};
+
+// The first gap of `parallel` of `model` for the export read by `target`; kNone when it runs as
+// planned. Targets without an export of their own (fsdp) have no gaps.
+[[nodiscard]] ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
+                                        spec::Runtime target);
+
+// True for the gaps where the framework refuses the configuration (rather than running another).
+[[nodiscard]] bool is_refusal(ExportGap gap);
+
+// One sentence: what the framework does instead, with the configuration's values.
+[[nodiscard]] std::string describe(ExportGap gap, const spec::ParallelConfig& parallel, const spec::ModelSpec& model,
+                                   int seq_len);
+
+}  // namespace cpt::planner
