@@ -57,10 +57,12 @@ std::shared_ptr<JobStore> JobStore::connect(const LaunchInfo& launch, std::chron
           c10::make_intrusive<c10d::PrefixStore>(str_cat("/worker/attempt_", launch.restart_count), impl->store);
     }
   } catch (const c10::Error& e) {
+    RankReporter::of_this_process().note_collective_failure();  // waiting for the others, not its own fault
     throw core::RuntimeError(str_cat("rank ", launch.rank, ": rendezvous at ", impl->where, " failed (",
                                      launch.world_size, " ranks expected, timeout ", timeout.count(),
                                      " s): ", first_line(e.what_without_backtrace())));
   } catch (const std::exception& e) {
+    RankReporter::of_this_process().note_collective_failure();
     throw core::RuntimeError(str_cat("rank ", launch.rank, ": rendezvous at ", impl->where, " failed (",
                                      launch.world_size, " ranks expected, timeout ", timeout.count(),
                                      " s): ", first_line(e.what())));
@@ -265,9 +267,11 @@ std::unique_ptr<Communicator> make_gloo_group(const JobStore& store, const std::
                                                           static_cast<int>(ranks.size()), opts);
     return std::make_unique<C10dCommunicator<c10d::ProcessGroupGloo>>(std::move(pg), name, self);
   } catch (const c10::Error& e) {
+    RankReporter::of_this_process().note_collective_failure();  // the peers' rendezvous
     throw core::RuntimeError(
         str_cat("rank ", self, ": creating group ", name, " failed: ", first_line(e.what_without_backtrace())));
   } catch (const std::exception& e) {
+    RankReporter::of_this_process().note_collective_failure();
     throw core::RuntimeError(str_cat("rank ", self, ": creating group ", name, " failed: ", first_line(e.what())));
   }
 }
@@ -287,9 +291,11 @@ std::unique_ptr<Communicator> make_nccl_group(const JobStore& store, const std::
                                                           static_cast<int>(ranks.size()), opts);
     return std::make_unique<C10dCommunicator<c10d::ProcessGroupNCCL>>(std::move(pg), name, self);
   } catch (const c10::Error& e) {
+    RankReporter::of_this_process().note_collective_failure();  // the peers' rendezvous
     throw core::RuntimeError(
         str_cat("rank ", self, ": creating NCCL group ", name, " failed: ", first_line(e.what_without_backtrace())));
   } catch (const std::exception& e) {
+    RankReporter::of_this_process().note_collective_failure();
     throw core::RuntimeError(str_cat("rank ", self, ": creating NCCL group ", name, " failed: ", first_line(e.what())));
   }
 #else

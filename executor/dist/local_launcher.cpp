@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -74,6 +75,7 @@ pid_t start_rank(const std::vector<std::string>& args, const LocalLaunch& l, int
   ::setenv("MASTER_ADDR", l.master_addr.c_str(), 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   ::setenv(kRankBoardEnv, board.env_value().c_str(), 1);
+  ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");  // this launcher's rank 0 serves the store, not torchrun's agent
   std::vector<std::string> storage{"/proc/self/exe"};
   storage.insert(storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -89,6 +91,31 @@ void print_report(const FailureReport& report) {
   const std::string name = invoked_as != nullptr ? invoked_as : "cpt-exec";
   std::cerr << name << ": error: " << report.root << "\n";
   for (const auto& other : report.others) std::cerr << name << ": because of it, " << other << "\n";
+}
+
+}  // namespace
+
+namespace {
+
+// Signals a process raises itself when it crashes: never the launcher's, whatever it sent.
+bool is_crash(int sig) {
+  return sig == SIGSEGV || sig == SIGABRT || sig == SIGBUS || sig == SIGFPE || sig == SIGILL;
+}
+
+// How local rank `local` ended (`status` from waitpid), with its board slot; `sent`: the signals
+// the launcher had sent its ranks by then.
+void record_end(RankEnd& end, int status, const std::set<int>& sent, const RankBoard& board, int local) {
+  end.exit_code = exit_code_of(status);
+  end.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  end.signalled_by_launcher = end.signal != 0 && sent.count(end.signal) != 0 && !is_crash(end.signal);
+  end.ended_ns = monotonic_ns();
+  end.at_end = board.read(local);
+}
+
+// The exit code of the job so far: the first failure's, but a stop's 4 gives way to any failure.
+int worse_code(int so_far, int code) {
+  if (code == 0) return so_far;
+  return so_far == 0 || (so_far == core::kExitStopped && code != core::kExitStopped) ? code : so_far;
 }
 
 }  // namespace
@@ -117,7 +144,9 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
   std::size_t running = children.size();
   bool stopping = false, failed = false;
   std::int64_t first_failure_ns = 0;
+  std::set<int> sent;
   auto stop_all = [&](int sig) {
+    sent.insert(sig);
     for (const pid_t c : children) {
       if (c > 0) ::kill(c, sig);
       if (c > 0) ::kill(c, SIGCONT);  // a stopped rank takes the signal now
@@ -133,22 +162,19 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
       const auto local = static_cast<std::size_t>(it - children.begin());
       *it = -1;
       --running;
-      RankEnd& end = ends[local];
-      end.exit_code = exit_code_of(status);
-      end.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-      end.signalled_by_launcher = stopping;
-      end.at_end = board.read(static_cast<int>(local));
-      if (end.exit_code != 0 && result == 0) {
-        result = end.exit_code;
-        if (stopping) continue;  // asked to stop: a rank's own code (kExitStopped after its checkpoint)
-        // The board as it was when the job failed: who was waiting for whom (failure_report.h).
-        failed = true;
-        first_failure_ns = monotonic_ns();
-        for (std::size_t r = 0; r < ends.size(); ++r) ends[r].at_first_failure = board.read(static_cast<int>(r));
-        stopping = true;
-        stop_all(SIGTERM);
-        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      record_end(ends[local], status, sent, board, static_cast<int>(local));
+      result = worse_code(result, ends[local].exit_code);
+      if (ends[local].exit_code == 0 || stopping) continue;  // asked to stop: kExitStopped after a checkpoint
+      // The board as it was when the job failed: who was waiting for whom (failure_report.h).
+      failed = true;
+      first_failure_ns = monotonic_ns();
+      for (std::size_t r = 0; r < ends.size(); ++r) {
+        ends[r].at_first_failure = board.read(static_cast<int>(r));
+        ends[r].alive_at_first_failure = children[r] > 0;
       }
+      stopping = true;
+      stop_all(SIGTERM);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       continue;
     }
     if (g_signal != 0 && !stopping) {
@@ -161,7 +187,14 @@ int run_local_ranks(const std::vector<std::string>& args, const LocalLaunch& l) 
     if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_all(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (!failed) return result;
+  // A rank that failed while the job was asked to stop (its final checkpoint on a full disk) left
+  // its error on the board too: said, as after any failure.
+  const bool any_error = std::any_of(ends.begin(), ends.end(), [](const RankEnd& e) { return failed_with_error(e); });
+  if (!failed && !any_error) return result;
+  if (!failed) {
+    first_failure_ns = monotonic_ns();
+    for (auto& e : ends) e.at_first_failure = e.at_end;
+  }
   const FailureReport report = explain_failure(ends, first_failure_ns);
   print_report(report);
   return report.exit_code;

@@ -98,7 +98,10 @@ RankReporter RankReporter::from_environment() {
   const auto needed = static_cast<std::size_t>(local + 1) * sizeof(RankSlot);
   if (static_cast<std::size_t>(st.st_size) < needed) return reporter;
   void* map = ::mmap(nullptr, needed, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);  // the mapping stays; processes this rank starts do not inherit the board
+  // The mapping stays; the descriptor's number may name another file from now on, so neither a
+  // later call nor a process this rank starts may take it for the board.
+  ::close(fd);
+  ::unsetenv(kRankBoardEnv);
   if (map != MAP_FAILED) reporter.slot_ = static_cast<RankSlot*>(map) + local;
   return reporter;
 }

@@ -37,6 +37,9 @@ struct RankSlot {
   char message[2048] = {};
 };
 
+// Shared between processes: only lock-free atomics work across address spaces.
+static_assert(std::atomic<std::int64_t>::is_always_lock_free && std::atomic<std::int32_t>::is_always_lock_free);
+
 // What the launcher reads of a slot.
 struct RankView {
   std::int64_t step = -1;

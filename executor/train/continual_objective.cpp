@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/str_cat.h"
@@ -101,6 +102,7 @@ void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Pla
   if (rank.pipeline) rank.pipeline->set_ewc(&*continual.ewc, lambda, static_cast<double>(groups.replicas().size()));
   if (choice.zero3 != nullptr) {
     // ZeRO-3 holds the parameters as shards outside forward: the penalty works on them there.
+    CPT_CHECK(!rank.pipeline, "ZeRO-3 with a pipeline: the executor refuses it before training");
     choice.zero3->set_ewc(continual.ewc->fisher(), continual.ewc->anchor(), lambda);
     continual.ewc.reset();  // the shards keep their slices: the whole tensors were 8 bytes a parameter more
     continual.ewc_on_shards = true;

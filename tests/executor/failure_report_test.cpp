@@ -77,6 +77,7 @@ TEST(FailureReport, ARankThatStoppedRunningIsNamed) {
   // Woken by the launcher, its own collective failed too: not listed as a consequence of itself.
   auto stopped = ended(1, core::kExitRuntime, failed_view(RankFailure::kCollective, "recv timed out", 22 * kSecond));
   stopped.at_first_failure = silent;
+  stopped.alive_at_first_failure = true;
   stopped.signalled_by_launcher = true;
   auto timed_out = ended(0, 3, timeout);
   timed_out.at_first_failure.heartbeat_ns = 20 * kSecond;
@@ -102,6 +103,7 @@ TEST(FailureReport, ARankStuckOutsideTheCollectivesIsNamed) {
   silent.heartbeat_ns = 20 * kSecond;
   auto stuck = ended(1, core::kExitRuntime, RankView{});
   stuck.at_first_failure = silent;
+  stuck.alive_at_first_failure = true;
   stuck.signal = SIGKILL;
   stuck.signalled_by_launcher = true;
   const auto r = explain_failure({ended(0, 3, timeout), stuck}, 21 * kSecond);
@@ -117,12 +119,39 @@ TEST(FailureReport, WhenEveryRankWaitedTheCauseIsSaidToBeElsewhere) {
   still_waiting.waiting = true;
   auto other = ended(1, core::kExitRuntime, RankView{});
   other.at_first_failure = still_waiting;
+  other.alive_at_first_failure = true;
   other.signal = SIGKILL;
   other.signalled_by_launcher = true;
   const auto r = explain_failure({ended(0, 3, waiting), other}, 9);
-  EXPECT_EQ(r.root.rfind("rank 0: recv from 2 failed or timed out: Timed out (every rank of this node was waiting", 0),
-            0u)
+  EXPECT_EQ(
+      r.root.rfind("rank 0: recv from 2 failed or timed out: Timed out (no rank of this node failed or stopped", 0), 0u)
       << r.root;
+}
+
+// On GPUs NCCL's watchdog ends the rank that timed out with SIGABRT: the rank it waited for (its
+// heartbeat stopped) is still the one named.
+TEST(FailureReport, AStoppedRankComesBeforeTheWatchdogsAbort) {
+  auto aborted = ended(0, core::kExitRuntime, RankView{});
+  aborted.signal = SIGABRT;
+  RankView silent;
+  silent.heartbeat_ns = 10 * kSecond;
+  auto stopped = ended(1, core::kExitRuntime, RankView{});
+  stopped.at_first_failure = silent;
+  stopped.alive_at_first_failure = true;
+  stopped.signalled_by_launcher = true;
+  const auto r = explain_failure({aborted, stopped}, 20 * kSecond);
+  EXPECT_EQ(r.root.rfind("rank 1 stopped running: no heartbeat for 10.0 s", 0), 0u) << r.root;
+}
+
+// A rank that failed while the job was asked to stop (its final checkpoint on a full disk) is the
+// root cause, and the job's code is its failure's, not the stop's 4.
+TEST(FailureReport, AFailureDuringAStopIsSaid) {
+  const auto r =
+      explain_failure({ended(0, 3, failed_view(RankFailure::kOwn, "cannot write the checkpoint of step 40", 5)),
+                       ended(1, 4, RankView{})},
+                      6);
+  EXPECT_EQ(r.root, "rank 0: cannot write the checkpoint of step 40");
+  EXPECT_EQ(r.exit_code, 3);
 }
 
 TEST(FailureReport, WithoutBoardMessagesTheFirstNonZeroExitIsNamed) {
