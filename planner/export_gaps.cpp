@@ -1,6 +1,7 @@
 #include "planner/export_gaps.h"
 
 #include "core/str_cat.h"
+#include "planner/torchtitan_export.h"
 #include "spec/executor_support.h"
 
 namespace cpt::planner {
@@ -12,6 +13,7 @@ namespace {
 
 ExportGap megatron_gap(const spec::ParallelConfig& p) {
   if (p.zero_stage >= 2) return ExportGap::kShardingBeyondOptimizer;
+  if (p.schedule == spec::ScheduleKind::kZeroBubbleH1) return ExportGap::kZeroBubbleH1;
   if (p.offload == spec::Offload::kOptimizerAndParams) return ExportGap::kParameterOffload;
   if (p.hybrid_shard) return ExportGap::kHybridSharding;
   return ExportGap::kNone;
@@ -20,16 +22,27 @@ ExportGap megatron_gap(const spec::ParallelConfig& p) {
 ExportGap deepspeed_gap(const spec::ModelSpec& m, const spec::ParallelConfig& p) {
   if (m.moe.present() && p.zero_stage == 3) return ExportGap::kMoeWithZero3;
   if (p.pp > 1 && p.zero_stage >= 2) return ExportGap::kShardingWithPipeline;
+  if (p.pp > 1 && (p.virtual_stages > 1 || p.schedule == spec::ScheduleKind::kZeroBubbleH1)) {
+    return ExportGap::kPipelineSchedule;
+  }
   if (p.cp > 1) return ExportGap::kRingContextParallel;
   if (p.hybrid_shard) return ExportGap::kHybridSharding;
   return ExportGap::kNone;
 }
 
-ExportGap torchtitan_gap(const spec::ParallelConfig& p) {
+ExportGap torchtitan_gap(const spec::ModelSpec& m, const spec::ParallelConfig& p) {
+  if (!torchtitan_has_flavour(m)) return ExportGap::kNoTorchtitanModel;
   if (p.ep > 1 && p.etp != 1 && p.etp != p.tp) return ExportGap::kExpertTensorParallel;
+  // The export's data-parallel shard degree (torchtitan_export.h): dp, or 1 for DDP alone.
+  const bool ddp_alone = p.zero_stage == 0 && p.tp == 1 && p.cp == 1 && p.pp == 1;
+  const int shard = ddp_alone ? 1 : p.dp;
+  if (p.ep > 1 && (shard * p.cp * (p.etp == 1 ? p.tp : 1)) % p.ep != 0) return ExportGap::kExpertParallelFold;
   if (p.schedule == spec::ScheduleKind::kZeroBubbleH1) return ExportGap::kZeroBubbleH1;
   if (p.offload == spec::Offload::kOptimizer) return ExportGap::kOptimizerOnlyOffload;
-  if (p.zero_stage == 0 && p.dp > 1 && (p.tp > 1 || p.cp > 1 || p.pp > 1)) return ExportGap::kDataParallelBesideOthers;
+  if (p.zero_stage == 0 && p.dp > 1 && !ddp_alone) return ExportGap::kDataParallelBesideOthers;
+  if (p.zero_stage == 1 || p.zero_stage == 2) return ExportGap::kShardedParameters;
+  if (p.pp > 1 && m.layers % (p.pp * p.virtual_stages) != 0) return ExportGap::kUnevenPipelineSplit;
+  if (p.pp > 1 && p.dp > 1 && p.axis_order[2] == spec::Axis::kPp) return ExportGap::kRankOrder;
   return ExportGap::kNone;
 }
 
@@ -45,7 +58,7 @@ ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConf
     case Runtime::kDeepSpeed:
       return deepspeed_gap(model, parallel);
     case Runtime::kTorchtitan:
-      return torchtitan_gap(parallel);
+      return torchtitan_gap(model, parallel);
     case Runtime::kFsdp:
       return ExportGap::kNone;
   }
@@ -53,7 +66,8 @@ ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConf
 }
 
 bool is_refusal(ExportGap gap) {
-  return gap == ExportGap::kCptExecutor || gap == ExportGap::kMoeWithZero3 || gap == ExportGap::kExpertTensorParallel;
+  return gap == ExportGap::kCptExecutor || gap == ExportGap::kMoeWithZero3 || gap == ExportGap::kExpertTensorParallel ||
+         gap == ExportGap::kExpertParallelFold || gap == ExportGap::kNoTorchtitanModel;
 }
 
 std::string describe(ExportGap gap, const spec::ParallelConfig& p, const spec::ModelSpec& model, int seq_len) {
@@ -77,11 +91,28 @@ std::string describe(ExportGap gap, const spec::ParallelConfig& p, const spec::M
     case ExportGap::kRingContextParallel:
       return "DeepSpeed's sequence parallelism is Ulysses, not the ring attention priced for context parallelism";
     case ExportGap::kZeroBubbleH1:
-      return "torchtitan has no ZB-H1 schedule without virtual stages: runs as 1F1B";
+      return "the export has no ZB-H1 (torchtitan: none without virtual stages; Megatron-LM: not upstream): runs as "
+             "1F1B";
     case ExportGap::kOptimizerOnlyOffload:
       return "torchtitan offloads parameters, gradients and optimizer state together, not the optimizer alone";
     case ExportGap::kDataParallelBesideOthers:
       return "torchtitan runs DDP only alone: ZeRO-0 beside tensor, context or pipeline parallelism runs as FSDP";
+    case ExportGap::kShardedParameters:
+      return str_cat("torchtitan has no ZeRO-", p.zero_stage,
+                     ": FSDP without resharding after forward also shards the parameters between steps");
+    case ExportGap::kUnevenPipelineSplit:
+      return str_cat("torchtitan splits ", model.layers, " layers over ", p.pp * p.virtual_stages,
+                     " stages its own way, not as the plan does");
+    case ExportGap::kRankOrder:
+      return "torchtitan's device mesh keeps pp outermost: the plan's tp-cp-pp-dp rank order is not expressed";
+    case ExportGap::kExpertParallelFold:
+      return str_cat("torchtitan folds ep over its data-parallel shards and cp", p.etp == 1 ? " and tp" : "", ": ep ",
+                     p.ep, " does not divide them");
+    case ExportGap::kNoTorchtitanModel:
+      return str_cat("torchtitan's model registry has no model of ", model.name,
+                     "'s dimensions: the export names one torchtitan refuses");
+    case ExportGap::kPipelineSchedule:
+      return "DeepSpeed's pipeline engine runs its own 1F1B-style schedule: no interleaved stages or ZB-H1";
   }
   return "";
 }

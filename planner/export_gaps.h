@@ -21,9 +21,15 @@ enum class ExportGap {
   kHybridSharding,            // Megatron: written as ZeRO-1; DeepSpeed: written as ZeRO++ hpZ
   kShardingWithPipeline,      // DeepSpeed's pipeline engine refuses ZeRO-2/3: written as ZeRO-1
   kRingContextParallel,       // DeepSpeed's sequence parallelism is Ulysses, not the ring priced
-  kZeroBubbleH1,              // torchtitan: no ZB-H1 class without virtual stages: written as 1F1B
+  kZeroBubbleH1,              // torchtitan (no class without virtual stages), Megatron-LM: written as 1F1B
   kOptimizerOnlyOffload,      // torchtitan offloads parameters, gradients and optimizer together
   kDataParallelBesideOthers,  // torchtitan runs DDP only alone: ZeRO-0 beside tp/cp/pp written as FSDP
+  kShardedParameters,         // torchtitan has no ZeRO-1/2: FSDP without resharding shards parameters too
+  kUnevenPipelineSplit,       // torchtitan splits layers its own way when pp·vp does not divide them
+  kRankOrder,                 // torchtitan's mesh keeps pp outermost: no tp-cp-pp-dp order
+  kExpertParallelFold,        // torchtitan: ep must divide dp_shard·cp (·tp with etp 1)
+  kNoTorchtitanModel,         // torchtitan's registry has no model of these dimensions
+  kPipelineSchedule,          // DeepSpeed's pipeline engine runs its own schedule: no interleaving or ZB-H1
 };
 
 // The first gap of `parallel` of `model` for the export read by `target`; kNone when it runs as

@@ -68,7 +68,9 @@ void write_parallelism(std::ostringstream& s, const spec::Plan& plan) {
   int shard = replicate_only ? 1 : c.dp;
   int replicate = replicate_only ? c.dp : 1;
   if (c.zero_stage >= 1 && c.hybrid_shard) {
-    shard = std::max(1, std::min(plan.cluster.num_gpus, plan.cluster.node.gpus_per_node) / (c.tp * c.cp));
+    // The shard group is the dp ranks of one node (spec::RankLayout), at most dp of them.
+    shard =
+        std::min(c.dp, std::max(1, std::min(plan.cluster.num_gpus, plan.cluster.node.gpus_per_node) / (c.tp * c.cp)));
     replicate = c.dp / shard;
   }
   s << "[parallelism]\n";
@@ -96,10 +98,26 @@ void write_parallelism(std::ostringstream& s, const spec::Plan& plan) {
   }
   s << "pipeline_parallel_schedule = \"" << (c.virtual_stages > 1 ? "Interleaved1F1B" : "1F1B") << "\"\n";
   s << "pipeline_parallel_microbatch_size = " << c.micro_batch << "\n";
+  if (c.pp > 1) {
+    // The plan's split: the same layers on every (virtual) stage, embeddings and head not counted
+    // as layers (torchtitan's default takes one layer off the first and last stage).
+    s << "pipeline_parallel_first_stage_less_layers = 0\npipeline_parallel_last_stage_less_layers = 0\n";
+    const int stages = c.pp * c.virtual_stages;
+    if (plan.model.layers % stages == 0) {
+      s << "pipeline_parallel_layers_per_stage = " << plan.model.layers / stages << "\n";
+    } else {
+      s << "# " << plan.model.layers << " layers do not split evenly over " << stages
+        << " stages: torchtitan splits them its own way.\n";
+    }
+  }
   s << "enable_async_tensor_parallel = false\n\n";
 }
 
 }  // namespace
+
+bool torchtitan_has_flavour(const spec::ModelSpec& model) {
+  return flavour_of(model) != nullptr;
+}
 
 std::string torchtitan_toml(const spec::Plan& plan) {
   const auto& m = plan.model;

@@ -20,4 +20,7 @@ namespace cpt::planner {
 
 std::string torchtitan_toml(const spec::Plan& plan);
 
+// torchtitan's registry has a model of `model`'s dimensions (the [model] section names it).
+[[nodiscard]] bool torchtitan_has_flavour(const spec::ModelSpec& model);
+
 }  // namespace cpt::planner

@@ -30,6 +30,7 @@ LAYOUTS = [
     ("llama3.1-8b", 16, "tp=1,pp=1,cp=1,zero=3,hsdp=true", "llama3 8B"),
     ("llama3-70b", 64, "tp=4,pp=4,cp=1,zero=0,schedule=1f1b", "llama3 70B"),
     ("llama3-70b", 64, "tp=8,pp=4,cp=1,zero=1,vp=2,schedule=interleaved_1f1b", "llama3 70B"),
+    ("llama3-70b", 64, "tp=8,pp=4,cp=1,zero=3,vp=5,schedule=interleaved_1f1b", "llama3 70B"),
     ("llama3.1-405b", 512, "tp=4,pp=16,cp=2,zero=1,schedule=1f1b", "llama3 405B"),
     ("llama3-8b", 16, "tp=1,pp=1,cp=1,zero=3,offload=params", "llama3 8B"),
     ("llama3.2-1b", 8, "tp=1,pp=1,cp=1,zero=0", None),
@@ -44,6 +45,16 @@ def ffn_width(args):
     if args.ffn_dim_multiplier is not None:
         hidden = int(args.ffn_dim_multiplier * hidden)
     return args.multiple_of * ((hidden + args.multiple_of - 1) // args.multiple_of)
+
+
+def pipeline_split_is_the_plans(p, stages, layers):
+    """Every (virtual) stage holds layers / stages layers, embeddings and head not counted as layers; a
+    split that is not even is torchtitan's own (the export says so in a comment; --target refuses it)."""
+    if p.pipeline_parallel_first_stage_less_layers != 0 or p.pipeline_parallel_last_stage_less_layers != 0:
+        return False
+    if layers % stages != 0:
+        return p.pipeline_parallel_layers_per_stage is None
+    return p.pipeline_parallel_layers_per_stage * stages == layers
 
 
 def check_model(job, model, failures, fix):
@@ -86,6 +97,8 @@ def check_layout(cpt, work, index, layout, failures):
          parallel["global_batch"] // (parallel["dp"] * parallel["micro_batch"]), "pipeline microbatches"),
         (dims.dp_replicate == 1 or dims.world_size == dims.dp_replicate or dims.dp_shard > 1,
          "DDP beside other parallelism (torchtitan refuses it)"),
+        (dims.pp == 1 or pipeline_split_is_the_plans(p, dims.pp * parallel["virtual_stages"], model["layers"]),
+         "the plan's pipeline split"),
     ]
     for ok, what in checks:
         if not ok:
