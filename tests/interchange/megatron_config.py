@@ -12,12 +12,13 @@ Megatron-LM's training package is not on the package index, so that rule is rest
 Usage: megatron_config.py CPT_BINARY WORK_DIR   (exit 77: megatron-core is not installed)
 """
 import dataclasses
-import json
 import os
 import subprocess
 import sys
 import typing
 import warnings
+
+from export_matrix import plan as make_plan, run_matrix
 
 warnings.filterwarnings("ignore")  # megatron-core's notes that Transformer Engine and Apex are absent
 
@@ -95,10 +96,7 @@ def transformer_config(args):
 def check_layout(cpt, work, index, layout, failures):
     model_name, gpus, fix = layout
     out = os.path.join(work, f"plan{index}")
-    subprocess.run([cpt, "plan", "--model", model_name, "--gpu", "h100", "--gpus", str(gpus), "--global-batch", "1024",
-                    "--seq-len", "4096", "--fix", fix, "--threads", "1", "--out", out],
-                   check=True, stdout=subprocess.DEVNULL)
-    plan = json.load(open(os.path.join(out, "plan.json")))
+    plan = make_plan(cpt, out, model_name, gpus, fix, 1024)
     model, parallel = plan["model"], plan["parallel"]
     args = megatron_arguments(os.path.join(out, "megatron_args.sh"))
     config = transformer_config(args)
@@ -138,15 +136,5 @@ def check_layout(cpt, work, index, layout, failures):
           f"(first {first}, last {last}), experts {config.num_moe_experts}")
 
 
-def main():
-    cpt, work = sys.argv[1], sys.argv[2]
-    failures = []
-    for index, layout in enumerate(LAYOUTS):
-        check_layout(cpt, work, index, layout, failures)
-    if failures:
-        print("\n".join(failures))
-        sys.exit(1)
-
-
 if __name__ == "__main__":
-    main()
+    run_matrix(LAYOUTS, check_layout)

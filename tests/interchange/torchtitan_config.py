@@ -8,10 +8,10 @@ torchtitan's DDP is used only where torchtitan allows it (as the one parallelism
 
 Usage: torchtitan_config.py CPT_BINARY WORK_DIR   (exit 77: torchtitan is not installed)
 """
-import json
 import os
-import subprocess
 import sys
+
+from export_matrix import plan as make_plan, run_matrix
 
 try:
     from torchtitan.config import ConfigManager
@@ -77,10 +77,7 @@ def check_model(job, model, failures, fix):
 def check_layout(cpt, work, index, layout, failures):
     model_name, gpus, fix, expected_flavour = layout
     out = os.path.join(work, f"plan{index}")
-    subprocess.run([cpt, "plan", "--model", model_name, "--gpu", "h100", "--gpus", str(gpus), "--global-batch", "512",
-                    "--seq-len", "4096", "--fix", fix, "--threads", "1", "--out", out],
-                   check=True, stdout=subprocess.DEVNULL)
-    plan = json.load(open(os.path.join(out, "plan.json")))
+    plan = make_plan(cpt, out, model_name, gpus, fix, 512)
     parallel, model = plan["parallel"], plan["model"]
     job = ConfigManager().parse_args(["--job.config_file", os.path.join(out, "torchtitan.toml")])
     p = job.parallelism
@@ -111,15 +108,5 @@ def check_layout(cpt, work, index, layout, failures):
           f"{t.local_batch_size}, model {flavour}")
 
 
-def main():
-    cpt, work = sys.argv[1], sys.argv[2]
-    failures = []
-    for index, layout in enumerate(LAYOUTS):
-        check_layout(cpt, work, index, layout, failures)
-    if failures:
-        print("\n".join(failures))
-        sys.exit(1)
-
-
 if __name__ == "__main__":
-    main()
+    run_matrix(LAYOUTS, check_layout)
