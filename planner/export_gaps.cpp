@@ -33,8 +33,9 @@ ExportGap deepspeed_gap(const spec::ModelSpec& m, const spec::ParallelConfig& p)
 ExportGap torchtitan_gap(const spec::ModelSpec& m, const spec::ParallelConfig& p) {
   if (!torchtitan_has_flavour(m)) return ExportGap::kNoTorchtitanModel;
   if (p.ep > 1 && p.etp != 1 && p.etp != p.tp) return ExportGap::kExpertTensorParallel;
-  // The export's data-parallel shard degree (torchtitan_export.h): dp, or 1 for DDP alone.
-  const bool ddp_alone = p.zero_stage == 0 && p.tp == 1 && p.cp == 1 && p.pp == 1;
+  // The export's data-parallel shard degree: dp, or 1 for DDP alone (a mixture of experts has no
+  // hybrid sharding: pruned by shape before this).
+  const bool ddp_alone = torchtitan_runs_ddp_alone(p);
   const int shard = ddp_alone ? 1 : p.dp;
   if (p.ep > 1 && (shard * p.cp * (p.etp == 1 ? p.tp : 1)) % p.ep != 0) return ExportGap::kExpertParallelFold;
   if (p.schedule == spec::ScheduleKind::kZeroBubbleH1) return ExportGap::kZeroBubbleH1;

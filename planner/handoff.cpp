@@ -218,7 +218,7 @@ core::Json deepspeed_config(const spec::Plan& plan) {
   if (c.offload == spec::Offload::kOptimizerAndParams)
     zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
   if (c.hybrid_shard) {
-    zero["zero_hpz_partition_size"] = std::min(c.dp, std::max(1, gpus_per_node(plan) / (c.tp * c.cp)));
+    zero["zero_hpz_partition_size"] = dp_shard_group_size(c, gpus_per_node(plan));
     notes.push_back(
         "hybrid sharding (HSDP) has no DeepSpeed equivalent: zero_hpz_partition_size is ZeRO++'s hpZ, a secondary "
         "copy of the weights inside each node; gradients and optimizer state stay sharded over every GPU");

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/str_cat.h"
+#include "spec/rank_layout.h"
 
 namespace cpt::planner {
 
@@ -62,19 +63,12 @@ void write_model(std::ostringstream& s, const spec::ModelSpec& m) {
 
 void write_parallelism(std::ostringstream& s, const spec::Plan& plan) {
   const auto& c = plan.parallel;
-  // torchtitan applies DDP only when it is the one parallelism: ZeRO-0 beside tp, cp or pp is FSDP
-  // without resharding here, which also shards gradients and optimizer state.
-  const bool replicate_only = c.zero_stage == 0 && c.tp == 1 && c.cp == 1 && c.pp == 1;
-  int shard = replicate_only ? 1 : c.dp;
-  int replicate = replicate_only ? c.dp : 1;
-  if (c.zero_stage >= 1 && c.hybrid_shard) {
-    // The shard group is the dp ranks of one node (spec::RankLayout), at most dp of them.
-    shard =
-        std::min(c.dp, std::max(1, std::min(plan.cluster.num_gpus, plan.cluster.node.gpus_per_node) / (c.tp * c.cp)));
-    replicate = c.dp / shard;
-  }
+  const bool ddp_alone = torchtitan_runs_ddp_alone(c);
+  const int gpus_per_node = std::min(plan.cluster.num_gpus, plan.cluster.node.gpus_per_node);
+  const int shard = ddp_alone ? 1 : dp_shard_group_size(c, gpus_per_node);
+  const int replicate = c.dp / shard;
   s << "[parallelism]\n";
-  if (c.zero_stage == 0 && !replicate_only && c.dp > 1) {
+  if (c.zero_stage == 0 && !ddp_alone && c.dp > 1) {
     s << "# ZeRO-0 with tensor, context or pipeline parallelism: torchtitan refuses DDP beside them;\n"
          "# FSDP without resharding instead (gradients and optimizer state sharded: less memory).\n";
   }
@@ -117,6 +111,15 @@ void write_parallelism(std::ostringstream& s, const spec::Plan& plan) {
 
 bool torchtitan_has_flavour(const spec::ModelSpec& model) {
   return flavour_of(model) != nullptr;
+}
+
+bool torchtitan_runs_ddp_alone(const spec::ParallelConfig& p) {
+  return p.zero_stage == 0 && p.tp == 1 && p.cp == 1 && p.pp == 1;
+}
+
+int dp_shard_group_size(const spec::ParallelConfig& parallel, int gpus_per_node) {
+  if (!parallel.hybrid_shard) return parallel.dp;
+  return static_cast<int>(spec::RankLayout(parallel, gpus_per_node).dp_shard_group(0).size());
 }
 
 std::string torchtitan_toml(const spec::Plan& plan) {

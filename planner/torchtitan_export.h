@@ -20,6 +20,15 @@ namespace cpt::planner {
 
 std::string torchtitan_toml(const spec::Plan& plan);
 
+// torchtitan applies DDP only as the one parallelism: ZeRO-0 with tp = cp = pp = 1. Otherwise the
+// export writes FSDP (export_gaps.h names what that changes).
+[[nodiscard]] bool torchtitan_runs_ddp_alone(const spec::ParallelConfig& parallel);
+
+// The dp ranks of one ZeRO shard group as spec::RankLayout places them on nodes of `gpus_per_node`
+// GPUs (with hybrid sharding the dp ranks of one node; else all of dp): torchtitan's
+// data_parallel_shard_degree and DeepSpeed's hpZ partition.
+[[nodiscard]] int dp_shard_group_size(const spec::ParallelConfig& parallel, int gpus_per_node);
+
 // torchtitan's registry has a model of `model`'s dimensions (the [model] section names it).
 [[nodiscard]] bool torchtitan_has_flavour(const spec::ModelSpec& model);
 

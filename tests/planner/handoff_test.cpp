@@ -12,9 +12,11 @@
 #include <sstream>
 #include <vector>
 
+#include "planner/torchtitan_export.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_catalog.h"
 #include "spec/plan.h"
+#include "spec/rank_layout.h"
 
 namespace cpt::planner {
 namespace {
@@ -106,6 +108,24 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     ++checked;
   }
   EXPECT_EQ(checked, 4);
+}
+
+// Hybrid sharding's shard degree in torchtitan's TOML and DeepSpeed's hpZ partition is the dp
+// shard group spec::RankLayout places (the dp ranks of one node), whatever the rank order: with
+// tp-cp-pp-dp on 8-GPU nodes, tp 2 pp 2 dp 8 puts 2 dp ranks on a node (8 / (tp·pp)), not 4.
+TEST(Handoff, HybridShardDegreesAreTheLayoutsShardGroups) {
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 32, "--gpu");
+  spec::ParallelConfig c{.tp = 2, .dp = 8, .pp = 2, .global_batch = 64, .zero_stage = 3, .hybrid_shard = true};
+  for (const bool pp_inside_dp : {false, true}) {
+    if (pp_inside_dp) c.axis_order = {spec::Axis::kTp, spec::Axis::kCp, spec::Axis::kPp, spec::Axis::kDp};
+    const int shard = static_cast<int>(spec::RankLayout(c, 8).dp_shard_group(0).size());
+    EXPECT_EQ(shard, pp_inside_dp ? 2 : 4);
+    const auto plan = spec::make_plan(spec::find_catalog_model("llama3-8b")->spec, cluster, spec::Workload{4096, 0}, c);
+    const auto toml = torchtitan_toml(plan);
+    EXPECT_NE(toml.find("data_parallel_shard_degree = " + std::to_string(shard) + "\n"), std::string::npos) << toml;
+    EXPECT_NE(toml.find("data_parallel_replicate_degree = " + std::to_string(8 / shard) + "\n"), std::string::npos);
+    EXPECT_EQ(deepspeed_config(plan)["zero_optimization"]["zero_hpz_partition_size"].get<int>(), shard);
+  }
 }
 
 std::string megatron_of(const char* model, int gpus, const spec::ParallelConfig& c) {
