@@ -14,6 +14,17 @@ using namespace cpt::dist_testing;
 class JobFailures : public DistributedTrain {
  protected:
   static void expect_resume_after_a_kill(const std::vector<std::pair<std::string, int>>& layouts);
+  // A shell line: `cpt train` of DIR/<plan> with DIR/<config> into DIR/<out> on `procs` local ranks
+  // in the background ($L: its launcher, or the process itself), then, once the shell test `ready`
+  // holds (every 0.1 s, 20 s at most), `action`. `ready` defaults to a first line in metrics.jsonl.
+  static std::string once_training(const std::string& plan, const std::string& config, const std::string& out,
+                                   int procs, const std::string& action, const std::string& ready = "") {
+    const auto d = dir_.string();
+    return cpt_binary() + " train --plan " + d + "/" + plan + "/plan.json --config " + d + "/" + config + " --out " +
+           d + "/" + out + (procs > 1 ? " --nproc-per-node " + std::to_string(procs) : "") +
+           " & L=$!; for i in $(seq 200); do sleep 0.1; " +
+           (ready.empty() ? "[ -s " + d + "/" + out + "/metrics.jsonl ]" : ready) + " && break; done; " + action;
+  }
 };
 
 // The launcher makes a missing OUT (and its parents) as the single-process run does; it used to
@@ -25,14 +36,9 @@ TEST_F(JobFailures, TheLauncherMakesItsOutputDirectory) {
 }
 
 TEST_F(JobFailures, ADeadRankTakesTheJobDown) {
-  const auto d = dir_.string();
   // Start a long job, kill one of its two ranks, expect the launcher to stop the other and fail.
-  const auto r = sh(cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d +
-                        "/o3 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
-                        "[ -s " +
-                        d +
-                        "/o3/metrics.jsonl ] && break; done; "
-                        "kill -9 $(pgrep -P $L | head -1); wait $L; echo exit=$?; pgrep -P $L | wc -l",
+  const auto r = sh(once_training("dp2", "long.json", "o3", 2,
+                                  "kill -9 $(pgrep -P $L | head -1); wait $L; echo exit=$?; pgrep -P $L | wc -l"),
                     dir_);
   EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
@@ -70,27 +76,23 @@ TEST_F(JobFailures, OneJobPerOutputAndTheRanksDieWithTheirLauncher) {
 // A one-node job listens on --master-addr alone (loopback by default): the rendezvous store and
 // Gloo's transport, in IPv4 and IPv6 (the store had listened on every interface).
 TEST_F(JobFailures, AOneNodeJobListensOnLoopbackOnly) {
-  const auto d = dir_.string();
-  const auto r = sh(cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long.json --out " + d +
-                        "/o5 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
-                        "[ -s " +
-                        d +
-                        "/o5/metrics.jsonl ] && break; done; "
-                        "for p in $(pgrep -P $L); do python3 - $p <<'PY'\n"
-                        "import os, sys\n"
-                        "pid = sys.argv[1]\n"
-                        "inodes = set()\n"
-                        "for fd in os.listdir('/proc/%s/fd' % pid):\n"
-                        "    try: link = os.readlink('/proc/%s/fd/%s' % (pid, fd))\n"
-                        "    except OSError: continue\n"
-                        "    if link.startswith('socket:['): inodes.add(link[8:-1])\n"
-                        "for table in ('tcp', 'tcp6'):\n"
-                        "    for line in open('/proc/net/' + table).readlines()[1:]:\n"
-                        "        f = line.split()\n"
-                        "        if f[3] == '0A' and f[9] in inodes: print('listening', table, f[1].split(':')[0])\n"
-                        "PY\n"
-                        "done; kill $L; wait $L",
-                    dir_);
+  const auto r =
+      sh(once_training("dp2", "long.json", "o5", 2,
+                       "for p in $(pgrep -P $L); do python3 - $p <<'PY'\n"
+                       "import os, sys\n"
+                       "pid = sys.argv[1]\n"
+                       "inodes = set()\n"
+                       "for fd in os.listdir('/proc/%s/fd' % pid):\n"
+                       "    try: link = os.readlink('/proc/%s/fd/%s' % (pid, fd))\n"
+                       "    except OSError: continue\n"
+                       "    if link.startswith('socket:['): inodes.add(link[8:-1])\n"
+                       "for table in ('tcp', 'tcp6'):\n"
+                       "    for line in open('/proc/net/' + table).readlines()[1:]:\n"
+                       "        f = line.split()\n"
+                       "        if f[3] == '0A' and f[9] in inodes: print('listening', table, f[1].split(':')[0])\n"
+                       "PY\n"
+                       "done; kill $L; wait $L"),
+         dir_);
   ASSERT_NE(r.out.find("listening"), std::string::npos) << r.out << r.err;  // the store at least
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
@@ -104,13 +106,10 @@ TEST_F(JobFailures, AOneNodeJobListensOnLoopbackOnly) {
 // step, agree, write a final checkpoint at it and exit 4; metrics.jsonl ends at that step, and the
 // checkpoint verifies. (It used to end the ranks at once, with no checkpoint and no message.)
 TEST_F(JobFailures, SigtermEndsWithAFinalCheckpointAndExitFour) {
-  const auto d = dir_.string();
   for (const auto& [out, procs] : {std::pair{"o6", 2}, std::pair{"o7", 1}}) {
-    const auto r = sh(cpt_binary() + " train --plan " + d + (procs == 2 ? "/dp2" : "/single") + "/plan.json --config " +
-                          d + "/long.json --out " + d + "/" + out + (procs == 2 ? " --nproc-per-node 2" : "") +
-                          " & L=$!; for i in $(seq 100); do sleep 0.1; [ -s " + d + "/" + out +
-                          "/metrics.jsonl ] && break; done; kill -TERM $L; wait $L; echo exit=$?",
-                      dir_);
+    const auto r = sh(
+        once_training(procs == 2 ? "dp2" : "single", "long.json", out, procs, "kill -TERM $L; wait $L; echo exit=$?"),
+        dir_);
     EXPECT_NE(r.out.find("exit=4"), std::string::npos) << out << ": " << r.out << r.err;
     EXPECT_NE(r.err.find("stop requested: ending at step "), std::string::npos) << r.err;
     const auto trained = losses(dir_ / out / "metrics.jsonl").size();
@@ -185,18 +184,12 @@ std::vector<std::string> error_lines(const std::string& err) {
 // A rank that stops (SIGSTOP: a frozen process) is named by the launcher, not the rank that timed
 // out waiting for it; the job ends at the collective timeout, not at timeout plus a grace period.
 TEST_F(JobFailures, AHungRankIsNamedNotTheOneThatTimedOut) {
-  const auto d = dir_.string();
   std::ofstream(dir_ / "long-timeout.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 100000,
     "seed": 5, "threads": 1, "log_interval_steps": 0, "collective_timeout_s": 3})";
-  const auto r =
-      sh(cpt_binary() + " train --plan " + d + "/dp2/plan.json --config " + d + "/long-timeout.json --out " + d +
-             "/o8 --nproc-per-node 2 & L=$!; for i in $(seq 100); do sleep 0.1; "
-             "[ -s " +
-             d +
-             "/o8/metrics.jsonl ] && break; done; "
-             "kill -STOP " +
-             pid_of_rank(1) + "; S=$(date +%s); wait $L; echo exit=$? after=$(($(date +%s) - S))",
-         dir_);
+  const auto r = sh(once_training("dp2", "long-timeout.json", "o8", 2,
+                                  "kill -STOP " + pid_of_rank(1) +
+                                      "; S=$(date +%s); wait $L; echo exit=$? after=$(($(date +%s) - S))"),
+                    dir_);
   EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
   const auto errors = error_lines(r.err);
   ASSERT_FALSE(errors.empty()) << r.err;
@@ -215,13 +208,9 @@ TEST_F(JobFailures, TheRootCauseIsTheFirstLine) {
   std::ofstream(dir_ / "checkpointing.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 100000,
     "seed": 5, "threads": 1, "log_interval_steps": 0, "checkpoint": {"interval_steps": 5}})";
   const auto r =
-      sh(cpt_binary() + " train --plan " + d + "/zero2-dp2/plan.json --config " + d + "/checkpointing.json --out " + d +
-             "/o9 --nproc-per-node 2 & L=$!; for i in $(seq 200); do sleep 0.1; "
-             "[ -d " +
-             d +
-             "/o9/checkpoints ] && break; done; "
-             "rm -rf " +
-             d + "/o9/checkpoints; touch " + d + "/o9/checkpoints; wait $L; echo exit=$?",
+      sh(once_training("zero2-dp2", "checkpointing.json", "o9", 2,
+                       "rm -rf " + d + "/o9/checkpoints; touch " + d + "/o9/checkpoints; wait $L; echo exit=$?",
+                       "[ -d " + d + "/o9/checkpoints ]"),
          dir_);
   EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
   const auto errors = error_lines(r.err);
