@@ -7,13 +7,15 @@
 # distillation against the base (λ 0.1), EWC (λ 1000), replay 25% + KL. Forgetting = relative
 # increase of held-out English perplexity (copyright files p-z); adaptation = relative decrease of
 # held-out Python perplexity (json, html, wsgiref, tomllib). Everything is on the machine after
-# scripts/setup; nothing is committed. Writes OUT/results.json, OUT/results.md and OUT/continual.svg.
+# scripts/setup; nothing is committed. Writes OUT/results.json, OUT/results.md and OUT/continual.svg,
+# and OUT/forecast.md: `cpt forecast` fitted to the first third of the runs, against their ends.
 #
 # usage: bench/continual_experiment.sh [BUILD_DIR] [OUT_DIR] [CONTINUAL_STEPS]
 set -euo pipefail
 BUILD="$(cd "${1:-build}" && pwd)"
 OUT="${2:-runs/continual-experiment}"
 STEPS="${3:-300}"
+EVAL_EVERY=$(( STEPS / 30 > 0 ? STEPS / 30 : 1 ))  # 30 evaluations a run: the forecast's curves
 CPT="$BUILD/bin/cpt"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"; cd "$OUT"
@@ -51,7 +53,7 @@ run() {  # name, data sets JSON, extra keys
   cat > "$name.json" <<JSON
 {"tokenizer": {"model": "$OUT/tok.model"}, "init_from": "$BASE", "data": $data, "eval": $evals,
  "steps": $STEPS, "lr": {"schedule": "cosine", "peak": 0.001, "warmup_steps": 10, "min_ratio": 0.1},
- "seed": 2, "log_interval_steps": 0 $extra}
+ "eval_interval_steps": $EVAL_EVERY, "eval_at_start": true, "seed": 2, "log_interval_steps": 0 $extra}
 JSON
   rm -rf "$name"
   "$CPT" train --plan plan/plan.json --config "$name.json" --out "$name" >/dev/null
@@ -114,4 +116,31 @@ for x, y, name in pts:
     svg.append(f'<text x="{sx(x)+8:.1f}" y="{sy(y)-6:.1f}">{name}</text>')
 svg.append("</svg>")
 open(os.path.join(out, "continual.svg"), "w").write("\n".join(svg))
+PY
+
+# 4. Forecasting from a third of each run (docs/continual.md, "Forecasting forgetting"): the loss
+# law fitted to the evaluations up to step STEPS/3, its forecast of the last evaluation beside it.
+THIRD=$(( STEPS / 3 ))
+"$CPT" forecast none replay25 --new-data python --fit-until-step "$THIRD" --check replay5 --json > forecast_two_shares.json
+for r in none replay5 replay25 kl ewc replay25_kl; do
+  "$CPT" forecast "$r" --new-data python --fit-until-step "$THIRD" --json > "forecast_$r.json"
+done
+python3 - "$OUT" "$THIRD" <<'PY'
+import json, math, os, sys
+out, third = sys.argv[1], sys.argv[2]
+def rows(name):
+    return json.load(open(os.path.join(out, name)))["checks"]
+lines = [f"Fitted on steps 0-{third}; forecast vs measured perplexity at the last step; error = forecast/measured - 1.", "",
+         "| fitted to | run | set | forecast ppl [±2 se] | measured | error | inside |", "|---|---|---|---|---|---|---|"]
+def add(fitted, checks):
+    for c in checks:
+        f, lo, hi, m = (math.exp(c[k]) for k in ("loss", "loss_low", "loss_high", "measured_loss"))
+        inside = "yes" if lo <= m <= hi else "no"
+        lines.append(f"| {fitted} | {os.path.basename(c['run'])} | {c['set'].replace('-heldout', '')} | "
+                     f"{f:.2f} [{lo:.2f}, {hi:.2f}] | {m:.2f} | {100 * (f / m - 1):+.1f}% | {inside} |")
+add("none + replay25", rows("forecast_two_shares.json"))
+for r in ["none", "replay5", "replay25", "kl", "ewc", "replay25_kl"]:
+    add(f"{r} alone", rows(f"forecast_{r}.json"))
+open(os.path.join(out, "forecast.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
 PY

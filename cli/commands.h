@@ -20,6 +20,7 @@ void register_plan_command(CLI::App& app);
 void register_whatif_command(CLI::App& app);
 void register_advise_command(CLI::App& app);
 void register_simulate_command(CLI::App& app);
+void register_forecast_command(CLI::App& app);
 // A subcommand whose implementation is not built yet: it accepts any arguments, says what is
 // missing and which issue builds it, and exits 3.
 // A subcommand carried out by cpt-exec with the same arguments.

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   cli::register_run_command(app);
   cli::register_calibrate_command(app);
   cli::register_compare_command(app);
+  cli::register_forecast_command(app);
   cli::register_validate_command(app);
   cli::register_executor_command(app, "data", "Train tokenizers; prepare token shards from text, directories or JSONL");
   cli::register_executor_command(app, "checkpoint",

@@ -53,7 +53,7 @@ TEST(CliSmoke, HelpOfEverySubcommand) {
   const auto top = cpt("--help");
   EXPECT_EQ(top.exit_code, 0);
   for (const char* sub : {"plan", "whatif", "estimate", "simulate", "train", "run", "calibrate", "compare", "validate",
-                          "data", "checkpoint", "doctor", "advise", "models", "profiles"}) {
+                          "data", "checkpoint", "doctor", "advise", "models", "profiles", "forecast"}) {
     EXPECT_NE(top.out.find(std::string("  ") + sub + " "), std::string::npos) << sub;
 #ifndef CPT_HAVE_TORCH
     if (std::string(sub) == "train" || std::string(sub) == "data" || std::string(sub) == "checkpoint" ||
@@ -69,6 +69,17 @@ TEST(CliSmoke, HelpOfEverySubcommand) {
 }
 
 // The RoPE a checkpoint needs to be continued: its base and Llama 3.1's scaling.
+TEST(CliSmoke, ForecastWithoutARunDirectorySaysWhatItExpects) {
+  const auto missing = cpt("forecast /nonexistent-run");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("/nonexistent-run: not a directory; expected a `cpt train` output directory"),
+            std::string::npos)
+      << missing.err;
+  const auto typo = cpt("forecast /tmp --replya 0.1");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("--replya"), std::string::npos) << typo.err;
+}
+
 TEST(CliSmoke, ModelsShowTheirRope) {
   const auto shown = cpt("models show llama3.1-8b");
   ASSERT_EQ(shown.exit_code, 0) << shown.err;

@@ -1,0 +1,208 @@
+#include "forecast/loss_law.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/str_cat.h"
+
+namespace cpt::forecast {
+namespace {
+
+using Parameters = Eigen::Matrix<double, kLawParameters, 1>;
+enum Index { kStart, kShift, kLogReplay, kLogArea, kLogExponent, kLogAnnealing };
+
+// Bounds that keep the power law finite; none is reached by a sensible fit.
+constexpr double kMinLog = -30, kMaxLog = 30;
+constexpr double kMinLogExponent = -2.302585, kMaxLogExponent = 2.302585;
+
+LossLaw law_of(const Parameters& theta, bool replay_fitted, bool annealing_fitted) {
+  LossLaw law;
+  law.start_loss = theta[kStart];
+  law.shift = theta[kShift];
+  law.replay_scale = replay_fitted ? std::exp(theta[kLogReplay]) : 0.0;
+  law.area_scale = std::exp(theta[kLogArea]);
+  law.exponent = std::exp(theta[kLogExponent]);
+  law.annealing = annealing_fitted ? std::exp(theta[kLogAnnealing]) : 0.0;
+  return law;
+}
+
+void clamp(Parameters& theta) {
+  theta[kLogReplay] = std::clamp(theta[kLogReplay], kMinLog, kMaxLog);
+  theta[kLogArea] = std::clamp(theta[kLogArea], kMinLog, kMaxLog);
+  theta[kLogExponent] = std::clamp(theta[kLogExponent], kMinLogExponent, kMaxLogExponent);
+  theta[kLogAnnealing] = std::clamp(theta[kLogAnnealing], kMinLog, kMaxLog);
+}
+
+struct Problem {
+  std::span<const Observation> observations;
+  std::vector<int> free;  // indices of the fitted parameters
+  bool replay_fitted = false;
+  bool annealing_fitted = false;
+
+  [[nodiscard]] Eigen::VectorXd residuals(const Parameters& theta) const {
+    const LossLaw law = law_of(theta, replay_fitted, annealing_fitted);
+    Eigen::VectorXd r(static_cast<Eigen::Index>(observations.size()));
+    for (std::size_t i = 0; i < observations.size(); ++i) {
+      r[static_cast<Eigen::Index>(i)] = law.at(observations[i].where) - observations[i].loss;
+    }
+    return r;
+  }
+  // Central differences over the free parameters.
+  [[nodiscard]] Eigen::MatrixXd jacobian(const Parameters& theta) const {
+    Eigen::MatrixXd j(static_cast<Eigen::Index>(observations.size()), static_cast<Eigen::Index>(free.size()));
+    for (std::size_t c = 0; c < free.size(); ++c) {
+      const double h = 1e-6 * std::max(1.0, std::abs(theta[free[c]]));
+      Parameters up = theta, down = theta;
+      up[free[c]] += h;
+      down[free[c]] -= h;
+      j.col(static_cast<Eigen::Index>(c)) = (residuals(up) - residuals(down)) / (2 * h);
+    }
+    return j;
+  }
+};
+
+// Levenberg–Marquardt (Marquardt's diagonal scaling) from `theta`; returns the final sum of squares.
+double minimise(const Problem& problem, Parameters& theta) {
+  double damping = 1e-3;
+  Eigen::VectorXd r = problem.residuals(theta);
+  double cost = r.squaredNorm();
+  for (int iteration = 0; iteration < 300 && damping < 1e12; ++iteration) {
+    const Eigen::MatrixXd j = problem.jacobian(theta);
+    const Eigen::MatrixXd normal = j.transpose() * j;
+    const Eigen::VectorXd gradient = j.transpose() * r;
+    Eigen::MatrixXd damped = normal;
+    damped.diagonal() += damping * (normal.diagonal().array() + 1e-12).matrix();
+    const Eigen::VectorXd step = damped.ldlt().solve(-gradient);
+    Parameters trial = theta;
+    for (std::size_t c = 0; c < problem.free.size(); ++c) trial[problem.free[c]] += step[static_cast<Eigen::Index>(c)];
+    clamp(trial);
+    const Eigen::VectorXd trial_r = problem.residuals(trial);
+    const double trial_cost = trial_r.squaredNorm();
+    if (std::isfinite(trial_cost) && trial_cost < cost) {
+      const bool converged = cost - trial_cost <= 1e-12 * (1 + cost);
+      theta = trial;
+      r = trial_r;
+      cost = trial_cost;
+      damping = std::max(damping / 3, 1e-12);
+      if (converged) break;
+    } else {
+      damping *= 4;
+    }
+  }
+  return cost;
+}
+
+void check_observations(std::span<const Observation> observations, int parameters, const std::string& what) {
+  for (const auto& o : observations) {
+    if (!(o.where.replay_share >= 0 && o.where.replay_share < 1) || !std::isfinite(o.loss)) {
+      throw core::ConfigError(core::str_cat(what, ": a replay share must be in [0, 1) and a loss finite; got ",
+                                            o.where.replay_share, " and ", o.loss));
+    }
+  }
+  if (static_cast<int>(observations.size()) < parameters + 1) {
+    throw core::ConfigError(core::str_cat(what, ": ", observations.size(), " evaluations are too few to fit ",
+                                          parameters,
+                                          " parameters; evaluate the pilot more often "
+                                          "(eval_interval_steps, eval_at_start) or run it longer"));
+  }
+}
+
+}  // namespace
+
+double LossLaw::at(const LawInput& where) const {
+  const double mixture = replay_scale > 0 ? std::exp(-where.replay_share / replay_scale) : 1.0;
+  const double new_data_area = (1 - where.replay_share) * where.forward_area;
+  const double saturation = 1 - std::pow(1 + new_data_area / area_scale, -exponent);
+  return start_loss + shift * mixture * saturation - annealing * where.annealing_area;
+}
+
+LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealing, const std::string& what) {
+  const auto [lowest, highest] = std::minmax_element(
+      observations.begin(), observations.end(),
+      [](const Observation& a, const Observation& b) { return a.where.replay_share < b.where.replay_share; });
+  Problem problem{observations, {kStart, kShift, kLogArea, kLogExponent}, false, fit_annealing};
+  if (fit_annealing) problem.free.push_back(kLogAnnealing);
+  if (!observations.empty() && highest->where.replay_share - lowest->where.replay_share > 1e-9) {
+    problem.replay_fitted = true;
+    problem.free.push_back(kLogReplay);
+  }
+  const int parameters = static_cast<int>(problem.free.size());
+  check_observations(observations, parameters, what);
+
+  // Start where the curve starts and ends, then from a grid of shapes: the power law's scale and
+  // exponent are not separately convex, and a few restarts find the basin reliably.
+  const auto first = std::min_element(
+      observations.begin(), observations.end(),
+      [](const Observation& a, const Observation& b) { return a.where.forward_area < b.where.forward_area; });
+  const auto last = std::max_element(
+      observations.begin(), observations.end(),
+      [](const Observation& a, const Observation& b) { return a.where.forward_area < b.where.forward_area; });
+  const double largest_area = std::max(last->where.forward_area, 1e-12);
+  Parameters best = Parameters::Zero();
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (const double area_fraction : {0.01, 0.1, 1.0}) {
+    for (const double exponent : {0.3, 1.0, 3.0}) {
+      for (const double annealing : {1e-3, 1.0}) {
+        for (const double replay_scale : {0.03, 0.3}) {
+          Parameters theta;
+          theta << first->loss, last->loss - first->loss, std::log(replay_scale),
+              std::log(area_fraction * largest_area), std::log(exponent), std::log(annealing);
+          const double cost = minimise(problem, theta);
+          if (cost < best_cost) {
+            best_cost = cost;
+            best = theta;
+          }
+          if (!problem.replay_fitted) break;
+        }
+        if (!problem.annealing_fitted) break;
+      }
+    }
+  }
+
+  LawFit fit;
+  fit.law = law_of(best, problem.replay_fitted, problem.annealing_fitted);
+  fit.replay_fitted = problem.replay_fitted;
+  fit.annealing_fitted = problem.annealing_fitted;
+  fit.observations = static_cast<int>(observations.size());
+  fit.parameters = parameters;
+  const double variance = best_cost / std::max(1, fit.observations - parameters);
+  fit.residual_sd = std::sqrt(variance);
+  const Eigen::MatrixXd j = problem.jacobian(best);
+  const Eigen::MatrixXd covariance = variance * (j.transpose() * j).completeOrthogonalDecomposition().pseudoInverse();
+  for (std::size_t a = 0; a < problem.free.size(); ++a) {
+    for (std::size_t b = 0; b < problem.free.size(); ++b) {
+      fit.covariance[static_cast<std::size_t>(problem.free[a] * kLawParameters + problem.free[b])] =
+          covariance(static_cast<Eigen::Index>(a), static_cast<Eigen::Index>(b));
+    }
+  }
+  return fit;
+}
+
+LossForecast forecast_loss(const LawFit& fit, const LawInput& where) {
+  Parameters theta;
+  const auto& law = fit.law;
+  theta << law.start_loss, law.shift, fit.replay_fitted ? std::log(law.replay_scale) : 0.0, std::log(law.area_scale),
+      std::log(law.exponent), std::log(std::max(law.annealing, 1e-300));
+  Parameters gradient = Parameters::Zero();
+  for (int i = 0; i < kLawParameters; ++i) {
+    const double h = 1e-6 * std::max(1.0, std::abs(theta[i]));
+    Parameters up = theta, down = theta;
+    up[i] += h;
+    down[i] -= h;
+    gradient[i] = (law_of(up, fit.replay_fitted, fit.annealing_fitted).at(where) -
+                   law_of(down, fit.replay_fitted, fit.annealing_fitted).at(where)) /
+                  (2 * h);
+  }
+  const Eigen::Map<const Eigen::Matrix<double, kLawParameters, kLawParameters, Eigen::RowMajor>> covariance(
+      fit.covariance.data());
+  const double variance = gradient.dot(covariance * gradient) + fit.residual_sd * fit.residual_sd;
+  const double half_width = 2 * std::sqrt(std::max(0.0, variance));
+  const double loss = law.at(where);
+  return {loss, loss - half_width, loss + half_width};
+}
+
+}  // namespace cpt::forecast
