@@ -83,8 +83,14 @@ void print_fits(const forecast::FittedPilots& fitted) {
   std::cout << "\n";
 }
 
+// A section of the report: its rows for --json and its text.
+struct Section {
+  Json rows = Json::array();
+  std::string text;
+};
+
 // The targets asked for: every replay share × peak at the budget.
-Json forecast_targets(const forecast::FittedPilots& fitted, const ForecastOptions& o, std::int64_t steps) {
+Section forecast_targets(const forecast::FittedPilots& fitted, const ForecastOptions& o, std::int64_t steps) {
   const auto& pilot = fitted.pilots.front();
   auto replays = o.replay;
   if (replays.empty()) {
@@ -93,7 +99,7 @@ Json forecast_targets(const forecast::FittedPilots& fitted, const ForecastOption
     replays.erase(std::unique(replays.begin(), replays.end()), replays.end());
   }
   const auto peaks = o.peak_lr.empty() ? std::vector<double>{pilot.schedule.peak} : o.peak_lr;
-  Json rows = Json::array();
+  Section section;
   core::TextTable t({"replay", "peak lr", "set", "loss [interval]", "perplexity [interval]", "vs step 0"},
                     {core::Align::kRight, core::Align::kRight});
   for (const double replay : replays) {
@@ -107,62 +113,64 @@ Json forecast_targets(const forecast::FittedPilots& fitted, const ForecastOption
         t.add_row({str_cat(fixed(replay, 3), forecast::outside_pilots(fitted, target) ? " (extrapolated)" : ""),
                    significant(peak, 3), set, str_cat(fixed(f.loss, 3), " ", interval(f.low, f.high, 3)),
                    str_cat(fixed(std::exp(f.loss), 2), " ", interval(std::exp(f.low), std::exp(f.high), 2)), change});
-        rows.push_back({{"replay", replay},
-                        {"peak_lr", peak},
-                        {"steps", steps},
-                        {"set", set},
-                        {"loss", f.loss},
-                        {"loss_low", f.low},
-                        {"loss_high", f.high},
-                        {"extrapolated_replay", forecast::outside_pilots(fitted, target)}});
+        section.rows.push_back({{"replay", replay},
+                                {"peak_lr", peak},
+                                {"steps", steps},
+                                {"set", set},
+                                {"loss", f.loss},
+                                {"loss_low", f.low},
+                                {"loss_high", f.high},
+                                {"extrapolated_replay", forecast::outside_pilots(fitted, target)}});
       }
     }
   }
-  if (!o.json) {
-    std::cout << "at " << steps << " steps (" << steps * pilot.tokens_per_step << " tokens), the first pilot's "
-              << "schedule; interval: ±2 standard errors\n"
-              << t.render() << "\n";
-  }
-  return rows;
+  section.text = str_cat("at ", steps, " steps (", steps * pilot.tokens_per_step,
+                         " tokens), the first pilot's schedule; interval: ±2 standard errors\n", t.render(), "\n");
+  return section;
 }
 
 // Runs and evaluations the fit did not see: the pilots' evaluations after --fit-until-step, and
 // the --check runs, each at its own replay share and learning rates.
-Json check_runs(const forecast::FittedPilots& fitted, const ForecastOptions& o) {
+Section check_runs(const forecast::FittedPilots& fitted, const ForecastOptions& o) {
   std::vector<forecast::PilotRun> runs;
   if (o.fit_until_step >= 0) runs = fitted.pilots;
   for (const auto& dir : o.check) runs.push_back(forecast::read_pilot_run(dir));
-  Json rows = Json::array();
+  Section section;
   core::TextTable t({"run", "set", "step", "forecast ppl [interval]", "measured ppl", "error", "inside"},
                     {core::Align::kLeft, core::Align::kLeft, core::Align::kRight});
   for (const auto& run : runs) {
     const auto target = forecast::target_of(fitted, run);
-    const auto step = static_cast<std::int64_t>(target.lr.size());
+    const auto step = target.steps;
     if (o.fit_until_step >= 0 && step <= o.fit_until_step) continue;
     for (const auto& [set, fit] : fitted.fits) {
       const auto found = run.evaluations.find(set);
       if (found == run.evaluations.end() || found->second.back().step != step) continue;
       const double measured = found->second.back().loss;
-      const auto f = forecast::forecast_set(fitted, set, target);
+      forecast::LossForecast f;
+      try {
+        f = forecast::forecast_set(fitted, set, target);
+      } catch (const core::ConfigError& e) {
+        throw core::ConfigError(str_cat("--check ", run.dir.string(), ": ", e.what()));
+      }
       const bool inside = measured >= f.low && measured <= f.high;
       t.add_row({run.dir.string(), set, std::to_string(step),
                  str_cat(fixed(std::exp(f.loss), 2), " ", interval(std::exp(f.low), std::exp(f.high), 2)),
                  fixed(std::exp(measured), 2), signed_percent(std::exp(f.loss - measured) - 1), inside ? "yes" : "no"});
-      rows.push_back({{"run", run.dir.string()},
-                      {"set", set},
-                      {"step", step},
-                      {"replay", target.replay_share},
-                      {"loss", f.loss},
-                      {"loss_low", f.low},
-                      {"loss_high", f.high},
-                      {"measured_loss", measured}});
+      section.rows.push_back({{"run", run.dir.string()},
+                              {"set", set},
+                              {"step", step},
+                              {"replay", target.replay_share},
+                              {"loss", f.loss},
+                              {"loss_low", f.low},
+                              {"loss_high", f.high},
+                              {"measured_loss", measured}});
     }
   }
-  if (!o.json && !rows.empty()) {
-    std::cout << "checked against evaluations the fit did not see (error: forecast perplexity vs measured)\n"
-              << t.render();
+  if (!section.rows.empty()) {
+    section.text = str_cat("checked against evaluations the fit did not see (error: forecast perplexity vs measured)\n",
+                           t.render());
   }
-  return rows;
+  return section;
 }
 
 void run(const ForecastOptions& o) {
@@ -170,22 +178,26 @@ void run(const ForecastOptions& o) {
   std::vector<forecast::PilotRun> pilots;
   for (const auto& dir : o.pilots) pilots.push_back(forecast::read_pilot_run(dir));
   const auto fitted = forecast::fit_pilots(std::move(pilots), o.new_data, o.fit_until_step);
-  const auto& first = fitted.pilots.front();
+  const auto per_step = fitted.pilots.front().tokens_per_step;
   const std::int64_t steps = o.steps > 0    ? o.steps
-                             : o.tokens > 0 ? (o.tokens + first.tokens_per_step - 1) / first.tokens_per_step
-                                            : first.schedule.total_steps;
-  for (const double replay : o.replay) {  // refuse a share the pilots cannot speak for before printing
-    forecast::forecast_set(fitted, fitted.fits.begin()->first, forecast::target_like_pilots(fitted, replay, 1e-3, 1));
+                             : o.tokens > 0 ? o.tokens / per_step + (o.tokens % per_step != 0 ? 1 : 0)
+                                            : fitted.pilots.front().schedule.total_steps;
+  // Everything is computed before anything is printed: an error is the only output.
+  const Section forecasts = forecast_targets(fitted, o, steps);
+  const Section checks = check_runs(fitted, o);
+  if (!o.json) {
+    print_fits(fitted);
+    std::cout << forecasts.text << checks.text;
+    return;
   }
-  if (!o.json) print_fits(fitted);
   Json out{{"pilots", Json::array()}, {"new_data", fitted.new_data}, {"fits", Json::object()}};
   for (std::size_t i = 0; i < fitted.pilots.size(); ++i) {
     out["pilots"].push_back({{"dir", fitted.pilots[i].dir.string()}, {"replay", fitted.replay_shares[i]}});
   }
   for (const auto& [set, fit] : fitted.fits) out["fits"][set] = law_json(fit);
-  out["forecasts"] = forecast_targets(fitted, o, steps);
-  out["checks"] = check_runs(fitted, o);
-  if (o.json) print_json(out);
+  out["forecasts"] = forecasts.rows;
+  out["checks"] = checks.rows;
+  print_json(out);
 }
 
 }  // namespace

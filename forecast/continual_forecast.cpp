@@ -47,10 +47,7 @@ FittedPilots fit_pilots(std::vector<PilotRun> pilots, std::vector<std::string> n
   if (fitted.new_data.empty()) {
     throw core::ConfigError("--new-data: the pilots share no training data set; name the new domain's data sets");
   }
-  const bool all_common = std::all_of(pilots.begin(), pilots.end(), [&](const PilotRun& run) {
-    return run.data_weights.size() == fitted.new_data.size();
-  });
-  if (!named && all_common && fitted.new_data.size() > 1) {
+  if (!named && fitted.new_data.size() > 1) {
     throw core::ConfigError(core::str_cat("--new-data: every pilot trains on ", core::join(fitted.new_data, ", "),
                                           "; name the new domain's data sets (the rest is replay)"));
   }
@@ -85,25 +82,36 @@ bool outside_pilots(const FittedPilots& fitted, const ForecastTarget& target) {
 
 LossForecast forecast_set(const FittedPilots& fitted, const std::string& set, const ForecastTarget& target) {
   const LawFit& fit = fitted.fits.at(set);
-  if (!fit.replay_fitted && std::abs(target.replay_share - fitted.replay_shares.front()) > 1e-9) {
-    throw core::ConfigError(str_cat("--replay ", target.replay_share, ": every pilot trains with replay share ",
-                                    fitted.replay_shares.front(),
+  if (!speaks_for(fit, target.replay_share)) {
+    throw core::ConfigError(str_cat("replay share ", target.replay_share, ": the evaluations of \"", set,
+                                    "\" fitted are all at replay share ", fit.replay_share,
                                     ", which says nothing of how replay moves the losses; add a pilot at another "
                                     "replay share (0 and 0.25, say)"));
   }
-  const LrAreas areas = lr_areas(target.lr);
-  return forecast_loss(fit, {target.replay_share, areas.forward.back(), areas.annealing.back()});
+  return forecast_loss(fit, {target.replay_share, target.forward_area, target.annealing_area});
 }
 
+namespace {
+
+ForecastTarget target_with(double replay_share, std::span<const double> lr) {
+  const LrAreas areas = lr_areas(lr);
+  return {replay_share, static_cast<std::int64_t>(lr.size()), areas.forward.back(), areas.annealing.back()};
+}
+
+}  // namespace
+
 ForecastTarget target_like_pilots(const FittedPilots& fitted, double replay_share, double peak, std::int64_t steps) {
-  return {replay_share, lr_per_step(schedule_for(fitted.pilots.front(), steps, peak))};
+  if (steps < 0 || steps > kMaxForecastSteps) {
+    throw core::ConfigError(str_cat("--steps/--tokens: ", steps, " steps; expected at most ", kMaxForecastSteps));
+  }
+  return target_with(replay_share, lr_per_step(schedule_for(fitted.pilots.front(), steps, peak)));
 }
 
 ForecastTarget target_of(const FittedPilots& fitted, const PilotRun& run) {
   std::int64_t last_step = 0;
   for (const auto& [set, points] : run.evaluations) last_step = std::max(last_step, points.back().step);
-  return {replay_share(run, fitted.new_data),
-          std::vector<double>(run.lr.begin(), run.lr.begin() + static_cast<std::ptrdiff_t>(last_step))};
+  return target_with(replay_share(run, fitted.new_data),
+                     std::span<const double>(run.lr.data(), static_cast<std::size_t>(last_step)));
 }
 
 }  // namespace cpt::forecast

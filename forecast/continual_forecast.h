@@ -22,23 +22,28 @@ struct FittedPilots {
   std::map<std::string, double> start_loss;  // the first pilot's loss at step 0, where it has one
 };
 
-// A run to predict: its replay share and its learning rate at every step (the loss is read after
-// the last one).
+// A run to predict: its replay share, its length and its learning-rate areas after its last step.
 struct ForecastTarget {
   double replay_share = 0;
-  std::vector<double> lr;
+  std::int64_t steps = 0;
+  double forward_area = 0;
+  double annealing_area = 0;
 };
 
-// A run like the first pilot but `steps` long at `peak` (schedule_for).
+// The longest run forecast (steps): far beyond any continual run, and areas over it fit in memory.
+inline constexpr std::int64_t kMaxForecastSteps = 100'000'000;
+
+// A run like the first pilot but `steps` long at `peak` (schedule_for). ConfigError beyond
+// kMaxForecastSteps.
 ForecastTarget target_like_pilots(const FittedPilots& fitted, double replay_share, double peak, std::int64_t steps);
 
 // ConfigError when no evaluation set is common to the pilots, when too few evaluations fall inside
-// the fitting window, or as read_pilot_run / replay_share say. `new_data` empty: the data sets
-// every pilot trains on.
+// the fitting window, or as read_pilot_run / replay_share say. `new_data` empty: the one data set
+// every pilot trains on (several shared sets must be named).
 FittedPilots fit_pilots(std::vector<PilotRun> pilots, std::vector<std::string> new_data, std::int64_t fit_until_step);
 
-// ConfigError when the target's replay share is not one the fit can speak for: with every pilot at
-// one replay share, that share only.
+// ConfigError when the target's replay share is not one the set's fit can speak for: with its
+// evaluations at one replay share, that share only.
 LossForecast forecast_set(const FittedPilots& fitted, const std::string& set, const ForecastTarget& target);
 
 // True when the target's replay share lies outside the pilots' (an extrapolation).

@@ -96,18 +96,28 @@ double minimise(const Problem& problem, Parameters& theta) {
   return cost;
 }
 
+// Replay shares closer than this are one share (ρ is fitted only across distinct ones).
+constexpr double kSameShare = 1e-3;
+
 void check_observations(std::span<const Observation> observations, int parameters, const std::string& what) {
+  std::vector<std::pair<double, double>> distinct;  // (replay share, forward area)
   for (const auto& o : observations) {
-    if (!(o.where.replay_share >= 0 && o.where.replay_share < 1) || !std::isfinite(o.loss)) {
-      throw core::ConfigError(core::str_cat(what, ": a replay share must be in [0, 1) and a loss finite; got ",
-                                            o.where.replay_share, " and ", o.loss));
+    const auto& w = o.where;
+    if (!(w.replay_share >= 0 && w.replay_share < 1) || !std::isfinite(o.loss) || !std::isfinite(w.forward_area) ||
+        !std::isfinite(w.annealing_area)) {
+      throw core::ConfigError(
+          core::str_cat(what, ": a replay share must be in [0, 1), a loss and the areas finite; got ", w.replay_share,
+                        ", ", o.loss, ", ", w.forward_area, ", ", w.annealing_area));
     }
+    distinct.emplace_back(w.replay_share, w.forward_area);
   }
-  if (static_cast<int>(observations.size()) < parameters + 1) {
-    throw core::ConfigError(core::str_cat(what, ": ", observations.size(), " evaluations are too few to fit ",
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  if (static_cast<int>(distinct.size()) < parameters + 1) {
+    throw core::ConfigError(core::str_cat(what, ": ", distinct.size(), " distinct evaluations are too few to fit ",
                                           parameters,
-                                          " parameters; evaluate the pilot more often "
-                                          "(eval_interval_steps, eval_at_start) or run it longer"));
+                                          " parameters; evaluate the pilot more often (eval_interval_steps, "
+                                          "eval_at_start), run it longer, or fit up to a later --fit-until-step"));
   }
 }
 
@@ -124,9 +134,11 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
   const auto [lowest, highest] = std::minmax_element(
       observations.begin(), observations.end(),
       [](const Observation& a, const Observation& b) { return a.where.replay_share < b.where.replay_share; });
-  Problem problem{observations, {kStart, kShift, kLogArea, kLogExponent}, false, fit_annealing};
-  if (fit_annealing) problem.free.push_back(kLogAnnealing);
-  if (!observations.empty() && highest->where.replay_share - lowest->where.replay_share > 1e-9) {
+  const bool annealed = std::any_of(observations.begin(), observations.end(),
+                                    [](const Observation& o) { return o.where.annealing_area > 0; });
+  Problem problem{observations, {kStart, kShift, kLogArea, kLogExponent}, false, fit_annealing && annealed};
+  if (problem.annealing_fitted) problem.free.push_back(kLogAnnealing);
+  if (!observations.empty() && highest->where.replay_share - lowest->where.replay_share > kSameShare) {
     problem.replay_fitted = true;
     problem.free.push_back(kLogReplay);
   }
@@ -163,7 +175,11 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
     }
   }
 
+  if (!std::isfinite(best_cost)) {
+    throw core::ConfigError(core::str_cat(what, ": no finite fit of the law to these evaluations"));
+  }
   LawFit fit;
+  fit.replay_share = lowest->where.replay_share;
   fit.law = law_of(best, problem.replay_fitted, problem.annealing_fitted);
   fit.replay_fitted = problem.replay_fitted;
   fit.annealing_fitted = problem.annealing_fitted;
@@ -180,6 +196,10 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
     }
   }
   return fit;
+}
+
+bool speaks_for(const LawFit& fit, double replay_share) {
+  return fit.replay_fitted || std::abs(replay_share - fit.replay_share) <= kSameShare;
 }
 
 LossForecast forecast_loss(const LawFit& fit, const LawInput& where) {

@@ -54,6 +54,7 @@ struct LawFit {
   LossLaw law;
   bool replay_fitted = false;     // ρ was fitted (the observations span two replay shares or more)
   bool annealing_fitted = false;  // C was fitted (else 0)
+  double replay_share = 0;        // with ρ not fitted: the one replay share the law speaks for
   int observations = 0;
   int parameters = 0;
   double residual_sd = 0;  // of the fit, in loss (nats)
@@ -62,8 +63,9 @@ struct LawFit {
   std::array<double, kLawParameters * kLawParameters> covariance{};
 };
 
-// ConfigError (via `what`, which names the data) when there are fewer observations than
-// parameters plus one, or when the observations' replay shares are not all in [0, 1).
+// ConfigError (via `what`, which names the data) when there are fewer distinct observations than
+// parameters plus one, when the observations' replay shares are not all in [0, 1) or an area is
+// not finite, or when no fit is finite. C is fitted only with `fit_annealing` and some S2 > 0.
 LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealing, const std::string& what);
 
 // A prediction with its interval: the loss ± 2 standard errors (the parameters' covariance
@@ -75,5 +77,8 @@ struct LossForecast {
 };
 
 LossForecast forecast_loss(const LawFit& fit, const LawInput& where);
+
+// Whether the fit can speak for `replay_share`: any share when ρ was fitted, else its own.
+bool speaks_for(const LawFit& fit, double replay_share);
 
 }  // namespace cpt::forecast

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "core/error.h"
 #include "core/json_reader.h"
@@ -18,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using core::str_cat;
-using Json = nlohmann::json;
+using Json = core::Json;
 
 // Calls `row` with each line of a JSON-lines file, parsed; errors name the file and line.
 template <typename Row>
@@ -43,11 +42,12 @@ void read_json_lines(const fs::path& path, Row row) {
 std::vector<double> read_learning_rates(const fs::path& path) {
   std::vector<double> lr;
   read_json_lines(path, [&](const Json& row, const std::string& where) {
-    const auto step = row.at("step").get<std::int64_t>();
+    core::JsonObjectReader reader(row, where);
+    const auto step = reader.integer("step", 0);
     if (step != static_cast<std::int64_t>(lr.size())) {
       throw core::ConfigError(str_cat(where, ": step ", step, " where step ", lr.size(), " was expected"));
     }
-    lr.push_back(row.at("lr").get<double>());
+    lr.push_back(reader.number("lr", 0.0, 1e6));
   });
   return lr;
 }
@@ -55,16 +55,16 @@ std::vector<double> read_learning_rates(const fs::path& path) {
 std::map<std::string, std::vector<EvalPoint>> read_evaluations(const fs::path& path, std::size_t steps_logged) {
   std::map<std::string, std::vector<EvalPoint>> by_set;
   read_json_lines(path, [&](const Json& row, const std::string& where) {
-    const EvalPoint point{row.at("step").get<std::int64_t>(), row.at("loss").get<double>()};
-    if (point.step < 0 || static_cast<std::size_t>(point.step) > steps_logged || !std::isfinite(point.loss)) {
-      throw core::ConfigError(str_cat(where, ": an evaluation at step ", point.step, " with loss ", point.loss,
-                                      "; metrics.jsonl has ", steps_logged, " steps"));
+    core::JsonObjectReader reader(row, where);
+    const EvalPoint point{reader.integer("step", 0, static_cast<std::int64_t>(steps_logged)),
+                          reader.number("loss", 0.0, 1e6)};
+    auto& points = by_set[reader.string("set")];
+    if (!points.empty() && point.step <= points.back().step) {
+      throw core::ConfigError(str_cat(where, ": step ", point.step, " after step ", points.back().step,
+                                      " of the same set; expected each set's evaluations in step order, once each"));
     }
-    by_set[row.at("set").get<std::string>()].push_back(point);
+    points.push_back(point);
   });
-  for (auto& [set, points] : by_set) {
-    std::sort(points.begin(), points.end(), [](const EvalPoint& a, const EvalPoint& b) { return a.step < b.step; });
-  }
   return by_set;
 }
 
@@ -110,6 +110,10 @@ PilotRun read_pilot_run(const fs::path& dir) {
     spec::LrSchedule shape = run.schedule;
     shape.peak = 1;
     run.schedule.peak = peak_of(shape, run.lr);
+    if (run.schedule.peak <= 0) {
+      throw core::ConfigError(str_cat(dir.string(), ": metrics.jsonl has no step with a learning rate, so the ",
+                                      "peak that lr.peak_fraction gave is unknown; give --peak-lr"));
+    }
   }
   double total_weight = 0;
   for (const auto& set : config.data) total_weight += set.weight;

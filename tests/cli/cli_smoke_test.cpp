@@ -68,7 +68,7 @@ TEST(CliSmoke, HelpOfEverySubcommand) {
   EXPECT_EQ(cpt("--version").exit_code, 0);
 }
 
-// The RoPE a checkpoint needs to be continued: its base and Llama 3.1's scaling.
+// A user's first mistakes with `cpt forecast`: one line, exit 2, naming what was wrong.
 TEST(CliSmoke, ForecastWithoutARunDirectorySaysWhatItExpects) {
   const auto missing = cpt("forecast /nonexistent-run");
   EXPECT_EQ(missing.exit_code, 2);
@@ -80,6 +80,7 @@ TEST(CliSmoke, ForecastWithoutARunDirectorySaysWhatItExpects) {
   EXPECT_NE(typo.err.find("--replya"), std::string::npos) << typo.err;
 }
 
+// The RoPE a checkpoint needs to be continued: its base and Llama 3.1's scaling.
 TEST(CliSmoke, ModelsShowTheirRope) {
   const auto shown = cpt("models show llama3.1-8b");
   ASSERT_EQ(shown.exit_code, 0) << shown.err;

@@ -134,7 +134,8 @@ TEST(LossLawFit, TooFewEvaluationsAreAConfigErrorNamingTheSet) {
     fit_loss_law(observations, false, "evaluation set \"english\"");
     FAIL() << "expected a ConfigError";
   } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("evaluation set \"english\": 4 evaluations are too few"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("evaluation set \"english\": 4 distinct evaluations are too few"),
+              std::string::npos)
         << e.what();
   }
 }
