@@ -22,9 +22,11 @@ namespace {
 
 // A rank of cpt's launcher leaves its error on the ranks' status board, and the launcher prints it
 // with the others', root cause first (executor/dist/failure_report.h); any other process prints it.
-void report_error(const std::string& program, const std::string& message) {
-  if (!cpt::exec::RankReporter::of_this_process().record_failure(message))
+// Returns `exit_code`, the code the error means.
+int report_error(const std::string& program, const std::string& message, int exit_code) {
+  if (!cpt::exec::RankReporter::of_this_process().record_failure(message, exit_code))
     std::cerr << program << ": error: " << message << "\n";
+  return exit_code;
 }
 
 }  // namespace
@@ -90,16 +92,13 @@ int main(int argc, char** argv) {
     std::cerr << name << ": error: " << e.what() << "\n";
     return core::kExitBadInput;
   } catch (const core::Error& e) {
-    report_error(name, e.what());
-    return e.exit_code();
+    return report_error(name, e.what(), e.exit_code());
   } catch (const c10::Error& e) {
-    report_error(name, core::str_cat("internal error in LibTorch: ", e.what_without_backtrace()));
-    return core::kExitInternal;
+    return report_error(name, core::str_cat("internal error in LibTorch: ", e.what_without_backtrace()),
+                        core::kExitInternal);
   } catch (const std::filesystem::filesystem_error& e) {
-    report_error(name, e.what());  // the environment's failure, not cpt's
-    return core::kExitRuntime;
+    return report_error(name, e.what(), core::kExitRuntime);  // the environment's failure, not cpt's
   } catch (const std::exception& e) {
-    report_error(name, core::str_cat("internal error: ", e.what()));
-    return core::kExitInternal;
+    return report_error(name, core::str_cat("internal error: ", e.what()), core::kExitInternal);
   }
 }

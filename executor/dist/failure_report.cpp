@@ -119,7 +119,9 @@ FailureReport explain_failure(const std::vector<RankEnd>& ends, std::int64_t fir
   }
   if (root != nullptr) {
     report.root = str_cat("rank ", root->rank, ": ", root->at_end.message);
-    report.exit_code = root->exit_code;
+    // What the error means, not how the process ended: the launcher's SIGTERM, sent when a peer
+    // failed, can end a rank between recording its error and exiting with its code.
+    report.exit_code = root->at_end.exit_code != 0 ? root->at_end.exit_code : root->exit_code;
   } else if (const auto stopped = not_running(ends, at_ns, when, named)) {
     report.root = *stopped;
   } else if (killed != nullptr) {

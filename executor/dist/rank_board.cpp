@@ -80,6 +80,7 @@ RankView RankBoard::read(int local_rank) const {
   v.last_activity_ns = s.last_activity_ns.load();
   v.failure = static_cast<RankFailure>(s.failure.load());
   v.failed_at_ns = s.failed_at_ns.load();
+  v.exit_code = s.exit_code.load();
   v.heartbeat_ns = s.heartbeat_ns.load();
   v.last_collective = copy_out(s.last_collective);
   v.message = copy_out(s.message);
@@ -148,9 +149,10 @@ void RankReporter::note_collective_failure() const {
   if (slot_ != nullptr) slot_->failure.store(static_cast<std::int32_t>(RankFailure::kCollective));
 }
 
-bool RankReporter::record_failure(std::string_view message) const {
+bool RankReporter::record_failure(std::string_view message, int exit_code) const {
   if (slot_ == nullptr) return false;
   copy_into(slot_->message, message);
+  slot_->exit_code.store(exit_code);
   slot_->waiting.store(0);
   std::int32_t none = static_cast<std::int32_t>(RankFailure::kNone);
   slot_->failure.compare_exchange_strong(none, static_cast<std::int32_t>(RankFailure::kOwn));

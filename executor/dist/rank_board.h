@@ -32,6 +32,7 @@ struct RankSlot {
   std::atomic<std::int64_t> last_activity_ns{0};  // CLOCK_MONOTONIC of the last post or wait's end
   std::atomic<std::int32_t> failure{0};           // RankFailure
   std::atomic<std::int64_t> failed_at_ns{0};
+  std::atomic<std::int32_t> exit_code{0};     // the exit code its failure means (core/error.h)
   std::atomic<std::int64_t> heartbeat_ns{0};  // written every kHeartbeatPeriodNs by a thread of the rank
   char last_collective[120] = {};
   char message[2048] = {};
@@ -48,6 +49,7 @@ struct RankView {
   std::int64_t last_activity_ns = 0;
   RankFailure failure = RankFailure::kNone;
   std::int64_t failed_at_ns = 0;
+  int exit_code = 0;  // what the recorded failure means, whatever ended the process after it
   std::int64_t heartbeat_ns = 0;
   std::string last_collective, message;
 };
@@ -96,9 +98,10 @@ class RankReporter {
   void note_posted(std::string_view collective) const;
   void note_waiting(bool waiting) const;
   void note_collective_failure() const;
-  // Records `message` as this rank's failure (its own unless a collective failure was noted).
+  // Records `message` as this rank's failure (its own unless a collective failure was noted) and
+  // the exit code it means: the launcher's signal may end the process before it exits with it.
   // Returns true when a board holds it (the launcher prints it), false when there is none.
-  bool record_failure(std::string_view message) const;
+  bool record_failure(std::string_view message, int exit_code) const;
 
  private:
   RankSlot* slot_ = nullptr;

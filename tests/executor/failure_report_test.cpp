@@ -162,6 +162,21 @@ TEST(FailureReport, WithoutBoardMessagesTheFirstNonZeroExitIsNamed) {
 
 // A child process finds its slot through the environment, as a rank does, and what it records is
 // what the launcher reads.
+// Both ranks refuse the plan (exit 2); rank 1 records its error first, and the launcher's SIGTERM,
+// sent when rank 0 exits, ends rank 1 before it exits itself: the job still exits 2.
+TEST(FailureReport, TheRootsExitCodeIsWhatItsErrorMeansNotTheSignalAfterIt) {
+  auto refused = failed_view(RankFailure::kOwn, "plan: a mixture of experts with ep 2 ...", 5);
+  refused.exit_code = core::kExitBadInput;
+  auto terminated = ended(1, core::kExitRuntime, refused);
+  terminated.signal = SIGTERM;
+  terminated.signalled_by_launcher = true;
+  auto also_refused = refused;
+  also_refused.failed_at_ns = 6;
+  const auto r = explain_failure({ended(0, core::kExitBadInput, also_refused), terminated}, 7);
+  EXPECT_EQ(r.root, "rank 1: plan: a mixture of experts with ep 2 ...");
+  EXPECT_EQ(r.exit_code, core::kExitBadInput);
+}
+
 TEST(RankBoard, WhatARankRecordsTheLauncherReads) {
   const RankBoard board(2);
   const pid_t pid = ::fork();
@@ -174,7 +189,7 @@ TEST(RankBoard, WhatARankRecordsTheLauncherReads) {
     rank.note_posted("all_gather on group tp");
     rank.note_waiting(true);
     rank.note_collective_failure();
-    std::_Exit(rank.record_failure(std::string(5000, 'm')) ? 0 : 1);
+    std::_Exit(rank.record_failure(std::string(5000, 'm'), 3) ? 0 : 1);
   }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -186,11 +201,12 @@ TEST(RankBoard, WhatARankRecordsTheLauncherReads) {
   EXPECT_FALSE(v.waiting);  // a failed rank no longer waits
   EXPECT_EQ(v.failure, RankFailure::kCollective);
   EXPECT_GT(v.failed_at_ns, 0);
+  EXPECT_EQ(v.exit_code, 3);
   EXPECT_EQ(v.message.size(), sizeof(RankSlot::message) - 1);  // truncated, not overrun
   EXPECT_EQ(board.read(0).failure, RankFailure::kNone);
   EXPECT_EQ(board.read(0).step, -1);
   // This process has no board: nothing is recorded and the caller prints its error itself.
-  EXPECT_FALSE(RankReporter::from_environment().record_failure("x"));
+  EXPECT_FALSE(RankReporter::from_environment().record_failure("x", 2));
 }
 
 }  // namespace
