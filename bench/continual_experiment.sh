@@ -15,7 +15,6 @@ set -euo pipefail
 BUILD="$(cd "${1:-build}" && pwd)"
 OUT="${2:-runs/continual-experiment}"
 STEPS="${3:-300}"
-EVAL_EVERY=$(( STEPS / 30 > 0 ? STEPS / 30 : 1 ))  # 30 evaluations a run: the forecast's curves
 CPT="$BUILD/bin/cpt"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"; cd "$OUT"
@@ -48,12 +47,13 @@ fi
 BASE=$(ls -d "$OUT"/base/checkpoints/step_* | tail -1)
 
 # 2. Continual runs on Python, equal steps, re-warmed to a lower peak.
-run() {  # name, data sets JSON, extra keys
-  local name=$1 data=$2 extra=$3
+run() {  # name, data sets JSON, extra keys[, steps]
+  local name=$1 data=$2 extra=$3 steps=${4:-$STEPS}
+  local every=$(( steps / 30 > 0 ? steps / 30 : 1 ))  # 30 evaluations a run: the forecast's curves
   cat > "$name.json" <<JSON
 {"tokenizer": {"model": "$OUT/tok.model"}, "init_from": "$BASE", "data": $data, "eval": $evals,
- "steps": $STEPS, "lr": {"schedule": "cosine", "peak": 0.001, "warmup_steps": 10, "min_ratio": 0.1},
- "eval_interval_steps": $EVAL_EVERY, "eval_at_start": true, "seed": 2, "log_interval_steps": 0 $extra}
+ "steps": $steps, "lr": {"schedule": "cosine", "peak": 0.001, "warmup_steps": 10, "min_ratio": 0.1},
+ "eval_interval_steps": $every, "eval_at_start": true, "seed": 2, "log_interval_steps": 0 $extra}
 JSON
   rm -rf "$name"
   "$CPT" train --plan plan/plan.json --config "$name.json" --out "$name" >/dev/null
@@ -66,6 +66,12 @@ run replay25    "[$code, \"weight\": 0.75}, $english, \"weight\": 0.25}]" ""
 run kl          "[$code}]" ', "distill": {"lambda": 0.1}'
 run ewc         "[$code}]" ", \"ewc\": {\"lambda\": 1000, \"data\": {\"name\": \"english-fisher\", \"sources\": $english_train}, \"sequences\": 64}"
 run replay25_kl "[$code, \"weight\": 0.75}, $english, \"weight\": 0.25}]" ', "distill": {"lambda": 0.1}'
+
+# Short pilots: the same recipe run to the end of a schedule a third as long (no mitigation, 25%
+# replay), for the forecast of the full runs below.
+PILOT_STEPS=$(( STEPS / 3 ))
+run pilot_none      "[$code}]" "" "$PILOT_STEPS"
+run pilot_replay25  "[$code, \"weight\": 0.75}, $english, \"weight\": 0.25}]" "" "$PILOT_STEPS"
 
 # 3. The table and the chart.
 python3 - "$OUT" "$STEPS" <<'PY'
@@ -122,6 +128,8 @@ PY
 # law fitted to the evaluations up to step STEPS/3, its forecast of the last evaluation beside it.
 THIRD=$(( STEPS / 3 ))
 "$CPT" forecast none replay25 --new-data python --fit-until-step "$THIRD" --check replay5 --json > forecast_two_shares.json
+"$CPT" forecast pilot_none pilot_replay25 --new-data python --check none --check replay5 --check replay25 \
+  --json > forecast_short_pilots.json
 for r in none replay5 replay25 kl ewc replay25_kl; do
   "$CPT" forecast "$r" --new-data python --fit-until-step "$THIRD" --json > "forecast_$r.json"
 done
@@ -130,7 +138,8 @@ import json, math, os, sys
 out, third = sys.argv[1], sys.argv[2]
 def rows(name):
     return json.load(open(os.path.join(out, name)))["checks"]
-lines = [f"Fitted on steps 0-{third}; forecast vs measured perplexity at the last step; error = forecast/measured - 1.", "",
+lines = [f"Fitted on steps 0-{third} (or on complete {third}-step pilots); forecast vs measured perplexity at the last step; "
+         "error = forecast/measured - 1.", "",
          "| fitted to | run | set | forecast ppl [±2 se] | measured | error | inside |", "|---|---|---|---|---|---|---|"]
 def add(fitted, checks):
     for c in checks:
@@ -139,6 +148,7 @@ def add(fitted, checks):
         lines.append(f"| {fitted} | {os.path.basename(c['run'])} | {c['set'].replace('-heldout', '')} | "
                      f"{f:.2f} [{lo:.2f}, {hi:.2f}] | {m:.2f} | {100 * (f / m - 1):+.1f}% | {inside} |")
 add("none + replay25", rows("forecast_two_shares.json"))
+add("short pilots 0 + 25%", rows("forecast_short_pilots.json"))
 for r in ["none", "replay5", "replay25", "kl", "ewc", "replay25_kl"]:
     add(f"{r} alone", rows(f"forecast_{r}.json"))
 open(os.path.join(out, "forecast.md"), "w").write("\n".join(lines) + "\n")

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,7 @@
 #include "core/units.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/step_estimator.h"
+#include "forecast/continual_forecast.h"
 #include "spec/model_catalog.h"
 #include "spec/model_io.h"
 #include "spec/measured_run.h"
@@ -125,8 +127,10 @@ spec::ClusterSpec host_cluster(const Json& probe) {
   return one_machine_cluster("this-machine", g, 1, g.hbm_bandwidth, core::Seconds(1e-5));
 }
 
-// A single-process plan of `model` on this machine, with the cost model's prediction (fp32).
-spec::Plan host_plan(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len, int batch) {
+// A single-process plan of `model` on this machine, with the cost model's prediction (fp32), its
+// KL teacher priced when the run distils.
+spec::Plan host_plan(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len, int batch,
+                     bool kl_teacher) {
   spec::ParallelConfig p;
   p.micro_batch = batch;
   p.global_batch = batch;
@@ -135,6 +139,7 @@ spec::Plan host_plan(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   o.precision = spec::Precision::kFp32;
   o.flash_attention = false;
   o = cost::as_run_by_cpt_executor(o);
+  o.distill_teacher = kl_teacher;
   const auto ev = cost::evaluate(model, cluster, p, seq_len, o);
   if (const auto* e = std::get_if<cost::Estimate>(&ev)) plan.predicted = cost::prediction_of(*e, o, cluster.gpu());
   return plan;
@@ -173,6 +178,43 @@ fs::path cache_root() {
   if (const char* d = std::getenv("CPT_DEPS_DIR")) return fs::path(d);
   if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache/cpt";
   return fs::temp_directory_path() / "cpt-cache";
+}
+
+// What `cpt forecast` predicts for the run's end from its first third, beside what the run
+// measured: {set: {forecast, low, high, measured}} in perplexity; empty (with the reason printed)
+// when the first third has too few evaluations to fit.
+Json forecast_from_first_third(const fs::path& run_dir, int steps) {
+  Json out = Json::object();
+  try {
+    const auto run = forecast::read_pilot_run(run_dir);
+    const auto fitted = forecast::fit_pilots({run}, {"python"}, steps / 3);
+    const auto target = forecast::target_of(fitted, run);
+    for (const auto& [set, fit] : fitted.fits) {
+      const auto f = forecast::forecast_set(fitted, set, target);
+      out[set] = {{"forecast", std::exp(f.loss)},
+                  {"low", std::exp(f.low)},
+                  {"high", std::exp(f.high)},
+                  {"measured", std::exp(run.evaluations.at(set).back().loss)}};
+    }
+  } catch (const core::ConfigError& e) {
+    std::cout << "  no forecast from the first third: " << e.what() << "\n";
+    return Json::object();
+  }
+  return out;
+}
+
+// The forecast beside the outcome, as a table.
+std::string forecast_table(const Json& forecast) {
+  core::TextTable t({"held-out set", "forecast from the first third [±2 se]", "measured", "error"});
+  for (const auto& [set, f] : forecast.items()) {
+    const double predicted = f["forecast"].get<double>(), measured = f["measured"].get<double>();
+    t.add_row({set,
+               str_cat(fixed(predicted, 2), " [", fixed(f["low"].get<double>(), 2), ", ",
+                       fixed(f["high"].get<double>(), 2), "]"),
+               fixed(measured, 2),
+               str_cat(predicted >= measured ? "+" : "", fixed(100 * (predicted / measured - 1), 1), "%")});
+  }
+  return t.render();
 }
 
 void run(const RunOptions& o) {
@@ -222,7 +264,7 @@ void run(const RunOptions& o) {
     fs::create_directories(tmp);
     exec_step({"data", "train-tokenizer", "/usr/share/doc", "--ext", "copyright", "--vocab-size", "512", "--max-mib",
                "8", "--out", (tmp / "tokenizer").string()});
-    spec::save_plan(host_plan(base_model, cluster, seq_len, batch), tmp / "plan.json");
+    spec::save_plan(host_plan(base_model, cluster, seq_len, batch, false), tmp / "plan.json");
     Json cfg =
         train_config(tmp / "tokenizer.model", Json::array({{{"name", "english"}, {"sources", text.english_train}}}),
                      Json::array({english_heldout}), o.base_steps, 3e-3, o.base_steps / 20);
@@ -260,7 +302,7 @@ void run(const RunOptions& o) {
 
   // 4. The plan, written and read back.
   const auto extended = spec::load_model((out / "base-extended/model.json").string(), "base-extended/model.json");
-  spec::save_plan(host_plan(extended, cluster, seq_len, batch), out / "plan.json");
+  spec::save_plan(host_plan(extended, cluster, seq_len, batch, true), out / "plan.json");
   const auto plan = spec::load_plan(out / "plan.json");
   std::cout << "[4/6] plan: " << extended.name << " (" << extended.num_params() << " parameters) on "
             << cluster.gpu().display_name << ": 1 process, batch " << batch << " x " << seq_len;
@@ -281,6 +323,7 @@ void run(const RunOptions& o) {
   cfg["init_from"] = (out / "base-extended").string();
   cfg["distill"] = {{"lambda", 0.1}};
   cfg["eval_at_start"] = true;
+  cfg["eval_interval_steps"] = std::max(1, o.steps / 30);  // the curves the forecast is fitted to
   write_json(out / "train.json", cfg);
   fs::remove_all(out / "train");
   exec_step({"train", "--plan", (out / "plan.json").string(), "--config", (out / "train.json").string(), "--out",
@@ -305,6 +348,7 @@ void run(const RunOptions& o) {
                {"predicted_tokens_per_s", plan.predicted ? plan.predicted->tokens_per_s_per_gpu : 0.0},
                {"measured_tokens_per_s", measured.tokens_per_s},
                {"base_model", base_dir.string()},
+               {"forecast_from_first_third", forecast_from_first_third(out / "train", o.steps)},
                {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
   write_json(out / "summary.json", summary);
   core::TextTable t({"held-out set", "base perplexity", "after", "change"});
@@ -312,9 +356,13 @@ void run(const RunOptions& o) {
              str_cat(forgetting >= 0 ? "+" : "", fixed(forgetting, 1), "% (forgetting)")});
   t.add_row({"Python (new domain)", fixed(before.at("python-heldout"), 2), fixed(after.at("python-heldout"), 2),
              str_cat("-", fixed(adaptation, 1), "% (adaptation)")});
-  std::cout << "\n[6/6] summary (" << added << " tokens added; replay + KL)\n\n"
-            << t.render() << "\n"
-            << str_cat("throughput: predicted ",
+  std::cout << "\n[6/6] summary (" << added << " tokens added; replay + KL)\n\n" << t.render() << "\n";
+  if (!summary["forecast_from_first_third"].empty()) {
+    std::cout << "perplexity at the end, as cpt forecast predicts it from the first " << o.steps / 3
+              << " steps (docs/continual.md):\n"
+              << forecast_table(summary["forecast_from_first_third"]) << "\n";
+  }
+  std::cout << str_cat("throughput: predicted ",
                        static_cast<long long>(summary["predicted_tokens_per_s"].get<double>()), " tokens/s, measured ",
                        static_cast<long long>(summary["measured_tokens_per_s"].get<double>()), " tokens/s; ",
                        fixed(summary["wall_s"].get<double>(), 0), " s in all\n")
