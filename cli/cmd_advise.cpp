@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/recipe_flag.h"
 #include "cli/runtime_flag.h"
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -24,6 +25,7 @@ struct AdviseOptions {
   std::string model, gpu;
   int gpus = 0, global_batch = 0, seq_len = 0;
   std::string runtime;  // empty: each family's own
+  std::string config;   // TRAIN.json: the continual recipe priced
   bool json = false;
 };
 
@@ -34,6 +36,7 @@ void run(const AdviseOptions& o) {
   so.global_batch = o.global_batch;
   so.seq_len = o.seq_len;
   so.runtime = runtime_named(o.runtime);
+  so.cost = with_recipe(so.cost, read_recipe(o.config));
   const auto a = planner::advise(model, cluster, so);
   if (o.json) {
     core::Json fams = core::Json::array();
@@ -51,7 +54,8 @@ void run(const AdviseOptions& o) {
     print_json(
         {{"families", fams},
          {"winner", a.winner >= 0 ? core::Json(a.families[static_cast<std::size_t>(a.winner)].family) : core::Json()},
-         {"reason", a.reason}});
+         {"reason", a.reason},
+         {"recipe", describe_recipe(so.cost)}});
     return;
   }
   using core::Align;
@@ -66,7 +70,8 @@ void run(const AdviseOptions& o) {
     t.add_row({f.family, spec::to_string(f.runtime), config_summary(f.best->config), fixed(e.tokens_per_s_per_gpu, 0),
                fixed(100 * e.mfu, 1) + "%", fixed(core::to_gibibytes(e.peak_memory().total()), 1)});
   }
-  std::cout << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().name << "\n\n"
+  std::cout << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().name
+            << ", continual recipe: " << describe_recipe(so.cost) << "\n\n"
             << t.render() << "\n"
             << (a.winner >= 0 ? "winner: " + a.families[static_cast<std::size_t>(a.winner)].family + ". " : "")
             << a.reason << ".\n";
@@ -84,6 +89,7 @@ void register_advise_command(CLI::App& app) {
   cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
   add_runtime_option(*cmd, o->runtime,
                      "default: each family's own (ZeRO-2 deepspeed, the FSDP families fsdp, 3D megatron)");
+  add_recipe_option(*cmd, o->config);
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] { run(*o); });
 }

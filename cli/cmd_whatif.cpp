@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/output.h"
+#include "cli/recipe_flag.h"
 #include "cli/runtime_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -35,6 +36,7 @@ struct WhatIfOptions {
   double nic_gbps = 0, hbm_gib = 0, price = 0;
   std::int64_t tokens = 0;
   std::string runtime;  // empty: the plan's (megatron without a plan)
+  std::string config;   // TRAIN.json: the continual recipe priced after the change (default: the plan's)
   bool search = false;
   bool json = false;
 };
@@ -49,8 +51,9 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// `priced`: the options the plan was priced with (the defaults without a plan), the recipe applied.
 void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec::ClusterSpec& base, int seq_len,
-               int global_batch) {
+               int global_batch, const cost::CostModelOptions& priced) {
   const auto [key, values] = planner::parse_sweep(o.sweep);
   std::vector<std::string> gpus = o.gpu.empty() ? std::vector<std::string>{base.gpu().name} : split(o.gpu);
   planner::SearchOptions so;
@@ -59,6 +62,7 @@ void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec:
   so.tokens = o.tokens;
   so.price_per_gpu_hour = o.price;
   so.runtime = runtime_named(o.runtime);
+  so.cost = priced;
   const auto points = planner::sweep(model, base, gpus, key, values, so, spec::HardwareCatalog::builtin());
   if (o.json) {
     core::Json arr = core::Json::array();
@@ -138,7 +142,10 @@ void run(const WhatIfOptions& o) {
       more.gpus = o.gpus;
       base = planner::apply_change(base, more, cat);
     }
-    run_sweep(o, model, base, seq_len, global_batch);
+    const auto recipe = read_recipe(o.config);
+    const cost::CostModelOptions priced =
+        plan && plan->predicted ? cost::options_of(*plan->predicted) : cost::CostModelOptions{};
+    run_sweep(o, model, base, seq_len, global_batch, with_recipe(priced, recipe));
     return;
   }
   if (!plan) throw core::ConfigError("whatif: without --sweep, expected a plan file");
@@ -152,7 +159,9 @@ void run(const WhatIfOptions& o) {
   // Before: as the plan was priced; after: the same, or under the runtime --runtime names.
   const cost::CostModelOptions priced = plan->predicted ? cost::options_of(*plan->predicted) : cost::CostModelOptions{};
   const auto runtime = runtime_named(o.runtime);
-  const cost::CostModelOptions after_options = runtime ? cost::for_runtime(priced, *runtime) : priced;
+  const auto recipe = read_recipe(o.config);
+  const cost::CostModelOptions after_options =
+      with_recipe(runtime ? cost::for_runtime(priced, *runtime) : priced, recipe);
   auto before = cost::evaluate(plan->model, plan->cluster, plan->parallel, plan->workload.seq_len, priced);
   std::optional<spec::ParallelConfig> config = planner::rescale(plan->parallel, cluster.num_gpus);
   if (config) config->global_batch = global_batch;
@@ -181,6 +190,8 @@ void run(const WhatIfOptions& o) {
     print_json(
         {{"before_runtime", spec::to_string(priced.runtime)},
          {"after_runtime", spec::to_string(after_options.runtime)},
+         {"before_recipe", describe_recipe(priced)},
+         {"after_recipe", describe_recipe(after_options)},
          {"before", cost::evaluation_to_json(before)},
          {"after", cost::evaluation_to_json(*after)},
          {"after_step_time_band_s", std::holds_alternative<cost::Estimate>(*after)
@@ -193,8 +204,10 @@ void run(const WhatIfOptions& o) {
   }
   std::cout << str_cat("before: ", plan->cluster.num_gpus, " x ", plan->cluster.gpu().name, ", ",
                        config_summary(plan->parallel), ", runtime ", spec::to_string(priced.runtime),
-                       "\nafter:  ", cluster.num_gpus, " x ", cluster.gpu().name, ", ", config_summary(*config),
-                       ", runtime ", spec::to_string(after_options.runtime), " (", how, ")\n\n");
+                       ", continual recipe: ", describe_recipe(priced), "\nafter:  ", cluster.num_gpus, " x ",
+                       cluster.gpu().name, ", ", config_summary(*config), ", runtime ",
+                       spec::to_string(after_options.runtime), ", continual recipe: ", describe_recipe(after_options),
+                       " (", how, ")\n\n");
   auto value = [](const cost::Evaluation& ev, auto get) -> std::string {
     if (const auto* e = std::get_if<cost::Estimate>(&ev)) return get(*e);
     return "infeasible";
@@ -241,6 +254,7 @@ void register_whatif_command(CLI::App& app) {
   cmd->add_option("--price-per-gpu-hour", o->price, "USD per GPU-hour")->check(CLI::NonNegativeNumber);
   cmd->add_option("--svg", o->svg, "With --sweep: write a chart (tokens/s per GPU, MFU, step time)");
   add_runtime_option(*cmd, o->runtime, "default: the one the plan was priced for (megatron without a plan)");
+  add_recipe_option(*cmd, o->config);
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] { run(*o); });
 }

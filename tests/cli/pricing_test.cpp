@@ -1,5 +1,5 @@
 // The flags that say how a plan is priced, through the real binary: --runtime (which software runs
-// it) and --config TRAIN.json (the continual recipe it runs), on estimate, plan and whatif.
+// it) and --config TRAIN.json (the continual recipe it runs), on estimate, plan, whatif and advise.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -121,6 +121,39 @@ TEST(Pricing, ConfigPricesTheContinualRecipe) {
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_EQ(lines(typo.err), 1) << typo.err;
   EXPECT_NE(typo.err.find("cpt_cli_recipe_typo.json"), std::string::npos) << typo.err;
+  std::filesystem::remove_all(dir);
+}
+
+// whatif prices a plan with its own recipe, or with the one --config gives (KL added to a plain
+// plan here), sweeps included; advise prices every family with it.
+TEST(Pricing, WhatifAndAdviseTakeTheRecipeToo) {
+  const auto config = write_temp("cpt_cli_recipe_kl.json", R"({"data": [{"name": "new", "path": "shards/new"}],
+      "init_from": "base", "steps": 100, "distill": {"lambda": 0.1}})");
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt_cli_recipe_whatif." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const auto planned =
+      cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --out " + dir.string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const auto plan = (dir / "plan.json").string();
+  const auto same = cpt("whatif " + plan + " --gpu h200 --json");
+  const auto with_kl = cpt("whatif " + plan + " --gpu h200 --json --config " + config.string());
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  ASSERT_EQ(with_kl.exit_code, 0) << with_kl.err;
+  const auto a = nlohmann::json::parse(same.out), b = nlohmann::json::parse(with_kl.out);
+  EXPECT_EQ(a["after_recipe"], "none");
+  EXPECT_EQ(b["before_recipe"], "none");
+  EXPECT_EQ(b["after_recipe"], "KL teacher");
+  EXPECT_GT(b["after"]["memory_GiB"]["teacher"].get<double>(), 0);
+  EXPECT_EQ(a["after"]["memory_GiB"]["teacher"].get<double>(), 0);
+  const std::string sweep = "whatif " + plan + " --sweep gpus=8,16 --json";
+  const auto swept = nlohmann::json::parse(cpt(sweep).out),
+             swept_kl = nlohmann::json::parse(cpt(sweep + " --config " + config.string()).out);
+  EXPECT_EQ(swept["points"].front()["estimate"]["memory_GiB"]["teacher"].get<double>(), 0);
+  EXPECT_GT(swept_kl["points"].front()["estimate"]["memory_GiB"]["teacher"].get<double>(), 0);
+  const auto advised =
+      cpt("advise --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --config " + config.string());
+  ASSERT_EQ(advised.exit_code, 0) << advised.err;
+  EXPECT_NE(advised.out.find("continual recipe: KL teacher"), std::string::npos) << advised.out;
   std::filesystem::remove_all(dir);
 }
 
