@@ -13,6 +13,7 @@
 #include "cli/output.h"
 #include "cli/recipe_flag.h"
 #include "cli/runtime_flag.h"
+#include "planner/recipe_overheads.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -323,7 +324,8 @@ void print_sizes(const PlanOptions& o, const planner::PlannerResult& r) {
 
 // The top plans, the band and the time to train of the best, the rejections.
 void print_top(const PlanOptions& o, const planner::PlannerResult& r, const std::vector<double>& simulated,
-               const spec::ClusterSpec& cluster, spec::Runtime runtime) {
+               const spec::ClusterSpec& cluster, spec::Runtime runtime,
+               const std::optional<spec::TrainConfig>& recipe) {
   using core::Align;
   core::TextTable t({"#", "GPUs", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
                     {Align::kRight, Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
@@ -343,7 +345,17 @@ void print_top(const PlanOptions& o, const planner::PlannerResult& r, const std:
       const double hours = static_cast<double>(o.tokens) / (best.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
       std::cout << "time to train " << o.tokens << " tokens with #1: " << fixed(hours, 1) << " h ("
                 << fixed(hours * cluster.num_gpus, 0) << " GPU-hours"
-                << (o.price > 0 ? str_cat(", ", fixed(hours * cluster.num_gpus * o.price, 0), " USD") : "") << ")\n\n";
+                << (o.price > 0 ? str_cat(", ", fixed(hours * cluster.num_gpus * o.price, 0), " USD") : "") << ")\n";
+      if (recipe) {
+        const std::int64_t tokens_per_step = std::int64_t{o.global_batch} * o.seq_len;
+        const auto extra = planner::recipe_overheads(*recipe, (o.tokens + tokens_per_step - 1) / tokens_per_step,
+                                                     o.seq_len, best.tokens_per_s_per_gpu * cluster.num_gpus);
+        std::cout << "  besides the steps, TRAIN.json's " << extra.evaluations << " evaluation(s) "
+                  << fixed(extra.evaluation_s / 3600, 2) << " h and EWC's Fisher estimate "
+                  << fixed(extra.fisher_s / 3600, 2) << " h: " << fixed(hours + extra.total_s() / 3600, 1)
+                  << " h in all\n";
+      }
+      std::cout << "\n";
     }
   }
   core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
@@ -403,7 +415,7 @@ void run(const PlanOptions& given) {
                        cost::describe(priced_with.runtime), ", continual recipe: ", describe_recipe(priced_with),
                        "\n\n");
   if (!r.best_per_size.empty()) print_sizes(o, r);
-  print_top(o, r, simulated, cluster, priced_with.runtime);
+  print_top(o, r, simulated, cluster, priced_with.runtime, recipe);
   std::cout << str_cat(
       r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ", r.pareto.size(),
       clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory", " Pareto front, in ",

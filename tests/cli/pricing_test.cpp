@@ -116,6 +116,9 @@ TEST(Pricing, ConfigPricesTheContinualRecipe) {
   // Without --tokens, the run's length is TRAIN.json's: 100 steps of 64 x 4096 tokens.
   EXPECT_EQ(plan["workload"]["train_tokens"].get<std::int64_t>(), 100 * 64 * 4096);
   EXPECT_NE(planned.out.find("time to train 26214400 tokens"), std::string::npos) << planned.out;
+  EXPECT_NE(planned.out.find("besides the steps, TRAIN.json's 0 evaluation(s) 0.00 h and EWC's Fisher estimate"),
+            std::string::npos)
+      << planned.out;
   const auto typo = cpt(estimate + " --config " +
                         write_temp("cpt_cli_recipe_typo.json", R"({"data": [], "distill": {"lamda": 1}})").string());
   EXPECT_EQ(typo.exit_code, 2);
