@@ -53,6 +53,9 @@ Json law_json(const forecast::LawFit& fit) {
               {"area_scale", law.area_scale},
               {"exponent", law.exponent},
               {"annealing", law.annealing},
+              {"recovery_fitted", fit.recovery_fitted},
+              {"recovery", fit.recovery_fitted ? law.recovery : 0.0},
+              {"recovery_area", law.recovery_area},
               {"observations", fit.observations},
               {"residual_sd", fit.residual_sd}};
 }
@@ -64,16 +67,17 @@ void print_fits(const forecast::FittedPilots& fitted) {
   for (std::size_t i = 0; i < fitted.pilots.size(); ++i) {
     std::cout << "  " << fitted.pilots[i].dir.string() << ": replay " << fixed(fitted.replay_shares[i], 3) << "\n";
   }
-  core::TextTable t(
-      {"set", "evals", "L0", "A", "rho", "sigma", "beta", "C", "fit sd"},
-      {core::Align::kLeft, core::Align::kRight, core::Align::kRight, core::Align::kRight, core::Align::kRight,
-       core::Align::kRight, core::Align::kRight, core::Align::kRight, core::Align::kRight});
+  core::TextTable t({"set", "evals", "L0", "A", "rho", "sigma", "beta", "q", "tau", "C", "fit sd"},
+                    {core::Align::kLeft, core::Align::kRight, core::Align::kRight, core::Align::kRight,
+                     core::Align::kRight, core::Align::kRight, core::Align::kRight, core::Align::kRight,
+                     core::Align::kRight, core::Align::kRight, core::Align::kRight});
   for (const auto& [set, fit] : fitted.fits) {
     const auto& law = fit.law;
     t.add_row({set, std::to_string(fit.observations), fixed(law.start_loss, 3), fixed(law.shift, 3),
                fit.replay_fitted ? significant(law.replay_scale, 3) : "-", significant(law.area_scale, 3),
-               significant(law.exponent, 3), fit.annealing_fitted ? significant(law.annealing, 3) : "-",
-               fixed(fit.residual_sd, 4)});
+               significant(law.exponent, 3), fit.recovery_fitted ? significant(law.recovery, 3) : "-",
+               fit.recovery_fitted ? significant(law.recovery_area, 3) : "-",
+               fit.annealing_fitted ? significant(law.annealing, 3) : "-", fixed(fit.residual_sd, 4)});
   }
   std::cout << t.render();
   if (!fitted.annealing_fitted) {

@@ -13,7 +13,10 @@ namespace cpt::forecast {
 namespace {
 
 using Parameters = Eigen::Matrix<double, kLawParameters, 1>;
-enum Index { kStart, kShift, kLogReplay, kLogArea, kLogExponent, kLogAnnealing };
+enum Index { kStart, kShift, kLogReplay, kLogArea, kLogExponent, kLogAnnealing, kRecoveryLogit, kLogRecoveryArea };
+
+// The recovery share's logit when there is none (a share of 1e-13).
+constexpr double kNoRecoveryLogit = -30;
 
 // Bounds that keep the power law finite; none is reached by a sensible fit.
 constexpr double kMinLog = -30, kMaxLog = 30;
@@ -27,6 +30,8 @@ LossLaw law_of(const Parameters& theta, bool replay_fitted, bool annealing_fitte
   law.area_scale = std::exp(theta[kLogArea]);
   law.exponent = std::exp(theta[kLogExponent]);
   law.annealing = annealing_fitted ? std::exp(theta[kLogAnnealing]) : 0.0;
+  law.recovery = 1 / (1 + std::exp(-theta[kRecoveryLogit]));
+  law.recovery_area = std::exp(theta[kLogRecoveryArea]);
   return law;
 }
 
@@ -35,6 +40,8 @@ void clamp(Parameters& theta) {
   theta[kLogArea] = std::clamp(theta[kLogArea], kMinLog, kMaxLog);
   theta[kLogExponent] = std::clamp(theta[kLogExponent], kMinLogExponent, kMaxLogExponent);
   theta[kLogAnnealing] = std::clamp(theta[kLogAnnealing], kMinLog, kMaxLog);
+  theta[kRecoveryLogit] = std::clamp(theta[kRecoveryLogit], kNoRecoveryLogit, -kNoRecoveryLogit);
+  theta[kLogRecoveryArea] = std::clamp(theta[kLogRecoveryArea], kMinLog, kMaxLog);
 }
 
 struct Problem {
@@ -127,8 +134,49 @@ double LossLaw::at(const LawInput& where) const {
   const double mixture = replay_scale > 0 ? std::exp(-where.replay_share / replay_scale) : 1.0;
   const double new_data_area = (1 - where.replay_share) * where.forward_area;
   const double saturation = 1 - std::pow(1 + new_data_area / area_scale, -exponent);
-  return start_loss + shift * mixture * saturation - annealing * where.annealing_area;
+  const double won_back = recovery * (1 - std::exp(-where.replay_share * where.forward_area / recovery_area));
+  return start_loss + shift * mixture * (saturation - won_back) - annealing * where.annealing_area;
 }
+
+namespace {
+
+// Schwarz's Bayesian information criterion of a least-squares fit (Gaussian residuals): the
+// recovery term is kept only when it explains more than its two parameters cost.
+double bic(double sum_of_squares, std::size_t observations, std::size_t parameters) {
+  const auto n = static_cast<double>(observations);
+  return n * std::log(std::max(sum_of_squares, 1e-300) / n) + static_cast<double>(parameters) * std::log(n);
+}
+
+struct Minimum {
+  Parameters theta = Parameters::Zero();
+  double cost = std::numeric_limits<double>::infinity();
+};
+
+// Levenberg–Marquardt from a grid of shapes: the power law's scale and exponent are not separately
+// convex, and a few restarts find the basin reliably. `base` gives the other parameters' starts.
+Minimum search_shapes(const Problem& problem, const Parameters& base, double largest_area) {
+  Minimum best;
+  for (const double area_fraction : {0.01, 0.1, 1.0}) {
+    for (const double exponent : {0.3, 1.0, 3.0}) {
+      for (const double annealing : {1e-3, 1.0}) {
+        for (const double replay_scale : {0.03, 0.3}) {
+          Parameters theta = base;
+          theta[kLogReplay] = std::log(replay_scale);
+          theta[kLogArea] = std::log(area_fraction * largest_area);
+          theta[kLogExponent] = std::log(exponent);
+          theta[kLogAnnealing] = std::log(annealing);
+          const double cost = minimise(problem, theta);
+          if (cost < best.cost) best = {theta, cost};
+          if (!problem.replay_fitted) break;
+        }
+        if (!problem.annealing_fitted) break;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
 
 LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealing, const std::string& what) {
   const auto [lowest, highest] = std::minmax_element(
@@ -142,52 +190,53 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
     problem.replay_fitted = true;
     problem.free.push_back(kLogReplay);
   }
-  const int parameters = static_cast<int>(problem.free.size());
-  check_observations(observations, parameters, what);
+  check_observations(observations, static_cast<int>(problem.free.size()), what);
 
-  // Start where the curve starts and ends, then from a grid of shapes: the power law's scale and
-  // exponent are not separately convex, and a few restarts find the basin reliably.
-  const auto first = std::min_element(
-      observations.begin(), observations.end(),
-      [](const Observation& a, const Observation& b) { return a.where.forward_area < b.where.forward_area; });
-  const auto last = std::max_element(
-      observations.begin(), observations.end(),
-      [](const Observation& a, const Observation& b) { return a.where.forward_area < b.where.forward_area; });
+  const auto by_area = [](const Observation& a, const Observation& b) {
+    return a.where.forward_area < b.where.forward_area;
+  };
+  const auto first = std::min_element(observations.begin(), observations.end(), by_area);
+  const auto last = std::max_element(observations.begin(), observations.end(), by_area);
   const double largest_area = std::max(last->where.forward_area, 1e-12);
-  Parameters best = Parameters::Zero();
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (const double area_fraction : {0.01, 0.1, 1.0}) {
-    for (const double exponent : {0.3, 1.0, 3.0}) {
-      for (const double annealing : {1e-3, 1.0}) {
-        for (const double replay_scale : {0.03, 0.3}) {
-          Parameters theta;
-          theta << first->loss, last->loss - first->loss, std::log(replay_scale),
-              std::log(area_fraction * largest_area), std::log(exponent), std::log(annealing);
-          const double cost = minimise(problem, theta);
-          if (cost < best_cost) {
-            best_cost = cost;
-            best = theta;
-          }
-          if (!problem.replay_fitted) break;
-        }
-        if (!problem.annealing_fitted) break;
-      }
+  Parameters base = Parameters::Zero();
+  base[kStart] = first->loss;
+  base[kShift] = last->loss - first->loss;
+  base[kRecoveryLogit] = kNoRecoveryLogit;
+  Minimum best = search_shapes(problem, base, largest_area);
+  // A forgotten set trained with replay: the replayed data wins part of the forgetting back.
+  const bool replayed = std::any_of(observations.begin(), observations.end(),
+                                    [](const Observation& o) { return o.where.replay_share > kSameShare; });
+  if (replayed && best.theta[kShift] > 0 && observations.size() > problem.free.size() + 3) {
+    Problem recovering = problem;
+    recovering.free.push_back(kRecoveryLogit);
+    recovering.free.push_back(kLogRecoveryArea);
+    base[kRecoveryLogit] = 0;
+    base[kLogRecoveryArea] = std::log(0.25 * std::max(highest->where.replay_share, kSameShare) * largest_area);
+    const Minimum recovered = search_shapes(recovering, base, largest_area);
+    if (bic(recovered.cost, observations.size(), recovering.free.size()) <
+        bic(best.cost, observations.size(), problem.free.size())) {
+      best = recovered;
+      problem = recovering;
     }
   }
+  const int parameters = static_cast<int>(problem.free.size());
+  const Parameters& theta = best.theta;
+  const double best_cost = best.cost;
 
   if (!std::isfinite(best_cost)) {
     throw core::ConfigError(core::str_cat(what, ": no finite fit of the law to these evaluations"));
   }
   LawFit fit;
   fit.replay_share = lowest->where.replay_share;
-  fit.law = law_of(best, problem.replay_fitted, problem.annealing_fitted);
+  fit.law = law_of(theta, problem.replay_fitted, problem.annealing_fitted);
   fit.replay_fitted = problem.replay_fitted;
   fit.annealing_fitted = problem.annealing_fitted;
+  fit.recovery_fitted = std::find(problem.free.begin(), problem.free.end(), kRecoveryLogit) != problem.free.end();
   fit.observations = static_cast<int>(observations.size());
   fit.parameters = parameters;
   const double variance = best_cost / std::max(1, fit.observations - parameters);
   fit.residual_sd = std::sqrt(variance);
-  const Eigen::MatrixXd j = problem.jacobian(best);
+  const Eigen::MatrixXd j = problem.jacobian(theta);
   const Eigen::MatrixXd covariance = variance * (j.transpose() * j).completeOrthogonalDecomposition().pseudoInverse();
   for (std::size_t a = 0; a < problem.free.size(); ++a) {
     for (std::size_t b = 0; b < problem.free.size(); ++b) {
@@ -206,7 +255,9 @@ LossForecast forecast_loss(const LawFit& fit, const LawInput& where) {
   Parameters theta;
   const auto& law = fit.law;
   theta << law.start_loss, law.shift, fit.replay_fitted ? std::log(law.replay_scale) : 0.0, std::log(law.area_scale),
-      std::log(law.exponent), std::log(std::max(law.annealing, 1e-300));
+      std::log(law.exponent), std::log(std::max(law.annealing, 1e-300)),
+      std::log(std::max(law.recovery, 1e-300)) - std::log(std::max(1 - law.recovery, 1e-300)),
+      std::log(law.recovery_area);
   Parameters gradient = Parameters::Zero();
   for (int i = 0; i < kLawParameters; ++i) {
     const double h = 1e-6 * std::max(1.0, std::abs(theta[i]));

@@ -93,6 +93,7 @@ TEST(LossLawFit, RecoversALawFromTwoReplaySharesAndPredictsAThird) {
   observations.insert(observations.end(), replayed.begin(), replayed.end());
   const auto fit = fit_loss_law(observations, true, "synthetic");
   EXPECT_TRUE(fit.replay_fitted);
+  EXPECT_FALSE(fit.recovery_fitted);  // the truth has none: Schwarz's criterion leaves it out
   EXPECT_EQ(fit.parameters, 6);
   EXPECT_LT(fit.residual_sd, 0.004);
   // The end of a 300-step run at replay 0.05, a share no pilot trained with.
@@ -101,6 +102,28 @@ TEST(LossLawFit, RecoversALawFromTwoReplaySharesAndPredictsAThird) {
   EXPECT_LE(predicted.low, held_out.loss);
   EXPECT_GE(predicted.high, held_out.loss);
   EXPECT_NEAR(predicted.loss, held_out.loss, 0.1);
+}
+
+TEST(LossLawFit, ReplayWinningForgettingBackIsFittedAndForecast) {
+  std::mt19937 random(3);
+  LossLaw truth = forgetting_law();
+  truth.annealing = 0;
+  truth.recovery = 0.7;
+  truth.recovery_area = 0.01;
+  truth.replay_scale = 0.3;  // the 25% pilot forgets, then wins most of it back
+  // Pilots at 0 and 25% to step 150 of 300 (truncated: C is not fitted), forecast 10% at 300.
+  auto observations = observe(truth, 0.0, 300, 150, 0.002, random);
+  const auto replayed = observe(truth, 0.25, 300, 150, 0.002, random);
+  observations.insert(observations.end(), replayed.begin(), replayed.end());
+  const auto fit = fit_loss_law(observations, false, "synthetic");
+  EXPECT_TRUE(fit.recovery_fitted);
+  EXPECT_EQ(fit.parameters, 7);
+  const auto held_out = observe(truth, 0.10, 300, 300, 0.0, random).back();
+  const auto predicted = forecast_loss(fit, held_out.where);
+  EXPECT_NEAR(predicted.loss, held_out.loss, 0.05);
+  // Without replay in the fit there is nothing to win back.
+  const auto no_replay = fit_loss_law(observe(truth, 0.0, 300, 150, 0.002, random), false, "synthetic");
+  EXPECT_FALSE(no_replay.recovery_fitted);
 }
 
 TEST(LossLawFit, NoiseFreeDataIsFittedExactly) {
