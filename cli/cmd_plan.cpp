@@ -347,9 +347,11 @@ void print_top(const PlanOptions& o, const planner::PlannerResult& r, const std:
                 << fixed(hours * cluster.num_gpus, 0) << " GPU-hours"
                 << (o.price > 0 ? str_cat(", ", fixed(hours * cluster.num_gpus * o.price, 0), " USD") : "") << ")\n";
       if (recipe) {
+        // The trainer's length (TRAIN.json's steps first), one replica's speed (it evaluates alone).
         const std::int64_t tokens_per_step = std::int64_t{o.global_batch} * o.seq_len;
-        const auto extra = planner::recipe_overheads(*recipe, (o.tokens + tokens_per_step - 1) / tokens_per_step,
-                                                     o.seq_len, best.tokens_per_s_per_gpu * cluster.num_gpus);
+        const std::int64_t steps = recipe->steps.value_or((o.tokens + tokens_per_step - 1) / tokens_per_step);
+        const auto extra = planner::recipe_overheads(
+            *recipe, steps, o.seq_len, best.tokens_per_s_per_gpu * cluster.num_gpus / r.top.front().config.dp);
         std::cout << "  besides the steps, TRAIN.json's " << extra.evaluations << " evaluation(s) "
                   << fixed(extra.evaluation_s / 3600, 2) << " h and EWC's Fisher estimate "
                   << fixed(extra.fisher_s / 3600, 2) << " h: " << fixed(hours + extra.total_s() / 3600, 1)

@@ -217,6 +217,49 @@ std::string forecast_table(const Json& forecast) {
   return t.render();
 }
 
+// 6. The summary: forgetting and adaptation, the forecast beside the outcome, the throughput.
+void summarize(const fs::path& out, const RunOptions& o, const spec::ModelSpec& base_model,
+               const spec::ModelSpec& extended, const spec::Plan& plan, const fs::path& base_dir,
+               std::chrono::steady_clock::time_point t0) {
+  const auto before = perplexities(out / "train/eval.jsonl", 0);
+  const auto after = perplexities(out / "train/eval.jsonl", -1);
+  const auto measured = spec::load_measured_run(out / "train/measured.json");
+  const double forgetting = 100 * (after.at("english-heldout") / before.at("english-heldout") - 1);
+  const double adaptation = 100 * (1 - after.at("python-heldout") / before.at("python-heldout"));
+  const auto added = extended.vocab - base_model.vocab;
+  Json summary{{"base_ppl_original", before.at("english-heldout")},
+               {"final_ppl_original", after.at("english-heldout")},
+               {"base_ppl_new", before.at("python-heldout")},
+               {"final_ppl_new", after.at("python-heldout")},
+               {"forgetting_pct", forgetting},
+               {"adaptation_pct", adaptation},
+               {"added_tokens", added},
+               {"mitigations", {"replay 25% English", "KL distillation lambda 0.1", "vocabulary extension"}},
+               {"continual_steps", o.steps},
+               {"predicted_tokens_per_s", plan.predicted ? plan.predicted->tokens_per_s_per_gpu : 0.0},
+               {"measured_tokens_per_s", measured.tokens_per_s},
+               {"base_model", base_dir.string()},
+               {"forecast_from_first_third", forecast_from_first_third(out / "train", o.steps)},
+               {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+  write_json(out / "summary.json", summary);
+  core::TextTable t({"held-out set", "base perplexity", "after", "change"});
+  t.add_row({"English (original domain)", fixed(before.at("english-heldout"), 2), fixed(after.at("english-heldout"), 2),
+             str_cat(forgetting >= 0 ? "+" : "", fixed(forgetting, 1), "% (forgetting)")});
+  t.add_row({"Python (new domain)", fixed(before.at("python-heldout"), 2), fixed(after.at("python-heldout"), 2),
+             str_cat("-", fixed(adaptation, 1), "% (adaptation)")});
+  std::cout << "\n[6/6] summary (" << added << " tokens added; replay + KL)\n\n" << t.render() << "\n";
+  if (!summary["forecast_from_first_third"].empty()) {
+    std::cout << "perplexity at the end, as cpt forecast predicts it from the first " << o.steps / 3
+              << " steps (docs/continual.md):\n"
+              << forecast_table(summary["forecast_from_first_third"]) << "\n";
+  }
+  std::cout << str_cat("throughput: predicted ",
+                       static_cast<long long>(summary["predicted_tokens_per_s"].get<double>()), " tokens/s, measured ",
+                       static_cast<long long>(summary["measured_tokens_per_s"].get<double>()), " tokens/s; ",
+                       fixed(summary["wall_s"].get<double>(), 0), " s in all\n")
+            << "wrote " << (out / "summary.json").string() << "\n";
+}
+
 void run(const RunOptions& o) {
   if (!find_executor()) {
     throw core::RuntimeError(
@@ -329,44 +372,7 @@ void run(const RunOptions& o) {
   exec_step({"train", "--plan", (out / "plan.json").string(), "--config", (out / "train.json").string(), "--out",
              (out / "train").string()});
 
-  // 6. Summary.
-  const auto before = perplexities(out / "train/eval.jsonl", 0);
-  const auto after = perplexities(out / "train/eval.jsonl", -1);
-  const auto measured = spec::load_measured_run(out / "train/measured.json");
-  const double forgetting = 100 * (after.at("english-heldout") / before.at("english-heldout") - 1);
-  const double adaptation = 100 * (1 - after.at("python-heldout") / before.at("python-heldout"));
-  const auto added = extended.vocab - base_model.vocab;
-  Json summary{{"base_ppl_original", before.at("english-heldout")},
-               {"final_ppl_original", after.at("english-heldout")},
-               {"base_ppl_new", before.at("python-heldout")},
-               {"final_ppl_new", after.at("python-heldout")},
-               {"forgetting_pct", forgetting},
-               {"adaptation_pct", adaptation},
-               {"added_tokens", added},
-               {"mitigations", {"replay 25% English", "KL distillation lambda 0.1", "vocabulary extension"}},
-               {"continual_steps", o.steps},
-               {"predicted_tokens_per_s", plan.predicted ? plan.predicted->tokens_per_s_per_gpu : 0.0},
-               {"measured_tokens_per_s", measured.tokens_per_s},
-               {"base_model", base_dir.string()},
-               {"forecast_from_first_third", forecast_from_first_third(out / "train", o.steps)},
-               {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
-  write_json(out / "summary.json", summary);
-  core::TextTable t({"held-out set", "base perplexity", "after", "change"});
-  t.add_row({"English (original domain)", fixed(before.at("english-heldout"), 2), fixed(after.at("english-heldout"), 2),
-             str_cat(forgetting >= 0 ? "+" : "", fixed(forgetting, 1), "% (forgetting)")});
-  t.add_row({"Python (new domain)", fixed(before.at("python-heldout"), 2), fixed(after.at("python-heldout"), 2),
-             str_cat("-", fixed(adaptation, 1), "% (adaptation)")});
-  std::cout << "\n[6/6] summary (" << added << " tokens added; replay + KL)\n\n" << t.render() << "\n";
-  if (!summary["forecast_from_first_third"].empty()) {
-    std::cout << "perplexity at the end, as cpt forecast predicts it from the first " << o.steps / 3
-              << " steps (docs/continual.md):\n"
-              << forecast_table(summary["forecast_from_first_third"]) << "\n";
-  }
-  std::cout << str_cat("throughput: predicted ",
-                       static_cast<long long>(summary["predicted_tokens_per_s"].get<double>()), " tokens/s, measured ",
-                       static_cast<long long>(summary["measured_tokens_per_s"].get<double>()), " tokens/s; ",
-                       fixed(summary["wall_s"].get<double>(), 0), " s in all\n")
-            << "wrote " << (out / "summary.json").string() << "\n";
+  summarize(out, o, base_model, extended, plan, base_dir, t0);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ constexpr double kNoRecoveryLogit = -30;
 constexpr double kMinLog = -30, kMaxLog = 30;
 constexpr double kMinLogExponent = -2.302585, kMaxLogExponent = 2.302585;
 
-LossLaw law_of(const Parameters& theta, bool replay_fitted, bool annealing_fitted) {
+LossLaw law_of(const Parameters& theta, bool replay_fitted, bool annealing_fitted, bool recovery_fitted) {
   LossLaw law;
   law.start_loss = theta[kStart];
   law.shift = theta[kShift];
@@ -30,8 +30,8 @@ LossLaw law_of(const Parameters& theta, bool replay_fitted, bool annealing_fitte
   law.area_scale = std::exp(theta[kLogArea]);
   law.exponent = std::exp(theta[kLogExponent]);
   law.annealing = annealing_fitted ? std::exp(theta[kLogAnnealing]) : 0.0;
-  law.recovery = 1 / (1 + std::exp(-theta[kRecoveryLogit]));
-  law.recovery_area = std::exp(theta[kLogRecoveryArea]);
+  law.recovery = recovery_fitted ? 1 / (1 + std::exp(-theta[kRecoveryLogit])) : 0.0;
+  law.recovery_area = recovery_fitted ? std::exp(theta[kLogRecoveryArea]) : 1.0;
   return law;
 }
 
@@ -49,9 +49,10 @@ struct Problem {
   std::vector<int> free;  // indices of the fitted parameters
   bool replay_fitted = false;
   bool annealing_fitted = false;
+  bool recovery_fitted = false;
 
   [[nodiscard]] Eigen::VectorXd residuals(const Parameters& theta) const {
-    const LossLaw law = law_of(theta, replay_fitted, annealing_fitted);
+    const LossLaw law = law_of(theta, replay_fitted, annealing_fitted, recovery_fitted);
     Eigen::VectorXd r(static_cast<Eigen::Index>(observations.size()));
     for (std::size_t i = 0; i < observations.size(); ++i) {
       r[static_cast<Eigen::Index>(i)] = law.at(observations[i].where) - observations[i].loss;
@@ -106,8 +107,15 @@ double minimise(const Problem& problem, Parameters& theta) {
 // Replay shares closer than this are one share (ρ is fitted only across distinct ones).
 constexpr double kSameShare = 1e-3;
 
+// Observations at distinct (replay share, forward area): what a fit can tell apart.
+std::size_t distinct_points(std::span<const Observation> observations) {
+  std::vector<std::pair<double, double>> distinct;
+  for (const auto& o : observations) distinct.emplace_back(o.where.replay_share, o.where.forward_area);
+  std::sort(distinct.begin(), distinct.end());
+  return static_cast<std::size_t>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+}
+
 void check_observations(std::span<const Observation> observations, int parameters, const std::string& what) {
-  std::vector<std::pair<double, double>> distinct;  // (replay share, forward area)
   for (const auto& o : observations) {
     const auto& w = o.where;
     if (!(w.replay_share >= 0 && w.replay_share < 1) || !std::isfinite(o.loss) || !std::isfinite(w.forward_area) ||
@@ -116,13 +124,10 @@ void check_observations(std::span<const Observation> observations, int parameter
           core::str_cat(what, ": a replay share must be in [0, 1), a loss and the areas finite; got ", w.replay_share,
                         ", ", o.loss, ", ", w.forward_area, ", ", w.annealing_area));
     }
-    distinct.emplace_back(w.replay_share, w.forward_area);
   }
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  if (static_cast<int>(distinct.size()) < parameters + 1) {
-    throw core::ConfigError(core::str_cat(what, ": ", distinct.size(), " distinct evaluations are too few to fit ",
-                                          parameters,
+  const std::size_t distinct = distinct_points(observations);
+  if (static_cast<int>(distinct) < parameters + 1) {
+    throw core::ConfigError(core::str_cat(what, ": ", distinct, " distinct evaluations are too few to fit ", parameters,
                                           " parameters; evaluate the pilot more often (eval_interval_steps, "
                                           "eval_at_start), run it longer, or fit up to a later --fit-until-step"));
   }
@@ -206,8 +211,9 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
   // A forgotten set trained with replay: the replayed data wins part of the forgetting back.
   const bool replayed = std::any_of(observations.begin(), observations.end(),
                                     [](const Observation& o) { return o.where.replay_share > kSameShare; });
-  if (replayed && best.theta[kShift] > 0 && observations.size() > problem.free.size() + 3) {
+  if (replayed && best.theta[kShift] > 0 && distinct_points(observations) > problem.free.size() + 3) {
     Problem recovering = problem;
+    recovering.recovery_fitted = true;
     recovering.free.push_back(kRecoveryLogit);
     recovering.free.push_back(kLogRecoveryArea);
     base[kRecoveryLogit] = 0;
@@ -228,10 +234,10 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
   }
   LawFit fit;
   fit.replay_share = lowest->where.replay_share;
-  fit.law = law_of(theta, problem.replay_fitted, problem.annealing_fitted);
+  fit.law = law_of(theta, problem.replay_fitted, problem.annealing_fitted, problem.recovery_fitted);
   fit.replay_fitted = problem.replay_fitted;
   fit.annealing_fitted = problem.annealing_fitted;
-  fit.recovery_fitted = std::find(problem.free.begin(), problem.free.end(), kRecoveryLogit) != problem.free.end();
+  fit.recovery_fitted = problem.recovery_fitted;
   fit.observations = static_cast<int>(observations.size());
   fit.parameters = parameters;
   const double variance = best_cost / std::max(1, fit.observations - parameters);
@@ -264,8 +270,8 @@ LossForecast forecast_loss(const LawFit& fit, const LawInput& where) {
     Parameters up = theta, down = theta;
     up[i] += h;
     down[i] -= h;
-    gradient[i] = (law_of(up, fit.replay_fitted, fit.annealing_fitted).at(where) -
-                   law_of(down, fit.replay_fitted, fit.annealing_fitted).at(where)) /
+    gradient[i] = (law_of(up, fit.replay_fitted, fit.annealing_fitted, fit.recovery_fitted).at(where) -
+                   law_of(down, fit.replay_fitted, fit.annealing_fitted, fit.recovery_fitted).at(where)) /
                   (2 * h);
   }
   const Eigen::Map<const Eigen::Matrix<double, kLawParameters, kLawParameters, Eigen::RowMajor>> covariance(

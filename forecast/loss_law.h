@@ -65,7 +65,7 @@ struct LawFit {
   int observations = 0;
   int parameters = 0;
   double residual_sd = 0;  // of the fit, in loss (nats)
-  // The fitted parameters' covariance in the fit's own coordinates (L0, A, ln ρ, ln σ, ln β, ln C),
+  // The fitted parameters' covariance in the fit's own coordinates (L0, A, ln ρ, ln σ, ln β, ln C, logit q, ln τ),
   // row-major, zero where a parameter was not fitted.
   std::array<double, kLawParameters * kLawParameters> covariance{};
 };

@@ -4,12 +4,15 @@
 
 namespace cpt::planner {
 
-// Forward-only tokens cost a third of a training token (2N of 6N FLOPs).
-constexpr double kForwardShareOfTraining = 1.0 / 3.0;
+// FLOPs per token in units of N (parameters): forward 2, forward and backward 6 (Kaplan et al.).
+constexpr double kForwardFlops = 2, kTrainingFlops = 6;
 
 RecipeOverheads recipe_overheads(const spec::TrainConfig& recipe, std::int64_t total_steps, int seq_len,
-                                 double tokens_per_s) {
-  CPT_CHECK(tokens_per_s > 0, "recipe_overheads: tokens_per_s must be positive");
+                                 double replica_tokens_per_s) {
+  CPT_CHECK(replica_tokens_per_s > 0, "recipe_overheads: replica_tokens_per_s must be positive");
+  // A training token's work at the plan's speed: the student's, and the teacher's forward with KL.
+  const double step_flops = kTrainingFlops + (recipe.distill ? kForwardFlops : 0);
+  const double seconds_per_training_flop = 1 / (replica_tokens_per_s * step_flops);
   RecipeOverheads out;
   if (!recipe.eval.empty()) {
     const std::int64_t interval = recipe.eval_interval_steps;
@@ -18,9 +21,11 @@ RecipeOverheads recipe_overheads(const spec::TrainConfig& recipe, std::int64_t t
     double tokens_per_evaluation = 0;
     for (const auto& set : recipe.eval) tokens_per_evaluation += static_cast<double>(set.eval_sequences) * seq_len;
     out.evaluation_s =
-        static_cast<double>(out.evaluations) * tokens_per_evaluation * kForwardShareOfTraining / tokens_per_s;
+        static_cast<double>(out.evaluations) * tokens_per_evaluation * kForwardFlops * seconds_per_training_flop;
   }
-  if (recipe.ewc) out.fisher_s = static_cast<double>(recipe.ewc->sequences) * seq_len / tokens_per_s;
+  if (recipe.ewc) {
+    out.fisher_s = static_cast<double>(recipe.ewc->sequences) * seq_len * kTrainingFlops * seconds_per_training_flop;
+  }
   return out;
 }
 

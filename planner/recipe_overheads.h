@@ -1,13 +1,14 @@
 #pragma once
-// The work a continual run does besides its training steps, timed at the plan's training speed
-// (TRAIN.json's `eval`, `eval_interval_steps`, `eval_at_start` and `ewc`; executor/train/
-// run_evaluation.h and regularizers.h do it):
+// The work a continual run does besides its training steps, timed at one data-parallel replica's
+// training speed (TRAIN.json's `eval`, `eval_interval_steps`, `eval_at_start` and `ewc`;
+// executor/train/run_evaluation.h and regularizers.h do it on one replica, the others waiting or
+// repeating it):
 //   evaluations     every `eval_interval_steps` before the last step, at the end, and at step 0 with
 //                   `eval_at_start`; each evaluates every set's `sequences` × seq_len tokens forward
-//                   only: a third of a training token's work (2N of the 6N FLOPs per token,
-//                   Kaplan et al. 2020), so a third of its time;
-//   Fisher estimate EWC's `sequences` × seq_len tokens forward and backward, once before training,
-//                   at a training token's time.
+//                   only: 2N FLOPs a token against a training token's 6N (Kaplan et al. 2020), 8N
+//                   with a KL teacher's forward;
+//   Fisher estimate EWC's `sequences` × seq_len tokens forward and backward (6N), once before
+//                   training.
 // Not counted: checkpoint writes (no storage bandwidth in the hardware profiles) and the slower
 // per-sequence backward of the Fisher estimate.
 #include <cstdint>
@@ -24,8 +25,9 @@ struct RecipeOverheads {
   [[nodiscard]] double total_s() const { return evaluation_s + fisher_s; }
 };
 
-// `tokens_per_s`: the plan's training throughput over all GPUs. REQUIRES: tokens_per_s > 0.
+// `replica_tokens_per_s`: the plan's training throughput of one data-parallel replica (all GPUs'
+// over dp). REQUIRES: replica_tokens_per_s > 0.
 RecipeOverheads recipe_overheads(const spec::TrainConfig& recipe, std::int64_t total_steps, int seq_len,
-                                 double tokens_per_s);
+                                 double replica_tokens_per_s);
 
 }  // namespace cpt::planner

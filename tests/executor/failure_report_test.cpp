@@ -160,8 +160,6 @@ TEST(FailureReport, WithoutBoardMessagesTheFirstNonZeroExitIsNamed) {
   EXPECT_EQ(r.exit_code, 4);
 }
 
-// A child process finds its slot through the environment, as a rank does, and what it records is
-// what the launcher reads.
 // Both ranks refuse the plan (exit 2); rank 1 records its error first, and the launcher's SIGTERM,
 // sent when rank 0 exits, ends rank 1 before it exits itself: the job still exits 2.
 TEST(FailureReport, TheRootsExitCodeIsWhatItsErrorMeansNotTheSignalAfterIt) {
@@ -177,6 +175,8 @@ TEST(FailureReport, TheRootsExitCodeIsWhatItsErrorMeansNotTheSignalAfterIt) {
   EXPECT_EQ(r.exit_code, core::kExitBadInput);
 }
 
+// A child process finds its slot through the environment, as a rank does, and what it records is
+// what the launcher reads.
 TEST(RankBoard, WhatARankRecordsTheLauncherReads) {
   const RankBoard board(2);
   const pid_t pid = ::fork();
