@@ -127,7 +127,7 @@ spec::ClusterSpec host_cluster(const Json& probe) {
   return one_machine_cluster("this-machine", g, 1, g.hbm_bandwidth, core::Seconds(1e-5));
 }
 
-// A single-process plan of `model` on this machine, with the cost model's prediction (fp32), its
+// A single-process plan of `model` on the local machine, with the cost model's prediction (fp32), its
 // KL teacher priced when the run distils.
 spec::Plan host_plan(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len, int batch,
                      bool kl_teacher) {

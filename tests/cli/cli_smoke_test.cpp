@@ -68,18 +68,6 @@ TEST(CliSmoke, HelpOfEverySubcommand) {
   EXPECT_EQ(cpt("--version").exit_code, 0);
 }
 
-// A user's first mistakes with `cpt forecast`: one line, exit 2, naming what was wrong.
-TEST(CliSmoke, ForecastWithoutARunDirectorySaysWhatItExpects) {
-  const auto missing = cpt("forecast /nonexistent-run");
-  EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_NE(missing.err.find("/nonexistent-run: not a directory; expected a `cpt train` output directory"),
-            std::string::npos)
-      << missing.err;
-  const auto typo = cpt("forecast /tmp --replya 0.1");
-  EXPECT_EQ(typo.exit_code, 2);
-  EXPECT_NE(typo.err.find("--replya"), std::string::npos) << typo.err;
-}
-
 // The RoPE a checkpoint needs to be continued: its base and Llama 3.1's scaling.
 TEST(CliSmoke, ModelsShowTheirRope) {
   const auto shown = cpt("models show llama3.1-8b");
