@@ -14,7 +14,8 @@ using core::str_cat;
 
 std::vector<std::string> common_eval_sets(const std::vector<PilotRun>& pilots) {
   std::vector<std::string> sets;
-  for (const auto& [set, points] : pilots.front().evaluations) {
+  for (const auto& entry : pilots.front().evaluations) {
+    const std::string& set = entry.first;
     const bool everywhere =
         std::all_of(pilots.begin(), pilots.end(), [&](const PilotRun& run) { return run.evaluations.count(set) > 0; });
     if (everywhere) sets.push_back(set);

@@ -142,7 +142,8 @@ double replay_share(const PilotRun& run, const std::vector<std::string>& new_dat
 std::vector<std::string> common_data_sets(const std::vector<PilotRun>& runs) {
   std::vector<std::string> common;
   if (runs.empty()) return common;
-  for (const auto& [name, weight] : runs.front().data_weights) {
+  for (const auto& entry : runs.front().data_weights) {
+    const std::string& name = entry.first;
     const bool everywhere =
         std::all_of(runs.begin(), runs.end(), [&](const PilotRun& run) { return run.data_weights.count(name) > 0; });
     if (everywhere) common.push_back(name);
