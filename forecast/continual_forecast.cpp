@@ -12,17 +12,6 @@ namespace {
 
 using core::str_cat;
 
-std::vector<std::string> common_eval_sets(const std::vector<PilotRun>& pilots) {
-  std::vector<std::string> sets;
-  for (const auto& entry : pilots.front().evaluations) {
-    const std::string& set = entry.first;
-    const bool everywhere =
-        std::all_of(pilots.begin(), pilots.end(), [&](const PilotRun& run) { return run.evaluations.count(set) > 0; });
-    if (everywhere) sets.push_back(set);
-  }
-  return sets;
-}
-
 std::vector<Observation> observations_of(const FittedPilots& fitted, const std::string& set) {
   std::vector<Observation> observations;
   for (std::size_t i = 0; i < fitted.pilots.size(); ++i) {
@@ -54,7 +43,7 @@ FittedPilots fit_pilots(std::vector<PilotRun> pilots, std::vector<std::string> n
   }
   for (const auto& pilot : pilots) fitted.replay_shares.push_back(replay_share(pilot, fitted.new_data));
   fitted.pilots = std::move(pilots);
-  const auto sets = common_eval_sets(fitted.pilots);
+  const auto sets = keys_in_every(fitted.pilots, &PilotRun::evaluations);
   if (sets.empty()) {
     throw core::ConfigError(str_cat(fitted.pilots.front().dir.string(),
                                     ": no evaluation set common to every pilot (eval.jsonl; TRAIN.json's `eval`)"));

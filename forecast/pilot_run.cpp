@@ -140,15 +140,7 @@ double replay_share(const PilotRun& run, const std::vector<std::string>& new_dat
 }
 
 std::vector<std::string> common_data_sets(const std::vector<PilotRun>& runs) {
-  std::vector<std::string> common;
-  if (runs.empty()) return common;
-  for (const auto& entry : runs.front().data_weights) {
-    const std::string& name = entry.first;
-    const bool everywhere =
-        std::all_of(runs.begin(), runs.end(), [&](const PilotRun& run) { return run.data_weights.count(name) > 0; });
-    if (everywhere) common.push_back(name);
-  }
-  return common;
+  return keys_in_every(runs, &PilotRun::data_weights);
 }
 
 spec::LrSchedule schedule_for(const PilotRun& run, std::int64_t total_steps, double peak) {

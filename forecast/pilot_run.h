@@ -39,6 +39,19 @@ PilotRun read_pilot_run(const std::filesystem::path& dir);
 // ConfigError when a name is not one of the run's data sets or none is.
 double replay_share(const PilotRun& run, const std::vector<std::string>& new_data);
 
+// The keys of `field` (a map of each run's) that every run has, in order.
+template <typename Map>
+std::vector<std::string> keys_in_every(const std::vector<PilotRun>& runs, Map PilotRun::*field) {
+  std::vector<std::string> common;
+  if (runs.empty()) return common;
+  for (const auto& entry : runs.front().*field) {
+    bool everywhere = true;
+    for (const auto& run : runs) everywhere = everywhere && (run.*field).count(entry.first) > 0;
+    if (everywhere) common.push_back(entry.first);
+  }
+  return common;
+}
+
 // The data sets every run trains on: the new data when the caller does not name it.
 std::vector<std::string> common_data_sets(const std::vector<PilotRun>& runs);
 
