@@ -109,13 +109,14 @@ Section forecast_targets(const forecast::FittedPilots& fitted, const ForecastOpt
   for (const double replay : replays) {
     for (const double peak : peaks) {
       const auto target = forecast::target_like_pilots(fitted, replay, peak, steps);
+      const bool extrapolated = forecast::outside_pilots(fitted, target);
       for (const auto& [set, fit] : fitted.fits) {
         const auto f = forecast::forecast_set(fitted, set, target);
         const auto start = fitted.start_loss.find(set);
         const std::string change =
             start == fitted.start_loss.end() ? "-" : signed_percent(std::exp(f.loss - start->second) - 1);
-        t.add_row({str_cat(fixed(replay, 3), forecast::outside_pilots(fitted, target) ? " (extrapolated)" : ""),
-                   significant(peak, 3), set, str_cat(fixed(f.loss, 3), " ", interval(f.low, f.high, 3)),
+        t.add_row({str_cat(fixed(replay, 3), extrapolated ? " (extrapolated)" : ""), significant(peak, 3), set,
+                   str_cat(fixed(f.loss, 3), " ", interval(f.low, f.high, 3)),
                    str_cat(fixed(std::exp(f.loss), 2), " ", interval(std::exp(f.low), std::exp(f.high), 2)), change});
         section.rows.push_back({{"replay", replay},
                                 {"peak_lr", peak},
@@ -124,7 +125,7 @@ Section forecast_targets(const forecast::FittedPilots& fitted, const ForecastOpt
                                 {"loss", f.loss},
                                 {"loss_low", f.low},
                                 {"loss_high", f.high},
-                                {"extrapolated_replay", forecast::outside_pilots(fitted, target)}});
+                                {"extrapolated_replay", extrapolated}});
       }
     }
   }

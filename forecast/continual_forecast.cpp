@@ -67,7 +67,7 @@ FittedPilots fit_pilots(std::vector<PilotRun> pilots, std::vector<std::string> n
 
 bool outside_pilots(const FittedPilots& fitted, const ForecastTarget& target) {
   const auto [lowest, highest] = std::minmax_element(fitted.replay_shares.begin(), fitted.replay_shares.end());
-  return target.replay_share < *lowest - 1e-9 || target.replay_share > *highest + 1e-9;
+  return target.replay_share < *lowest - kSameReplayShare || target.replay_share > *highest + kSameReplayShare;
 }
 
 LossForecast forecast_set(const FittedPilots& fitted, const std::string& set, const ForecastTarget& target) {

@@ -104,9 +104,6 @@ double minimise(const Problem& problem, Parameters& theta) {
   return cost;
 }
 
-// Replay shares closer than this are one share (ρ is fitted only across distinct ones).
-constexpr double kSameShare = 1e-3;
-
 // Observations at distinct (replay share, forward area): what a fit can tell apart.
 std::size_t distinct_points(std::span<const Observation> observations) {
   std::vector<std::pair<double, double>> distinct;
@@ -191,7 +188,7 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
                                     [](const Observation& o) { return o.where.annealing_area > 0; });
   Problem problem{observations, {kStart, kShift, kLogArea, kLogExponent}, false, fit_annealing && annealed};
   if (problem.annealing_fitted) problem.free.push_back(kLogAnnealing);
-  if (!observations.empty() && highest->where.replay_share - lowest->where.replay_share > kSameShare) {
+  if (!observations.empty() && highest->where.replay_share - lowest->where.replay_share > kSameReplayShare) {
     problem.replay_fitted = true;
     problem.free.push_back(kLogReplay);
   }
@@ -210,14 +207,14 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
   Minimum best = search_shapes(problem, base, largest_area);
   // A forgotten set trained with replay: the replayed data wins part of the forgetting back.
   const bool replayed = std::any_of(observations.begin(), observations.end(),
-                                    [](const Observation& o) { return o.where.replay_share > kSameShare; });
+                                    [](const Observation& o) { return o.where.replay_share > kSameReplayShare; });
   if (replayed && best.theta[kShift] > 0 && distinct_points(observations) > problem.free.size() + 3) {
     Problem recovering = problem;
     recovering.recovery_fitted = true;
     recovering.free.push_back(kRecoveryLogit);
     recovering.free.push_back(kLogRecoveryArea);
     base[kRecoveryLogit] = 0;
-    base[kLogRecoveryArea] = std::log(0.25 * std::max(highest->where.replay_share, kSameShare) * largest_area);
+    base[kLogRecoveryArea] = std::log(0.25 * std::max(highest->where.replay_share, kSameReplayShare) * largest_area);
     const Minimum recovered = search_shapes(recovering, base, largest_area);
     if (bic(recovered.cost, observations.size(), recovering.free.size()) <
         bic(best.cost, observations.size(), problem.free.size())) {
@@ -254,7 +251,7 @@ LawFit fit_loss_law(std::span<const Observation> observations, bool fit_annealin
 }
 
 bool speaks_for(const LawFit& fit, double replay_share) {
-  return fit.replay_fitted || std::abs(replay_share - fit.replay_share) <= kSameShare;
+  return fit.replay_fitted || std::abs(replay_share - fit.replay_share) <= kSameReplayShare;
 }
 
 LossForecast forecast_loss(const LawFit& fit, const LawInput& where) {

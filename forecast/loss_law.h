@@ -56,6 +56,9 @@ struct Observation {
 
 inline constexpr int kLawParameters = 8;
 
+// Replay shares closer than this are one share (ρ is fitted only across distinct ones).
+inline constexpr double kSameReplayShare = 1e-3;
+
 struct LawFit {
   LossLaw law;
   bool replay_fitted = false;     // ρ was fitted (the observations span two replay shares or more)
