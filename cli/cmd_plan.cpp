@@ -10,10 +10,11 @@
 
 #include "cli/commands.h"
 #include "cli/local_profile.h"
+#include "cli/finish_report.h"
 #include "cli/output.h"
+#include "cli/plan_report.h"
 #include "cli/recipe_flag.h"
 #include "cli/runtime_flag.h"
-#include "planner/recipe_overheads.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -51,6 +52,7 @@ struct PlanOptions {
   std::string runtime;  // empty: megatron (cpt with --for-executor or --gpu local)
   std::string target;   // empty: any; else only what that framework's export runs as planned
   std::string config;   // TRAIN.json: the continual recipe priced
+  planner::FailureOptions failures;
   bool json = false;
 };
 
@@ -112,81 +114,9 @@ core::Json result_json(const planner::PlannerResult& r, bool with_seconds) {
   return j;
 }
 
-// The best plan as each hand-off file runs it (planner/handoff.h): the same configuration priced
-// for the framework that reads the file (report.md's "Each export under its runtime").
-std::string exports_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len,
-                       const planner::Candidate& best, const cost::CostModelOptions& priced_with) {
-  constexpr std::pair<const char*, spec::Runtime> kExports[] = {{"megatron_args.sh", spec::Runtime::kMegatron},
-                                                                {"ds_config.json", spec::Runtime::kDeepSpeed},
-                                                                {"torchtitan.toml", spec::Runtime::kTorchtitan},
-                                                                {"torchrun.sh, slurm.sbatch", spec::Runtime::kCpt}};
-  std::ostringstream md;
-  md << "\n## Each export under its runtime\n\nThe best plan's configuration as the framework reading each file "
-        "runs it (docs/costmodel.md, \"Runtimes\"); where a file cannot state the configuration, its own notes say "
-        "what runs instead.\n\n| file | runtime | step s | tokens/s/GPU | peak GiB | where the step should land "
-        "|\n|---|---|---|---|---|---|\n";
-  for (const auto& [file, runtime] : kExports) {
-    if (const auto why = planner::export_cannot_run(model, best.config, seq_len, runtime)) {
-      md << "| " << file << " | " << spec::to_string(runtime) << " | - | - | - | cannot run it: " << *why << " |\n";
-      continue;
-    }
-    const auto evaluation =
-        cost::evaluate(model, cluster, best.config, seq_len, cost::for_runtime(priced_with, runtime));
-    md << "| " << file << " | " << spec::to_string(runtime) << " | ";
-    if (const auto* e = std::get_if<cost::Estimate>(&evaluation)) {
-      md << fixed(e->time.total().value(), 3) << " | " << fixed(e->tokens_per_s_per_gpu, 0) << " | "
-         << fixed(core::to_gibibytes(e->peak_memory().total()), 1) << " | "
-         << cost::describe_band(e->time.total(), runtime, cluster.gpu()) << " |\n";
-    } else {
-      md << "- | - | - | " << std::get<cost::Infeasible>(evaluation).detail << " |\n";
-    }
-  }
-  return md.str();
-}
-
-std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const PlanOptions& o,
-                      const planner::PlannerResult& r, const cost::CostModelOptions& priced_with) {
-  const spec::Runtime runtime = priced_with.runtime;
-  const std::string recipe = describe_recipe(priced_with);
-  std::ostringstream md;
-  md << "# cpt plan: " << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().display_name << "\n\n"
-     << "Global batch " << o.global_batch << " sequences of " << o.seq_len << " tokens; objective " << o.objective
-     << margin_text(o) << ". " << r.enumerated << " candidates, " << r.evaluated << " evaluated, " << r.feasible
-     << " feasible.\n\n"
-     << "| # | configuration | step s | tokens/s/GPU | MFU | peak GiB |\n|---|---|---|---|---|---|\n";
-  for (std::size_t i = 0; i < r.top.size(); ++i) {
-    const auto& c = r.top[i];
-    md << "| " << i + 1 << " | " << config_summary(c.config) << " | " << fixed(c.estimate.time.total().value(), 3)
-       << " | " << fixed(c.estimate.tokens_per_s_per_gpu, 0) << " | " << fixed(100 * c.estimate.mfu, 1) << "% | "
-       << fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1) << " |\n";
-  }
-  md << "\nPriced for " << cost::describe(runtime) << ", continual recipe: " << recipe << ".";
-  if (!r.top.empty()) {
-    md << " Step time of the best plan: "
-       << cost::describe_band(r.top.front().estimate.time.total(), runtime, cluster.gpu()) << ".";
-  }
-  md << "\n";
-  if (!r.top.empty()) md << exports_md(model, cluster, o.seq_len, r.top.front(), priced_with);
-  md << "\n## Rejected\n\n| reason | candidates |\n|---|---|\n";
-  for (int i = 0; i < planner::kNumRejectReasons; ++i) {
-    if (r.rejected[static_cast<std::size_t>(i)] > 0) {
-      md << "| " << planner::to_string(static_cast<planner::RejectReason>(i)) << " | "
-         << r.rejected[static_cast<std::size_t>(i)] << " |\n";
-    }
-  }
-  if (o.tokens > 0 && !r.top.empty()) {
-    const double hours =
-        static_cast<double>(o.tokens) / (r.top.front().estimate.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
-    md << "\nTime to train " << o.tokens << " tokens with the best plan: " << fixed(hours, 1) << " h ("
-       << fixed(hours * cluster.num_gpus, 0) << " GPU-hours";
-    if (o.price > 0) md << ", " << fixed(hours * cluster.num_gpus * o.price, 0) << " USD";
-    md << ").\n";
-  }
-  return md.str();
-}
-
 void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                   const PlanOptions& o, const planner::PlannerResult& r, const cost::CostModelOptions& priced_with) {
+                   const PlanOptions& o, const planner::PlannerResult& r, const cost::CostModelOptions& priced_with,
+                   const std::string& finish_md) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw core::RuntimeError(str_cat(dir.string(), ": cannot create: ", ec.message()));
@@ -211,13 +141,17 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
         << c.estimate.mfu << "," << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
   }
   core::write_file_atomic(dir / "candidates.csv", csv.str());
-  core::write_file_atomic(dir / "report.md", report_md(model, cluster, o, r, priced_with));
+  core::write_file_atomic(
+      dir / "report.md",
+      report_md(model, cluster, PlanReportFacts{o.global_batch, o.seq_len, o.objective, margin_text(o)}, r, priced_with,
+                finish_md));
 }
 
 planner::Objective objective_of(const std::string& s) {
   if (s == "throughput") return planner::Objective::kThroughput;
   if (s == "time") return planner::Objective::kTime;
   if (s == "cost") return planner::Objective::kCost;
+  if (s == "time-to-train") return planner::Objective::kTimeToTrain;
   return planner::Objective::kHeadroom;
 }
 
@@ -284,6 +218,8 @@ planner::SearchOptions search_options(const PlanOptions& o, const std::optional<
   so.fixed = planner::parse_fixed(o.fix);
   so.cost.flash_attention = o.flash_attention;
   so.cost = with_recipe(so.cost, recipe);
+  so.recipe = recipe;
+  so.failures = o.failures;
   so.threads = o.threads;
   // --target cpt is --for-executor; another target keeps what its export runs, priced for it
   // unless --runtime says otherwise.
@@ -302,11 +238,12 @@ planner::SearchOptions search_options(const PlanOptions& o, const std::optional<
   return so;
 }
 
-// One row per size: the best plan there, the job's rate, and time and cost for the budget.
-void print_sizes(const PlanOptions& o, const planner::PlannerResult& r) {
+// One row per size: the best plan there, the job's rate, and the expected time and cost to finish
+// the budget (failures grow with the GPUs).
+void print_sizes(const PlanOptions& o, const planner::PlannerResult& r, const planner::FinishInputs& finish) {
   using core::Align;
   core::TextTable sz(
-      {"GPUs", "best configuration", "tokens/s/GPU", "MFU", "job tokens/s", "hours", "cost USD"},
+      {"GPUs", "best configuration", "tokens/s/GPU", "MFU", "job tokens/s", "expected h", "cost USD"},
       {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
   for (const auto& [gpus, best] : r.best_per_size) {
     if (!best) {
@@ -314,7 +251,10 @@ void print_sizes(const PlanOptions& o, const planner::PlannerResult& r) {
       continue;
     }
     const double job = best->estimate.tokens_per_s_per_gpu * gpus;
-    const double hours = o.tokens > 0 ? static_cast<double>(o.tokens) / job / 3600 : 0;
+    const double hours =
+        o.tokens > 0
+            ? planner::time_to_finish(best->estimate.time.total().value(), gpus, best->config.dp, finish).wall_s / 3600
+            : 0;
     sz.add_row({std::to_string(gpus), config_summary(best->config), fixed(best->estimate.tokens_per_s_per_gpu, 0),
                 fixed(100 * best->estimate.mfu, 1) + "%", fixed(job, 0), o.tokens > 0 ? fixed(hours, 1) : "-",
                 o.tokens > 0 && o.price > 0 ? fixed(hours * gpus * o.price, 0) : "-"});
@@ -323,9 +263,8 @@ void print_sizes(const PlanOptions& o, const planner::PlannerResult& r) {
 }
 
 // The top plans, the band and the time to train of the best, the rejections.
-void print_top(const PlanOptions& o, const planner::PlannerResult& r, const std::vector<double>& simulated,
-               const spec::ClusterSpec& cluster, spec::Runtime runtime,
-               const std::optional<spec::TrainConfig>& recipe) {
+void print_top(const planner::PlannerResult& r, const std::vector<double>& simulated, const spec::ClusterSpec& cluster,
+               spec::Runtime runtime, const std::string& finish) {
   using core::Align;
   core::TextTable t({"#", "GPUs", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
                     {Align::kRight, Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
@@ -341,24 +280,7 @@ void print_top(const PlanOptions& o, const planner::PlannerResult& r, const std:
   if (!r.top.empty()) {
     const auto& best = r.top.front().estimate;
     std::cout << "step time of #1: " << cost::describe_band(best.time.total(), runtime, cluster.gpu()) << "\n\n";
-    if (o.tokens > 0) {
-      const double hours = static_cast<double>(o.tokens) / (best.tokens_per_s_per_gpu * cluster.num_gpus) / 3600;
-      std::cout << "time to train " << o.tokens << " tokens with #1: " << fixed(hours, 1) << " h ("
-                << fixed(hours * cluster.num_gpus, 0) << " GPU-hours"
-                << (o.price > 0 ? str_cat(", ", fixed(hours * cluster.num_gpus * o.price, 0), " USD") : "") << ")\n";
-      if (recipe) {
-        // The trainer's length (TRAIN.json's steps first), one replica's speed (it evaluates alone).
-        const std::int64_t tokens_per_step = std::int64_t{o.global_batch} * o.seq_len;
-        const std::int64_t steps = recipe->steps.value_or((o.tokens + tokens_per_step - 1) / tokens_per_step);
-        const auto extra = planner::recipe_overheads(
-            *recipe, steps, o.seq_len, best.tokens_per_s_per_gpu * cluster.num_gpus / r.top.front().config.dp);
-        std::cout << "  besides the steps, TRAIN.json's " << extra.evaluations << " evaluation(s) "
-                  << fixed(extra.evaluation_s / 3600, 2) << " h and EWC's Fisher estimate "
-                  << fixed(extra.fisher_s / 3600, 2) << " h: " << fixed(hours + extra.total_s() / 3600, 1)
-                  << " h in all\n";
-      }
-      std::cout << "\n";
-    }
+    if (!finish.empty()) std::cout << finish << "\n\n";
   }
   core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
   for (int i = 0; i < planner::kNumRejectReasons; ++i) {
@@ -368,6 +290,33 @@ void print_top(const PlanOptions& o, const planner::PlannerResult& r, const std:
     }
   }
   std::cout << rej.render() << "\n";
+}
+
+// What finishing the budget takes with the best plan, as text lines starting with `indent` after
+// the first; empty without a budget or a plan.
+std::string finish_text(const PlanOptions& o, const planner::PlannerResult& r, const planner::FinishInputs& in,
+                        const std::string& indent) {
+  if (o.tokens <= 0 || r.top.empty()) return "";
+  const auto& best = r.top.front();
+  const auto t =
+      planner::time_to_finish(best.estimate.time.total().value(), best.config.world_size(), best.config.dp, in);
+  return describe_finish(t, FinishFacts{o.tokens, best.config.world_size(), o.price, in.recipe != nullptr, o.failures},
+                         indent);
+}
+
+// The --json contract, with the time to finish the budget with the best plan.
+core::Json plan_json(const PlanOptions& o, const planner::PlannerResult& r, const std::vector<double>& simulated,
+                     const planner::FinishInputs& in) {
+  auto j = result_json(r, true);
+  for (std::size_t i = 0; i < simulated.size(); ++i) j["top"][i]["simulated_step_time_s"] = simulated[i];
+  if (o.tokens > 0 && !r.top.empty()) {
+    const auto& best = r.top.front();
+    const auto t =
+        planner::time_to_finish(best.estimate.time.total().value(), best.config.world_size(), best.config.dp, in);
+    j["time_to_finish"] =
+        finish_json(t, FinishFacts{o.tokens, best.config.world_size(), o.price, in.recipe != nullptr, o.failures});
+  }
+  return j;
 }
 
 void run(const PlanOptions& given) {
@@ -403,11 +352,10 @@ void run(const PlanOptions& given) {
     r.top = top;
   }
   const cost::CostModelOptions priced_with = planner::pricing_options(so);
-  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r, priced_with);
+  const planner::FinishInputs finish = planner::finish_inputs(model, so);
+  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r, priced_with, finish_text(o, r, finish, "- "));
   if (o.json) {
-    auto j = result_json(r, true);
-    for (std::size_t i = 0; i < simulated.size(); ++i) j["top"][i]["simulated_step_time_s"] = simulated[i];
-    print_json(j);
+    print_json(plan_json(o, r, simulated, finish));
     return;
   }
   std::string sizes;
@@ -416,8 +364,8 @@ void run(const PlanOptions& given) {
                        o.seq_len, " tokens, objective ", o.objective, margin_text(o), "\npriced for ",
                        cost::describe(priced_with.runtime), ", continual recipe: ", describe_recipe(priced_with),
                        "\n\n");
-  if (!r.best_per_size.empty()) print_sizes(o, r);
-  print_top(o, r, simulated, cluster, priced_with.runtime, recipe);
+  if (!r.best_per_size.empty()) print_sizes(o, r, finish);
+  print_top(r, simulated, cluster, priced_with.runtime, finish_text(o, r, finish, "  "));
   std::cout << str_cat(
       r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ", r.pareto.size(),
       clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory", " Pareto front, in ",
@@ -450,9 +398,11 @@ void register_plan_command(CLI::App& app) {
       ->required()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--objective", o->objective, "throughput|time|cost|headroom")
+  cmd->add_option("--objective", o->objective,
+                  "throughput|time|cost|headroom|time-to-train (the expected time to finish the budget: the steps, "
+                  "TRAIN.json's evaluations, checkpoints and failures)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"throughput", "time", "cost", "headroom"}));
+      ->check(CLI::IsMember({"throughput", "time", "cost", "headroom", "time-to-train"}));
   cmd->add_option("--tokens", o->tokens, "Token budget of the run (time and cost)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--price-per-gpu-hour", o->price, "USD per GPU-hour (objective cost)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--headroom", o->headroom, "HBM fraction to keep free (objective headroom)")
@@ -470,6 +420,7 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "Write plan.json, candidates.csv and report.md into this directory");
   add_runtime_option(*cmd, o->runtime, "default megatron (cpt with --for-executor or --gpu local)");
   add_recipe_option(*cmd, o->config);
+  add_failure_options(*cmd, o->failures);
   cmd->add_flag("--for-executor", o->for_executor,
                 "Only plans cpt's own executor runs (what cpt run trains): no ZeRO-3 with pipelines, no parameter "
                 "offload, no hybrid sharding with context parallelism, tied embeddings on one stage");

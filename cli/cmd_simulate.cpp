@@ -6,15 +6,16 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/finish_report.h"
 #include "cli/output.h"
 #include "core/atomic_file.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "costmodel/sim/chrome_trace.h"
 #include "costmodel/estimate_json.h"
-#include "costmodel/memory_model.h"
 #include "costmodel/sim/failures.h"
 #include "costmodel/sim/plan_simulation.h"
+#include "planner/time_to_finish.h"
 #include "spec/plan.h"
 
 namespace cpt::cli {
@@ -26,23 +27,21 @@ struct SimulateOptions {
   bool json = false;
   cost::sim::SimulationOptions what_if;
   std::int64_t tokens = 0;
-  double mtbf_gpu_hours = 0;
-  double checkpoint_write_gbps = 50;
-  double restart_minutes = 10;
+  planner::FailureOptions failures;
 };
 
 // Expected time to train `tokens` with failures, at the optimal checkpoint interval.
-core::Json failure_report(const SimulateOptions& o, const spec::Plan& plan, double step_s) {
+core::Json failure_report(const SimulateOptions& o, const spec::Plan& plan, const cost::CostModelOptions& options,
+                          double step_s) {
   const double tokens_per_step = static_cast<double>(plan.parallel.global_batch) * plan.workload.seq_len;
   const core::Seconds solve(static_cast<double>(o.tokens) / tokens_per_step * step_s);
-  // A checkpoint holds the weights and the optimizer state (fp32 master copy and two Adam
-  // moments) of the memory model — 14 bytes per parameter in bf16 — written by all ranks at the
-  // aggregate storage bandwidth.
-  const auto state = cost::model_state_bytes(static_cast<double>(plan.model.num_params()), 0, 1, cost::CostModelOptions{});
-  const double ckpt_bytes = static_cast<double>((state.weights + state.optimizer).value());
-  const cost::sim::FailureModel f{core::Seconds(o.mtbf_gpu_hours * 3600 / plan.cluster.num_gpus),
-                                  core::Seconds(ckpt_bytes / (o.checkpoint_write_gbps * 1e9)),
-                                  core::Seconds(o.restart_minutes * 60)};
+  // A checkpoint holds the weights and the optimizer state as the plan was priced
+  // (planner::checkpoint_bytes), written by all ranks at the aggregate storage bandwidth.
+  const double ckpt_bytes = planner::checkpoint_bytes(plan.model, options);
+  const auto& failures = o.failures;
+  const cost::sim::FailureModel f{core::Seconds(failures.mtbf_gpu_hours * 3600 / plan.cluster.num_gpus),
+                                  core::Seconds(ckpt_bytes / (failures.checkpoint_write_GBps * 1e9)),
+                                  core::Seconds(failures.restart_minutes * 60)};
   const auto best = cost::sim::optimal_checkpoint_interval(solve, f);
   return {{"tokens", o.tokens},
           {"failure_free_hours", solve.value() / 3600},
@@ -61,10 +60,10 @@ void run(const SimulateOptions& o) {
   const auto options = plan.predicted ? cost::options_of(*plan.predicted) : cost::CostModelOptions{};
   const auto sim = cost::sim::simulate_plan(plan, options, o.what_if);
   if (!o.trace.empty()) core::write_file_atomic(o.trace, cost::sim::chrome_trace(sim.result).dump() + "\n");
-  const bool failures = o.tokens > 0 && o.mtbf_gpu_hours > 0;
+  const bool failures = o.tokens > 0 && o.failures.mtbf_gpu_hours > 0;
   if (o.json) {
     auto j = cost::sim::simulation_to_json(sim, plan);
-    if (failures) j["failures"] = failure_report(o, plan, sim.result.step_time.value());
+    if (failures) j["failures"] = failure_report(o, plan, options, sim.result.step_time.value());
     print_json(j);
     return;
   }
@@ -82,23 +81,25 @@ void run(const SimulateOptions& o) {
   core::TextTable m({"pp rank", "compute busy s", "simulated peak GiB", "memory model GiB"},
                     {Align::kRight, Align::kRight, Align::kRight, Align::kRight});
   for (std::size_t i = 0; i < r.peak_bytes.size(); ++i) {
-    m.add_row({std::to_string(i), fixed(r.compute_busy_s[i], 3), fixed(r.peak_bytes[i] / static_cast<double>(core::kGiB), 2),
+    m.add_row({std::to_string(i), fixed(r.compute_busy_s[i], 3),
+               fixed(r.peak_bytes[i] / static_cast<double>(core::kGiB), 2),
                fixed(core::to_gibibytes(sim.estimate.memory_per_pp_rank[i].total()), 2)});
   }
   std::cout << m.render()
             << core::str_cat("\n", r.events, " events, critical pp rank ", r.critical_rank,
-                             o.what_if.per_rank() ? core::str_cat(" of replica ", r.critical_replica, " (every data-parallel replica simulated)")
+                             o.what_if.per_rank() ? core::str_cat(" of replica ", r.critical_replica,
+                                                                  " (every data-parallel replica simulated)")
                                                   : std::string(),
                              "\n");
   if (failures) {
-    const auto f = failure_report(o, plan, r.step_time.value());
+    const auto f = failure_report(o, plan, options, r.step_time.value());
     std::cout << core::str_cat("\n", o.tokens, " tokens: ", fixed(f["failure_free_hours"].get<double>(), 1),
                                " h without failures; job MTBF ", fixed(f["job_mtbf_hours"].get<double>(), 2),
                                " h; checkpoint ", fixed(f["checkpoint_GB"].get<double>(), 0), " GB in ",
                                fixed(f["checkpoint_write_s"].get<double>(), 0), " s; best interval ",
-                               fixed(f["optimal_checkpoint_interval_minutes"].get<double>(), 1), " min (Daly: ",
-                               fixed(f["daly_first_order_interval_minutes"].get<double>(), 1), " min); expected ",
-                               fixed(f["expected_hours"].get<double>(), 1), " h (+",
+                               fixed(f["optimal_checkpoint_interval_minutes"].get<double>(), 1),
+                               " min (Daly: ", fixed(f["daly_first_order_interval_minutes"].get<double>(), 1),
+                               " min); expected ", fixed(f["expected_hours"].get<double>(), 1), " h (+",
                                fixed(100 * f["failure_overhead"].get<double>(), 1), "%)\n");
   }
   if (!o.trace.empty()) std::cout << "wrote " << o.trace << " (open in https://ui.perfetto.dev)\n";
@@ -126,15 +127,9 @@ void register_simulate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--nic-slowdown", o->what_if.nic_slowdown, "Its inter-node transfers take this many times longer")
       ->check(CLI::Range(1.0, 1000.0));
-  cmd->add_option("--tokens", o->tokens, "Token budget: expected time to train with failures")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--mtbf-gpu-hours", o->mtbf_gpu_hours, "Mean time between failures of one GPU, hours")
+  cmd->add_option("--tokens", o->tokens, "Token budget: expected time to train with failures")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--checkpoint-write-GBps", o->checkpoint_write_gbps, "Aggregate checkpoint write bandwidth, GB/s")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--restart-minutes", o->restart_minutes, "Time to detect a failure, restart and reload")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  add_failure_options(*cmd, o->failures);
   cmd->callback([o] { run(*o); });
 }
 

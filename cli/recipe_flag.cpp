@@ -1,6 +1,11 @@
 #include "cli/recipe_flag.h"
 
 #include <CLI/CLI.hpp>
+#include <vector>
+
+#include "core/error.h"
+#include "core/str_cat.h"
+#include "spec/token_budget.h"
 
 namespace cpt::cli {
 
@@ -32,7 +37,23 @@ std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int g
   if (!recipe) return 0;
   if (recipe->tokens) return *recipe->tokens;
   if (recipe->steps) return *recipe->steps * global_batch * seq_len;
-  return 0;
+  if (!recipe->epochs) return 0;
+  std::vector<spec::MixtureShare> shares;
+  for (std::size_t i = 0; i < recipe->data.size(); ++i) {
+    const auto& set = recipe->data[i];
+    if (!set.path) {
+      throw core::ConfigError(core::str_cat(
+          recipe->origin.string(), ": $.data[", i, "] (\"", set.name, "\"): expected a prepared data set (\"path\") ",
+          "to count \"epochs\" in tokens, got raw text (\"sources\"); prepare it with cpt-exec data prepare, or give ",
+          "--tokens"));
+    }
+    shares.push_back({set.name, spec::manifest_tokens(*set.path), set.weight});
+    if (shares.back().tokens == 0) {
+      throw core::ConfigError(core::str_cat(set.path->string(), "/manifest.json: $.tokens: expected a data set with ",
+                                            "tokens to count \"epochs\", got 0"));
+    }
+  }
+  return spec::tokens_for_epochs(shares, *recipe->epochs);
 }
 
 std::string describe_recipe(const cost::CostModelOptions& options) {

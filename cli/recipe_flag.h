@@ -29,8 +29,10 @@ std::optional<spec::TrainConfig> run_recipe(const std::filesystem::path& run_dir
 // `options` with the continual recipe `recipe` states (unchanged without one).
 cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::optional<spec::TrainConfig>& recipe);
 
-// The run's length in tokens as `recipe` states it ("tokens", or "steps" of `global_batch`
-// sequences of `seq_len`); 0 without a recipe or when it states neither.
+// The run's length in tokens as `recipe` states it ("tokens"; "steps" of `global_batch` sequences
+// of `seq_len`; "epochs" over its prepared training sets' manifests, spec/token_budget.h); 0
+// without a recipe or when it states none. ConfigError for "epochs" over a raw-text set (its
+// tokens are known only once cpt train prepares it) or an unreadable manifest.
 std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int global_batch, int seq_len);
 
 // "KL teacher, EWC" or "none": what a report says was priced.

@@ -23,6 +23,12 @@ cost::CostModelOptions pricing_options(const SearchOptions& o) {
 
 using core::str_cat;
 
+FinishInputs finish_inputs(const spec::ModelSpec& model, const SearchOptions& o) {
+  return FinishInputs{o.tokens,   o.global_batch,
+                      o.seq_len,  checkpoint_bytes(model, pricing_options(o)),
+                      o.failures, o.recipe ? &*o.recipe : nullptr};
+}
+
 std::string to_string(Objective o) {
   switch (o) {
     case Objective::kThroughput:
@@ -33,29 +39,46 @@ std::string to_string(Objective o) {
       return "cost";
     case Objective::kHeadroom:
       return "headroom";
+    case Objective::kTimeToTrain:
+      return "time-to-train";
   }
   return "?";
 }
 
 namespace {
 
-// Higher is better. Time and cost for a fixed GPU count rank like throughput; they are kept
-// separate because the reports show them and a multi-size search compares them.
-double score_of(double tokens_per_s_per_gpu, core::Seconds step, int gpus, const SearchOptions& o) {
-  const double tokens_per_s = tokens_per_s_per_gpu * gpus;
-  switch (o.objective) {
-    case Objective::kThroughput:
-    case Objective::kHeadroom:
-      return tokens_per_s_per_gpu;
-    case Objective::kTime:
-      return -(o.tokens > 0 ? static_cast<double>(o.tokens) / tokens_per_s : step.value());
-    case Objective::kCost: {
-      const double hours = (o.tokens > 0 ? static_cast<double>(o.tokens) / tokens_per_s : step.value()) / 3600;
-      return -hours * gpus * o.price_per_gpu_hour;
+// The objective's score of a plan, higher is better. Time and cost for a fixed GPU count rank like
+// throughput; they are kept separate because the reports show them and a multi-size search
+// compares them. Time to train adds what finishing costs besides the steps (time_to_finish.h):
+// the recipe's evaluations at one replica's speed, checkpoints and the failures of the plan's GPUs.
+class Ranking {
+ public:
+  Ranking(const spec::ModelSpec& model, const SearchOptions& o) : options_(o), finish_(finish_inputs(model, o)) {}
+
+  [[nodiscard]] double score(double tokens_per_s_per_gpu, core::Seconds step, const spec::ParallelConfig& p) const {
+    const int gpus = p.world_size();
+    const double tokens_per_s = tokens_per_s_per_gpu * gpus;
+    const double budget = static_cast<double>(options_.tokens);
+    switch (options_.objective) {
+      case Objective::kThroughput:
+      case Objective::kHeadroom:
+        return tokens_per_s_per_gpu;
+      case Objective::kTime:
+        return -(options_.tokens > 0 ? budget / tokens_per_s : step.value());
+      case Objective::kCost: {
+        const double hours = (options_.tokens > 0 ? budget / tokens_per_s : step.value()) / 3600;
+        return -hours * gpus * options_.price_per_gpu_hour;
+      }
+      case Objective::kTimeToTrain:
+        return -time_to_finish(step.value(), gpus, p.dp, finish_).wall_s;
     }
+    return 0;
   }
-  return 0;
-}
+
+ private:
+  const SearchOptions& options_;
+  FinishInputs finish_;
+};
 
 // The ranking: score, then less memory, then fewer GPUs, then the index (unique within a size).
 template <class C>
@@ -81,6 +104,11 @@ void check_options(const spec::ModelSpec& model, const SearchOptions& o) {
   }
   if (!(o.memory_margin >= 0 && o.memory_margin < 1)) {
     throw core::ConfigError(str_cat("--memory-margin: expected a fraction in [0, 1), got ", o.memory_margin));
+  }
+  if (o.objective == Objective::kTimeToTrain && o.tokens <= 0) {
+    throw core::ConfigError(
+        "--objective time-to-train: expected a token budget (--tokens, or TRAIN.json's steps, tokens or epochs), "
+        "got none");
   }
   if (o.objective == Objective::kCost && o.price_per_gpu_hour <= 0) {
     throw core::ConfigError("--objective cost: expected a GPU-hour price (--price-per-gpu-hour), got none");
@@ -108,7 +136,7 @@ struct WorkerResult {
 
 // Candidates [begin, end) of `space`: pruned, evaluated in search mode, kept when they fit `limit`.
 void scan(const SearchSpace& space, std::uint64_t begin, std::uint64_t end, const PruneContext& ctx,
-          const spec::ClusterSpec& cluster, const cost::Topology& topology, core::Bytes limit, const SearchOptions& o,
+          const spec::ClusterSpec& cluster, const cost::Topology& topology, core::Bytes limit, const Ranking& ranking,
           std::map<LayoutKey, LayoutFacts>& facts_cache, WorkerResult& out) {
   for (std::uint64_t i = begin; i < end; ++i) {
     const spec::ParallelConfig p = space.at(i);
@@ -136,8 +164,7 @@ void scan(const SearchSpace& space, std::uint64_t begin, std::uint64_t end, cons
       continue;
     }
     ++out.feasible;
-    out.feasible_list.push_back(
-        RankedCandidate{i, p, e, score_of(e.tokens_per_s_per_gpu, e.time.total(), cluster.num_gpus, o)});
+    out.feasible_list.push_back(RankedCandidate{i, p, e, ranking.score(e.tokens_per_s_per_gpu, e.time.total(), p)});
   }
 }
 
@@ -215,6 +242,7 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   const core::Bytes limit(
       static_cast<std::int64_t>(static_cast<double>(cluster.gpu().hbm_capacity.value()) * (1.0 - kept_free)));
   result.enumerated = space.size();
+  const Ranking ranking(model, o);
 
   // Workers take blocks of candidates in turn; the merge sorts by a total order, so the result
   // does not depend on the number of threads or on timing.
@@ -232,7 +260,8 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
       for (;;) {
         const std::uint64_t begin = next.fetch_add(kBlock);
         if (begin >= space.size()) break;
-        scan(space, begin, std::min(space.size(), begin + kBlock), ctx, cluster, topology, limit, o, facts_cache, out);
+        scan(space, begin, std::min(space.size(), begin + kBlock), ctx, cluster, topology, limit, ranking, facts_cache,
+             out);
       }
     } catch (...) {
       std::lock_guard lock(failure_mutex);
@@ -268,7 +297,7 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
     const auto ev = cost::evaluate(model, cluster, c.config, o.seq_len, exact, topology);
     if (const auto* e = std::get_if<cost::Estimate>(&ev); e != nullptr && e->peak_memory().total() <= limit) {
       result.top.push_back(
-          Candidate{c.index, c.config, *e, score_of(e->tokens_per_s_per_gpu, e->time.total(), cluster.num_gpus, o)});
+          Candidate{c.index, c.config, *e, ranking.score(e->tokens_per_s_per_gpu, e->time.total(), c.config)});
     }
   }
   std::sort(result.top.begin(), result.top.end(), better_candidate);

@@ -15,6 +15,7 @@
 #include "costmodel/step_estimator.h"
 #include "planner/pruning.h"
 #include "planner/search_space.h"
+#include "planner/time_to_finish.h"
 #include "spec/hardware_spec.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
@@ -22,12 +23,15 @@
 
 namespace cpt::planner {
 
-// Serialized as "throughput", "time", "cost", "headroom". DO NOT CHANGE the strings.
+// Serialized as "throughput", "time", "cost", "headroom", "time-to-train". DO NOT CHANGE the strings.
 enum class Objective {
   kThroughput,  // most tokens/s per GPU
   kTime,        // least time to train `tokens` (same ranking as throughput at a fixed GPU count)
   kCost,        // least GPU-hours × price for `tokens`
   kHeadroom,    // most tokens/s per GPU among plans that leave `headroom` of the HBM free
+  // least expected wall-clock time to finish `tokens`: the steps, the recipe's evaluations,
+  // checkpoints and the failures of the plan's GPUs (time_to_finish.h). Serialized "time-to-train".
+  kTimeToTrain,
 };
 std::string to_string(Objective o);
 
@@ -53,8 +57,18 @@ struct SearchOptions {
   // The software that runs the plan (cost::for_runtime applied to `cost`); unset: `cost` as given
   // (Megatron-LM's by default).
   std::optional<spec::Runtime> runtime;
+  // Objective::kTimeToTrain (and the reports' time to finish): failures and checkpoints, and the
+  // job's TRAIN.json (evaluations, the Fisher estimate, its checkpoint interval); no TRAIN.json:
+  // none of its work, the best checkpoint interval.
+  FailureOptions failures;
+  std::optional<spec::TrainConfig> recipe;
   cost::CostModelOptions cost;  // exact_pipeline is managed by the search
 };
+
+// What finishing `o.tokens` needs besides a plan (time_to_finish.h), as the search ranks it: the
+// budget, batch, the checkpoint of `model` priced with pricing_options(o), the failures, TRAIN.json.
+// The result points into `o.recipe`: REQUIRES `o` outlives it.
+FinishInputs finish_inputs(const spec::ModelSpec& model, const SearchOptions& o);
 
 // The cost-model options the search prices with: `o.cost`, for `o.runtime` when set, as cpt's
 // executor runs it with `executor_only` (the device's calibrated overheads are applied on top, per

@@ -218,7 +218,10 @@ TrainConfig train_config_from_json(JsonObjectReader& r, const fs::path& base, co
   check_data_sets(r, c);
   c.steps = r.optional_integer("steps", 1);
   c.tokens = r.optional_integer("tokens", 1);
-  if (c.steps && c.tokens) r.fail("tokens", "one of \"steps\" or \"tokens\"", "both");
+  if (r.has("epochs")) c.epochs = r.number("epochs", 1e-6, 1e6);
+  if ((c.steps ? 1 : 0) + (c.tokens ? 1 : 0) + (c.epochs ? 1 : 0) > 1) {
+    r.fail(c.epochs ? "epochs" : "tokens", "one of \"steps\", \"tokens\" or \"epochs\"", "more than one");
+  }
   if (r.has("lr")) read_lr(r, c);
   if (r.has("optimizer")) read_optimizer(r.object("optimizer"), c);
   read_run_settings(r, c);

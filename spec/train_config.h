@@ -78,6 +78,9 @@ struct TrainConfig {
   std::optional<TokenizerConfig> tokenizer;  // required when a data set has `sources`
   std::optional<std::int64_t> steps;
   std::optional<std::int64_t> tokens;
+  // Passes over the training mixture's scarcest data set (spec/token_budget.h); one of steps,
+  // tokens and epochs at most.
+  std::optional<double> epochs;
   LrSchedule lr;
   // "lr": {"peak_fraction": f} instead of "peak": the peak is f times the peak of the run that
   // wrote init_from (recorded in its checkpoint), as continual recipes state it ("re-warm to 1/10

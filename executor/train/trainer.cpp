@@ -38,6 +38,7 @@
 #include "spec/executor_support.h"
 #include "spec/rank_layout.h"
 #include "spec/sequence_split.h"
+#include "spec/token_budget.h"
 
 namespace cpt::exec {
 
@@ -47,15 +48,29 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
+// The run's length: --steps, else TRAIN.json's steps, tokens or epochs over the prepared training
+// sets (spec/token_budget.h), else the plan's token budget.
+// ConfigError when nothing states the run's length (checked before the data is prepared).
+void require_run_length(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
+  if (options.steps || config.steps || config.tokens || config.epochs || plan.workload.train_tokens > 0) return;
+  throw core::ConfigError(str_cat(config.origin.string(),
+                                  ": $: expected \"steps\", \"tokens\" or \"epochs\" (the plan has no token ",
+                                  "budget either), got none"));
+}
+
+std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options,
+                           const std::vector<DataSource>& train) {
+  require_run_length(plan, config, options);
   if (options.steps) return *options.steps;
   if (config.steps) return *config.steps;
   const auto tokens_per_step = std::int64_t{plan.parallel.global_batch} * plan.workload.seq_len;
-  if (config.tokens) return (*config.tokens + tokens_per_step - 1) / tokens_per_step;
-  if (plan.workload.train_tokens > 0) return (plan.workload.train_tokens + tokens_per_step - 1) / tokens_per_step;
-  throw core::ConfigError(str_cat(config.origin.string(),
-                                  ": $: expected \"steps\" or \"tokens\" (the plan has no token ",
-                                  "budget either), got neither"));
+  if (config.tokens) return spec::steps_for_tokens(*config.tokens, tokens_per_step);
+  if (config.epochs) {
+    std::vector<spec::MixtureShare> shares;
+    for (const auto& source : train) shares.push_back({source.name, source.dataset->tokens(), source.weight});
+    return spec::steps_for_tokens(spec::tokens_for_epochs(shares, *config.epochs), tokens_per_step);
+  }
+  return spec::steps_for_tokens(plan.workload.train_tokens, tokens_per_step);
 }
 
 // The layouts the executor runs, or a ConfigError saying what it does not run yet.
@@ -125,7 +140,8 @@ torch::Device set_up_compute(const TrainConfig& config, const TrainOptions& opti
 // deletion, and the schedule's length), finishes checkpoints an earlier run left half-written and
 // prepares the inputs; the other ranks wait for it, then reuse them. COLLECTIVE over `world`.
 RunInputs prepare_run_directory(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options,
-                                std::int64_t total_steps, bool rank0, Communicator& world) {
+                                bool rank0, Communicator& world) {
+  require_run_length(plan, config, options);
   std::optional<RunInputs> prepared;
   if (rank0) {
     fs::create_directories(options.out_dir);
@@ -135,14 +151,18 @@ RunInputs prepare_run_directory(const spec::Plan& plan, const TrainConfig& confi
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       core::write_file_atomic(options.out_dir / "train_config.json", text);
     }
-    const nlohmann::ordered_json run{{"config", fs::absolute(config.origin).string()}, {"total_steps", total_steps}};
-    core::write_file_atomic(options.out_dir / "run.json", run.dump(2) + "\n");
     recover_unfinished_checkpoints(options.out_dir / "checkpoints");
     prepared = prepare_run_inputs(config, plan.model, options.out_dir);
   }
   world.barrier();
   if (!rank0) prepared = prepare_run_inputs(config, plan.model, options.out_dir);
   return std::move(*prepared);
+}
+
+// run.json: the file TRAIN.json was read from and the schedule's length (rank 0 writes it).
+void record_run_length(const TrainConfig& config, const TrainOptions& options, std::int64_t total_steps) {
+  const nlohmann::ordered_json run{{"config", fs::absolute(config.origin).string()}, {"total_steps", total_steps}};
+  core::write_file_atomic(options.out_dir / "run.json", run.dump(2) + "\n");
 }
 
 LoaderOptions loader_options_of(const spec::Plan& plan, const TrainConfig& config) {
@@ -177,8 +197,8 @@ class RankRun {
   const spec::RankLayout layout_;
   const torch::Device device_;
   ProcessGroups groups_;
-  const std::int64_t total_steps_;
   RunInputs inputs_;
+  const std::int64_t total_steps_;
   // Context parallelism: each rank of the cp group holds S/cp tokens of every sequence
   // (context_parallel.h); gradients and ZeRO shards span dp × cp (groups_.replicas()).
   const TensorParallel tp_;
@@ -205,8 +225,8 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
       device_(set_up_compute(config, options, launch_)),
       groups_(
           make_process_groups(layout_, launch_, std::chrono::seconds(config.collective_timeout_s), device_.is_cuda())),
-      total_steps_(resolve_steps(plan, config, options)),
-      inputs_(prepare_run_directory(plan, config, options, total_steps_, rank0_, *groups_.world)),
+      inputs_(prepare_run_directory(plan, config, options, rank0_, *groups_.world)),
+      total_steps_(resolve_steps(plan, config, options, inputs_.train)),
       tp_{groups_.tp.get(), par_.sequence_parallel},
       cp_{groups_.cp.get()},
       rank_(build_rank_model(plan, config, tp_, cp_, groups_, device_)),
@@ -215,6 +235,7 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
       loader_options_(loader_options_of(plan, config)),
       loader_(inputs_.train, loader_options_),
       schedule_(run_lr_schedule(config, total_steps_)) {
+  if (rank0_) record_run_length(config, options, total_steps_);
   estimate_or_load_ewc(continual_, plan, config, inputs_, rank_, groups_, full_state_groups_, options.out_dir, device_);
   choice_ = choose_step_optimizer(par_, config, rank_.named, groups_, rank_.first());
   if (config.keep_optimizer_state) keep_base_optimizer_state(config, *choice_.optimizer, plan.model, tp_, device_);

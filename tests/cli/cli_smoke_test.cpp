@@ -127,6 +127,13 @@ TEST(CliSmoke, ExamplesLoad) {
   const auto c = cpt("profiles show " + examples + "/clusters/h100_2nodes_custom_fabric.json --json");
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_EQ(nlohmann::json::parse(c.out)["profile"]["num_gpus"], 16);
+  const auto cpt70 =
+      cpt("estimate --model llama3-70b --gpu h100 --gpus 64 --tp 8 --pp 4 --zero 1 --recompute full "
+          "--micro-batch 1 "
+          "--global-batch 64 --seq-len 8192 --json --config " +
+          examples + "/llama3-70b_cpt/train.json");
+  ASSERT_EQ(cpt70.exit_code, 0) << cpt70.err;
+  EXPECT_GT(nlohmann::json::parse(cpt70.out)["memory_GiB"]["teacher"].get<double>(), 0.0);
 }
 
 // The stable contract of `cpt estimate --json`.

@@ -115,10 +115,14 @@ TEST(Pricing, ConfigPricesTheContinualRecipe) {
   EXPECT_NE(slurp(dir / "report.md").find("continual recipe: KL teacher, EWC"), std::string::npos);
   // Without --tokens, the run's length is TRAIN.json's: 100 steps of 64 x 4096 tokens.
   EXPECT_EQ(plan["workload"]["train_tokens"].get<std::int64_t>(), 100 * 64 * 4096);
-  EXPECT_NE(planned.out.find("time to train 26214400 tokens"), std::string::npos) << planned.out;
-  EXPECT_NE(planned.out.find("besides the steps, TRAIN.json's 0 evaluation(s) 0.00 h and EWC's Fisher estimate"),
-            std::string::npos)
+  EXPECT_NE(planned.out.find("time to finish 26214400 tokens with #1 (100 steps)"), std::string::npos) << planned.out;
+  EXPECT_NE(planned.out.find("TRAIN.json's 0 evaluation(s) 0.00 h and EWC's Fisher estimate"), std::string::npos)
       << planned.out;
+  const auto report = slurp(dir / "report.md");
+  EXPECT_NE(report.find("## Time to finish"), std::string::npos);
+  for (const char* part : {"| continual |", "| teacher |", "| ewc |"}) {
+    EXPECT_NE(report.find(part), std::string::npos) << part << "\n" << report;
+  }
   const auto typo = cpt(estimate + " --config " +
                         write_temp("cpt_cli_recipe_typo.json", R"({"data": [], "distill": {"lamda": 1}})").string());
   EXPECT_EQ(typo.exit_code, 2);
@@ -158,6 +162,60 @@ TEST(Pricing, WhatifAndAdviseTakeTheRecipeToo) {
   ASSERT_EQ(advised.exit_code, 0) << advised.err;
   EXPECT_NE(advised.out.find("continual recipe: KL teacher"), std::string::npos) << advised.out;
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cpt::cli_testing
+
+namespace cpt::cli_testing {
+namespace {
+
+// TRAIN.json's "epochs" counted from its prepared sets' manifests (95% of a 10 M-token new domain,
+// 5% of a 2 B-token replay set: one epoch is 10,526,316 tokens); the time to finish it with
+// failures and checkpoints, in --json, and the objective that ranks by it; raw text is refused in
+// one line, since its tokens are known only once prepared.
+TEST(Pricing, EpochsAreCountedFromTheManifestsAndTheTimeToFinishIsRanked) {
+  const auto data = std::filesystem::temp_directory_path() / ("cpt_cli_epochs." + std::to_string(::getpid()));
+  for (const auto& [name, tokens] : {std::pair{"new", 10'000'000}, std::pair{"replay", 2'000'000'000}}) {
+    std::filesystem::create_directories(data / name);
+    std::ofstream(data / name / "manifest.json")
+        << R"({"format": "cpt-tokens-v1", "tokens": )" << tokens << R"(, "shards": ["shard_00000"]})";
+  }
+  const auto config = data / "train.json";
+  std::ofstream(config) << R"({"data": [{"name": "new", "path": "new", "weight": 0.95},
+                                         {"name": "replay", "path": "replay", "weight": 0.05}],
+                               "epochs": 2, "checkpoint": {"interval_steps": 20}})";
+  const std::string plan = "plan --model llama3-8b --gpu h100 --gpus 8,64 --global-batch 64 --seq-len 4096 --config " +
+                           config.string() + " --objective time-to-train --mtbf-gpu-hours 1000 --json";
+  const auto planned = cpt(plan);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const auto j = nlohmann::json::parse(planned.out);
+  const auto& finish = j["time_to_finish"];
+  EXPECT_EQ(finish["tokens"].get<std::int64_t>(), 21'052'632);
+  EXPECT_EQ(finish["steps"].get<std::int64_t>(), 81);  // 21,052,632 / (64 x 4,096), rounded up
+  EXPECT_TRUE(finish["checkpoint_interval_from_config"].get<bool>());
+  EXPECT_GT(finish["failure_loss_hours"].get<double>(), 0.0);
+  EXPECT_GT(finish["expected_hours"].get<double>(),
+            finish["steps_hours"].get<double>() + finish["checkpoints_hours"].get<double>());
+  const auto text = cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --config " +
+                        config.string() + " --mtbf-gpu-hours 0");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("time to finish 21052632 tokens with #1 (81 steps)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("failures not priced (--mtbf-gpu-hours 0)"), std::string::npos) << text.out;
+  const auto raw = data / "raw.json";
+  std::ofstream(raw) << R"({"data": [{"name": "web", "sources": ["web.txt"]}], "epochs": 1,
+                           "tokenizer": {"model": "t.model"}})";
+  const auto refused =
+      cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --config " + raw.string());
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("$.data[0] (\"web\")"), std::string::npos) << refused.err;
+  const auto no_budget =
+      cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 "
+          "--objective time-to-train");
+  EXPECT_EQ(no_budget.exit_code, 2);
+  EXPECT_NE(no_budget.err.find("--objective time-to-train"), std::string::npos) << no_budget.err;
+  std::filesystem::remove_all(data);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "executor/checkpoint/checkpoint.h"
+#include "executor/data/token_shards.h"
 #include "executor/model/llama_model.h"
 #include "executor/train/train_config.h"
 #include "executor/train/trainer.h"
@@ -99,7 +100,8 @@ TEST_F(TrainTest, LossFallsAndEveryOutputIsWritten) {
   std::string line;
   std::getline(in, line);
   const auto row = nlohmann::json::parse(line);
-  for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_time_s", "peak_memory_bytes"}) {
+  for (const char* k :
+       {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_time_s", "peak_memory_bytes"}) {
     EXPECT_TRUE(row.contains(k)) << k;
   }
   EXPECT_EQ(row.at("tokens").get<std::int64_t>(), 8 * 64);
@@ -122,6 +124,26 @@ TEST_F(TrainTest, LossFallsAndEveryOutputIsWritten) {
   EXPECT_NEAR(measured.at("step_time_s").get<double>(), sum / 11, 1e-9);
   EXPECT_DOUBLE_EQ(measured.at("step_time_median_s").get<double>(), timed[5]);
   EXPECT_DOUBLE_EQ(measured.at("step_time_p90_s").get<double>(), timed[9]);
+}
+
+// "epochs" counts the run in passes over the set the mixture exhausts first (spec/token_budget.h):
+// with weights 1 and 3 over one data set of T tokens, the weight-3 copy, one epoch every T / 0.75
+// tokens; 2.5 · 512 · 0.75 / T epochs are 1,280 tokens, three steps of 8 x 64.
+TEST_F(TrainTest, EpochsCountTheRunOverTheScarcestSetOfTheMixture) {
+  ScratchDir out("train-epochs");
+  auto c = config(1);
+  c.steps.reset();
+  c.eval.clear();
+  DataSetConfig heavy = c.data.front();
+  heavy.name = "py-again";
+  heavy.weight = 3;
+  c.data.push_back(heavy);
+  const auto tokens = static_cast<double>(TokenDataset::open(data_->path() / "py").tokens());
+  c.epochs = 2.5 * 512 * 0.75 / tokens;
+  const auto s = train(tiny_plan(8, 4, 64), c, quiet_options(out.path()));
+  EXPECT_EQ(s.last_step, 3);
+  const auto run = nlohmann::json::parse(std::ifstream(out.path() / "run.json"));
+  EXPECT_EQ(run.at("total_steps").get<int>(), 3);
 }
 
 TEST_F(TrainTest, StoppingAndResumingGivesExactlyTheUninterruptedLosses) {
@@ -310,9 +332,11 @@ TEST_F(ContinualTest, PeakAndWarmupAsFractionsOfTheBaseRun) {
   expected.peak = 3e-4;
   expected.warmup_steps = 3;
   expected.total_steps = 10;
-  for (std::size_t i = 0; i < r.size(); ++i) EXPECT_DOUBLE_EQ(r[i]["lr"].get<double>(), expected.at(static_cast<std::int64_t>(i)));
+  for (std::size_t i = 0; i < r.size(); ++i)
+    EXPECT_DOUBLE_EQ(r[i]["lr"].get<double>(), expected.at(static_cast<std::int64_t>(i)));
   EXPECT_NEAR(r[3]["lr"].get<double>(), 3e-4, 1e-12);  // the end of the warm-up is the peak
-  EXPECT_EQ(Checkpoint::open(out.path() / "checkpoints/step_00000010").trainer_state().at("lr_peak").get<double>(), 0.1 * 3e-3);
+  EXPECT_EQ(Checkpoint::open(out.path() / "checkpoints/step_00000010").trainer_state().at("lr_peak").get<double>(),
+            0.1 * 3e-3);
 
   // TRAIN.json: one of peak and peak_fraction; peak_fraction needs init_from.
   ScratchDir files("continual-fraction-config");
@@ -333,8 +357,9 @@ TEST_F(ContinualTest, PeakAndWarmupAsFractionsOfTheBaseRun) {
   } catch (const core::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("init_from"), std::string::npos) << e.what();
   }
-  const auto cfg = load_train_config(write("ok.json", R"({"schedule": "cosine", "peak_fraction": 0.1, "warmup_fraction": 0.01})",
-                                           R"(, "init_from": ")" + base_checkpoint().string() + "\""));
+  const auto cfg =
+      load_train_config(write("ok.json", R"({"schedule": "cosine", "peak_fraction": 0.1, "warmup_fraction": 0.01})",
+                              R"(, "init_from": ")" + base_checkpoint().string() + "\""));
   EXPECT_EQ(*cfg.lr_peak_fraction, 0.1);
   EXPECT_EQ(*cfg.lr_warmup_fraction, 0.01);
 }
