@@ -30,13 +30,15 @@ struct AdviseOptions {
 };
 
 void run(const AdviseOptions& o) {
-  const auto model = spec::load_model(o.model, "--model");
+  const auto recipe = read_recipe(o.config);
+  std::string vocabulary_note;
+  const auto model = model_of_recipe(spec::load_model(o.model, "--model"), recipe, vocabulary_note);
   const auto cluster = cluster_for_gpu_flag(o.gpu, o.gpus, "--gpu");
   planner::SearchOptions so;
   so.global_batch = o.global_batch;
   so.seq_len = o.seq_len;
   so.runtime = runtime_named(o.runtime);
-  so.cost = with_recipe(so.cost, read_recipe(o.config));
+  so.cost = with_recipe(so.cost, recipe);
   const auto a = planner::advise(model, cluster, so);
   if (o.json) {
     core::Json fams = core::Json::array();
@@ -71,7 +73,8 @@ void run(const AdviseOptions& o) {
                fixed(100 * e.mfu, 1) + "%", fixed(core::to_gibibytes(e.peak_memory().total()), 1)});
   }
   std::cout << model.name << " on " << cluster.num_gpus << " x " << cluster.gpu().name
-            << ", continual recipe: " << describe_recipe(so.cost) << "\n\n"
+            << ", continual recipe: " << describe_recipe(so.cost) << "\n"
+            << (vocabulary_note.empty() ? "" : vocabulary_note + "\n") << "\n"
             << t.render() << "\n"
             << (a.winner >= 0 ? "winner: " + a.families[static_cast<std::size_t>(a.winner)].family + ". " : "")
             << a.reason << ".\n";

@@ -129,7 +129,9 @@ void print_table(const cost::Estimate& e, const spec::ModelSpec& m, const spec::
 }
 
 void run(const EstimateOptions& o) {
-  const auto model = spec::load_model(o.model, "--model");
+  const auto recipe = read_recipe(o.config);
+  std::string vocabulary_note;
+  const auto model = model_of_recipe(spec::load_model(o.model, "--model"), recipe, vocabulary_note);
   const auto cluster = resolve_cluster(o);
   spec::ParallelConfig p;
   p.tp = o.tp;
@@ -174,7 +176,7 @@ void run(const EstimateOptions& o) {
         str_cat("--for-executor: prices the plan for cpt's executor, but --runtime says ", o.runtime));
   }
   opts = cost::for_runtime(opts, o.for_executor ? spec::Runtime::kCpt : runtime.value_or(spec::Runtime::kMegatron));
-  opts = with_recipe(opts, read_recipe(o.config));
+  opts = with_recipe(opts, recipe);
   if (o.cuda_context_gib > 1e6) {
     throw core::ConfigError(str_cat("--cuda-context-GiB: expected at most 1e6, got ", o.cuda_context_gib));
   }
@@ -202,6 +204,7 @@ void run(const EstimateOptions& o) {
   std::cout << "priced for " << cost::describe(opts.runtime) << ", continual recipe: " << describe_recipe(opts)
             << "; step time: "
             << cost::describe_band(std::get<cost::Estimate>(ev).time.total(), opts.runtime, cluster.gpu()) << "\n";
+  if (!vocabulary_note.empty()) std::cout << vocabulary_note << "\n";
 }
 
 }  // namespace

@@ -324,7 +324,8 @@ void run(const PlanOptions& given) {
   // Without --tokens, the run's length as its TRAIN.json states it: time and cost to finish.
   const auto recipe = read_recipe(o.config);
   if (o.tokens == 0) o.tokens = recipe_tokens(recipe, o.global_batch, o.seq_len);
-  const auto model = spec::load_model(o.model, "--model");
+  std::string vocabulary_note;
+  const auto model = model_of_recipe(spec::load_model(o.model, "--model"), recipe, vocabulary_note);
   const auto clusters = clusters_of(o);
   if (clusters.size() > 1 && o.refine > 0) {
     throw core::ConfigError(str_cat("--refine: expected a single --gpus count, got ", clusters.size()));
@@ -363,7 +364,7 @@ void run(const PlanOptions& given) {
   std::cout << str_cat(model.name, " on ", sizes, " x ", cluster.gpu().name, ", global batch ", o.global_batch, " x ",
                        o.seq_len, " tokens, objective ", o.objective, margin_text(o), "\npriced for ",
                        cost::describe(priced_with.runtime), ", continual recipe: ", describe_recipe(priced_with),
-                       "\n\n");
+                       vocabulary_note.empty() ? "" : "\n" + vocabulary_note, "\n\n");
   if (!r.best_per_size.empty()) print_sizes(o, r, finish);
   print_top(r, simulated, cluster, priced_with.runtime, finish_text(o, r, finish, "  "));
   std::cout << str_cat(

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "spec/model_io.h"
 #include "spec/token_budget.h"
 
 namespace cpt::cli {
@@ -54,6 +55,26 @@ std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int g
     }
   }
   return spec::tokens_for_epochs(shares, *recipe->epochs);
+}
+
+spec::ModelSpec model_of_recipe(spec::ModelSpec model, const std::optional<spec::TrainConfig>& recipe,
+                                std::string& note) {
+  note.clear();
+  if (!recipe || !recipe->init_from) return model;
+  const auto start = spec::load_model_directory(*recipe->init_from);
+  if (!start || (start->vocab == model.vocab && start->num_params() == model.num_params())) return model;
+  spec::ModelSpec extended = model;
+  extended.vocab = start->vocab;
+  if (extended.num_params() != start->num_params()) {
+    throw core::ConfigError(core::str_cat("--model: ", model.name, " (", model.num_params(),
+                                          " parameters) is not the model TRAIN.json's init_from holds (",
+                                          recipe->init_from->string(), ": ", start->num_params(),
+                                          " parameters); plan the model training starts from: --model ",
+                                          recipe->init_from->string()));
+  }
+  note = core::str_cat("vocabulary: ", start->vocab, " tokens, as TRAIN.json's init_from holds it (", model.name,
+                       " has ", model.vocab, ")");
+  return extended;
 }
 
 std::string describe_recipe(const cost::CostModelOptions& options) {

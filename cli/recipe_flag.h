@@ -8,6 +8,7 @@
 #include <string>
 
 #include "costmodel/cost_options.h"
+#include "spec/model_spec.h"
 #include "spec/train_config.h"
 
 namespace CLI {
@@ -34,6 +35,15 @@ cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::op
 // without a recipe or when it states none. ConfigError for "epochs" over a raw-text set (its
 // tokens are known only once cpt train prepares it) or an unreadable manifest.
 std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int global_batch, int seq_len);
+
+// `model` as the job trains it. When TRAIN.json's init_from is a model this machine can read (a
+// cpt checkpoint or a Hugging Face directory, spec::load_model_directory) with `model`'s layout but
+// another vocabulary — one extended by `cpt checkpoint extend-vocab` — the result has init_from's
+// vocabulary and `note` says so in one line; otherwise `model` unchanged and `note` empty.
+// ConfigError when init_from is another model altogether (its parameters differ beyond the
+// vocabulary's rows).
+spec::ModelSpec model_of_recipe(spec::ModelSpec model, const std::optional<spec::TrainConfig>& recipe,
+                                std::string& note);
 
 // "KL teacher, EWC" or "none": what a report says was priced.
 std::string describe_recipe(const cost::CostModelOptions& options);

@@ -324,10 +324,28 @@ ModelSpec load_model_file(const std::filesystem::path& path) {
   return model_from_json(r);
 }
 
+std::optional<ModelSpec> load_model_directory(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return std::nullopt;
+  if (std::filesystem::exists(dir / "config.json", ec)) return load_model_file(dir / "config.json");
+  if (!std::filesystem::exists(dir / "manifest.json", ec)) return std::nullopt;
+  const auto doc = core::parse_json_file(dir / "manifest.json");
+  auto r = JsonObjectReader::root_of(doc);
+  const auto format = r.string("format");
+  if (format != "cpt-checkpoint-v1") r.fail("format", "\"cpt-checkpoint-v1\"", str_cat("\"", format, "\""));
+  auto model = r.object("model");
+  return model_from_json(model);
+}
+
 ModelSpec load_model(const std::string& name_or_path, const std::string& flag) {
   if (auto m = find_catalog_model(name_or_path)) return m->spec;
   const std::filesystem::path path(name_or_path);
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    if (auto m = load_model_directory(path)) return *m;
+    throw ConfigError(str_cat(flag, ": expected a Hugging Face directory (config.json) or a cpt checkpoint ",
+                              "(manifest.json) in ", name_or_path, ", got neither"));
+  }
   if (path.extension() == ".json" || std::filesystem::exists(path, ec)) return load_model_file(path);
   std::vector<std::string> names;
   for (const auto& m : model_catalog()) names.push_back(m.spec.name);

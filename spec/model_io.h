@@ -9,6 +9,7 @@
 // All errors are ConfigError naming the file and the JSON path.
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "core/json_reader.h"
@@ -26,9 +27,15 @@ core::Json model_to_json(const ModelSpec& m);
 // errors. `fallback_name` names the model when the config has no "_name_or_path".
 ModelSpec model_from_hf_config(core::JsonObjectReader& reader, const std::string& fallback_name);
 
-// Loads a model named on the command line: a catalog name or alias (e.g. "llama3-8b"), or the path
-// of a JSON file in either format. `flag` names the option for error messages ("--model").
+// Loads a model named on the command line: a catalog name or alias (e.g. "llama3-8b"), the path of
+// a JSON file in either format, or a directory load_model_directory reads. `flag` names the option
+// for error messages ("--model").
 ModelSpec load_model(const std::string& name_or_path, const std::string& flag);
+// The model of a Hugging Face directory (its config.json) or of a cpt checkpoint (its
+// manifest.json's "model"; executor/checkpoint/checkpoint_manifest.h has the format), read without
+// the weights; nullopt when `dir` is not a directory or holds neither file. ConfigError for a file
+// it cannot read.
+std::optional<ModelSpec> load_model_directory(const std::filesystem::path& dir);
 ModelSpec load_model_file(const std::filesystem::path& path);
 
 }  // namespace cpt::spec

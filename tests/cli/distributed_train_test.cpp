@@ -166,6 +166,34 @@ TEST_F(DistributedTrain, ModelStateBytesEqualTheCostModel) {
   }
 }
 
+// An extended vocabulary (`cpt checkpoint extend-vocab`, 512 -> 549 tokens: not a multiple of 128·tp)
+// is priced as the executor holds it: `cpt plan --config` takes it from TRAIN.json's init_from,
+// and a tp2 run from it holds the cost model's weight, gradient and optimizer bytes exactly (tp
+// pads 549 rows to 768: rank 1 holds 165 real rows and 219 of padding).
+TEST_F(DistributedTrain, AnExtendedVocabularyIsPricedAsTheExecutorHoldsIt) {
+  const auto d = dir_.string();
+  const auto base = train("single", "ext-base", 1, short_config(2));
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const auto ext = sh(cpt_binary() + " checkpoint extend-vocab " + d +
+                          "/ext-base/checkpoints/step_00000002 --vocab 549 " + d + "/ext-549",
+                      dir_);
+  ASSERT_EQ(ext.exit_code, 0) << ext.err;
+  std::ofstream(dir_ / "ext.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
+    "threads": 1, "log_interval_steps": 0, "init_from": ")"
+                                   << d << R"(/ext-549"})";
+  const auto planned = sh(cpt_binary() + " plan --model tiny --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 " +
+                              "--fix tp=2,micro_batch=2 --config " + d + "/ext.json --out " + d + "/ext-tp2",
+                          dir_);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_NE(planned.out.find("vocabulary: 549 tokens, as TRAIN.json's init_from holds it (tiny has 512)"),
+            std::string::npos)
+      << planned.out;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir_ / "ext-tp2" / "plan.json"))["model"]["vocab"].get<int>(), 549);
+  const auto r = train("ext-tp2", "mem-ext-tp2", 2, "ext.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_model_state_of_the_cost_model("mem-ext-tp2", 2, d + "/ext-549", "--gpus 2 --tp 2", "extended vocabulary");
+}
+
 // ZeRO-2 keeps its gradient shard and the buckets being reduced, not a full gradient buffer: with
 // 0.1 MiB buckets on tiny (six buckets, the embedding and the head alone in theirs) its gradients
 // are the cost model's for the executor's buckets (`cpt compare` reads the run's bucket size)

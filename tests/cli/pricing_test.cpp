@@ -218,5 +218,33 @@ TEST(Pricing, EpochsAreCountedFromTheManifestsAndTheTimeToFinishIsRanked) {
   std::filesystem::remove_all(data);
 }
 
+// TRAIN.json's init_from is the model the job trains: a checkpoint (here only its manifest, as the
+// planner reads it) of another architecture than --model is refused in one line naming it; --model
+// takes such a directory too, and a directory holding no model is named.
+TEST(Pricing, TheModelTrainingStartsFromIsTheOnePlanned) {
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt_cli_init_from." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "four-layers");
+  std::filesystem::create_directories(dir / "empty");
+  std::ofstream(dir / "four-layers" / "manifest.json") << R"({"format": "cpt-checkpoint-v1", "step": 0, "model":
+    {"name": "tiny4", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 176, "vocab": 515,
+     "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "tied_embeddings": false, "max_seq_len": 128},
+    "files": {}})";
+  std::ofstream(dir / "train.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2,
+                                           "init_from": "four-layers"})";
+  const std::string plan =
+      "plan --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 --config " + (dir / "train.json").string() + " --model ";
+  const auto refused = cpt(plan + "tiny");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("four-layers"), std::string::npos) << refused.err;
+  const auto planned = cpt(plan + (dir / "four-layers").string());
+  EXPECT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_NE(planned.out.find("tiny4 on 2"), std::string::npos) << planned.out;
+  const auto empty = cpt(plan + (dir / "empty").string());
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.err.find("--model: expected a Hugging Face directory"), std::string::npos) << empty.err;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cpt::cli_testing
