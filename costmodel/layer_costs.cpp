@@ -368,13 +368,18 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   c.loss_forward = ce_fwd;
   c.loss_backward = ce_bwd;
   if (o.distill_teacher) {
-    // The teacher's embedding and head forward, then the KL (executor/train/regularizers.h kl_sum):
-    // both logits read, two fp32 log-softmaxes read and written, exp, difference, product and sum
-    // (~8 fp32 passes over T·V/tp); its gradient ~4 more.
+    // The teacher's embedding and head forward, then the KL over both fp32 logits
+    // (executor/train/regularizers.h kl_sum). Forward: two log-softmaxes, each a cross-entropy
+    // forward's work (the same exponentials and reductions, priced as the loss is), then exp,
+    // difference, product and sum (36 bytes per logit). Backward: one log-softmax backward, a
+    // cross-entropy backward's work, then the product's and the exponential's gradients and their
+    // sum (48 bytes per logit).
     c.teacher_embedding = c.embedding_forward;
-    c.teacher_head = pass(head_gemm, Seconds(0), memory_time(norm.forward + logits * (2 * shape.e + 8 * 4), gpu, o),
-                          head_k.forward, o);
-    c.head_backward.memory += memory_time(logits * 4 * 4, gpu, o);
+    const Seconds kl_forward = ce_fwd * 2.0 + memory_time(logits * 36, gpu, o);
+    c.teacher_head = pass(head_gemm, Seconds(0), kl_forward + memory_time(norm.forward, gpu, o), head_k.forward, o);
+    c.head_backward.memory += ce_bwd + memory_time(logits * 48, gpu, o);
+    c.loss_forward += ce_fwd * 2.0;
+    c.loss_backward += ce_bwd;
   }
   c.model_flops = core::Flops(3 * head);
   return c;

@@ -56,7 +56,8 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   // both logits (forward; the KL's gradient is in head_backward).
   PassTime teacher_embedding;
   PassTime teacher_head;
-  // The cross-entropy loss's part of head_forward.memory and head_backward.memory.
+  // The loss's log-softmaxes: the cross-entropy's part of head_forward.memory and
+  // head_backward.memory, and with distillation the KL's in teacher_head.memory and head_backward.memory.
   core::Seconds loss_forward;
   core::Seconds loss_backward;
   core::Flops model_flops;  // LM head GEMMs, forward + backward

@@ -405,7 +405,7 @@ Seconds ring_transfers(const MicrobatchCharges& c, const LayoutCosts& layout_cos
   const CostModelOptions& o = *context.options;
   return (p2p_time(c.transfer->bytes, layout_costs.pp_ring, o.network_efficiency) +
           o.collective_overhead * static_cast<double>(p.pp)) *
-             static_cast<double>(p.virtual_stages) -
+             static_cast<double>(p.virtual_stages) * c.transfer->operations -
          pipeline_transfer_time(*c.transfer, layout_costs.pp_next.back(), context);
 }
 

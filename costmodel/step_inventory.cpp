@@ -113,14 +113,27 @@ void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const
       calls_of(WorkPass::kForward, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
   if (o.distill_teacher) {
     // The teacher's embedding (and under SP its head's input gather), and the KL's vocabulary-
-    // parallel log-softmaxes (a max and a sum each) and its sum over the vocabulary shards.
+    // parallel log-softmaxes (a max and a sum each) and its sum over the vocabulary shards, forward.
     inv.add(waiting(
         calls_of(WorkPass::kTeacher, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
     if (sp) {
       inv.add(
           waiting(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, gather, activations, 1, around_one)));
     }
-    inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 5,
+    if (runtime.executor) {
+      // Each log-softmax's maxima gathered from every tp rank (fp32 per token), its normaliser
+      // reduced, and the KL's per-token sum reduced.
+      inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllGather, loss * p.tp, 2,
+                       kernels_per_call(o)));
+      inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 3,
+                       kernels_per_call(o)));
+    } else {
+      inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 5,
+                       kernels_per_call(o)));
+    }
+    // Backward, the gradient of the student's normaliser summed over the shards (the backward of
+    // copy_to_tp in executor/parallel/tensor_parallel.cpp vocab_parallel_log_softmax).
+    inv.add(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 1,
                      kernels_per_call(o)));
   }
   if (sp) {
@@ -290,6 +303,12 @@ StepInventory microbatch_work(const spec::ModelSpec& model, const spec::Parallel
       inv.add(calls_of(pass, WorkScope::kTransfer, CommGroup::kPp, WorkKind::kSendReceive, boundary, 1,
                        kernels_per_call(o)));
     }
+    // KL distillation: the teacher's hidden states, sent on their own beside the student's
+    // (executor/parallel/pipeline_executor.cpp).
+    if (o.distill_teacher) {
+      inv.add(calls_of(WorkPass::kTeacher, WorkScope::kTransfer, CommGroup::kPp, WorkKind::kSendReceive, boundary, 1,
+                       kernels_per_call(o)));
+    }
   }
   return inv;
 }
@@ -326,7 +345,8 @@ void add_hybrid_all_reduce(StepInventory& inv, const spec::ModelSpec& model, con
   }
 }
 
-// The executor's scalar all-reduces of every step (spec::executor_step_scalar_all_reduces).
+// The executor's scalar all-reduces of every step (spec::executor_step_scalar_all_reduces), and
+// EWC's (spec::executor_ewc_scalar_all_reduces).
 void add_step_scalars(StepInventory& inv, const spec::ParallelConfig& p, int shard_group, const CostModelOptions& o) {
   const spec::StepScalarAllReduces scalars = spec::executor_step_scalar_all_reduces(p, shard_group);
   auto add = [&](CommGroup group, int calls, int values) {
@@ -346,6 +366,12 @@ void add_step_scalars(StepInventory& inv, const spec::ParallelConfig& p, int sha
   add(CommGroup::kPp, scalars.pp - 1, 1);
   add(CommGroup::kExpert, scalars.ep, 1);
   add(CommGroup::kExpertReplicas, scalars.expert_shard, 1);
+  if (o.ewc) {
+    const spec::StepScalarAllReduces ewc = spec::executor_ewc_scalar_all_reduces(p, shard_group);
+    add(CommGroup::kShard, ewc.shard, 1);
+    add(CommGroup::kTp, ewc.tp, 1);
+    add(CommGroup::kPp, ewc.pp, 1);
+  }
 }
 
 }  // namespace

@@ -36,6 +36,14 @@ StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, i
   return n;
 }
 
+StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, int shard_ranks) {
+  StepScalarAllReduces n;
+  if (p.zero_stage == 3 && shard_ranks > 1) n.shard = 1;
+  if (p.tp > 1) n.tp = 1;
+  if (p.pp > 1) n.pp = 1;
+  return n;
+}
+
 std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
   switch (gap) {
     case ExecutorGap::kZero3WithPipeline:

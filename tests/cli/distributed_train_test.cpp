@@ -72,7 +72,7 @@ TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
 // log-softmaxes), pipelined (the teacher's stages on the student's ranks, its hidden states riding
 // with the student's), both, context-parallel, and ZeRO-3 (its blocks gathered for its forward):
 // the same losses, KL and weights as one process; the teacher's storage on each rank is the cost
-// model's teacher memory exactly.
+// model's teacher memory exactly, and the communication calls and bytes the step inventory's.
 TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) {
   reference("single", "o1");
   // The teacher: the reference run's final weights; the student starts from them too.
@@ -99,6 +99,7 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
     }
     expect_same_as_reference("k1", dir_ / out, std::string("kl ") + layout);
     expect_recipe_bytes_of_the_cost_model(out, "teacher", std::string("kl ") + layout);
+    expect_calls_of_the_cost_model(out, std::string("kl ") + layout);
     const auto k = kl(out);
     ASSERT_EQ(k.size(), reference_kl.size()) << layout;
     for (std::size_t i = 1; i < k.size(); ++i)
@@ -113,7 +114,8 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
 // written whole, each rank's penalty on its shards (replicated norms on every rank); the same
 // losses (penalty included) and weights as the single process; the Fisher and anchor storage on
 // each rank is the cost model's EWC memory exactly (under ZeRO-3 only the shards' slices: the
-// whole tensors used to stay beside them, 8 bytes a parameter more).
+// whole tensors used to stay beside them, 8 bytes a parameter more); the communication calls and
+// bytes are the step inventory's (the penalty's sums included).
 TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
   const auto d = dir_.string();
   std::ofstream(dir_ / "ewc.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
@@ -135,6 +137,7 @@ TEST_F(DistributedTrain, EwcInEveryLayoutMatchesTheSingleProcessRun) {
     if (r.exit_code != 0) continue;
     expect_same_as_reference("e1", dir_ / out, std::string("ewc ") + layout);
     expect_recipe_bytes_of_the_cost_model(out, "ewc", std::string("ewc ") + layout);
+    expect_calls_of_the_cost_model(out, std::string("ewc ") + layout);
     const auto p = penalties(out);
     ASSERT_EQ(p.size(), single.size()) << layout;
     for (std::size_t i = 1; i < p.size(); ++i) EXPECT_NEAR(p[i] / single[i], 1.0, 1e-3) << layout << ": step " << i;

@@ -39,6 +39,20 @@ TEST(ExecutorSupport, StepScalarAllReducesFollowTheGroupsThatExist) {
   EXPECT_EQ(executor_step_scalar_all_reduces(ParallelConfig{.dp = 2, .ep = 2}, 2).expert_shard, 0);  // expert-dp 1
 }
 
+// EWC's penalty value: summed over the shards under ZeRO-3, then over tp and pp; replicas hold the
+// same penalty (measured in tests/cli/distributed_train_test.cpp like the step's).
+TEST(ExecutorSupport, EwcPenaltyIsSummedOverTheGroupsThatSplitTheParameters) {
+  EXPECT_EQ(executor_ewc_scalar_all_reduces(ParallelConfig{.dp = 2}, 2).total(), 0);
+  EXPECT_EQ(executor_ewc_scalar_all_reduces(ParallelConfig{.dp = 2, .zero_stage = 2}, 2).total(), 0);
+  const auto zero3 = executor_ewc_scalar_all_reduces(ParallelConfig{.dp = 4, .zero_stage = 3}, 2);
+  EXPECT_EQ(zero3.shard, 1);
+  EXPECT_EQ(zero3.total(), 1);
+  const auto tp_pp = executor_ewc_scalar_all_reduces(ParallelConfig{.tp = 2, .pp = 2}, 1);
+  EXPECT_EQ(tp_pp.tp, 1);
+  EXPECT_EQ(tp_pp.pp, 1);
+  EXPECT_EQ(tp_pp.total(), 2);
+}
+
 // The executor runs experts over ep with data parallelism and ZeRO-0/1/2, not with tp, cp, etp or
 // ZeRO-3 (parallel/expert_parallel.h).
 TEST(ExecutorSupport, ExpertParallelismRunsWithDataParallelismAndZeroUpToTwo) {
