@@ -260,6 +260,132 @@ void summarize(const fs::path& out, const RunOptions& o, const spec::ModelSpec& 
             << "wrote " << (out / "summary.json").string() << "\n";
 }
 
+// The demo's shared inputs: where it writes, the text, the hardware it plans for.
+struct Demo {
+  fs::path out;
+  LocalText text;
+  spec::ClusterSpec cluster;
+  bool calibrated = false;
+  static constexpr int kSeqLen = 128, kBatch = 16;
+  [[nodiscard]] Json english_heldout() const {
+    return {{"name", "english-heldout"}, {"sources", text.english_heldout}, {"sequences", 256}};
+  }
+  [[nodiscard]] Json code_heldout() const {
+    return {{"name", "python-heldout"}, {"sources", text.code_heldout}, {"extensions", {".py"}}, {"sequences", 256}};
+  }
+};
+
+// 1. The machine: its probe (OUT/host_probe.json), and the calibrated profile when `cpt calibrate`
+// has written one, else the probe's.
+void measure_machine(Demo& demo) {
+  std::cout << "[1/6] measuring this machine\n";
+  const auto probe = run_executor_json({"probe-host", "--seconds", "1.5"});
+  write_json(demo.out / "host_probe.json", probe);
+  demo.calibrated = fs::exists(local_profile_path());
+  demo.cluster = demo.calibrated ? cluster_for_gpu_flag("local", 1, "--gpu") : host_cluster(probe);
+  std::cout << str_cat("  ", probe["cores"].get<int>(), " cores, ",
+                       fixed(probe["memory_bytes"].get<double>() / 1073741824.0, 1), " GiB; fp32 GEMM up to ",
+                       fixed(probe["peak_flops_per_s"].get<double>() / 1e9, 1), " GFLOP/s; copy ",
+                       fixed(probe["copy_bytes_per_s"].get<double>() / 1e9, 1), " GB/s\n  planning with ",
+                       demo.calibrated ? "the calibrated profile " + local_profile_path().string()
+                                       : std::string("this quick probe (cpt calibrate writes a calibrated profile)"),
+                       "\n\n");
+}
+
+// 2. The base model pre-trained on English, cached by what defines it; its directory.
+fs::path base_model_run(const Demo& demo, const spec::ModelSpec& base_model, int base_steps) {
+  const auto& text = demo.text;
+  const auto key = core::stable_hash_hex(str_cat(Json(text.english_train).dump(), base_steps, "v1"));
+  const auto base_dir = cache_root() / str_cat("run-base-", key);
+  if (fs::exists(base_dir / "done")) {
+    std::cout << "[2/6] base model: reusing " << base_dir.string() << "\n\n";
+    return base_dir;
+  }
+  std::cout << "[2/6] base model: tiny (" << base_model.num_params() << " parameters) pre-trained on English ("
+            << text.english_train.size() << " copyright files), " << base_steps << " steps\n";
+  const auto tmp = fs::path(str_cat(base_dir.string(), ".tmp-", ::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  exec_step({"data", "train-tokenizer", "/usr/share/doc", "--ext", "copyright", "--vocab-size", "512", "--max-mib", "8",
+             "--out", (tmp / "tokenizer").string()});
+  spec::save_plan(host_plan(base_model, demo.cluster, Demo::kSeqLen, Demo::kBatch, false), tmp / "plan.json");
+  Json cfg =
+      train_config(tmp / "tokenizer.model", Json::array({{{"name", "english"}, {"sources", text.english_train}}}),
+                   Json::array({demo.english_heldout()}), base_steps, 3e-3, base_steps / 20);
+  write_json(tmp / "train.json", cfg);
+  exec_step({"train", "--plan", (tmp / "plan.json").string(), "--config", (tmp / "train.json").string(), "--out",
+             (tmp / "run").string()});
+  core::write_file_atomic(tmp / "done", "ok\n");
+  fs::remove_all(base_dir);
+  fs::rename(tmp, base_dir);
+  std::cout << "\n";
+  return base_dir;
+}
+
+// The base run's final checkpoint: the newest step directory (the trainer names them).
+fs::path final_checkpoint(const fs::path& base_dir) {
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(base_dir / "run/checkpoints")) {
+    const auto name = e.path().filename().string();
+    if (name.starts_with("step_") && (newest.empty() || name > newest.filename().string())) newest = e.path();
+  }
+  if (newest.empty()) throw core::RuntimeError(str_cat(base_dir.string(), ": the cached base model has no checkpoint"));
+  return newest;
+}
+
+// 3. Vocabulary extension: OUT/tokenizer.model and the base checkpoint grown to it, OUT/base-extended.
+void extend_vocabulary(const Demo& demo, const fs::path& base_dir, int add_tokens) {
+  const auto& text = demo.text;
+  std::cout << "[3/6] vocabulary extension: up to " << add_tokens << " tokens learned from Python source\n";
+  fs::remove(demo.out / "tokenizer.model");
+  fs::remove_all(demo.out / "base-extended");
+  std::vector<std::string> extend{"data", "extend-tokenizer", (base_dir / "tokenizer.model").string(), "--learn"};
+  extend.insert(extend.end(), text.code_train.begin(), text.code_train.end());
+  extend.insert(extend.end(), {"--ext", ".py", "--count", std::to_string(add_tokens), "--out",
+                               (demo.out / "tokenizer.model").string()});
+  extend.emplace_back("--avoid");  // keep tokens that are Python's, not English's
+  extend.insert(extend.end(), text.english_train.begin(), text.english_train.end());
+  exec_step(extend);
+  exec_step({"checkpoint", "extend-vocab", final_checkpoint(base_dir).string(), "--tokenizer",
+             (demo.out / "tokenizer.model").string(), (demo.out / "base-extended").string()});
+  std::cout << "\n";
+}
+
+// 4. The plan for the extended model, written and read back.
+spec::Plan write_plan(const Demo& demo, const spec::ModelSpec& extended) {
+  spec::save_plan(host_plan(extended, demo.cluster, Demo::kSeqLen, Demo::kBatch, true), demo.out / "plan.json");
+  const auto plan = spec::load_plan(demo.out / "plan.json");
+  std::cout << "[4/6] plan: " << extended.name << " (" << extended.num_params() << " parameters) on "
+            << demo.cluster.gpu().display_name << ": 1 process, batch " << Demo::kBatch << " x " << Demo::kSeqLen;
+  if (plan.predicted) {
+    std::cout << ", predicted " << static_cast<long long>(plan.predicted->tokens_per_s_per_gpu) << " tokens/s ("
+              << (demo.calibrated ? "calibrated" : "uncalibrated: run cpt calibrate") << ")";
+  }
+  std::cout << "\n  " << (demo.out / "plan.json").string() << "\n\n";
+  return plan;
+}
+
+// 5. Continual pre-training on Python with replay and KL, evaluated often enough for a forecast.
+void continual_pretraining(const Demo& demo, int steps) {
+  const auto& text = demo.text;
+  std::cout << "[5/6] continual pre-training: " << steps
+            << " steps on Python, 25% English replay, KL distillation (lambda 0.1) against the base\n";
+  Json data =
+      Json::array({{{"name", "python"}, {"sources", text.code_train}, {"extensions", {".py"}}, {"weight", 0.75}},
+                   {{"name", "english-replay"}, {"sources", text.english_train}, {"weight", 0.25}}});
+  Json cfg =
+      train_config(demo.out / "tokenizer.model", data, Json::array({demo.english_heldout(), demo.code_heldout()}),
+                   steps, 1e-3, std::max(1, steps / 30));
+  cfg["init_from"] = (demo.out / "base-extended").string();
+  cfg["distill"] = {{"lambda", 0.1}};
+  cfg["eval_at_start"] = true;
+  cfg["eval_interval_steps"] = std::max(1, steps / 30);  // the curves the forecast is fitted to
+  write_json(demo.out / "train.json", cfg);
+  fs::remove_all(demo.out / "train");
+  exec_step({"train", "--plan", (demo.out / "plan.json").string(), "--config", (demo.out / "train.json").string(),
+             "--out", (demo.out / "train").string()});
+}
+
 void run(const RunOptions& o) {
   if (!find_executor()) {
     throw core::RuntimeError(
@@ -267,112 +393,21 @@ void run(const RunOptions& o) {
         "at configure time; run scripts/setup and rebuild)");
   }
   const auto t0 = std::chrono::steady_clock::now();
-  fs::path out = o.out.empty() ? default_run_dir() : fs::path(o.out);
-  fs::create_directories(out);
-  out = fs::absolute(out);
-  const auto text = find_local_text();
-  std::cout << "cpt run: continual pre-training on this machine, from English to Python\nwriting " << out.string()
+  Demo demo;
+  demo.out = o.out.empty() ? default_run_dir() : fs::path(o.out);
+  fs::create_directories(demo.out);
+  demo.out = fs::absolute(demo.out);
+  demo.text = find_local_text();
+  std::cout << "cpt run: continual pre-training on this machine, from English to Python\nwriting " << demo.out.string()
             << "\n\n";
-
-  std::cout << "[1/6] measuring this machine\n";
-  const auto probe = run_executor_json({"probe-host", "--seconds", "1.5"});
-  write_json(out / "host_probe.json", probe);
-  // The calibrated profile of this machine when `cpt calibrate` has written one, else the probe's.
-  const bool calibrated = fs::exists(local_profile_path());
-  const auto cluster = calibrated ? cluster_for_gpu_flag("local", 1, "--gpu") : host_cluster(probe);
-  std::cout << str_cat("  ", probe["cores"].get<int>(), " cores, ",
-                       fixed(probe["memory_bytes"].get<double>() / 1073741824.0, 1), " GiB; fp32 GEMM up to ",
-                       fixed(probe["peak_flops_per_s"].get<double>() / 1e9, 1), " GFLOP/s; copy ",
-                       fixed(probe["copy_bytes_per_s"].get<double>() / 1e9, 1), " GB/s\n  planning with ",
-                       calibrated ? "the calibrated profile " + local_profile_path().string()
-                                  : std::string("this quick probe (cpt calibrate writes a calibrated profile)"),
-                       "\n\n");
-
+  measure_machine(demo);
   const auto base_model = spec::find_catalog_model("tiny").value().spec;
-  const int seq_len = 128, batch = 16;
-  const Json english_heldout = {{"name", "english-heldout"}, {"sources", text.english_heldout}, {"sequences", 256}};
-  const Json code_heldout = {
-      {"name", "python-heldout"}, {"sources", text.code_heldout}, {"extensions", {".py"}}, {"sequences", 256}};
-
-  // 2. The base model, cached by what defines it.
-  const auto key = core::stable_hash_hex(str_cat(Json(text.english_train).dump(), o.base_steps, "v1"));
-  const auto base_dir = cache_root() / str_cat("run-base-", key);
-  if (fs::exists(base_dir / "done")) {
-    std::cout << "[2/6] base model: reusing " << base_dir.string() << "\n\n";
-  } else {
-    std::cout << "[2/6] base model: tiny (" << base_model.num_params() << " parameters) pre-trained on English ("
-              << text.english_train.size() << " copyright files), " << o.base_steps << " steps\n";
-    const auto tmp = fs::path(str_cat(base_dir.string(), ".tmp-", ::getpid()));
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-    exec_step({"data", "train-tokenizer", "/usr/share/doc", "--ext", "copyright", "--vocab-size", "512", "--max-mib",
-               "8", "--out", (tmp / "tokenizer").string()});
-    spec::save_plan(host_plan(base_model, cluster, seq_len, batch, false), tmp / "plan.json");
-    Json cfg =
-        train_config(tmp / "tokenizer.model", Json::array({{{"name", "english"}, {"sources", text.english_train}}}),
-                     Json::array({english_heldout}), o.base_steps, 3e-3, o.base_steps / 20);
-    write_json(tmp / "train.json", cfg);
-    exec_step({"train", "--plan", (tmp / "plan.json").string(), "--config", (tmp / "train.json").string(), "--out",
-               (tmp / "run").string()});
-    core::write_file_atomic(tmp / "done", "ok\n");
-    fs::remove_all(base_dir);
-    fs::rename(tmp, base_dir);
-    std::cout << "\n";
-  }
-  // The base run's final checkpoint: the newest step directory (the trainer names them).
-  fs::path base_ckpt;
-  for (const auto& e : fs::directory_iterator(base_dir / "run/checkpoints")) {
-    const auto name = e.path().filename().string();
-    if (name.starts_with("step_") && (base_ckpt.empty() || name > base_ckpt.filename().string())) base_ckpt = e.path();
-  }
-  if (base_ckpt.empty())
-    throw core::RuntimeError(str_cat(base_dir.string(), ": the cached base model has no checkpoint"));
-
-  // 3. Vocabulary extension.
-  std::cout << "[3/6] vocabulary extension: up to " << o.add_tokens << " tokens learned from Python source\n";
-  fs::remove(out / "tokenizer.model");
-  fs::remove_all(out / "base-extended");
-  std::vector<std::string> extend{"data", "extend-tokenizer", (base_dir / "tokenizer.model").string(), "--learn"};
-  extend.insert(extend.end(), text.code_train.begin(), text.code_train.end());
-  extend.insert(extend.end(),
-                {"--ext", ".py", "--count", std::to_string(o.add_tokens), "--out", (out / "tokenizer.model").string()});
-  extend.emplace_back("--avoid");  // keep tokens that are Python's, not English's
-  extend.insert(extend.end(), text.english_train.begin(), text.english_train.end());
-  exec_step(extend);
-  exec_step({"checkpoint", "extend-vocab", base_ckpt.string(), "--tokenizer", (out / "tokenizer.model").string(),
-             (out / "base-extended").string()});
-  std::cout << "\n";
-
-  // 4. The plan, written and read back.
-  const auto extended = spec::load_model((out / "base-extended/model.json").string(), "base-extended/model.json");
-  spec::save_plan(host_plan(extended, cluster, seq_len, batch, true), out / "plan.json");
-  const auto plan = spec::load_plan(out / "plan.json");
-  std::cout << "[4/6] plan: " << extended.name << " (" << extended.num_params() << " parameters) on "
-            << cluster.gpu().display_name << ": 1 process, batch " << batch << " x " << seq_len;
-  if (plan.predicted) {
-    std::cout << ", predicted " << static_cast<long long>(plan.predicted->tokens_per_s_per_gpu) << " tokens/s ("
-              << (calibrated ? "calibrated" : "uncalibrated: run cpt calibrate") << ")";
-  }
-  std::cout << "\n  " << (out / "plan.json").string() << "\n\n";
-
-  // 5. Continual pre-training.
-  std::cout << "[5/6] continual pre-training: " << o.steps
-            << " steps on Python, 25% English replay, KL distillation (lambda 0.1) against the base\n";
-  Json data =
-      Json::array({{{"name", "python"}, {"sources", text.code_train}, {"extensions", {".py"}}, {"weight", 0.75}},
-                   {{"name", "english-replay"}, {"sources", text.english_train}, {"weight", 0.25}}});
-  Json cfg = train_config(out / "tokenizer.model", data, Json::array({english_heldout, code_heldout}), o.steps, 1e-3,
-                          std::max(1, o.steps / 30));
-  cfg["init_from"] = (out / "base-extended").string();
-  cfg["distill"] = {{"lambda", 0.1}};
-  cfg["eval_at_start"] = true;
-  cfg["eval_interval_steps"] = std::max(1, o.steps / 30);  // the curves the forecast is fitted to
-  write_json(out / "train.json", cfg);
-  fs::remove_all(out / "train");
-  exec_step({"train", "--plan", (out / "plan.json").string(), "--config", (out / "train.json").string(), "--out",
-             (out / "train").string()});
-
-  summarize(out, o, base_model, extended, plan, base_dir, t0);
+  const auto base_dir = base_model_run(demo, base_model, o.base_steps);
+  extend_vocabulary(demo, base_dir, o.add_tokens);
+  const auto extended = spec::load_model((demo.out / "base-extended/model.json").string(), "base-extended/model.json");
+  const auto plan = write_plan(demo, extended);
+  continual_pretraining(demo, o.steps);
+  summarize(demo.out, o, base_model, extended, plan, base_dir, t0);
 }
 
 }  // namespace

@@ -124,113 +124,143 @@ void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec:
   }
 }
 
-void run(const WhatIfOptions& o) {
-  const auto& cat = spec::HardwareCatalog::builtin();
-  std::optional<spec::Plan> plan;
-  if (!o.plan.empty()) plan = spec::load_plan(o.plan);
-  if (!plan && (o.model.empty() || o.gpu.empty() || o.gpus < 1 || o.seq_len < 1 || o.global_batch < 1)) {
-    throw core::ConfigError(
-        "whatif: expected a plan file, or --model, --gpu, --gpus, --global-batch and --seq-len (with --sweep)");
-  }
-  const auto model = plan ? plan->model : spec::load_model(o.model, "--model");
-  const int seq_len = o.seq_len > 0 ? o.seq_len : plan->workload.seq_len;
-  const int global_batch = o.global_batch > 0 ? o.global_batch : plan->parallel.global_batch;
-  spec::ClusterSpec base = plan ? plan->cluster : cluster_for_gpu_flag(split(o.gpu).front(), o.gpus, "--gpu");
-  if (!o.sweep.empty()) {
-    if (plan && o.gpus > 0) {
-      planner::HardwareChange more;
-      more.gpus = o.gpus;
-      base = planner::apply_change(base, more, cat);
-    }
-    const auto recipe = read_recipe(o.config);
-    const cost::CostModelOptions priced =
-        plan && plan->predicted ? cost::options_of(*plan->predicted) : cost::CostModelOptions{};
-    run_sweep(o, model, base, seq_len, global_batch, with_recipe(priced, recipe));
-    return;
-  }
-  if (!plan) throw core::ConfigError("whatif: without --sweep, expected a plan file");
-  planner::HardwareChange ch;
-  if (!o.gpu.empty()) ch.gpu = o.gpu;
-  if (o.gpus > 0) ch.gpus = o.gpus;
-  if (o.gpus_per_node > 0) ch.gpus_per_node = o.gpus_per_node;
-  if (o.nic_gbps > 0) ch.nic_gbit_per_s = o.nic_gbps;
-  if (o.hbm_gib > 0) ch.hbm_gib = o.hbm_gib;
-  const auto cluster = planner::apply_change(plan->cluster, ch, cat);
-  // Before: as the plan was priced; after: the same, or under the runtime --runtime names.
-  const cost::CostModelOptions priced = plan->predicted ? cost::options_of(*plan->predicted) : cost::CostModelOptions{};
+// The plan before and after the changes: "after" keeps the plan's configuration (dp following the
+// GPU count) unless --search asks for a new one or the configuration no longer exists.
+struct WhatIf {
+  spec::ClusterSpec cluster;              // after
+  cost::CostModelOptions before_options;  // as the plan was priced
+  cost::CostModelOptions after_options;   // the same, or under --runtime and --config
+  cost::Evaluation before;
+  cost::Evaluation after;
+  spec::ParallelConfig after_config;
+  std::string how;
+};
+
+planner::HardwareChange change_of(const WhatIfOptions& o) {
+  planner::HardwareChange change;
+  if (!o.gpu.empty()) change.gpu = o.gpu;
+  if (o.gpus > 0) change.gpus = o.gpus;
+  if (o.gpus_per_node > 0) change.gpus_per_node = o.gpus_per_node;
+  if (o.nic_gbps > 0) change.nic_gbit_per_s = o.nic_gbps;
+  if (o.hbm_gib > 0) change.hbm_gib = o.hbm_gib;
+  return change;
+}
+
+WhatIf what_if(const WhatIfOptions& o, const spec::Plan& plan, int seq_len, int global_batch) {
+  const auto cluster = planner::apply_change(plan.cluster, change_of(o), spec::HardwareCatalog::builtin());
+  const cost::CostModelOptions priced = plan.predicted ? cost::options_of(*plan.predicted) : cost::CostModelOptions{};
   const auto runtime = runtime_named(o.runtime);
-  const auto recipe = read_recipe(o.config);
   const cost::CostModelOptions after_options =
-      with_recipe(runtime ? cost::for_runtime(priced, *runtime) : priced, recipe);
-  auto before = cost::evaluate(plan->model, plan->cluster, plan->parallel, plan->workload.seq_len, priced);
-  std::optional<spec::ParallelConfig> config = planner::rescale(plan->parallel, cluster.num_gpus);
+      with_recipe(runtime ? cost::for_runtime(priced, *runtime) : priced, read_recipe(o.config));
+  auto before = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, priced);
+  std::optional<spec::ParallelConfig> config = planner::rescale(plan.parallel, cluster.num_gpus);
   if (config) config->global_batch = global_batch;
-  std::optional<cost::Evaluation> after;
-  std::string how = "the plan's configuration (dp follows the GPU count)";
   if (config && !o.search) {
-    after = cost::evaluate(model, cluster, *config, seq_len, after_options);
-    if (const auto* inf = std::get_if<cost::Infeasible>(&*after);
-        inf && inf->reason == cost::InfeasibleReason::kInvalidConfig) {
-      after.reset();
+    auto after = cost::evaluate(plan.model, cluster, *config, seq_len, after_options);
+    const auto* infeasible = std::get_if<cost::Infeasible>(&after);
+    if (infeasible == nullptr || infeasible->reason != cost::InfeasibleReason::kInvalidConfig) {
+      return {cluster,
+              priced,
+              after_options,
+              std::move(before),
+              std::move(after),
+              *config,
+              "the plan's configuration (dp follows the GPU count)"};
     }
   }
-  if (!after) {
-    planner::SearchOptions so;
-    so.seq_len = seq_len;
-    so.global_batch = global_batch;
-    so.top_k = 1;
-    so.cost = after_options;
-    const auto r = planner::search(model, cluster, so);
-    if (r.top.empty()) throw core::RuntimeError("whatif: no configuration fits under the changes");
-    config = r.top.front().config;
-    after = cost::Evaluation(r.top.front().estimate);
-    how = "the best plan found by a new search";
-  }
-  if (o.json) {
-    print_json(
-        {{"before_runtime", spec::to_string(priced.runtime)},
-         {"after_runtime", spec::to_string(after_options.runtime)},
-         {"before_recipe", describe_recipe(priced)},
-         {"after_recipe", describe_recipe(after_options)},
-         {"before", cost::evaluation_to_json(before)},
-         {"after", cost::evaluation_to_json(*after)},
-         {"after_step_time_band_s", std::holds_alternative<cost::Estimate>(*after)
-                                        ? cost::step_time_band_to_json(std::get<cost::Estimate>(*after).time.total(),
-                                                                       after_options.runtime, cluster.gpu())
-                                        : core::Json()},
-         {"after_config", config_summary(*config)},
-         {"after_is", how}});
-    return;
-  }
-  std::cout << str_cat("before: ", plan->cluster.num_gpus, " x ", plan->cluster.gpu().name, ", ",
-                       config_summary(plan->parallel), ", runtime ", spec::to_string(priced.runtime),
-                       ", continual recipe: ", describe_recipe(priced), "\nafter:  ", cluster.num_gpus, " x ",
-                       cluster.gpu().name, ", ", config_summary(*config), ", runtime ",
-                       spec::to_string(after_options.runtime), ", continual recipe: ", describe_recipe(after_options),
-                       " (", how, ")\n\n");
+  planner::SearchOptions so;
+  so.seq_len = seq_len;
+  so.global_batch = global_batch;
+  so.top_k = 1;
+  so.cost = after_options;
+  const auto r = planner::search(plan.model, cluster, so);
+  if (r.top.empty()) throw core::RuntimeError("whatif: no configuration fits under the changes");
+  return {cluster,
+          priced,
+          after_options,
+          std::move(before),
+          cost::Evaluation(r.top.front().estimate),
+          r.top.front().config,
+          "the best plan found by a new search"};
+}
+
+void print_what_if_json(const WhatIf& w) {
+  const auto* after = std::get_if<cost::Estimate>(&w.after);
+  print_json(
+      {{"before_runtime", spec::to_string(w.before_options.runtime)},
+       {"after_runtime", spec::to_string(w.after_options.runtime)},
+       {"before_recipe", describe_recipe(w.before_options)},
+       {"after_recipe", describe_recipe(w.after_options)},
+       {"before", cost::evaluation_to_json(w.before)},
+       {"after", cost::evaluation_to_json(w.after)},
+       {"after_step_time_band_s",
+        after != nullptr ? cost::step_time_band_to_json(after->time.total(), w.after_options.runtime, w.cluster.gpu())
+                         : core::Json()},
+       {"after_config", config_summary(w.after_config)},
+       {"after_is", w.how}});
+}
+
+void print_what_if_table(const WhatIf& w, const spec::Plan& plan) {
+  std::cout << str_cat("before: ", plan.cluster.num_gpus, " x ", plan.cluster.gpu().name, ", ",
+                       config_summary(plan.parallel), ", runtime ", spec::to_string(w.before_options.runtime),
+                       ", continual recipe: ", describe_recipe(w.before_options), "\nafter:  ", w.cluster.num_gpus,
+                       " x ", w.cluster.gpu().name, ", ", config_summary(w.after_config), ", runtime ",
+                       spec::to_string(w.after_options.runtime),
+                       ", continual recipe: ", describe_recipe(w.after_options), " (", w.how, ")\n\n");
   auto value = [](const cost::Evaluation& ev, auto get) -> std::string {
     if (const auto* e = std::get_if<cost::Estimate>(&ev)) return get(*e);
     return "infeasible";
   };
   using core::Align;
   core::TextTable t({"", "before", "after"}, {Align::kLeft, Align::kRight, Align::kRight});
-  auto row = [&](const char* name, auto get) { t.add_row({name, value(before, get), value(*after, get)}); };
+  auto row = [&](const char* name, auto get) { t.add_row({name, value(w.before, get), value(w.after, get)}); };
   row("step time s", [](const cost::Estimate& e) { return fixed(e.time.total().value(), 3); });
   row("tokens/s per GPU", [](const cost::Estimate& e) { return fixed(e.tokens_per_s_per_gpu, 0); });
   row("MFU", [](const cost::Estimate& e) { return fixed(100 * e.mfu, 1) + "%"; });
   row("peak GiB", [](const cost::Estimate& e) { return fixed(core::to_gibibytes(e.peak_memory().total()), 1); });
   row("  compute s", [](const cost::Estimate& e) { return fixed(e.time.compute.value(), 3); });
   row("  tp_comm s", [](const cost::Estimate& e) { return fixed(e.time.tp_comm.value(), 3); });
-  if (plan->model.moe.present()) {
+  if (plan.model.moe.present()) {
     row("  ep_comm s", [](const cost::Estimate& e) { return fixed(e.time.ep_comm.value(), 3); });
   }
   row("  pp_bubble s", [](const cost::Estimate& e) { return fixed(e.time.pp_bubble.value(), 3); });
   row("  dp_comm s", [](const cost::Estimate& e) { return fixed(e.time.dp_comm.value(), 3); });
   std::cout << t.render();
-  if (const auto* inf = std::get_if<cost::Infeasible>(&*after)) std::cout << "after: " << inf->detail << "\n";
-  if (const auto* e = std::get_if<cost::Estimate>(&*after)) {
-    std::cout << "after, step time: " << cost::describe_band(e->time.total(), after_options.runtime, cluster.gpu())
+  if (const auto* inf = std::get_if<cost::Infeasible>(&w.after)) std::cout << "after: " << inf->detail << "\n";
+  if (const auto* e = std::get_if<cost::Estimate>(&w.after)) {
+    std::cout << "after, step time: " << cost::describe_band(e->time.total(), w.after_options.runtime, w.cluster.gpu())
               << "\n";
+  }
+}
+
+void run(const WhatIfOptions& o) {
+  std::optional<spec::Plan> plan;
+  if (!o.plan.empty()) plan = spec::load_plan(o.plan);
+  if (!plan && (o.model.empty() || o.gpu.empty() || o.gpus < 1 || o.seq_len < 1 || o.global_batch < 1)) {
+    throw core::ConfigError(
+        "whatif: expected a plan file, or --model, --gpu, --gpus, --global-batch and --seq-len (with --sweep)");
+  }
+  const int seq_len = o.seq_len > 0 ? o.seq_len : plan->workload.seq_len;
+  const int global_batch = o.global_batch > 0 ? o.global_batch : plan->parallel.global_batch;
+  if (!o.sweep.empty()) {
+    const auto model = plan ? plan->model : spec::load_model(o.model, "--model");
+    spec::ClusterSpec base = plan ? plan->cluster : cluster_for_gpu_flag(split(o.gpu).front(), o.gpus, "--gpu");
+    if (plan && o.gpus > 0) {
+      planner::HardwareChange more;
+      more.gpus = o.gpus;
+      base = planner::apply_change(base, more, spec::HardwareCatalog::builtin());
+    }
+    const cost::CostModelOptions priced =
+        plan && plan->predicted ? cost::options_of(*plan->predicted) : cost::CostModelOptions{};
+    run_sweep(o, model, base, seq_len, global_batch, with_recipe(priced, read_recipe(o.config)));
+    return;
+  }
+  if (!plan) throw core::ConfigError("whatif: without --sweep, expected a plan file");
+  const WhatIf w = what_if(o, *plan, seq_len, global_batch);
+  if (o.json) {
+    print_what_if_json(w);
+  } else {
+    print_what_if_table(w, *plan);
   }
 }
 
