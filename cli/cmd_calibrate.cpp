@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/calibrate_cuda.h"
 #include "cli/calibrate_from_runs.h"
 #include "cli/calibration_samples.h"
 #include "cli/commands.h"
@@ -89,214 +90,30 @@ Json measure_hosts_together(int ranks, double seconds, int threads) {
   return mean;
 }
 
-// A saved GPU report's measurements must hold every number the fit reads: a one-line ConfigError
-// naming the file and the first missing or mistyped key otherwise (not a JSON exception, exit 1).
-void check_gpu_measurements(const Json& host, const std::string& file) {
-  core::JsonObjectReader r(host, str_cat("--measurements: ", file), "$.host");
-  for (const char* key :
-       {"cores", "threads", "memory_bytes", "copy_bytes_per_s", "seconds_per_dispatched_op", "adamw_params_per_s"}) {
-    (void)r.positive_number(key);
+// The compute jitter: the extra waits after compute, least squares through the origin on
+// e_n · √(segment) (costmodel/straggler.h); -1 where not measured.
+double fit_compute_jitter(const Json& sync_waits, int ranks) {
+  if (sync_waits.empty()) return -1;
+  const double e = cost::expected_max_of_normals(ranks);
+  double xy = 0, xx = 0;
+  for (const auto& w : sync_waits) {
+    const double x = e * std::sqrt(w["segment_s"].get<double>());
+    xy += x * w["extra_wait_s"].get<double>();
+    xx += x * x;
   }
-  const std::pair<const char*, std::vector<const char*>> arrays[] = {
-      {"gemm", {"m", "n", "k", "seconds"}},
-      {"attention", {"batch", "seq", "head_dim", "heads", "forward_seconds", "backward_seconds"}},
-      {"cross_entropy", {"tokens", "vocab", "forward_seconds", "backward_seconds"}}};
-  for (const auto& [key, fields] : arrays) {
-    const Json& rows = r.raw(key);
-    if (!rows.is_array() || rows.empty()) r.fail(key, "a non-empty array of measurements", core::describe_json(rows));
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      core::JsonObjectReader row(rows[i], r.origin(), str_cat(r.path_of(key), "[", i, "]"));
-      for (const char* field : fields) (void)row.positive_number(field);
-    }
-  }
+  return xx > 0 ? std::max(0.0, xy / xx) : 0.0;
 }
 
-// `cpt calibrate --device cuda`: the first CUDA device measured in bf16 (calibrate-host --device
-// cuda), NCCL's collectives among all visible devices when there are two or more, fitted as on the
-// CPU, and written as the catalog's profile of the same GPU with the measurements in place of the
-// defaults (local_profile.h, calibrated_gpu_cluster). The report sets the fitted curves beside the
-// cost model's defaults for the catalog GPU (what plans for it use) at the measured sizes.
-void run_cuda(const CalibrateOptions& o) {
-  Json host, comm = nullptr;
-  int devices = 0;
-  if (!o.measurements.empty()) {
-    // An earlier run's report (its "host" and "collectives"), or calibrate-host's JSON alone.
-    std::ifstream in(o.measurements);
-    const auto j = Json::parse(in, nullptr, false);
-    if (!in || j.is_discarded() || !j.is_object()) {
-      throw core::ConfigError(
-          str_cat("--measurements: ", o.measurements, ": expected the JSON of a calibration report"));
-    }
-    host = j.contains("host") ? j["host"] : j;
-    if (host.value("device", std::string()).rfind("cuda", 0) != 0 || !host.contains("gemm")) {
-      throw core::ConfigError(str_cat("--measurements: ", o.measurements, ": $.host.device: expected a CUDA device's ",
-                                      "measurements, found \"", host.value("device", std::string("none")), "\""));
-    }
-    check_gpu_measurements(host, o.measurements);
-    comm = j.value("collectives", Json(nullptr));
-    if (!comm.is_null() && !(comm.is_object() && comm.contains("samples") && comm["samples"].is_array())) {
-      throw core::ConfigError(
-          str_cat("--measurements: ", o.measurements,
-                  ": $.collectives: expected calibrate-comm's JSON ({\"samples\": [...]}) or null"));
-    }
-    if (!comm.is_null()) {
-      std::vector<std::string> ops;
-      for (const auto call : spec::kAllLinkCalls) ops.push_back(spec::to_string(call));
-      for (std::size_t i = 0; i < comm["samples"].size(); ++i) {
-        core::JsonObjectReader sample(comm["samples"][i], str_cat("--measurements: ", o.measurements),
-                                      str_cat("$.collectives.samples[", i, "]"));
-        (void)sample.one_of("op", ops);
-        (void)sample.integer("ranks", 2);
-        (void)sample.positive_number("bytes");
-        (void)sample.positive_number("seconds");
-      }
-      if (comm.contains("scalar_all_reduce")) {
-        core::JsonObjectReader scalar(comm["scalar_all_reduce"], str_cat("--measurements: ", o.measurements),
-                                      "$.collectives.scalar_all_reduce");
-        (void)scalar.integer("ranks", 2);
-        (void)scalar.positive_number("bytes");
-        (void)scalar.positive_number("seconds");
-      }
-    }
-    devices = j.value("devices", host.value("cuda_devices", 1));
-  } else {
-    if (!find_executor())
-      throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
-    const auto info = run_executor_json({"info", "--json"});
-    devices = info.value("cuda_devices", 0);
-    if (!info.value("cuda_compiled", false) || devices < 1) {
-      throw core::ConfigError(str_cat("--device cuda: cpt-exec sees no CUDA device (",
-                                      info.value("cuda_compiled", false) ? "0 visible" : "a CPU-only LibTorch", ")"));
-    }
-    host = run_executor_json({"calibrate-host", "--device", "cuda", "--seconds", fixed(o.seconds * 0.7, 1)});
-    if (devices >= 2) {
-      comm = run_executor_json({"calibrate-comm", "--device", "cuda", "--nproc-per-node", std::to_string(devices),
-                                "--max-mib", "256", "--seconds-per-point",
-                                fixed(std::max(0.02, o.seconds * 0.3 / 36), 3)});
-    }
-  }
-  const std::string device_name = host.value("device_name", std::string("CUDA device"));
-  const auto& cat = spec::HardwareCatalog::builtin();
-  std::string base_gpu = o.base_gpu;
-  if (base_gpu.empty()) {
-    const auto found = spec::gpu_for_device_name(device_name, cat);
-    if (!found) {
-      throw core::ConfigError(str_cat("--base-gpu: the device \"", device_name,
-                                      "\" is no GPU of the catalog (cpt profiles list); name the closest one"));
-    }
-    base_gpu = *found;
-  }
-  const auto gpu = cat.gpu(base_gpu, "--base-gpu");
-  const auto base = cat.cluster_for_gpu(gpu.name, 1, "--base-gpu");
-  const double peak = gpu.peak(spec::Precision::kBf16)->value();
-  LocalCalibration c;
-  c.cores = host["cores"].get<int>();
-  c.threads = host["threads"].get<int>();
-  c.devices = devices;
-  c.memory_bytes = host["memory_bytes"].get<double>();
-  c.copy_bytes_per_s = host["copy_bytes_per_s"].get<double>();
-  const auto gemm = gemm_samples(host);
-  c.gemm = cost::fit_gemm_curve(gemm, peak);
-  c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, peak);
-  c.attention = cost::fit_gemm_curve(attention_samples(host), peak);
-  c.cross_entropy_rates = cross_entropy_points(host);
-  c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
-  const bool measured_comm = comm.is_object() && comm.contains("samples");
-  if (measured_comm) {
-    fit_collectives(collective_samples(comm), c);
-    c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(comm);
-  }
-  const auto cluster = calibrated_gpu_cluster(c, base, device_name);
-  const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");
-  // Fitted against what plans for the catalog GPU assume (the cost model's default curves and
-  // hbm_efficiency), at the measured sizes.
-  const cost::CostModelOptions defaults;
-  Json versus = Json::array();
-  for (const auto& p : c.gemm.curve) {
-    versus.push_back({{"gflop", p.gflops},
-                      {"measured_efficiency", p.efficiency},
-                      {"catalog_efficiency", defaults.gemm_efficiency.at(p.gflops * 1e9)}});
-  }
-  Json attention_versus = Json::array();
-  for (const auto& p : c.attention.curve) {
-    attention_versus.push_back({{"gflop", p.gflops},
-                                {"measured_efficiency", p.efficiency},
-                                {"catalog_efficiency", defaults.attention_efficiency.at(p.gflops * 1e9)}});
-  }
-  const double catalog_copy = gpu.hbm_bandwidth.value() * defaults.hbm_efficiency;
-  const Json report{{"profile", out.string()},
-                    {"device_name", device_name},
-                    {"base_gpu", gpu.name},
-                    {"devices", devices},
-                    {"datasheet_bf16_flops_per_s", peak},
-                    {"fastest_gemm_flops_per_s", cost::fit_gemm_curve(gemm).peak_flops_per_s},
-                    {"gemm_efficiency_vs_catalog", versus},
-                    {"attention_efficiency_vs_catalog", attention_versus},
-                    {"copy_bytes_per_s", c.copy_bytes_per_s},
-                    {"catalog_copy_bytes_per_s", catalog_copy},
-                    {"adamw_params_per_s", host["adamw_params_per_s"]},
-                    {"kernel_overhead_s_measured_not_applied", c.seconds_per_dispatched_op},
-                    {"collectives_measured", measured_comm},
-                    {"host", host},
-                    {"collectives", comm}};
-  auto report_path = out;
-  report_path.replace_extension(".report.json");
-  core::write_file_atomic(report_path, report.dump(2) + "\n");
-  if (o.json) {
-    Json brief = report;
-    brief.erase("host");
-    brief.erase("collectives");
-    print_json(brief);
-    return;
-  }
-  std::cout << str_cat("calibrated ", out.string(), ": ", devices, " x ", device_name, " on the catalog's ", gpu.name,
-                       " (measurements and fit: ", report_path.string(), ")\n", "  bf16 GEMM: fastest ",
-                       fixed(report["fastest_gemm_flops_per_s"].get<double>() / 1e12, 0),
-                       " TFLOP/s of the datasheet's ", fixed(peak / 1e12, 0), "; efficiency measured / catalog:");
-  for (const auto& v : versus) {
-    std::cout << str_cat(" ", fixed(v["measured_efficiency"].get<double>(), 2), "/",
-                         fixed(v["catalog_efficiency"].get<double>(), 2), "@", fixed(v["gflop"].get<double>(), 1),
-                         "GF");
-  }
-  std::cout << "\n  attention efficiency measured / catalog:";
-  for (const auto& v : attention_versus) {
-    std::cout << str_cat(" ", fixed(v["measured_efficiency"].get<double>(), 2), "/",
-                         fixed(v["catalog_efficiency"].get<double>(), 2), "@", fixed(v["gflop"].get<double>(), 1),
-                         "GF");
-  }
-  std::cout << str_cat(
-      "\n  memory copy ", fixed(c.copy_bytes_per_s / 1e9, 0), " GB/s (catalog assumes ", fixed(catalog_copy / 1e9, 0),
-      "); AdamW ", fixed(host["adamw_params_per_s"].get<double>() / 1e9, 2), " G parameters/s; ",
-      fixed(c.seconds_per_dispatched_op * 1e6, 1), " us per dispatched operator (not applied)\n",
-      measured_comm ? str_cat("  collectives (NCCL, ", devices, " GPUs): alpha ", fixed(c.comm.alpha_s * 1e6, 1),
-                              " us per step, bandwidth ", fixed(c.comm.bandwidth_bytes_per_s / 1e9, 0), " GB/s\n")
-                    : std::string("  collectives: not measured (one GPU), kept the catalog's node links\n"),
-      "  use it: cpt plan --gpu local --gpus ", devices, " ... (or --cluster ", out.string(), ")\n");
-}
+// `ranks` ranks of `threads` threads as calibrate-host and calibrate-comm measured them, fitted;
+// and whether the collectives' pair was fitted to the all-reduces alone (fit_collectives).
+struct CpuCalibration {
+  LocalCalibration fitted;
+  bool collectives_fitted_on_all_reduce = false;
+};
 
-void run(const CalibrateOptions& o) {
-  if (!o.from_runs.empty()) {
-    refit_from_runs(FromRunsOptions{o.from_runs, o.base, o.out, o.json});
-    return;
-  }
-  if (o.device == "cuda") {
-    run_cuda(o);
-    return;
-  }
-  if (!find_executor())
-    throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);
-  const int threads = std::max(1, cores / ranks);
-  std::cerr << str_cat("calibrate: ", cores, " cores, ", ranks, " ranks of ", threads, " thread",
-                       threads == 1 ? "" : "s", "; host measurements (", fixed(o.seconds * 0.7, 0),
-                       " s), then collectives\n");
-  const auto host = measure_hosts_together(ranks, o.seconds * 0.7, threads);
-  const auto comm = run_executor_json({"calibrate-comm", "--nproc-per-node", std::to_string(ranks),
-                                       "--seconds-per-point", fixed(std::max(0.02, o.seconds * 0.3 / 28), 3)});
-  LocalCalibration c;
+CpuCalibration fit_cpu(const Json& host, const Json& comm, int ranks, int threads) {
+  CpuCalibration calibration;
+  LocalCalibration& c = calibration.fitted;
   c.cores = host["cores"].get<int>();
   c.threads = host["threads"].get<int>();
   c.devices = ranks;
@@ -311,25 +128,12 @@ void run(const CalibrateOptions& o) {
   }
   c.cross_entropy_rates = cross_entropy_points(host);
   c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
-  const auto samples = collective_samples(comm);
-  const bool fitted_on_all_reduce = fit_collectives(samples, c);
+  calibration.collectives_fitted_on_all_reduce = fit_collectives(collective_samples(comm), c);
   c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(comm);
-  // The compute jitter: the extra waits after compute, least squares through the origin on
-  // e_n · √(segment) (costmodel/straggler.h).
-  Json sync_waits = comm.value("sync_waits", Json::array());
-  if (!sync_waits.empty()) {
-    const double e = cost::expected_max_of_normals(ranks);
-    double xy = 0, xx = 0;
-    for (const auto& w : sync_waits) {
-      const double x = e * std::sqrt(w["segment_s"].get<double>());
-      xy += x * w["extra_wait_s"].get<double>();
-      xx += x * x;
-    }
-    c.compute_jitter_sqrt_s = xx > 0 ? std::max(0.0, xy / xx) : 0.0;
-  }
-  // Compute beside an in-flight collective (calibration_probe.h's OverlapMeasurement).
+  c.compute_jitter_sqrt_s = fit_compute_jitter(comm.value("sync_waits", Json::array()), ranks);
+  // Compute beside an in-flight collective (calibration_probe.h's OverlapMeasurement), capped at 4,
+  // the most a profile accepts (a machine that loses more has other troubles).
   const Json overlap = comm.value("overlap", Json());
-  // Capped at 4, the most a profile accepts (a machine that loses more has other troubles).
   if (overlap.is_object()) c.overlap_slowdown = std::min(4.0, overlap.at("slowdown").get<double>());
   // Resuming from a blocking call (calibration_probe.h's ResumeMeasurement), where every rank has
   // its cores: with more ranks than cores the ranks that wait hand theirs to the others, and the
@@ -337,11 +141,11 @@ void run(const CalibrateOptions& o) {
   const Json resume = comm.value("resume", Json());
   const bool ranks_share_cores = ranks * threads > c.cores;
   if (resume.is_object() && !ranks_share_cores) c.resume_s = std::min(0.1, resume.at("lost_per_call_s").get<double>());
-  const auto cluster = local_cluster(c);
-  const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  core::write_file_atomic(out, spec::cluster_to_json(cluster).dump(2) + "\n");
-  // The raw measurements and the fit's errors, beside the profile.
+  return calibration;
+}
+
+// Each collective's rms relative error under the node's one α–β pair.
+Json collective_errors(const std::vector<cost::CollectiveSample>& samples, const LocalCalibration& c) {
   Json per_op = Json::object();
   for (const auto op : spec::kAllLinkCalls) {
     double sq = 0;
@@ -355,7 +159,10 @@ void run(const CalibrateOptions& o) {
     }
     per_op[spec::to_string(op)] = n ? std::sqrt(sq / n) : 0.0;
   }
-  const Json curve = curve_json(c.gemm.curve), attention_curve = curve_json(c.attention.curve);
+  return per_op;
+}
+
+Json fitted_curves_json(const LocalCalibration& c) {
   Json per_call = Json::object();
   for (const auto call : spec::kAllLinkCalls) {
     if (const auto& f = c.per_call[static_cast<std::size_t>(call)]) {
@@ -374,55 +181,57 @@ void run(const CalibrateOptions& o) {
                         {"forward_logits_per_s", p.forward_logits_per_s},
                         {"backward_logits_per_s", p.backward_logits_per_s}});
   }
-  const Json report{{"profile", out.string()},
-                    {"cores", c.cores},
-                    {"threads_per_rank", c.threads},
-                    {"ranks", c.devices},
-                    {"gemm_peak_flops_per_s", c.gemm.peak_flops_per_s},
-                    {"gemm_efficiency", curve},
-                    {"gemm_efficiency_by_min_dim", by_min_dim},
-                    {"attention_efficiency", attention_curve},
-                    {"cross_entropy_rates", ce_rates},
-                    {"kernel_overhead_s", c.seconds_per_dispatched_op},
-                    {"copy_bytes_per_s", c.copy_bytes_per_s},
-                    {"adamw_params_per_s", host["adamw_params_per_s"]},
-                    {"collective_alpha_s", c.comm.alpha_s},
-                    {"compute_jitter_sqrt_s", c.compute_jitter_sqrt_s},
-                    {"sync_waits", sync_waits},
-                    {"overlap_compute_slowdown", c.overlap_slowdown},
-                    {"overlap", overlap},
-                    {"compute_lost_resuming_from_call_s", c.resume_s},
-                    {"resume", resume},
-                    {"collective_bandwidth_bytes_per_s", c.comm.bandwidth_bytes_per_s},
-                    {"collective_fit_on", fitted_on_all_reduce ? "all_reduce" : "all"},
-                    {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
-                    {"collective_fit_rms_relative_error_per_op", per_op},
-                    {"collective_fit_per_call", per_call},
-                    {"scalar_all_reduce_step_s", c.scalar_all_reduce_step_s},
-                    {"host", host},
-                    {"collectives", comm}};
-  auto report_path = out;
-  report_path.replace_extension(".report.json");
-  core::write_file_atomic(report_path, report.dump(2) + "\n");
-  if (o.json) {
-    Json brief = report;
-    brief.erase("host");
-    brief.erase("collectives");
-    print_json(brief);
-    return;
-  }
-  std::cout << str_cat("calibrated ", out.string(), " (measurements and fit: ", report_path.string(), ")\n",
-                       "  GEMM fp32 peak ", fixed(c.gemm.peak_flops_per_s / 1e9, 1), " GFLOP/s per rank (", c.threads,
-                       " thread", c.threads == 1 ? "" : "s", "); efficiency");
-  for (const auto& p : c.gemm.curve) std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+  return {{"per_call", per_call}, {"by_min_dim", by_min_dim}, {"cross_entropy_rates", ce_rates}};
+}
+
+// The fitted parameters, the fit's errors and the raw measurements, written beside the profile.
+Json cpu_report(const fs::path& out, const CpuCalibration& calibration, const Json& host, const Json& comm) {
+  const LocalCalibration& c = calibration.fitted;
+  const auto samples = collective_samples(comm);
+  const Json fitted = fitted_curves_json(c);
+  return {{"profile", out.string()},
+          {"cores", c.cores},
+          {"threads_per_rank", c.threads},
+          {"ranks", c.devices},
+          {"gemm_peak_flops_per_s", c.gemm.peak_flops_per_s},
+          {"gemm_efficiency", curve_json(c.gemm.curve)},
+          {"gemm_efficiency_by_min_dim", fitted["by_min_dim"]},
+          {"attention_efficiency", curve_json(c.attention.curve)},
+          {"cross_entropy_rates", fitted["cross_entropy_rates"]},
+          {"kernel_overhead_s", c.seconds_per_dispatched_op},
+          {"copy_bytes_per_s", c.copy_bytes_per_s},
+          {"adamw_params_per_s", host["adamw_params_per_s"]},
+          {"collective_alpha_s", c.comm.alpha_s},
+          {"compute_jitter_sqrt_s", c.compute_jitter_sqrt_s},
+          {"sync_waits", comm.value("sync_waits", Json::array())},
+          {"overlap_compute_slowdown", c.overlap_slowdown},
+          {"overlap", comm.value("overlap", Json())},
+          {"compute_lost_resuming_from_call_s", c.resume_s},
+          {"resume", comm.value("resume", Json())},
+          {"collective_bandwidth_bytes_per_s", c.comm.bandwidth_bytes_per_s},
+          {"collective_fit_on", calibration.collectives_fitted_on_all_reduce ? "all_reduce" : "all"},
+          {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
+          {"collective_fit_rms_relative_error_per_op", collective_errors(samples, c)},
+          {"collective_fit_per_call", fitted["per_call"]},
+          {"scalar_all_reduce_step_s", c.scalar_all_reduce_step_s},
+          {"host", host},
+          {"collectives", comm}};
+}
+
+std::string efficiencies_text(const std::vector<spec::EfficiencyPoint>& points) {
+  std::string text;
+  for (const auto& p : points) text += str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+  return text;
+}
+
+// The compute lines of the summary: GEMMs, attention, cross-entropy, memory and AdamW.
+void print_compute_summary(const Json& report, const LocalCalibration& c) {
+  std::cout << str_cat("  GEMM fp32 peak ", fixed(c.gemm.peak_flops_per_s / 1e9, 1), " GFLOP/s per rank (", c.threads,
+                       " thread", c.threads == 1 ? "" : "s", "); efficiency", efficiencies_text(c.gemm.curve));
   for (const auto& shaped : c.gemm_by_min_dim) {
-    std::cout << str_cat("\n    smallest dimension ", fixed(shaped.min_dim, 0), ":");
-    for (const auto& p : shaped.points)
-      std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+    std::cout << str_cat("\n    smallest dimension ", fixed(shaped.min_dim, 0), ":", efficiencies_text(shaped.points));
   }
-  std::cout << "\n  attention efficiency";
-  for (const auto& p : c.attention.curve)
-    std::cout << str_cat(" ", fixed(p.efficiency, 2), "@", fixed(p.gflops, 3), "GF");
+  std::cout << "\n  attention efficiency" << efficiencies_text(c.attention.curve);
   std::cout << "\n  cross-entropy M logits/s forward/backward";
   for (const auto& p : c.cross_entropy_rates) {
     std::cout << str_cat(" ", fixed(p.forward_logits_per_s / 1e6, 0), "/", fixed(p.backward_logits_per_s / 1e6, 0), "@",
@@ -430,8 +239,15 @@ void run(const CalibrateOptions& o) {
   }
   std::cout << str_cat("; ", fixed(c.seconds_per_dispatched_op * 1e6, 1), " us per dispatched operator\n");
   std::cout << str_cat("  memory copy ", fixed(c.copy_bytes_per_s / 1e9, 1), " GB/s; AdamW ",
-                       fixed(host["adamw_params_per_s"].get<double>() / 1e6, 0), " M parameters/s\n",
-                       "  collectives (Gloo, ", ranks, " ranks): alpha ", fixed(c.comm.alpha_s * 1e6, 0),
+                       fixed(report["adamw_params_per_s"].get<double>() / 1e6, 0), " M parameters/s\n");
+}
+
+// The collective lines of the summary: the α–β pair and its errors, each call apart, the scalar
+// all-reduce.
+void print_collective_summary(const Json& report, const LocalCalibration& c) {
+  const int ranks = c.devices;
+  const Json& per_op = report["collective_fit_rms_relative_error_per_op"];
+  std::cout << str_cat("  collectives (Gloo, ", ranks, " ranks): alpha ", fixed(c.comm.alpha_s * 1e6, 0),
                        " us per step, bandwidth ", fixed(c.comm.bandwidth_bytes_per_s / 1e9, 2),
                        " GB/s (fitted to the all-reduces); rms error all_reduce ",
                        fixed(100 * per_op["all_reduce"].get<double>(), 0), "%, all_gather ",
@@ -450,12 +266,18 @@ void run(const CalibrateOptions& o) {
                          " us per step (", fixed(2.0 * (ranks - 1) * c.scalar_all_reduce_step_s * 1e3, 2), " ms on ",
                          ranks, " ranks; the ring fit says ", fixed(2.0 * (ranks - 1) * c.comm.alpha_s * 1e3, 2), ")");
   }
+  std::cout << "\n";
+}
+
+// The lines of what the ranks lose to one another: jitter, overlap, resuming from a call.
+void print_interference_summary(const Json& report, const LocalCalibration& c) {
+  const Json& overlap = report["overlap"];
+  const Json& resume = report["resume"];
   std::cout << str_cat(
-      "\n",
-      sync_waits.empty() ? std::string("  compute jitter not measured\n")
-                         : str_cat("  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),
-                                   " ms per sqrt(s): a blocking call waits for the slowest rank (", sync_waits.size(),
-                                   " compute lengths)\n"),
+      report["sync_waits"].empty() ? std::string("  compute jitter not measured\n")
+                                   : str_cat("  compute jitter ", fixed(c.compute_jitter_sqrt_s * 1e3, 2),
+                                             " ms per sqrt(s): a blocking call waits for the slowest rank (",
+                                             report["sync_waits"].size(), " compute lengths)\n"),
       c.overlap_slowdown < 0
           ? std::string("  overlap not measured\n")
           : str_cat("  overlap: computing beside an all-gather loses ", fixed(c.overlap_slowdown, 2),
@@ -466,8 +288,50 @@ void run(const CalibrateOptions& o) {
           ? str_cat("  resuming from a call not measured", resume.is_object() ? " (ranks share cores)" : "", "\n")
           : str_cat("  resuming from a blocking call loses ", fixed(c.resume_s * 1e6, 0), " us of compute per call (",
                     fixed(resume.at("segment_s").get<double>() * 1e3, 2), " ms of training-like work took ",
-                    fixed(resume.at("after_call_s").get<double>() * 1e3, 2), " ms right after one)\n"),
-      "  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
+                    fixed(resume.at("after_call_s").get<double>() * 1e3, 2), " ms right after one)\n"));
+}
+
+void run(const CalibrateOptions& o) {
+  if (!o.from_runs.empty()) {
+    refit_from_runs(FromRunsOptions{o.from_runs, o.base, o.out, o.json});
+    return;
+  }
+  if (o.device == "cuda") {
+    calibrate_cuda(CudaCalibrationOptions{o.out, o.base_gpu, o.measurements, o.seconds, o.json});
+    return;
+  }
+  if (!find_executor())
+    throw core::RuntimeError("`cpt calibrate` needs the LibTorch executor (run scripts/setup and rebuild)");
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int ranks = o.ranks > 0 ? o.ranks : std::max(2, cores);
+  const int threads = std::max(1, cores / ranks);
+  std::cerr << str_cat("calibrate: ", cores, " cores, ", ranks, " ranks of ", threads, " thread",
+                       threads == 1 ? "" : "s", "; host measurements (", fixed(o.seconds * 0.7, 0),
+                       " s), then collectives\n");
+  const auto host = measure_hosts_together(ranks, o.seconds * 0.7, threads);
+  const auto comm = run_executor_json({"calibrate-comm", "--nproc-per-node", std::to_string(ranks),
+                                       "--seconds-per-point", fixed(std::max(0.02, o.seconds * 0.3 / 28), 3)});
+  const CpuCalibration calibration = fit_cpu(host, comm, ranks, threads);
+  const LocalCalibration& c = calibration.fitted;
+  const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  core::write_file_atomic(out, spec::cluster_to_json(local_cluster(c)).dump(2) + "\n");
+  const Json report = cpu_report(out, calibration, host, comm);
+  auto report_path = out;
+  report_path.replace_extension(".report.json");
+  core::write_file_atomic(report_path, report.dump(2) + "\n");
+  if (o.json) {
+    Json brief = report;
+    brief.erase("host");
+    brief.erase("collectives");
+    print_json(brief);
+    return;
+  }
+  std::cout << str_cat("calibrated ", out.string(), " (measurements and fit: ", report_path.string(), ")\n");
+  print_compute_summary(report, c);
+  print_collective_summary(report, c);
+  print_interference_summary(report, c);
+  std::cout << str_cat("  use it: cpt plan --gpu local --gpus ", ranks, " ... (or --cluster ", out.string(), ")\n");
 }
 
 }  // namespace
