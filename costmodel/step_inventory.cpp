@@ -63,6 +63,36 @@ WorkItem waiting(WorkItem item) {
   return item;
 }
 
+// KL distillation under tensor parallelism: the teacher's embedding (and under SP its head's
+// input gather), the KL's vocabulary-parallel log-softmaxes (a max and a sum each) and its sum over
+// the vocabulary shards, forward; the student's normaliser gradient, backward.
+void add_tensor_parallel_teacher(StepInventory& inv, const spec::ParallelConfig& p, const Runtime& runtime,
+                                 Bytes activations, Bytes loss, const CostModelOptions& o) {
+  const bool sp = p.sequence_parallel;
+  const double around_one = sp ? kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
+  const WorkKind scatter = sp ? WorkKind::kReduceScatter : WorkKind::kAllReduce;
+  inv.add(waiting(
+      calls_of(WorkPass::kTeacher, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
+  if (sp) {
+    inv.add(waiting(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllGather, activations, 1,
+                             around_one)));
+  }
+  if (runtime.executor) {
+    // Each log-softmax's maxima gathered from every tp rank (fp32 per token), its normaliser
+    // reduced, and the KL's per-token sum reduced.
+    inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllGather, loss * p.tp, 2,
+                     kernels_per_call(o)));
+    inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 3,
+                     kernels_per_call(o)));
+  } else {
+    inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 5,
+                     kernels_per_call(o)));
+  }
+  // The backward of copy_to_tp in executor/parallel/tensor_parallel.cpp vocab_parallel_log_softmax.
+  inv.add(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 1,
+                   kernels_per_call(o)));
+}
+
 // Tensor parallelism (Megatron's f/g): two collectives per layer and pass (after attention and
 // after the MLP; see per_layer for MoE layers), each an all-reduce or, under sequence parallelism, a reduce-scatter and
 // an all-gather priced as one; the embedding's sum over the vocabulary shards forward (a reduce-scatter under SP),
@@ -111,31 +141,7 @@ void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   const WorkKind gather = sp ? WorkKind::kAllGather : WorkKind::kAllReduce;
   inv.add(waiting(
       calls_of(WorkPass::kForward, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
-  if (o.distill_teacher) {
-    // The teacher's embedding (and under SP its head's input gather), and the KL's vocabulary-
-    // parallel log-softmaxes (a max and a sum each) and its sum over the vocabulary shards, forward.
-    inv.add(waiting(
-        calls_of(WorkPass::kTeacher, WorkScope::kEmbedding, CommGroup::kTp, scatter, activations, 1, around_one)));
-    if (sp) {
-      inv.add(
-          waiting(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, gather, activations, 1, around_one)));
-    }
-    if (runtime.executor) {
-      // Each log-softmax's maxima gathered from every tp rank (fp32 per token), its normaliser
-      // reduced, and the KL's per-token sum reduced.
-      inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllGather, loss * p.tp, 2,
-                       kernels_per_call(o)));
-      inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 3,
-                       kernels_per_call(o)));
-    } else {
-      inv.add(calls_of(WorkPass::kTeacher, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 5,
-                       kernels_per_call(o)));
-    }
-    // Backward, the gradient of the student's normaliser summed over the shards (the backward of
-    // copy_to_tp in executor/parallel/tensor_parallel.cpp vocab_parallel_log_softmax).
-    inv.add(calls_of(WorkPass::kBackward, WorkScope::kHead, CommGroup::kTp, WorkKind::kAllReduce, loss, 1,
-                     kernels_per_call(o)));
-  }
+  if (o.distill_teacher) add_tensor_parallel_teacher(inv, p, runtime, activations, loss, o);
   if (sp) {
     inv.add(waiting(
         calls_of(WorkPass::kBackward, WorkScope::kEmbedding, CommGroup::kTp, gather, activations, 1, around_one)));

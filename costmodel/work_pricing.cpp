@@ -162,6 +162,24 @@ bool in_microbatch(const WorkItem& item) {
          item.exposure != Exposure::kBehindBackward && item.exposure != Exposure::kAfterBackward;
 }
 
+// The pipeline's transfer of one pass of one microbatch (none without pp). KL distillation's
+// teacher sends its hidden states in the forward beside the student's; the pipeline prices one
+// transfer per pass, so they are spread over both passes: the step's total is theirs.
+std::optional<WorkItem> pass_transfer(const StepInventory& inventory) {
+  std::optional<WorkItem> transfer;
+  double teacher_transfers = 0;
+  for (const WorkItem& item : inventory.items()) {
+    if (item.scope != WorkScope::kTransfer) continue;
+    if (item.pass == WorkPass::kTeacher) {
+      teacher_transfers = item.calls;
+    } else {
+      transfer = item;
+    }
+  }
+  if (transfer) transfer->operations *= 1 + teacher_transfers / 2;
+  return transfer;
+}
+
 PassTime& pass_of(MicrobatchCharges& c, const WorkItem& item) {
   const bool forward = item.pass == WorkPass::kForward;
   const bool teacher = item.pass == WorkPass::kTeacher;
@@ -218,15 +236,8 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
   const Seconds segment = charge_dispatch(c, inventory, context);
   ScopeSums layer, embedding, head;
   OperationTimes operation_times(context);
-  double teacher_transfers = 0;
+  c.transfer = pass_transfer(inventory);
   for (const WorkItem& item : inventory.items()) {
-    if (item.scope == WorkScope::kTransfer) {
-      if (item.pass == WorkPass::kTeacher) {
-        teacher_transfers = item.calls;
-      } else {
-        c.transfer = item;
-      }
-    }
     if (!in_microbatch(item)) continue;
     const Seconds seconds = price_with(item, operation_times(item), context, segment);
     if (item.exposure == Exposure::kBetweenPasses) {
@@ -246,9 +257,6 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
         (item.group == CommGroup::kCp ? sums.cp : expert_group(item.group) ? sums.ep : sums.tp)[pass] += seconds;
     }
   }
-  // The teacher's hidden states travel in the forward beside the student's. The pipeline prices
-  // one transfer per pass, so they are spread over both passes: the step's total is theirs.
-  if (c.transfer) c.transfer->operations *= 1 + teacher_transfers / 2;
   const auto forward = static_cast<std::size_t>(WorkPass::kForward);
   const auto backward = static_cast<std::size_t>(WorkPass::kBackward);
   const auto recompute = static_cast<std::size_t>(WorkPass::kRecompute);
