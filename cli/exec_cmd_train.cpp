@@ -19,18 +19,76 @@
 namespace cpt::cli {
 
 namespace {
+
 // Set by cpt's launcher for its ranks: it holds OUT's lock for them.
 constexpr const char* kOutLockedByLauncher = "CPT_OUT_LOCKED_BY_LAUNCHER";
+
+struct TrainArgs {
+  std::string plan, config, out = "runs/train", device;
+  bool resume = false;
+  std::int64_t steps = 0, stop_at = 0, profile_step = -1;
+  exec::LocalLaunch launch;
+};
+
+// The launcher: checks the input once, prepares the run's inputs on one node, and starts this
+// node's ranks with the same arguments, minus the launch flags.
+void launch_ranks(const TrainArgs& args) {
+  std::vector<std::string> a{"train", "--plan", args.plan, "--config", args.config, "--out", args.out};
+  if (args.resume) a.emplace_back("--resume");
+  if (args.steps > 0) a.insert(a.end(), {"--steps", std::to_string(args.steps)});
+  if (args.stop_at > 0) a.insert(a.end(), {"--stop-at", std::to_string(args.stop_at)});
+  if (!args.device.empty()) a.insert(a.end(), {"--device", args.device});
+  if (args.profile_step >= 0) a.insert(a.end(), {"--profile-step", std::to_string(args.profile_step)});
+  // Bad input is reported once, here, not by every rank.
+  const auto plan = spec::load_plan(args.plan);
+  const auto config = exec::load_train_config(args.config);
+  exec::check_device(args.device.empty() ? config.device : args.device, args.launch.nproc_per_node);
+  // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
+  // the model's vocabulary) here, once; the ranks find them in OUT and reuse them. (Several
+  // nodes may share OUT's file system: their launchers must not prepare it at once.)
+  // One job per OUT: node 0's launcher holds the lock for the job (its ranks know, below).
+  std::optional<core::DirectoryLock> lock;
+  if (args.launch.node_rank == 0) lock.emplace(core::DirectoryLock::acquire(args.out, "another cpt train"));
+  ::setenv(kOutLockedByLauncher, "1", 1);
+  if (args.launch.nnodes == 1) (void)exec::prepare_run_inputs(config, plan.model, args.out);
+  const int code = exec::run_local_ranks(a, args.launch);
+  if (code != 0) throw ExitWith{code};
+}
+
+// One rank (or the only process): trains, and rank 0 prints the summary.
+void train_rank(const TrainArgs& args) {
+  (void)exec::RankReporter::of_this_process();  // a launched rank's heartbeat starts now (rank_board.h)
+  const auto plan = spec::load_plan(args.plan);
+  const auto config = exec::load_train_config(args.config);
+  // One process, or rank 0 of a job that torchrun or Slurm started, holds OUT's lock.
+  std::optional<core::DirectoryLock> lock;
+  const char* rank = std::getenv("RANK");
+  if (std::getenv(kOutLockedByLauncher) == nullptr && (rank == nullptr || std::string(rank) == "0")) {
+    lock.emplace(core::DirectoryLock::acquire(args.out, "another cpt train"));
+  }
+  exec::TrainOptions o;
+  o.out_dir = args.out;
+  o.resume = args.resume;
+  if (args.steps > 0) o.steps = args.steps;
+  if (args.stop_at > 0) o.stop_at = args.stop_at;
+  if (!args.device.empty()) o.device = args.device;
+  if (args.profile_step >= 0) o.profile_step = args.profile_step;
+  const auto s = exec::train(plan, config, o);
+  if (rank != nullptr && std::string(rank) != "0") {
+    if (s.stopped) throw ExitWith{core::kExitStopped};
+    return;
+  }
+  std::cout << core::str_cat("trained steps ", s.first_step, " -> ", s.last_step, ": final loss ", s.final_loss, ", ",
+                             static_cast<long long>(s.tokens_per_s), " tokens/s",
+                             s.skipped_steps > 0 ? core::str_cat(", ", s.skipped_steps, " steps skipped") : "",
+                             "; checkpoint ", s.checkpoint.string(), "\n");
+  if (s.stopped) throw ExitWith{core::kExitStopped};
+}
+
 }  // namespace
 
 void register_exec_train_command(CLI::App& app) {
-  struct Args {
-    std::string plan, config, out = "runs/train", device;
-    bool resume = false;
-    std::int64_t steps = 0, stop_at = 0, profile_step = -1;
-    exec::LocalLaunch launch;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand("train",
                                  "Run one rank of the training job a plan describes (`cpt train` launches every rank)");
   cmd->add_option("--plan", args->plan, "plan.json (from `cpt plan --out`)")->required();
@@ -63,55 +121,10 @@ void register_exec_train_command(CLI::App& app) {
   cmd->callback([args] {
     const bool inside_job = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
     if (!inside_job && (args->launch.nproc_per_node > 1 || args->launch.nnodes > 1)) {
-      // The launcher: start this node's ranks with the same arguments, minus the launch flags.
-      std::vector<std::string> a{"train", "--plan", args->plan, "--config", args->config, "--out", args->out};
-      if (args->resume) a.emplace_back("--resume");
-      if (args->steps > 0) a.insert(a.end(), {"--steps", std::to_string(args->steps)});
-      if (args->stop_at > 0) a.insert(a.end(), {"--stop-at", std::to_string(args->stop_at)});
-      if (!args->device.empty()) a.insert(a.end(), {"--device", args->device});
-      if (args->profile_step >= 0) a.insert(a.end(), {"--profile-step", std::to_string(args->profile_step)});
-      // Bad input is reported once, here, not by every rank.
-      const auto plan = spec::load_plan(args->plan);
-      const auto config = exec::load_train_config(args->config);
-      exec::check_device(args->device.empty() ? config.device : args->device, args->launch.nproc_per_node);
-      // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
-      // the model's vocabulary) here, once; the ranks find them in OUT and reuse them. (Several
-      // nodes may share OUT's file system: their launchers must not prepare it at once.)
-      // One job per OUT: node 0's launcher holds the lock for the job (its ranks know, below).
-      std::optional<core::DirectoryLock> lock;
-      if (args->launch.node_rank == 0) lock.emplace(core::DirectoryLock::acquire(args->out, "another cpt train"));
-      ::setenv(kOutLockedByLauncher, "1", 1);
-      if (args->launch.nnodes == 1) (void)exec::prepare_run_inputs(config, plan.model, args->out);
-      const int code = exec::run_local_ranks(a, args->launch);
-      if (code != 0) throw ExitWith{code};
-      return;
+      launch_ranks(*args);
+    } else {
+      train_rank(*args);
     }
-    (void)exec::RankReporter::of_this_process();  // a launched rank's heartbeat starts now (rank_board.h)
-    const auto plan = spec::load_plan(args->plan);
-    const auto config = exec::load_train_config(args->config);
-    // One process, or rank 0 of a job that torchrun or Slurm started, holds OUT's lock.
-    std::optional<core::DirectoryLock> lock;
-    const char* rank = std::getenv("RANK");
-    if (std::getenv(kOutLockedByLauncher) == nullptr && (rank == nullptr || std::string(rank) == "0")) {
-      lock.emplace(core::DirectoryLock::acquire(args->out, "another cpt train"));
-    }
-    exec::TrainOptions o;
-    o.out_dir = args->out;
-    o.resume = args->resume;
-    if (args->steps > 0) o.steps = args->steps;
-    if (args->stop_at > 0) o.stop_at = args->stop_at;
-    if (!args->device.empty()) o.device = args->device;
-    if (args->profile_step >= 0) o.profile_step = args->profile_step;
-    const auto s = exec::train(plan, config, o);
-    if (rank != nullptr && std::string(rank) != "0") {
-      if (s.stopped) throw ExitWith{core::kExitStopped};
-      return;
-    }
-    std::cout << core::str_cat("trained steps ", s.first_step, " -> ", s.last_step, ": final loss ", s.final_loss, ", ",
-                               static_cast<long long>(s.tokens_per_s), " tokens/s",
-                               s.skipped_steps > 0 ? core::str_cat(", ", s.skipped_steps, " steps skipped") : "",
-                               "; checkpoint ", s.checkpoint.string(), "\n");
-    if (s.stopped) throw ExitWith{core::kExitStopped};
   });
 }
 
