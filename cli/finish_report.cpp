@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "core/str_cat.h"
@@ -54,8 +56,13 @@ std::string describe_finish(const planner::TimeToFinish& t, const FinishFacts& f
   }
   out += str_cat("\n", indent, "the steps ", hours(t.training_s));
   if (facts.with_recipe) {
-    out += str_cat("; TRAIN.json's ", t.recipe.evaluations, " evaluation(s) ", hours(t.recipe.evaluation_s),
-                   " and EWC's Fisher estimate ", hours(t.recipe.fisher_s));
+    std::vector<std::string> besides;  // what TRAIN.json runs besides its steps, where it runs anything
+    if (t.recipe.evaluations > 0) {
+      besides.push_back(
+          str_cat("TRAIN.json's ", t.recipe.evaluations, " evaluation(s) ", hours(t.recipe.evaluation_s)));
+    }
+    if (t.recipe.fisher_s > 0) besides.push_back(str_cat("EWC's Fisher estimate ", hours(t.recipe.fisher_s)));
+    if (!besides.empty()) out += "; " + core::join(besides, " and ");
   }
   const double every_steps = t.interval_s / step_s;
   out += str_cat("\n", indent, "checkpoints of ", fixed(t.checkpoint_write_s * facts.failures.checkpoint_write_GBps, 1),
