@@ -131,11 +131,11 @@ CpuCalibration fit_cpu(const Json& host, const Json& comm, int ranks, int thread
   calibration.collectives_fitted_on_all_reduce = fit_collectives(collective_samples(comm), c);
   c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(comm);
   c.compute_jitter_sqrt_s = fit_compute_jitter(comm.value("sync_waits", Json::array()), ranks);
-  // Compute beside an in-flight collective (calibration_probe.h's OverlapMeasurement), capped at 4,
+  // Compute beside an in-flight collective (collective_probe.h's OverlapMeasurement), capped at 4,
   // the most a profile accepts (a machine that loses more has other troubles).
   const Json overlap = comm.value("overlap", Json());
   if (overlap.is_object()) c.overlap_slowdown = std::min(4.0, overlap.at("slowdown").get<double>());
-  // Resuming from a blocking call (calibration_probe.h's ResumeMeasurement), where every rank has
+  // Resuming from a blocking call (collective_probe.h's ResumeMeasurement), where every rank has
   // its cores: with more ranks than cores the ranks that wait hand theirs to the others, and the
   // work after a call runs faster than back to back (four ranks on this VM's two cores: "lost" 0).
   const Json resume = comm.value("resume", Json());

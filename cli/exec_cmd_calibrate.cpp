@@ -20,6 +20,7 @@
 #include "executor/dist/launch_info.h"
 #include "executor/dist/local_launcher.h"
 #include "executor/measure/calibration_probe.h"
+#include "executor/measure/collective_probe.h"
 
 namespace cpt::cli {
 
