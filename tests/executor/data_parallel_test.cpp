@@ -22,6 +22,8 @@
 namespace cpt::exec {
 namespace {
 
+using testing::causal_batch;
+
 using Tensors = std::map<std::string, torch::Tensor>;
 using MakeOptimizer = std::function<std::unique_ptr<StepOptimizer>(const NamedParams&, Communicator&)>;
 
@@ -37,15 +39,6 @@ constexpr double kLr = 1e-3;
 // missing, doubled or misplaced reduction gives (updates off by up to 2 · lr, and gradient norms off
 // by the factor, checked to 10⁻⁴).
 constexpr double kTolerance = 1e-2 * kLr;
-
-Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std::uint64_t seed) {
-  torch::manual_seed(seed);
-  auto tokens = torch::randint(vocab, {batch, seq}, torch::kInt64);
-  auto targets = torch::roll(tokens, -1, 1);
-  targets.index_put_({torch::indexing::Slice(), seq - 1}, kIgnoreIndex);
-  auto positions = torch::arange(seq, torch::kInt64).unsqueeze(0).expand({batch, seq}).contiguous();
-  return Batch{tokens, targets, positions, {}, batch * (seq - 1)};
-}
 
 Batch rows(const Batch& b, std::int64_t first, std::int64_t count) {
   auto targets = b.targets.narrow(0, first, count);

@@ -53,6 +53,15 @@ void prepare_small_dataset(const fs::path& dir) {
   prepare_dataset({python_json_package()}, small_tokenizer(), dir, o);
 }
 
+Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  auto tokens = torch::randint(vocab, {batch, seq}, torch::kInt64);
+  auto targets = torch::roll(tokens, -1, 1);
+  targets.index_put_({torch::indexing::Slice(), seq - 1}, kIgnoreIndex);
+  auto positions = torch::arange(seq, torch::kInt64).unsqueeze(0).expand({batch, seq}).contiguous();
+  return Batch{tokens, targets, positions, {}, batch * (seq - 1)};
+}
+
 void on_two_gloo_ranks(int port, const std::string& group_name,
                        const std::function<void(int rank, Communicator& group)>& rank_main) {
   auto run = [&](int rank) {

@@ -8,6 +8,7 @@
 
 #include "executor/dist/communicator.h"
 
+#include "executor/data/batch.h"
 #include "executor/data/prepare_dataset.h"
 #include "executor/data/tokenizer.h"
 
@@ -34,6 +35,10 @@ const Tokenizer& small_tokenizer();
 
 // Prepares python_json_package() with small_tokenizer() into `dir`.
 void prepare_small_dataset(const std::filesystem::path& dir);
+
+// `batch` random sequences of `seq` tokens below `vocab` (seeded by `seed`), each its own document:
+// targets the next token (the last position ignored), positions 0..seq-1, plain causal attention.
+Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std::uint64_t seed);
 
 // Runs rank_main(rank, group) on two ranks, this thread and another, joined by a Gloo group named
 // `group_name` over loopback, its rendezvous on `port` (pick one per test: tests may run at once).

@@ -7,20 +7,16 @@
 #include <set>
 
 #include "core/error.h"
+#include "executor_test_support.h"
 #include "spec/model_catalog.h"
 
 namespace cpt::exec {
 namespace {
 
-spec::ModelSpec catalog(const std::string& name) { return spec::find_catalog_model(name).value().spec; }
+using testing::causal_batch;
 
-Batch causal_batch(std::int64_t b, std::int64_t s, std::int64_t vocab, std::uint64_t seed) {
-  torch::manual_seed(seed);
-  auto tokens = torch::randint(vocab, {b, s}, torch::kInt64);
-  auto targets = torch::roll(tokens, -1, 1);
-  targets.index_put_({torch::indexing::Slice(), s - 1}, kIgnoreIndex);
-  auto positions = torch::arange(s, torch::kInt64).unsqueeze(0).expand({b, s}).contiguous();
-  return Batch{tokens, targets, positions, {}, b * (s - 1)};
+spec::ModelSpec catalog(const std::string& name) {
+  return spec::find_catalog_model(name).value().spec;
 }
 
 std::int64_t count(torch::nn::Module& m) {
@@ -97,10 +93,14 @@ TEST(LlamaModel, IsCausalAndADocumentMaskIsolatesDocuments) {
   auto packed = batch;
   auto doc = torch::tensor({0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, torch::kInt64);
   packed.positions = torch::cat({torch::arange(6, torch::kInt64), torch::arange(10, torch::kInt64)}).unsqueeze(0);
-  packed.mask = (doc.unsqueeze(0) == doc.unsqueeze(1)).logical_and(torch::ones({16, 16}, torch::kBool).tril())
+  packed.mask = (doc.unsqueeze(0) == doc.unsqueeze(1))
+                    .logical_and(torch::ones({16, 16}, torch::kBool).tril())
                     .view({1, 1, 16, 16});
-  Batch alone{batch.tokens.narrow(1, 6, 10), batch.targets.narrow(1, 6, 10),
-              torch::arange(10, torch::kInt64).unsqueeze(0), {}, 9};
+  Batch alone{batch.tokens.narrow(1, 6, 10),
+              batch.targets.narrow(1, 6, 10),
+              torch::arange(10, torch::kInt64).unsqueeze(0),
+              {},
+              9};
   const auto packed_logits = model->forward(packed);
   const auto alone_logits = model->forward(alone);
   EXPECT_TRUE(torch::allclose(packed_logits.narrow(1, 6, 10), alone_logits, 1e-5, 1e-5));
@@ -144,7 +144,8 @@ TEST(ActivationCheckpoint, FullAndSelectiveGiveThePlainGradients) {
   auto batch = causal_batch(2, 24, spec.vocab, 9);
   auto masked = batch;
   const auto doc = torch::cat({torch::zeros({10}, torch::kInt64), torch::ones({14}, torch::kInt64)});
-  masked.mask = (doc.unsqueeze(0) == doc.unsqueeze(1)).logical_and(torch::ones({24, 24}, torch::kBool).tril())
+  masked.mask = (doc.unsqueeze(0) == doc.unsqueeze(1))
+                    .logical_and(torch::ones({24, 24}, torch::kBool).tril())
                     .view({1, 1, 24, 24})
                     .expand({2, 1, 24, 24});
   for (const auto* b : {&batch, &masked}) {
@@ -187,7 +188,8 @@ TEST(ActivationCheckpoint, FullAndSelectiveGiveThePlainGradients) {
 class ScopedAutocast {
  public:
   explicit ScopedAutocast(at::DeviceType device_type)
-      : type_(device_type), was_enabled_(at::autocast::is_autocast_enabled(type_)),
+      : type_(device_type),
+        was_enabled_(at::autocast::is_autocast_enabled(type_)),
         was_dtype_(at::autocast::get_autocast_dtype(type_)) {
     at::autocast::set_autocast_dtype(type_, at::kBFloat16);
     at::autocast::set_autocast_enabled(type_, true);
@@ -254,7 +256,8 @@ TEST(LlamaModel, CudaDocumentMaskedGqaMatchesTheCpu) {
   auto batch = causal_batch(1, 16, spec.vocab, 4);
   auto doc = torch::tensor({0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, torch::kInt64);
   batch.positions = torch::cat({torch::arange(6, torch::kInt64), torch::arange(10, torch::kInt64)}).unsqueeze(0);
-  batch.mask = (doc.unsqueeze(0) == doc.unsqueeze(1)).logical_and(torch::ones({16, 16}, torch::kBool).tril())
+  batch.mask = (doc.unsqueeze(0) == doc.unsqueeze(1))
+                   .logical_and(torch::ones({16, 16}, torch::kBool).tril())
                    .view({1, 1, 16, 16});
   const auto on_cpu = model->forward(batch);
   const torch::Device cuda(torch::kCUDA, 0);

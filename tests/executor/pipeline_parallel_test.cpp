@@ -35,15 +35,9 @@ constexpr int kMicrobatches = 4;
 constexpr double kTolerance = 1e-4;
 
 std::vector<Batch> microbatches(std::int64_t vocab) {
-  torch::manual_seed(3);
   std::vector<Batch> out;
-  for (int i = 0; i < kMicrobatches; ++i) {
-    auto tokens = torch::randint(vocab, {2, 16}, torch::kInt64);
-    auto targets = torch::roll(tokens, -1, 1);
-    targets.index_put_({torch::indexing::Slice(), 15}, kIgnoreIndex);
-    auto positions = torch::arange(16, torch::kInt64).unsqueeze(0).expand({2, 16}).contiguous();
-    out.push_back(Batch{tokens, targets, positions, {}, 2 * 15});
-  }
+  for (int i = 0; i < kMicrobatches; ++i)
+    out.push_back(testing::causal_batch(2, 16, vocab, 3 + static_cast<std::uint64_t>(i)));
   return out;
 }
 

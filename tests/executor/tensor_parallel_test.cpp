@@ -19,16 +19,9 @@
 namespace cpt::exec {
 namespace {
 
-using Tensors = std::map<std::string, torch::Tensor>;
+using testing::causal_batch;
 
-Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std::uint64_t seed) {
-  torch::manual_seed(seed);
-  auto tokens = torch::randint(vocab, {batch, seq}, torch::kInt64);
-  auto targets = torch::roll(tokens, -1, 1);
-  targets.index_put_({torch::indexing::Slice(), seq - 1}, kIgnoreIndex);
-  auto positions = torch::arange(seq, torch::kInt64).unsqueeze(0).expand({batch, seq}).contiguous();
-  return Batch{tokens, targets, positions, {}, batch * (seq - 1)};
-}
+using Tensors = std::map<std::string, torch::Tensor>;
 
 // The largest |a − b| over the tensor, against the largest |b|.
 double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b) {
