@@ -1,7 +1,7 @@
-// Data parallelism and ZeRO-1/2 in process: two Gloo ranks in threads, each with half of a batch,
+// Data parallelism and ZeRO-1/2/3 in process: two Gloo ranks in threads, each with half of a batch,
 // reduce their gradients and step AdamW through the step optimizer of their layout (replicated,
-// or sharded by bucket: train/step_optimizer.h); after two steps their weights are the one-device
-// run's on the whole batch (the end-to-end layouts: tests/cli/distributed_train_test.cpp).
+// sharded by bucket: train/step_optimizer.h, or fully sharded: parallel/fully_sharded.h); after two steps their weights
+// are the one-device run's on the whole batch (the end-to-end layouts: tests/cli/distributed_train_test.cpp).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 #include "executor/data/batch.h"
 #include "executor/dist/communicator.h"
 #include "executor/model/llama_model.h"
+#include "executor/parallel/fully_sharded.h"
 #include "executor/train/step_optimizer.h"
 #include "executor_test_support.h"
 #include "spec/model_catalog.h"
@@ -25,7 +26,9 @@ namespace {
 using testing::causal_batch;
 
 using Tensors = std::map<std::string, torch::Tensor>;
-using MakeOptimizer = std::function<std::unique_ptr<StepOptimizer>(const NamedParams&, Communicator&)>;
+// The step optimizer of a layout for `model`'s parameters over the data-parallel group (ZeRO-3
+// also installs itself as the model's parameter residency).
+using MakeOptimizer = std::function<std::unique_ptr<StepOptimizer>(LlamaModel&, Communicator&)>;
 
 constexpr std::size_t kSteps = 2;
 constexpr double kLr = 1e-3;
@@ -93,9 +96,12 @@ void expect_two_replicas_match_one_device(const MakeOptimizer& make_optimizer, i
   testing::on_two_gloo_ranks(port, "dp/0", [&](int rank, Communicator& group) {
     LlamaModel replica(spec);
     replica->init_weights(7);
-    const auto optimizer = make_optimizer(named(replica), group);
+    const auto optimizer = make_optimizer(replica, group);
     norms[static_cast<std::size_t>(rank)] = train(replica, *optimizer, rows(batch, 2 * rank, 2), batch.loss_tokens);
+    auto* sharded = dynamic_cast<FullyShardedModel*>(optimizer.get());
+    if (sharded != nullptr) sharded->gather_all();  // the whole weights, to compare
     trained[static_cast<std::size_t>(rank)] = weights_of(replica);
+    if (sharded != nullptr) sharded->release_all();
   });
   for (std::size_t rank = 0; rank < 2; ++rank) {
     for (std::size_t step = 0; step < kSteps; ++step) {
@@ -122,26 +128,38 @@ ZeroOptions zero_stage(int stage) {
 
 TEST(DataParallel, ReplicatedTwoRanksGiveTheOneDeviceWeights) {
   expect_two_replicas_match_one_device(
-      [](const NamedParams& params, Communicator& group) {
-        return make_replicated_optimizer(params, spec::AdamWOptions{}, group, kBucketBytes);
+      [](LlamaModel& model, Communicator& group) {
+        return make_replicated_optimizer(named(model), spec::AdamWOptions{}, group, kBucketBytes);
       },
       0);
 }
 
 TEST(DataParallel, ZeroOneTwoRanksGiveTheOneDeviceWeights) {
   expect_two_replicas_match_one_device(
-      [](const NamedParams& params, Communicator& group) {
-        return make_zero_optimizer(params, spec::AdamWOptions{}, group, zero_stage(1));
+      [](LlamaModel& model, Communicator& group) {
+        return make_zero_optimizer(named(model), spec::AdamWOptions{}, group, zero_stage(1));
       },
       1);
 }
 
 TEST(DataParallel, ZeroTwoTwoRanksGiveTheOneDeviceWeights) {
   expect_two_replicas_match_one_device(
-      [](const NamedParams& params, Communicator& group) {
-        return make_zero_optimizer(params, spec::AdamWOptions{}, group, zero_stage(2));
+      [](LlamaModel& model, Communicator& group) {
+        return make_zero_optimizer(named(model), spec::AdamWOptions{}, group, zero_stage(2));
       },
       2);
+}
+
+// ZeRO-3: every parameter sharded over the two ranks and gathered unit by unit for forward and
+// backward (parallel/fully_sharded.h).
+TEST(DataParallel, ZeroThreeTwoRanksGiveTheOneDeviceWeights) {
+  expect_two_replicas_match_one_device(
+      [](LlamaModel& model, Communicator& group) -> std::unique_ptr<StepOptimizer> {
+        auto sharded = make_fully_sharded(named(model), spec::AdamWOptions{}, group, nullptr, ModelParallelNorm{});
+        model->set_parameter_residency(sharded.get());
+        return sharded;
+      },
+      3);
 }
 
 }  // namespace
