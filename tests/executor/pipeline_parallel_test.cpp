@@ -1,6 +1,6 @@
-// Pipeline parallelism in process: two Gloo ranks in threads, each holding one stage of a
-// one-device model (the embedding and the first layer; the second layer and the head), run a step
-// of four microbatches under a schedule (PipelineExecutor interpreting spec::PipelineSchedule);
+// Pipeline parallelism in process: two Gloo ranks in threads, each holding stages of a one-device
+// model (one layer each; the first also the embedding, the last the head), run a step of four
+// microbatches under a schedule (PipelineExecutor interpreting spec::PipelineSchedule);
 // the step's loss and each stage's gradients are the one-device model's over the same
 // microbatches (the end-to-end layouts: tests/cli/distributed_train_test.cpp).
 #include <gtest/gtest.h>
@@ -46,8 +46,11 @@ double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>() / scale;
 }
 
-void expect_two_stages_match_one_device(spec::ScheduleKind kind, int port_offset) {
-  const spec::ModelSpec spec = spec::find_catalog_model("tiny").value().spec;  // 2 layers
+// `virtual_stages` stages a rank, one layer each: rank r holds stages c · 2 + r.
+void expect_two_ranks_match_one_device(spec::ScheduleKind kind, int virtual_stages, int port_offset) {
+  spec::ModelSpec spec = spec::find_catalog_model("tiny").value().spec;
+  const int num_stages = 2 * virtual_stages;
+  spec.layers = num_stages;
   const auto micro = microbatches(spec.vocab);
   const double scale = 1.0 / (kMicrobatches * 2 * 15);
   LlamaModel whole(spec);
@@ -65,22 +68,24 @@ void expect_two_stages_match_one_device(spec::ScheduleKind kind, int port_offset
   }
   std::array<double, 2> losses{};
   std::array<Tensors, 2> grads;
-  const spec::PipelineSchedule schedule = spec::make_schedule(kind, 2, 1, kMicrobatches);
+  const spec::PipelineSchedule schedule = spec::make_schedule(kind, 2, virtual_stages, kMicrobatches);
   const int port = 43000 + static_cast<int>(::getpid() % 1000) * 4 + port_offset;
   testing::on_two_gloo_ranks(port, "pp/0", [&](int rank, Communicator& group) {
-    const StageShape shape{rank == 0, rank == 0 ? 0 : 1, rank == 0 ? 1 : 2, rank == 1};
-    LlamaModel stage(spec, shape);
-    {
-      torch::NoGradGuard no_grad;
-      for (auto& p : stage->named_parameters()) p.value().copy_(weights.at(p.key()));
-    }
+    std::vector<LlamaModel> chunks;
     NamedParams named;
-    for (const auto& p : stage->named_parameters()) named.emplace_back(p.key(), p.value());
+    for (int stage = rank; stage < num_stages; stage += 2) {
+      chunks.emplace_back(spec, StageShape{stage == 0, stage, stage + 1, stage == num_stages - 1});
+      torch::NoGradGuard no_grad;
+      for (auto& p : chunks.back()->named_parameters()) {
+        p.value().copy_(weights.at(p.key()));
+        named.emplace_back(p.key(), p.value());
+      }
+    }
     const auto solo = make_solo_communicator("dp");
     const auto optimizer = make_replicated_optimizer(named, spec::AdamWOptions{}, *solo, 1 << 20);
-    PipelineExecutor executor({stage}, 2, group);
+    PipelineExecutor executor(chunks, num_stages, group);
     losses[static_cast<std::size_t>(rank)] = executor.train_step(schedule, micro, scale, *optimizer).cross_entropy;
-    for (const auto& p : stage->named_parameters()) grads[static_cast<std::size_t>(rank)][p.key()] = p.value().grad();
+    for (const auto& [name, param] : named) grads[static_cast<std::size_t>(rank)][name] = param.grad();
   });
   EXPECT_EQ(grads[0].size() + grads[1].size(), expected_grads.size());
   for (std::size_t rank = 0; rank < 2; ++rank) {
@@ -92,16 +97,21 @@ void expect_two_stages_match_one_device(spec::ScheduleKind kind, int port_offset
 }
 
 TEST(PipelineParallel, OneFOneBOverTwoStagesGivesTheOneDeviceLossAndGradients) {
-  expect_two_stages_match_one_device(spec::ScheduleKind::k1F1B, 0);
+  expect_two_ranks_match_one_device(spec::ScheduleKind::k1F1B, 1, 0);
 }
 
 TEST(PipelineParallel, GPipeOverTwoStagesGivesTheOneDeviceLossAndGradients) {
-  expect_two_stages_match_one_device(spec::ScheduleKind::kGPipe, 1);
+  expect_two_ranks_match_one_device(spec::ScheduleKind::kGPipe, 1, 1);
 }
 
 // ZB-H1's split backward runs whole at BackwardInput (pipeline_executor.h): the same gradients.
 TEST(PipelineParallel, ZeroBubbleOverTwoStagesGivesTheOneDeviceLossAndGradients) {
-  expect_two_stages_match_one_device(spec::ScheduleKind::kZeroBubbleH1, 2);
+  expect_two_ranks_match_one_device(spec::ScheduleKind::kZeroBubbleH1, 1, 2);
+}
+
+// Interleaved 1F1B: two stages on each rank (four layers), microbatches passing each rank twice.
+TEST(PipelineParallel, InterleavedOverTwoRanksGivesTheOneDeviceLossAndGradients) {
+  expect_two_ranks_match_one_device(spec::ScheduleKind::kInterleaved1F1B, 2, 3);
 }
 
 }  // namespace
