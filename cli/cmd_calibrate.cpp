@@ -108,6 +108,7 @@ double fit_compute_jitter(const Json& sync_waits, int ranks) {
 // and whether the collectives' pair was fitted to the all-reduces alone (fit_collectives).
 struct CpuCalibration {
   LocalCalibration fitted;
+  std::vector<cost::CollectiveSample> collective_samples;  // what the link's pair was fitted to
   bool collectives_fitted_on_all_reduce = false;
 };
 
@@ -128,7 +129,8 @@ CpuCalibration fit_cpu(const Json& host, const Json& comm, int ranks, int thread
   }
   c.cross_entropy_rates = cross_entropy_points(host);
   c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
-  calibration.collectives_fitted_on_all_reduce = fit_collectives(collective_samples(comm), c);
+  calibration.collective_samples = collective_samples(comm);
+  calibration.collectives_fitted_on_all_reduce = fit_collectives(calibration.collective_samples, c);
   c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(comm);
   c.compute_jitter_sqrt_s = fit_compute_jitter(comm.value("sync_waits", Json::array()), ranks);
   // Compute beside an in-flight collective (collective_probe.h's OverlapMeasurement), capped at 4,
@@ -187,7 +189,6 @@ Json fitted_curves_json(const LocalCalibration& c) {
 // The fitted parameters, the fit's errors and the raw measurements, written beside the profile.
 Json cpu_report(const fs::path& out, const CpuCalibration& calibration, const Json& host, const Json& comm) {
   const LocalCalibration& c = calibration.fitted;
-  const auto samples = collective_samples(comm);
   const Json fitted = fitted_curves_json(c);
   return {{"profile", out.string()},
           {"cores", c.cores},
@@ -211,7 +212,7 @@ Json cpu_report(const fs::path& out, const CpuCalibration& calibration, const Js
           {"collective_bandwidth_bytes_per_s", c.comm.bandwidth_bytes_per_s},
           {"collective_fit_on", calibration.collectives_fitted_on_all_reduce ? "all_reduce" : "all"},
           {"collective_fit_rms_relative_error", c.comm.rms_relative_error},
-          {"collective_fit_rms_relative_error_per_op", collective_errors(samples, c)},
+          {"collective_fit_rms_relative_error_per_op", collective_errors(calibration.collective_samples, c)},
           {"collective_fit_per_call", fitted["per_call"]},
           {"scalar_all_reduce_step_s", c.scalar_all_reduce_step_s},
           {"host", host},

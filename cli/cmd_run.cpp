@@ -398,8 +398,8 @@ void run(const RunOptions& o) {
   fs::create_directories(demo.out);
   demo.out = fs::absolute(demo.out);
   demo.text = find_local_text();
-  std::cout << "cpt run: continual pre-training on this machine, from English to Python\nwriting " << demo.out.string()
-            << "\n\n";
+  std::cout << "cpt run: continual pre-training on the local machine, from English to Python\nwriting "
+            << demo.out.string() << "\n\n";
   measure_machine(demo);
   const auto base_model = spec::find_catalog_model("tiny").value().spec;
   const auto base_dir = base_model_run(demo, base_model, o.base_steps);

@@ -230,7 +230,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
   auto args = std::make_shared<CalibrateArgs>();
   auto* host = app.add_subcommand(
       "calibrate-host",
-      "Measure GEMMs, attention, cross-entropy, dispatch cost, memory bandwidth and AdamW on this machine (JSON)");
+      "Measure GEMMs, attention, cross-entropy, dispatch cost, memory bandwidth and AdamW on the local device (JSON)");
   host->add_option("--seconds", args->seconds, "Time budget")->check(CLI::Range(1.0, 600.0))->capture_default_str();
   host->add_option("--threads", args->threads, "Intra-op threads (0: LibTorch's default)")
       ->check(CLI::NonNegativeNumber);
@@ -247,7 +247,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
   host->callback([args] { calibrate_host(*args); });
 
   auto* comm = app.add_subcommand("calibrate-comm", "Time the executor's collectives over message sizes (JSON)");
-  comm->add_option("--nproc-per-node", args->ranks, "Ranks to start on this machine")
+  comm->add_option("--nproc-per-node", args->ranks, "Ranks to start on the local host")
       ->check(CLI::Range(2, 64))
       ->capture_default_str();
   comm->add_option("--max-mib", args->max_mib, "Largest message")

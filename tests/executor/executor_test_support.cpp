@@ -1,5 +1,6 @@
 #include "executor_test_support.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -60,6 +61,11 @@ Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std
   targets.index_put_({torch::indexing::Slice(), seq - 1}, kIgnoreIndex);
   auto positions = torch::arange(seq, torch::kInt64).unsqueeze(0).expand({batch, seq}).contiguous();
   return Batch{tokens, targets, positions, {}, batch * (seq - 1)};
+}
+
+double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = std::max(b.abs().max().item<double>(), 1e-30);
+  return (a - b).abs().max().item<double>() / scale;
 }
 
 void on_two_gloo_ranks(int port, const std::string& group_name,

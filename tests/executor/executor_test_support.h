@@ -40,6 +40,9 @@ void prepare_small_dataset(const std::filesystem::path& dir);
 // targets the next token (the last position ignored), positions 0..seq-1, plain causal attention.
 Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std::uint64_t seed);
 
+// The largest |a − b| over the tensors, against the largest |b| (1e-30 at least).
+double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b);
+
 // Runs rank_main(rank, group) on two ranks, this thread and another, joined by a Gloo group named
 // `group_name` over loopback, its rendezvous on `port` (pick one per test: tests may run at once).
 void on_two_gloo_ranks(int port, const std::string& group_name,

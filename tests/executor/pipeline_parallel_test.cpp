@@ -41,11 +41,6 @@ std::vector<Batch> microbatches(std::int64_t vocab) {
   return out;
 }
 
-double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  const double scale = std::max(b.abs().max().item<double>(), 1e-30);
-  return (a - b).abs().max().item<double>() / scale;
-}
-
 // `virtual_stages` stages a rank, one layer each: rank r holds stages c · 2 + r.
 void expect_two_ranks_match_one_device(spec::ScheduleKind kind, int virtual_stages, int port_offset) {
   spec::ModelSpec spec = spec::find_catalog_model("tiny").value().spec;
@@ -91,7 +86,8 @@ void expect_two_ranks_match_one_device(spec::ScheduleKind kind, int virtual_stag
   for (std::size_t rank = 0; rank < 2; ++rank) {
     EXPECT_NEAR(losses[rank], expected_loss, kTolerance * expected_loss) << "rank " << rank;
     for (const auto& [name, grad] : grads[rank]) {
-      EXPECT_LT(relative_max_difference(grad, expected_grads.at(name)), kTolerance) << "rank " << rank << ": " << name;
+      EXPECT_LT(testing::relative_max_difference(grad, expected_grads.at(name)), kTolerance)
+          << "rank " << rank << ": " << name;
     }
   }
 }

@@ -23,12 +23,6 @@ using testing::causal_batch;
 
 using Tensors = std::map<std::string, torch::Tensor>;
 
-// The largest |a − b| over the tensor, against the largest |b|.
-double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  const double scale = std::max(b.abs().max().item<double>(), 1e-30);
-  return (a - b).abs().max().item<double>() / scale;
-}
-
 // Tolerance, from the arithmetic: a rank's share of a GEMM or reduction sums fewer fp32 terms in
 // another order, and the loss and gradients are sums over at most the vocabulary (512) of them,
 // chained through two layers; reordering a sum of n fp32 terms moves it by at most about
@@ -72,7 +66,8 @@ void expect_two_ranks_match_one_device(bool sequence_parallel, int port_offset) 
     EXPECT_NEAR(losses[rank], expected, kTolerance * std::abs(expected)) << "rank " << rank;
     ASSERT_EQ(gathered[rank].size(), reference_grads.size());
     for (const auto& [name, grad] : reference_grads) {
-      EXPECT_LT(relative_max_difference(gathered[rank].at(name), grad), kTolerance) << "rank " << rank << ": " << name;
+      EXPECT_LT(testing::relative_max_difference(gathered[rank].at(name), grad), kTolerance)
+          << "rank " << rank << ": " << name;
     }
   }
 }
