@@ -33,6 +33,7 @@
 #include "costmodel/runtime_profile.h"
 #include "costmodel/step_estimator.h"
 #include "planner/published_run.h"
+#include "planner/validation.h"
 #include "spec/hardware_catalog.h"
 
 namespace {
@@ -58,9 +59,7 @@ std::vector<spec::EfficiencyPoint> scaled(const cost::EfficiencyCurve& curve, do
 // The row's step-time error (measured / predicted throughput − 1); nullopt when predicted out of
 // memory or not modelled.
 std::optional<double> error_of(const Row& row, const Parameters& k, bool as_profiled) {
-  cost::CostModelOptions o = cost::for_runtime({}, row.run.runtime);
-  o.precision = row.run.precision;
-  o.dropout = row.run.dropout;
+  cost::CostModelOptions o = planner::options_for_run(row.run, {});
   spec::ClusterSpec cluster = row.cluster;
   if (!as_profiled) {
     if (row.run.runtime == spec::Runtime::kFsdp) {

@@ -89,6 +89,12 @@ struct CostModelOptions {
   // with dropout, as Megatron-LM does; LLaMA-style ones without). MPT trains without
   // (llm-foundry's configurations).
   std::optional<bool> dropout;
+  // Whether the loss reads the 16-bit logits in one kernel and keeps no fp32 copy of them
+  // (FlashAttention's cross_entropy, llm-foundry's default `loss_fn: fused_crossentropy`): the last
+  // stage then holds the logits and their gradient (2 x 16 bits per logit) at its peak, instead of
+  // the logits and the loss's fp32 copy (16 + 32 bits). Memory only: the loss's time is the
+  // runtime's (memory_traffic_scale).
+  bool fused_cross_entropy = false;
   // The continual pre-training recipe (TRAIN.json, docs/continual.md), priced as cpt's executor
   // runs it (executor/train/continual_objective.h): KL distillation runs a frozen teacher of the
   // student's architecture, split, staged and sharded like it, forward on every microbatch, and

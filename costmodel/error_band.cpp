@@ -18,9 +18,9 @@ struct BandEntry {
 // fitted on half of them, the other half's errors spread alike: docs/benchmarks.md); vTrain's
 // A100 runs were not fitted to.
 constexpr std::array<BandEntry, 4> kBands{{
-    {spec::Runtime::kFsdp, "ampere", {-0.076, 0.064, 135, "llm-foundry's FSDP tables, A100-40GB and 80GB, BF16"}},
+    {spec::Runtime::kFsdp, "ampere", {-0.076, 0.064, 139, "llm-foundry's FSDP tables, A100-40GB and 80GB, BF16"}},
     {spec::Runtime::kFsdp, "hopper", {-0.093, 0.072, 77, "llm-foundry's FSDP tables, H100, BF16 and FP8"}},
-    {spec::Runtime::kMegatron, "hopper", {-0.098, 0.122, 25, "NeMo and Megatron-Bridge, H100, FP8 only"}},
+    {spec::Runtime::kMegatron, "hopper", {-0.096, 0.122, 26, "NeMo and Megatron-Bridge, H100, FP8 only"}},
     {spec::Runtime::kMegatron, "ampere", {-0.124, 0.107, 109, "vTrain's multi-node Megatron-DeepSpeed runs, A100"}},
 }};
 

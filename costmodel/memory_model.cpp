@@ -170,7 +170,7 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
   t.activation_per_layer = static_cast<double>(activation_bytes_per_layer(m, p, seq_len, o).value());
   const double e = activation_bytes(o.precision);
   const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
-  t.logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (e + 4);  // bf16 + fp32 in CE
+  t.logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (o.fused_cross_entropy ? 2 * e : e + 4);
   if (o.distill_teacher) t.kl_logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (e + 3 * 4);
   if (p.recompute == spec::Recompute::kFull) {
     spec::ParallelConfig none = p;

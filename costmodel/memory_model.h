@@ -96,7 +96,9 @@ struct MemoryTerms {
   const spec::ModelSpec* model = nullptr;  // the model the terms are of (outlives them)
   int shard_group = 1;                     // ZeRO shard group (spec::RankLayout::zero_shard_group_size)
   double activation_per_layer = 0;         // stored activations of one layer, one microbatch
-  double logits = 0;                       // the last stage's logits of one microbatch (16-bit + fp32 in the loss)
+  // The last stage's logits of one microbatch: 16-bit and the loss's fp32 copy, or 16-bit and their
+  // 16-bit gradient under a fused cross-entropy (CostModelOptions::fused_cross_entropy).
+  double logits = 0;
   // KL distillation, the last stage: the teacher's logits and the KL's three fp32 tensors kept for
   // its backward (executor/train/regularizers.cpp kl_sum: log-softmax, its exp, the difference).
   double kl_logits = 0;

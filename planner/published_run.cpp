@@ -116,7 +116,12 @@ void read_model(const Json& m, int seq_len, PublishedRun& run) {
     model.norm = spec::NormKind::kLayerNorm;
     model.position = starts_with(name, "nemotron") ? spec::PositionKind::kRoPE : spec::PositionKind::kLearned;
     model.tied_embeddings = !starts_with(name, "nemotron");
-    if (starts_with(name, "mpt")) run.dropout = false;  // llm-foundry's MPT configurations (the data's README)
+    if (starts_with(name, "mpt")) {
+      // llm-foundry's MPT configurations: no dropout (the data's README); the loss is
+      // ComposerMPTCausalLM's default loss_fn, "fused_crossentropy" (FlashAttention's kernel).
+      run.dropout = false;
+      run.fused_cross_entropy = true;
+    }
     if (starts_with(name, "nemotron")) run.assumptions.push_back("squared-ReLU MLP priced as GELU's");
   }
   if (const auto v = number_at(m, "vocab"); v && *v >= 1 && *v <= 1e12) {
@@ -189,6 +194,16 @@ void read_parallel(const Json& row, PublishedRun& run) {
   }
 }
 
+// Settings of a row's recipe that the row does not carry but its published configuration states.
+void add_recipe_settings(PublishedRun& run) {
+  if (starts_with(run.id, "nemo2407_") && starts_with(run.model.name, "nemotron-4-340b")) {
+    // NeMo-Framework-Launcher's conf/training/nemotron/nemotron_340b.yaml, the recipe NeMo
+    // benchmarks: optim.grad_sync_dtype bf16, so Megatron's gradient buffers are 16-bit.
+    run.fp32_main_grads = false;
+    run.assumptions.emplace_back("gradients reduced in bf16 (NeMo's nemotron_340b.yaml: grad_sync_dtype bf16)");
+  }
+}
+
 PublishedRun read_row(const Json& row) {
   PublishedRun run;
   run.id = text_at(row, "id");
@@ -202,6 +217,7 @@ PublishedRun read_row(const Json& row) {
   read_model(member(row, "model"), run.seq_len, run);
   read_parallel(row, run);
   run.runtime = runtime_of(row, run);
+  add_recipe_settings(run);
   run.tokens_per_s_per_gpu = number_at(member(row, "measured"), "tokens_per_s_per_gpu");
   run.model_tflops_per_gpu = number_at(member(row, "measured"), "tflops_per_gpu");
   const auto gpu = catalog_gpu(gpu_class);

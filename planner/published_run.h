@@ -33,7 +33,11 @@ struct PublishedRun {
   // The software that ran it: Megatron-LM for NeMo's and Megatron-Bridge's rows (Megatron-FSDP
   // included), PyTorch FSDP where the row names a torch FSDP sharding strategy (llm-foundry).
   spec::Runtime runtime = spec::Runtime::kMegatron;
-  std::optional<bool> dropout;  // the recipe's, where the source states it (cost::CostModelOptions::dropout)
+  // The recipe's settings where its source states them (cost::CostModelOptions' fields of the same
+  // names); unset, the runtime's.
+  std::optional<bool> dropout;
+  bool fused_cross_entropy = false;
+  std::optional<bool> fp32_main_grads;
   // What was measured: tokens per second per GPU where the row has it, else the source's model
   // TFLOP/s per GPU (NVIDIA's convention: model FLOPs without recomputation).
   std::optional<double> tokens_per_s_per_gpu;

@@ -23,6 +23,16 @@ std::string to_string(RunOutcome outcome) {
   return "?";
 }
 
+cost::CostModelOptions options_for_run(const PublishedRun& run, const cost::CostModelOptions& options,
+                                       std::optional<spec::Runtime> runtime) {
+  cost::CostModelOptions o = cost::for_runtime(options, runtime.value_or(run.runtime));
+  o.precision = run.precision;
+  o.dropout = run.dropout;
+  o.fused_cross_entropy = run.fused_cross_entropy;
+  if (run.fp32_main_grads) o.fp32_main_grads = *run.fp32_main_grads;
+  return o;
+}
+
 RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptions& options,
                              std::optional<spec::Runtime> runtime) {
   RunCheck check;
@@ -34,9 +44,7 @@ RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptio
     check.detail = *run.not_modelled;
     return check;
   }
-  cost::CostModelOptions o = cost::for_runtime(options, check.runtime);
-  o.precision = run.precision;
-  o.dropout = run.dropout;
+  const cost::CostModelOptions o = options_for_run(run, options, check.runtime);
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu(run.gpu, run.gpus, "gpu_class");
   const cost::Evaluation evaluation = cost::evaluate(run.model, cluster, run.parallel, run.seq_len, o);
   if (const auto* infeasible = std::get_if<cost::Infeasible>(&evaluation)) {

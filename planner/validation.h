@@ -33,8 +33,13 @@ struct RunCheck {
   std::vector<std::string> assumptions;
 };
 
-// `options`: the cost model's; the run's precision and dropout replace theirs, and its runtime
-// (cost::for_runtime) unless `runtime` names another.
+// The options `run` is priced with: `options` under the run's runtime (cost::for_runtime), or
+// `runtime` where set, with the recipe's settings the run states (precision, dropout, fused
+// cross-entropy, gradient precision) replacing theirs.
+cost::CostModelOptions options_for_run(const PublishedRun& run, const cost::CostModelOptions& options,
+                                       std::optional<spec::Runtime> runtime = std::nullopt);
+
+// `run` predicted under options_for_run(run, options, runtime).
 RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptions& options,
                              std::optional<spec::Runtime> runtime = std::nullopt);
 

@@ -68,8 +68,8 @@ TEST(MemoryModel, KorthikantiTableTwoEveryCase) {
   // FlashAttention stores no s² scores: only a 4-byte log-sum-exp per query and head remains.
   o.flash_attention = true;
   spec::ParallelConfig p{.tp = 8, .micro_batch = 1};
-  EXPECT_NEAR(static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value()), sbh * (10 + 24 / t) + 4 * (a / t) * s,
-              1.0);
+  EXPECT_NEAR(static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value()),
+              sbh * (10 + 24 / t) + 4 * (a / t) * s, 1.0);
 }
 
 // LLaMA layer (GQA, SwiGLU, no dropout), by hand: tiny model, b 2, s 128, tp 2:
@@ -78,8 +78,8 @@ TEST(MemoryModel, KorthikantiTableTwoEveryCase) {
 TEST(MemoryModel, LlamaLayerByHand) {
   const spec::ModelSpec m = spec::find_catalog_model("tiny")->spec;
   const double T = 256;
-  const double expected = 4 * T * 64 + 2 * T * 64 + 2 * T * 48 + 2 * T * 16 + 2 * T * 32 + 2 * T * 64 +
-                          3 * 2 * T * 88 + 4 * 2 * T;
+  const double expected =
+      4 * T * 64 + 2 * T * 64 + 2 * T * 48 + 2 * T * 16 + 2 * T * 32 + 2 * T * 64 + 3 * 2 * T * 88 + 4 * 2 * T;
   spec::ParallelConfig p{.tp = 2, .micro_batch = 2};
   EXPECT_EQ(activation_bytes_per_layer(m, p, 128, CostModelOptions{}).value(), static_cast<std::int64_t>(expected));
 }
@@ -106,13 +106,32 @@ TEST(MemoryModel, DropoutMasksFollowTheRecipe) {
             static_cast<std::int64_t>(2 * tokens * llama.hidden / 4));
 }
 
+// The last stage's logits of one microbatch: 16-bit logits and the loss's fp32 copy (6 bytes per
+// logit in bf16), or under a fused cross-entropy the logits and their 16-bit gradient (4 bytes).
+TEST(MemoryModel, AFusedCrossEntropyKeepsNoFp32Logits) {
+  const auto m = spec::find_catalog_model("llama3-8b")->spec;
+  const spec::ParallelConfig p{.tp = 2, .micro_batch = 3};
+  const double logits = 3.0 * 4096 * static_cast<double>(m.tp_padded_vocab(2)) / 2;
+  CostModelOptions upcast, fused;
+  fused.fused_cross_entropy = true;
+  EXPECT_DOUBLE_EQ(memory_terms(m, p, 4096, 1, upcast).logits, 6 * logits);
+  EXPECT_DOUBLE_EQ(memory_terms(m, p, 4096, 1, fused).logits, 4 * logits);
+  upcast.precision = fused.precision = spec::Precision::kFp32;  // an fp32 recipe keeps one copy either way
+  EXPECT_DOUBLE_EQ(memory_terms(m, p, 4096, 1, fused).logits, memory_terms(m, p, 4096, 1, upcast).logits);
+}
+
 TEST(MemoryModel, InFlightActivationsFollowTheSchedule) {
   const spec::ModelSpec m = spec::find_catalog_model("megatron-175b")->spec;  // 96 layers
   CostModelOptions o;
   o.flash_attention = false;
   for (int v : {1, 3}) {
-    const spec::ParallelConfig p{.tp = 8, .pp = 8, .virtual_stages = v, .micro_batch = 1, .global_batch = 64,
-                                 .recompute = spec::Recompute::kSelective, .sequence_parallel = true,
+    const spec::ParallelConfig p{.tp = 8,
+                                 .pp = 8,
+                                 .virtual_stages = v,
+                                 .micro_batch = 1,
+                                 .global_batch = 64,
+                                 .recompute = spec::Recompute::kSelective,
+                                 .sequence_parallel = true,
                                  .schedule = v > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B};
     const auto stages = spec::StagePartition::balanced(96, 8, v);
     const auto schedule = spec::make_schedule(p.schedule, 8, v, 64);
@@ -131,8 +150,13 @@ TEST(MemoryModel, InFlightActivationsFollowTheSchedule) {
 // from above: a search that uses it never keeps a plan the exact model rejects.
 TEST(MemoryModel, ClosedFormInFlightIsAnUpperBound) {
   const spec::ModelSpec m = spec::find_catalog_model("llama3.1-405b")->spec;
-  const spec::ParallelConfig p{.tp = 8, .pp = 8, .virtual_stages = 2, .micro_batch = 1, .global_batch = 32,
-                               .recompute = spec::Recompute::kSelective, .sequence_parallel = true,
+  const spec::ParallelConfig p{.tp = 8,
+                               .pp = 8,
+                               .virtual_stages = 2,
+                               .micro_batch = 1,
+                               .global_batch = 32,
+                               .recompute = spec::Recompute::kSelective,
+                               .sequence_parallel = true,
                                .schedule = spec::ScheduleKind::kInterleaved1F1B};
   const auto stages = spec::StagePartition::balanced(126, 8, 2);
   const auto schedule = spec::make_schedule(p.schedule, 8, 2, 32);
@@ -194,7 +218,7 @@ TEST(MemoryModel, ZeroThreeCountsTheWholeRootUnit) {
   const auto mem = memory_per_pp_rank(m, p, 8192, stages, nullptr, layout, o).at(0);
   const double psi = params_of_pp_rank(m, p, stages, 0);
   const double root = root_params_of_pp_rank(m, p, stages, 0);
-  EXPECT_EQ(root, 2.0 * 128256 * 4096 + 4096);  // embedding + untied head + final norm
+  EXPECT_EQ(root, 2.0 * 128256 * 4096 + 4096);                    // embedding + untied head + final norm
   const double block = block_params_per_tp(m.param_counts(), 1);  // norms included: a unit holds them
   EXPECT_EQ(block * 32 + root, psi);
   // The shards, the whole root and the running and prefetched blocks beside them.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -43,7 +44,9 @@ TEST(PublishedRuns, FsdpRowsAreZeroThreeWithTheirRecomputation) {
   EXPECT_EQ(lf.model.mlp, spec::MlpKind::kGelu);
   EXPECT_EQ(lf.model.position, spec::PositionKind::kLearned);
   EXPECT_TRUE(lf.model.tied_embeddings);
-  EXPECT_EQ(lf.dropout, false);  // MPT trains without dropout (the data's README)
+  EXPECT_EQ(lf.dropout, false);         // MPT trains without dropout (the data's README)
+  EXPECT_TRUE(lf.fused_cross_entropy);  // llm-foundry's default loss_fn
+  EXPECT_FALSE(lf.fp32_main_grads.has_value());
   EXPECT_EQ(lf.model.vocab, 50368);
   EXPECT_TRUE(lf.assumptions.empty()) << lf.assumptions.front();
   EXPECT_EQ(lf.tokens_per_s_per_gpu, 857);
@@ -66,6 +69,30 @@ TEST(PublishedRuns, WhatARowLeavesOutIsAnAssumption) {
   EXPECT_TRUE(bridge.parallel.sequence_parallel);
   EXPECT_TRUE(assumes(bridge, "sequence parallelism not stated"));
   EXPECT_EQ(find(runs, "test_unknown_gpu").not_modelled, "GPU class \"TPU-v5p\" has no profile");
+}
+
+// A setting a row leaves out but its published recipe states is taken from the recipe, aloud:
+// NeMo's Nemotron-4 340B reduces its gradients in bf16, so they are 16-bit and the run fits.
+TEST(PublishedRuns, ARecipeSettingTheRowLacksIsTakenFromItsConfiguration) {
+  std::istringstream line(
+      R"({"id": "nemo2407_h100_fp8_Nemotron-340B_128gpu", "source": {"title": "NVIDIA/NeMo performance_summary.md"},)"
+      R"( "model": {"name": "Nemotron-4-340B", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8,)"
+      R"( "ffn": 73728, "vocab": null}, "hardware": {"n_gpus": 128, "gpu_class": "H100-80GB"},)"
+      R"( "parallel": {"tp": 8, "pp": 8, "dp": 2, "vp": 12, "cp": 1}, "batch": {"global": 32, "micro": 1,)"
+      R"( "seq_len": 4096}, "precision": "FP8", "measured": {"tokens_per_s_per_gpu": 326}})");
+  const auto runs = read_published_runs(line, "nemotron.jsonl");
+  ASSERT_EQ(runs.size(), 1u);
+  ASSERT_TRUE(runs[0].fp32_main_grads.has_value());
+  EXPECT_FALSE(*runs[0].fp32_main_grads);
+  EXPECT_TRUE(assumes(runs[0], "grad_sync_dtype bf16"));
+  EXPECT_FALSE(options_for_run(runs[0], cost::CostModelOptions{}).fp32_main_grads);
+  const RunCheck check = check_published_run(runs[0], cost::CostModelOptions{});
+  EXPECT_EQ(check.outcome, RunOutcome::kCompared) << check.detail;
+  EXPECT_LE(check.predicted_peak_memory_gib, 80);
+  PublishedRun with_fp32_gradients = runs[0];
+  with_fp32_gradients.fp32_main_grads = true;
+  EXPECT_EQ(check_published_run(with_fp32_gradients, cost::CostModelOptions{}).outcome,
+            RunOutcome::kPredictedOutOfMemory);
 }
 
 // A compared run's error is that of the step time: measured / predicted throughput − 1.
