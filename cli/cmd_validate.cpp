@@ -1,19 +1,23 @@
-// cpt validate --runs FILE.jsonl [--runtime NAME] [--rows] [--json]: the cost model against
-// published, measured runs (planner/validation.h), each priced for the runtime that ran it unless
-// --runtime names one for all: the step-time error of each group of runs, signed and absolute,
-// and the runs it predicts out of memory although they ran.
+// cpt validate [--runs FILE.jsonl] [--vtrain DIR] [--korthikanti] [--runtime NAME] [--rows] [--json]:
+// the cost model against measured runs: published runs (planner/validation.h), vTrain's
+// measurements and Korthikanti et al.'s Table 5 (planner/paper_runs.h), each priced for the
+// runtime that ran it unless --runtime names one for all: the step-time error of each group of
+// runs, signed and absolute, and the runs it predicts out of memory although they ran.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/runtime_flag.h"
+#include "core/error.h"
 #include "core/str_cat.h"
 #include "core/text_table.h"
 #include "costmodel/runtime_profile.h"
+#include "planner/paper_runs.h"
 #include "planner/validation.h"
 
 namespace cpt::cli {
@@ -23,6 +27,8 @@ using core::str_cat;
 
 struct ValidateOptions {
   std::string runs;
+  std::string vtrain;
+  bool korthikanti = false;
   std::string runtime;  // empty: each row's own
   bool rows = false;
   bool json = false;
@@ -99,22 +105,42 @@ core::Json to_json(const std::vector<planner::RunCheck>& checks, const std::vect
   return out;
 }
 
-void run(const ValidateOptions& o) {
-  const auto runs = planner::read_published_runs(o.runs);
-  std::vector<planner::RunCheck> checks;
-  checks.reserve(runs.size());
+std::vector<planner::RunCheck> checks_of(const ValidateOptions& o) {
+  if (o.runs.empty() && o.vtrain.empty() && !o.korthikanti) {
+    throw core::ConfigError("--runs, --vtrain or --korthikanti: expected at least one set of runs to check, got none");
+  }
   const auto runtime = runtime_named(o.runtime);
-  for (const auto& run : runs) checks.push_back(planner::check_published_run(run, cost::CostModelOptions{}, runtime));
+  const cost::CostModelOptions options;
+  std::vector<planner::RunCheck> checks;
+  if (!o.runs.empty()) {
+    for (const auto& run : planner::read_published_runs(o.runs)) {
+      checks.push_back(planner::check_published_run(run, options, runtime));
+    }
+  }
+  if (!o.vtrain.empty()) {
+    auto vtrain = planner::check_vtrain_runs(o.vtrain, options, runtime);
+    checks.insert(checks.end(), std::make_move_iterator(vtrain.begin()), std::make_move_iterator(vtrain.end()));
+  }
+  if (o.korthikanti) {
+    auto table = planner::check_korthikanti_runs(options, runtime);
+    checks.insert(checks.end(), std::make_move_iterator(table.begin()), std::make_move_iterator(table.end()));
+  }
+  return checks;
+}
+
+void run(const ValidateOptions& o) {
+  const auto checks = checks_of(o);
   const auto groups = planner::summarize(checks);
   if (o.json) {
     print_json(to_json(checks, groups, o.runtime));
     return;
   }
   if (o.rows) print_rows(checks);
+  const auto runtime = runtime_named(o.runtime);
   std::cout << "Cost model (runtime: " << (runtime ? cost::describe(*runtime) : "each run's own") << ") against "
-            << runs.size() << " measured runs of " << o.runs
-            << "\nerror: of the step time, predicted / measured - 1, from tokens/s per GPU (model TFLOP/s "
-               "where the row has no tokens/s); negative: predicted faster than it ran\n\n";
+            << checks.size() << " measured runs"
+            << "\nerror: of the step time, predicted / measured - 1 (from tokens/s per GPU, or model TFLOP/s where a "
+               "published row has no tokens/s); negative: predicted faster than it ran\n\n";
   print_groups(groups);
 }
 
@@ -124,8 +150,11 @@ void register_validate_command(CLI::App& app) {
   auto o = std::make_shared<ValidateOptions>();
   auto* cmd = app.add_subcommand("validate", "The cost model against published, measured runs (error per source)");
   cmd->add_option("--runs", o->runs,
-                  "Measured runs, one JSON object per line (the format of shared/validation/published_runs)")
-      ->required();
+                  "Measured runs, one JSON object per line (the format of shared/validation/published_runs)");
+  cmd->add_option("--vtrain", o->vtrain,
+                  "vTrain's measurements: the directory with ground_truth_multi.csv and ground_truth_single.csv");
+  cmd->add_flag("--korthikanti", o->korthikanti,
+                "Korthikanti et al. 2022 Table 5 (eight A100 runs, kept in cpt; planner/paper_runs.h)");
   add_runtime_option(*cmd, o->runtime, "default: the one each run names (llm-foundry's rows fsdp, NeMo's megatron)");
   cmd->add_flag("--rows", o->rows, "Also print every run: measured, predicted, error or why it was not compared");
   cmd->add_flag("--json", o->json, "Print {runtime, groups: [...], rows: [...]}");

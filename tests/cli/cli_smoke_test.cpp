@@ -186,6 +186,20 @@ TEST(CliSmoke, ValidateReportsTheErrorPerSource) {
   const auto bad = cpt("validate --runs " + write_temp("cpt_validate_bad.jsonl", "{\"id\": 3}\n").string());
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("cpt_validate_bad.jsonl:1"), std::string::npos) << bad.err;
+  // The published runs and Korthikanti's Table 5 in one report, each group apart.
+  const auto both = cpt("validate --runs " + sample + " --korthikanti --json");
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const auto groups = nlohmann::json::parse(both.out)["groups"];
+  ASSERT_GE(groups.size(), 2u);
+  EXPECT_EQ(groups[groups.size() - 2]["group"], "Korthikanti Table 5 A100-80GB bf16");
+  EXPECT_EQ(groups[groups.size() - 2]["compared"], 8);
+  EXPECT_LT(groups[groups.size() - 2]["mean_absolute_error"].get<double>(), 0.06);
+  const auto none = cpt("validate");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("--korthikanti"), std::string::npos) << none.err;
+  const auto no_vtrain = cpt("validate --vtrain /nonexistent");
+  EXPECT_EQ(no_vtrain.exit_code, 2);
+  EXPECT_NE(no_vtrain.err.find("/nonexistent/ground_truth_multi.csv"), std::string::npos) << no_vtrain.err;
 }
 
 TEST(CliSmoke, EstimateOnACustomNodeSize) {
