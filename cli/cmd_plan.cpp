@@ -6,20 +6,19 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "cli/cluster_sizes.h"
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/finish_report.h"
 #include "cli/output.h"
+#include "cli/plan_output.h"
 #include "cli/plan_report.h"
 #include "cli/recipe_flag.h"
 #include "cli/runtime_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/str_cat.h"
-#include "core/text_table.h"
-#include "costmodel/error_band.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/runtime_profile.h"
 #include "planner/handoff.h"
@@ -56,62 +55,10 @@ struct PlanOptions {
   bool json = false;
 };
 
-core::Json config_json(const spec::ParallelConfig& p) {
-  return {{"gpus", p.world_size()},
-          {"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"cp", p.cp},
-          {"vp", p.virtual_stages},
-          {"micro_batch", p.micro_batch},
-          {"grad_accum", p.grad_accum()},
-          {"zero", p.zero_stage},
-          {"hsdp", p.hybrid_shard},
-          {"recompute", spec::to_string(p.recompute)},
-          {"sequence_parallel", p.sequence_parallel},
-          {"offload", spec::to_string(p.offload)},
-          {"schedule", spec::to_string(p.schedule)},
-          {"ep", p.ep},
-          {"etp", p.etp},
-          {"axis_order", str_cat(spec::to_string(p.axis_order[0]), "-", spec::to_string(p.axis_order[1]), "-",
-                                 spec::to_string(p.axis_order[2]), "-", spec::to_string(p.axis_order[3]))}};
-}
-
 // ", leaving 30% of the HBM free" for a memory margin; empty without one.
 std::string margin_text(const PlanOptions& o) {
   if (o.memory_margin <= 0) return "";
   return str_cat(", leaving ", core::fixed(100 * o.memory_margin, 0), "% of the HBM free");
-}
-
-core::Json candidates_json(const std::vector<planner::Candidate>& list) {
-  core::Json out = core::Json::array();
-  for (const auto& c : list) {
-    out.push_back({{"config", config_json(c.config)}, {"estimate", cost::evaluation_to_json(c.estimate)}});
-  }
-  return out;
-}
-
-core::Json result_json(const planner::PlannerResult& r, bool with_seconds) {
-  core::Json rejected = core::Json::object();
-  for (int i = 0; i < planner::kNumRejectReasons; ++i) {
-    if (r.rejected[static_cast<std::size_t>(i)] > 0) {
-      rejected[planner::to_string(static_cast<planner::RejectReason>(i))] = r.rejected[static_cast<std::size_t>(i)];
-    }
-  }
-  core::Json j = {{"enumerated", r.enumerated}, {"evaluated", r.evaluated}, {"feasible", r.feasible}};
-  if (with_seconds) j["seconds"] = r.seconds;
-  j["rejected"] = rejected;
-  j["threads"] = r.threads;
-  j["top"] = candidates_json(r.top);
-  j["pareto"] = candidates_json(r.pareto);
-  if (!r.best_per_size.empty()) {
-    core::Json sizes = core::Json::array();
-    for (const auto& [gpus, best] : r.best_per_size) {
-      sizes.push_back({{"gpus", gpus}, {"best", best ? candidates_json({*best}).front() : core::Json(nullptr)}});
-    }
-    j["sizes"] = sizes;
-  }
-  return j;
 }
 
 void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
@@ -126,21 +73,7 @@ void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& mode
     spec::save_plan(plan, dir / "plan.json");
     planner::write_handoff(plan, dir);
   }
-  std::ostringstream csv;
-  csv << "rank,tp,cp,pp,vp,dp,micro_batch,grad_accum,zero,hsdp,recompute,sequence_parallel,offload,axis_order,"
-         "schedule,ep,etp,step_time_s,tokens_per_s_per_gpu,mfu,peak_memory_GiB\n";
-  for (std::size_t i = 0; i < r.all_feasible.size(); ++i) {
-    const auto& c = r.all_feasible[i];
-    const auto& p = c.config;
-    const auto j = config_json(p);
-    csv << i + 1 << "," << p.tp << "," << p.cp << "," << p.pp << "," << p.virtual_stages << "," << p.dp << ","
-        << p.micro_batch << "," << p.grad_accum() << "," << p.zero_stage << "," << (p.hybrid_shard ? 1 : 0) << ","
-        << spec::to_string(p.recompute) << "," << (p.sequence_parallel ? 1 : 0) << "," << spec::to_string(p.offload)
-        << "," << j["axis_order"].get<std::string>() << "," << spec::to_string(p.schedule) << "," << p.ep << ","
-        << p.etp << "," << c.estimate.time.total().value() << "," << c.estimate.tokens_per_s_per_gpu << ","
-        << c.estimate.mfu << "," << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
-  }
-  core::write_file_atomic(dir / "candidates.csv", csv.str());
+  core::write_file_atomic(dir / "candidates.csv", candidates_csv(r));
   core::write_file_atomic(
       dir / "report.md",
       report_md(model, cluster, PlanReportFacts{o.global_batch, o.seq_len, o.objective, margin_text(o)}, r, priced_with,
@@ -153,50 +86,6 @@ planner::Objective objective_of(const std::string& s) {
   if (s == "cost") return planner::Objective::kCost;
   if (s == "time-to-train") return planner::Objective::kTimeToTrain;
   return planner::Objective::kHeadroom;
-}
-
-// "--gpus 64" or "--gpus 64,128,256": distinct positive counts, in the order given.
-std::vector<int> parse_gpu_counts(const std::string& text) {
-  std::vector<int> counts;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    int n = 0;
-    std::size_t used = 0;
-    try {
-      n = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || n < 1) {
-      throw core::ConfigError(
-          str_cat("--gpus: expected a positive whole number or a comma-separated list of them, got \"", text, "\""));
-    }
-    if (std::find(counts.begin(), counts.end(), n) != counts.end()) {
-      throw core::ConfigError(str_cat("--gpus: ", n, " is listed twice in \"", text, "\""));
-    }
-    counts.push_back(n);
-  }
-  return counts;
-}
-
-// The cluster at each requested size: --gpu's node and fabric, or --cluster's reshaped by
-// planner::apply_change (whole nodes, or at most one).
-std::vector<spec::ClusterSpec> clusters_of(const PlanOptions& o) {
-  const auto& cat = spec::HardwareCatalog::builtin();
-  const auto counts = o.gpus.empty() ? std::vector<int>{} : parse_gpu_counts(o.gpus);
-  std::vector<spec::ClusterSpec> clusters;
-  if (!o.cluster.empty()) {
-    const auto base = cat.load_cluster(o.cluster, "--cluster");
-    if (counts.empty()) return {base};
-    for (int n : counts) clusters.push_back(planner::apply_change(base, planner::HardwareChange{.gpus = n}, cat));
-    return clusters;
-  }
-  if (o.gpu.empty() || counts.empty()) {
-    throw core::ConfigError("--gpu and --gpus, or --cluster: expected one of them, got neither");
-  }
-  for (int n : counts) clusters.push_back(cluster_for_gpu_flag(o.gpu, n, "--gpu"));
-  return clusters;
 }
 
 // The search's options from the flags (TRAIN.json's recipe, the runtime, this machine's regime).
@@ -238,60 +127,6 @@ planner::SearchOptions search_options(const PlanOptions& o, const std::optional<
   return so;
 }
 
-// One row per size: the best plan there, the job's rate, and the expected time and cost to finish
-// the budget (failures grow with the GPUs).
-void print_sizes(const PlanOptions& o, const planner::PlannerResult& r, const planner::FinishInputs& finish) {
-  using core::Align;
-  core::TextTable sz(
-      {"GPUs", "best configuration", "tokens/s/GPU", "MFU", "job tokens/s", "expected h", "cost USD"},
-      {Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight});
-  for (const auto& [gpus, best] : r.best_per_size) {
-    if (!best) {
-      sz.add_row({std::to_string(gpus), "nothing fits", "-", "-", "-", "-", "-"});
-      continue;
-    }
-    const double job = best->estimate.tokens_per_s_per_gpu * gpus;
-    const double hours =
-        o.tokens > 0
-            ? planner::time_to_finish(best->estimate.time.total().value(), gpus, best->config.dp, finish).wall_s / 3600
-            : 0;
-    sz.add_row({std::to_string(gpus), config_summary(best->config), fixed(best->estimate.tokens_per_s_per_gpu, 0),
-                fixed(100 * best->estimate.mfu, 1) + "%", fixed(job, 0), o.tokens > 0 ? fixed(hours, 1) : "-",
-                o.tokens > 0 && o.price > 0 ? fixed(hours * gpus * o.price, 0) : "-"});
-  }
-  std::cout << "Best plan at each size:\n" << sz.render() << "\nOverall, by the objective:\n";
-}
-
-// The top plans, the band and the time to train of the best, the rejections.
-void print_top(const planner::PlannerResult& r, const std::vector<double>& simulated, const spec::ClusterSpec& cluster,
-               spec::Runtime runtime, const std::string& finish) {
-  using core::Align;
-  core::TextTable t({"#", "GPUs", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
-                    {Align::kRight, Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
-                     Align::kRight, Align::kRight});
-  for (std::size_t i = 0; i < r.top.size(); ++i) {
-    const auto& c = r.top[i];
-    t.add_row({std::to_string(i + 1), std::to_string(c.config.world_size()), config_summary(c.config),
-               fixed(c.estimate.time.total().value(), 3), i < simulated.size() ? fixed(simulated[i], 3) : "-",
-               fixed(c.estimate.tokens_per_s_per_gpu, 0), fixed(100 * c.estimate.mfu, 1) + "%",
-               fixed(core::to_gibibytes(c.estimate.peak_memory().total()), 1)});
-  }
-  std::cout << (r.top.empty() ? std::string("no feasible configuration\n") : t.render()) << "\n";
-  if (!r.top.empty()) {
-    const auto& best = r.top.front().estimate;
-    std::cout << "step time of #1: " << cost::describe_band(best.time.total(), runtime, cluster.gpu()) << "\n\n";
-    if (!finish.empty()) std::cout << finish << "\n\n";
-  }
-  core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});
-  for (int i = 0; i < planner::kNumRejectReasons; ++i) {
-    if (r.rejected[static_cast<std::size_t>(i)] > 0) {
-      rej.add_row({planner::to_string(static_cast<planner::RejectReason>(i)),
-                   std::to_string(r.rejected[static_cast<std::size_t>(i)])});
-    }
-  }
-  std::cout << rej.render() << "\n";
-}
-
 // What finishing the budget takes with the best plan, as text lines starting with `indent` after
 // the first; empty without a budget or a plan.
 std::string finish_text(const PlanOptions& o, const planner::PlannerResult& r, const planner::FinishInputs& in,
@@ -307,7 +142,7 @@ std::string finish_text(const PlanOptions& o, const planner::PlannerResult& r, c
 // The --json contract, with the time to finish the budget with the best plan.
 core::Json plan_json(const PlanOptions& o, const planner::PlannerResult& r, const std::vector<double>& simulated,
                      const planner::FinishInputs& in) {
-  auto j = result_json(r, true);
+  auto j = planner_result_json(r, true);
   for (std::size_t i = 0; i < simulated.size(); ++i) j["top"][i]["simulated_step_time_s"] = simulated[i];
   if (o.tokens > 0 && !r.top.empty()) {
     const auto& best = r.top.front();
@@ -326,7 +161,7 @@ void run(const PlanOptions& given) {
   if (o.tokens == 0) o.tokens = recipe_tokens(recipe, o.global_batch, o.seq_len);
   std::string vocabulary_note;
   const auto model = model_of_recipe(spec::load_model(o.model, "--model"), recipe, vocabulary_note);
-  const auto clusters = clusters_of(o);
+  const auto clusters = clusters_at_sizes(o.gpu, o.gpus, o.cluster);
   if (clusters.size() > 1 && o.refine > 0) {
     throw core::ConfigError(str_cat("--refine: expected a single --gpus count, got ", clusters.size()));
   }
@@ -365,7 +200,7 @@ void run(const PlanOptions& given) {
                        o.seq_len, " tokens, objective ", o.objective, margin_text(o), "\npriced for ",
                        cost::describe(priced_with.runtime), ", continual recipe: ", describe_recipe(priced_with),
                        vocabulary_note.empty() ? "" : "\n" + vocabulary_note, "\n\n");
-  if (!r.best_per_size.empty()) print_sizes(o, r, finish);
+  if (!r.best_per_size.empty()) print_sizes(r, o.tokens, o.price, finish);
   print_top(r, simulated, cluster, priced_with.runtime, finish_text(o, r, finish, "  "));
   std::cout << str_cat(
       r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ", r.pareto.size(),

@@ -14,14 +14,14 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/cmd_run_plan.h"
+#include "cli/demo_text.h"
+#include "cli/run_demo_summary.h"
 #include "cli/commands.h"
 #include "cli/local_profile.h"
 #include "cli/executor_process.h"
@@ -31,14 +31,10 @@
 #include "core/hash.h"
 #include "core/json_reader.h"
 #include "core/str_cat.h"
-#include "core/text_table.h"
-#include "core/units.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/step_estimator.h"
-#include "forecast/continual_forecast.h"
 #include "spec/model_catalog.h"
 #include "spec/model_io.h"
-#include "spec/measured_run.h"
 #include "spec/plan.h"
 
 namespace cpt::cli {
@@ -55,76 +51,11 @@ struct RunOptions {
   int add_tokens = 64;
 };
 
-// Text a fresh machine has after scripts/setup: English in the copyright files of Debian packages,
-// Python in the standard library. Training and held-out sets are disjoint package ranges.
-struct LocalText {
-  std::vector<std::string> english_train, english_heldout, code_train, code_heldout;
-};
-
-LocalText find_local_text() {
-  LocalText t;
-  std::vector<fs::path> docs;
-  for (const auto& e : fs::directory_iterator("/usr/share/doc")) {
-    if (fs::is_regular_file(e.path() / "copyright")) docs.push_back(e.path());
-  }
-  std::sort(docs.begin(), docs.end());
-  for (const auto& d : docs) {
-    const char c = d.filename().string().front();
-    if (c >= 'd' && c <= 'h') t.english_train.push_back((d / "copyright").string());
-    if (c >= 'p' && c <= 'z') t.english_heldout.push_back((d / "copyright").string());
-  }
-  fs::path python;
-  for (const char* v : {"3.13", "3.12", "3.11", "3.10", "3.9"}) {
-    if (fs::exists(str_cat("/usr/lib/python", v, "/json/decoder.py"))) {
-      python = str_cat("/usr/lib/python", v);
-      break;
-    }
-  }
-  for (const char* p : {"asyncio", "email", "http", "logging", "multiprocessing", "unittest", "xml", "importlib",
-                        "urllib", "concurrent"}) {
-    if (!python.empty() && fs::is_directory(python / p)) t.code_train.push_back((python / p).string());
-  }
-  for (const char* p : {"json", "html", "wsgiref", "tomllib"}) {
-    if (!python.empty() && fs::is_directory(python / p)) t.code_heldout.push_back((python / p).string());
-  }
-  if (t.english_train.empty() || t.english_heldout.empty() || t.code_train.empty() || t.code_heldout.empty()) {
-    throw core::RuntimeError(
-        "cpt run needs English text (/usr/share/doc/*/copyright) and Python source (/usr/lib/python3.X); "
-        "run scripts/setup");
-  }
-  return t;
-}
-
 void exec_step(const std::vector<std::string>& args) {
   if (const int code = run_executor_passthrough(args); code != 0) {
     throw core::RuntimeError(str_cat("`cpt ", args.front(), " ", args.size() > 1 ? args[1] : "", "` failed (exit ",
                                      code, "); the lines above say why"));
   }
-}
-
-// This machine as a one-device cluster, from the quick probe's measurements (used when no `cpt
-// calibrate` profile exists).
-spec::ClusterSpec host_cluster(const Json& probe) {
-  spec::GpuSpec g;
-  g.name = "host_cpu";
-  g.display_name = str_cat("this machine's CPU (", probe["cores"].get<int>(), " cores, measured fp32)");
-  g.aliases = {"host"};
-  g.hbm_capacity = core::Bytes(static_cast<std::int64_t>(probe["memory_bytes"].get<double>()));
-  g.hbm_bandwidth = core::BytesPerSecond(probe["copy_bytes_per_s"].get<double>());
-  const double peak = probe["peak_flops_per_s"].get<double>();
-  g.dense_peak[static_cast<std::size_t>(spec::Precision::kFp32)] = core::FlopsPerSecond(peak);
-  // The profile format requires a bf16 figure; cpt trains in fp32 on CPUs and plans in fp32 here,
-  // so it repeats the fp32 rate rather than inventing one.
-  g.dense_peak[static_cast<std::size_t>(spec::Precision::kBf16)] = core::FlopsPerSecond(peak);
-  for (const auto& s : probe["gemm"]) {
-    g.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kFp32)].push_back(
-        {s["gflop"].get<double>(), s["flops_per_s"].get<double>() / peak});
-  }
-  // The executor's per-operator cost (the cost model's default is a GPU launch's).
-  if (probe.contains("seconds_per_dispatched_op")) {
-    g.kernel_overhead = core::Seconds(probe["seconds_per_dispatched_op"].get<double>());
-  }
-  return one_machine_cluster("this-machine", g, 1, g.hbm_bandwidth, core::Seconds(1e-5));
 }
 
 // A single-process plan of `model` on the local machine, with the cost model's prediction (fp32), its
@@ -159,105 +90,10 @@ void write_json(const fs::path& p, const Json& j) {
   core::write_file_atomic(p, j.dump(2) + "\n");
 }
 
-// {set: perplexity} of the evaluations at `step` (the last one when step < 0).
-std::map<std::string, double> perplexities(const fs::path& eval_jsonl, std::int64_t step) {
-  std::vector<Json> rows;
-  std::ifstream in(eval_jsonl);
-  for (std::string line; std::getline(in, line);) rows.push_back(Json::parse(line));
-  if (step < 0) {
-    for (const auto& r : rows) step = std::max(step, r["step"].get<std::int64_t>());
-  }
-  std::map<std::string, double> out;
-  for (const auto& r : rows) {
-    if (r["step"].get<std::int64_t>() == step) out[r["set"].get<std::string>()] = r["perplexity"].get<double>();
-  }
-  return out;
-}
-
 fs::path cache_root() {
   if (const char* d = std::getenv("CPT_DEPS_DIR")) return fs::path(d);
   if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache/cpt";
   return fs::temp_directory_path() / "cpt-cache";
-}
-
-// What `cpt forecast` predicts for the run's end from its first third, beside what the run
-// measured: {set: {forecast, low, high, measured}} in perplexity; empty (with the reason printed)
-// when the first third has too few evaluations to fit.
-Json forecast_from_first_third(const fs::path& run_dir, int steps) {
-  Json out = Json::object();
-  try {
-    const auto run = forecast::read_pilot_run(run_dir);
-    const auto fitted = forecast::fit_pilots({run}, {"python"}, steps / 3);
-    const auto target = forecast::target_of(fitted, run);
-    for (const auto& [set, fit] : fitted.fits) {
-      const auto f = forecast::forecast_set(fitted, set, target);
-      out[set] = {{"forecast", std::exp(f.loss)},
-                  {"low", std::exp(f.low)},
-                  {"high", std::exp(f.high)},
-                  {"measured", std::exp(run.evaluations.at(set).back().loss)}};
-    }
-  } catch (const core::ConfigError& e) {
-    std::cout << "  no forecast from the first third: " << e.what() << "\n";
-    return Json::object();
-  }
-  return out;
-}
-
-// The forecast beside the outcome, as a table.
-std::string forecast_table(const Json& forecast) {
-  core::TextTable t({"held-out set", "forecast from the first third [±2 se]", "measured", "error"});
-  for (const auto& [set, f] : forecast.items()) {
-    const double predicted = f["forecast"].get<double>(), measured = f["measured"].get<double>();
-    t.add_row({set,
-               str_cat(fixed(predicted, 2), " [", fixed(f["low"].get<double>(), 2), ", ",
-                       fixed(f["high"].get<double>(), 2), "]"),
-               fixed(measured, 2),
-               str_cat(predicted >= measured ? "+" : "", fixed(100 * (predicted / measured - 1), 1), "%")});
-  }
-  return t.render();
-}
-
-// 6. The summary: forgetting and adaptation, the forecast beside the outcome, the throughput.
-void summarize(const fs::path& out, const RunOptions& o, const spec::ModelSpec& base_model,
-               const spec::ModelSpec& extended, const spec::Plan& plan, const fs::path& base_dir,
-               std::chrono::steady_clock::time_point t0) {
-  const auto before = perplexities(out / "train/eval.jsonl", 0);
-  const auto after = perplexities(out / "train/eval.jsonl", -1);
-  const auto measured = spec::load_measured_run(out / "train/measured.json");
-  const double forgetting = 100 * (after.at("english-heldout") / before.at("english-heldout") - 1);
-  const double adaptation = 100 * (1 - after.at("python-heldout") / before.at("python-heldout"));
-  const auto added = extended.vocab - base_model.vocab;
-  Json summary{{"base_ppl_original", before.at("english-heldout")},
-               {"final_ppl_original", after.at("english-heldout")},
-               {"base_ppl_new", before.at("python-heldout")},
-               {"final_ppl_new", after.at("python-heldout")},
-               {"forgetting_pct", forgetting},
-               {"adaptation_pct", adaptation},
-               {"added_tokens", added},
-               {"mitigations", {"replay 25% English", "KL distillation lambda 0.1", "vocabulary extension"}},
-               {"continual_steps", o.steps},
-               {"predicted_tokens_per_s", plan.predicted ? plan.predicted->tokens_per_s_per_gpu : 0.0},
-               {"measured_tokens_per_s", measured.tokens_per_s},
-               {"base_model", base_dir.string()},
-               {"forecast_from_first_third", forecast_from_first_third(out / "train", o.steps)},
-               {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
-  write_json(out / "summary.json", summary);
-  core::TextTable t({"held-out set", "base perplexity", "after", "change"});
-  t.add_row({"English (original domain)", fixed(before.at("english-heldout"), 2), fixed(after.at("english-heldout"), 2),
-             str_cat(forgetting >= 0 ? "+" : "", fixed(forgetting, 1), "% (forgetting)")});
-  t.add_row({"Python (new domain)", fixed(before.at("python-heldout"), 2), fixed(after.at("python-heldout"), 2),
-             str_cat("-", fixed(adaptation, 1), "% (adaptation)")});
-  std::cout << "\n[6/6] summary (" << added << " tokens added; replay + KL)\n\n" << t.render() << "\n";
-  if (!summary["forecast_from_first_third"].empty()) {
-    std::cout << "perplexity at the end, as cpt forecast predicts it from the first " << o.steps / 3
-              << " steps (docs/continual.md):\n"
-              << forecast_table(summary["forecast_from_first_third"]) << "\n";
-  }
-  std::cout << str_cat("throughput: predicted ",
-                       static_cast<long long>(summary["predicted_tokens_per_s"].get<double>()), " tokens/s, measured ",
-                       static_cast<long long>(summary["measured_tokens_per_s"].get<double>()), " tokens/s; ",
-                       fixed(summary["wall_s"].get<double>(), 0), " s in all\n")
-            << "wrote " << (out / "summary.json").string() << "\n";
 }
 
 // The demo's shared inputs: where it writes, the text, the hardware it plans for.
@@ -282,7 +118,7 @@ void measure_machine(Demo& demo) {
   const auto probe = run_executor_json({"probe-host", "--seconds", "1.5"});
   write_json(demo.out / "host_probe.json", probe);
   demo.calibrated = fs::exists(local_profile_path());
-  demo.cluster = demo.calibrated ? cluster_for_gpu_flag("local", 1, "--gpu") : host_cluster(probe);
+  demo.cluster = demo.calibrated ? cluster_for_gpu_flag("local", 1, "--gpu") : probed_host_cluster(probe);
   std::cout << str_cat("  ", probe["cores"].get<int>(), " cores, ",
                        fixed(probe["memory_bytes"].get<double>() / 1073741824.0, 1), " GiB; fp32 GEMM up to ",
                        fixed(probe["peak_flops_per_s"].get<double>() / 1e9, 1), " GFLOP/s; copy ",
@@ -407,7 +243,7 @@ void run(const RunOptions& o) {
   const auto extended = spec::load_model((demo.out / "base-extended/model.json").string(), "base-extended/model.json");
   const auto plan = write_plan(demo, extended);
   continual_pretraining(demo, o.steps);
-  summarize(demo.out, o, base_model, extended, plan, base_dir, t0);
+  summarize_demo(DemoOutcome{demo.out, o.steps, base_model, extended, plan, base_dir, t0});
 }
 
 }  // namespace

@@ -40,8 +40,8 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
   const cost::CostModelOptions defaults;
   spec::GpuSpec g;
   g.name = "local";
-  g.display_name = str_cat("this machine: one rank of ", c.threads, " thread", c.threads == 1 ? "" : "s", " (",
-                           c.cores, " cores, calibrated fp32)");
+  g.display_name = str_cat("this machine: one rank of ", c.threads, " thread", c.threads == 1 ? "" : "s", " (", c.cores,
+                           " cores, calibrated fp32)");
   g.aliases = {"local-cpu"};
   g.hbm_capacity = core::Bytes(static_cast<std::int64_t>(c.memory_bytes / c.devices));
   // Measured by all ranks copying at once: each one's share of the machine's bandwidth.
@@ -67,7 +67,8 @@ spec::ClusterSpec local_cluster(const LocalCalibration& c) {
           core::Seconds(f->alpha_s), core::BytesPerSecond(f->bandwidth_bytes_per_s / defaults.network_efficiency)};
     }
   }
-  if (c.scalar_all_reduce_step_s > 0) cluster.node.scalar_all_reduce_step_latency = core::Seconds(c.scalar_all_reduce_step_s);
+  if (c.scalar_all_reduce_step_s > 0)
+    cluster.node.scalar_all_reduce_step_latency = core::Seconds(c.scalar_all_reduce_step_s);
   if (c.overlap_slowdown >= 0) cluster.node.overlap_compute_slowdown = c.overlap_slowdown;
   if (c.resume_s >= 0) cluster.node.compute_lost_resuming_from_call = core::Seconds(c.resume_s);
   // The ranks share the machine's cores; the rates above were measured with all of them computing.
@@ -133,6 +134,31 @@ spec::ClusterSpec cluster_for_gpu_flag(const std::string& gpu, int gpus, const s
   c.num_nodes = 1;
   c.num_gpus = gpus;
   return c;
+}
+
+// The local host as a one-device cluster, from the quick probe's measurements (used when no `cpt
+// calibrate` profile exists).
+spec::ClusterSpec probed_host_cluster(const nlohmann::ordered_json& probe) {
+  spec::GpuSpec g;
+  g.name = "host_cpu";
+  g.display_name = str_cat("the local CPU (", probe["cores"].get<int>(), " cores, measured fp32)");
+  g.aliases = {"host"};
+  g.hbm_capacity = core::Bytes(static_cast<std::int64_t>(probe["memory_bytes"].get<double>()));
+  g.hbm_bandwidth = core::BytesPerSecond(probe["copy_bytes_per_s"].get<double>());
+  const double peak = probe["peak_flops_per_s"].get<double>();
+  g.dense_peak[static_cast<std::size_t>(spec::Precision::kFp32)] = core::FlopsPerSecond(peak);
+  // The profile format requires a bf16 figure; cpt trains in fp32 on CPUs and plans in fp32 here,
+  // so it repeats the fp32 rate rather than inventing one.
+  g.dense_peak[static_cast<std::size_t>(spec::Precision::kBf16)] = core::FlopsPerSecond(peak);
+  for (const auto& s : probe["gemm"]) {
+    g.gemm_efficiency[static_cast<std::size_t>(spec::Precision::kFp32)].push_back(
+        {s["gflop"].get<double>(), s["flops_per_s"].get<double>() / peak});
+  }
+  // The executor's per-operator cost (the cost model's default is a GPU launch's).
+  if (probe.contains("seconds_per_dispatched_op")) {
+    g.kernel_overhead = core::Seconds(probe["seconds_per_dispatched_op"].get<double>());
+  }
+  return one_machine_cluster("this-machine", g, 1, g.hbm_bandwidth, core::Seconds(1e-5));
 }
 
 }  // namespace cpt::cli

@@ -6,6 +6,7 @@
 // A "device" of the local profile is one executor rank with `threads` intra-op threads (the
 // machine's cores shared by `devices` ranks); the node holds `devices` of them.
 #include <array>
+#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -17,17 +18,18 @@ namespace cpt::cli {
 
 struct LocalCalibration {
   int cores = 0;
-  int threads = 0;           // per device
-  int devices = 0;           // ranks the node holds (collectives measured among them)
-  double memory_bytes = 0;   // of the whole machine
+  int threads = 0;              // per device
+  int devices = 0;              // ranks the node holds (collectives measured among them)
+  double memory_bytes = 0;      // of the whole machine
   double copy_bytes_per_s = 0;  // per rank, every rank copying at once
   cost::GemmFit gemm;
-  std::vector<spec::GemmShapeCurve> gemm_by_min_dim;  // against gemm's peak; empty: not measured
-  cost::GemmFit attention;                       // against gemm's peak; empty curve: not measured
+  std::vector<spec::GemmShapeCurve> gemm_by_min_dim;         // against gemm's peak; empty: not measured
+  cost::GemmFit attention;                                   // against gemm's peak; empty curve: not measured
   std::vector<spec::CrossEntropyPoint> cross_entropy_rates;  // by size; empty: not measured
-  double seconds_per_dispatched_op = 0;           // 0: not measured (the cost model's default)
-  cost::AlphaBetaFit comm;  // the node's link: fitted to the all-reduces
-  std::array<std::optional<cost::AlphaBetaFit>, spec::kAllLinkCalls.size()> per_call;  // by spec::LinkCall, where fitted apart
+  double seconds_per_dispatched_op = 0;                      // 0: not measured (the cost model's default)
+  cost::AlphaBetaFit comm;                                   // the node's link: fitted to the all-reduces
+  std::array<std::optional<cost::AlphaBetaFit>, spec::kAllLinkCalls.size()>
+      per_call;  // by spec::LinkCall, where fitted apart
   // An all-reduce of a few bytes inside the node, per ring step (spec::NodeSpec::
   // scalar_all_reduce_step_latency); 0: not measured.
   double scalar_all_reduce_step_s = 0;
@@ -66,5 +68,10 @@ std::filesystem::path local_profile_path();
 // `--gpu NAME --gpus N`: the catalog's cluster, or for NAME "local" the calibrated profile with N of
 // its devices (ConfigError naming `flag` when there is no calibration or N exceeds its devices).
 spec::ClusterSpec cluster_for_gpu_flag(const std::string& gpu, int gpus, const std::string& flag);
+
+// The local host as a one-device cluster from `cpt-exec probe-host`'s quick measurements (its
+// "cores", "memory_bytes", "copy_bytes_per_s", "peak_flops_per_s", "gemm" and
+// "seconds_per_dispatched_op"): what `cpt run` plans with when no calibrated profile exists.
+spec::ClusterSpec probed_host_cluster(const nlohmann::ordered_json& probe);
 
 }  // namespace cpt::cli
