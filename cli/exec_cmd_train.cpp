@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/exec_commands.h"
+#include "cli/forwarded_flags.h"
 #include "core/directory_lock.h"
 #include "core/str_cat.h"
 #include "core/error.h"
@@ -31,14 +32,10 @@ struct TrainArgs {
 };
 
 // The launcher: checks the input once, prepares the run's inputs on one node, and starts this
-// node's ranks with the same arguments, minus the launch flags.
-void launch_ranks(const TrainArgs& args) {
-  std::vector<std::string> a{"train", "--plan", args.plan, "--config", args.config, "--out", args.out};
-  if (args.resume) a.emplace_back("--resume");
-  if (args.steps > 0) a.insert(a.end(), {"--steps", std::to_string(args.steps)});
-  if (args.stop_at > 0) a.insert(a.end(), {"--stop-at", std::to_string(args.stop_at)});
-  if (!args.device.empty()) a.insert(a.end(), {"--device", args.device});
-  if (args.profile_step >= 0) a.insert(a.end(), {"--profile-step", std::to_string(args.profile_step)});
+// node's ranks with its own arguments, minus the launch flags (cli/forwarded_flags.h).
+void launch_ranks(const TrainArgs& args, const CLI::App& command) {
+  const auto a =
+      forwarded_arguments(command, {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"});
   // Bad input is reported once, here, not by every rank.
   const auto plan = spec::load_plan(args.plan);
   const auto config = exec::load_train_config(args.config);
@@ -118,10 +115,10 @@ void register_exec_train_command(CLI::App& app) {
   cmd->add_option("--master-port", args->launch.master_port,
                   "Rendezvous port on node 0 (default: a free port, one node)")
       ->check(CLI::Range(1, 65535));
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
     const bool inside_job = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
     if (!inside_job && (args->launch.nproc_per_node > 1 || args->launch.nnodes > 1)) {
-      launch_ranks(*args);
+      launch_ranks(*args, *cmd);
     } else {
       train_rank(*args);
     }

@@ -1,0 +1,26 @@
+#include "cli/forwarded_flags.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+
+namespace cpt::cli {
+
+std::vector<std::string> forwarded_arguments(const CLI::App& command, const std::vector<std::string>& withheld) {
+  std::vector<std::string> arguments{command.get_name()};
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->count() == 0 || option->get_lnames().empty()) continue;
+    const std::string flag = "--" + option->get_lnames().front();
+    if (std::find(withheld.begin(), withheld.end(), flag) != withheld.end()) continue;
+    if (option->get_expected_min() == 0) {  // a flag: given, so set
+      arguments.push_back(flag);
+      continue;
+    }
+    for (const std::string& value : option->results()) {
+      arguments.push_back(flag);
+      arguments.push_back(value);
+    }
+  }
+  return arguments;
+}
+
+}  // namespace cpt::cli

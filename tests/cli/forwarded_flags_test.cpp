@@ -1,0 +1,33 @@
+#include "cli/forwarded_flags.h"
+
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+
+namespace cpt::cli {
+namespace {
+
+// The launcher's ranks get every option given, as given, and nothing withheld or left at its
+// default: an option added to the command is forwarded without another list to keep.
+TEST(ForwardedFlags, EveryGivenOptionButTheWithheldOnes) {
+  CLI::App app;
+  auto* train = app.add_subcommand("train");
+  std::string plan, out = "runs/train";
+  bool resume = false, quiet = false;
+  long steps = 0;
+  int ranks = 1;
+  train->add_option("--plan", plan);
+  train->add_option("--out", out)->capture_default_str();
+  train->add_flag("--resume", resume);
+  train->add_flag("--quiet", quiet);
+  train->add_option("--steps", steps);
+  train->add_option("--nproc-per-node", ranks);
+  app.parse(std::vector<std::string>{"2", "--nproc-per-node", "--resume", "--steps=5", "p.json", "--plan", "train"});
+  EXPECT_EQ(forwarded_arguments(*train, {"--nproc-per-node"}),
+            (std::vector<std::string>{"train", "--plan", "p.json", "--resume", "--steps", "5"}));
+  EXPECT_EQ(forwarded_arguments(*train, {}), (std::vector<std::string>{"train", "--plan", "p.json", "--resume",
+                                                                       "--steps", "5", "--nproc-per-node", "2"}));
+}
+
+}  // namespace
+}  // namespace cpt::cli
