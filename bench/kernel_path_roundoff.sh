@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How far one training moves under round-off alone, against how far the layouts move: the data
-# behind the layout-equivalence tests' tolerance (tests/cli/distributed_train_test.cpp,
+# behind the layout-equivalence tests' tolerance (tests/integration/distributed_train_test.cpp,
 # expect_same_run; docs/benchmarks.md, "Layouts against one process"). Trains the tests' tiny and
 # tiny4 runs (20 steps) on each of LibTorch's CPU kernel paths (ATEN_CPU_CAPABILITY avx512, avx2,
 # default: 16, 8 and 1 lanes per sum) and three four-rank layouts on each, then prints per pair the

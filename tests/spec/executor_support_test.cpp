@@ -6,7 +6,7 @@ namespace cpt::spec {
 namespace {
 
 // The executor's scalar all-reduces per step, by group (executor_support.h). Measured against the
-// executor's own call counts in tests/cli/distributed_train_test.cpp (`cpt compare`'s
+// executor's own call counts in tests/integration/distributed_train_test.cpp (`cpt compare`'s
 // *_calls_per_step, every example layout).
 TEST(ExecutorSupport, StepScalarAllReducesFollowTheGroupsThatExist) {
   EXPECT_EQ(executor_step_scalar_all_reduces(ParallelConfig{}, 1).total(), 0);  // one rank: none
@@ -40,7 +40,7 @@ TEST(ExecutorSupport, StepScalarAllReducesFollowTheGroupsThatExist) {
 }
 
 // EWC's penalty value: summed over the shards under ZeRO-3, then over tp and pp; replicas hold the
-// same penalty (measured in tests/cli/distributed_train_test.cpp like the step's).
+// same penalty (measured in tests/integration/distributed_train_test.cpp like the step's).
 TEST(ExecutorSupport, EwcPenaltyIsSummedOverTheGroupsThatSplitTheParameters) {
   EXPECT_EQ(executor_ewc_scalar_all_reduces(ParallelConfig{.dp = 2}, 2).total(), 0);
   EXPECT_EQ(executor_ewc_scalar_all_reduces(ParallelConfig{.dp = 2, .zero_stage = 2}, 2).total(), 0);

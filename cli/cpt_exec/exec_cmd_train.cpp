@@ -1,0 +1,128 @@
+// cpt train --plan PLAN --config TRAIN.json [--out DIR] [--resume] [--steps N] [--device D]
+#include <filesystem>
+#include <optional>
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "cli/cpt_exec/exec_commands.h"
+#include "cli/forwarded_flags.h"
+#include "core/directory_lock.h"
+#include "core/str_cat.h"
+#include "core/error.h"
+#include "executor/device.h"
+#include "executor/dist/local_launcher.h"
+#include "executor/dist/rank_board.h"
+#include "executor/train/run_inputs.h"
+#include "executor/train/trainer.h"
+#include "spec/plan.h"
+
+namespace cpt::cli {
+
+namespace {
+
+// Set by cpt's launcher for its ranks: it holds OUT's lock for them.
+constexpr const char* kOutLockedByLauncher = "CPT_OUT_LOCKED_BY_LAUNCHER";
+
+struct TrainArgs {
+  std::string plan, config, out = "runs/train", device;
+  bool resume = false;
+  std::int64_t steps = 0, stop_at = 0, profile_step = -1;
+  exec::LocalLaunch launch;
+};
+
+// The launcher: checks the input once, prepares the run's inputs on one node, and starts this
+// node's ranks with its own arguments, minus the launch flags (cli/forwarded_flags.h).
+void launch_ranks(const TrainArgs& args, const CLI::App& command) {
+  const auto a =
+      forwarded_arguments(command, {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"});
+  // Bad input is reported once, here, not by every rank.
+  const auto plan = spec::load_plan(args.plan);
+  const auto config = exec::load_train_config(args.config);
+  exec::check_device(args.device.empty() ? config.device : args.device, args.launch.nproc_per_node);
+  // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
+  // the model's vocabulary) here, once; the ranks find them in OUT and reuse them. (Several
+  // nodes may share OUT's file system: their launchers must not prepare it at once.)
+  // One job per OUT: node 0's launcher holds the lock for the job (its ranks know, below).
+  std::optional<core::DirectoryLock> lock;
+  if (args.launch.node_rank == 0) lock.emplace(core::DirectoryLock::acquire(args.out, "another cpt train"));
+  ::setenv(kOutLockedByLauncher, "1", 1);
+  if (args.launch.nnodes == 1) (void)exec::prepare_run_inputs(config, plan.model, args.out);
+  const int code = exec::run_local_ranks(a, args.launch);
+  if (code != 0) throw ExitWith{code};
+}
+
+// One rank (or the only process): trains, and rank 0 prints the summary.
+void train_rank(const TrainArgs& args) {
+  (void)exec::RankReporter::of_this_process();  // a launched rank's heartbeat starts now (rank_board.h)
+  const auto plan = spec::load_plan(args.plan);
+  const auto config = exec::load_train_config(args.config);
+  // One process, or rank 0 of a job that torchrun or Slurm started, holds OUT's lock.
+  std::optional<core::DirectoryLock> lock;
+  const char* rank = std::getenv("RANK");
+  if (std::getenv(kOutLockedByLauncher) == nullptr && (rank == nullptr || std::string(rank) == "0")) {
+    lock.emplace(core::DirectoryLock::acquire(args.out, "another cpt train"));
+  }
+  exec::TrainOptions o;
+  o.out_dir = args.out;
+  o.resume = args.resume;
+  if (args.steps > 0) o.steps = args.steps;
+  if (args.stop_at > 0) o.stop_at = args.stop_at;
+  if (!args.device.empty()) o.device = args.device;
+  if (args.profile_step >= 0) o.profile_step = args.profile_step;
+  const auto s = exec::train(plan, config, o);
+  if (rank != nullptr && std::string(rank) != "0") {
+    if (s.stopped) throw ExitWith{core::kExitStopped};
+    return;
+  }
+  std::cout << core::str_cat("trained steps ", s.first_step, " -> ", s.last_step, ": final loss ", s.final_loss, ", ",
+                             static_cast<long long>(s.tokens_per_s), " tokens/s",
+                             s.skipped_steps > 0 ? core::str_cat(", ", s.skipped_steps, " steps skipped") : "",
+                             "; checkpoint ", s.checkpoint.string(), "\n");
+  if (s.stopped) throw ExitWith{core::kExitStopped};
+}
+
+}  // namespace
+
+void register_exec_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  auto* cmd = app.add_subcommand("train",
+                                 "Run one rank of the training job a plan describes (`cpt train` launches every rank)");
+  cmd->add_option("--plan", args->plan, "plan.json (from `cpt plan --out`)")->required();
+  cmd->add_option("--config", args->config, "TRAIN.json: data, tokenizer, steps, schedule (docs/train_config.md)")
+      ->required();
+  cmd->add_option("--out", args->out, "Output directory: metrics.jsonl, eval.jsonl, checkpoints/, measured.json")
+      ->capture_default_str();
+  cmd->add_flag("--resume", args->resume, "Continue from the newest valid checkpoint in OUT/checkpoints");
+  cmd->add_option("--steps", args->steps, "Train this many steps in total (overrides TRAIN.json)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--stop-at", args->stop_at, "Stop with a checkpoint after this step (resume later with --resume)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--profile-step", args->profile_step,
+                  "Profile this step (0-based) on every rank: OUT/profile/step_S.rank_R.trace.json (Perfetto) and "
+                  ".ops.json (time by operator)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", args->device, "auto, cpu or cuda (overrides TRAIN.json)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--nproc-per-node", args->launch.nproc_per_node,
+                  "Start this many ranks on this node (the plan's tp · cp · dp · pp over all nodes)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--nnodes", args->launch.nnodes, "Nodes in the job (run the same command on each)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--node-rank", args->launch.node_rank, "This node's index in [0, nnodes)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--master-addr", args->launch.master_addr, "Address of node 0 (rendezvous)")->capture_default_str();
+  cmd->add_option("--master-port", args->launch.master_port,
+                  "Rendezvous port on node 0 (default: a free port, one node)")
+      ->check(CLI::Range(1, 65535));
+  cmd->callback([args, cmd] {
+    const bool inside_job = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
+    if (!inside_job && (args->launch.nproc_per_node > 1 || args->launch.nnodes > 1)) {
+      launch_ranks(*args, *cmd);
+    } else {
+      train_rank(*args);
+    }
+  });
+}
+
+}  // namespace cpt::cli

@@ -1,0 +1,187 @@
+// Model variants through the real `cpt train` (distributed_train_fixture.h). A mixture of experts:
+// the catalog's tiny MoE (4 experts, top 2, shared experts) trained by one process and by
+// data-parallel, ZeRO, recomputing, pipeline and expert-parallel layouts gives the same losses and
+// final weights, routes the same tokens (metrics.jsonl's expert_load), and makes the communication
+// calls the cost model counts; an expert-parallel run's checkpoint resumes in one process. Qwen3's
+// attention (q/k norms, a head width of its own) under tensor parallelism.
+#include "tests/integration/distributed_train_fixture.h"
+
+namespace {
+
+using namespace cpt::dist_testing;
+
+class ModelVariantsTrain : public DistributedTrain {
+ protected:
+  // Plans of tiny-moe in DIR/moe-<name> (and of tiny-qk), made once per prepared directory.
+  static void plan_once() {
+    if (fs::exists(dir_ / "qk-tp2-sp" / "plan.json")) return;
+    const auto d = dir_.string();
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "ep=1,micro_batch=2", 1}, std::tuple{"dp2", "dp=2,ep=1,zero=0,micro_batch=2", 2},
+          std::tuple{"zero1-dp2", "dp=2,ep=1,zero=1,offload=none,micro_batch=2", 2},
+          std::tuple{"zero3-dp2", "dp=2,ep=1,zero=3,offload=none,micro_batch=2", 2},
+          std::tuple{"dp2-full-recompute", "dp=2,ep=1,zero=0,recompute=full,micro_batch=2", 2},
+          std::tuple{"pp2", "pp=2,ep=1,schedule=1f1b,micro_batch=2", 2},
+          std::tuple{"ep2", "dp=2,ep=2,zero=0,micro_batch=2", 2},
+          std::tuple{"ep2-zero1", "dp=2,ep=2,zero=1,offload=none,micro_batch=2", 2},
+          std::tuple{"ep2-full-recompute", "dp=2,ep=2,zero=0,recompute=full,micro_batch=2", 2},
+          std::tuple{"ep2-dp4-zero2", "dp=4,ep=2,zero=2,offload=none,micro_batch=2", 4},
+          std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
+      const auto r = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus " + std::to_string(gpus) +
+                            " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/moe-" + name,
+                        dir_);
+      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    }
+    // tiny-moe with a dense first layer: under pp 2 the first stage holds no experts.
+    std::ofstream(dir_ / "tiny-moe-df.json") << R"({"name": "tiny-moe-df", "layers": 2, "hidden": 64, "heads": 4,
+      "kv_heads": 2, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+      "tied_embeddings": false, "max_seq_len": 128, "moe": {"experts": 4, "experts_per_token": 2,
+      "expert_ffn_hidden": 64, "shared_ffn_hidden": 64, "first_dense_layers": 1}})";
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "ep=1,micro_batch=2", 1},
+          std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
+      const auto r =
+          sh(cpt_binary() + " plan --model " + d + "/tiny-moe-df.json --gpu h100 --gpus " + std::to_string(gpus) +
+                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/df-" + name,
+             dir_);
+      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    }
+    // tiny with Qwen3's attention: q/k norms over heads of 32 (not hidden / heads = 16).
+    std::ofstream(dir_ / "tiny-qk.json") << R"({"name": "tiny-qk", "layers": 2, "hidden": 64, "heads": 4,
+      "kv_heads": 2, "head_dim": 32, "qk_norm": true, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu",
+      "norm": "rmsnorm", "position": "rope", "tied_embeddings": false, "max_seq_len": 128})";
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "micro_batch=2", 1}, std::tuple{"tp2", "tp=2,micro_batch=2", 2},
+          std::tuple{"tp2-sp", "tp=2,sequence_parallel=true,micro_batch=2", 2}}) {
+      const auto r =
+          sh(cpt_binary() + " plan --model " + d + "/tiny-qk.json --gpu h100 --gpus " + std::to_string(gpus) +
+                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/qk-" + name,
+             dir_);
+      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    }
+  }
+};
+
+TEST_F(ModelVariantsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
+  plan_once();
+  reference("moe-single", "o-moe-1");
+  const auto single_load = metric(dir_ / "o-moe-1" / "metrics.jsonl", "expert_load");
+  const auto single_aux = metric(dir_ / "o-moe-1" / "metrics.jsonl", "router_aux_loss");
+  ASSERT_EQ(single_load.size(), 20u);
+  // Two of four experts per token: the busiest takes between its share and every token.
+  for (const double load : single_load) {
+    EXPECT_GE(load, 1.0);
+    EXPECT_LE(load, 2.0);
+  }
+  for (const auto& [layout, procs] : {std::pair<std::string, int>{"dp2", 2},
+                                      {"zero1-dp2", 2},
+                                      {"zero3-dp2", 2},
+                                      {"dp2-full-recompute", 2},
+                                      {"pp2", 2},
+                                      {"ep2", 2},
+                                      {"ep2-zero1", 2},
+                                      {"ep2-full-recompute", 2},
+                                      {"ep2-dp4-zero2", 4},
+                                      {"ep2-pp2", 4}}) {
+    const auto out = "o-moe-" + layout;
+    const auto r = train("moe-" + layout, out, procs);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    expect_same_as_reference("o-moe-1", dir_ / out, "moe " + layout);
+    expect_calls_of_the_cost_model(out, "moe " + layout);
+    // The first step starts from the same weights on the same tokens: the same routing, counted
+    // over every rank (the auxiliary loss is a mean of fp32 sums: round-off apart).
+    const auto load = metric(dir_ / out / "metrics.jsonl", "expert_load");
+    const auto aux = metric(dir_ / out / "metrics.jsonl", "router_aux_loss");
+    ASSERT_EQ(load.size(), single_load.size()) << layout;
+    EXPECT_EQ(load[0], single_load[0]) << layout;
+    EXPECT_NEAR(aux[0], single_aux[0], 1e-5 * single_aux[0]) << layout;
+  }
+}
+
+// The executor's weights, gradients and optimizer state with experts are the cost model's bytes
+// exactly (the routed experts in their layer's buckets and ZeRO-3 units, or split over ep with
+// their own buckets over expert-dp), its communication calls the cost model's, its kernels within
+// 6%, in every layout it runs.
+TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
+  plan_once();
+  const auto two_steps = short_config(2);
+  for (const auto& [layout, procs, flags] :
+       {std::tuple{"single", 1, "--gpus 1 --ep 1"}, std::tuple{"dp2", 2, "--gpus 2 --dp 2 --ep 1"},
+        std::tuple{"zero1-dp2", 2, "--gpus 2 --dp 2 --zero 1 --ep 1"},
+        std::tuple{"zero3-dp2", 2, "--gpus 2 --dp 2 --zero 3 --ep 1"}, std::tuple{"pp2", 2, "--gpus 2 --pp 2 --ep 1"},
+        std::tuple{"ep2", 2, "--gpus 2 --dp 2 --ep 2"},
+        std::tuple{"ep2-zero1", 2, "--gpus 2 --dp 2 --zero 1 --ep 2"}}) {
+    const auto out = std::string("mem-moe-") + layout;
+    const auto r = train(std::string("moe-") + layout, out, procs, two_steps);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    expect_model_state_of_the_cost_model(out, procs, "tiny-moe", flags, std::string("moe ") + layout);
+  }
+}
+
+// ZeRO-2 with experts over ep 2 and expert-dp 2 (dp 4): each of the two optimizers keeps its
+// gradient shard and its own buckets in flight, and `cpt compare` (which prices the run's 0.1 MiB
+// buckets) predicts every byte of it; weights and optimizer state exact too.
+TEST_F(ModelVariantsTrain, ExpertParallelZeroTwoHoldsBothOptimizersShardsAndBuckets) {
+  plan_once();
+  const auto d = dir_.string();
+  const auto r = train("moe-ep2-dp4-zero2", "mem-moe-ep2-dp4-zero2", 4, short_config(2));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto cmp = sh(cpt_binary() + " compare " + d + "/mem-moe-ep2-dp4-zero2 --json", dir_);
+  ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
+  const auto f = nlohmann::json::parse(cmp.out)["fields"];
+  for (const std::string key : {"weights_bytes", "grads_bytes", "optimizer_bytes"}) {
+    EXPECT_EQ(f[key]["predicted"].get<double>(), f[key]["measured"].get<double>()) << key;
+  }
+  // Below ZeRO-1's whole gradients (the weights' bytes in fp32).
+  EXPECT_LT(f["grads_bytes"]["measured"].get<double>(), f["weights_bytes"]["measured"].get<double>());
+  expect_calls_of_the_cost_model("mem-moe-ep2-dp4-zero2", "moe ep2-dp4-zero2");
+}
+
+// A checkpoint holds whole tensors whatever the layout: the experts split over two ranks are
+// gathered into it, and one process resumes from it where the single-process run would be; a
+// one-process checkpoint resumes with the experts split over two ranks, each loading its own.
+TEST_F(ModelVariantsTrain, ExpertParallelCheckpointsMoveBetweenLayouts) {
+  plan_once();
+  reference("moe-single", "o-moe-1");
+  expect_resume("moe-ep2-zero1", 2, "moe-single", 1, "o-moe-1");
+  expect_resume("moe-single", 1, "moe-ep2", 2, "o-moe-1");
+}
+
+// A dense first layer under pp 2 × ep 2: the first stage holds no experts (its expert optimizer
+// is none, its norm still joins the pipeline's sum) and the run is the single process's.
+TEST_F(ModelVariantsTrain, ExpertParallelStageWithoutExpertsMatchesTheSingleProcessRun) {
+  plan_once();
+  reference("df-single", "o-df-1");
+  const auto r = train("df-ep2-pp2", "o-df-ep2-pp2", 4);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_as_reference("o-df-1", dir_ / "o-df-ep2-pp2", "dense-first ep2-pp2");
+}
+
+// The q/k norms' weights are replicated over tp while each rank normalises its own heads: their
+// gradients are summed over the group, and the run is the single-process one.
+TEST_F(ModelVariantsTrain, QkNormsAndTheirOwnHeadWidthMatchTheSingleProcessRunUnderTensorParallelism) {
+  plan_once();
+  reference("qk-single", "o-qk-1");
+  for (const std::string layout : {"tp2", "tp2-sp"}) {
+    const auto out = "o-qk-" + layout;
+    const auto r = train("qk-" + layout, out, 2);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    expect_same_as_reference("o-qk-1", dir_ / out, "qk " + layout);
+    expect_calls_of_the_cost_model(out, "qk " + layout);
+  }
+}
+
+// Tensor and context parallelism with experts, and ZeRO-3 with expert parallelism, are refused in
+// one line, before any rank trains.
+TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
+  const auto d = dir_.string();
+  const auto planned = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus 2 --global-batch 8 --seq-len 64" +
+                              " --fix dp=2,ep=2,zero=3,offload=none,micro_batch=2 --out " + d + "/moe-ep2-zero3",
+                          dir_);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const auto r = train("moe-ep2-zero3", "o-moe-ep2-zero3", 2);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("a mixture of experts with ep 2, etp 1, tp 1, cp 1, ZeRO 3"), std::string::npos) << r.err;
+}
+
+}  // namespace
