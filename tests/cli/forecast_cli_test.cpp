@@ -11,8 +11,11 @@
 namespace cpt::cli_testing {
 namespace {
 
+// Its own scratch directory per process: ctest -j runs tests at once.
 Run cpt(const std::string& args) {
-  return sh(std::string(CPT_BINARY) + " " + args, ::testing::TempDir());
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt_forecast_cli." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return sh(std::string(CPT_BINARY) + " " + args, dir);
 }
 
 // A user's first mistakes with `cpt forecast`: one line, exit 2, naming what was wrong.
