@@ -45,29 +45,21 @@ std::string num(double v) {
 }
 
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b"};
+constexpr double kPanelWidth = 360, kPanelHeight = 260, kLeft = 60, kRight = 15, kTop = 52, kBottom = 50;
 
-}  // namespace
+const char* color_of(std::size_t series) {
+  return kColors[series % (sizeof kColors / sizeof *kColors)];
+}
 
-std::string line_chart_svg(const std::string& title, const std::string& x_label, const std::vector<ChartPanel>& panels) {
-  CPT_CHECK(!panels.empty(), "a chart needs a panel");
-  constexpr double kW = 360, kH = 260, kLeft = 60, kRight = 15, kTop = 52, kBottom = 50;
-  const double width = kW * static_cast<double>(panels.size());
-  const double height = kH + 40;
-  std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  s << "<text x=\"" << width / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << escape(title)
-    << "</text>\n";
-  // One legend for all panels (the series are the same in each), under the title.
-  double lx = 20;
-  for (std::size_t si = 0; si < panels.front().series.size(); ++si) {
-    const char* color = kColors[si % (sizeof kColors / sizeof *kColors)];
-    const auto& name = panels.front().series[si].name;
-    s << "<rect x=\"" << lx << "\" y=\"27\" width=\"14\" height=\"4\" fill=\"" << color << "\"/>\n";
-    s << "<text x=\"" << lx + 18 << "\" y=\"33\">" << escape(name) << "</text>\n";
-    lx += 30 + 6.5 * static_cast<double>(name.size());
-  }
-  // x values (shared): log scale when they span more than a factor of 8 and are positive.
+// The x axis every panel shares: log scale when the values span more than a factor of 8 and are
+// positive.
+struct XScale {
+  bool log = false;
+  double x0 = 0, x1 = 1;  // the mapped range
+  [[nodiscard]] double map(double x) const { return log ? std::log(x) : x; }
+};
+
+XScale shared_x_scale(const std::vector<ChartPanel>& panels) {
   double xmin = std::numeric_limits<double>::infinity(), xmax = -xmin;
   for (const auto& p : panels) {
     for (const auto& se : p.series) {
@@ -79,55 +71,88 @@ std::string line_chart_svg(const std::string& title, const std::string& x_label,
     }
   }
   if (!std::isfinite(xmin)) xmin = 0, xmax = 1;
-  const bool logx = xmin > 0 && xmax / xmin > 8;
-  auto fx = [&](double x) { return logx ? std::log(x) : x; };
-  const double x0 = fx(xmin), x1 = std::max(fx(xmax), x0 + 1e-12);
-  for (std::size_t pi = 0; pi < panels.size(); ++pi) {
-    const auto& p = panels[pi];
-    const double ox = kW * static_cast<double>(pi);
-    double ymin = std::numeric_limits<double>::infinity(), ymax = -ymin;
-    for (const auto& se : p.series) {
-      for (double y : se.y) {
-        ymin = std::min(ymin, y);
-        ymax = std::max(ymax, y);
-      }
-    }
-    if (!std::isfinite(ymin)) ymin = 0, ymax = 1;
-    ymin = std::min(0.0, ymin);
-    if (ymax <= ymin) ymax = ymin + 1;
-    const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom + 40;
-    auto px = [&](double x) { return ox + kLeft + (fx(x) - x0) / (x1 - x0) * pw; };
-    auto py = [&](double y) { return kTop + ph - (y - ymin) / (ymax - ymin) * ph; };
-    s << "<g>\n<rect x=\"" << ox + kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\"" << ph
-      << "\" fill=\"none\" stroke=\"#999\"/>\n";
-    for (int t = 0; t <= 4; ++t) {
-      const double y = ymin + (ymax - ymin) * t / 4;
-      s << "<text x=\"" << ox + kLeft - 4 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">" << num(y) << "</text>\n";
-    }
-    std::vector<double> ticks;
-    for (const auto& se : p.series) ticks.insert(ticks.end(), se.x.begin(), se.x.end());
-    std::sort(ticks.begin(), ticks.end());
-    ticks.erase(std::unique(ticks.begin(), ticks.end()), ticks.end());
-    for (double x : ticks) {
-      s << "<text x=\"" << px(x) << "\" y=\"" << kTop + ph + 14 << "\" text-anchor=\"middle\">" << num(x) << "</text>\n";
-    }
-    s << "<text x=\"" << ox + kLeft + pw / 2 << "\" y=\"" << kTop + ph + 30 << "\" text-anchor=\"middle\">"
-      << escape(x_label) << (logx ? " (log)" : "") << "</text>\n";
-    s << "<text x=\"" << ox + 14 << "\" y=\"" << kTop + ph / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 "
-      << ox + 14 << " " << kTop + ph / 2 << ")\">" << escape(p.y_label) << "</text>\n";
-    for (std::size_t si = 0; si < p.series.size(); ++si) {
-      const auto& se = p.series[si];
-      if (se.x.empty()) continue;
-      const char* color = kColors[si % (sizeof kColors / sizeof *kColors)];
-      s << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
-      for (std::size_t i = 0; i < se.x.size(); ++i) s << (i ? " " : "") << px(se.x[i]) << "," << py(se.y[i]);
-      s << "\"/>\n";
-      for (std::size_t i = 0; i < se.x.size(); ++i) {
-        s << "<circle cx=\"" << px(se.x[i]) << "\" cy=\"" << py(se.y[i]) << "\" r=\"3\" fill=\"" << color << "\"/>\n";
-      }
-    }
-    s << "</g>\n";
+  XScale scale;
+  scale.log = xmin > 0 && xmax / xmin > 8;
+  scale.x0 = scale.map(xmin);
+  scale.x1 = std::max(scale.map(xmax), scale.x0 + 1e-12);
+  return scale;
+}
+
+// One legend for all panels (the series are the same in each), under the title.
+void write_legend(std::ostringstream& s, const ChartPanel& panel) {
+  double lx = 20;
+  for (std::size_t si = 0; si < panel.series.size(); ++si) {
+    const auto& name = panel.series[si].name;
+    s << "<rect x=\"" << lx << "\" y=\"27\" width=\"14\" height=\"4\" fill=\"" << color_of(si) << "\"/>\n";
+    s << "<text x=\"" << lx + 18 << "\" y=\"33\">" << escape(name) << "</text>\n";
+    lx += 30 + 6.5 * static_cast<double>(name.size());
   }
+}
+
+// Panel `index`: its frame, y ticks from 0 (or below) to its largest value, the shared x ticks and
+// label, its y label, and each series as a line with its points.
+void write_panel(std::ostringstream& s, const ChartPanel& p, std::size_t index, const XScale& scale,
+                 const std::string& x_label) {
+  const double ox = kPanelWidth * static_cast<double>(index);
+  double ymin = std::numeric_limits<double>::infinity(), ymax = -ymin;
+  for (const auto& se : p.series) {
+    for (double y : se.y) {
+      ymin = std::min(ymin, y);
+      ymax = std::max(ymax, y);
+    }
+  }
+  if (!std::isfinite(ymin)) ymin = 0, ymax = 1;
+  ymin = std::min(0.0, ymin);
+  if (ymax <= ymin) ymax = ymin + 1;
+  const double pw = kPanelWidth - kLeft - kRight, ph = kPanelHeight - kTop - kBottom + 40;
+  auto px = [&](double x) { return ox + kLeft + (scale.map(x) - scale.x0) / (scale.x1 - scale.x0) * pw; };
+  auto py = [&](double y) { return kTop + ph - (y - ymin) / (ymax - ymin) * ph; };
+  s << "<g>\n<rect x=\"" << ox + kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\"" << ph
+    << "\" fill=\"none\" stroke=\"#999\"/>\n";
+  for (int t = 0; t <= 4; ++t) {
+    const double y = ymin + (ymax - ymin) * t / 4;
+    s << "<text x=\"" << ox + kLeft - 4 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">" << num(y) << "</text>\n";
+  }
+  std::vector<double> ticks;
+  for (const auto& se : p.series) ticks.insert(ticks.end(), se.x.begin(), se.x.end());
+  std::sort(ticks.begin(), ticks.end());
+  ticks.erase(std::unique(ticks.begin(), ticks.end()), ticks.end());
+  for (double x : ticks) {
+    s << "<text x=\"" << px(x) << "\" y=\"" << kTop + ph + 14 << "\" text-anchor=\"middle\">" << num(x) << "</text>\n";
+  }
+  s << "<text x=\"" << ox + kLeft + pw / 2 << "\" y=\"" << kTop + ph + 30 << "\" text-anchor=\"middle\">"
+    << escape(x_label) << (scale.log ? " (log)" : "") << "</text>\n";
+  s << "<text x=\"" << ox + 14 << "\" y=\"" << kTop + ph / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 "
+    << ox + 14 << " " << kTop + ph / 2 << ")\">" << escape(p.y_label) << "</text>\n";
+  for (std::size_t si = 0; si < p.series.size(); ++si) {
+    const auto& se = p.series[si];
+    if (se.x.empty()) continue;
+    s << "<polyline fill=\"none\" stroke=\"" << color_of(si) << "\" stroke-width=\"2\" points=\"";
+    for (std::size_t i = 0; i < se.x.size(); ++i) s << (i ? " " : "") << px(se.x[i]) << "," << py(se.y[i]);
+    s << "\"/>\n";
+    for (std::size_t i = 0; i < se.x.size(); ++i) {
+      s << "<circle cx=\"" << px(se.x[i]) << "\" cy=\"" << py(se.y[i]) << "\" r=\"3\" fill=\"" << color_of(si)
+        << "\"/>\n";
+    }
+  }
+  s << "</g>\n";
+}
+
+}  // namespace
+
+std::string line_chart_svg(const std::string& title, const std::string& x_label,
+                           const std::vector<ChartPanel>& panels) {
+  CPT_CHECK(!panels.empty(), "a chart needs a panel");
+  const double width = kPanelWidth * static_cast<double>(panels.size());
+  const double height = kPanelHeight + 40;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<text x=\"" << width / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" << escape(title)
+    << "</text>\n";
+  write_legend(s, panels.front());
+  const XScale scale = shared_x_scale(panels);
+  for (std::size_t i = 0; i < panels.size(); ++i) write_panel(s, panels[i], i, scale, x_label);
   s << "</svg>\n";
   return s.str();
 }

@@ -108,10 +108,9 @@ std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
   return args;
 }
 
-}  // namespace
-
-std::string megatron_args(const spec::Plan& plan) {
-  const auto& m = plan.model;
+// The lines before the arguments: what they cannot express of the plan, and the environment
+// Megatron-LM needs.
+std::string megatron_preamble(const spec::Plan& plan) {
   const auto& c = plan.parallel;
   std::ostringstream s;
   s << "# shellcheck shell=bash disable=SC2034\n";  // sourced: it defines MEGATRON_ARGS for its reader
@@ -132,65 +131,87 @@ std::string megatron_args(const spec::Plan& plan) {
   s << pipeline_split_note(plan);
   // Megatron-LM 0.12 requires it with tensor or context parallelism (overlapped communication).
   if (c.tp > 1 || c.cp > 1) s << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
-  s << "MEGATRON_ARGS=(\n";
-  auto arg = [&](const std::string& a) { s << "  " << a << "\n"; };
-  arg(str_cat("--num-layers ", m.layers));
-  arg(str_cat("--hidden-size ", m.hidden));
-  arg(str_cat("--num-attention-heads ", m.heads));
+  return s.str();
+}
+
+// The model's architecture, as the plan describes it (Megatron's defaults differ: RoPE base,
+// dropout, biases).
+std::vector<std::string> model_architecture_args(const spec::Plan& plan) {
+  const auto& m = plan.model;
+  std::vector<std::string> args{str_cat("--num-layers ", m.layers), str_cat("--hidden-size ", m.hidden),
+                                str_cat("--num-attention-heads ", m.heads)};
   if (m.kv_heads != m.heads) {
-    arg("--group-query-attention");
-    arg(str_cat("--num-query-groups ", m.kv_heads));
+    args.emplace_back("--group-query-attention");
+    args.push_back(str_cat("--num-query-groups ", m.kv_heads));
   }
-  arg(str_cat("--ffn-hidden-size ", m.ffn_hidden));
-  arg(str_cat("--seq-length ", plan.workload.seq_len));
-  arg(str_cat("--max-position-embeddings ", m.max_seq_len));
-  if (m.mlp == spec::MlpKind::kSwiGLU) arg("--swiglu");
-  if (m.norm == spec::NormKind::kRMSNorm) arg("--normalization RMSNorm");
+  args.push_back(str_cat("--ffn-hidden-size ", m.ffn_hidden));
+  args.push_back(str_cat("--seq-length ", plan.workload.seq_len));
+  args.push_back(str_cat("--max-position-embeddings ", m.max_seq_len));
+  if (m.mlp == spec::MlpKind::kSwiGLU) args.emplace_back("--swiglu");
+  if (m.norm == spec::NormKind::kRMSNorm) args.emplace_back("--normalization RMSNorm");
   if (m.position == spec::PositionKind::kRoPE) {
-    arg("--position-embedding-type rope");
-    arg(str_cat("--rotary-base ", static_cast<std::int64_t>(m.rope_theta)));  // Megatron's default is 10000
+    args.emplace_back("--position-embedding-type rope");
+    args.push_back(str_cat("--rotary-base ", static_cast<std::int64_t>(m.rope_theta)));  // Megatron's default: 10000
     // Llama 3.1's frequency scaling; Megatron fixes its other terms at Llama 3.1's (1, 4, 8192).
-    if (m.rope_scaling.present()) arg(str_cat("--use-rope-scaling --rope-scaling-factor ", m.rope_scaling.factor));
+    if (m.rope_scaling.present()) {
+      args.push_back(str_cat("--use-rope-scaling --rope-scaling-factor ", m.rope_scaling.factor));
+    }
   }
-  arg(str_cat("--norm-epsilon ", m.norm_eps));
-  if (m.qkv_bias) arg("--add-qkv-bias");
-  for (const auto& a : attention_and_expert_args(plan)) arg(a);
+  args.push_back(str_cat("--norm-epsilon ", m.norm_eps));
+  if (m.qkv_bias) args.emplace_back("--add-qkv-bias");
+  for (auto& a : attention_and_expert_args(plan)) args.push_back(std::move(a));
   if (!cost::applies_dropout(m, cost::CostModelOptions{})) {
     // LLaMA-style models train without dropout; Megatron's defaults are 0.1 each.
-    arg("--attention-dropout 0.0");
-    arg("--hidden-dropout 0.0");
+    args.emplace_back("--attention-dropout 0.0");
+    args.emplace_back("--hidden-dropout 0.0");
   }
-  if (!m.tied_embeddings) arg("--untie-embeddings-and-output-weights");
-  if (m.mlp == spec::MlpKind::kSwiGLU) arg("--disable-bias-linear");
-  arg(str_cat("--tensor-model-parallel-size ", c.tp));
-  arg(str_cat("--pipeline-model-parallel-size ", c.pp));
-  if (c.virtual_stages > 1) arg(str_cat("--num-virtual-stages-per-pipeline-rank ", c.virtual_stages));
-  if (c.cp > 1) arg(str_cat("--context-parallel-size ", c.cp));
-  if (c.sequence_parallel) arg("--sequence-parallel");
-  for (const auto& a : pipeline_split_args(plan)) arg(a);
+  if (!m.tied_embeddings) args.emplace_back("--untie-embeddings-and-output-weights");
+  if (m.mlp == spec::MlpKind::kSwiGLU) args.emplace_back("--disable-bias-linear");
+  return args;
+}
+
+// The parallel layout, the batch, the optimizer's sharding and offload, recomputation, precision.
+std::vector<std::string> layout_and_training_args(const spec::Plan& plan) {
+  const auto& c = plan.parallel;
+  std::vector<std::string> args{str_cat("--tensor-model-parallel-size ", c.tp),
+                                str_cat("--pipeline-model-parallel-size ", c.pp)};
+  if (c.virtual_stages > 1) args.push_back(str_cat("--num-virtual-stages-per-pipeline-rank ", c.virtual_stages));
+  if (c.cp > 1) args.push_back(str_cat("--context-parallel-size ", c.cp));
+  if (c.sequence_parallel) args.emplace_back("--sequence-parallel");
+  for (auto& a : pipeline_split_args(plan)) args.push_back(std::move(a));
   if (c.axis_order == std::array{spec::Axis::kTp, spec::Axis::kCp, spec::Axis::kPp, spec::Axis::kDp}) {
-    arg("--use-tp-pp-dp-mapping");  // Megatron's default order is tp-cp-dp-pp
+    args.emplace_back("--use-tp-pp-dp-mapping");  // Megatron's default order is tp-cp-dp-pp
   }
-  arg(str_cat("--micro-batch-size ", c.micro_batch));
-  arg(str_cat("--global-batch-size ", c.global_batch));
-  if (c.zero_stage >= 1) arg("--use-distributed-optimizer");
+  args.push_back(str_cat("--micro-batch-size ", c.micro_batch));
+  args.push_back(str_cat("--global-batch-size ", c.global_batch));
+  if (c.zero_stage >= 1) args.emplace_back("--use-distributed-optimizer");
   if (c.offload != spec::Offload::kNone) {
     // Megatron-Core's hybrid-device optimizer: the whole optimizer state and step on the host
     // (validate_args requires the precision-aware optimizer with it), the copies overlapped.
-    arg("--optimizer-cpu-offload");
-    arg("--optimizer-offload-fraction 1.0");
-    arg("--use-precision-aware-optimizer");
-    arg("--overlap-cpu-optimizer-d2h-h2d");
+    for (const char* a : {"--optimizer-cpu-offload", "--optimizer-offload-fraction 1.0",
+                          "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"}) {
+      args.emplace_back(a);
+    }
   }
-  if (c.recompute == spec::Recompute::kSelective) arg("--recompute-granularity selective");
+  if (c.recompute == spec::Recompute::kSelective) args.emplace_back("--recompute-granularity selective");
   if (c.recompute == spec::Recompute::kFull) {
-    arg("--recompute-granularity full");
-    arg("--recompute-method uniform");
-    arg("--recompute-num-layers 1");
+    for (const char* a : {"--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"}) {
+      args.emplace_back(a);
+    }
   }
-  if (bf16(plan)) arg("--bf16");
-  arg("--attention-backend flash");
-  arg("--overlap-grad-reduce");
+  if (bf16(plan)) args.emplace_back("--bf16");
+  args.emplace_back("--attention-backend flash");
+  args.emplace_back("--overlap-grad-reduce");
+  return args;
+}
+
+}  // namespace
+
+std::string megatron_args(const spec::Plan& plan) {
+  std::ostringstream s;
+  s << megatron_preamble(plan) << "MEGATRON_ARGS=(\n";
+  for (const auto& a : model_architecture_args(plan)) s << "  " << a << "\n";
+  for (const auto& a : layout_and_training_args(plan)) s << "  " << a << "\n";
   s << ")\n";
   return s.str();
 }

@@ -82,6 +82,28 @@ std::vector<std::pair<int, int>> expert_degrees(const spec::ModelSpec& m, const 
   return out;
 }
 
+// --fix's recompute, offload and schedule values; a one-line ConfigError for anything else.
+spec::Recompute recompute_named(const std::string& v) {
+  if (v == "none") return spec::Recompute::kNone;
+  if (v == "selective") return spec::Recompute::kSelective;
+  if (v == "full") return spec::Recompute::kFull;
+  throw ConfigError(str_cat("--fix: recompute: expected none|selective|full, got \"", v, "\""));
+}
+
+spec::Offload offload_named(const std::string& v) {
+  if (v == "none") return spec::Offload::kNone;
+  if (v == "optimizer") return spec::Offload::kOptimizer;
+  if (v == "params") return spec::Offload::kOptimizerAndParams;
+  throw ConfigError(str_cat("--fix: offload: expected none|optimizer|params, got \"", v, "\""));
+}
+
+spec::ScheduleKind schedule_named(const std::string& v) {
+  if (v == "1f1b") return spec::ScheduleKind::k1F1B;
+  if (v == "interleaved_1f1b") return spec::ScheduleKind::kInterleaved1F1B;
+  if (v == "zb_h1") return spec::ScheduleKind::kZeroBubbleH1;
+  throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b|zb_h1, got \"", v, "\""));
+}
+
 }  // namespace
 
 Fixed parse_fixed(const std::string& text) {
@@ -104,17 +126,11 @@ Fixed parse_fixed(const std::string& text) {
     if (key == "hsdp" || key == "sequence_parallel") {
       (void)to_bool(key, value);
     } else if (key == "recompute") {
-      if (value != "none" && value != "selective" && value != "full") {
-        throw ConfigError(str_cat("--fix: recompute: expected none|selective|full, got \"", value, "\""));
-      }
+      (void)recompute_named(value);
     } else if (key == "offload") {
-      if (value != "none" && value != "optimizer" && value != "params") {
-        throw ConfigError(str_cat("--fix: offload: expected none|optimizer|params, got \"", value, "\""));
-      }
+      (void)offload_named(value);
     } else if (key == "schedule") {
-      if (value != "1f1b" && value != "interleaved_1f1b" && value != "zb_h1") {
-        throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b|zb_h1, got \"", value, "\""));
-      }
+      (void)schedule_named(value);
     } else {
       (void)to_int(key, value);
     }
@@ -165,43 +181,15 @@ SearchSpace::SearchSpace(const spec::ModelSpec& m, const spec::ClusterSpec& c, i
     std::erase_if(zero_, [&](const auto& z) { return z.second != h; });
   }
   recompute_ = {spec::Recompute::kNone, spec::Recompute::kSelective, spec::Recompute::kFull};
-  if (auto it = fx.find("recompute"); it != fx.end()) {
-    const auto& v = it->second;
-    if (v == "none")
-      pin(recompute_, spec::Recompute::kNone);
-    else if (v == "selective")
-      pin(recompute_, spec::Recompute::kSelective);
-    else if (v == "full")
-      pin(recompute_, spec::Recompute::kFull);
-    else
-      throw ConfigError(str_cat("--fix: recompute: expected none|selective|full, got \"", v, "\""));
-  }
+  if (auto it = fx.find("recompute"); it != fx.end()) pin(recompute_, recompute_named(it->second));
   sequence_parallel_ = {false, true};
   if (auto it = fx.find("sequence_parallel"); it != fx.end())
     sequence_parallel_ = {to_bool("sequence_parallel", it->second)};
   offload_ = {spec::Offload::kNone, spec::Offload::kOptimizer};
-  if (auto it = fx.find("offload"); it != fx.end()) {
-    const auto& v = it->second;
-    if (v == "none")
-      pin(offload_, spec::Offload::kNone);
-    else if (v == "optimizer")
-      pin(offload_, spec::Offload::kOptimizer);
-    else if (v == "params")
-      pin(offload_, spec::Offload::kOptimizerAndParams);
-    else
-      throw ConfigError(str_cat("--fix: offload: expected none|optimizer|params, got \"", v, "\""));
-  }
+  if (auto it = fx.find("offload"); it != fx.end()) pin(offload_, offload_named(it->second));
   if (auto it = fx.find("schedule"); it != fx.end()) {
     const auto& v = it->second;
-    ScheduleKind kind = ScheduleKind::k1F1B;
-    if (v == "1f1b")
-      kind = ScheduleKind::k1F1B;
-    else if (v == "interleaved_1f1b")
-      kind = ScheduleKind::kInterleaved1F1B;
-    else if (v == "zb_h1")
-      kind = ScheduleKind::kZeroBubbleH1;
-    else
-      throw ConfigError(str_cat("--fix: schedule: expected 1f1b|interleaved_1f1b|zb_h1, got \"", v, "\""));
+    const ScheduleKind kind = schedule_named(v);
     std::erase_if(pipelines_, [&](const Pipeline& x) { return x.schedule != kind; });
     if (pipelines_.empty()) throw ConfigError(str_cat("--fix: schedule=", v, " contradicts the fixed vp"));
   }

@@ -82,6 +82,15 @@ class PipelineExecutor {
   torch::Tensor hidden_like(const Batch& b) const;
   // Tags: unique per (receiving stage, microbatch, direction) within a step.
   [[nodiscard]] int tag(int to_stage, int microbatch, int direction) const;
+  // train_step's actions on this rank, one function per kind; StepState (pipeline_executor.cpp)
+  // holds what they hand one another within the step.
+  struct StepState;
+  void receive_activation(StepState& step, const spec::Action& a, const Batch& batch);
+  void run_forward(StepState& step, const spec::Action& a, const Batch& batch, double scale);
+  void send_activation(StepState& step, const spec::Action& a);
+  void receive_gradient(StepState& step, const spec::Action& a, const Batch& batch);
+  void run_backward(StepState& step, const spec::Action& a, StepOptimizer& optimizer);
+  void send_gradient(StepState& step, const spec::Action& a);
 
   std::vector<LlamaModel> chunks_;
   std::vector<LlamaModel> teacher_;  // empty: no distillation
