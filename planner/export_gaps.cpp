@@ -12,7 +12,8 @@ using spec::Runtime;
 namespace {
 
 ExportGap megatron_gap(const spec::ParallelConfig& p) {
-  if (p.zero_stage >= 2) return ExportGap::kShardingBeyondOptimizer;
+  if (p.zero_stage >= 2 && p.hybrid_shard) return ExportGap::kHybridSharding;
+  if (p.zero_stage >= 2 && !megatron_runs_as_fsdp(p)) return ExportGap::kShardingBeyondOptimizer;
   if (p.schedule == spec::ScheduleKind::kZeroBubbleH1) return ExportGap::kZeroBubbleH1;
   if (p.offload == spec::Offload::kOptimizerAndParams) return ExportGap::kParameterOffload;
   if (p.hybrid_shard) return ExportGap::kHybridSharding;
@@ -49,6 +50,10 @@ ExportGap torchtitan_gap(const spec::ModelSpec& m, const spec::ParallelConfig& p
 
 }  // namespace
 
+bool megatron_runs_as_fsdp(const spec::ParallelConfig& p) {
+  return p.zero_stage >= 2 && p.pp == 1 && !p.hybrid_shard && p.offload == spec::Offload::kNone;
+}
+
 ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                           Runtime target) {
   switch (target) {
@@ -82,7 +87,8 @@ std::string describe(ExportGap gap, const spec::ParallelConfig& p, const spec::M
     case ExportGap::kExpertTensorParallel:
       return str_cat("torchtitan's expert tensor parallelism is 1 or tp (", p.tp, "), not ", p.etp);
     case ExportGap::kShardingBeyondOptimizer:
-      return str_cat("Megatron-LM's export shards the optimizer state only: ZeRO-", p.zero_stage, " runs as ZeRO-1");
+      return str_cat("Megatron-LM's export writes Megatron-FSDP only without a pipeline or offload: ZeRO-",
+                     p.zero_stage, " runs as ZeRO-1 (the distributed optimizer)");
     case ExportGap::kParameterOffload:
       return "Megatron-LM has no argument that offloads parameters: the optimizer state only";
     case ExportGap::kHybridSharding:

@@ -16,7 +16,7 @@ enum class ExportGap {
   kCptExecutor,               // cpt's executor refuses it (spec/executor_support.h)
   kMoeWithZero3,              // DeepSpeed-MoE asserts against ZeRO-3
   kExpertTensorParallel,      // torchtitan: expert tensor parallelism is 1 or tp
-  kShardingBeyondOptimizer,   // Megatron: ZeRO-2/3 written as the distributed optimizer (ZeRO-1)
+  kShardingBeyondOptimizer,   // Megatron: ZeRO-2/3 beside a pipeline or offload written as ZeRO-1
   kParameterOffload,          // Megatron: no argument offloads parameters
   kHybridSharding,            // Megatron: written as ZeRO-1; DeepSpeed: written as ZeRO++ hpZ
   kShardingWithPipeline,      // DeepSpeed's pipeline engine refuses ZeRO-2/3: written as ZeRO-1
@@ -36,6 +36,12 @@ enum class ExportGap {
 // planned. Targets without an export of their own (fsdp) have no gaps.
 [[nodiscard]] ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                                         spec::Runtime target);
+
+// Whether Megatron-LM's export writes the plan's ZeRO-2/3 as Megatron-FSDP
+// (`--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params`): without
+// a pipeline, hybrid sharding or offload, the setups Megatron-LM's Megatron-FSDP guide
+// (docs/discussions/megatron-fsdp-user-guide) runs; otherwise the distributed optimizer (ZeRO-1).
+[[nodiscard]] bool megatron_runs_as_fsdp(const spec::ParallelConfig& parallel);
 
 // True for the gaps where the framework refuses the configuration (rather than running another).
 [[nodiscard]] bool is_refusal(ExportGap gap);

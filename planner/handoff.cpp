@@ -115,10 +115,14 @@ std::string megatron_preamble(const spec::Plan& plan) {
   std::ostringstream s;
   s << "# shellcheck shell=bash disable=SC2034\n";  // sourced: it defines MEGATRON_ARGS for its reader
   s << "# Megatron-LM arguments for pretrain_gpt.py, from cpt plan (" << plan.provenance.tool_version << ").\n";
-  if (c.zero_stage >= 2) {
-    s << "# Megatron-LM shards optimizer state only (--use-distributed-optimizer); ZeRO-" << c.zero_stage
+  const bool fsdp = megatron_runs_as_fsdp(c);
+  if (fsdp) {
+    s << "# ZeRO-" << c.zero_stage << " as Megatron-FSDP (Megatron-LM's docs/discussions/megatron-fsdp-user-guide);\n"
+      << "# its checkpoints are fsdp_dtensor: convert a torch_dist base checkpoint with the guide's tool.\n";
+  } else if (c.zero_stage >= 2) {
+    s << "# Megatron-FSDP is written without a pipeline, hybrid sharding or offload only: ZeRO-" << c.zero_stage
       << (c.hybrid_shard ? " with hybrid sharding" : "")
-      << " is expressed as ZeRO-1 here; use DeepSpeed or torchtitan for the exact plan.\n";
+      << " is expressed as ZeRO-1 (--use-distributed-optimizer); use DeepSpeed or torchtitan for the exact plan.\n";
   }
   if (c.offload == spec::Offload::kOptimizerAndParams) {
     s << "# Megatron-LM offloads the optimizer state only (--optimizer-cpu-offload): the plan's parameter\n"
@@ -129,8 +133,13 @@ std::string megatron_preamble(const spec::Plan& plan) {
          "# sail-sg/zero-bubble-pipeline-parallelism adds it); these arguments run 1F1B.\n";
   }
   s << pipeline_split_note(plan);
-  // Megatron-LM 0.12 requires it with tensor or context parallelism (overlapped communication).
-  if (c.tp > 1 || c.cp > 1) s << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
+  if (fsdp) {
+    // Megatron-LM's validate_args refuses Megatron-FSDP with CUDA_DEVICE_MAX_CONNECTIONS=1.
+    s << "unset CUDA_DEVICE_MAX_CONNECTIONS\n";
+  } else if (c.tp > 1 || c.cp > 1) {
+    // Megatron-LM 0.12 requires it with tensor or context parallelism (overlapped communication).
+    s << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
+  }
   return s.str();
 }
 
@@ -185,6 +194,15 @@ std::vector<std::string> layout_and_training_args(const spec::Plan& plan) {
   args.push_back(str_cat("--micro-batch-size ", c.micro_batch));
   args.push_back(str_cat("--global-batch-size ", c.global_batch));
   if (c.zero_stage >= 1) args.emplace_back("--use-distributed-optimizer");
+  if (megatron_runs_as_fsdp(c)) {
+    // The guide's required flags; ZeRO-2 shards optimizer state and gradients, ZeRO-3 the
+    // parameters too.
+    for (const char* a : {"--use-megatron-fsdp", "--no-gradient-accumulation-fusion", "--ckpt-format fsdp_dtensor"}) {
+      args.emplace_back(a);
+    }
+    args.push_back(
+        str_cat("--data-parallel-sharding-strategy ", c.zero_stage == 3 ? "optim_grads_params" : "optim_grads"));
+  }
   if (c.offload != spec::Offload::kNone) {
     // Megatron-Core's hybrid-device optimizer: the whole optimizer state and step on the host
     // (validate_args requires the precision-aware optimizer with it), the copies overlapped.

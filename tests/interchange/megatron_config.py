@@ -26,6 +26,7 @@ try:
     import torch
     from megatron.core.transformer.enums import AttnBackend
     from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.distributed import DistributedDataParallelConfig
 except ImportError as error:
     print(f"megatron-core is not installed (scripts/setup installs it): {error}")
     sys.exit(77)
@@ -40,7 +41,12 @@ LAYOUTS = [
     ("qwen2.5-7b", 16, "tp=2,pp=2,cp=2,zero=1,sequence_parallel=true,schedule=1f1b"),
     ("mixtral-8x7b", 64, "tp=1,pp=4,cp=1,zero=1,ep=8,schedule=1f1b"),
     ("qwen3-30b-a3b", 16, "tp=1,pp=2,cp=1,zero=1,ep=8,schedule=1f1b"),
+    ("llama3-8b", 16, "tp=2,pp=1,cp=1,zero=3,hsdp=false,sequence_parallel=true,offload=none"),
+    ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=2,ep=8,offload=none"),
 ]
+
+# Megatron-FSDP's sharding strategy for each ZeRO stage (megatron-core's DistributedDataParallelConfig).
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
 # Megatron-LM's names for TransformerConfig fields that are not spelt as the field.
 RENAMED = {
@@ -93,6 +99,29 @@ def transformer_config(args):
     return TransformerConfig(**kwargs)
 
 
+def check_data_parallel(args, parallel, script, name, failures):
+    """ZeRO-2/3 without a pipeline is Megatron-FSDP, built into megatron-core's own
+    DistributedDataParallelConfig as Megatron-LM's training.py builds it (every argument named as a
+    field); its validate_args requires the fsdp_dtensor checkpoints and refuses
+    CUDA_DEVICE_MAX_CONNECTIONS=1."""
+    fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    kwargs = {name: (True if value is True else value) for name, value in args.items() if name in fields}
+    ddp = DistributedDataParallelConfig(**kwargs)
+    zero = parallel["zero_stage"]
+    if zero >= 2 and parallel["pp"] == 1:
+        expected = FSDP_STRATEGY[zero]
+        if not ddp.use_megatron_fsdp or ddp.data_parallel_sharding_strategy != expected:
+            failures.append(f"{name}: megatron-core's DDP config has use_megatron_fsdp {ddp.use_megatron_fsdp}, "
+                            f"strategy {ddp.data_parallel_sharding_strategy!r}; expected {expected!r}")
+        if args.get("ckpt_format") != "fsdp_dtensor" or not ddp.use_distributed_optimizer:
+            failures.append(f"{name}: Megatron-FSDP needs --ckpt-format fsdp_dtensor and the distributed optimizer")
+        with open(script) as text:
+            if "CUDA_DEVICE_MAX_CONNECTIONS=1" in text.read():
+                failures.append(f"{name}: Megatron-FSDP is refused with CUDA_DEVICE_MAX_CONNECTIONS=1")
+    elif ddp.use_megatron_fsdp:
+        failures.append(f"{name}: ZeRO-{zero} with pp {parallel['pp']} written as Megatron-FSDP")
+
+
 def check_layout(cpt, work, index, layout, failures):
     model_name, gpus, fix = layout
     out = os.path.join(work, f"plan{index}")
@@ -124,6 +153,7 @@ def check_layout(cpt, work, index, layout, failures):
     for field, value in expected:
         if getattr(config, field) != value:
             failures.append(f"{model_name} {fix}: {field}: megatron-core builds {getattr(config, field)!r}, plan {value!r}")
+    check_data_parallel(args, parallel, os.path.join(out, "megatron_args.sh"), f"{model_name} {fix}", failures)
     # Megatron-LM's validate_args: the layers between an uneven first and last stage divide evenly.
     first = config.num_layers_in_first_pipeline_stage or 0
     last = config.num_layers_in_last_pipeline_stage or 0

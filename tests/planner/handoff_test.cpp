@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "planner/export_gaps.h"
 #include "planner/torchtitan_export.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_catalog.h"
@@ -167,6 +168,33 @@ TEST(Handoff, MegatronArgumentsBuildThePlansModel) {
   const std::string big = megatron_of("llama3.1-405b", 512, {.tp = 8, .pp = 64, .global_batch = 64});
   EXPECT_TRUE(has(big, "--decoder-first-pipeline-num-layers 1")) << big;
   EXPECT_TRUE(has(big, "--decoder-last-pipeline-num-layers 1")) << big;
+}
+
+// ZeRO-2/3 without a pipeline, hybrid sharding or offload is Megatron-FSDP with its required flags
+// and without CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM refuses it); with a pipeline the export
+// keeps the distributed optimizer, says so, and --target megatron counts it as a gap.
+TEST(Handoff, ShardingBeyondTheOptimizerIsMegatronFsdp) {
+  const spec::ParallelConfig zero3{.tp = 2, .dp = 4, .global_batch = 64, .zero_stage = 3};
+  const std::string fsdp = megatron_of("llama3-8b", 8, zero3);
+  for (const char* flag : {"--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
+                           "--no-gradient-accumulation-fusion", "--ckpt-format fsdp_dtensor",
+                           "--use-distributed-optimizer", "unset CUDA_DEVICE_MAX_CONNECTIONS"}) {
+    EXPECT_TRUE(has(fsdp, flag)) << flag << "\n" << fsdp;
+  }
+  EXPECT_FALSE(has(fsdp, "CUDA_DEVICE_MAX_CONNECTIONS=1")) << fsdp;
+  const auto m = spec::find_catalog_model("llama3-8b")->spec;
+  EXPECT_EQ(find_export_gap(m, zero3, 4096, spec::Runtime::kMegatron), ExportGap::kNone);
+  const spec::ParallelConfig zero2{.dp = 8, .global_batch = 64, .zero_stage = 2};
+  EXPECT_TRUE(has(megatron_of("llama3-8b", 8, zero2), "--data-parallel-sharding-strategy optim_grads\n"));
+  spec::ParallelConfig piped{.tp = 2, .dp = 2, .pp = 2, .global_batch = 64, .zero_stage = 3};
+  const std::string zero1 = megatron_of("llama3-8b", 8, piped);
+  EXPECT_FALSE(has(zero1, "--use-megatron-fsdp")) << zero1;
+  EXPECT_TRUE(has(zero1, "is expressed as ZeRO-1")) << zero1;
+  EXPECT_EQ(find_export_gap(m, piped, 4096, spec::Runtime::kMegatron), ExportGap::kShardingBeyondOptimizer);
+  piped.pp = 1;
+  piped.dp = 4;
+  piped.offload = spec::Offload::kOptimizer;
+  EXPECT_FALSE(has(megatron_of("llama3-8b", 8, piped), "--use-megatron-fsdp"));
 }
 
 void write_script(const std::filesystem::path& path, const std::string& text) {
