@@ -46,17 +46,30 @@ std::vector<std::string> pipeline_split_args(const spec::Plan& plan) {
           str_cat("--decoder-last-pipeline-num-layers ", stages.layers_in(n - 1))};
 }
 
-// A comment when the plan's stages cannot be written as Megatron arguments.
-std::string pipeline_split_note(const spec::Plan& plan) {
+// Whether the plan's stages hold different numbers of layers.
+bool uneven_split(const spec::StagePartition& stages) {
+  for (int s = 1; s < stages.num_stages(); ++s) {
+    if (stages.layers_in(s) != stages.layers_in(0)) return true;
+  }
+  return false;
+}
+
+// Megatron-LM's --pipeline-model-parallel-layout (core 0.13+) for a split the first/last-stage
+// arguments cannot state: the stages in order (virtual stage v of pp rank r is stage v·pp + r,
+// as spec::StagePartition numbers them), "|" between them, "E" the embedding on the first, "t"
+// a decoder layer ("t*N": N of them), "L" the loss on the last. Empty when not needed.
+std::string pipeline_layout(const spec::Plan& plan) {
   const auto& stages = plan.stages;
-  const int n = stages.num_stages();
-  bool even = true;
-  for (int s = 0; s < n; ++s) even = even && stages.layers_in(s) == stages.layers_in(0);
-  if (even || !pipeline_split_args(plan).empty()) return "";
-  std::string split;
-  for (int s = 0; s < n; ++s) split += str_cat(s ? "," : "", stages.layers_in(s));
-  return str_cat("# The plan's stage split [", split,
-                 "] is not expressible here: Megatron-LM 0.16's --pipeline-model-parallel-layout can state it.\n");
+  if (!uneven_split(stages) || !pipeline_split_args(plan).empty()) return "";
+  const int last = stages.num_stages() - 1;
+  std::string layout;
+  for (int s = 0; s <= last; ++s) {
+    if (s > 0) layout += "|";
+    if (s == 0) layout += "E";
+    if (stages.layers_in(s) > 0) layout += str_cat("t*", stages.layers_in(s));
+    if (s == last) layout += "L";
+  }
+  return layout;
 }
 
 }  // namespace
@@ -132,7 +145,9 @@ std::string megatron_preamble(const spec::Plan& plan) {
     s << "# The plan's ZB-H1 schedule is not in upstream Megatron-LM (the fork\n"
          "# sail-sg/zero-bubble-pipeline-parallelism adds it); these arguments run 1F1B.\n";
   }
-  s << pipeline_split_note(plan);
+  if (!pipeline_layout(plan).empty()) {
+    s << "# The plan's uneven stage split as Megatron-LM's --pipeline-model-parallel-layout (core 0.13+).\n";
+  }
   if (fsdp) {
     // Megatron-LM's validate_args refuses Megatron-FSDP with CUDA_DEVICE_MAX_CONNECTIONS=1.
     s << "unset CUDA_DEVICE_MAX_CONNECTIONS\n";
@@ -184,7 +199,12 @@ std::vector<std::string> layout_and_training_args(const spec::Plan& plan) {
   const auto& c = plan.parallel;
   std::vector<std::string> args{str_cat("--tensor-model-parallel-size ", c.tp),
                                 str_cat("--pipeline-model-parallel-size ", c.pp)};
-  if (c.virtual_stages > 1) args.push_back(str_cat("--num-virtual-stages-per-pipeline-rank ", c.virtual_stages));
+  // Megatron-LM takes the layout or the virtual stages, not both (the layout states them).
+  if (const auto layout = pipeline_layout(plan); !layout.empty()) {
+    args.push_back(str_cat("--pipeline-model-parallel-layout \"", layout, "\""));
+  } else if (c.virtual_stages > 1) {
+    args.push_back(str_cat("--num-virtual-stages-per-pipeline-rank ", c.virtual_stages));
+  }
   if (c.cp > 1) args.push_back(str_cat("--context-parallel-size ", c.cp));
   if (c.sequence_parallel) args.emplace_back("--sequence-parallel");
   for (auto& a : pipeline_split_args(plan)) args.push_back(std::move(a));

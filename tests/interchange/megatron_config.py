@@ -41,6 +41,7 @@ LAYOUTS = [
     ("qwen2.5-7b", 16, "tp=2,pp=2,cp=2,zero=1,sequence_parallel=true,schedule=1f1b"),
     ("mixtral-8x7b", 64, "tp=1,pp=4,cp=1,zero=1,ep=8,schedule=1f1b"),
     ("qwen3-30b-a3b", 16, "tp=1,pp=2,cp=1,zero=1,ep=8,schedule=1f1b"),
+    ("llama3-70b", 64, "tp=8,pp=4,cp=1,zero=1,vp=3,schedule=interleaved_1f1b"),
     ("llama3-8b", 16, "tp=2,pp=1,cp=1,zero=3,hsdp=false,sequence_parallel=true,offload=none"),
     ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=2,ep=8,offload=none"),
 ]
@@ -122,6 +123,21 @@ def check_data_parallel(args, parallel, script, name, failures):
         failures.append(f"{name}: ZeRO-{zero} with pp {parallel['pp']} written as Megatron-FSDP")
 
 
+def check_stage_layout(config, plan, name, failures):
+    """An uneven split the first/last-stage arguments cannot state is a layout, which megatron-core's
+    TransformerConfig parses and validates against the layer count; its decoder layers per stage
+    (stage v*pp + r is virtual stage v of pp rank r) must be plan.json's."""
+    layout = config.pipeline_model_parallel_layout
+    if layout is None:
+        return
+    from megatron.core.transformer.enums import LayerType
+    per_stage = [stage.count(LayerType.decoder) for virtual in range(layout.virtual_pipeline_model_parallel_size)
+                 for stage in (layout.layout[rank][virtual] for rank in range(layout.pipeline_model_parallel_size))]
+    if per_stage != plan["pipeline"]["layers_per_stage"]:
+        failures.append(f"{name}: megatron-core's layout has {per_stage} layers per stage, plan "
+                        f"{plan['pipeline']['layers_per_stage']}")
+
+
 def check_layout(cpt, work, index, layout, failures):
     model_name, gpus, fix = layout
     out = os.path.join(work, f"plan{index}")
@@ -154,12 +170,14 @@ def check_layout(cpt, work, index, layout, failures):
         if getattr(config, field) != value:
             failures.append(f"{model_name} {fix}: {field}: megatron-core builds {getattr(config, field)!r}, plan {value!r}")
     check_data_parallel(args, parallel, os.path.join(out, "megatron_args.sh"), f"{model_name} {fix}", failures)
+    check_stage_layout(config, plan, f"{model_name} {fix}", failures)
     # Megatron-LM's validate_args: the layers between an uneven first and last stage divide evenly.
     first = config.num_layers_in_first_pipeline_stage or 0
     last = config.num_layers_in_last_pipeline_stage or 0
     middle_stages = config.pipeline_model_parallel_size - (1 if first else 0) - (1 if last else 0)
     per_chunk = middle_stages * (config.virtual_pipeline_model_parallel_size or 1)
-    if middle_stages > 0 and (config.num_layers - first - last) % per_chunk != 0:
+    no_layout = config.pipeline_model_parallel_layout is None  # a layout is validated by megatron-core itself
+    if no_layout and middle_stages > 0 and (config.num_layers - first - last) % per_chunk != 0:
         failures.append(f"{model_name} {fix}: {config.num_layers} layers do not split over the pipeline")
     print(f"{model_name} {fix}: megatron-core builds {config.num_layers} layers, hidden {config.hidden_size}, "
           f"tp {config.tensor_model_parallel_size} pp {config.pipeline_model_parallel_size} "

@@ -168,6 +168,17 @@ TEST(Handoff, MegatronArgumentsBuildThePlansModel) {
   const std::string big = megatron_of("llama3.1-405b", 512, {.tp = 8, .pp = 64, .global_batch = 64});
   EXPECT_TRUE(has(big, "--decoder-first-pipeline-num-layers 1")) << big;
   EXPECT_TRUE(has(big, "--decoder-last-pipeline-num-layers 1")) << big;
+  // 80 layers over 4 ranks x 3 virtual stages: no first/last arguments state it; the layout does,
+  // and replaces the virtual-stage count (Megatron-LM refuses both).
+  spec::ParallelConfig interleaved{.tp = 8, .pp = 4, .virtual_stages = 3, .global_batch = 64};
+  interleaved.schedule = spec::ScheduleKind::kInterleaved1F1B;
+  const std::string layout = megatron_of("llama3-70b", 32, interleaved);
+  EXPECT_TRUE(has(layout, "--pipeline-model-parallel-layout \"Et*")) << layout;
+  EXPECT_TRUE(has(layout, "L\"\n")) << layout;
+  EXPECT_FALSE(has(layout, "--num-virtual-stages-per-pipeline-rank")) << layout;
+  EXPECT_FALSE(has(layout, "--decoder-first-pipeline-num-layers")) << layout;
+  interleaved.virtual_stages = 5;  // 80 = 4 x 5 x 4: even
+  EXPECT_TRUE(has(megatron_of("llama3-70b", 32, interleaved), "--num-virtual-stages-per-pipeline-rank 5"));
 }
 
 // ZeRO-2/3 without a pipeline, hybrid sharding or offload is Megatron-FSDP with its required flags
