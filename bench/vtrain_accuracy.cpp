@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/order_statistics.h"
 #include "planner/paper_runs.h"
 
@@ -132,9 +133,8 @@ void dump(const std::vector<VtrainRow>& rows, const std::string& path) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The reports; core::Error when the data cannot be read.
+int run(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "../shared/validation/vtrain";
   if (const char* gbps = std::getenv("CPT_VTRAIN_INTRA_GBPS")) {
     g_intra_node = cpt::core::gigabytes_per_second(std::atof(gbps));
@@ -153,4 +153,15 @@ int main(int argc, char** argv) {
     dump(single, std::string(argv[3]) + "_single.csv");
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const cpt::core::Error& e) {
+    std::fprintf(stderr, "cpt_bench_vtrain: %s\n", e.what());
+    return 2;
+  }
 }

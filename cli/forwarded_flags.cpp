@@ -11,8 +11,8 @@ std::vector<std::string> forwarded_arguments(const CLI::App& command, const std:
     if (option->count() == 0 || option->get_lnames().empty()) continue;
     const std::string flag = "--" + option->get_lnames().front();
     if (std::find(withheld.begin(), withheld.end(), flag) != withheld.end()) continue;
-    if (option->get_expected_min() == 0) {  // a flag: given, so set
-      arguments.push_back(flag);
+    if (option->get_expected_min() == 0) {  // a flag: its value as given ("--resume=false" stays false)
+      arguments.push_back(flag + (option->as<bool>() ? "=true" : "=false"));
       continue;
     }
     for (const std::string& value : option->results()) {

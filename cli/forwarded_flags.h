@@ -12,7 +12,8 @@ class App;
 namespace cpt::cli {
 
 // `command`'s name, then every option given on its parsed command line, as given ("--steps 5",
-// a flag by its name alone), in the order the command registers them; options named in `withheld`
+// a flag with its value: "--resume=true", "--resume=false"), in the order the command registers them; options named in
+// `withheld`
 // ("--nproc-per-node") and options not given (their defaults are the started processes' too) are
 // left out.
 std::vector<std::string> forwarded_arguments(const CLI::App& command, const std::vector<std::string>& withheld);

@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <variant>
 
@@ -27,6 +28,12 @@ constexpr std::array<KorthikantiRun, 4> kTable5{{
     {"megatron-530b", 280, 35, 3, 280, 1, 37.83, 49.05},
     {"megatron-1t", 512, 64, 1, 512, 1, 71.49, 94.42},
 }};
+
+// What every vTrain row is priced with (its README; anything else is unknown).
+constexpr std::array<const char*, 3> kVtrainAssumptions{
+    "GPT: GeLU MLP of 4h, LayerNorm, learned positions, tied embeddings, vocabulary 51,200",
+    "Megatron-DeepSpeed in fp16, full recomputation, no sequence parallelism or FlashAttention, 1F1B",
+    "A100-SXM4-80GB nodes of 8 (NVLink 3 from the profile), 8 NICs of 100 Gb/s per node"};
 
 // A check of a step time: the error is predicted / measured − 1, as for the published runs.
 RunCheck step_time_check(std::string id, std::string group, spec::Runtime runtime, double measured_s,
@@ -82,11 +89,38 @@ cost::Evaluation evaluate_vtrain(const VtrainRow& row, cost::CostModelOptions o,
   return cost::evaluate(vtrain_model(row), vtrain_cluster(row.gpus, intra_node), p, row.seq, o);
 }
 
+// A cell that must be a number as a whole ("12abc" is not 12).
+std::optional<double> number_of(const std::string& cell) {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(cell, &used);
+    if (used == cell.size() && std::isfinite(value)) return value;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+// The consistency a measured row has: it ran, so its degrees fill its GPUs and its batch divides.
+void check_vtrain_row(const VtrainRow& row, const std::string& where) {
+  if (row.hidden % row.heads != 0) {
+    throw core::ConfigError(str_cat(where, ": ", row.heads, " heads do not divide the hidden size ", row.hidden));
+  }
+  if (row.tp * row.dp * row.pp != row.gpus) {
+    throw core::ConfigError(
+        str_cat(where, ": tp ", row.tp, " x dp ", row.dp, " x pp ", row.pp, " is not the ", row.gpus, " GPUs"));
+  }
+  if (row.global_batch % (row.micro_batch * row.dp) != 0) {
+    throw core::ConfigError(str_cat(where, ": the global batch ", row.global_batch,
+                                    " is not a multiple of micro-batch ", row.micro_batch, " x dp ", row.dp));
+  }
+}
+
 // One line of a vTrain CSV file: its cells as whole numbers and the last as milliseconds.
 VtrainRow parse_vtrain_line(const std::string& line, bool multi_node, const std::string& where) {
   std::vector<std::string> cells;
   std::stringstream stream(line);
   for (std::string cell; std::getline(stream, cell, ',');) cells.push_back(cell);
+  if (!line.empty() && line.back() == ',') cells.emplace_back();  // getline drops a trailing empty cell
   const std::size_t expected = multi_node ? 12 : 11;
   if (cells.size() != expected) {
     throw core::ConfigError(str_cat(where, ": expected ", expected, " comma-separated values, found ", cells.size()));
@@ -94,34 +128,33 @@ VtrainRow parse_vtrain_line(const std::string& line, bool multi_node, const std:
   std::size_t i = 0;
   auto whole = [&]() {
     const std::string& cell = cells[i++];
-    std::size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(cell, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != cell.size() || value < 1) {
+    const auto value = number_of(cell);
+    if (!value || *value < 1 || *value > 1e9 || *value != std::trunc(*value)) {
       throw core::ConfigError(str_cat(where, ": value ", i, " must be a positive whole number, found \"", cell, "\""));
     }
-    return value;
+    return static_cast<int>(*value);
   };
   VtrainRow row;
-  if (multi_node) row.group = cells[i++] + "B";
+  if (multi_node) {
+    const auto size = number_of(cells[i]);
+    if (!size || *size <= 0) {
+      throw core::ConfigError(
+          str_cat(where, ": value 1 must be the model's size in billions, found \"", cells[i], "\""));
+    }
+    row.group = cells[i++] + "B";
+  }
   for (int* field : {&row.gpus, &row.global_batch, &row.micro_batch, &row.hidden, &row.heads, &row.layers, &row.seq,
                      &row.tp, &row.dp, &row.pp}) {
     *field = whole();
   }
-  try {
-    row.measured_s = std::stod(cells[i]) / 1e3;
-  } catch (const std::exception&) {
-    row.measured_s = 0;
-  }
-  if (!(row.measured_s > 0) || !std::isfinite(row.measured_s)) {
+  const auto milliseconds = number_of(cells[i]);
+  if (!milliseconds || *milliseconds <= 0) {
     throw core::ConfigError(
         str_cat(where, ": the iteration time must be positive milliseconds, found \"", cells[i], "\""));
   }
+  row.measured_s = *milliseconds / 1e3;
   if (!multi_node) row.group = str_cat("h", row.hidden, "-L", row.layers);
+  check_vtrain_row(row, where);
   return row;
 }
 
@@ -158,6 +191,9 @@ std::vector<RunCheck> check_korthikanti_runs(const cost::CostModelOptions& optio
       checks.push_back(step_time_check(str_cat("korthikanti_", run.model, selective ? "_selective" : "_full"),
                                        "Korthikanti Table 5 A100-80GB bf16", priced_as,
                                        selective ? run.selective_s : run.full_s, evaluation));
+      checks.back().assumptions.emplace_back("no FlashAttention (the paper's Megatron-LM materialised the scores)");
+      if (run.virtual_stages == 1 && run.pp > 1)
+        checks.back().assumptions.emplace_back("virtual stages not stated: one");
     }
   }
   return checks;
@@ -173,6 +209,7 @@ std::vector<VtrainRow> read_vtrain_csv(const std::filesystem::path& path, bool m
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     rows.push_back(parse_vtrain_line(line, multi_node, str_cat(path.string(), ":", number)));
+    rows.back().line = number;
   }
   if (rows.empty()) throw core::ConfigError(str_cat(path.string(), ": no measured rows"));
   return rows;
@@ -210,6 +247,10 @@ double vtrain_mape(std::vector<VtrainRow>& rows, const cost::CostModelOptions& o
 
 std::vector<RunCheck> check_vtrain_runs(const std::filesystem::path& dir, const cost::CostModelOptions& options,
                                         std::optional<spec::Runtime> runtime) {
+  if (!std::filesystem::is_directory(dir)) {
+    throw core::ConfigError(str_cat(dir.string(), ": expected vTrain's directory (ground_truth_multi.csv and ",
+                                    "ground_truth_single.csv)", std::filesystem::exists(dir) ? ", found a file" : ""));
+  }
   const spec::Runtime priced_as = runtime.value_or(spec::Runtime::kMegatron);
   const cost::CostModelOptions o = cost::for_runtime(options, priced_as);
   std::vector<RunCheck> checks;
@@ -218,10 +259,12 @@ std::vector<RunCheck> check_vtrain_runs(const std::filesystem::path& dir, const 
         read_vtrain_csv(dir / (multi_node ? "ground_truth_multi.csv" : "ground_truth_single.csv"), multi_node);
     const std::string group = str_cat("vTrain ", multi_node ? "multi" : "single", "-node A100-80GB fp16");
     for (const VtrainRow& row : rows) {
+      // The file's line in the id: the data set measures some configurations twice.
       const std::string id =
-          str_cat("vtrain_", multi_node ? "multi_" : "single_", row.group, "_n", row.gpus, "_gb", row.global_batch,
-                  "_mb", row.micro_batch, "_tp", row.tp, "_dp", row.dp, "_pp", row.pp);
+          str_cat("vtrain_", multi_node ? "multi" : "single", row.line, "_", row.group, "_n", row.gpus, "_gb",
+                  row.global_batch, "_mb", row.micro_batch, "_tp", row.tp, "_dp", row.dp, "_pp", row.pp);
       checks.push_back(step_time_check(id, group, priced_as, row.measured_s, evaluate_vtrain(row, o, std::nullopt)));
+      checks.back().assumptions = {kVtrainAssumptions.begin(), kVtrainAssumptions.end()};
     }
   }
   return checks;

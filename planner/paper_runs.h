@@ -47,6 +47,7 @@ struct KorthikantiRun {
 
 struct VtrainRow {
   std::string group;  // "3.6B" (multi-node file) or "h1024-L24" (single-node file)
+  int line = 0;       // in its file
   int gpus = 0, global_batch = 0, micro_batch = 0, hidden = 0, heads = 0, layers = 0, seq = 0, tp = 0, dp = 0, pp = 0;
   double measured_s = 0;
   double predicted_s = 0;
@@ -55,7 +56,9 @@ struct VtrainRow {
 };
 
 // One of the two CSV files; `multi_node` for ground_truth_multi.csv (its first column is the
-// model's size). Throws core::ConfigError naming the file and line of a malformed row.
+// model's size). Throws core::ConfigError naming the file and line of a malformed row, or of one
+// that cannot have run (heads not dividing the width, degrees not filling the GPUs, a batch that
+// does not divide).
 [[nodiscard]] std::vector<VtrainRow> read_vtrain_csv(const std::filesystem::path& path, bool multi_node);
 // The cluster vTrain measured on, `gpus` GPUs; `intra_node` replaces the profile's NVLink rate
 // (the README's 150 GB/s is vTrain's simulator parameter, not a measurement).

@@ -121,6 +121,7 @@ void read_model(const Json& m, int seq_len, PublishedRun& run) {
       // ComposerMPTCausalLM's default loss_fn, "fused_crossentropy" (FlashAttention's kernel).
       run.dropout = false;
       run.fused_cross_entropy = true;
+      run.assumptions.emplace_back("llm-foundry's MPT recipe: no dropout, FlashAttention's fused cross-entropy");
     }
     if (starts_with(name, "nemotron")) run.assumptions.push_back("squared-ReLU MLP priced as GELU's");
   }
@@ -238,8 +239,12 @@ PublishedRun read_row(const Json& row) {
 
 std::vector<PublishedRun> read_published_runs(const std::filesystem::path& path) {
   std::ifstream in(path);
-  if (!in) throw core::ConfigError(str_cat(path.string(), ": cannot read the published runs"));
-  return read_published_runs(in, path.string());
+  if (!in || std::filesystem::is_directory(path)) {
+    throw core::ConfigError(str_cat(path.string(), ": cannot read the published runs (expected a .jsonl file)"));
+  }
+  auto runs = read_published_runs(in, path.string());
+  if (runs.empty()) throw core::ConfigError(str_cat(path.string(), ": no runs (expected one JSON object per line)"));
+  return runs;
 }
 
 std::vector<PublishedRun> read_published_runs(std::istream& lines, const std::string& origin) {

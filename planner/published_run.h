@@ -47,7 +47,8 @@ struct PublishedRun {
 };
 
 // Every line of `path`. Throws core::ConfigError naming the file and line for a line that is not a
-// JSON object with an "id"; a row cpt cannot express is returned with `not_modelled` set.
+// JSON object with an "id", or the file when it is not one or holds no run; a row cpt cannot
+// express is returned with `not_modelled` set.
 std::vector<PublishedRun> read_published_runs(const std::filesystem::path& path);
 // The same from `lines`, named `origin` in errors.
 std::vector<PublishedRun> read_published_runs(std::istream& lines, const std::string& origin);

@@ -61,14 +61,15 @@ void print_groups(const std::vector<planner::GroupSummary>& groups) {
 }
 
 void print_rows(const std::vector<planner::RunCheck>& checks) {
-  core::TextTable table({"id", "runtime", "measured", "predicted", "error", "outcome"},
+  core::TextTable table({"id", "runtime", "measured", "predicted", "error", "outcome", "assumed"},
                         {core::Align::kLeft, core::Align::kLeft, core::Align::kRight, core::Align::kRight,
-                         core::Align::kRight, core::Align::kLeft});
+                         core::Align::kRight, core::Align::kLeft, core::Align::kLeft});
   for (const auto& c : checks) {
     const bool compared = c.outcome == planner::RunOutcome::kCompared;
     table.add_row({c.id, spec::to_string(c.runtime), c.measured > 0 ? number(c.measured) : "-",
                    compared ? number(c.predicted) : "-", compared ? percent(c.error) : "-",
-                   compared ? c.metric : str_cat(to_string(c.outcome), ": ", c.detail)});
+                   compared ? c.metric : str_cat(to_string(c.outcome), ": ", c.detail),
+                   c.assumptions.empty() ? "-" : core::join(c.assumptions, "; ")});
   }
   std::cout << table.render() << "\n";
 }
@@ -155,8 +156,11 @@ void register_validate_command(CLI::App& app) {
                   "vTrain's measurements: the directory with ground_truth_multi.csv and ground_truth_single.csv");
   cmd->add_flag("--korthikanti", o->korthikanti,
                 "Korthikanti et al. 2022 Table 5 (eight A100 runs, kept in cpt; planner/paper_runs.h)");
-  add_runtime_option(*cmd, o->runtime, "default: the one each run names (llm-foundry's rows fsdp, NeMo's megatron)");
-  cmd->add_flag("--rows", o->rows, "Also print every run: measured, predicted, error or why it was not compared");
+  add_runtime_option(*cmd, o->runtime,
+                     "default: the one each run names (llm-foundry's rows fsdp, NeMo's megatron; vTrain's "
+                     "Megatron-DeepSpeed and Korthikanti's runs megatron)");
+  cmd->add_flag("--rows", o->rows,
+                "Also print every run: measured, predicted, error or why it was not compared, what was assumed");
   cmd->add_flag("--json", o->json, "Print {runtime, groups: [...], rows: [...]}");
   cmd->callback([o] { run(*o); });
 }

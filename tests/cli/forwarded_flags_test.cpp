@@ -24,9 +24,17 @@ TEST(ForwardedFlags, EveryGivenOptionButTheWithheldOnes) {
   train->add_option("--nproc-per-node", ranks);
   app.parse(std::vector<std::string>{"2", "--nproc-per-node", "--resume", "--steps=5", "p.json", "--plan", "train"});
   EXPECT_EQ(forwarded_arguments(*train, {"--nproc-per-node"}),
-            (std::vector<std::string>{"train", "--plan", "p.json", "--resume", "--steps", "5"}));
-  EXPECT_EQ(forwarded_arguments(*train, {}), (std::vector<std::string>{"train", "--plan", "p.json", "--resume",
+            (std::vector<std::string>{"train", "--plan", "p.json", "--resume=true", "--steps", "5"}));
+  EXPECT_EQ(forwarded_arguments(*train, {}), (std::vector<std::string>{"train", "--plan", "p.json", "--resume=true",
                                                                        "--steps", "5", "--nproc-per-node", "2"}));
+  // A flag given as false is forwarded as false, not by its presence.
+  CLI::App again;
+  auto* train2 = again.add_subcommand("train");
+  bool resume2 = true;
+  train2->add_flag("--resume", resume2);
+  again.parse(std::vector<std::string>{"--resume=false", "train"});
+  EXPECT_FALSE(resume2);
+  EXPECT_EQ(forwarded_arguments(*train2, {}), (std::vector<std::string>{"train", "--resume=false"}));
 }
 
 }  // namespace

@@ -51,7 +51,14 @@ TEST(ValidateCli, ReportsTheErrorPerSource) {
   EXPECT_NE(none.err.find("--korthikanti"), std::string::npos) << none.err;
   const auto no_vtrain = cpt("validate --vtrain /nonexistent");
   EXPECT_EQ(no_vtrain.exit_code, 2);
-  EXPECT_NE(no_vtrain.err.find("/nonexistent/ground_truth_multi.csv"), std::string::npos) << no_vtrain.err;
+  EXPECT_NE(no_vtrain.err.find("/nonexistent: expected vTrain's directory"), std::string::npos) << no_vtrain.err;
+  // A file where a directory belongs, and an empty runs file, are refused in one line too.
+  const auto file = cpt("validate --vtrain " + sample);
+  EXPECT_EQ(file.exit_code, 2);
+  EXPECT_NE(file.err.find("found a file"), std::string::npos) << file.err;
+  const auto empty = cpt("validate --runs " + write_temp("cpt_validate_empty.jsonl", "\n").string());
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_EQ(lines(empty.err), 1) << empty.err;
 }
 
 }  // namespace

@@ -116,7 +116,8 @@ TEST(MemoryModel, AFusedCrossEntropyKeepsNoFp32Logits) {
   fused.fused_cross_entropy = true;
   EXPECT_DOUBLE_EQ(memory_terms(m, p, 4096, 1, upcast).logits, 6 * logits);
   EXPECT_DOUBLE_EQ(memory_terms(m, p, 4096, 1, fused).logits, 4 * logits);
-  upcast.precision = fused.precision = spec::Precision::kFp32;  // an fp32 recipe keeps one copy either way
+  // In fp32 both hold 8 bytes a logit: the logits and the loss's copy, or the logits and their gradient.
+  upcast.precision = fused.precision = spec::Precision::kFp32;
   EXPECT_DOUBLE_EQ(memory_terms(m, p, 4096, 1, fused).logits, memory_terms(m, p, 4096, 1, upcast).logits);
 }
 

@@ -48,7 +48,8 @@ TEST(PublishedRuns, FsdpRowsAreZeroThreeWithTheirRecomputation) {
   EXPECT_TRUE(lf.fused_cross_entropy);  // llm-foundry's default loss_fn
   EXPECT_FALSE(lf.fp32_main_grads.has_value());
   EXPECT_EQ(lf.model.vocab, 50368);
-  EXPECT_TRUE(lf.assumptions.empty()) << lf.assumptions.front();
+  ASSERT_EQ(lf.assumptions.size(), 1u);  // the recipe's settings, said aloud; nothing else assumed
+  EXPECT_NE(lf.assumptions.front().find("fused cross-entropy"), std::string::npos) << lf.assumptions.front();
   EXPECT_EQ(lf.tokens_per_s_per_gpu, 857);
 }
 
@@ -180,6 +181,9 @@ TEST(PublishedRuns, AMalformedLineNamesItsFileAndLine) {
     EXPECT_NE(std::string(e.what()).find("runs.jsonl:2"), std::string::npos) << e.what();
   }
   EXPECT_THROW((void)read_published_runs(dir / "missing.jsonl"), core::ConfigError);
+  EXPECT_THROW((void)read_published_runs(dir), core::ConfigError);  // a directory
+  std::ofstream(dir / "empty.jsonl") << "\n";
+  EXPECT_THROW((void)read_published_runs(dir / "empty.jsonl"), core::ConfigError);
   // Nesting deeper than any document needs is refused, not recursed into (core::kMaxJsonDepth).
   std::ofstream(path) << std::string(100000, '[') << "\n";
   EXPECT_THROW((void)read_published_runs(path), core::ConfigError);
