@@ -44,17 +44,10 @@ RunCheck step_time_check(std::string id, std::string group, spec::Runtime runtim
   check.runtime = runtime;
   check.metric = "step_time_s";
   check.measured = measured_s;
-  if (const auto* infeasible = std::get_if<cost::Infeasible>(&evaluation)) {
-    check.outcome = infeasible->reason == cost::InfeasibleReason::kOutOfMemory ? RunOutcome::kPredictedOutOfMemory
-                                                                               : RunOutcome::kNotModelled;
-    check.detail = infeasible->detail;
-    return check;
+  if (const cost::Estimate* estimate = record_evaluation(evaluation, check)) {
+    check.predicted = estimate->time.total().value();
+    check.error = check.predicted / measured_s - 1;
   }
-  const auto& estimate = std::get<cost::Estimate>(evaluation);
-  check.outcome = RunOutcome::kCompared;
-  check.predicted = estimate.time.total().value();
-  check.error = check.predicted / measured_s - 1;
-  check.predicted_peak_memory_gib = core::to_gibibytes(estimate.peak_memory().total());
   return check;
 }
 

@@ -33,6 +33,19 @@ cost::CostModelOptions options_for_run(const PublishedRun& run, const cost::Cost
   return o;
 }
 
+const cost::Estimate* record_evaluation(const cost::Evaluation& evaluation, RunCheck& check) {
+  if (const auto* infeasible = std::get_if<cost::Infeasible>(&evaluation)) {
+    check.outcome = infeasible->reason == cost::InfeasibleReason::kOutOfMemory ? RunOutcome::kPredictedOutOfMemory
+                                                                               : RunOutcome::kNotModelled;
+    check.detail = infeasible->detail;
+    return nullptr;
+  }
+  const auto& estimate = std::get<cost::Estimate>(evaluation);
+  check.outcome = RunOutcome::kCompared;
+  check.predicted_peak_memory_gib = core::to_gibibytes(estimate.peak_memory().total());
+  return &estimate;
+}
+
 RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptions& options,
                              std::optional<spec::Runtime> runtime) {
   RunCheck check;
@@ -47,15 +60,9 @@ RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptio
   const cost::CostModelOptions o = options_for_run(run, options, check.runtime);
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu(run.gpu, run.gpus, "gpu_class");
   const cost::Evaluation evaluation = cost::evaluate(run.model, cluster, run.parallel, run.seq_len, o);
-  if (const auto* infeasible = std::get_if<cost::Infeasible>(&evaluation)) {
-    check.outcome = infeasible->reason == cost::InfeasibleReason::kOutOfMemory ? RunOutcome::kPredictedOutOfMemory
-                                                                               : RunOutcome::kNotModelled;
-    check.detail = infeasible->detail;
-    return check;
-  }
-  const auto& estimate = std::get<cost::Estimate>(evaluation);
-  check.outcome = RunOutcome::kCompared;
-  check.predicted_peak_memory_gib = core::to_gibibytes(estimate.peak_memory().total());
+  const cost::Estimate* compared = record_evaluation(evaluation, check);
+  if (compared == nullptr) return check;
+  const cost::Estimate& estimate = *compared;
   if (run.tokens_per_s_per_gpu) {
     check.metric = "tokens_per_s_per_gpu";
     check.measured = *run.tokens_per_s_per_gpu;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "costmodel/cost_options.h"
+#include "costmodel/step_estimator.h"
 #include "planner/published_run.h"
 
 namespace cpt::planner {
@@ -38,6 +39,10 @@ struct RunCheck {
 // cross-entropy, gradient precision) replacing theirs.
 cost::CostModelOptions options_for_run(const PublishedRun& run, const cost::CostModelOptions& options,
                                        std::optional<spec::Runtime> runtime = std::nullopt);
+
+// Records in `check` what `evaluation` says: kCompared with its peak memory (returns the estimate),
+// or the infeasibility's outcome and detail (returns nullptr).
+const cost::Estimate* record_evaluation(const cost::Evaluation& evaluation, RunCheck& check);
 
 // `run` predicted under options_for_run(run, options, runtime).
 RunCheck check_published_run(const PublishedRun& run, const cost::CostModelOptions& options,
