@@ -20,6 +20,7 @@
 #include "spec/gpu_for_device_name.h"
 #include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
+#include "spec/host_measurements.h"
 
 namespace cpt::cli {
 
@@ -31,32 +32,10 @@ namespace fs = std::filesystem;
 
 // What the fit takes: calibrate-host's JSON, calibrate-comm's (null with one GPU) and the devices.
 struct CudaMeasurements {
-  Json host;
+  spec::HostMeasurements host;
   Json comm;
   int devices = 0;
 };
-
-// A saved GPU report's measurements must hold every number the fit reads: a one-line ConfigError
-// naming the file and the first missing or mistyped key otherwise (not a JSON exception, exit 1).
-void check_host_measurements(const Json& host, const std::string& file) {
-  core::JsonObjectReader r(host, str_cat("--measurements: ", file), "$.host");
-  for (const char* key :
-       {"cores", "threads", "memory_bytes", "copy_bytes_per_s", "seconds_per_dispatched_op", "adamw_params_per_s"}) {
-    (void)r.positive_number(key);
-  }
-  const std::pair<const char*, std::vector<const char*>> arrays[] = {
-      {"gemm", {"m", "n", "k", "seconds"}},
-      {"attention", {"batch", "seq", "head_dim", "heads", "forward_seconds", "backward_seconds"}},
-      {"cross_entropy", {"tokens", "vocab", "forward_seconds", "backward_seconds"}}};
-  for (const auto& [key, fields] : arrays) {
-    const Json& rows = r.raw(key);
-    if (!rows.is_array() || rows.empty()) r.fail(key, "a non-empty array of measurements", core::describe_json(rows));
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      core::JsonObjectReader row(rows[i], r.origin(), str_cat(r.path_of(key), "[", i, "]"));
-      for (const char* field : fields) (void)row.positive_number(field);
-    }
-  }
-}
 
 // The collectives of a saved report: null, or calibrate-comm's JSON with every sample whole.
 void check_collective_measurements(const Json& comm, const std::string& file) {
@@ -92,15 +71,24 @@ CudaMeasurements read_measurements(const std::string& file) {
     throw core::ConfigError(str_cat("--measurements: ", file, ": expected the JSON of a calibration report"));
   }
   CudaMeasurements m;
-  m.host = j.contains("host") ? j["host"] : j;
-  if (m.host.value("device", std::string()).rfind("cuda", 0) != 0 || !m.host.contains("gemm")) {
+  const Json& host = j.contains("host") ? j["host"] : j;
+  if (host.value("device", std::string()).rfind("cuda", 0) != 0 || !host.contains("gemm")) {
     throw core::ConfigError(str_cat("--measurements: ", file, ": $.host.device: expected a CUDA device's ",
-                                    "measurements, found \"", m.host.value("device", std::string("none")), "\""));
+                                    "measurements, found \"", host.value("device", std::string("none")), "\""));
   }
-  check_host_measurements(m.host, file);
+  // Every number the fit reads, strictly: a one-line ConfigError naming the file and the first
+  // missing, misspelt or mistyped key (not a JSON exception, exit 1).
+  m.host = spec::host_measurements_from_json(host, str_cat("--measurements: ", file), "$.host");
+  for (const auto& [key, empty] :
+       {std::pair{"attention", m.host.attention.empty()}, std::pair{"cross_entropy", m.host.cross_entropy.empty()}}) {
+    if (empty) {
+      throw core::ConfigError(str_cat("--measurements: ", file, ": $.host.", key,
+                                      ": expected a non-empty array of measurements, got an empty array"));
+    }
+  }
   m.comm = j.value("collectives", Json(nullptr));
   check_collective_measurements(m.comm, file);
-  m.devices = j.value("devices", m.host.value("cuda_devices", 1));
+  m.devices = j.value("devices", std::max(1, m.host.cuda_devices));
   return m;
 }
 
@@ -115,7 +103,9 @@ CudaMeasurements measure(double seconds) {
     throw core::ConfigError(str_cat("--device cuda: cpt-exec sees no CUDA device (",
                                     info.value("cuda_compiled", false) ? "0 visible" : "a CPU-only LibTorch", ")"));
   }
-  m.host = run_executor_json({"calibrate-host", "--device", "cuda", "--seconds", fixed(seconds * 0.7, 1)});
+  m.host = spec::host_measurements_from_json(
+      run_executor_json({"calibrate-host", "--device", "cuda", "--seconds", fixed(seconds * 0.7, 1)}),
+      "cpt-exec calibrate-host");
   m.comm = nullptr;
   if (m.devices >= 2) {
     m.comm =
@@ -142,17 +132,17 @@ spec::GpuSpec base_gpu_of(const std::string& flag, const std::string& device_nam
 
 LocalCalibration fit(const CudaMeasurements& m, double peak) {
   LocalCalibration c;
-  c.cores = m.host["cores"].get<int>();
-  c.threads = m.host["threads"].get<int>();
+  c.cores = m.host.cores;
+  c.threads = m.host.threads;
   c.devices = m.devices;
-  c.memory_bytes = m.host["memory_bytes"].get<double>();
-  c.copy_bytes_per_s = m.host["copy_bytes_per_s"].get<double>();
+  c.memory_bytes = m.host.memory_bytes;
+  c.copy_bytes_per_s = m.host.copy_bytes_per_s;
   const auto gemm = gemm_samples(m.host);
   c.gemm = cost::fit_gemm_curve(gemm, peak);
   c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, peak);
   c.attention = cost::fit_gemm_curve(attention_samples(m.host), peak);
   c.cross_entropy_rates = cross_entropy_points(m.host);
-  c.seconds_per_dispatched_op = m.host["seconds_per_dispatched_op"].get<double>();
+  c.seconds_per_dispatched_op = m.host.seconds_per_dispatched_op;
   if (m.comm.is_object() && m.comm.contains("samples")) {
     fit_collectives(collective_samples(m.comm), c);
     c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(m.comm);
@@ -185,10 +175,10 @@ Json report_of(const fs::path& out, const std::string& device_name, const spec::
           {"attention_efficiency_vs_catalog", versus_catalog(c.attention.curve, defaults.attention_efficiency)},
           {"copy_bytes_per_s", c.copy_bytes_per_s},
           {"catalog_copy_bytes_per_s", gpu.hbm_bandwidth.value() * defaults.hbm_efficiency},
-          {"adamw_params_per_s", m.host["adamw_params_per_s"]},
+          {"adamw_params_per_s", m.host.adamw_params_per_s},
           {"kernel_overhead_s_measured_not_applied", c.seconds_per_dispatched_op},
           {"collectives_measured", m.comm.is_object() && m.comm.contains("samples")},
-          {"host", m.host},
+          {"host", spec::to_json(m.host)},
           {"collectives", m.comm}};
 }
 
@@ -228,7 +218,7 @@ void print_summary(const Json& report, const fs::path& report_path, const LocalC
 
 void calibrate_cuda(const CudaCalibrationOptions& o) {
   const CudaMeasurements m = o.measurements.empty() ? measure(o.seconds) : read_measurements(o.measurements);
-  const std::string device_name = m.host.value("device_name", std::string("CUDA device"));
+  const std::string device_name = m.host.device_name;
   const spec::GpuSpec gpu = base_gpu_of(o.base_gpu, device_name);
   const auto base = spec::HardwareCatalog::builtin().cluster_for_gpu(gpu.name, 1, "--base-gpu");
   const LocalCalibration c = fit(m, gpu.peak(spec::Precision::kBf16)->value());

@@ -26,57 +26,37 @@ spec::LinkCall op_of(const std::string& s) {
   throw core::RuntimeError(str_cat("calibrate: the executor reported an unknown collective \"", s, "\""));
 }
 
-// Adds every floating-point number of `b` to `sum`'s at the same place (two runs of the same probe:
-// same keys, same array lengths, same integers).
-void accumulate(Json& sum, const Json& b) {
-  if (sum.is_number_float()) {
-    sum = sum.get<double>() + b.get<double>();
-  } else if (sum.is_object()) {
-    for (auto& [key, value] : sum.items()) accumulate(value, b.at(key));
-  } else if (sum.is_array()) {
-    for (std::size_t i = 0; i < sum.size(); ++i) accumulate(sum[i], b.at(i));
-  }
-}
-void scale_floats(Json& j, double f) {
-  if (j.is_number_float()) {
-    j = j.get<double>() * f;
-  } else if (j.is_object() || j.is_array()) {
-    for (auto& v : j) scale_floats(v, f);
-  }
-}
-
-// The GEMM samples of calibrate-host's JSON, as calibration_fit.h takes them.
-std::vector<cost::GemmSample> gemm_samples(const Json& host) {
+// The GEMM samples of the measurements, as calibration_fit.h takes them.
+std::vector<cost::GemmSample> gemm_samples(const spec::HostMeasurements& host) {
   std::vector<cost::GemmSample> gemm;
-  for (const auto& g : host["gemm"]) {
-    const double m = g["m"].get<double>(), n = g["n"].get<double>(), k = g["k"].get<double>();
+  for (const auto& g : host.gemm) {
+    const auto m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
     const double flop = 2.0 * m * n * k;
-    gemm.push_back({flop / 1e9, flop / g["seconds"].get<double>(), std::min({m, n, k})});
+    gemm.push_back({flop / 1e9, flop / g.seconds, std::min({m, n, k})});
   }
   return gemm;
 }
 
 // The attention samples (forward and backward in one curve; FLOPs in the cost model's causal
 // convention, costmodel/layer_costs.h).
-std::vector<cost::GemmSample> attention_samples(const Json& host) {
+std::vector<cost::GemmSample> attention_samples(const spec::HostMeasurements& host) {
   std::vector<cost::GemmSample> attention;
-  for (const auto& a : host["attention"]) {
-    const double seq = a["seq"].get<double>();
-    const double fwd = cost::causal_attention_forward_flops(a["batch"].get<double>() * seq, seq,
-                                                            a["head_dim"].get<double>(), a["heads"].get<double>());
+  for (const auto& a : host.attention) {
+    const auto seq = static_cast<double>(a.seq);
+    const double fwd = cost::causal_attention_forward_flops(
+        static_cast<double>(a.batch) * seq, seq, static_cast<double>(a.head_dim), static_cast<double>(a.heads));
     const double bwd = cost::causal_attention_backward_flops(fwd);
-    attention.push_back({fwd / 1e9, fwd / a["forward_seconds"].get<double>()});
-    attention.push_back({bwd / 1e9, bwd / a["backward_seconds"].get<double>()});
+    attention.push_back({fwd / 1e9, fwd / a.forward_seconds});
+    attention.push_back({bwd / 1e9, bwd / a.backward_seconds});
   }
   return attention;
 }
 
-std::vector<spec::CrossEntropyPoint> cross_entropy_points(const Json& host) {
+std::vector<spec::CrossEntropyPoint> cross_entropy_points(const spec::HostMeasurements& host) {
   std::vector<spec::CrossEntropyPoint> out;
-  for (const auto& ce : host.value("cross_entropy", Json::array())) {
-    const double logits = ce["tokens"].get<double>() * ce["vocab"].get<double>();
-    out.push_back(
-        {logits, logits / ce["forward_seconds"].get<double>(), logits / ce["backward_seconds"].get<double>()});
+  for (const auto& ce : host.cross_entropy) {
+    const double logits = static_cast<double>(ce.tokens) * static_cast<double>(ce.vocab);
+    out.push_back({logits, logits / ce.forward_seconds, logits / ce.backward_seconds});
   }
   return out;
 }

@@ -1,8 +1,7 @@
 #pragma once
-// What cpt calibrate reads from the executor's measurements (cpt-exec calibrate-host and
-// calibrate-comm JSON) and writes into its report: the samples the fits of
-// costmodel/calibration_fit.h take, the collectives' α–β fit into a LocalCalibration, and the
-// arithmetic that averages the probes of several processes.
+// What cpt calibrate reads from the executor's measurements (calibrate-host's, typed:
+// spec/host_measurements.h; calibrate-comm's JSON) and writes into its report: the samples the
+// fits of costmodel/calibration_fit.h take and the collectives' α–β fit into a LocalCalibration.
 #include <string>
 #include <vector>
 
@@ -10,6 +9,7 @@
 
 #include "cli/cpt/local_profile.h"
 #include "costmodel/calibration_fit.h"
+#include "spec/host_measurements.h"
 #include "spec/hardware_spec.h"
 
 namespace cpt::cli {
@@ -21,17 +21,12 @@ CalibrationJson curve_json(const std::vector<spec::EfficiencyPoint>& points);
 // A collective sample's op, as cpt-exec calibrate-comm names it; RuntimeError for another name.
 spec::LinkCall op_of(const std::string& name);
 
-// Adds every floating-point number of `b` to `sum`'s at the same place (two runs of the same
-// probe: same keys, same array lengths, same integers); scale_floats multiplies them by `factor`.
-void accumulate(CalibrationJson& sum, const CalibrationJson& b);
-void scale_floats(CalibrationJson& j, double factor);
-
-// The GEMM samples of calibrate-host's JSON, as calibration_fit.h takes them.
-std::vector<cost::GemmSample> gemm_samples(const CalibrationJson& host);
+// The GEMM samples of the measurements, as calibration_fit.h takes them.
+std::vector<cost::GemmSample> gemm_samples(const spec::HostMeasurements& host);
 // The attention samples (forward and backward in one curve; FLOPs in the cost model's causal
 // convention, costmodel/layer_costs.h).
-std::vector<cost::GemmSample> attention_samples(const CalibrationJson& host);
-std::vector<spec::CrossEntropyPoint> cross_entropy_points(const CalibrationJson& host);
+std::vector<cost::GemmSample> attention_samples(const spec::HostMeasurements& host);
+std::vector<spec::CrossEntropyPoint> cross_entropy_points(const spec::HostMeasurements& host);
 // The collective samples of calibrate-comm's JSON.
 std::vector<cost::CollectiveSample> collective_samples(const CalibrationJson& comm);
 // The per-ring-step latency of calibrate-comm's scalar all-reduce (spec::NodeSpec::

@@ -30,6 +30,7 @@
 #include "spec/gpu_for_device_name.h"
 #include "spec/hardware_catalog.h"
 #include "spec/hardware_io.h"
+#include "spec/host_measurements.h"
 
 namespace cpt::cli {
 
@@ -56,7 +57,7 @@ struct CalibrateOptions {
 // than one alone: shared caches, memory bandwidth and the hypervisor) — and the mean of their
 // measurements. The processes run each measurement in step (calibrate-host --together-dir), so
 // every one is taken with all of them busy.
-Json measure_hosts_together(int ranks, double seconds, int threads) {
+spec::HostMeasurements measure_hosts_together(int ranks, double seconds, int threads) {
   std::string pattern = (fs::temp_directory_path() / "cpt-calibrate-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) throw core::RuntimeError(str_cat("calibrate: cannot create ", pattern));
   const fs::path together(pattern);
@@ -75,20 +76,18 @@ Json measure_hosts_together(int ranks, double seconds, int threads) {
     if (r > 0) args.emplace_back("--quiet");
     runs.push_back(std::async(std::launch::async, [args] { return run_executor_json(args); }));
   }
-  std::vector<Json> results;
+  std::vector<spec::HostMeasurements> results;
   std::exception_ptr failed;
-  for (auto& run : runs) {
+  for (std::size_t r = 0; r < runs.size(); ++r) {
     try {
-      results.push_back(run.get());
+      results.push_back(
+          spec::host_measurements_from_json(runs[r].get(), str_cat("cpt-exec calibrate-host (process ", r, ")")));
     } catch (...) {
       if (!failed) failed = std::current_exception();
     }
   }
   if (failed) std::rethrow_exception(failed);
-  Json mean = results.front();
-  for (std::size_t r = 1; r < results.size(); ++r) accumulate(mean, results[r]);
-  scale_floats(mean, 1.0 / ranks);
-  return mean;
+  return spec::average(results);
 }
 
 // The compute jitter: the extra waits after compute, least squares through the origin on
@@ -113,14 +112,14 @@ struct CpuCalibration {
   bool collectives_fitted_on_all_reduce = false;
 };
 
-CpuCalibration fit_cpu(const Json& host, const Json& comm, int ranks, int threads) {
+CpuCalibration fit_cpu(const spec::HostMeasurements& host, const Json& comm, int ranks, int threads) {
   CpuCalibration calibration;
   LocalCalibration& c = calibration.fitted;
-  c.cores = host["cores"].get<int>();
-  c.threads = host["threads"].get<int>();
+  c.cores = host.cores;
+  c.threads = host.threads;
   c.devices = ranks;
-  c.memory_bytes = host["memory_bytes"].get<double>();
-  c.copy_bytes_per_s = host["copy_bytes_per_s"].get<double>();
+  c.memory_bytes = host.memory_bytes;
+  c.copy_bytes_per_s = host.copy_bytes_per_s;
   const auto gemm = gemm_samples(host);
   c.gemm = cost::fit_gemm_curve(gemm);
   c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, c.gemm.peak_flops_per_s);
@@ -129,7 +128,7 @@ CpuCalibration fit_cpu(const Json& host, const Json& comm, int ranks, int thread
     c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
   }
   c.cross_entropy_rates = cross_entropy_points(host);
-  c.seconds_per_dispatched_op = host["seconds_per_dispatched_op"].get<double>();
+  c.seconds_per_dispatched_op = host.seconds_per_dispatched_op;
   calibration.collective_samples = collective_samples(comm);
   calibration.collectives_fitted_on_all_reduce = fit_collectives(calibration.collective_samples, c);
   c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(comm);
@@ -188,7 +187,8 @@ Json fitted_curves_json(const LocalCalibration& c) {
 }
 
 // The fitted parameters, the fit's errors and the raw measurements, written beside the profile.
-Json cpu_report(const fs::path& out, const CpuCalibration& calibration, const Json& host, const Json& comm) {
+Json cpu_report(const fs::path& out, const CpuCalibration& calibration, const spec::HostMeasurements& host,
+                const Json& comm) {
   const LocalCalibration& c = calibration.fitted;
   const Json fitted = fitted_curves_json(c);
   return {{"profile", out.string()},
@@ -202,7 +202,7 @@ Json cpu_report(const fs::path& out, const CpuCalibration& calibration, const Js
           {"cross_entropy_rates", fitted["cross_entropy_rates"]},
           {"kernel_overhead_s", c.seconds_per_dispatched_op},
           {"copy_bytes_per_s", c.copy_bytes_per_s},
-          {"adamw_params_per_s", host["adamw_params_per_s"]},
+          {"adamw_params_per_s", host.adamw_params_per_s},
           {"collective_alpha_s", c.comm.alpha_s},
           {"compute_jitter_sqrt_s", c.compute_jitter_sqrt_s},
           {"sync_waits", comm.value("sync_waits", Json::array())},
@@ -216,7 +216,7 @@ Json cpu_report(const fs::path& out, const CpuCalibration& calibration, const Js
           {"collective_fit_rms_relative_error_per_op", collective_errors(calibration.collective_samples, c)},
           {"collective_fit_per_call", fitted["per_call"]},
           {"scalar_all_reduce_step_s", c.scalar_all_reduce_step_s},
-          {"host", host},
+          {"host", spec::to_json(host)},
           {"collectives", comm}};
 }
 

@@ -88,41 +88,6 @@ struct CalibrateArgs {
   int together_ranks = 1;
 };
 
-nlohmann::ordered_json host_json(const exec::HostMeasurements& h, const torch::Device& device) {
-  nlohmann::ordered_json gemm = nlohmann::ordered_json::array();
-  for (const auto& g : h.gemm) gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"seconds", g.seconds}});
-  nlohmann::ordered_json attention = nlohmann::ordered_json::array();
-  for (const auto& a : h.attention) {
-    attention.push_back({{"batch", a.batch},
-                         {"heads", a.heads},
-                         {"kv_heads", a.kv_heads},
-                         {"seq", a.seq},
-                         {"head_dim", a.head_dim},
-                         {"forward_seconds", a.forward_seconds},
-                         {"backward_seconds", a.backward_seconds}});
-  }
-  nlohmann::ordered_json cross_entropy = nlohmann::ordered_json::array();
-  for (const auto& c : h.cross_entropy) {
-    cross_entropy.push_back({{"tokens", c.tokens},
-                             {"vocab", c.vocab},
-                             {"forward_seconds", c.forward_seconds},
-                             {"backward_seconds", c.backward_seconds}});
-  }
-  return {{"device", h.device},
-          {"device_name", h.device_name},
-          {"dtype", h.dtype},
-          {"cuda_devices", device.is_cuda() ? static_cast<int>(torch::cuda::device_count()) : 0},
-          {"cores", h.cores},
-          {"threads", h.threads},
-          {"memory_bytes", h.memory_bytes},
-          {"copy_bytes_per_s", h.copy_bytes_per_s},
-          {"adamw_params_per_s", h.adamw_params_per_s},
-          {"cross_entropy", cross_entropy},
-          {"seconds_per_dispatched_op", h.seconds_per_dispatched_op},
-          {"gemm", gemm},
-          {"attention", attention}};
-}
-
 // calibrate-host: this process's measurements, in step with the others of --together-dir.
 void calibrate_host(const CalibrateArgs& args) {
   if (args.threads > 0) at::set_num_threads(args.threads);
@@ -148,7 +113,8 @@ void calibrate_host(const CalibrateArgs& args) {
     throw;
   }
   if (!args.quiet) std::cerr << "\n";
-  print_json(host_json(h, device));
+  h.cuda_devices = device.is_cuda() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  print_json(spec::to_json(h));
 }
 
 // What ranks lose to one another, measured on the CPU only (host GEMMs between and beside blocking

@@ -12,45 +12,15 @@
 
 #include <torch/torch.h>
 
+#include "spec/host_measurements.h"
+
 namespace cpt::exec {
 
-// A linear layer's three GEMMs as training runs them, input [m, k] and weight [n, k]: forward
-// x·Wᵀ, the input gradient g·W and the weight gradient gᵀ·x (each 2·m·n·k FLOPs; LibTorch picks a
-// different kernel for each layout, and the transposed forms are what training dispatches).
-struct GemmMeasurement {
-  std::int64_t m = 0, n = 0, k = 0;
-  double seconds = 0;  // the mean of the three
-};
-
-struct AttentionMeasurement {  // the executor's causal attention_core on [batch, heads, seq, head_dim]
-  std::int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
-  double forward_seconds = 0;
-  double backward_seconds = 0;
-};
-
-struct CrossEntropyMeasurement {
-  std::int64_t tokens = 0, vocab = 0;
-  double forward_seconds = 0;
-  double backward_seconds = 0;
-};
-
-struct HostMeasurements {
-  std::string device;       // "cpu", "cuda:0"
-  std::string device_name;  // the CPU's model, or the CUDA device's name ("NVIDIA H200")
-  std::string dtype;        // of the GEMMs and attention: "fp32" (CPU) or "bf16" (CUDA)
-  int cores = 0;
-  int threads = 0;          // intra-op threads the measurements used
-  double memory_bytes = 0;  // the machine's (CPU) or the device's (CUDA)
-  std::vector<GemmMeasurement> gemm;
-  double copy_bytes_per_s = 0;    // read + write, counted once each
-  double adamw_params_per_s = 0;  // fused AdamW on fp32 parameters
-  std::vector<AttentionMeasurement> attention;
-  // The executor's loss (cross_entropy_sum) over fp32 logits [tokens, vocab], per size.
-  std::vector<CrossEntropyMeasurement> cross_entropy;
-  // Seconds per dispatched operator (op_counter.h's count: ATen operators plus autograd nodes) of
-  // a chain of element-wise operators on a 16 x 64 tensor, forward and backward.
-  double seconds_per_dispatched_op = 0;
-};
+// The measurements' types are spec's (spec/host_measurements.h): cpt reads them back strictly.
+using spec::AttentionMeasurement;
+using spec::CrossEntropyMeasurement;
+using spec::GemmMeasurement;
+using spec::HostMeasurements;
 
 // Seconds per dispatched operator (op_counter.h's count) of a chain of element-wise operators on a
 // 16 x 64 tensor on `device`, forward and backward with autograd; timed for about `seconds`.
