@@ -4,6 +4,7 @@
 # executions. A finding (a crash, a sanitizer report, an exception other than cpt's one-line
 # ConfigError/RuntimeError) stops the run with the input saved as WORK/<harness>/crash-*.
 # Usage: bench/fuzz.sh [WORK (default /tmp/cpt-fuzz)] [RUNS (default 1000000)] [SECONDS per harness]
+#   HARNESSES="paper_runs spec_json" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-/tmp/cpt-fuzz}
@@ -14,7 +15,7 @@ mkdir -p "$work"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$(command -v clang++-14 || command -v clang++)" \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
   -DCPT_WITH_TORCH=OFF -DCPT_BUILD_TESTS=OFF -DCPT_FUZZERS=ON >"$work/configure.log"
-harnesses="spec_json published_runs token_shard safetensors checkpoint_manifest tokenizer"
+harnesses=${HARNESSES:-"spec_json published_runs paper_runs token_shard safetensors checkpoint_manifest tokenizer"}
 cmake --build "$build" --target $(for h in $harnesses; do printf 'cpt_fuzz_%s ' "$h"; done) >"$work/build.log"
 
 # Seeds: every JSON document of the repository's own (a selector byte first for spec_json), the
@@ -26,13 +27,33 @@ for f in examples/models/*.json examples/plans/*.json examples/tiny/plan.json \
          examples/*/train*.json hardware_profiles/gpus/*.json \
          hardware_profiles/clusters/*.json tests/data/*.json tests/data/*/config.json; do
   [ -f "$f" ] || continue
-  for which in 0 1 2 3 4 5 6; do
+  for which in 0 1 2 3 4 5 6 7; do
     { printf "\\x$(printf %02x $which)"; cat "$f"; } >"$work/spec_json/corpus/seed_$i"
     i=$((i + 1))
   done
 done
+# calibrate-host's measurements (selector 7), as spec/host_measurements.h writes them.
+python3 - "$work/spec_json/corpus/seed_host" <<'PY'
+import json, sys
+host = {"device": "cpu", "device_name": "a CPU", "dtype": "fp32", "cuda_devices": 0, "cores": 2, "threads": 1,
+        "memory_bytes": 2.4e10, "copy_bytes_per_s": 1e10, "adamw_params_per_s": 1e8,
+        "cross_entropy": [{"tokens": 1024, "vocab": 4096, "forward_seconds": 3e-3, "backward_seconds": 4e-3}],
+        "seconds_per_dispatched_op": 5e-6, "gemm": [{"m": 128, "n": 512, "k": 512, "seconds": 1e-3}],
+        "attention": [{"batch": 4, "heads": 4, "kv_heads": 2, "seq": 256, "head_dim": 64,
+                       "forward_seconds": 2e-3, "backward_seconds": 5e-3}]}
+open(sys.argv[1], "wb").write(b"\x07" + json.dumps(host).encode())
+PY
 seed published_runs
 cp tests/golden/published_runs_sample.jsonl bench/data/moe_published_runs.jsonl "$work/published_runs/corpus/"
+seed paper_runs
+# vTrain's two files, where the shared validation data is beside the repository (a selector byte
+# first: 0 the multi-node form, 1 the single-node one).
+for form in multi:0 single:1; do
+  f=../shared/validation/vtrain/ground_truth_${form%%:*}.csv
+  if [ -f "$f" ]; then
+    { printf "\\x0${form##*:}"; head -40 "$f"; } >"$work/paper_runs/corpus/seed_${form%%:*}"
+  fi
+done
 seed token_shard
 python3 - "$work/token_shard/corpus/seed" <<'PY'
 import struct, sys

@@ -1,6 +1,6 @@
 // libFuzzer harness: the JSON readers of spec/ (a model spec, a Hugging Face config.json, a GPU
 // profile, a cluster with inline node and fabric, a plan, a measured run, a TRAIN.json whose paths
-// resolve in a directory that does not exist). The first byte picks
+// resolve in a directory that does not exist, calibrate-host's measurements). The first byte picks
 // the reader; the rest is the document (parsed with the depth limit every file gets).
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "core/json_reader.h"
 #include "fuzz/fuzz_support.h"
 #include "spec/hardware_io.h"
+#include "spec/host_measurements.h"
 #include "spec/measured_run.h"
 #include "spec/model_io.h"
 #include "spec/plan.h"
@@ -35,12 +36,16 @@ spec::HardwareResolver no_names() {
 
 void read(std::uint8_t which, std::string_view text) {
   const core::JsonDocument doc = core::parse_json_text(text, "fuzz.json");
-  if (which % 7 == 5) {
+  if (which % 8 == 5) {
     (void)spec::measured_run_from_json(doc.root(), "fuzz.json");
     return;
   }
+  if (which % 8 == 7) {
+    (void)spec::host_measurements_from_json(doc.root(), "fuzz.json");
+    return;
+  }
   auto reader = core::JsonObjectReader::root_of(doc);
-  switch (which % 7) {
+  switch (which % 8) {
     case 0:
       (void)spec::model_from_json(reader);
       break;

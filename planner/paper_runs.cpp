@@ -195,16 +195,20 @@ std::vector<RunCheck> check_korthikanti_runs(const cost::CostModelOptions& optio
 std::vector<VtrainRow> read_vtrain_csv(const std::filesystem::path& path, bool multi_node) {
   std::ifstream in(path);
   if (!in) throw core::ConfigError(str_cat(path.string(), ": cannot read vTrain's measurements"));
+  return read_vtrain_csv(in, path.string(), multi_node);
+}
+
+std::vector<VtrainRow> read_vtrain_csv(std::istream& lines, const std::string& origin, bool multi_node) {
   std::string line;
-  std::getline(in, line);  // the header
+  std::getline(lines, line);  // the header
   std::vector<VtrainRow> rows;
-  for (int number = 2; std::getline(in, line); ++number) {
+  for (int number = 2; std::getline(lines, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    rows.push_back(parse_vtrain_line(line, multi_node, str_cat(path.string(), ":", number)));
+    rows.push_back(parse_vtrain_line(line, multi_node, str_cat(origin, ":", number)));
     rows.back().line = number;
   }
-  if (rows.empty()) throw core::ConfigError(str_cat(path.string(), ": no measured rows"));
+  if (rows.empty()) throw core::ConfigError(str_cat(origin, ": no measured rows"));
   return rows;
 }
 

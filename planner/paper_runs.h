@@ -17,6 +17,7 @@
 // Both are priced as Megatron-LM runs unless the caller names another runtime.
 
 #include <filesystem>
+#include <istream>
 #include <optional>
 #include <span>
 #include <string>
@@ -60,6 +61,8 @@ struct VtrainRow {
 // that cannot have run (heads not dividing the width, degrees not filling the GPUs, a batch that
 // does not divide).
 [[nodiscard]] std::vector<VtrainRow> read_vtrain_csv(const std::filesystem::path& path, bool multi_node);
+// The same from `lines`, named `origin` in errors.
+[[nodiscard]] std::vector<VtrainRow> read_vtrain_csv(std::istream& lines, const std::string& origin, bool multi_node);
 // The cluster vTrain measured on, `gpus` GPUs; `intra_node` replaces the profile's NVLink rate
 // (the README's 150 GB/s is vTrain's simulator parameter, not a measurement).
 [[nodiscard]] spec::ClusterSpec vtrain_cluster(int gpus, std::optional<core::BytesPerSecond> intra_node = {});
