@@ -1,6 +1,7 @@
 #include "planner/paper_runs.h"
 
 #include <array>
+#include <cstdint>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -98,11 +99,13 @@ void check_vtrain_row(const VtrainRow& row, const std::string& where) {
   if (row.hidden % row.heads != 0) {
     throw core::ConfigError(str_cat(where, ": ", row.heads, " heads do not divide the hidden size ", row.hidden));
   }
-  if (row.tp * row.dp * row.pp != row.gpus) {
+  // In 64 bits: each degree is at most 1e9, so their product exceeds int.
+  const auto degree = [](int value) { return static_cast<std::int64_t>(value); };
+  if (degree(row.tp) * degree(row.dp) * degree(row.pp) != row.gpus) {
     throw core::ConfigError(
         str_cat(where, ": tp ", row.tp, " x dp ", row.dp, " x pp ", row.pp, " is not the ", row.gpus, " GPUs"));
   }
-  if (row.global_batch % (row.micro_batch * row.dp) != 0) {
+  if (degree(row.global_batch) % (degree(row.micro_batch) * degree(row.dp)) != 0) {
     throw core::ConfigError(str_cat(where, ": the global batch ", row.global_batch,
                                     " is not a multiple of micro-batch ", row.micro_batch, " x dp ", row.dp));
   }

@@ -82,6 +82,15 @@ std::vector<std::pair<int, int>> expert_degrees(const spec::ModelSpec& m, const 
   return out;
 }
 
+// "tp=3 pp=2": the layout degrees --fix pins, for a message.
+std::string fixed_degrees(const std::map<std::string, std::string>& fixed) {
+  std::string out;
+  for (const char* key : {"tp", "cp", "pp", "dp"}) {
+    if (auto it = fixed.find(key); it != fixed.end()) out += str_cat(out.empty() ? "" : " ", key, "=", it->second);
+  }
+  return out;
+}
+
 // --fix's recompute, offload and schedule values; a one-line ConfigError for anything else.
 spec::Recompute recompute_named(const std::string& v) {
   if (v == "none") return spec::Recompute::kNone;
@@ -131,8 +140,9 @@ Fixed parse_fixed(const std::string& text) {
       (void)offload_named(value);
     } else if (key == "schedule") {
       (void)schedule_named(value);
-    } else {
-      (void)to_int(key, value);
+    } else if (const int v = to_int(key, value); key == "zero" ? v > 3 : v < 1) {
+      throw ConfigError(
+          str_cat("--fix: ", key, ": expected ", key == "zero" ? "0, 1, 2 or 3" : "a whole number >= 1", ", got ", v));
     }
     f.values[key] = value;
   }
@@ -162,6 +172,10 @@ SearchSpace::SearchSpace(const spec::ModelSpec& m, const spec::ClusterSpec& c, i
         triples_.push_back({tp, cp, pp});
       }
     }
+  }
+  if (triples_.empty() && (fixed_int("tp") || fixed_int("cp") || fixed_pp || fixed_dp)) {
+    throw ConfigError(str_cat("--fix: no layout of the ", c.num_gpus, " GPUs has ", fixed_degrees(fx),
+                              " (tp x cp x pp x dp is the GPUs; pp is at most the model's ", m.layers, " layers)"));
   }
   using spec::ScheduleKind;
   pipelines_ = {{1, ScheduleKind::k1F1B}, {1, ScheduleKind::kZeroBubbleH1}};

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <exception>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/cpt/commands.h"
 #include "core/error.h"
@@ -24,6 +27,26 @@ int fail(int code, const std::string& message) {
   }
   std::cerr << "cpt: error: " << line << "\n";
   return code;
+}
+
+// "unknown flag --modle (did you mean --model?)" for the first flag a parsed subcommand did not
+// take; none when every flag was known. CLI11 checks required flags before unknown ones, so a
+// misspelt required flag would otherwise read as a missing one.
+std::optional<std::string> unknown_flag(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const std::string& word : sub->remaining()) {
+      if (word.rfind("--", 0) != 0) continue;
+      const std::string flag = word.substr(0, word.find('='));
+      std::vector<std::string> names;
+      for (const CLI::Option* option : sub->get_options()) {
+        for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+      }
+      const auto hint = cpt::core::closest_match(flag, names);
+      return "unknown flag " + flag + " for `cpt " + sub->get_name() + "`" +
+             (hint.empty() ? std::string() : " (did you mean " + hint + "?)");
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -86,6 +109,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (const auto typo = unknown_flag(app)) return fail(core::kExitBadInput, *typo + " (see `cpt --help`)");
     return fail(core::kExitBadInput, std::string(e.what()) + " (see `cpt --help`)");
   } catch (const core::Error& e) {
     return fail(e.exit_code(), e.what());

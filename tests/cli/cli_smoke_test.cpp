@@ -434,6 +434,13 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
        "--gpus: expected whole nodes of 8 GPUs or at most one node, got 12"},
       {"profiles show nvlink9", "profiles show NAME: expected a GPU, node, fabric or cluster name"},
       {"frobnicate", "frobnicate"},
+      {"plan --modle llama3-8b --gpu h100 --gpus 8", "unknown flag --modle for `cpt plan` (did you mean --model?)"},
+      {"estimate --model tiny --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 128 --tpp 2",
+       "unknown flag --tpp for `cpt estimate` (did you mean --tp?)"},
+      {"plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 128 --seq-len 4096 --fix tp=3",
+       "--fix: no layout of the 16 GPUs has tp=3"},
+      {"plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 128 --seq-len 4096 --fix zero=4",
+       "--fix: zero: expected 0, 1, 2 or 3, got 4"},
       {"--log-level loud models list", "--log-level: expected one of debug|info|warn|error|off, got \"loud\""}};
   for (const auto& [args, expected] : cases) {
     const auto r = cpt(args);

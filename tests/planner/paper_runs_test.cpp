@@ -95,6 +95,9 @@ TEST(PaperRuns, AMalformedVtrainRowNamesItsFileAndLine) {
   std::ofstream(path) << "header\n8,16,1,1024,16,24,2048,2,4,1,-3\n";
   EXPECT_THROW((void)read_vtrain_csv(path, false), core::ConfigError);
   EXPECT_THROW((void)read_vtrain_csv(dir / "missing.csv", false), core::ConfigError);
+  // Degrees whose product leaves int's range (a fuzzing finding) are refused, not overflowed.
+  std::ofstream(path) << "header\n8,16,1,1024,16,24,2048,444444432,8,1,120.5\n";
+  EXPECT_THROW((void)read_vtrain_csv(path, false), core::ConfigError);
   std::ofstream(path) << "header\n8,16,1,1024,16,24,2048,2,4,1,120.5\n";
   const auto rows = read_vtrain_csv(path, false);
   ASSERT_EQ(rows.size(), 1u);

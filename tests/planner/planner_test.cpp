@@ -37,6 +37,16 @@ TEST(SearchSpace, FixPinsFieldsAndEveryCandidateUsesAllGpus) {
   EXPECT_THROW(parse_fixed("tp=four"), core::ConfigError);
   EXPECT_THROW(parse_fixed("tp"), core::ConfigError);
   EXPECT_THROW(parse_fixed("recompute=some"), core::ConfigError);  // checked when the space is built
+  // A value no configuration can have is a one-line error, not an empty search.
+  EXPECT_THROW(parse_fixed("zero=4"), core::ConfigError);
+  EXPECT_THROW(parse_fixed("micro_batch=0"), core::ConfigError);
+  try {
+    (void)SearchSpace(m, c, 64, parse_fixed("tp=3"));
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no layout of the 32 GPUs has tp=3"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)SearchSpace(m, c, 64, parse_fixed("pp=64")), core::ConfigError);  // 32 layers
 }
 
 // Every `stride`-th candidate of the search space of `m` on `c` that passes the pruning rules is
