@@ -234,6 +234,9 @@ void print_what_if_table(const WhatIf& w, const spec::Plan& plan) {
 }
 
 void run(const WhatIfOptions& o) {
+  if (!o.svg.empty() && o.sweep.empty()) {
+    throw core::ConfigError("--svg: a chart needs --sweep KEY=v1,v2,... (one plan has no curve to draw)");
+  }
   std::optional<spec::Plan> plan;
   if (!o.plan.empty()) plan = spec::load_plan(o.plan);
   if (!plan && (o.model.empty() || o.gpu.empty() || o.gpus < 1 || o.seq_len < 1 || o.global_batch < 1)) {

@@ -434,6 +434,8 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
        "--gpus: expected whole nodes of 8 GPUs or at most one node, got 12"},
       {"profiles show nvlink9", "profiles show NAME: expected a GPU, node, fabric or cluster name"},
       {"frobnicate", "frobnicate"},
+      {"whatif --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --svg /tmp/cpt-no-chart.svg",
+       "--svg: a chart needs --sweep"},
       {"plan --modle llama3-8b --gpu h100 --gpus 8", "unknown flag --modle for `cpt plan` (did you mean --model?)"},
       {"estimate --model tiny --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 128 --tpp 2",
        "unknown flag --tpp for `cpt estimate` (did you mean --tp?)"},
