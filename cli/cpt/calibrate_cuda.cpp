@@ -30,7 +30,8 @@ using core::str_cat;
 using Json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-// What the fit takes: calibrate-host's JSON, calibrate-comm's (null with one GPU) and the devices.
+// What the fit takes: calibrate-host's measurements, calibrate-comm's JSON (null with one GPU) and
+// the devices.
 struct CudaMeasurements {
   spec::HostMeasurements host;
   Json comm;
@@ -131,18 +132,7 @@ spec::GpuSpec base_gpu_of(const std::string& flag, const std::string& device_nam
 }
 
 LocalCalibration fit(const CudaMeasurements& m, double peak) {
-  LocalCalibration c;
-  c.cores = m.host.cores;
-  c.threads = m.host.threads;
-  c.devices = m.devices;
-  c.memory_bytes = m.host.memory_bytes;
-  c.copy_bytes_per_s = m.host.copy_bytes_per_s;
-  const auto gemm = gemm_samples(m.host);
-  c.gemm = cost::fit_gemm_curve(gemm, peak);
-  c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, peak);
-  c.attention = cost::fit_gemm_curve(attention_samples(m.host), peak);
-  c.cross_entropy_rates = cross_entropy_points(m.host);
-  c.seconds_per_dispatched_op = m.host.seconds_per_dispatched_op;
+  LocalCalibration c = fit_host(m.host, m.devices, peak);
   if (m.comm.is_object() && m.comm.contains("samples")) {
     fit_collectives(collective_samples(m.comm), c);
     c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(m.comm);

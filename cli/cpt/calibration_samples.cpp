@@ -61,6 +61,25 @@ std::vector<spec::CrossEntropyPoint> cross_entropy_points(const spec::HostMeasur
   return out;
 }
 
+LocalCalibration fit_host(const spec::HostMeasurements& host, int devices, double peak_flops_per_s) {
+  LocalCalibration c;
+  c.cores = host.cores;
+  c.threads = host.threads;
+  c.devices = devices;
+  c.memory_bytes = host.memory_bytes;
+  c.copy_bytes_per_s = host.copy_bytes_per_s;
+  const auto gemm = gemm_samples(host);
+  c.gemm = cost::fit_gemm_curve(gemm, peak_flops_per_s);
+  c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, c.gemm.peak_flops_per_s);
+  // The attention kernel against the same peak.
+  if (const auto attention = attention_samples(host); !attention.empty()) {
+    c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
+  }
+  c.cross_entropy_rates = cross_entropy_points(host);
+  c.seconds_per_dispatched_op = host.seconds_per_dispatched_op;
+  return c;
+}
+
 // The collective samples of calibrate-comm's JSON.
 std::vector<cost::CollectiveSample> collective_samples(const Json& comm) {
   std::vector<cost::CollectiveSample> samples;

@@ -27,6 +27,12 @@ std::vector<cost::GemmSample> gemm_samples(const spec::HostMeasurements& host);
 // convention, costmodel/layer_costs.h).
 std::vector<cost::GemmSample> attention_samples(const spec::HostMeasurements& host);
 std::vector<spec::CrossEntropyPoint> cross_entropy_points(const spec::HostMeasurements& host);
+// The compute half of a calibration from `host`, on `devices` devices: the GEMM curve against
+// `peak_flops_per_s` (0: the fastest GEMM measured), its shape curves and the attention curve
+// against the same peak, the cross-entropy rates, the dispatch cost, memory and copy bandwidth.
+// The collectives are fit_collectives'.
+LocalCalibration fit_host(const spec::HostMeasurements& host, int devices, double peak_flops_per_s = 0);
+
 // The collective samples of calibrate-comm's JSON.
 std::vector<cost::CollectiveSample> collective_samples(const CalibrationJson& comm);
 // The per-ring-step latency of calibrate-comm's scalar all-reduce (spec::NodeSpec::

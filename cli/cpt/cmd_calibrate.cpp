@@ -114,21 +114,8 @@ struct CpuCalibration {
 
 CpuCalibration fit_cpu(const spec::HostMeasurements& host, const Json& comm, int ranks, int threads) {
   CpuCalibration calibration;
+  calibration.fitted = fit_host(host, ranks);
   LocalCalibration& c = calibration.fitted;
-  c.cores = host.cores;
-  c.threads = host.threads;
-  c.devices = ranks;
-  c.memory_bytes = host.memory_bytes;
-  c.copy_bytes_per_s = host.copy_bytes_per_s;
-  const auto gemm = gemm_samples(host);
-  c.gemm = cost::fit_gemm_curve(gemm);
-  c.gemm_by_min_dim = cost::fit_gemm_shape_curves(gemm, c.gemm.peak_flops_per_s);
-  // The attention kernel against the GEMM peak.
-  if (const auto attention = attention_samples(host); !attention.empty()) {
-    c.attention = cost::fit_gemm_curve(attention, c.gemm.peak_flops_per_s);
-  }
-  c.cross_entropy_rates = cross_entropy_points(host);
-  c.seconds_per_dispatched_op = host.seconds_per_dispatched_op;
   calibration.collective_samples = collective_samples(comm);
   calibration.collectives_fitted_on_all_reduce = fit_collectives(calibration.collective_samples, c);
   c.scalar_all_reduce_step_s = scalar_all_reduce_step_s(comm);
