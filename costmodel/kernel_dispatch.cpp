@@ -24,18 +24,25 @@ PassKernels layer_kernels(const CostModelOptions& o) {
 // 12 for shared experts, 1 for a capacity. Expert parallelism (parallel/expert_parallel.cpp) adds
 // the dispatch, its three calls' own operators included (the inventory charges its all-to-alls and
 // count gather no kernels of their own), and the second optimizer's per-step kernels (the experts'
-// own norm, clipping and AdamW call).
+// own norm, clipping and AdamW call). Routing over sequence shards (tp > 1 with sequence
+// parallelism, model/moe_routing.cpp) adds 28 forward (the per-sequence counts, their gather and
+// the offsets) and 3 more for a capacity, 2 backward (the router's weight entering the tp region).
 constexpr double kMoeForward = 30, kMoeBackward = 4;
 constexpr double kExpertForward = 11, kLocalExpertForward = 9, kExpertBackward = 12;
 constexpr double kSharedForward = 9, kSharedBackward = 12, kCapacityForward = 12, kCapacityBackward = 1;
 constexpr double kEpDispatchForward = 13, kEpDispatchBackward = 5, kEpSecondOptimizer = 26;
+constexpr double kShardRoutingForward = 28, kShardCapacityForward = 3, kShardRoutingBackward = 2;
 
-PassKernels moe_layer_kernels(const spec::ModelSpec& m, int ep, const CostModelOptions& o) {
+PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const CostModelOptions& o) {
   if (!m.moe.present()) return {};
   if (eager(o)) {
     const bool shared = m.moe.shared_ffn_hidden > 0, capacity = m.moe.capacity_factor > 0;
-    const double base_forward = kMoeForward + (shared ? kSharedForward : 0) + (capacity ? kCapacityForward : 0);
-    const double base_backward = kMoeBackward + (shared ? kSharedBackward : 0) + (capacity ? kCapacityBackward : 0);
+    const bool shards = p.tp > 1 && p.sequence_parallel;
+    const double base_forward = kMoeForward + (shared ? kSharedForward : 0) + (capacity ? kCapacityForward : 0) +
+                                (shards ? kShardRoutingForward + (capacity ? kShardCapacityForward : 0) : 0);
+    const double base_backward = kMoeBackward + (shared ? kSharedBackward : 0) + (capacity ? kCapacityBackward : 0) +
+                                 (shards ? kShardRoutingBackward : 0);
+    const int ep = p.ep;
     if (ep == 1)
       return {base_forward + kExpertForward * m.moe.experts, base_backward + kExpertBackward * m.moe.experts};
     const double local = static_cast<double>(m.moe.experts) / ep;

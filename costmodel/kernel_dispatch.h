@@ -29,16 +29,19 @@
 // ranks, 9 and 12 per local expert, and 13 and 5 for the dispatch, its all-to-alls' and count
 // gather's own operators included, plus 26 per step for the experts' own optimizer (counted on
 // tiny-moe split over 2 ranks in two threads, and checked against DP2 runs: ep 2 vs dp 2 predicted
-// -141 kernels, measured -141; kernel_dispatch.cpp holds the constants); q/k norms 18 forward and 14 backward (two
-// RMSNorms; 2 + 4 fused). Per step 22 plus 2 per parameter tensor (gradient norm and clipping; one fused AdamW for
-// all); ZeRO-3 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered values copied back)
-// and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm, moments, update and gather; fitted
-// on tiny DP2 and DP4 with 1 and 6 buckets, 1-15 segments). Measured per layout:
+// -141 kernels, measured -141); on sequence shards (tp > 1 with sequence parallelism) 28 and 2 more
+// for the routing over the shards, 3 more forward with a capacity (the layer on 2 ranks in two
+// threads against the whole layer, with and without ep; kernel_dispatch.cpp holds the constants); q/k norms 18 forward
+// and 14 backward (two RMSNorms; 2 + 4 fused). Per step 22 plus 2 per parameter tensor (gradient norm and clipping; one
+// fused AdamW for all); ZeRO-3 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered
+// values copied back) and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm, moments, update
+// and gather; fitted on tiny DP2 and DP4 with 1 and 6 buckets, 1-15 segments). Measured per layout:
 // DistributedTrain.ModelStateBytesEqualTheCostModel checks single, DP2, ZeRO-1 and ZeRO-3 DP2, TP2, TP2 + SP, PP2, CP2
 // x ZeRO-1 DP2 and DP2 with full and with selective recomputation within 6%; CP2 and the interleaved pipeline were
 // compared by hand (docs/calibration.md).
 #include "costmodel/cost_options.h"
 #include "spec/model_spec.h"
+#include "spec/parallel_config.h"
 
 namespace cpt::cost {
 
@@ -49,9 +52,10 @@ struct PassKernels {
 
 // One decoder layer, one microbatch, without its communication.
 PassKernels layer_kernels(const CostModelOptions& o);
-// What one MoE layer adds to layer_kernels (none for dense models), counted on every MoE layer.
-// `ep`: the experts split over that many ranks (ParallelConfig::ep).
-PassKernels moe_layer_kernels(const spec::ModelSpec& m, int ep, const CostModelOptions& o);
+// What one MoE layer adds to layer_kernels (none for dense models), counted on every MoE layer:
+// the experts split over p.ep ranks; under tensor with sequence parallelism the executor's routing
+// over the sequence shards (executor/model/moe_routing.h).
+PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const CostModelOptions& o);
 // What q/k norms (spec::ModelSpec::qk_norm) add to a layer: two RMSNorms over the heads.
 PassKernels qk_norm_kernels(const spec::ModelSpec& m, const CostModelOptions& o);
 // Kernels selective recomputation (the attention core) adds to a layer's backward.

@@ -310,7 +310,7 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   // Kernels: the layer's own; those around its communication calls are the step inventory's
   // (step_inventory.h).
   PassKernels own = layer_kernels(o);
-  const PassKernels moe = moe_layer_kernels(m, p.ep, o);
+  const PassKernels moe = moe_layer_kernels(m, p, o);
   const double moe_share = m.moe_layer_share();
   const PassKernels qk_norms = qk_norm_kernels(m, o);
   own.forward += moe.forward * moe_share + qk_norms.forward;

@@ -289,6 +289,27 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
        Exposure::kBetweenPasses);
 }
 
+// cpt's executor under sequence parallelism, on the MoE layers (model/moe_routing.h): each forward
+// gathers every tp rank's pairs per (sequence, expert) and router-probability sums, fp64 [B + 1, E],
+// so that the auxiliary loss and the capacities are the microbatch's; each backward sums the
+// replicated router's weight gradient (fp32 [E, H]) over tp. (Megatron-Core all-reduces the pair
+// counts for its auxiliary loss and sums the router's gradient once a step: not counted.)
+void add_sequence_parallel_routing(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
+                                   const Runtime& runtime, const CostModelOptions& o) {
+  if (!runtime.executor || !model.moe.present() || p.tp <= 1 || !p.sequence_parallel) return;
+  const double share = model.moe_layer_share();
+  const Bytes gathered((std::int64_t{p.micro_batch} + 1) * model.moe.experts * 8 * p.tp);
+  for (const WorkPass pass : {WorkPass::kForward, WorkPass::kRecompute, WorkPass::kTeacher}) {
+    if (pass == WorkPass::kRecompute && p.recompute != spec::Recompute::kFull) continue;
+    if (pass == WorkPass::kTeacher && !o.distill_teacher) continue;
+    inv.add(waiting(
+        calls_of(pass, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllGather, gathered, share, kernels_per_call(o))));
+  }
+  const Bytes router_grads(std::int64_t{model.moe.experts} * model.hidden * 4);
+  inv.add(calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, router_grads, share,
+                   kernels_per_call(o)));
+}
+
 }  // namespace
 
 StepInventory microbatch_work(const spec::ModelSpec& model, const spec::ParallelConfig& p, int seq_len, int shard_group,
@@ -301,6 +322,7 @@ StepInventory microbatch_work(const spec::ModelSpec& model, const spec::Parallel
   add_context_parallel(inv, model, p, tokens, element_bytes, o);
   add_zero3(inv, model, p, shard_group, runtime, element_bytes, o);
   add_expert_parallel(inv, model, p, tokens, element_bytes, o);
+  add_sequence_parallel_routing(inv, model, p, runtime, o);
   if (p.pp > 1) {
     // The activation passed between stages (scattered over tp under SP), and its gradient back.
     const Bytes boundary(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden *
@@ -353,8 +375,10 @@ void add_hybrid_all_reduce(StepInventory& inv, const spec::ModelSpec& model, con
 
 // The executor's scalar all-reduces of every step (spec::executor_step_scalar_all_reduces), and
 // EWC's (spec::executor_ewc_scalar_all_reduces).
-void add_step_scalars(StepInventory& inv, const spec::ParallelConfig& p, int shard_group, const CostModelOptions& o) {
-  const spec::StepScalarAllReduces scalars = spec::executor_step_scalar_all_reduces(p, shard_group);
+void add_step_scalars(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, int shard_group,
+                      const CostModelOptions& o) {
+  const spec::StepScalarAllReduces scalars =
+      spec::executor_step_scalar_all_reduces(p, shard_group, model.moe.present());
   auto add = [&](CommGroup group, int calls, int values) {
     if (calls <= 0) return;
     WorkItem item = calls_of(WorkPass::kStepEnd, WorkScope::kStep, group, WorkKind::kScalarAllReduce,
@@ -454,7 +478,7 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
       add_hybrid_all_reduce(inv, model, p, groups.shard_size, share, runtime, grad_bytes, o);
     }
   }
-  if (runtime.executor) add_step_scalars(inv, p, shard_group, o);
+  if (runtime.executor) add_step_scalars(inv, model, p, shard_group, o);
 }
 
 }  // namespace cpt::cost

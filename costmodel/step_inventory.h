@@ -91,7 +91,7 @@ struct WorkItem {
 };
 
 // Enough for every producer at once (StepInventory.EveryParallelismAtOnceFitsTheInventory).
-inline constexpr int kMaxWorkItems = 64;
+inline constexpr int kMaxWorkItems = 72;
 
 class StepInventory {
  public:

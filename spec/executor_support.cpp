@@ -7,7 +7,8 @@ namespace cpt::spec {
 using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
-  if (m.moe.present() && (p.etp > 1 || p.tp > 1 || p.cp > 1 || (p.ep > 1 && p.zero_stage == 3))) {
+  if (m.moe.present() && (p.etp > 1 || p.cp > 1 || (p.tp > 1 && !p.sequence_parallel) ||
+                          (p.zero_stage == 3 && !p.experts_with_their_layer()))) {
     return ExecutorGap::kExpertParallelism;
   }
   if (m.mla.present()) return ExecutorGap::kAttentionVariant;
@@ -20,16 +21,16 @@ std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const Mode
   return std::nullopt;
 }
 
-StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks) {
+StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks, bool moe) {
   StepScalarAllReduces n;
   if (p.dp * p.cp > 1) n.replicas = 2;  // loss tokens, loss sums
   if (p.zero_stage >= 1 && shard_ranks > 1) n.shard = 1;
   if (p.tp > 1) n.tp = 1;
   if (p.pp > 1) n.pp = 2;  // the loss, the gradient norm
-  // Expert parallelism: the routed experts' part of the norm, over ep and pp, and over expert-dp
-  // where ZeRO shards them there (train/optimizer_choice.cpp).
-  if (p.ep > 1) {
-    n.ep = 1;
+  // Routed experts apart (ep > 1, or tp > 1): their part of the norm, over ep and pp, and over
+  // expert-dp where ZeRO shards them there (train/optimizer_choice.cpp).
+  if ((moe || p.ep > 1) && !p.experts_with_their_layer()) {
+    if (p.ep > 1) n.ep = 1;
     if (p.pp > 1) ++n.pp;
     if (p.zero_stage >= 1 && p.expert_dp() > 1) n.expert_shard = 1;
   }
@@ -60,9 +61,10 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
                      p.cp, ") divisible by tp (", p.tp, ")");
     case ExecutorGap::kExpertParallelism:
       return str_cat("a mixture of experts with ep ", p.ep, ", etp ", p.etp, ", tp ", p.tp, ", cp ", p.cp, ", ZeRO ",
-                     p.zero_stage,
-                     ": the executor runs experts with data, expert, ZeRO and pipeline parallelism (etp, tp, cp 1; "
-                     "ZeRO-3 only without ep); cpt plans, prices and exports the rest");
+                     p.zero_stage, p.tp > 1 && !p.sequence_parallel ? ", no sequence parallelism" : "",
+                     ": the executor runs experts with data, expert, ZeRO, pipeline and tensor parallelism (etp 1, cp "
+                     "1, tp only with sequence parallelism, ZeRO-3 only with ep 1 and tp 1); cpt plans, prices and "
+                     "exports the rest");
     case ExecutorGap::kAttentionVariant:
       return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
   }

@@ -40,7 +40,8 @@ inline bool executor_zero2_reduces_each_microbatch(const ParallelConfig& p) {
 // (parallel/pipeline_executor.cpp); the gradient norm's sum of squares over tp and over pp
 // (train/step_optimizer.cpp) and, where ZeRO shards the gradients or the state over
 // `shard_ranks` > 1, over the shard group (train/zero_optimizer.cpp, parallel/fully_sharded.cpp);
-// under expert parallelism the routed experts' part of the norm over ep, pp and (ZeRO) expert-dp.
+// with routed experts apart from their layer (`moe` and not ParallelConfig::experts_with_their_layer;
+// ep > 1 implies a mixture of experts) their part of the norm over ep, pp and (ZeRO) expert-dp.
 // An objective's own terms add theirs (executor_ewc_scalar_all_reduces; the KL's sum rides with
 // the loss's). Sizes (fp64 values):
 // the loss-token count 8 bytes, the loss sums 16 (cross-entropy, KL), the last stage's loss 16
@@ -55,7 +56,7 @@ struct StepScalarAllReduces {
   int expert_shard = 0;  // over expert-dp, where ZeRO shards the experts
   [[nodiscard]] int total() const { return replicas + shard + tp + pp + ep + expert_shard; }
 };
-StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks);
+StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks, bool moe = false);
 // EWC's penalty, summed once a step (one fp64 value each): over the ZeRO-3 shard group where the
 // penalty works on the shards, then over tp and pp (executor/train/regularizers.cpp
 // Ewc::penalty_value, executor/parallel/fully_sharded.cpp).

@@ -9,7 +9,7 @@ namespace cpt::exec {
 using core::str_cat;
 
 ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchInfo& launch,
-                                  std::chrono::seconds timeout, bool cuda) {
+                                  std::chrono::seconds timeout, bool cuda, bool experts_apart) {
   if (layout.world_size() != launch.world_size) {
     throw core::ConfigError(str_cat(
         "the plan needs ", layout.world_size(), " processes (tp · cp · dp · pp), the launch has ", launch.world_size,
@@ -51,10 +51,12 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
     const auto replicas = layout.replica_group(launch.rank);
     g.dp_cp = with_timing(make(str_cat("dp_cp/", replicas.front()), replicas), clocks.dp);
   }
-  if (layout.expert_degree(spec::ExpertAxis::kEp) > 1) {
-    const auto ep = layout.expert_group(launch.rank, spec::ExpertAxis::kEp);
+  if (experts_apart || layout.expert_degree(spec::ExpertAxis::kEp) > 1) {
+    if (layout.expert_degree(spec::ExpertAxis::kEp) > 1) {
+      const auto ep = layout.expert_group(launch.rank, spec::ExpertAxis::kEp);
+      g.ep = with_timing(make(str_cat("ep/", ep.front()), ep), clocks.ep);
+    }
     const auto replicas = layout.expert_group(launch.rank, spec::ExpertAxis::kExpertDp);
-    g.ep = with_timing(make(str_cat("ep/", ep.front()), ep), clocks.ep);
     g.expert_dp = with_timing(make(str_cat("expert_dp/", replicas.front()), replicas), clocks.dp);
   }
   // Hybrid sharding: ZeRO-3 shards over the replicas on this node (dp × cp) and replicates across.

@@ -32,9 +32,10 @@ struct ProcessGroups {
   // Context parallelism only (null otherwise): the ranks holding the same parameters, dp × cp
   // (spec::RankLayout::replica_group): gradients are summed and ZeRO shards spread over them.
   std::unique_ptr<Communicator> dp_cp;
-  // Expert parallelism only (null otherwise, spec::RankLayout's expert axes with etp 1): the ranks
-  // among which the routed experts are split and tokens dispatched (ep), and the ranks holding the
-  // same experts (expert-dp), over which the experts' gradients are summed and sharded.
+  // Routed experts that are units of their own (spec::ParallelConfig::experts_with_their_layer
+  // false: ep > 1, or tp > 1), else null; spec::RankLayout's expert axes with etp 1. `ep` (null for
+  // ep 1): the ranks among which the routed experts are split and tokens dispatched; `expert_dp`:
+  // the ranks holding the same experts, over which the experts' gradients are summed and sharded.
   std::unique_ptr<Communicator> ep, expert_dp;
   // The group over which gradients are summed and optimizer state is sharded: dp_cp, or dp.
   [[nodiscard]] Communicator& replicas() const { return dp_cp ? *dp_cp : *dp; }
@@ -43,8 +44,9 @@ struct ProcessGroups {
 // COLLECTIVE over the job: every rank calls it with the same layout. ConfigError when the layout's
 // world size is not the launch's. `cuda`: the ranks train on CUDA devices (each on its own, set as
 // the current device before this call); every group but the world then routes CUDA tensors to
-// NCCL and CPU tensors to Gloo (c10d_communicator.h, route_by_device).
+// NCCL and CPU tensors to Gloo (c10d_communicator.h, route_by_device). `experts_apart`: the model
+// has routed experts that are units of their own (the ep and expert_dp groups above).
 ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchInfo& launch,
-                                  std::chrono::seconds timeout, bool cuda = false);
+                                  std::chrono::seconds timeout, bool cuda = false, bool experts_apart = false);
 
 }  // namespace cpt::exec

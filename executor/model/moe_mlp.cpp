@@ -1,10 +1,12 @@
 #include "executor/model/moe_mlp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/check.h"
 #include "executor/model/activation_checkpoint.h"
+#include "executor/model/moe_routing.h"
 
 namespace cpt::exec {
 
@@ -29,36 +31,12 @@ struct AuxLossToOutput : public torch::autograd::Function<AuxLossToOutput> {
   }
 };
 
-// The (token, expert) pairs of a microbatch, sorted by expert (stable: token order inside each).
-struct SortedPairs {
-  torch::Tensor token;       // int64 [N]: the token of each pair
-  torch::Tensor weight;      // fp32 [N]: its routing weight
-  torch::Tensor per_expert;  // int64 [E]: pairs of each expert (after any drop)
-};
-
-// Sorts the top-k choices by expert and drops, per expert, the pairs past `capacity` (< 0: none).
-SortedPairs sort_by_expert(const torch::Tensor& top_experts, const torch::Tensor& top_weights,
-                           const torch::Tensor& chosen, std::int64_t capacity) {
-  const std::int64_t k = top_experts.size(1);
-  const auto expert_of_pair = top_experts.reshape({-1});
-  const auto order = std::get<1>(expert_of_pair.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
-  SortedPairs pairs{torch::div(order, k, "floor"), top_weights.reshape({-1}).index_select(0, order), chosen};
-  if (capacity >= 0) {
-    const auto sorted_experts = expert_of_pair.index_select(0, order);
-    const auto run_start = chosen.cumsum(0) - chosen;  // [E]: each expert's first sorted pair
-    const auto position = torch::arange(order.size(0), order.options()) - run_start.index_select(0, sorted_experts);
-    const auto kept = (position < capacity).nonzero().squeeze(1);
-    pairs.token = pairs.token.index_select(0, kept);
-    pairs.weight = pairs.weight.index_select(0, kept);
-    pairs.per_expert = chosen.clamp_max(capacity);
-  }
-  return pairs;
-}
-
 }  // namespace
 
-MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep) : spec_(m.moe), ep_(ep) {
+MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep, TensorParallel tp)
+    : spec_(m.moe), ep_(ep), sequence_shards_(tp.sp() ? tp.group : nullptr) {
   CPT_CHECK(spec_.experts % ep_.size() == 0, spec_.experts, " experts over an ep group of ", ep_.size());
+  CPT_CHECK(!tp.active() || tp.sp(), "experts under tensor parallelism ", tp.size(), " need sequence parallelism");
   gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(m.hidden, spec_.experts).bias(false)));
   experts = register_module("experts", std::make_shared<torch::nn::Module>());
   const std::int64_t local = spec_.experts / ep_.size();
@@ -68,7 +46,7 @@ MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep) : spec_(m.mo
     local_.push_back(expert.get());
   }
   if (spec_.shared_ffn_hidden > 0) {
-    shared_experts = register_module("shared_experts", SwiGluMlp(m.hidden, spec_.shared_ffn_hidden));
+    shared_experts = register_module("shared_experts", SwiGluMlp(m.hidden, spec_.shared_ffn_hidden, tp));
   }
   stats_.tokens_per_expert = torch::zeros({spec_.experts}, torch::kInt64);
 }
@@ -98,42 +76,54 @@ torch::Tensor MoeMlpImpl::run_experts(const torch::Tensor& rows, const torch::Te
 }
 
 torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
-  const auto tokens = x.reshape({-1, x.size(-1)});  // [T, H]
-  const std::int64_t token_count = tokens.size(0), k = spec_.experts_per_token, expert_count = spec_.experts;
-  const auto logits = gate(tokens).to(torch::kFloat32);  // [T, E]
+  const auto tokens = x.reshape({-1, x.size(-1)});  // [T, H] (T = B·S, or B·S/tp on a sequence shard)
+  const std::int64_t k = spec_.experts_per_token, expert_count = spec_.experts;
+  const auto router = sequence_shards_ != nullptr ? copy_to_tp(gate->weight, *sequence_shards_) : gate->weight;
+  const auto logits = torch::linear(tokens, router).to(torch::kFloat32);  // [T, E]
   const auto scores = spec_.router == spec::RouterScore::kSoftmax ? logits.softmax(-1) : logits.sigmoid();
   auto [top_weights, top_experts] = scores.topk(k, -1);  // [T, k]
   if (spec_.normalize_top_k) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
-  const auto chosen = torch::bincount(top_experts.reshape({-1}), {}, expert_count);  // [E]
+  // Σ over this rank's tokens of the probabilities (per token summing to 1: sigmoid scores
+  // normalised), for the auxiliary loss.
+  const auto probabilities = spec_.router == spec::RouterScore::kSoftmax ? scores : scores / scores.sum(-1, true);
+  const auto probability_sums = probabilities.sum(0);  // [E]
+  const MicrobatchRouting routing = route_microbatch(top_experts, x.size(0), probability_sums, sequence_shards_);
   const std::int64_t capacity =
       spec_.capacity_factor > 0
-          ? static_cast<std::int64_t>(std::ceil(spec_.capacity_factor * static_cast<double>(token_count * k) /
+          ? static_cast<std::int64_t>(std::ceil(spec_.capacity_factor * static_cast<double>(routing.tokens * k) /
                                                 static_cast<double>(expert_count)))
           : -1;
-  const auto pairs = sort_by_expert(top_experts, top_weights, chosen, capacity);
+  const KeptPairs pairs = keep_pairs(top_experts, top_weights, routing, capacity, x.size(1));
 
   // Every expert on its run of the sorted pairs (possibly empty), then each output weighted and
   // added to its token's row.
   auto routed = run_experts(tokens.index_select(0, pairs.token), pairs.per_expert);
   routed = routed * pairs.weight.unsqueeze(1).to(routed.scalar_type());
-  auto out = torch::zeros({token_count, tokens.size(1)}, routed.options()).index_add(0, pairs.token, routed);
-  if (shared_experts) out = out + shared_experts->forward(tokens);
+  auto out = torch::zeros({tokens.size(0), tokens.size(1)}, routed.options()).index_add(0, pairs.token, routed);
+  out = out.reshape(x.sizes());
+  if (shared_experts) out = out + shared_experts->forward(x);
+  if (!is_training()) return out;
 
-  if (is_training()) {
-    // E · Σ_e f_e · P_e (see the header); probabilities per token summing to 1.
-    const auto probabilities = spec_.router == spec::RouterScore::kSoftmax ? scores : scores / scores.sum(-1, true);
-    const auto share = chosen.to(torch::kFloat32) / static_cast<double>(token_count * k);
-    const auto aux_loss = (share * probabilities.mean(0)).sum() * static_cast<double>(expert_count);
-    if (recording_ && !in_recomputation()) {
-      stats_.tokens_per_expert += chosen.to(torch::kCPU);
-      stats_.dropped += token_count * k - pairs.token.size(0);
-      const auto value = aux_loss.detach();
-      aux_loss_sum_ = aux_loss_sum_.defined() ? aux_loss_sum_ + value : value;
-      ++stats_.forwards;
+  // E · Σ_e f_e · P_e over the microbatch (see the header): f_e without gradient; P_e's gradient
+  // through this rank's tokens only, E · f_e / T each.
+  const auto tokens_total = static_cast<double>(routing.tokens);
+  const auto share = routing.chosen.to(torch::kFloat32) / (tokens_total * static_cast<double>(k));
+  const double per_token = static_cast<double>(expert_count) / tokens_total;
+  const auto aux_loss = (share * probability_sums).sum() * per_token;
+  if (recording_ && !in_recomputation()) {
+    const auto chosen = routing.chosen.to(torch::kCPU);
+    stats_.tokens_per_expert += chosen;
+    if (capacity >= 0) {
+      const auto count = chosen.accessor<std::int64_t, 1>();
+      for (std::int64_t e = 0; e < expert_count; ++e) stats_.dropped += std::max<std::int64_t>(0, count[e] - capacity);
     }
-    if (aux_loss_scale_ > 0 && aux_loss.requires_grad()) out = AuxLossToOutput::apply(out, aux_loss, aux_loss_scale_);
+    const auto value =
+        routing.probability_sums.defined() ? (share * routing.probability_sums).sum() * per_token : aux_loss.detach();
+    aux_loss_sum_ = aux_loss_sum_.defined() ? aux_loss_sum_ + value : value;
+    ++stats_.forwards;
   }
-  return out.reshape(x.sizes());
+  if (aux_loss_scale_ > 0 && aux_loss.requires_grad()) out = AuxLossToOutput::apply(out, aux_loss, aux_loss_scale_);
+  return out;
 }
 
 RoutingStats MoeMlpImpl::take_routing_stats() {

@@ -30,8 +30,16 @@
 // Expert parallelism (parallel/expert_parallel.h): this rank holds its share of the experts, under
 // their global names, and its pairs go to their experts' ranks and back by all-to-all; the
 // routing, drops and auxiliary loss stay this rank's own, so the layer computes what the single
-// process computes. Tensor and context parallelism with experts are not built
-// (spec::find_executor_gap).
+// process computes.
+//
+// Tensor parallelism, with sequence parallelism (Megatron-Core's "parallel folding" with expert-tp
+// 1): the layer runs on this rank's sequence shard [B, S/tp, H]. The router is replicated over tp
+// (its weight's gradient summed over the group, as the norms'); the routed experts are whole
+// (their names are tp-replicated, tp_split_of) and the ep group may be the tp group's ranks; the
+// shared experts are split over tp as the dense MLP. The auxiliary loss and each expert's capacity
+// are the whole microbatch's (model/moe_routing.h): each rank's objective carries the loss's
+// gradient for its own tokens, E · f_e / T per router probability, f_e over the microbatch.
+// Context parallelism and expert-tp > 1 are not built (spec::find_executor_gap).
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -40,6 +48,7 @@
 
 #include "executor/model/swiglu_mlp.h"
 #include "executor/parallel/expert_parallel.h"
+#include "executor/parallel/tensor_parallel.h"
 #include "spec/model_spec.h"
 
 namespace cpt::exec {
@@ -48,14 +57,16 @@ namespace cpt::exec {
 struct RoutingStats {
   torch::Tensor tokens_per_expert;  // int64 [E], (token, expert) pairs chosen, before any drop
   std::int64_t dropped = 0;         // pairs over capacity (0 when dropless)
-  double aux_loss_sum = 0;          // Σ over forwards of the unscaled auxiliary loss
+  // (Under sequence parallelism every rank of the tp group records the whole microbatch's.)
+  double aux_loss_sum = 0;  // Σ over forwards of the unscaled auxiliary loss
   std::int64_t forwards = 0;
 };
 
 class MoeMlpImpl : public torch::nn::Module {
  public:
-  explicit MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep = {});
-  // [B, S, H] -> [B, S, H].
+  // `tp`: the layer's tensor-parallel group; active only with sequence parallelism.
+  explicit MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep = {}, TensorParallel tp = {});
+  // [B, S, H] -> [B, S, H] (under sequence parallelism this rank's shard [B, S/tp, H]).
   torch::Tensor forward(const torch::Tensor& x);
   // The objective's weight of this layer's auxiliary loss per microbatch (0: none).
   void set_aux_loss_scale(double scale) { aux_loss_scale_ = scale; }
@@ -82,6 +93,7 @@ class MoeMlpImpl : public torch::nn::Module {
 
   spec::ExpertSpec spec_;
   ExpertParallel ep_;
+  Communicator* sequence_shards_ = nullptr;  // the tp group under sequence parallelism
   std::int64_t first_expert_ = 0;
   std::vector<SwiGluMlpImpl*> local_;
   double aux_loss_scale_ = 0;

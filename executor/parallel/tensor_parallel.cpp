@@ -17,7 +17,9 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // The communicator travels through the autograd context as an integer: groups outlive every step.
-std::int64_t as_int(Communicator& c) { return reinterpret_cast<std::int64_t>(&c); }
+std::int64_t as_int(Communicator& c) {
+  return reinterpret_cast<std::int64_t>(&c);
+}
 Communicator& comm_of(AutogradContext* ctx) {
   return *reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
 }
@@ -41,7 +43,8 @@ torch::Tensor all_gathered_dim1(const torch::Tensor& x, Communicator& c) {
 // [B, S, ...] summed over the ranks -> this rank's [B, S/size, ...].
 torch::Tensor reduce_scattered_dim1(const torch::Tensor& x, Communicator& c) {
   auto t = x.transpose(0, 1).contiguous();  // [S, B, ...]
-  CPT_CHECK(t.size(0) % c.size() == 0, "sequence of ", t.size(0), " not divisible by the tensor-parallel size ", c.size());
+  CPT_CHECK(t.size(0) % c.size() == 0, "sequence of ", t.size(0), " not divisible by the tensor-parallel size ",
+            c.size());
   auto sizes = t.sizes().vec();
   sizes[0] /= c.size();
   auto out = torch::empty(sizes, t.options());
@@ -87,12 +90,16 @@ struct ReduceScatterSequence : public torch::autograd::Function<ReduceScatterSeq
   }
 };
 
-std::int64_t rows_per_rank(std::int64_t rows, int tp) { return rows / tp; }
+std::int64_t rows_per_rank(std::int64_t rows, int tp) {
+  return rows / tp;
+}
 
 }  // namespace
 
 TpSplit tp_split_of(const std::string& name) {
   if (name == "embed_tokens.weight" || name == "lm_head.weight") return TpSplit::kVocabRows;
+  // The routed experts are whole on every rank of the tp group (expert-tp 1, model/moe_mlp.h).
+  if (name.find(".mlp.experts.") != std::string::npos) return TpSplit::kReplicated;
   for (const char* m : {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."}) {
     if (name.find(m) != std::string::npos) return TpSplit::kRows;
   }
@@ -219,7 +226,7 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
     RECORD_USER_SCOPE(kCrossEntropyScope);  // a step profile's "loss" (measure/op_kind.h)
     auto& tp = *reinterpret_cast<Communicator*>(comm);
     auto probs = local_logits.detach().to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);  // [B, S, V_r]
-    const auto local_max = probs.amax(-1).contiguous();                                            // [B, S]
+    const auto local_max = probs.amax(-1).contiguous();                                             // [B, S]
     auto sizes = local_max.sizes().vec();
     sizes.insert(sizes.begin(), tp.size());
     auto maxima = torch::empty(sizes, local_max.options());

@@ -10,7 +10,8 @@
 //   vocabulary rows: embed_tokens and lm_head, [V, H] padded with zero rows to V_pad (for tp > 1 the
 //       next multiple of 128·tp, spec::tp_padded_vocab, as Megatron-LM and the cost
 //       model), rank r holding rows [r·V_pad/tp, (r+1)·V_pad/tp);
-//   replicated: the RMSNorm weights.
+//   replicated: the RMSNorm weights, an MoE layer's router and its routed experts (expert-tp 1; its
+//       shared experts are split as the dense MLP).
 // Checkpoints always hold the full, unpadded tensors, so they do not depend on the layout.
 //
 // The collectives (Megatron's mappings.py), forward / backward:

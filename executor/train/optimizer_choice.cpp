@@ -60,7 +60,7 @@ OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const Tra
                   groups.dp_replicate->name(), ")");
     }
     choice.optimizer = std::move(sharded);
-  } else if (groups.ep) {
+  } else if (groups.expert_dp) {
     // Expert parallelism: the routed experts' gradients are summed (and ZeRO shards them) over the
     // ranks holding the same experts, expert-dp; everything else over the replicas.
     NamedParams dense, experts;

@@ -223,8 +223,8 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
       rank0_(launch_.rank == 0),
       layout_(par_, plan.cluster.node.gpus_per_node),
       device_(set_up_compute(config, options, launch_)),
-      groups_(
-          make_process_groups(layout_, launch_, std::chrono::seconds(config.collective_timeout_s), device_.is_cuda())),
+      groups_(make_process_groups(layout_, launch_, std::chrono::seconds(config.collective_timeout_s),
+                                  device_.is_cuda(), plan.model.moe.present() && !par_.experts_with_their_layer())),
       inputs_(prepare_run_directory(plan, config, options, rank0_, *groups_.world)),
       total_steps_(resolve_steps(plan, config, options, inputs_.train)),
       tp_{groups_.tp.get(), par_.sequence_parallel},

@@ -68,16 +68,17 @@ TEST(Experts, PlansRecordAndExportExpertParallelism) {
     EXPECT_NE(megatron.find(arg), std::string::npos) << arg << "\n" << megatron;
   }
   EXPECT_NE(slurp(out / "torchtitan.toml").find("expert_parallel_degree = 8"), std::string::npos);
-  // cpt's executor runs expert parallelism (etp, tp and cp 1): its launcher starts the job and
-  // report.md prices it; with tensor parallelism the launcher says it does not run it.
+  // cpt's executor runs expert parallelism (etp and cp 1, tp with sequence parallelism): its
+  // launcher starts the job and report.md prices it; with expert-tp 2 the launcher says it does not
+  // run it.
   EXPECT_EQ(slurp(out / "torchrun.sh").find("does not run this plan yet"), std::string::npos);
   EXPECT_EQ(slurp(out / "report.md").find("| torchrun.sh, slurm.sbatch | cpt | - | - | - | cannot run it"),
             std::string::npos)
       << slurp(out / "report.md");
-  const auto with_tp = scratch() / "qwen3-tp2";
+  const auto with_tp = scratch() / "qwen3-etp2";
   std::filesystem::remove_all(with_tp);
   ASSERT_EQ(cpt("plan --model qwen3-30b-a3b --gpu h100 --gpus 16 --global-batch 512 --seq-len 4096 "
-                "--fix ep=8,pp=2,tp=2 --out " +
+                "--fix ep=4,etp=2,pp=2,tp=2 --out " +
                 with_tp.string())
                 .exit_code,
             0);

@@ -1,6 +1,7 @@
 // Model variants through the real `cpt train` (distributed_train_fixture.h). A mixture of experts:
 // the catalog's tiny MoE (4 experts, top 2, shared experts) trained by one process and by
-// data-parallel, ZeRO, recomputing, pipeline and expert-parallel layouts gives the same losses and
+// data-parallel, ZeRO, recomputing, pipeline, expert-parallel and tensor-parallel (sequence-parallel,
+// the experts whole or split over the tp ranks) layouts gives the same losses and
 // final weights, routes the same tokens (metrics.jsonl's expert_load), and makes the communication
 // calls the cost model counts; an expert-parallel run's checkpoint resumes in one process. Qwen3's
 // attention (q/k norms, a head width of its own) under tensor parallelism.
@@ -26,7 +27,11 @@ class ModelVariantsTrain : public DistributedTrain {
           std::tuple{"ep2-zero1", "dp=2,ep=2,zero=1,offload=none,micro_batch=2", 2},
           std::tuple{"ep2-full-recompute", "dp=2,ep=2,zero=0,recompute=full,micro_batch=2", 2},
           std::tuple{"ep2-dp4-zero2", "dp=4,ep=2,zero=2,offload=none,micro_batch=2", 4},
-          std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
+          std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4},
+          std::tuple{"tp2-sp", "tp=2,sequence_parallel=true,ep=1,micro_batch=2", 2},
+          std::tuple{"ep2-tp2-sp", "tp=2,sequence_parallel=true,ep=2,micro_batch=2", 2},
+          std::tuple{"ep2-tp2-dp2-zero1", "tp=2,dp=2,sequence_parallel=true,ep=2,zero=1,offload=none,micro_batch=2",
+                     4}}) {
       const auto r = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus " + std::to_string(gpus) +
                             " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/moe-" + name,
                         dir_);
@@ -82,7 +87,10 @@ TEST_F(ModelVariantsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
                                       {"ep2-zero1", 2},
                                       {"ep2-full-recompute", 2},
                                       {"ep2-dp4-zero2", 4},
-                                      {"ep2-pp2", 4}}) {
+                                      {"ep2-pp2", 4},
+                                      {"tp2-sp", 2},
+                                      {"ep2-tp2-sp", 2},
+                                      {"ep2-tp2-dp2-zero1", 4}}) {
     const auto out = "o-moe-" + layout;
     const auto r = train("moe-" + layout, out, procs);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -109,8 +117,8 @@ TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
        {std::tuple{"single", 1, "--gpus 1 --ep 1"}, std::tuple{"dp2", 2, "--gpus 2 --dp 2 --ep 1"},
         std::tuple{"zero1-dp2", 2, "--gpus 2 --dp 2 --zero 1 --ep 1"},
         std::tuple{"zero3-dp2", 2, "--gpus 2 --dp 2 --zero 3 --ep 1"}, std::tuple{"pp2", 2, "--gpus 2 --pp 2 --ep 1"},
-        std::tuple{"ep2", 2, "--gpus 2 --dp 2 --ep 2"},
-        std::tuple{"ep2-zero1", 2, "--gpus 2 --dp 2 --zero 1 --ep 2"}}) {
+        std::tuple{"ep2", 2, "--gpus 2 --dp 2 --ep 2"}, std::tuple{"ep2-zero1", 2, "--gpus 2 --dp 2 --zero 1 --ep 2"},
+        std::tuple{"ep2-tp2-sp", 2, "--gpus 2 --tp 2 --sequence-parallel --ep 2"}}) {
     const auto out = std::string("mem-moe-") + layout;
     const auto r = train(std::string("moe-") + layout, out, procs, two_steps);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -138,13 +146,16 @@ TEST_F(ModelVariantsTrain, ExpertParallelZeroTwoHoldsBothOptimizersShardsAndBuck
 }
 
 // A checkpoint holds whole tensors whatever the layout: the experts split over two ranks are
-// gathered into it, and one process resumes from it where the single-process run would be; a
-// one-process checkpoint resumes with the experts split over two ranks, each loading its own.
+// gathered into it, and one process resumes from it where the single-process run would be, also
+// from experts and shared experts split over a tp group; a one-process checkpoint resumes with the
+// experts split over two ranks, each loading its own.
 TEST_F(ModelVariantsTrain, ExpertParallelCheckpointsMoveBetweenLayouts) {
   plan_once();
   reference("moe-single", "o-moe-1");
   expect_resume("moe-ep2-zero1", 2, "moe-single", 1, "o-moe-1");
   expect_resume("moe-single", 1, "moe-ep2", 2, "o-moe-1");
+  // The experts split over the two ranks of a tp group (the shared experts split by tp too).
+  expect_resume("moe-ep2-tp2-sp", 2, "moe-single", 1, "o-moe-1");
 }
 
 // A dense first layer under pp 2 × ep 2: the first stage holds no experts (its expert optimizer
@@ -171,8 +182,8 @@ TEST_F(ModelVariantsTrain, QkNormsAndTheirOwnHeadWidthMatchTheSingleProcessRunUn
   }
 }
 
-// Tensor and context parallelism with experts, and ZeRO-3 with expert parallelism, are refused in
-// one line, before any rank trains.
+// ZeRO-3 with expert parallelism (like context parallelism or expert-tp with experts) is refused
+// in one line, before any rank trains.
 TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
   const auto d = dir_.string();
   const auto planned = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus 2 --global-batch 8 --seq-len 64" +

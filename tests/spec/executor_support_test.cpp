@@ -37,6 +37,15 @@ TEST(ExecutorSupport, StepScalarAllReducesFollowTheGroupsThatExist) {
   EXPECT_EQ(ep.expert_shard, 1);
   EXPECT_EQ(ep.total(), 2 + 1 + 3 + 1 + 1);
   EXPECT_EQ(executor_step_scalar_all_reduces(ParallelConfig{.dp = 2, .ep = 2}, 2).expert_shard, 0);  // expert-dp 1
+
+  // Experts whole on the ranks of a tp group (ep 1) are apart from their layer too: their norm over
+  // pp, no ep group; ZeRO shards them over expert-dp (tp 2 · dp 2).
+  const ParallelConfig tp_experts{.tp = 2, .dp = 2, .pp = 2, .zero_stage = 1, .sequence_parallel = true};
+  const auto folded = executor_step_scalar_all_reduces(tp_experts, 2, /*moe=*/true);
+  EXPECT_EQ(folded.ep, 0);
+  EXPECT_EQ(folded.pp, 3);
+  EXPECT_EQ(folded.expert_shard, 1);
+  EXPECT_EQ(executor_step_scalar_all_reduces(tp_experts, 2).pp, 2);  // a dense model: no expert part
 }
 
 // EWC's penalty value: summed over the shards under ZeRO-3, then over tp and pp; replicas hold the
@@ -53,8 +62,9 @@ TEST(ExecutorSupport, EwcPenaltyIsSummedOverTheGroupsThatSplitTheParameters) {
   EXPECT_EQ(tp_pp.total(), 2);
 }
 
-// The executor runs experts over ep with data parallelism and ZeRO-0/1/2, not with tp, cp, etp or
-// ZeRO-3 (parallel/expert_parallel.h).
+// The executor runs experts over ep with data parallelism, ZeRO-0/1/2 and tensor parallelism with
+// sequence parallelism, not with cp, etp, tp without sequence parallelism, or ZeRO-3 unless the
+// experts live with their layer (model/moe_mlp.h).
 TEST(ExecutorSupport, ExpertParallelismRunsWithDataParallelismAndZeroUpToTwo) {
   auto moe = ModelSpec{};
   moe.moe.experts = 4;
@@ -64,6 +74,11 @@ TEST(ExecutorSupport, ExpertParallelismRunsWithDataParallelismAndZeroUpToTwo) {
   EXPECT_EQ(find_executor_gap(ParallelConfig{.dp = 2, .zero_stage = 3, .ep = 2}, moe, 64),
             ExecutorGap::kExpertParallelism);
   EXPECT_EQ(find_executor_gap(ParallelConfig{.tp = 2, .dp = 2, .ep = 2}, moe, 64), ExecutorGap::kExpertParallelism);
+  EXPECT_FALSE(find_executor_gap(ParallelConfig{.tp = 2, .dp = 2, .sequence_parallel = true, .ep = 2}, moe, 64));
+  EXPECT_FALSE(find_executor_gap(ParallelConfig{.tp = 2, .zero_stage = 1, .sequence_parallel = true}, moe, 64));
+  EXPECT_EQ(find_executor_gap(ParallelConfig{.tp = 2, .zero_stage = 3, .sequence_parallel = true}, moe, 64),
+            ExecutorGap::kExpertParallelism);
+  EXPECT_EQ(find_executor_gap(ParallelConfig{.cp = 2, .ep = 2}, moe, 64), ExecutorGap::kExpertParallelism);
   EXPECT_EQ(find_executor_gap(ParallelConfig{.dp = 2, .ep = 2, .etp = 2}, moe, 64), ExecutorGap::kExpertParallelism);
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .zero_stage = 3}, moe, 64));  // experts with their layer
 }
