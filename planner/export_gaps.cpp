@@ -12,11 +12,10 @@ using spec::Runtime;
 namespace {
 
 ExportGap megatron_gap(const spec::ParallelConfig& p) {
-  if (p.zero_stage >= 2 && p.hybrid_shard) return ExportGap::kHybridSharding;
+  if (p.zero_stage >= 2 && p.hybrid_shard && !megatron_runs_as_fsdp(p)) return ExportGap::kHybridSharding;
   if (p.zero_stage >= 2 && !megatron_runs_as_fsdp(p)) return ExportGap::kShardingBeyondOptimizer;
   if (p.schedule == spec::ScheduleKind::kZeroBubbleH1) return ExportGap::kZeroBubbleH1;
   if (p.offload == spec::Offload::kOptimizerAndParams) return ExportGap::kParameterOffload;
-  if (p.hybrid_shard) return ExportGap::kHybridSharding;
   return ExportGap::kNone;
 }
 
@@ -51,7 +50,7 @@ ExportGap torchtitan_gap(const spec::ModelSpec& m, const spec::ParallelConfig& p
 }  // namespace
 
 bool megatron_runs_as_fsdp(const spec::ParallelConfig& p) {
-  return p.zero_stage >= 2 && p.pp == 1 && !p.hybrid_shard && p.offload == spec::Offload::kNone;
+  return p.zero_stage >= 2 && p.pp == 1 && p.offload == spec::Offload::kNone;
 }
 
 ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
@@ -92,7 +91,8 @@ std::string describe(ExportGap gap, const spec::ParallelConfig& p, const spec::M
     case ExportGap::kParameterOffload:
       return "Megatron-LM has no argument that offloads parameters: the optimizer state only";
     case ExportGap::kHybridSharding:
-      return "hybrid sharding is written as ZeRO-1 for Megatron-LM and as ZeRO++ hpZ for DeepSpeed, not HSDP";
+      return "hybrid sharding is Megatron-FSDP's HSDP without a pipeline or offload; with them it is written as ZeRO-1 "
+             "for Megatron-LM, and as ZeRO++ hpZ for DeepSpeed, not HSDP";
     case ExportGap::kShardingWithPipeline:
       return str_cat("DeepSpeed's pipeline engine refuses ZeRO-", p.zero_stage, ": runs as ZeRO-1");
     case ExportGap::kRingContextParallel:

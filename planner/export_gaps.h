@@ -18,7 +18,7 @@ enum class ExportGap {
   kExpertTensorParallel,      // torchtitan: expert tensor parallelism is 1 or tp
   kShardingBeyondOptimizer,   // Megatron: ZeRO-2/3 beside a pipeline or offload written as ZeRO-1
   kParameterOffload,          // Megatron: no argument offloads parameters
-  kHybridSharding,            // Megatron: written as ZeRO-1; DeepSpeed: written as ZeRO++ hpZ
+  kHybridSharding,            // Megatron beside a pipeline or offload: written as ZeRO-1; DeepSpeed: ZeRO++ hpZ
   kShardingWithPipeline,      // DeepSpeed's pipeline engine refuses ZeRO-2/3: written as ZeRO-1
   kRingContextParallel,       // DeepSpeed's sequence parallelism is Ulysses, not the ring priced
   kZeroBubbleH1,              // torchtitan (no class without virtual stages), Megatron-LM: written as 1F1B
@@ -38,8 +38,9 @@ enum class ExportGap {
                                         spec::Runtime target);
 
 // Whether Megatron-LM's export writes the plan's ZeRO-2/3 as Megatron-FSDP
-// (`--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params`): without
-// a pipeline, hybrid sharding or offload, the setups Megatron-LM's Megatron-FSDP guide
+// (`--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params`, hybrid
+// sharding as its HSDP: `--num-distributed-optimizer-instances`, one instance per node's shard
+// group): without a pipeline or offload, the setups Megatron-LM's Megatron-FSDP guide
 // (docs/discussions/megatron-fsdp-user-guide) runs; otherwise the distributed optimizer (ZeRO-1).
 [[nodiscard]] bool megatron_runs_as_fsdp(const spec::ParallelConfig& parallel);
 

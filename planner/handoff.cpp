@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "core/check.h"
 #include "core/str_cat.h"
 #include "costmodel/layer_costs.h"
 #include "spec/executor_support.h"
+#include "spec/rank_layout.h"
 
 namespace cpt::planner {
 
@@ -27,6 +29,16 @@ int nodes(const spec::Plan& p) {
 }
 int gpus_per_node(const spec::Plan& p) {
   return std::min(p.cluster.num_gpus, p.cluster.node.gpus_per_node);
+}
+
+// Hybrid sharding: the data-parallel (dp × cp) ranks of one node, over which ZeRO-3 shards
+// (spec::RankLayout::zero_shard_group); they divide dp × cp (the planner prunes uneven ones).
+int megatron_hsdp_shard_ranks(const spec::Plan& p) {
+  const spec::RankLayout layout(p.parallel, p.cluster.node.gpus_per_node);
+  const int shard = layout.zero_shard_group_size();
+  CPT_CHECK(shard > 0 && (p.parallel.dp * p.parallel.cp) % shard == 0, "hybrid shard group of ", shard, " over dp ",
+            p.parallel.dp, " x cp ", p.parallel.cp);
+  return shard;
 }
 
 // Megatron-LM splits layers evenly over pp · vp stages; a plan whose first and last stages hold
@@ -132,8 +144,12 @@ std::string megatron_preamble(const spec::Plan& plan) {
   if (fsdp) {
     s << "# ZeRO-" << c.zero_stage << " as Megatron-FSDP (Megatron-LM's docs/discussions/megatron-fsdp-user-guide);\n"
       << "# its checkpoints are fsdp_dtensor: convert a torch_dist base checkpoint with the guide's tool.\n";
+    if (c.hybrid_shard) {
+      s << "# Hybrid sharding as its HSDP: sharded over the " << megatron_hsdp_shard_ranks(plan)
+        << " data-parallel ranks of a node,\n# replicated over --num-distributed-optimizer-instances.\n";
+    }
   } else if (c.zero_stage >= 2) {
-    s << "# Megatron-FSDP is written without a pipeline, hybrid sharding or offload only: ZeRO-" << c.zero_stage
+    s << "# Megatron-FSDP is written without a pipeline or offload only: ZeRO-" << c.zero_stage
       << (c.hybrid_shard ? " with hybrid sharding" : "")
       << " is expressed as ZeRO-1 (--use-distributed-optimizer); use DeepSpeed or torchtitan for the exact plan.\n";
   }
@@ -222,6 +238,11 @@ std::vector<std::string> layout_and_training_args(const spec::Plan& plan) {
     }
     args.push_back(
         str_cat("--data-parallel-sharding-strategy ", c.zero_stage == 3 ? "optim_grads_params" : "optim_grads"));
+    if (c.hybrid_shard) {
+      // Megatron-Core splits the dp × cp ranks into that many contiguous instances, each sharding
+      // (parallel_state's intra-partial data-parallel groups), and replicates across them.
+      args.push_back(str_cat("--num-distributed-optimizer-instances ", c.dp * c.cp / megatron_hsdp_shard_ranks(plan)));
+    }
   }
   if (c.offload != spec::Offload::kNone) {
     // Megatron-Core's hybrid-device optimizer: the whole optimizer state and step on the host

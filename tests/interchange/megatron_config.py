@@ -7,7 +7,9 @@ rank, --decoder-first/last-pipeline-num-layers), and TransformerConfig's checks 
 describes must be the plan's (layers, width, heads, query groups, MLP width, biases, epsilon, RoPE
 base, experts), dropout 0, and the pipeline split one Megatron-LM's validate_args accepts (the
 layers between the first and last stage's divide over the other stages and their virtual stages;
-Megatron-LM's training package is not on the package index, so that rule is restated here).
+Megatron-LM's training package is not on the package index, so that rule is restated here). ZeRO-2/3
+without a pipeline is Megatron-FSDP in megatron-core's DistributedDataParallelConfig, hybrid sharding
+its HSDP: the instances megatron-core's RankGenerator cuts from each dp x cp group are one node each.
 
 Usage: megatron_config.py CPT_BINARY WORK_DIR   (exit 77: megatron-core is not installed)
 """
@@ -27,6 +29,7 @@ try:
     from megatron.core.transformer.enums import AttnBackend
     from megatron.core.transformer.transformer_config import TransformerConfig
     from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.parallel_state import RankGenerator
 except ImportError as error:
     print(f"megatron-core is not installed (scripts/setup installs it): {error}")
     sys.exit(77)
@@ -44,6 +47,7 @@ LAYOUTS = [
     ("llama3-70b", 64, "tp=8,pp=4,cp=1,zero=1,vp=3,schedule=interleaved_1f1b"),
     ("llama3-8b", 16, "tp=2,pp=1,cp=1,zero=3,hsdp=false,sequence_parallel=true,offload=none"),
     ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=2,ep=8,offload=none"),
+    ("llama3-8b", 32, "tp=2,pp=1,cp=1,zero=3,hsdp=true,sequence_parallel=true,offload=none"),
 ]
 
 # Megatron-FSDP's sharding strategy for each ZeRO stage (megatron-core's DistributedDataParallelConfig).
@@ -100,14 +104,43 @@ def transformer_config(args):
     return TransformerConfig(**kwargs)
 
 
-def check_data_parallel(args, parallel, script, name, failures):
-    """ZeRO-2/3 without a pipeline is Megatron-FSDP, built into megatron-core's own
-    DistributedDataParallelConfig as Megatron-LM's training.py builds it (every argument named as a
-    field); its validate_args requires the fsdp_dtensor checkpoints and refuses
-    CUDA_DEVICE_MAX_CONNECTIONS=1."""
+def check_hybrid_shards(ddp, args, plan, name, failures):
+    """Hybrid sharding as Megatron-FSDP's HSDP: megatron-core splits each dp x cp group (its
+    RankGenerator's, in the exported rank order) into num_distributed_optimizer_instances contiguous
+    instances that shard, replicated across; each must be the data-parallel ranks of one node."""
+    parallel, per_node = plan["parallel"], plan["cluster"]["node"]["gpus_per_node"]
+    instances = int(ddp.num_distributed_optimizer_instances)
+    if not parallel.get("hybrid_shard"):
+        if instances != 1:
+            failures.append(f"{name}: {instances} distributed optimizer instances without hybrid sharding")
+        return
+    order = "tp-cp-ep-pp-dp" if "use_tp_pp_dp_mapping" in args else "tp-cp-ep-dp-pp"
+    ranks = RankGenerator(tp=parallel["tp"], ep=1, dp=parallel["dp"], pp=parallel["pp"], cp=parallel["cp"],
+                          order=order, rank_offset=0)
+    replicas = parallel["dp"] * parallel["cp"]
+    if instances <= 1 or replicas % instances != 0:
+        failures.append(f"{name}: hybrid sharding as {instances} instances over dp x cp {replicas}")
+        return
+    size = replicas // instances
+    for group in ranks.get_ranks("dp-cp"):
+        for i in range(instances):
+            shard = group[i * size:(i + 1) * size]
+            if len({rank // per_node for rank in shard}) != 1 or size != per_node // parallel["tp"] // parallel["pp"]:
+                failures.append(f"{name}: megatron-core's instance {shard} is not one node's data-parallel ranks")
+                return
+
+
+def data_parallel_config(args):
+    """megatron-core's DistributedDataParallelConfig as Megatron-LM's training.py builds it: every
+    argument named as a field."""
     fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
-    kwargs = {name: (True if value is True else value) for name, value in args.items() if name in fields}
-    ddp = DistributedDataParallelConfig(**kwargs)
+    return DistributedDataParallelConfig(**{name: value for name, value in args.items() if name in fields})
+
+
+def check_data_parallel(ddp, args, parallel, script, name, failures):
+    """ZeRO-2/3 without a pipeline is Megatron-FSDP, built into megatron-core's own
+    DistributedDataParallelConfig (data_parallel_config); its validate_args requires the
+    fsdp_dtensor checkpoints and refuses CUDA_DEVICE_MAX_CONNECTIONS=1."""
     zero = parallel["zero_stage"]
     if zero >= 2 and parallel["pp"] == 1:
         expected = FSDP_STRATEGY[zero]
@@ -169,7 +202,9 @@ def check_layout(cpt, work, index, layout, failures):
     for field, value in expected:
         if getattr(config, field) != value:
             failures.append(f"{model_name} {fix}: {field}: megatron-core builds {getattr(config, field)!r}, plan {value!r}")
-    check_data_parallel(args, parallel, os.path.join(out, "megatron_args.sh"), f"{model_name} {fix}", failures)
+    ddp = data_parallel_config(args)
+    check_data_parallel(ddp, args, parallel, os.path.join(out, "megatron_args.sh"), f"{model_name} {fix}", failures)
+    check_hybrid_shards(ddp, args, plan, f"{model_name} {fix}", failures)
     check_stage_layout(config, plan, f"{model_name} {fix}", failures)
     # Megatron-LM's validate_args: the layers between an uneven first and last stage divide evenly.
     first = config.num_layers_in_first_pipeline_stage or 0

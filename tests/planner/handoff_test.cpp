@@ -181,9 +181,10 @@ TEST(Handoff, MegatronArgumentsBuildThePlansModel) {
   EXPECT_TRUE(has(megatron_of("llama3-70b", 32, interleaved), "--num-virtual-stages-per-pipeline-rank 5"));
 }
 
-// ZeRO-2/3 without a pipeline, hybrid sharding or offload is Megatron-FSDP with its required flags
-// and without CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM refuses it); with a pipeline the export
-// keeps the distributed optimizer, says so, and --target megatron counts it as a gap.
+// ZeRO-2/3 without a pipeline or offload is Megatron-FSDP with its required flags and without
+// CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM refuses it), hybrid sharding its HSDP (an instance per
+// node's shard group); with a pipeline the export keeps the distributed optimizer, says so, and
+// --target megatron counts it as a gap.
 TEST(Handoff, ShardingBeyondTheOptimizerIsMegatronFsdp) {
   const spec::ParallelConfig zero3{.tp = 2, .dp = 4, .global_batch = 64, .zero_stage = 3};
   const std::string fsdp = megatron_of("llama3-8b", 8, zero3);
@@ -206,6 +207,14 @@ TEST(Handoff, ShardingBeyondTheOptimizerIsMegatronFsdp) {
   piped.dp = 4;
   piped.offload = spec::Offload::kOptimizer;
   EXPECT_FALSE(has(megatron_of("llama3-8b", 8, piped), "--use-megatron-fsdp"));
+  // 32 H100s in nodes of 8 under tp 2: 4 data-parallel ranks a node shard, 4 instances replicate.
+  const spec::ParallelConfig hybrid{.tp = 2, .dp = 16, .global_batch = 64, .zero_stage = 3, .hybrid_shard = true};
+  const std::string hsdp = megatron_of("llama3-8b", 32, hybrid);
+  EXPECT_TRUE(has(hsdp, "--use-megatron-fsdp")) << hsdp;
+  EXPECT_TRUE(has(hsdp, "--num-distributed-optimizer-instances 4\n")) << hsdp;
+  EXPECT_TRUE(has(hsdp, "sharded over the 4 data-parallel ranks of a node")) << hsdp;
+  EXPECT_EQ(find_export_gap(m, hybrid, 4096, spec::Runtime::kMegatron), ExportGap::kNone);
+  EXPECT_FALSE(has(fsdp, "--num-distributed-optimizer-instances")) << fsdp;
 }
 
 void write_script(const std::filesystem::path& path, const std::string& text) {
