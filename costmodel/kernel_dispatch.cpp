@@ -25,13 +25,13 @@ PassKernels layer_kernels(const CostModelOptions& o) {
 // the dispatch, its three calls' own operators included (the inventory charges its all-to-alls and
 // count gather no kernels of their own), and the second optimizer's per-step kernels (the experts'
 // own norm, clipping and AdamW call). Routing over sequence shards (tp > 1 with sequence
-// parallelism, model/moe_routing.cpp) adds 28 forward (the per-sequence counts, their gather and
+// parallelism, model/moe_routing.cpp) adds 31 forward (the per-sequence counts, their gather and
 // the offsets) and 3 more for a capacity, 2 backward (the router's weight entering the tp region).
 constexpr double kMoeForward = 30, kMoeBackward = 4;
 constexpr double kExpertForward = 11, kLocalExpertForward = 9, kExpertBackward = 12;
 constexpr double kSharedForward = 9, kSharedBackward = 12, kCapacityForward = 12, kCapacityBackward = 1;
 constexpr double kEpDispatchForward = 13, kEpDispatchBackward = 5, kEpSecondOptimizer = 26;
-constexpr double kShardRoutingForward = 28, kShardCapacityForward = 3, kShardRoutingBackward = 2;
+constexpr double kShardRoutingForward = 31, kShardCapacityForward = 3, kShardRoutingBackward = 2;
 
 PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const CostModelOptions& o) {
   if (!m.moe.present()) return {};

@@ -29,7 +29,7 @@
 // ranks, 9 and 12 per local expert, and 13 and 5 for the dispatch, its all-to-alls' and count
 // gather's own operators included, plus 26 per step for the experts' own optimizer (counted on
 // tiny-moe split over 2 ranks in two threads, and checked against DP2 runs: ep 2 vs dp 2 predicted
-// -141 kernels, measured -141); on sequence shards (tp > 1 with sequence parallelism) 28 and 2 more
+// -141 kernels, measured -141); on sequence shards (tp > 1 with sequence parallelism) 31 and 2 more
 // for the routing over the shards, 3 more forward with a capacity (the layer on 2 ranks in two
 // threads against the whole layer, with and without ep; kernel_dispatch.cpp holds the constants); q/k norms 18 forward
 // and 14 backward (two RMSNorms; 2 + 4 fused). Per step 22 plus 2 per parameter tensor (gradient norm and clipping; one

@@ -12,10 +12,10 @@ torch::Tensor pairs_per_sequence(const torch::Tensor& pairs_of_sequence, std::in
 
 // The offsets of the header from every rank's pairs `counts` [ranks, B, E], for rank `self`.
 torch::Tensor offsets_of(const torch::Tensor& counts, int self) {
-  const auto others = counts.sum(0) - counts[self];                    // [B, E]: the other ranks' pairs
-  auto offsets = others.cumsum(0) - others;                            // theirs in earlier sequences
-  if (self > 0) offsets = offsets + counts.narrow(0, 0, self).sum(0);  // earlier ranks', same sequence
-  return offsets;
+  const auto others = counts.sum(0) - counts[self];             // [B, E]: the other ranks' pairs
+  const auto earlier_sequences = others.cumsum(0) - others;     // theirs in earlier sequences
+  const auto earlier_ranks = counts.narrow(0, 0, self).sum(0);  // earlier ranks', same sequence (0 on rank 0)
+  return earlier_sequences + earlier_ranks;
 }
 
 }  // namespace

@@ -21,10 +21,14 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
                           const FullStateGroups& full_state_groups, const fs::path& out_dir,
                           const torch::Device& device) {
   if (!config.ewc) return;
-  if (plan.parallel.ep > 1) {
-    throw core::ConfigError(str_cat(config.origin.string(), ": \"ewc\" with expert parallelism (ep ", plan.parallel.ep,
-                                    "): the executor estimates the Fisher on one data-parallel replica, which holds ",
-                                    "only its share of the experts; use a plan with ep 1"));
+  if (plan.model.moe.present() && !plan.parallel.experts_with_their_layer()) {
+    // The Fisher is estimated on data-parallel replica 0 alone: its ranks hold a share of the
+    // experts (ep > 1, the dispatch spanning the other replicas) or, under tp, whole experts that
+    // see only their sequence shard's tokens.
+    throw core::ConfigError(str_cat(
+        config.origin.string(), ": \"ewc\" with the routed experts apart from their layer (ep ", plan.parallel.ep,
+        ", tp ", plan.parallel.tp, "): the executor estimates the Fisher of experts on one data-parallel replica with ",
+        "ep 1 and tp 1 only; use such a plan"));
   }
   const bool rank0 = groups.rank == 0;
   const auto file = out_dir / "ewc_fisher.safetensors";

@@ -182,8 +182,8 @@ TEST_F(ModelVariantsTrain, QkNormsAndTheirOwnHeadWidthMatchTheSingleProcessRunUn
   }
 }
 
-// ZeRO-3 with expert parallelism (like context parallelism or expert-tp with experts) is refused
-// in one line, before any rank trains.
+// ZeRO-3 with expert parallelism (like context parallelism or expert-tp with experts), and EWC with
+// experts apart from their layer, are refused in one line, before any rank trains.
 TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
   const auto d = dir_.string();
   const auto planned = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus 2 --global-batch 8 --seq-len 64" +
@@ -193,6 +193,15 @@ TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
   const auto r = train("moe-ep2-zero3", "o-moe-ep2-zero3", 2);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("a mixture of experts with ep 2, etp 1, tp 1, cp 1, ZeRO 3"), std::string::npos) << r.err;
+  // EWC's Fisher is estimated on one data-parallel replica: not with experts apart from their layer
+  // (under tp each rank's whole experts see only its sequence shard's tokens).
+  plan_once();
+  std::ofstream(dir_ / "ewc-moe.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
+    "threads": 1, "ewc": {"lambda": 5000, "data": {"name": "py", "path": "data"}, "sequences": 8}})";
+  const auto ewc = train("moe-tp2-sp", "o-moe-tp2-sp-ewc", 2, "ewc-moe.json");
+  EXPECT_EQ(ewc.exit_code, 2) << ewc.err;
+  EXPECT_NE(ewc.err.find("\"ewc\" with the routed experts apart from their layer (ep 1, tp 2)"), std::string::npos)
+      << ewc.err;
 }
 
 }  // namespace
