@@ -1,6 +1,7 @@
 #include "planner/handoff.h"
 #include "planner/export_gaps.h"
 #include "planner/torchtitan_export.h"
+#include "planner/torchtitan_module.h"
 
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -431,6 +432,7 @@ std::vector<std::string> write_handoff(const spec::Plan& plan, const std::filesy
   core::write_file_atomic(dir / "megatron_args.sh", megatron_args(plan));
   core::write_file_atomic(dir / "ds_config.json", deepspeed_config(plan).dump(2) + "\n");
   core::write_file_atomic(dir / "torchtitan.toml", torchtitan_toml(plan));
+  core::write_file_atomic(dir / "torchtitan_config.py", torchtitan_module(plan));
   core::write_file_atomic(dir / "torchrun.sh", torchrun_script(plan));
   core::write_file_atomic(dir / "slurm.sbatch", slurm_script(plan, dir));
   std::error_code ec;
@@ -438,7 +440,8 @@ std::vector<std::string> write_handoff(const spec::Plan& plan, const std::filesy
     std::filesystem::permissions(dir / f, std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec,
                                  std::filesystem::perm_options::add, ec);
   }
-  return {"megatron_args.sh", "ds_config.json", "torchtitan.toml", "torchrun.sh", "slurm.sbatch"};
+  return {"megatron_args.sh",     "ds_config.json", "torchtitan.toml",
+          "torchtitan_config.py", "torchrun.sh",    "slurm.sbatch"};
 }
 
 std::optional<std::string> export_cannot_run(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,

@@ -35,7 +35,8 @@ std::string slurm_script(const spec::Plan& plan, const std::filesystem::path& pl
 std::optional<std::string> export_cannot_run(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                                              int seq_len, spec::Runtime runtime);
 
-// Writes megatron_args.sh, ds_config.json, torchtitan.toml, torchrun.sh and slurm.sbatch into `dir`
+// Writes megatron_args.sh, ds_config.json, torchtitan.toml, torchtitan_config.py (torchtitan 0.3),
+// torchrun.sh and slurm.sbatch into `dir`
 // (atomically each); returns the file names.
 std::vector<std::string> write_handoff(const spec::Plan& plan, const std::filesystem::path& dir);
 

@@ -12,15 +12,6 @@ using core::str_cat;
 
 namespace {
 
-// A model of torchtitan 0.2.x's registry (torchtitan/models/<name>/__init__.py), by the
-// dimensions it is matched on; `ffn` is the routed expert's width for a mixture of experts.
-struct TorchtitanFlavour {
-  const char* name;
-  const char* flavor;
-  int layers, hidden, heads, kv_heads, ffn;
-  std::int64_t vocab;
-  bool llama31_rope_scaling;  // the flavour applies Llama 3.1's RoPE scaling
-};
 constexpr TorchtitanFlavour kFlavours[] = {
     {"llama3", "8B", 32, 4096, 32, 8, 14336, 128256, true},
     {"llama3", "70B", 80, 8192, 64, 8, 28672, 128256, true},
@@ -29,7 +20,9 @@ constexpr TorchtitanFlavour kFlavours[] = {
     {"qwen3", "235B-A22B", 94, 4096, 64, 4, 1536, 151936, false},
 };
 
-const TorchtitanFlavour* flavour_of(const spec::ModelSpec& m) {
+}  // namespace
+
+const TorchtitanFlavour* torchtitan_flavour(const spec::ModelSpec& m) {
   const int ffn = m.moe.present() ? m.moe.expert_ffn_hidden : m.ffn_hidden;
   for (const auto& f : kFlavours) {
     if (f.layers == m.layers && f.hidden == m.hidden && f.heads == m.heads && f.kv_heads == m.kv_heads &&
@@ -40,9 +33,11 @@ const TorchtitanFlavour* flavour_of(const spec::ModelSpec& m) {
   return nullptr;
 }
 
+namespace {
+
 void write_model(std::ostringstream& s, const spec::ModelSpec& m) {
   s << "[model]\n";
-  const TorchtitanFlavour* f = flavour_of(m);
+  const TorchtitanFlavour* f = torchtitan_flavour(m);
   if (f == nullptr) {
     s << "# torchtitan 0.2.x has no flavour of " << m.name << "'s dimensions: register one (layers " << m.layers
       << ", dim " << m.hidden << ", heads " << m.heads << ", kv heads " << m.kv_heads << ", ffn "
@@ -110,7 +105,7 @@ void write_parallelism(std::ostringstream& s, const spec::Plan& plan) {
 }  // namespace
 
 bool torchtitan_has_flavour(const spec::ModelSpec& model) {
-  return flavour_of(model) != nullptr;
+  return torchtitan_flavour(model) != nullptr;
 }
 
 bool torchtitan_runs_ddp_alone(const spec::ParallelConfig& p) {

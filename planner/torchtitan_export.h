@@ -1,6 +1,6 @@
 #pragma once
 // A plan as a torchtitan 0.2.x job file (TOML, read by torchtitan's ConfigManager; torchtitan 0.3
-// replaced TOML files with Python config modules, which this does not write). What it expresses:
+// reads Python config modules instead: torchtitan_module.h). What it expresses:
 //   [model]       the registry model whose dimensions are the plan's (name and flavor), or, when
 //                 torchtitan has none, a flavor named after the plan's model that torchtitan
 //                 refuses at start (with the dimensions to register in a comment) rather than its
@@ -31,5 +31,18 @@ std::string torchtitan_toml(const spec::Plan& plan);
 
 // torchtitan's registry has a model of `model`'s dimensions (the [model] section names it).
 [[nodiscard]] bool torchtitan_has_flavour(const spec::ModelSpec& model);
+
+// A model of torchtitan's registry (torchtitan/models/<name>/__init__.py, the same in 0.2.x and
+// 0.3), by the dimensions it is matched on; `ffn` is the routed expert's width for a mixture of
+// experts.
+struct TorchtitanFlavour {
+  const char* name;
+  const char* flavor;
+  int layers, hidden, heads, kv_heads, ffn;
+  std::int64_t vocab;
+  bool llama31_rope_scaling;  // the flavour applies Llama 3.1's RoPE scaling
+};
+// The flavour of `model`'s dimensions, or null.
+[[nodiscard]] const TorchtitanFlavour* torchtitan_flavour(const spec::ModelSpec& model);
 
 }  // namespace cpt::planner

@@ -61,23 +61,29 @@ std::string margin_text(const PlanOptions& o) {
   return str_cat(", leaving ", core::fixed(100 * o.memory_margin, 0), "% of the HBM free");
 }
 
-void write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                   const PlanOptions& o, const planner::PlannerResult& r, const cost::CostModelOptions& priced_with,
-                   const std::string& finish_md) {
+// Writes the plan, its exports, candidates.csv and report.md into `dir`; returns the files written.
+std::vector<std::string> write_outputs(const std::filesystem::path& dir, const spec::ModelSpec& model,
+                                       const spec::ClusterSpec& cluster, const PlanOptions& o,
+                                       const planner::PlannerResult& r, const cost::CostModelOptions& priced_with,
+                                       const std::string& finish_md) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw core::RuntimeError(str_cat(dir.string(), ": cannot create: ", ec.message()));
+  std::vector<std::string> written;
   if (!r.top.empty()) {
     spec::Plan plan = spec::make_plan(model, cluster, spec::Workload{o.seq_len, o.tokens}, r.top.front().config);
     plan.predicted = cost::prediction_of(r.top.front().estimate, priced_with, cluster.gpu());
     spec::save_plan(plan, dir / "plan.json");
-    planner::write_handoff(plan, dir);
+    written = planner::write_handoff(plan, dir);
+    written.insert(written.begin(), "plan.json");
   }
   core::write_file_atomic(dir / "candidates.csv", candidates_csv(r));
   core::write_file_atomic(
       dir / "report.md",
       report_md(model, cluster, PlanReportFacts{o.global_batch, o.seq_len, o.objective, margin_text(o)}, r, priced_with,
                 finish_md));
+  written.insert(written.begin() + (r.top.empty() ? 0 : 1), {"candidates.csv", "report.md"});
+  return written;
 }
 
 planner::Objective objective_of(const std::string& s) {
@@ -189,7 +195,9 @@ void run(const PlanOptions& given) {
   }
   const cost::CostModelOptions priced_with = planner::pricing_options(so);
   const planner::FinishInputs finish = planner::finish_inputs(model, so);
-  if (!o.out.empty()) write_outputs(o.out, model, cluster, o, r, priced_with, finish_text(o, r, finish, "- "));
+  std::vector<std::string> written;
+  if (!o.out.empty())
+    written = write_outputs(o.out, model, cluster, o, r, priced_with, finish_text(o, r, finish, "- "));
   if (o.json) {
     print_json(plan_json(o, r, simulated, finish));
     return;
@@ -208,10 +216,10 @@ void run(const PlanOptions& given) {
       fixed(r.seconds, 2), " s on ", r.threads, r.threads == 1 ? " thread\n" : " threads\n");
   if (!o.out.empty()) {
     // Only what write_outputs wrote: without a feasible plan there is no plan.json to export.
-    std::cout << "wrote " << o.out
-              << (r.top.empty() ? "/: candidates.csv, report.md (no feasible plan: no plan.json and no exports)\n"
-                                : "/: plan.json, candidates.csv, report.md, megatron_args.sh, ds_config.json, "
-                                  "torchtitan.toml, torchrun.sh, slurm.sbatch\n");
+    std::string files;
+    for (const auto& f : written) files += str_cat(files.empty() ? "" : ", ", f);
+    std::cout << "wrote " << o.out << "/: " << files
+              << (r.top.empty() ? " (no feasible plan: no plan.json and no exports)\n" : "\n");
   }
 }
 

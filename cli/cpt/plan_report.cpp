@@ -37,10 +37,11 @@ std::string breakdown_md(const cost::Estimate& best) {
 // for the framework that reads the file (report.md's "Each export under its runtime").
 std::string exports_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len,
                        const planner::Candidate& best, const cost::CostModelOptions& priced_with) {
-  constexpr std::pair<const char*, spec::Runtime> kExports[] = {{"megatron_args.sh", spec::Runtime::kMegatron},
-                                                                {"ds_config.json", spec::Runtime::kDeepSpeed},
-                                                                {"torchtitan.toml", spec::Runtime::kTorchtitan},
-                                                                {"torchrun.sh, slurm.sbatch", spec::Runtime::kCpt}};
+  constexpr std::pair<const char*, spec::Runtime> kExports[] = {
+      {"megatron_args.sh", spec::Runtime::kMegatron},
+      {"ds_config.json", spec::Runtime::kDeepSpeed},
+      {"torchtitan.toml, torchtitan_config.py", spec::Runtime::kTorchtitan},
+      {"torchrun.sh, slurm.sbatch", spec::Runtime::kCpt}};
   std::ostringstream md;
   md << "\n## Each export under its runtime\n\nThe best plan's configuration as the framework reading each file "
         "runs it (docs/costmodel.md, \"Runtimes\"); where a file cannot state the configuration, its own notes say "

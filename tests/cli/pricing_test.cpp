@@ -35,8 +35,9 @@ TEST(Pricing, RuntimeIsChosenRecordedAndReplayed) {
   EXPECT_EQ(plan["predicted"]["priced_as"]["runtime"], "fsdp");
   // report.md prices the best plan for each export's framework.
   const std::string report = slurp(dir / "new" / "report.md");
-  for (const char* row : {"| megatron_args.sh | megatron |", "| ds_config.json | deepspeed |",
-                          "| torchtitan.toml | torchtitan |", "| torchrun.sh, slurm.sbatch | cpt |"}) {
+  for (const char* row :
+       {"| megatron_args.sh | megatron |", "| ds_config.json | deepspeed |",
+        "| torchtitan.toml, torchtitan_config.py | torchtitan |", "| torchrun.sh, slurm.sbatch | cpt |"}) {
     EXPECT_NE(report.find(row), std::string::npos) << row << "\n" << report;
   }
   EXPECT_GT(plan["predicted"]["step_time_band_s"]["validation_rows"].get<int>(), 0);

@@ -69,7 +69,7 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     const auto files = write_handoff(plan, dir);
-    ASSERT_EQ(files.size(), 5u);
+    ASSERT_EQ(files.size(), 6u);
     const auto ds = nlohmann::json::parse(slurp(dir / "ds_config.json"));
     // With model parallelism the batch follows from the model's mpu (DeepSpeed would check a stated
     // one against the world size); DeepSpeed's pipeline engine takes ZeRO-1 at most.
