@@ -65,11 +65,9 @@ Json prediction_to_json(const Prediction& p) {
                              {"validation_rows", p.step_time_band->validation_rows},
                              {"source", p.step_time_band->source}};
   }
-  j["priced_as"] = {{"precision", to_string(p.precision)},
-                    {"flash_attention", p.flash_attention},
-                    {"runtime", to_string(p.runtime)},
-                    {"distill_teacher", p.distill_teacher},
-                    {"ewc", p.ewc}};
+  j["priced_as"] = {{"precision", to_string(p.precision)},          {"flash_attention", p.flash_attention},
+                    {"fused_cross_entropy", p.fused_cross_entropy}, {"runtime", to_string(p.runtime)},
+                    {"distill_teacher", p.distill_teacher},         {"ewc", p.ewc}};
   return j;
 }
 
@@ -107,6 +105,7 @@ Prediction prediction_from_json(JsonObjectReader& r) {
       if (to_string(q) == precision) p.precision = q;
     }
     p.flash_attention = how.boolean("flash_attention");
+    p.fused_cross_entropy = how.optional_boolean("fused_cross_entropy").value_or(false);
     // "runtime" since it exists; before, a flag for cpt's executor against Megatron-LM.
     if (how.has("runtime")) {
       const std::string name = how.one_of("runtime", runtime_names());

@@ -49,6 +49,7 @@ struct Prediction {
   // Megatron-LM), so that `cpt simulate` replays the plan in the same regime.
   Precision precision = Precision::kBf16;
   bool flash_attention = true;
+  bool fused_cross_entropy = false;      // cost::CostModelOptions::fused_cross_entropy
   Runtime runtime = Runtime::kMegatron;  // the software it was priced for (spec/runtime.h)
   // The continual recipe priced (TRAIN.json's distill and ewc; cost::CostModelOptions).
   bool distill_teacher = false;

@@ -43,6 +43,7 @@ struct EstimateOptions {
   std::string schedule = "1f1b";
   bool sequence_parallel = false;
   bool flash_attention = true;
+  bool fused_cross_entropy = false;
   bool for_executor = false;
   std::string runtime;  // empty: megatron, or cpt with --for-executor
   std::string config;   // TRAIN.json: the continual recipe priced
@@ -170,6 +171,7 @@ void run(const EstimateOptions& o) {
                                     " throughput in its profile"));
   }
   opts.flash_attention = o.flash_attention;
+  opts.fused_cross_entropy = o.fused_cross_entropy;
   const auto runtime = runtime_named(o.runtime);
   if (o.for_executor && runtime && *runtime != spec::Runtime::kCpt) {
     throw core::ConfigError(
@@ -250,6 +252,7 @@ void register_estimate_command(CLI::App& app) {
   cmd->add_flag("--sequence-parallel", o->sequence_parallel, "Megatron sequence parallelism (needs tp >= 2)");
   cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention,
                 "Fused attention (default on; --no-flash-attention materialises the scores)");
+  cmd->add_flag("--fused-cross-entropy", o->fused_cross_entropy, kFusedCrossEntropyHelp);
   cmd->add_option("--precision", o->precision, "bf16|fp16|fp8|fp32")->capture_default_str();
   cmd->add_option("--offload", o->offload, "none|optimizer|params")
       ->capture_default_str()

@@ -47,6 +47,7 @@ struct PlanOptions {
   double headroom = 0.10;
   double memory_margin = 0;
   bool flash_attention = true;
+  bool fused_cross_entropy = false;
   bool for_executor = false;
   std::string runtime;  // empty: megatron (cpt with --for-executor or --gpu local)
   std::string target;   // empty: any; else only what that framework's export runs as planned
@@ -112,6 +113,7 @@ planner::SearchOptions search_options(const PlanOptions& o, const std::optional<
   so.top_k = o.top;
   so.fixed = planner::parse_fixed(o.fix);
   so.cost.flash_attention = o.flash_attention;
+  so.cost.fused_cross_entropy = o.fused_cross_entropy;
   so.cost = with_recipe(so.cost, recipe);
   so.recipe = recipe;
   so.failures = o.failures;
@@ -261,6 +263,7 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--refine", o->refine, "Re-rank the top K with the discrete-event simulator")
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention, "Fused attention (default on)");
+  cmd->add_flag("--fused-cross-entropy", o->fused_cross_entropy, kFusedCrossEntropyHelp);
   cmd->add_option("--out", o->out, "Write plan.json, candidates.csv and report.md into this directory");
   add_runtime_option(*cmd, o->runtime, "default megatron (cpt with --for-executor or --gpu local)");
   add_recipe_option(*cmd, o->config);

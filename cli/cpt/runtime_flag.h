@@ -18,6 +18,12 @@ namespace cpt::cli {
 // flag means. A name outside the five is refused by CLI11 (one line naming the flag, exit 2).
 CLI::Option* add_runtime_option(CLI::App& command, std::string& name, const std::string& default_help);
 
+// `--fused-cross-entropy` (estimate, plan): the loss reads the 16-bit logits in one kernel and
+// keeps no fp32 copy (cost::CostModelOptions::fused_cross_entropy), as llm-foundry's default does.
+inline constexpr const char* kFusedCrossEntropyHelp =
+    "The loss is a fused cross-entropy kernel that keeps no fp32 copy of the logits (FlashAttention's, "
+    "llm-foundry's default): 2 bytes less per logit on the last stage";
+
 // The runtime `name` names; nullopt when empty (the flag was not given).
 std::optional<spec::Runtime> runtime_named(const std::string& name);
 

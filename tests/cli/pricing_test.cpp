@@ -1,5 +1,6 @@
 // The flags that say how a plan is priced, through the real binary: --runtime (which software runs
-// it) and --config TRAIN.json (the continual recipe it runs), on estimate, plan, whatif and advise.
+// it) and --config TRAIN.json (the continual recipe it runs), on estimate, plan, whatif and advise;
+// --fused-cross-entropy (the loss kernel) on estimate and plan.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -245,6 +246,34 @@ TEST(Pricing, TheModelTrainingStartsFromIsTheOnePlanned) {
   const auto empty = cpt(plan + (dir / "empty").string());
   EXPECT_EQ(empty.exit_code, 2);
   EXPECT_NE(empty.err.find("--model: expected a Hugging Face directory"), std::string::npos) << empty.err;
+  std::filesystem::remove_all(dir);
+}
+
+// A fused cross-entropy keeps the 16-bit logits and their gradient, not an fp32 copy: the last
+// stage holds 2 bytes less per logit, T x V of them (2,048 tokens x Llama 3's 128,256); plan.json
+// records it and `cpt simulate` replays it.
+TEST(Pricing, FusedCrossEntropyIsTwoBytesLessPerLogitAndRecorded) {
+  const std::string estimate =
+      "estimate --model llama3-8b --gpu h100 --gpus 8 --dp 8 --zero 1 --micro-batch 1 --global-batch 64 "
+      "--seq-len 2048 --json";
+  auto activations = [&](const std::string& flag) {
+    const auto r = cpt(estimate + flag);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["memory_GiB_per_pp_rank"][0]["activations"].get<double>() * 1024 * 1024 * 1024;
+  };
+  EXPECT_NEAR(activations("") - activations(" --fused-cross-entropy"), 2.0 * 2048 * 128256, 1.0);
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt_cli_fused_ce." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const auto planned =
+      cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 2048 "
+          "--fused-cross-entropy --out " +
+          dir.string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  std::ifstream in(dir / "plan.json");
+  const auto plan = nlohmann::json::parse(in);
+  EXPECT_TRUE(plan["predicted"]["priced_as"]["fused_cross_entropy"].get<bool>());
+  const auto simulated = cpt("simulate " + (dir / "plan.json").string());
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
   std::filesystem::remove_all(dir);
 }
 
