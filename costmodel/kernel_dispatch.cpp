@@ -25,8 +25,10 @@ PassKernels layer_kernels(const CostModelOptions& o) {
 // the dispatch, its three calls' own operators included (the inventory charges its all-to-alls and
 // count gather no kernels of their own), and the second optimizer's per-step kernels (the experts'
 // own norm, clipping and AdamW call). Routing over sequence shards (tp > 1 with sequence
-// parallelism, model/moe_routing.cpp) adds 31 forward (the per-sequence counts, their gather and
-// the offsets) and 3 more for a capacity, 2 backward (the router's weight entering the tp region).
+// parallelism, model/moe_routing.cpp) adds 31 forward (the per-sequence counts, the operators
+// around their gather and the offsets) and 3 more for a capacity, 2 backward (the router's weight
+// entering the tp region); the inventory charges the gather and the router's all-reduce no kernels
+// of their own.
 constexpr double kMoeForward = 30, kMoeBackward = 4;
 constexpr double kExpertForward = 11, kLocalExpertForward = 9, kExpertBackward = 12;
 constexpr double kSharedForward = 9, kSharedBackward = 12, kCapacityForward = 12, kCapacityBackward = 1;
@@ -74,16 +76,18 @@ PassKernels head_kernels(const CostModelOptions& o) {
   return {29, 16};
 }
 
-double step_kernels(const spec::ModelSpec& m, int ep, double layers, bool first, bool last, int sharded_zero_stage,
-                    double busiest_segments, const CostModelOptions& o) {
+double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, double layers, bool first, bool last,
+                    int sharded_zero_stage, double busiest_segments, const CostModelOptions& o) {
   if (!eager(o)) return 4;
   // Parameter tensors: per layer two norms, q, k, v, o and the MLP's (three for SwiGLU, two else;
   // an MoE layer's router, routed and shared experts instead); the embedding; the final norm and
   // the LM head (none apart when tied).
   const double per_layer =
-      6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + (m.qk_norm ? 2 : 0) + moe_extra_tensors_per_layer(m, ep);
+      6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + (m.qk_norm ? 2 : 0) + moe_extra_tensors_per_layer(m, p.ep);
   const double tensors = per_layer * layers + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
-  double k = 22 + 2 * tensors + (ep > 1 ? kEpSecondOptimizer : 0);
+  // The routed experts apart from their layer (ep > 1, or tp > 1) have an optimizer of their own.
+  const bool experts_apart = m.moe.present() && !p.experts_with_their_layer();
+  double k = 22 + 2 * tensors + (experts_apart ? kEpSecondOptimizer : 0);
   if (sharded_zero_stage == 3) {
     k += 3 * tensors;
   } else if (sharded_zero_stage >= 1) {

@@ -68,8 +68,8 @@ PassKernels head_kernels(const CostModelOptions& o);
 // `last`), besides its communication: gradient norm, clipping, the optimizer and, when the
 // optimizer state is sharded (`sharded_zero_stage` 1..3; 0 when not sharded), ZeRO's buffers
 // (`busiest_segments`: BucketStats::busiest_segments, for ZeRO-1/2).
-double step_kernels(const spec::ModelSpec& m, int ep, double layers, bool first, bool last, int sharded_zero_stage,
-                    double busiest_segments, const CostModelOptions& o);
+double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, double layers, bool first, bool last,
+                    int sharded_zero_stage, double busiest_segments, const CostModelOptions& o);
 // Kernels around one communication call: a plain one (all-reduce, bucket, send / receive), a
 // sequence-parallel gather or scatter, a context-parallel gather or reduce-scatter.
 double kernels_per_call(const CostModelOptions& o);

@@ -202,7 +202,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   end.bytes = sums.bytes;
   const int sharded_stage = groups.shard_group > 1 ? p.zero_stage : 0;
   const double step_k =
-      step_kernels(model, p.ep, share.layers, share.first, share.last, sharded_stage, inv.optimizer_segments, o) +
+      step_kernels(model, p, share.layers, share.first, share.last, sharded_stage, inv.optimizer_segments, o) +
       sums.kernels_scalars;
   const BlockCosts& block = c.block;
   const HeadCosts& head = c.head;

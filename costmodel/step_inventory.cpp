@@ -302,12 +302,12 @@ void add_sequence_parallel_routing(StepInventory& inv, const spec::ModelSpec& mo
   for (const WorkPass pass : {WorkPass::kForward, WorkPass::kRecompute, WorkPass::kTeacher}) {
     if (pass == WorkPass::kRecompute && p.recompute != spec::Recompute::kFull) continue;
     if (pass == WorkPass::kTeacher && !o.distill_teacher) continue;
-    inv.add(waiting(
-        calls_of(pass, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllGather, gathered, share, kernels_per_call(o))));
+    inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllGather, gathered, share, 0)));
   }
+  // The operators around both calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
   const Bytes router_grads(std::int64_t{model.moe.experts} * model.hidden * 4);
-  inv.add(calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, router_grads, share,
-                   kernels_per_call(o)));
+  inv.add(
+      calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, router_grads, share, 0));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "planner/handoff.h"
 #include "planner/export_gaps.h"
+#include "planner/export_text.h"
 #include "planner/torchtitan_export.h"
 #include "planner/torchtitan_module.h"
 
@@ -404,7 +405,7 @@ std::string torchrun_script(const spec::Plan& plan) {
 std::string slurm_script(const spec::Plan& plan, const std::filesystem::path& plan_dir) {
   std::ostringstream s;
   s << "#!/usr/bin/env bash\n"
-    << "#SBATCH --job-name=cpt-" << plan.model.name << "\n"
+    << "#SBATCH --job-name=cpt-" << word(plan.model.name) << "\n"
     << "#SBATCH --nodes=" << nodes(plan) << "\n"
     << "#SBATCH --ntasks-per-node=" << gpus_per_node(plan) << "\n"
     << "#SBATCH --gpus-per-node=" << gpus_per_node(plan) << "\n"

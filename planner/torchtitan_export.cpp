@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/str_cat.h"
+#include "planner/export_text.h"
 #include "spec/rank_layout.h"
 
 namespace cpt::planner {
@@ -39,16 +40,16 @@ void write_model(std::ostringstream& s, const spec::ModelSpec& m) {
   s << "[model]\n";
   const TorchtitanFlavour* f = torchtitan_flavour(m);
   if (f == nullptr) {
-    s << "# torchtitan 0.2.x has no flavour of " << m.name << "'s dimensions: register one (layers " << m.layers
-      << ", dim " << m.hidden << ", heads " << m.heads << ", kv heads " << m.kv_heads << ", ffn "
+    s << "# torchtitan 0.2.x has no flavour of " << one_line(m.name) << "'s dimensions: register one (layers "
+      << m.layers << ", dim " << m.hidden << ", heads " << m.heads << ", kv heads " << m.kv_heads << ", ffn "
       << (m.moe.present() ? m.moe.expert_ffn_hidden : m.ffn_hidden) << ", vocab " << m.vocab << ", rope_theta "
       << m.rope_theta << ") in torchtitan/models/<name>/__init__.py under this flavor name; until then\n"
       << "# torchtitan refuses the file rather than training its debug model.\n";
-    s << "name = \"llama3\"\nflavor = \"" << m.name << "\"\n";
+    s << "name = \"llama3\"\nflavor = " << string_literal(m.name) << "\n";
   } else {
     if (f->llama31_rope_scaling && !m.rope_scaling.present()) {
       s << "# torchtitan's " << f->name << " " << f->flavor << " applies Llama 3.1's RoPE scaling (factor 8); "
-        << m.name << " has none, so its rotary frequencies differ from the checkpoint's.\n";
+        << one_line(m.name) << " has none, so its rotary frequencies differ from the checkpoint's.\n";
     }
     s << "name = \"" << f->name << "\"\nflavor = \"" << f->flavor << "\"\n";
   }
@@ -125,8 +126,8 @@ std::string torchtitan_toml(const spec::Plan& plan) {
     << plan.provenance.tool_version << ").\n";
   s << "# FSDP: ZeRO-3 shards over dp (data_parallel_shard_degree); HSDP replicates across nodes;\n";
   s << "# ZeRO 0-2 map to replicate-only or to FSDP with reshard_after_forward = never (SHARD_GRAD_OP).\n\n";
-  s << "[job]\ndescription = \"" << m.name << " on " << plan.cluster.num_gpus << " x " << plan.cluster.gpu().name
-    << "\"\n\n";
+  s << "[job]\ndescription = "
+    << string_literal(str_cat(m.name, " on ", plan.cluster.num_gpus, " x ", plan.cluster.gpu().name)) << "\n\n";
   write_model(s, m);
   s << "[training]\n";
   // Per data-parallel rank: one microbatch, or with a pipeline the rank's whole batch, which

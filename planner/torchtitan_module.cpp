@@ -1,23 +1,16 @@
 #include "planner/torchtitan_module.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <string_view>
 
+#include "planner/export_text.h"
 #include "planner/torchtitan_export.h"
 
 namespace cpt::planner {
 
 namespace {
-
-// `text` for a comment line: no control character can end the comment.
-std::string one_line(std::string text) {
-  std::replace_if(
-      text.begin(), text.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20; }, '?');
-  return text;
-}
 
 // The family's config in torchtitan 0.3's registry that the module starts from.
 const char* base_config_of(std::string_view family) {
@@ -37,9 +30,12 @@ void write_header(std::ostringstream& s, const spec::Plan& plan, const Torchtita
       << " applies Llama 3.1's RoPE scaling (factor 8); " << one_line(m.name)
       << " has none, so its rotary frequencies differ from the checkpoint's.\n";
   }
-  if (m.moe.present() && c.etp != 1) {
-    s << "# torchtitan 0.3 has no expert tensor parallelism (its experts fold ep over dp_shard x cp x tp):\n"
-      << "# the plan's etp " << c.etp << " is not expressed.\n";
+  // torchtitan 0.3 shards the routed experts over tp without expert parallelism, and with it folds
+  // ep over dp_shard x cp x tp, each expert whole (models/common/moe_sharding.py).
+  const int titan_etp = c.ep == 1 ? c.tp : 1;
+  if (m.moe.present() && c.etp != titan_etp) {
+    s << "# torchtitan 0.3's expert tensor parallelism is tp without ep and 1 with it: the plan's etp " << c.etp
+      << "\n# (ep " << c.ep << ", tp " << c.tp << ") runs as " << titan_etp << ".\n";
   }
   if (c.schedule == spec::ScheduleKind::kZeroBubbleH1) {
     s << "# The plan's ZB-H1 (split backward, v = 1) has no torch.distributed.pipelining class: 1F1B here.\n";
@@ -56,8 +52,7 @@ void write_unknown_model(std::ostringstream& s, const spec::ModelSpec& m) {
       << ", heads " << m.heads << ", kv heads " << m.kv_heads << ", ffn "
       << (m.moe.present() ? m.moe.expert_ffn_hidden : m.ffn_hidden) << ", vocab " << m.vocab << ", rope_theta "
       << m.rope_theta << "): register one in torchtitan/models/<family>/__init__.py";
-  // A JSON string is a Python string literal: the model's name cannot end it.
-  s << "\n\ndef cpt_plan():\n    raise NotImplementedError(" << nlohmann::json(why.str()).dump() << ")\n";
+  s << "\n\ndef cpt_plan():\n    raise NotImplementedError(" << string_literal(why.str()) << ")\n";
 }
 
 void write_parallelism(std::ostringstream& s, const spec::Plan& plan) {
@@ -77,11 +72,16 @@ void write_parallelism(std::ostringstream& s, const spec::Plan& plan) {
     << "\"\n";
   s << "    parallelism.pipeline_parallel_microbatch_size = " << c.micro_batch << "\n";
   const int stages = c.pp * c.virtual_stages;
-  if (c.pp > 1 && plan.model.layers % stages == 0) {
-    // The plan's even split, embedding and head not counted as layers.
+  if (c.pp > 1) {
+    // The plan's split: the same layers on every (virtual) stage, embedding and head not counted.
     s << "    parallelism.pipeline_parallel_first_stage_less_layers = 0\n"
-      << "    parallelism.pipeline_parallel_last_stage_less_layers = 0\n"
-      << "    parallelism.pipeline_parallel_layers_per_stage = " << plan.model.layers / stages << "\n";
+      << "    parallelism.pipeline_parallel_last_stage_less_layers = 0\n";
+    if (plan.model.layers % stages == 0) {
+      s << "    parallelism.pipeline_parallel_layers_per_stage = " << plan.model.layers / stages << "\n";
+    } else {
+      s << "    # " << plan.model.layers << " layers do not split evenly over " << stages
+        << " stages: torchtitan splits them its own way.\n";
+    }
   }
   if (plan.model.moe.present()) s << "    parallelism.expert_parallel_degree = " << c.ep << "\n";
 }

@@ -6,8 +6,9 @@
 // qwen3_30b_a3b), puts the plan's model flavour in it (model_registry), and sets what the plan
 // chose, as the 0.2.x TOML does (torchtitan_export.h): the data-parallel replicate and shard
 // degrees (HSDP, FSDP without resharding for ZeRO 0-2 beside other parallelism), tp, cp, pp with
-// its schedule, microbatch and even split, ep (torchtitan 0.3 folds ep over dp_shard × cp × tp
-// and has no expert tensor parallelism: an etp other than 1 is named in a comment), activation
+// its schedule, microbatch and even split, ep (torchtitan 0.3 folds ep over dp_shard × cp × tp, its
+// experts whole, and without ep shards them over tp: an etp other than that is named in a
+// comment), activation
 // checkpointing, offload, and the base model's Hugging Face weights as the initial checkpoint.
 // A model torchtitan has no flavour of makes cpt_plan() raise, naming its dimensions, rather than
 // train another model.

@@ -155,8 +155,8 @@ void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layer
       if (expert_part) {
         for (int e = 0; e < 3 * m.moe.experts / ep; ++e) visit_any(expert);
       }
-      if (m.moe.shared_ffn_hidden > 0) {
-        for (int j = 0; j < 3; ++j) visit(h * m.moe.shared_ffn_hidden);
+      if (m.moe.shared_ffn_hidden > 0) {  // split over tp as the dense MLP
+        for (int j = 0; j < 3; ++j) visit(h * (m.moe.shared_ffn_hidden / tp));
       }
     }
   }

@@ -30,8 +30,8 @@ class ModelVariantsTrain : public DistributedTrain {
           std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4},
           std::tuple{"tp2-sp", "tp=2,sequence_parallel=true,ep=1,micro_batch=2", 2},
           std::tuple{"ep2-tp2-sp", "tp=2,sequence_parallel=true,ep=2,micro_batch=2", 2},
-          std::tuple{"ep2-tp2-dp2-zero1", "tp=2,dp=2,sequence_parallel=true,ep=2,zero=1,offload=none,micro_batch=2",
-                     4}}) {
+          std::tuple{"ep2-tp2-dp2-zero1", "tp=2,dp=2,sequence_parallel=true,ep=2,zero=1,offload=none,micro_batch=2", 4},
+          std::tuple{"tp2-dp2-zero2", "tp=2,dp=2,sequence_parallel=true,ep=1,zero=2,offload=none,micro_batch=2", 4}}) {
       const auto r = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus " + std::to_string(gpus) +
                             " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/moe-" + name,
                         dir_);
@@ -126,23 +126,27 @@ TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
   }
 }
 
-// ZeRO-2 with experts over ep 2 and expert-dp 2 (dp 4): each of the two optimizers keeps its
-// gradient shard and its own buckets in flight, and `cpt compare` (which prices the run's 0.1 MiB
-// buckets) predicts every byte of it; weights and optimizer state exact too.
+// ZeRO-2 with experts apart from their layer — over ep 2 and expert-dp 2 (dp 4), or whole on each
+// rank of a tp group (tp 2, dp 2: expert-dp 4, the shared experts split over tp): each of the two
+// optimizers keeps its gradient shard and its own buckets in flight, and `cpt compare` (which
+// prices the run's 0.1 MiB buckets) predicts every byte of it; weights and optimizer state exact too.
 TEST_F(ModelVariantsTrain, ExpertParallelZeroTwoHoldsBothOptimizersShardsAndBuckets) {
   plan_once();
   const auto d = dir_.string();
-  const auto r = train("moe-ep2-dp4-zero2", "mem-moe-ep2-dp4-zero2", 4, short_config(2));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto cmp = sh(cpt_binary() + " compare " + d + "/mem-moe-ep2-dp4-zero2 --json", dir_);
-  ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
-  const auto f = nlohmann::json::parse(cmp.out)["fields"];
-  for (const std::string key : {"weights_bytes", "grads_bytes", "optimizer_bytes"}) {
-    EXPECT_EQ(f[key]["predicted"].get<double>(), f[key]["measured"].get<double>()) << key;
+  for (const std::string layout : {"ep2-dp4-zero2", "tp2-dp2-zero2"}) {
+    const auto out = "mem-moe-" + layout;
+    const auto r = train("moe-" + layout, out, 4, short_config(2));
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    const auto cmp = sh(cpt_binary() + " compare " + d + "/" + out + " --json", dir_);
+    ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
+    const auto f = nlohmann::json::parse(cmp.out)["fields"];
+    for (const std::string key : {"weights_bytes", "grads_bytes", "optimizer_bytes"}) {
+      EXPECT_EQ(f[key]["predicted"].get<double>(), f[key]["measured"].get<double>()) << layout << ": " << key;
+    }
+    // Below ZeRO-1's whole gradients (the weights' bytes in fp32).
+    EXPECT_LT(f["grads_bytes"]["measured"].get<double>(), f["weights_bytes"]["measured"].get<double>()) << layout;
+    expect_calls_of_the_cost_model(out, "moe " + layout);
   }
-  // Below ZeRO-1's whole gradients (the weights' bytes in fp32).
-  EXPECT_LT(f["grads_bytes"]["measured"].get<double>(), f["weights_bytes"]["measured"].get<double>());
-  expect_calls_of_the_cost_model("mem-moe-ep2-dp4-zero2", "moe ep2-dp4-zero2");
 }
 
 // A checkpoint holds whole tensors whatever the layout: the experts split over two ranks are

@@ -76,6 +76,12 @@ def check_parallelism(config, plan, gpus, name, failures):
         failures.append(f"{name}: ep {dims.ep} does not fold over dp_shard x cp x tp")
     if (dims.tp, dims.cp, dims.pp, dims.dp_replicate * dims.dp_shard) != (par["tp"], par["cp"], par["pp"], par["dp"]):
         failures.append(f"{name}: torchtitan's degrees {dims} differ from the plan's")
+    if p.enable_sequence_parallel != par["sequence_parallel"] and par["tp"] > 1:
+        failures.append(f"{name}: sequence parallelism {p.enable_sequence_parallel}, plan {par['sequence_parallel']}")
+    if p.fsdp_reshard_after_forward != ("always" if par["zero_stage"] == 3 else "never"):
+        failures.append(f"{name}: fsdp_reshard_after_forward {p.fsdp_reshard_after_forward!r}, ZeRO-{par['zero_stage']}")
+    if t.enable_cpu_offload != (par["offload"] == "optimizer+params"):
+        failures.append(f"{name}: enable_cpu_offload {t.enable_cpu_offload}, plan offload {par['offload']!r}")
     if t.global_batch_size != par["global_batch"] or t.seq_len != plan["workload"]["seq_len"]:
         failures.append(f"{name}: batch {t.global_batch_size} x {t.seq_len}, plan {par['global_batch']}")
     microbatches = t.local_batch_size // p.pipeline_parallel_microbatch_size if par["pp"] > 1 else 1

@@ -111,6 +111,47 @@ TEST(Handoff, EveryFileParsesAndAgreesWithThePlan) {
   EXPECT_EQ(checked, 4);
 }
 
+std::vector<std::string> lines_of(const std::filesystem::path& p) {
+  std::vector<std::string> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// A model's name is the user's (its model JSON): in the files other programs read it cannot end a
+// string or a comment and run as code — slurm.sbatch's job name keeps a word of it, torchtitan's
+// TOML and Python module quote it.
+TEST(Handoff, AHostileModelNameRunsNowhere) {
+  auto model = spec::find_catalog_model("llama3-8b")->spec;
+  model.name = "x\"\n[evil]\nrm -rf /tmp/cpt-hostile #'$(id)";
+  model.layers = 30;  // no torchtitan flavour: the name lands in its files
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 8, "--gpu");
+  const auto plan =
+      spec::make_plan(model, cluster, spec::Workload{2048, 0}, spec::ParallelConfig{.dp = 8, .global_batch = 64});
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt_handoff_hostile." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  write_handoff(plan, dir);
+  for (const char* file :
+       {"slurm.sbatch", "torchtitan.toml", "torchtitan_config.py", "megatron_args.sh", "torchrun.sh"}) {
+    for (const auto& line : lines_of(dir / file)) {
+      EXPECT_FALSE(line.starts_with("rm ") || line.starts_with("[evil]")) << file << ": " << line;
+    }
+  }
+  EXPECT_EQ(run("bash -n " + (dir / "slurm.sbatch").string()), 0);
+  EXPECT_EQ(run("python3 -c 'import ast,sys; ast.parse(open(sys.argv[1]).read())' " +
+                (dir / "torchtitan_config.py").string()),
+            0);
+  if (run("python3 -c 'import tomllib'") == 0) {
+    EXPECT_EQ(run("python3 -c 'import tomllib,sys; t=tomllib.load(open(sys.argv[1],\"rb\")); "
+                  "sys.exit(0 if t[\"model\"][\"flavor\"].startswith(\"x\\\"\\n\") else 1)' " +
+                  (dir / "torchtitan.toml").string()),
+              0)
+        << slurp(dir / "torchtitan.toml");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Hybrid sharding's shard degree in torchtitan's TOML and DeepSpeed's hpZ partition is the dp
 // shard group spec::RankLayout places (the dp ranks of one node), whatever the rank order: with
 // tp-cp-pp-dp on 8-GPU nodes, tp 2 pp 2 dp 8 puts 2 dp ranks on a node (8 / (tp·pp)), not 4.
@@ -220,13 +261,6 @@ TEST(Handoff, ShardingBeyondTheOptimizerIsMegatronFsdp) {
 void write_script(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << "#!/usr/bin/env bash\n" << text;
   std::filesystem::permissions(path, std::filesystem::perms::owner_all);
-}
-
-std::vector<std::string> lines_of(const std::filesystem::path& p) {
-  std::vector<std::string> out;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
 }
 
 // The launchers start `cpt train --plan PLAN --config TRAIN.json [options]` (with stand-ins for
