@@ -1,4 +1,5 @@
 #include "costmodel/kernel_dispatch.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::cost {
 
@@ -86,7 +87,7 @@ double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, dou
       6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + (m.qk_norm ? 2 : 0) + moe_extra_tensors_per_layer(m, p.ep);
   const double tensors = per_layer * layers + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
   // The routed experts apart from their layer (ep > 1, or tp > 1) have an optimizer of their own.
-  const bool experts_apart = m.moe.present() && !p.experts_with_their_layer();
+  const bool experts_apart = spec::routed_experts_apart(m, p);
   double k = 22 + 2 * tensors + (experts_apart ? kEpSecondOptimizer : 0);
   if (sharded_zero_stage == 3) {
     k += 3 * tensors;

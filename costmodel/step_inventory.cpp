@@ -9,6 +9,7 @@
 #include "costmodel/layer_costs.h"
 #include "costmodel/memory_model.h"
 #include "spec/executor_support.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::cost {
 
@@ -414,7 +415,7 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
   // Buckets per reduction: the executor's own (whole parameters, executor_buckets.h); Megatron's
   // filled to the cap.
   const int shard_group = groups.shard_group;
-  const bool experts_apart = model.moe.present() && !p.experts_with_their_layer();
+  const bool experts_apart = spec::routed_experts_apart(model, p);
   if (runtime.executor) {
     // Under expert parallelism the executor's two optimizers bucket (and shard) their own
     // parameters: the routed experts over expert-dp, the rest over the replicas.

@@ -166,4 +166,12 @@ void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layer
   }
 }
 
+bool is_routed_expert(std::string_view name) {
+  return name.find(".mlp.experts.") != std::string_view::npos;
+}
+
+bool routed_experts_apart(const ModelSpec& model, const ParallelConfig& parallel) {
+  return model.moe.present() && !parallel.experts_with_their_layer();
+}
+
 }  // namespace cpt::spec

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "spec/model_spec.h"
+#include "spec/parallel_config.h"
 
 namespace cpt::spec {
 
@@ -31,11 +32,19 @@ std::pair<int, int> gradient_order_key(std::string_view name);
 // of them — or everything else.
 enum class ParameterSubset { kAll, kAllButRoutedExperts, kRoutedExperts };
 
+// Whether parameter `name` is one of an MoE layer's routed experts ("layers.<i>.mlp.experts.<e>.*").
+[[nodiscard]] bool is_routed_expert(std::string_view name);
+
+// Whether `model`'s routed experts are a subset of their own under `parallel` (ep > 1, or tp > 1
+// with the experts whole on each tp rank): their gradients summed and sharded over expert-dp by an
+// optimizer of their own, not with their layer (ParallelConfig::experts_with_their_layer).
+[[nodiscard]] bool routed_experts_apart(const ModelSpec& model, const ParallelConfig& parallel);
+
 // Calls `visit(numel)` for every parameter tensor of one rank in `subset`, per tp rank, in that
 // order: the embedding when `first`; blocks [first_layer, first_layer + layers) (an MoE layer's
-// router, routed experts and shared experts in place of the dense MLP; experts unsplit by tp, as
-// the executor runs them, E / ep of them); the final norm and the LM head when `last` (no head when
-// tied on a single stage).
+// router, routed experts and shared experts in place of the dense MLP; the routed experts unsplit
+// by tp, as the executor runs them, E / ep of them, the shared experts split like the dense MLP); the final norm and
+// the LM head when `last` (no head when tied on a single stage).
 void visit_gradient_order(const ModelSpec& model, int tp, int first_layer, int layers, bool first, bool last,
                           bool single_stage, const std::function<void(std::int64_t numel)>& visit,
                           ParameterSubset subset = ParameterSubset::kAll, int ep = 1);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::exec {
 
@@ -51,17 +52,13 @@ NamedParams recv_tensors(Communicator& c, int peer) {
   return out;
 }
 
-bool is_routed_expert(const std::string& name) {
-  return name.find(".mlp.experts.") != std::string::npos;
-}
-
 // `local` with every rank of the ep group's routed experts, on its rank 0 (the others send theirs
 // there and get `local` back).
 NamedParams with_every_expert(const NamedParams& local, Communicator& ep) {
   if (ep.rank() != 0) {
     NamedParams experts;
     for (const auto& entry : local) {
-      if (is_routed_expert(entry.first)) experts.push_back(entry);
+      if (spec::is_routed_expert(entry.first)) experts.push_back(entry);
     }
     send_tensors(ep, 0, experts);
     return local;

@@ -8,6 +8,7 @@
 #include "executor/data/batch.h"
 #include "executor/measure/op_kind.h"
 #include "spec/model_spec.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::exec {
 
@@ -99,7 +100,7 @@ std::int64_t rows_per_rank(std::int64_t rows, int tp) {
 TpSplit tp_split_of(const std::string& name) {
   if (name == "embed_tokens.weight" || name == "lm_head.weight") return TpSplit::kVocabRows;
   // The routed experts are whole on every rank of the tp group (expert-tp 1, model/moe_mlp.h).
-  if (name.find(".mlp.experts.") != std::string::npos) return TpSplit::kReplicated;
+  if (spec::is_routed_expert(name)) return TpSplit::kReplicated;
   for (const char* m : {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."}) {
     if (name.find(m) != std::string::npos) return TpSplit::kRows;
   }

@@ -10,6 +10,7 @@
 #include "executor/data/data_loader.h"
 #include "executor/io/model_weights.h"
 #include "executor/measure/storage_bytes.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::exec {
 
@@ -21,7 +22,7 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
                           const FullStateGroups& full_state_groups, const fs::path& out_dir,
                           const torch::Device& device) {
   if (!config.ewc) return;
-  if (plan.model.moe.present() && !plan.parallel.experts_with_their_layer()) {
+  if (spec::routed_experts_apart(plan.model, plan.parallel)) {
     // The Fisher is estimated on data-parallel replica 0 alone: its ranks hold a share of the
     // experts (ep > 1, the dispatch spanning the other replicas) or, under tp, whole experts that
     // see only their sequence shard's tokens.

@@ -19,10 +19,6 @@ NamedParams in_gradient_order(NamedParams named) {
   return named;
 }
 
-bool is_routed_expert(const std::string& name) {
-  return name.find(".mlp.experts.") != std::string::npos;
-}
-
 // ZeRO-0, 1 or 2 over `replicas` for `named`.
 std::unique_ptr<StepOptimizer> data_parallel_optimizer(const spec::ParallelConfig& par, const TrainConfig& config,
                                                        const NamedParams& named, Communicator& replicas,
@@ -64,7 +60,7 @@ OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const Tra
     // Expert parallelism: the routed experts' gradients are summed (and ZeRO shards them) over the
     // ranks holding the same experts, expert-dp; everything else over the replicas.
     NamedParams dense, experts;
-    for (const auto& entry : named) (is_routed_expert(entry.first) ? experts : dense).push_back(entry);
+    for (const auto& entry : named) (spec::is_routed_expert(entry.first) ? experts : dense).push_back(entry);
     const ModelParallelNorm expert_norm{nullptr, groups.pp.get(), groups.ep.get()};
     // A pipeline stage of dense layers only holds no experts (dense first layers, interleaved MoE).
     choice.optimizer = make_expert_split_optimizer(

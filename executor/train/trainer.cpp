@@ -39,6 +39,7 @@
 #include "spec/rank_layout.h"
 #include "spec/sequence_split.h"
 #include "spec/token_budget.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::exec {
 
@@ -224,7 +225,7 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
       layout_(par_, plan.cluster.node.gpus_per_node),
       device_(set_up_compute(config, options, launch_)),
       groups_(make_process_groups(layout_, launch_, std::chrono::seconds(config.collective_timeout_s),
-                                  device_.is_cuda(), plan.model.moe.present() && !par_.experts_with_their_layer())),
+                                  device_.is_cuda(), spec::routed_experts_apart(plan.model, par_))),
       inputs_(prepare_run_directory(plan, config, options, rank0_, *groups_.world)),
       total_steps_(resolve_steps(plan, config, options, inputs_.train)),
       tp_{groups_.tp.get(), par_.sequence_parallel},
