@@ -13,6 +13,7 @@
 #include "spec/gradient_buckets.h"
 #include "spec/hardware_spec.h"
 #include "spec/runtime.h"
+#include "spec/token_dispatcher.h"
 
 namespace cpt::cost {
 
@@ -174,6 +175,10 @@ struct CostModelOptions {
   // setting of published benchmarks (Megatron-Bridge's moe_router_force_load_balancing); a router
   // trained on one domain and run on another is less balanced (measure it: `cpt doctor` on a run).
   double moe_load_imbalance = 1.0;
+  // How the runtime sends tokens to their experts (spec/token_dispatcher.h): the all-to-all of
+  // every (token, expert) pair, or the flex dispatcher's one copy per node and rank
+  // (costmodel/token_dispatch.h; priced so only with expert-tp 1, as DeepEP runs).
+  spec::TokenDispatcher moe_dispatcher = spec::TokenDispatcher::kAllToAll;
 
   // Memory that is not model state or activations.
   core::Bytes cuda_context = core::gibibytes(0.75);            // CUDA context, cuBLAS and cuDNN workspaces

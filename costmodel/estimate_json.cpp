@@ -95,6 +95,7 @@ spec::Prediction prediction_of(const Estimate& e, const CostModelOptions& option
   p.precision = options.precision;
   p.flash_attention = options.flash_attention;
   p.fused_cross_entropy = options.fused_cross_entropy;
+  p.moe_dispatcher = options.moe_dispatcher;
   p.runtime = options.runtime;
   p.distill_teacher = options.distill_teacher;
   p.ewc = options.ewc;
@@ -113,6 +114,7 @@ CostModelOptions options_of(const spec::Prediction& p) {
   o.precision = p.precision;
   o.flash_attention = p.flash_attention;
   o.fused_cross_entropy = p.fused_cross_entropy;
+  o.moe_dispatcher = p.moe_dispatcher;
   o.distill_teacher = p.distill_teacher;
   o.ewc = p.ewc;
   return for_runtime(o, p.runtime);

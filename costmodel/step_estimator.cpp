@@ -292,7 +292,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
 
   // 3. The step's work, priced; per-stage durations of one microbatch.
   const GroupPlacements groups(layout_costs, p);
-  const PricingContext context = pricing_context(groups, cluster, o);
+  const PricingContext context = pricing_context(groups, cluster, o, &model.moe);
   StepInventory inventory = microbatch_work(model, p, seq_len, layout_costs.shard_group, o);
   const MicrobatchCharges charges = price_microbatch(model, cluster, p, seq_len, o, inventory, context);
   fill_stage_durations(stages, charges, context, layout_costs, p, est.stages);
@@ -477,7 +477,7 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
     return out;
   }
   const GroupPlacements groups(layout_costs, p);
-  const PricingContext context = pricing_context(groups, cluster, o);
+  const PricingContext context = pricing_context(groups, cluster, o, &model.moe);
   StepInventory inventory = microbatch_work(model, p, seq_len, layout_costs.shard_group, o);
   const MicrobatchCharges charges = price_microbatch(model, cluster, p, seq_len, o, inventory, context);
   const CriticalRank critical = search_critical_rank(ranks, charges, layout_costs, p, context);

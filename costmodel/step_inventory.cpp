@@ -205,7 +205,8 @@ void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, cons
 
 // Expert parallelism on the MoE layers, each pass: the rank's T/tp tokens (the sequence-parallel
 // shard), k copies each, sent to their experts' ranks by an all-to-all over ep and back after the
-// experts (dispatch and combine, Megatron's alltoall token dispatcher), blocking; with etp > 1 the
+// experts (dispatch and combine, Megatron's alltoall token dispatcher; its flex dispatcher sends
+// each token once per rank and node instead, CostModelOptions::moe_dispatcher), blocking; with etp > 1 the
 // received tokens all-gathered over etp before the experts and reduce-scattered after. Each
 // forward first all-gathers every rank's pairs per expert (E int64 counts: what each rank receives;
 // Megatron gathers them too) — backward reuses them. The mean layer runs them moe_layers / layers
@@ -218,10 +219,15 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
   const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));
   const Bytes counts(std::int64_t{model.moe.experts} * 8 * p.ep);  // gathered: int64 [ep, E]
+  // The flex dispatcher (DeepEP's kernels run with expert-tp 1) sends each token once per rank
+  // and node that needs it: its item's bytes are the tokens once (token_dispatch.h).
+  const bool flex = o.moe_dispatcher == spec::TokenDispatcher::kFlex && p.etp == 1;
+  const WorkKind dispatch = flex ? WorkKind::kFlexDispatch : WorkKind::kAllToAll;
+  const Bytes dispatched = flex ? Bytes(static_cast<std::int64_t>(tokens / p.tp * model.hidden * element_bytes)) : sent;
   // The operators around the ep calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
   auto pass_work = [&](WorkPass pass) {
     if (p.ep > 1) {
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllToAll, sent, 2 * share, 0)));
+      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, dispatch, dispatched, 2 * share, 0)));
       if (pass != WorkPass::kBackward) {
         inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllGather, counts, share, 0)));
       }

@@ -55,6 +55,7 @@ enum class WorkKind : std::uint8_t {
   kSendReceive,             // point to point to the next rank of the group's ring
   kScalarAllReduce,         // a few bytes, bound by latency (the step's loss, token count, norm)
   kAllToAll,                // `bytes`: what one rank sends to the whole group (its own share included)
+  kFlexDispatch,            // `bytes`: a rank's tokens, each once (costmodel/token_dispatch.h)
 };
 
 // How an entry meets the compute beside it.

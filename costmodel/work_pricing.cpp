@@ -5,6 +5,8 @@
 
 #include "costmodel/collective_model.h"
 #include "costmodel/straggler.h"
+#include "costmodel/token_dispatch.h"
+#include "core/check.h"
 
 namespace cpt::cost {
 
@@ -47,9 +49,9 @@ const GroupPlacement& GroupPlacements::of(CommGroup group) const {
 }
 
 PricingContext pricing_context(const GroupPlacements& groups, const spec::ClusterSpec& cluster,
-                               const CostModelOptions& options) {
+                               const CostModelOptions& options, const spec::ExpertSpec* experts) {
   return {&groups, &options, cluster.node.compute_lost_resuming_from_call.value_or(Seconds(0)),
-          cluster.node.scalar_all_reduce_step_latency};
+          cluster.node.scalar_all_reduce_step_latency, experts};
 }
 
 namespace {
@@ -101,6 +103,9 @@ Seconds operation_time(const WorkItem& item, const PricingContext& context) {
       return scalar_all_reduce(item, context);
     case WorkKind::kAllToAll:
       return collective_time(Collective::kAllToAll, item.bytes, group, efficiency);
+    case WorkKind::kFlexDispatch:
+      CPT_CHECK(context.experts != nullptr, "a flex dispatch priced without the model's experts");
+      return flex_dispatch_time(item.bytes, *context.experts, group, efficiency);
   }
   return Seconds(0);
 }

@@ -40,9 +40,12 @@ struct PricingContext {
   const CostModelOptions* options = nullptr;
   core::Seconds resume;                              // per blocking call (0 unless the node measured it)
   std::optional<core::Seconds> scalar_step_latency;  // NodeSpec::scalar_all_reduce_step_latency
+  const spec::ExpertSpec* experts = nullptr;         // the model's, for WorkKind::kFlexDispatch
 };
+// REQUIRES: `experts` (where given) outlives the context.
 [[nodiscard]] PricingContext pricing_context(const GroupPlacements& groups, const spec::ClusterSpec& cluster,
-                                             const CostModelOptions& options);
+                                             const CostModelOptions& options,
+                                             const spec::ExpertSpec* experts = nullptr);
 
 // Seconds of one unit of `item` (its operations, overheads and waits) when each waiting operation
 // follows `segment` of compute since its group's previous call. Transfers (WorkScope::kTransfer)

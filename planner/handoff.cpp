@@ -125,7 +125,12 @@ std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
   args.emplace_back("--moe-router-load-balancing-type aux_loss");
   args.emplace_back("--moe-aux-loss-coeff 1e-3");
   args.emplace_back("--moe-grouped-gemm");
-  args.emplace_back("--moe-token-dispatcher-type alltoall");
+  if (plan.predicted && plan.predicted->moe_dispatcher == spec::TokenDispatcher::kFlex) {
+    args.emplace_back("--moe-token-dispatcher-type flex");  // priced as DeepEP's (costmodel/token_dispatch.h)
+    args.emplace_back("--moe-flex-dispatcher-backend deepep");
+  } else {
+    args.emplace_back("--moe-token-dispatcher-type alltoall");
+  }
   if (e.capacity_factor > 0) {
     args.push_back(str_cat("--moe-expert-capacity-factor ", e.capacity_factor));
     args.emplace_back("--moe-pad-expert-input-to-capacity");

@@ -178,6 +178,13 @@ void read_parallel(const Json& row, PublishedRun& run) {
   p.etp = count_at(parallel, "etp", 1, run);
   p.dp = count_at(parallel, "dp", std::max(1, run.gpus / (p.tp * p.pp * p.cp)), run);
   p.zero_stage = zero_stage_of(parallel, run);
+  if (const std::string dispatcher = text_at(parallel, "moe_dispatcher"); !dispatcher.empty()) {
+    if (const auto known = spec::token_dispatcher_from_string(dispatcher)) {
+      run.moe_dispatcher = *known;
+    } else {
+      run.not_modelled = str_cat("token dispatcher \"", dispatcher, "\" is not one cpt prices");
+    }
+  }
   p.recompute = recompute_of(text_at(parallel, "recompute"), run);
   p.sequence_parallel = p.tp > 1;
   if (p.tp > 1 && !contains(text_at(parallel, "sp"), "true") && text_at(parallel, "sp") != "1") {

@@ -16,6 +16,7 @@
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
 #include "spec/runtime.h"
+#include "spec/token_dispatcher.h"
 
 namespace cpt::planner {
 
@@ -38,6 +39,8 @@ struct PublishedRun {
   std::optional<bool> dropout;
   bool fused_cross_entropy = false;
   std::optional<bool> fp32_main_grads;
+  // The row's "parallel"."moe_dispatcher" (spec/token_dispatcher.h); absent: the all-to-all.
+  spec::TokenDispatcher moe_dispatcher = spec::TokenDispatcher::kAllToAll;
   // What was measured: tokens per second per GPU where the row has it, else the source's model
   // TFLOP/s per GPU (NVIDIA's convention: model FLOPs without recomputation).
   std::optional<double> tokens_per_s_per_gpu;

@@ -29,6 +29,7 @@ cost::CostModelOptions options_for_run(const PublishedRun& run, const cost::Cost
   o.precision = run.precision;
   o.dropout = run.dropout;
   o.fused_cross_entropy = run.fused_cross_entropy;
+  o.moe_dispatcher = run.moe_dispatcher;
   if (run.fp32_main_grads) o.fp32_main_grads = *run.fp32_main_grads;
   return o;
 }

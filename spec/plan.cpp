@@ -67,7 +67,8 @@ Json prediction_to_json(const Prediction& p) {
   }
   j["priced_as"] = {{"precision", to_string(p.precision)},          {"flash_attention", p.flash_attention},
                     {"fused_cross_entropy", p.fused_cross_entropy}, {"runtime", to_string(p.runtime)},
-                    {"distill_teacher", p.distill_teacher},         {"ewc", p.ewc}};
+                    {"distill_teacher", p.distill_teacher},         {"ewc", p.ewc},
+                    {"moe_dispatcher", to_string(p.moe_dispatcher)}};
   return j;
 }
 
@@ -115,6 +116,9 @@ Prediction prediction_from_json(JsonObjectReader& r) {
     }
     p.distill_teacher = how.optional_boolean("distill_teacher").value_or(false);
     p.ewc = how.optional_boolean("ewc").value_or(false);
+    if (how.has("moe_dispatcher")) {
+      p.moe_dispatcher = *token_dispatcher_from_string(how.one_of("moe_dispatcher", token_dispatcher_names()));
+    }
     how.finish();
   }
   r.finish();

@@ -14,6 +14,7 @@
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
 #include "spec/runtime.h"
+#include "spec/token_dispatcher.h"
 #include "spec/stage_partition.h"
 
 namespace cpt::spec {
@@ -49,8 +50,9 @@ struct Prediction {
   // Megatron-LM), so that `cpt simulate` replays the plan in the same regime.
   Precision precision = Precision::kBf16;
   bool flash_attention = true;
-  bool fused_cross_entropy = false;      // cost::CostModelOptions::fused_cross_entropy
-  Runtime runtime = Runtime::kMegatron;  // the software it was priced for (spec/runtime.h)
+  bool fused_cross_entropy = false;                             // cost::CostModelOptions::fused_cross_entropy
+  TokenDispatcher moe_dispatcher = TokenDispatcher::kAllToAll;  // cost::CostModelOptions::moe_dispatcher
+  Runtime runtime = Runtime::kMegatron;                         // the software it was priced for (spec/runtime.h)
   // The continual recipe priced (TRAIN.json's distill and ewc; cost::CostModelOptions).
   bool distill_teacher = false;
   bool ewc = false;

@@ -44,6 +44,7 @@ struct EstimateOptions {
   bool sequence_parallel = false;
   bool flash_attention = true;
   bool fused_cross_entropy = false;
+  std::string moe_dispatcher = "alltoall";
   bool for_executor = false;
   std::string runtime;  // empty: megatron, or cpt with --for-executor
   std::string config;   // TRAIN.json: the continual recipe priced
@@ -178,6 +179,7 @@ void run(const EstimateOptions& o) {
         str_cat("--for-executor: prices the plan for cpt's executor, but --runtime says ", o.runtime));
   }
   opts = cost::for_runtime(opts, o.for_executor ? spec::Runtime::kCpt : runtime.value_or(spec::Runtime::kMegatron));
+  opts.moe_dispatcher = moe_dispatcher_named(o.moe_dispatcher, opts.runtime);
   opts = with_recipe(opts, recipe);
   if (o.cuda_context_gib > 1e6) {
     throw core::ConfigError(str_cat("--cuda-context-GiB: expected at most 1e6, got ", o.cuda_context_gib));
@@ -253,6 +255,7 @@ void register_estimate_command(CLI::App& app) {
   cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention,
                 "Fused attention (default on; --no-flash-attention materialises the scores)");
   cmd->add_flag("--fused-cross-entropy", o->fused_cross_entropy, kFusedCrossEntropyHelp);
+  add_moe_dispatcher_option(*cmd, o->moe_dispatcher);
   cmd->add_option("--precision", o->precision, "bf16|fp16|fp8|fp32")->capture_default_str();
   cmd->add_option("--offload", o->offload, "none|optimizer|params")
       ->capture_default_str()

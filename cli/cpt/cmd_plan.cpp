@@ -48,6 +48,7 @@ struct PlanOptions {
   double memory_margin = 0;
   bool flash_attention = true;
   bool fused_cross_entropy = false;
+  std::string moe_dispatcher = "alltoall";
   bool for_executor = false;
   std::string runtime;  // empty: megatron (cpt with --for-executor or --gpu local)
   std::string target;   // empty: any; else only what that framework's export runs as planned
@@ -132,6 +133,9 @@ planner::SearchOptions search_options(const PlanOptions& o, const std::optional<
                                     for_executor ? "--for-executor plans" : "on --gpu local", "; cpt's executor does"));
   }
   if (o.gpu == "local") so.runtime.reset();  // priced as the executor runs here (above)
+  const bool executor_priced = for_executor || o.gpu == "local";
+  so.cost.moe_dispatcher = moe_dispatcher_named(
+      o.moe_dispatcher, executor_priced ? spec::Runtime::kCpt : so.runtime.value_or(spec::Runtime::kMegatron));
   return so;
 }
 
@@ -264,6 +268,7 @@ void register_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--flash-attention,!--no-flash-attention", o->flash_attention, "Fused attention (default on)");
   cmd->add_flag("--fused-cross-entropy", o->fused_cross_entropy, kFusedCrossEntropyHelp);
+  add_moe_dispatcher_option(*cmd, o->moe_dispatcher);
   cmd->add_option("--out", o->out, "Write plan.json, candidates.csv and report.md into this directory");
   add_runtime_option(*cmd, o->runtime, "default megatron (cpt with --for-executor or --gpu local)");
   add_recipe_option(*cmd, o->config);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "spec/runtime.h"
+#include "spec/token_dispatcher.h"
 
 namespace CLI {
 class App;
@@ -26,5 +27,13 @@ inline constexpr const char* kFusedCrossEntropyHelp =
 
 // The runtime `name` names; nullopt when empty (the flag was not given).
 std::optional<spec::Runtime> runtime_named(const std::string& name);
+
+// `--moe-dispatcher alltoall|flex` (estimate, plan): how the runtime sends a mixture of experts'
+// tokens to their experts (spec/token_dispatcher.h); default alltoall.
+CLI::Option* add_moe_dispatcher_option(CLI::App& command, std::string& name);
+// The dispatcher `name` names for plans priced for `runtime`. Throws core::ConfigError naming
+// --moe-dispatcher when flex is asked of another runtime than Megatron-LM's (cpt's executor,
+// DeepSpeed and torchtitan's exports dispatch pairs).
+spec::TokenDispatcher moe_dispatcher_named(const std::string& name, spec::Runtime runtime);
 
 }  // namespace cpt::cli

@@ -1,6 +1,7 @@
 // The flags that say how a plan is priced, through the real binary: --runtime (which software runs
 // it) and --config TRAIN.json (the continual recipe it runs), on estimate, plan, whatif and advise;
-// --fused-cross-entropy (the loss kernel) on estimate and plan.
+// --fused-cross-entropy (the loss kernel) and --moe-dispatcher (how experts' tokens travel) on
+// estimate and plan.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -274,6 +275,40 @@ TEST(Pricing, FusedCrossEntropyIsTwoBytesLessPerLogitAndRecorded) {
   EXPECT_TRUE(plan["predicted"]["priced_as"]["fused_cross_entropy"].get<bool>());
   const auto simulated = cpt("simulate " + (dir / "plan.json").string());
   EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
+  std::filesystem::remove_all(dir);
+}
+
+// The flex dispatcher sends a token once per node it needs (costmodel/token_dispatch.h): on ep 16
+// over two nodes Qwen3-30B-A3B's expert communication costs less than half the all-to-all's; plan.json
+// records it, Megatron-LM's arguments carry it, and runtimes that dispatch pairs refuse it.
+TEST(Pricing, FlexDispatcherIsPricedRecordedAndRefusedWhereItDoesNotRun) {
+  const std::string estimate =
+      "estimate --model qwen3-30b-a3b --gpu h100 --gpus 16 --dp 16 --ep 16 --zero 1 --micro-batch 1 "
+      "--global-batch 64 --seq-len 4096 --json";
+  auto ep_comm = [&](const std::string& flag) {
+    const auto r = cpt(estimate + flag);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["time_s"]["ep_comm"].get<double>();
+  };
+  EXPECT_LT(ep_comm(" --moe-dispatcher flex"), 0.5 * ep_comm(""));
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt_cli_flex." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string plan = "plan --model qwen3-30b-a3b --gpu h100 --gpus 16 --global-batch 256 --seq-len 4096 ";
+  const auto planned = cpt(plan + "--fix tp=1,pp=1,ep=16 --moe-dispatcher flex --out " + dir.string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  std::ifstream in(dir / "plan.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["predicted"]["priced_as"]["moe_dispatcher"], "flex");
+  EXPECT_NE(slurp(dir / "megatron_args.sh").find("--moe-token-dispatcher-type flex"), std::string::npos);
+  const auto simulated = cpt("simulate " + (dir / "plan.json").string());
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
+  for (const std::string refused : {"--target cpt", "--runtime torchtitan", "--target deepspeed"}) {
+    const auto r = cpt(plan + "--moe-dispatcher flex " + refused);
+    EXPECT_EQ(r.exit_code, 2) << refused;
+    EXPECT_NE(r.err.find("--moe-dispatcher: flex is Megatron-Core's dispatcher"), std::string::npos) << r.err;
+  }
+  const auto typo = cpt(estimate + " --moe-dispatcher flx");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("--moe-dispatcher"), std::string::npos) << typo.err;
   std::filesystem::remove_all(dir);
 }
 

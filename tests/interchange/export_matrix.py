@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 
-def plan(cpt, out, model_name, gpus, fix, global_batch, seq_len=4096):
-    """`cpt plan --out OUT` for one layout (--fix); plan.json's contents."""
+def plan(cpt, out, model_name, gpus, fix, global_batch, seq_len=4096, flags=()):
+    """`cpt plan --out OUT` for one layout (--fix, and any other flags); plan.json's contents."""
     subprocess.run([cpt, "plan", "--model", model_name, "--gpu", "h100", "--gpus", str(gpus), "--global-batch",
-                    str(global_batch), "--seq-len", str(seq_len), "--fix", fix, "--threads", "1", "--out", out],
-                   check=True, stdout=subprocess.DEVNULL)
+                    str(global_batch), "--seq-len", str(seq_len), "--fix", fix, "--threads", "1", "--out", out,
+                    *flags], check=True, stdout=subprocess.DEVNULL)
     return json.load(open(os.path.join(out, "plan.json")))
 
 

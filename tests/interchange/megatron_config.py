@@ -36,7 +36,7 @@ except ImportError as error:
 
 # (model, GPUs, --fix): tensor and sequence parallelism, an interleaved pipeline, 405B's uneven
 # split [1, 62 x 2, 1], Qwen2.5's biases and RoPE base, context parallelism, mixtures of experts
-# with expert parallelism (Mixtral; Qwen3-MoE's q/k norms and head width).
+# with expert parallelism (Mixtral; Qwen3-MoE's q/k norms and head width; the flex dispatcher).
 LAYOUTS = [
     ("llama3-8b", 16, "tp=2,pp=1,cp=1,zero=1,sequence_parallel=true"),
     ("llama3-70b", 64, "tp=8,pp=4,cp=1,zero=1,vp=5,schedule=interleaved_1f1b"),
@@ -48,6 +48,7 @@ LAYOUTS = [
     ("llama3-8b", 16, "tp=2,pp=1,cp=1,zero=3,hsdp=false,sequence_parallel=true,offload=none"),
     ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=2,ep=8,offload=none"),
     ("llama3-8b", 32, "tp=2,pp=1,cp=1,zero=3,hsdp=true,sequence_parallel=true,offload=none"),
+    ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=1,ep=16", ("--moe-dispatcher", "flex")),
 ]
 
 # Megatron-FSDP's sharding strategy for each ZeRO stage (megatron-core's DistributedDataParallelConfig).
@@ -172,9 +173,10 @@ def check_stage_layout(config, plan, name, failures):
 
 
 def check_layout(cpt, work, index, layout, failures):
-    model_name, gpus, fix = layout
+    model_name, gpus, fix, *flags = layout
+    flags = flags[0] if flags else ()
     out = os.path.join(work, f"plan{index}")
-    plan = make_plan(cpt, out, model_name, gpus, fix, 1024)
+    plan = make_plan(cpt, out, model_name, gpus, fix, 1024, flags=flags)
     model, parallel = plan["model"], plan["parallel"]
     args = megatron_arguments(os.path.join(out, "megatron_args.sh"))
     config = transformer_config(args)
@@ -196,6 +198,10 @@ def check_layout(cpt, work, index, layout, failures):
                      ("moe_ffn_hidden_size", moe["expert_ffn_hidden"]),
                      ("expert_model_parallel_size", parallel.get("ep", 1)),
                      ("expert_tensor_parallel_size", parallel.get("etp", 1))]
+        flex = plan["predicted"]["priced_as"]["moe_dispatcher"] == "flex"
+        expected += [("moe_token_dispatcher_type", "flex" if flex else "alltoall")]
+        if flex:
+            expected += [("moe_flex_dispatcher_backend", "deepep")]
     # The RoPE base is GPTModel's argument, not the config's (Megatron's default is 10000).
     if float(args.get("rotary_base", 10000)) != model["rope_theta"]:
         failures.append(f"{model_name} {fix}: --rotary-base {args.get('rotary_base')}, plan {model['rope_theta']}")

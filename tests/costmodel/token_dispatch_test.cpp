@@ -1,0 +1,101 @@
+// The flex token dispatcher's copies per token (costmodel/token_dispatch.h) by hand, and its price
+// against the all-to-all's on the same layout.
+#include "costmodel/token_dispatch.h"
+
+#include <gtest/gtest.h>
+
+#include <variant>
+
+#include "costmodel/step_estimator.h"
+#include "spec/hardware_catalog.h"
+#include "spec/model_catalog.h"
+
+namespace cpt::cost {
+namespace {
+
+GroupPlacement ep_group(int nodes, int ranks_per_node) {
+  GroupPlacement g;
+  g.size = nodes * ranks_per_node;
+  g.nodes = nodes;
+  g.ranks_per_node = ranks_per_node;
+  g.intra = {core::BytesPerSecond(400e9), core::Seconds(3e-6)};
+  g.inter = {core::BytesPerSecond(50e9), core::Seconds(6e-6)};
+  return g;
+}
+
+spec::ExpertSpec experts(int count, int top_k) {
+  spec::ExpertSpec e;
+  e.experts = count;
+  e.experts_per_token = top_k;
+  e.expert_ffn_hidden = 768;
+  return e;
+}
+
+// The header's worked example, Qwen3-30B-A3B's 128 experts, top-8, on 2 nodes x 8: a node of 64
+// experts misses all 8 with C(64,8)/C(128,8) = 97,527/31,502,350 (the exact fraction reduced), a
+// rank of 8 with C(120,8)/C(128,8).
+TEST(FlexDispatch, CopiesOfTheWorkedExample) {
+  const FlexCopies copies = flex_copies(experts(128, 8), ep_group(2, 8));
+  EXPECT_NEAR(copies.over_network, 31404823.0 / 31502350.0, 1e-12);
+  EXPECT_NEAR(copies.over_nvlink, 275072345989.0 / 47656755080.0, 1e-12);
+  // The all-to-all sends k·(N−1)/N = 4 copies over the network.
+  EXPECT_LT(copies.over_network, 8.0 * 1 / 2);
+}
+
+// One node: nothing crosses the network, and a token reaches each other rank holding one of its
+// experts once; with top-1 routing that is the all-to-all's k·(r−1)/r.
+TEST(FlexDispatch, OneNodeAndTopOneRouting) {
+  const FlexCopies eight = flex_copies(experts(128, 8), ep_group(1, 8));
+  EXPECT_EQ(eight.over_network, 0.0);
+  double miss = 1;  // C(112, 8) / C(128, 8): a rank's 16 experts hold none of the 8
+  for (int i = 0; i < 8; ++i) miss *= (112.0 - i) / (128.0 - i);
+  EXPECT_NEAR(eight.over_nvlink, 7 * (1 - miss), 1e-12);
+  const FlexCopies top_one = flex_copies(experts(64, 1), ep_group(1, 8));
+  EXPECT_NEAR(top_one.over_nvlink, 7.0 / 8.0, 1e-12);
+  // A token picks 5 of 8 experts: the other rank's 4 cannot all miss.
+  EXPECT_NEAR(flex_copies(experts(8, 5), ep_group(1, 2)).over_nvlink, 1.0, 1e-12);
+}
+
+// The time is the busier of the two links, each α–β.
+TEST(FlexDispatch, TimeIsTheBusierLink) {
+  const GroupPlacement g = ep_group(2, 8);
+  const FlexCopies copies = flex_copies(experts(128, 8), g);
+  const core::Bytes tokens(4096LL * 2048 * 2);
+  const double inside = 4096.0 * 2048 * 2 * copies.over_nvlink / 400e9 + 7 * 3e-6;
+  const double across = 4096.0 * 2048 * 2 * copies.over_network / 50e9 + 1 * 6e-6;
+  EXPECT_NEAR(flex_dispatch_time(tokens, experts(128, 8), g, 1.0).value(), std::max(inside, across), 1e-15);
+  EXPECT_EQ(flex_dispatch_time(tokens, experts(128, 8), ep_group(1, 1), 1.0).value(), 0.0);
+}
+
+Estimate estimate(const spec::ParallelConfig& p, spec::TokenDispatcher dispatcher) {
+  const auto model = spec::find_catalog_model("qwen3-30b-a3b")->spec;
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 16, "--gpu");
+  CostModelOptions o;
+  o.moe_dispatcher = dispatcher;
+  const Evaluation e = evaluate(model, cluster, p, 4096, o);
+  if (const auto* infeasible = std::get_if<Infeasible>(&e)) ADD_FAILURE() << infeasible->detail;
+  return std::get<Estimate>(e);
+}
+
+// Qwen3-30B-A3B, ep 16 over two H100 nodes: the flex dispatcher's token crosses the network once,
+// not four times, so its expert communication is cheaper; with expert-tp 2 it is priced as the
+// all-to-all (DeepEP runs with expert-tp 1). Calls are the same either way.
+TEST(FlexDispatch, CheaperAcrossNodesAndOnlyWithExpertTpOne) {
+  spec::ParallelConfig p;
+  p.dp = 16;
+  p.ep = 16;
+  p.zero_stage = 1;
+  p.micro_batch = 1;
+  p.global_batch = 64;
+  const Estimate pairs = estimate(p, spec::TokenDispatcher::kAllToAll);
+  const Estimate flex = estimate(p, spec::TokenDispatcher::kFlex);
+  EXPECT_LT(flex.time.ep_comm.value(), 0.5 * pairs.time.ep_comm.value());
+  EXPECT_EQ(flex.calls_per_step.ep, pairs.calls_per_step.ep);
+  p.ep = 8;
+  p.etp = 2;
+  EXPECT_EQ(estimate(p, spec::TokenDispatcher::kFlex).time.ep_comm.value(),
+            estimate(p, spec::TokenDispatcher::kAllToAll).time.ep_comm.value());
+}
+
+}  // namespace
+}  // namespace cpt::cost
