@@ -10,6 +10,7 @@
 #include "executor/data/data_loader.h"
 #include "executor/io/model_weights.h"
 #include "executor/measure/storage_bytes.h"
+#include "spec/executor_support.h"
 #include "spec/parameter_order.h"
 
 namespace cpt::exec {
@@ -22,14 +23,10 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
                           const FullStateGroups& full_state_groups, const fs::path& out_dir,
                           const torch::Device& device) {
   if (!config.ewc) return;
-  if (spec::routed_experts_apart(plan.model, plan.parallel)) {
-    // The Fisher is estimated on data-parallel replica 0 alone: its ranks hold a share of the
-    // experts (ep > 1, the dispatch spanning the other replicas) or, under tp, whole experts that
-    // see only their sequence shard's tokens.
-    throw core::ConfigError(str_cat(
-        config.origin.string(), ": \"ewc\" with the routed experts apart from their layer (ep ", plan.parallel.ep,
-        ", tp ", plan.parallel.tp, "): the executor estimates the Fisher of experts on one data-parallel replica with ",
-        "ep 1 and tp 1 only; use such a plan"));
+  // The Fisher is estimated on data-parallel replica 0 alone (spec::ExecutorGap::kEwcWithExpertsApart).
+  if (const auto gap = spec::find_executor_gap(plan.parallel, plan.model, plan.workload.seq_len, {.ewc = true})) {
+    throw core::ConfigError(
+        str_cat(config.origin.string(), ": ", spec::describe(*gap, plan.parallel, plan.workload.seq_len)));
   }
   const bool rank0 = groups.rank == 0;
   const auto file = out_dir / "ewc_fisher.safetensors";

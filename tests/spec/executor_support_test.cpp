@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "spec/model_catalog.h"
+
 namespace cpt::spec {
 namespace {
 
@@ -46,6 +48,23 @@ TEST(ExecutorSupport, StepScalarAllReducesFollowTheGroupsThatExist) {
   EXPECT_EQ(folded.pp, 3);
   EXPECT_EQ(folded.expert_shard, 1);
   EXPECT_EQ(executor_step_scalar_all_reduces(tp_experts, 2).pp, 2);  // a dense model: no expert part
+}
+
+// An EWC recipe adds one gap: the routed experts apart from their layer (ep > 1, or tp > 1 with
+// sequence parallelism), whose Fisher one data-parallel replica cannot estimate; a dense model and
+// experts with their layer are run either way.
+TEST(ExecutorSupport, EwcRefusesExpertsApartFromTheirLayer) {
+  const ModelSpec moe = find_catalog_model("tiny-moe")->spec;
+  const ModelSpec dense = find_catalog_model("tiny")->spec;
+  const ParallelConfig ep2{.dp = 2, .ep = 2};
+  const ParallelConfig tp2{.tp = 2, .sequence_parallel = true};
+  for (const auto& p : {ep2, tp2}) {
+    EXPECT_FALSE(find_executor_gap(p, moe, 64).has_value());
+    EXPECT_EQ(find_executor_gap(p, moe, 64, {.ewc = true}), ExecutorGap::kEwcWithExpertsApart);
+  }
+  EXPECT_FALSE(find_executor_gap(tp2, dense, 64, {.ewc = true}).has_value());
+  EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2}, moe, 64, {.ewc = true}).has_value());
+  EXPECT_NE(describe(ExecutorGap::kEwcWithExpertsApart, ep2, 64).find("(ep 2, tp 1)"), std::string::npos);
 }
 
 // EWC's penalty value: summed over the shards under ZeRO-3, then over tp and pp; replicas hold the
