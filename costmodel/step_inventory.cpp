@@ -407,6 +407,7 @@ void add_step_scalars(StepInventory& inv, const spec::ModelSpec& model, const sp
     const spec::StepScalarAllReduces ewc = spec::executor_ewc_scalar_all_reduces(p, shard_group);
     add(CommGroup::kShard, ewc.shard, 1);
     add(CommGroup::kTp, ewc.tp, 1);
+    add(CommGroup::kExpert, ewc.ep, 1);
     add(CommGroup::kPp, ewc.pp, 1);
   }
 }

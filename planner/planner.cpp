@@ -237,8 +237,7 @@ PlannerResult search_one(const spec::ModelSpec& model, const spec::ClusterSpec& 
   // Search mode: closed-form pipeline, the device's calibrated overheads applied once.
   cost::CostModelOptions fast = cost::with_device_overheads(pricing_options(o), cluster.node.gpu);
   fast.exact_pipeline = false;
-  const PruneContext ctx{
-      model, cluster, o.seq_len, fast, o.executor_only, o.target, {.ewc = o.recipe && o.recipe->ewc}};
+  const PruneContext ctx{model, cluster, o.seq_len, fast, o.executor_only, o.target};
   const double kept_free = std::max(o.memory_margin, o.objective == Objective::kHeadroom ? o.headroom : 0.0);
   const core::Bytes limit(
       static_cast<std::int64_t>(static_cast<double>(cluster.gpu().hbm_capacity.value()) * (1.0 - kept_free)));

@@ -97,7 +97,7 @@ std::optional<RejectReason> prune_shape(const spec::ParallelConfig& p, const Pru
   // The two axis orders differ only in whether dp or pp varies faster: the same layout when either is 1.
   if (p.axis_order[2] == spec::Axis::kPp && (p.dp == 1 || p.pp == 1)) return R::kRedundant;
   // What cpt's executor refuses (spec/executor_support.h).
-  if (ctx.executor_only && spec::find_executor_gap(p, m, ctx.seq_len, ctx.recipe)) return R::kNotRunByExecutor;
+  if (ctx.executor_only && spec::find_executor_gap(p, m, ctx.seq_len)) return R::kNotRunByExecutor;
   if (ctx.target && find_export_gap(m, p, ctx.seq_len, *ctx.target) != ExportGap::kNone) return R::kNotRunByTarget;
   return std::nullopt;
 }

@@ -9,7 +9,6 @@
 #include <string>
 
 #include "costmodel/cost_options.h"
-#include "spec/executor_support.h"
 #include "spec/hardware_spec.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
@@ -52,7 +51,6 @@ struct PruneContext {
   const cost::CostModelOptions& options;
   bool executor_only = false;  // keep only what cpt's own executor runs (`cpt plan --for-executor`)
   std::optional<spec::Runtime> target = std::nullopt;  // keep only what this framework runs as planned (`--target`)
-  spec::ExecutorRecipe recipe = {};  // what the executor must also run (`--config`), with executor_only
 };
 
 // What pruning needs of a rank layout (from spec::RankLayout::dp_node_runs); it depends only on the

@@ -1,22 +1,17 @@
 #include "spec/executor_support.h"
 
 #include "core/str_cat.h"
-#include "spec/parameter_order.h"
 
 namespace cpt::spec {
 
 using core::str_cat;
 
-std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len,
-                                             ExecutorRecipe recipe) {
+std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
   if (m.moe.present() && (p.etp > 1 || p.cp > 1 || (p.tp > 1 && !p.sequence_parallel) ||
                           (p.zero_stage == 3 && !p.experts_with_their_layer()))) {
     return ExecutorGap::kExpertParallelism;
   }
   if (m.mla.present()) return ExecutorGap::kAttentionVariant;
-  // Replica 0's ranks hold a share of the experts (ep > 1: the dispatch spans the other replicas)
-  // or, under tp, whole experts that see only their sequence shard's tokens.
-  if (recipe.ewc && routed_experts_apart(m, p)) return ExecutorGap::kEwcWithExpertsApart;
   if (p.zero_stage == 3 && p.pp > 1) return ExecutorGap::kZero3WithPipeline;
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
     return ExecutorGap::kParameterOffload;
@@ -46,6 +41,7 @@ StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, in
   StepScalarAllReduces n;
   if (p.zero_stage == 3 && shard_ranks > 1) n.shard = 1;
   if (p.tp > 1) n.tp = 1;
+  if (p.ep > 1) n.ep = 1;  // the experts' part (ep > 1: a mixture of experts, its experts apart)
   if (p.pp > 1) n.pp = 1;
   return n;
 }
@@ -72,10 +68,6 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
                      "exports the rest");
     case ExecutorGap::kAttentionVariant:
       return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
-    case ExecutorGap::kEwcWithExpertsApart:
-      return str_cat("\"ewc\" with the routed experts apart from their layer (ep ", p.ep, ", tp ", p.tp,
-                     "): the executor estimates the Fisher of experts on one data-parallel replica with ep 1 and tp 1 "
-                     "only; use such a plan");
   }
   return "?";
 }

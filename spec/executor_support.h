@@ -16,19 +16,12 @@ enum class ExecutorGap {
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
   kExpertParallelism,       // experts split over etp, with tensor or context parallelism, or ZeRO-3 with ep
   kAttentionVariant,        // DeepSeek's latent attention
-  kEwcWithExpertsApart,     // EWC's Fisher of routed experts apart from their layer
-};
-
-// The continual recipe's parts that narrow what the executor runs (TRAIN.json).
-struct ExecutorRecipe {
-  bool ewc = false;  // the Fisher is estimated on data-parallel replica 0 alone
 };
 
 // The first gap the plan falls into, without allocating (the planner's prune calls it per
 // candidate); nullopt when the executor runs it. The context-parallel split rule is
 // find_sequence_split_error's (spec/sequence_split.h), checked with every configuration.
-std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len,
-                                             ExecutorRecipe recipe = {});
+std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len);
 
 // One sentence naming the gap and the configuration's values.
 std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len);
@@ -65,8 +58,9 @@ struct StepScalarAllReduces {
 };
 StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks, bool moe = false);
 // EWC's penalty, summed once a step (one fp64 value each): over the ZeRO-3 shard group where the
-// penalty works on the shards, then over tp and pp (executor/train/regularizers.cpp
-// Ewc::penalty_value, executor/parallel/fully_sharded.cpp).
+// penalty works on the shards, then over tp, the routed experts' part over ep where they are apart
+// from their layer, and over pp (executor/train/regularizers.cpp Ewc::penalty_value,
+// executor/parallel/fully_sharded.cpp).
 StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, int shard_ranks);
 
 }  // namespace cpt::spec

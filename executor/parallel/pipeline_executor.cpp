@@ -65,10 +65,9 @@ torch::Tensor PipelineExecutor::hidden_like(const Batch& b) const {
                       torch::TensorOptions(torch::kFloat32).device(b.tokens.device()));
 }
 
-void PipelineExecutor::set_ewc(const Ewc* ewc, double lambda, double divisor) {
+void PipelineExecutor::set_ewc(const Ewc* ewc, double lambda) {
   ewc_ = ewc;
   ewc_lambda_ = lambda;
-  ewc_divisor_ = divisor;
 }
 
 // What one step's actions hand one another on this rank, per (stage, microbatch).
@@ -160,7 +159,7 @@ void PipelineExecutor::run_backward(StepState& step, const spec::Action& a, Step
   std::vector<torch::Tensor> roots{out},
       grads{a.stage == step.last_stage ? torch::ones_like(out) : step.output_grads.at(key)};
   if (ewc_ != nullptr && step.last_backward.at(a.stage) == a.microbatch) {
-    roots.push_back(ewc_->penalty(chunk_of_stage(a.stage), ewc_lambda_) / ewc_divisor_);
+    roots.push_back(ewc_->penalty(chunk_of_stage(a.stage), ewc_lambda_));
     grads.push_back(torch::ones_like(roots.back()));
   }
   torch::autograd::backward(roots, grads);

@@ -42,10 +42,10 @@ class PipelineExecutor {
   // student's shapes), weight λ of the KL term.
   void set_teacher(std::vector<LlamaModel> chunks, double kl_lambda);
 
-  // EWC (regularizers.h): each chunk's penalty λ/2·Σ F (θ − θ*)², divided by `divisor` (the
-  // replicas that each add it), joins the chunk's last backward of the step, so its gradient
-  // arrives with the last microbatch's as in the single-process step.
-  void set_ewc(const Ewc* ewc, double lambda, double divisor);
+  // EWC (regularizers.h): each chunk's share of the penalty λ/2·Σ F (θ − θ*)² (Ewc::penalty:
+  // divided by the replicas that each add it) joins the chunk's last backward of the step, so its
+  // gradient arrives with the last microbatch's as in the single-process step.
+  void set_ewc(const Ewc* ewc, double lambda);
 
   struct StepSums {
     double cross_entropy = 0;  // Σ over the step's loss tokens
@@ -96,7 +96,7 @@ class PipelineExecutor {
   std::vector<LlamaModel> teacher_;  // empty: no distillation
   double kl_lambda_ = 0;
   const Ewc* ewc_ = nullptr;
-  double ewc_lambda_ = 0, ewc_divisor_ = 1;
+  double ewc_lambda_ = 0;
   int num_stages_;
   Communicator& pp_;
 };

@@ -10,7 +10,6 @@
 #include "executor/data/data_loader.h"
 #include "executor/io/model_weights.h"
 #include "executor/measure/storage_bytes.h"
-#include "spec/executor_support.h"
 #include "spec/parameter_order.h"
 
 namespace cpt::exec {
@@ -18,22 +17,37 @@ namespace cpt::exec {
 using core::str_cat;
 namespace fs = std::filesystem;
 
+namespace {
+
+// Where this rank's parameters are summed and split (regularizers.h's EwcLayout).
+EwcLayout ewc_layout(const spec::Plan& plan, const ProcessGroups& groups) {
+  EwcLayout layout;
+  layout.replicas = static_cast<double>(groups.replicas().size());
+  layout.experts_apart = spec::routed_experts_apart(plan.model, plan.parallel);
+  if (layout.experts_apart) {
+    layout.expert_dp = groups.expert_dp.get();
+    layout.expert_replicas = groups.expert_dp ? static_cast<double>(groups.expert_dp->size()) : 1.0;
+    layout.ep = groups.ep.get();
+  }
+  return layout;
+}
+
+}  // namespace
+
 void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan, const TrainConfig& config,
                           const RunInputs& inputs, RankModel& rank, const ProcessGroups& groups,
                           const FullStateGroups& full_state_groups, const fs::path& out_dir,
                           const torch::Device& device) {
   if (!config.ewc) return;
-  // The Fisher is estimated on data-parallel replica 0 alone (spec::ExecutorGap::kEwcWithExpertsApart).
-  if (const auto gap = spec::find_executor_gap(plan.parallel, plan.model, plan.workload.seq_len, {.ewc = true})) {
-    throw core::ConfigError(
-        str_cat(config.origin.string(), ": ", spec::describe(*gap, plan.parallel, plan.workload.seq_len)));
-  }
+  const EwcLayout layout = ewc_layout(plan, groups);
   const bool rank0 = groups.rank == 0;
   const auto file = out_dir / "ewc_fisher.safetensors";
   auto need = torch::tensor({rank0 && !fs::exists(file) ? 1.0 : 0.0}, torch::kFloat64);
   groups.world->broadcast(need, 0)->wait();  // rank 0 decides: a rank looking later would disagree
-  // Replica 0's ranks, all of its context-parallel ranks included (their attention is collective).
-  if (need.item<double>() > 0 && groups.coord.dp == 0) {
+  // Replica 0's ranks, all of its context-parallel ranks included (their attention is collective);
+  // every rank where the routed experts are apart from their layer (their dispatch spans the
+  // replicas, EwcLayout).
+  if (need.item<double>() > 0 && (groups.coord.dp == 0 || layout.experts_apart)) {
     LoaderOptions lo;
     lo.seq_len = plan.workload.seq_len;
     lo.micro_batch = plan.parallel.micro_batch;
@@ -41,8 +55,9 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
     lo.packing = config.packing;
     lo.shuffle = false;
     DataLoader ewc_loader({*inputs.ewc}, lo);
-    const auto estimate = rank.pipeline ? Ewc::estimate(*rank.pipeline, ewc_loader, config.ewc->sequences, device)
-                                        : Ewc::estimate(*rank.first(), ewc_loader, config.ewc->sequences, device);
+    const auto estimate = rank.pipeline
+                              ? Ewc::estimate(*rank.pipeline, ewc_loader, config.ewc->sequences, device, layout)
+                              : Ewc::estimate(*rank.first(), ewc_loader, config.ewc->sequences, device, layout);
     auto fisher = gather_full_tensors(estimate.fisher(), plan.model.vocab, full_state_groups);
     auto anchor = gather_full_tensors(estimate.anchor(), plan.model.vocab, full_state_groups);
     if (rank0) {
@@ -56,11 +71,12 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
   std::vector<LlamaModelImpl*> mine;
   for (auto& chunk : rank.chunks) mine.push_back(chunk.get());
   continual.ewc = Ewc::load(file, mine, device);
+  continual.ewc->set_layout(layout);
 }
 
 void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Plan& plan, const TrainConfig& config,
                                   RankModel& rank, const OptimizerChoice& choice, const TensorParallel& tp,
-                                  const ContextParallel& cp, const ProcessGroups& groups, const torch::Device& device) {
+                                  const ContextParallel& cp, const torch::Device& device) {
   if (config.distill) {
     // Sharded like the student: the same tensor- and context-parallel splits and, under a
     // pipeline, the same stages on the same ranks (pipeline_executor.h).
@@ -101,7 +117,7 @@ void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Pla
   }
   if (!continual.ewc) return;
   const double lambda = config.ewc->lambda;
-  if (rank.pipeline) rank.pipeline->set_ewc(&*continual.ewc, lambda, static_cast<double>(groups.replicas().size()));
+  if (rank.pipeline) rank.pipeline->set_ewc(&*continual.ewc, lambda);
   if (choice.zero3 != nullptr) {
     // ZeRO-3 holds the parameters as shards outside forward: the penalty works on them there.
     CPT_CHECK(!rank.pipeline, "ZeRO-3 with a pipeline: the executor refuses it before training");

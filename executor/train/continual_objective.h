@@ -49,7 +49,7 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
 // and the EWC penalty where the step applies it (the pipeline, ZeRO-3's shards, or the objective).
 void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Plan& plan, const TrainConfig& config,
                                   RankModel& rank, const OptimizerChoice& choice, const TensorParallel& tp,
-                                  const ContextParallel& cp, const ProcessGroups& groups, const torch::Device& device);
+                                  const ContextParallel& cp, const torch::Device& device);
 
 // The storage the recipe holds on this rank (step_optimizer.h's RecipeBytes).
 [[nodiscard]] RecipeBytes recipe_bytes(const ContinualObjective& continual, const OptimizerChoice& choice);

@@ -7,6 +7,7 @@
 #include "executor/io/safetensors.h"
 #include "executor/parallel/context_parallel.h"
 #include "executor/parallel/pipeline_executor.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::exec {
 
@@ -69,11 +70,35 @@ void add_squared_gradients(const std::vector<torch::Tensor>& params,
   }
 }
 
+// The routed experts' gradients summed over expert-dp and divided by the replicas that estimated
+// on the same sequence (EwcLayout): one sequence's gradient of each expert. Every expert takes
+// part, a zero gradient where no token reached it, so the ranks' buffers agree.
+void sum_expert_gradients(const torch::OrderedDict<std::string, torch::Tensor>& named, const EwcLayout& layout) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : named) {
+    if (!spec::is_routed_expert(p.key())) continue;
+    if (!p.value().grad().defined()) p.value().mutable_grad() = torch::zeros_like(p.value());
+    grads.push_back(p.value().grad());
+  }
+  if (grads.empty()) return;
+  std::vector<torch::Tensor> flat;
+  for (const auto& g : grads) flat.push_back(g.reshape({-1}));
+  auto buffer = torch::cat(flat);
+  if (layout.expert_dp != nullptr && layout.expert_dp->size() > 1) layout.expert_dp->all_reduce_sum(buffer)->wait();
+  buffer.div_(layout.replicas);
+  std::int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(buffer.narrow(0, offset, g.numel()).view_as(g));
+    offset += g.numel();
+  }
+}
+
 // The estimate's loop: `backward(one, 1 / tokens)` leaves one sequence's gradient (of its per-token
 // mean loss) in the parameters' .grad.
 Ewc estimate_with(const torch::OrderedDict<std::string, torch::Tensor>& named, DataLoader& loader,
                   std::int64_t sequences, const torch::Device& device, const ContextParallel& cp,
-                  const std::function<void(const Batch&, double)>& backward) {
+                  const EwcLayout& layout, const std::function<void(const Batch&, double)>& backward) {
   std::vector<std::pair<std::string, torch::Tensor>> fisher, anchor;
   std::vector<torch::Tensor> params;
   for (const auto& p : named) {
@@ -100,6 +125,7 @@ Ewc estimate_with(const torch::OrderedDict<std::string, torch::Tensor>& named, D
       // sequence's gradient is the sum over the cp group.
       backward(context_parallel_slice(one, cp), 1.0 / static_cast<double>(tokens));
       if (cp.active()) sum_gradients(named, *cp.group);
+      if (layout.experts_apart) sum_expert_gradients(named, layout);
       add_squared_gradients(params, fisher);
     }
   }
@@ -111,13 +137,15 @@ Ewc estimate_with(const torch::OrderedDict<std::string, torch::Tensor>& named, D
 
 }  // namespace
 
-Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
+Ewc Ewc::estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device,
+                  const EwcLayout& layout) {
   const RouterTermsOff plain_loss({&model});
-  return estimate_with(model.named_parameters(), loader, sequences, device, model.cp(),
+  return estimate_with(model.named_parameters(), loader, sequences, device, model.cp(), layout,
                        [&](const Batch& b, double scale) { (model.loss_sum(b) * scale).backward(); });
 }
 
-Ewc Ewc::estimate(PipelineExecutor& pipeline, DataLoader& loader, std::int64_t sequences, const torch::Device& device) {
+Ewc Ewc::estimate(PipelineExecutor& pipeline, DataLoader& loader, std::int64_t sequences, const torch::Device& device,
+                  const EwcLayout& layout) {
   torch::OrderedDict<std::string, torch::Tensor> named;
   std::vector<LlamaModelImpl*> chunks;
   for (auto& chunk : pipeline.chunks()) {
@@ -125,7 +153,7 @@ Ewc Ewc::estimate(PipelineExecutor& pipeline, DataLoader& loader, std::int64_t s
     chunks.push_back(chunk.get());
   }
   const RouterTermsOff plain_loss(chunks);
-  return estimate_with(named, loader, sequences, device, pipeline.chunks().front()->cp(),
+  return estimate_with(named, loader, sequences, device, pipeline.chunks().front()->cp(), layout,
                        [&](const Batch& b, double scale) { pipeline.backward_one(b, scale); });
 }
 
@@ -188,35 +216,48 @@ Ewc Ewc::load(const std::filesystem::path& file, const std::vector<LlamaModelImp
 }
 
 torch::Tensor Ewc::penalty(LlamaModelImpl& model, double lambda) const {
-  torch::Tensor sum = torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(fisher_.front().second.device()));
+  const auto options = torch::TensorOptions(torch::kFloat32).device(fisher_.front().second.device());
+  torch::Tensor sum = torch::zeros({}, options), experts = torch::zeros({}, options);
   for (const auto& p : model.named_parameters()) {
     const auto i = index_of(p.key());
-    sum = sum + (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum();
+    const auto term = (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum();
+    if (layout_.experts_apart && spec::is_routed_expert(p.key())) {
+      experts = experts + term;
+    } else {
+      sum = sum + term;
+    }
   }
-  return sum * (lambda / 2);
+  auto share = sum * (lambda / 2) / layout_.replicas;
+  if (layout_.experts_apart) share = share + experts * (lambda / 2) / layout_.expert_replicas;
+  return share;
 }
 
 double Ewc::penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lambda, Communicator* pp) const {
   torch::NoGradGuard no_grad;
   const auto& tp = chunks.front()->tp();
-  // Summed on the device, read once (one host synchronisation, not one per tensor).
-  torch::Tensor total = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(fisher_.front().second.device()));
+  // Summed on the device, read once per part (not once per tensor): the routed experts apart from
+  // their layer are each ep rank's own (whole on every rank of a tp group), the rest tp's shards.
+  const auto options = torch::TensorOptions(torch::kFloat64).device(fisher_.front().second.device());
+  torch::Tensor total = torch::zeros({}, options), experts = torch::zeros({}, options);
   for (auto* model : chunks) {
     for (const auto& p : model->named_parameters()) {
       const auto& name = p.key();
-      if (tp.active() && tp.rank() != 0 && tp_split_of(name) == TpSplit::kReplicated) continue;
+      const bool expert = layout_.experts_apart && spec::is_routed_expert(name);
+      if (!expert && tp.active() && tp.rank() != 0 && tp_split_of(name) == TpSplit::kReplicated) continue;
       const auto i = index_of(name);
-      total += (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum().to(torch::kFloat64);
+      (expert ? experts : total) +=
+          (fisher_[i].second * (p.value() - anchor_[i].second).pow(2)).sum().to(torch::kFloat64);
     }
   }
-  double sum = total.item<double>();
-  for (Communicator* group : {tp.active() ? tp.group : nullptr, pp}) {
-    if (group == nullptr || group->size() == 1) continue;
-    auto t = torch::tensor({sum}, torch::kFloat64);
+  auto summed = [](double value, Communicator* group) {
+    if (group == nullptr || group->size() == 1) return value;
+    auto t = torch::tensor({value}, torch::kFloat64);
     group->all_reduce_sum(t)->wait();
-    sum = t.item<double>();
-  }
-  return sum * lambda / 2;
+    return t.item<double>();
+  };
+  double sum = summed(total.item<double>(), tp.active() ? tp.group : nullptr);
+  if (layout_.experts_apart) sum += summed(experts.item<double>(), layout_.ep);
+  return summed(sum, pp) * lambda / 2;
 }
 
 double Ewc::mean_fisher() const {

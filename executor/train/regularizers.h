@@ -44,6 +44,22 @@ class Teacher {
 
 class PipelineExecutor;
 
+// How the ranks hold the parameters EWC covers, beyond tensor and pipeline parallelism (a single
+// process keeps the defaults).
+struct EwcLayout {
+  // The ranks over which a parameter's gradients are summed, so that each adds 1/replicas of the
+  // penalty: the data-parallel replicas (dp × cp).
+  double replicas = 1;
+  // Routed experts apart from their layer (spec::routed_experts_apart): their gradients are summed
+  // over expert-dp (`expert_replicas` ranks, `expert_dp`; null for one), each ep rank holds its own
+  // experts (`ep`; null for ep 1), and the Fisher is estimated by every replica on the same
+  // sequences, so an expert's gradients summed over expert-dp hold each sequence `replicas` times.
+  bool experts_apart = false;
+  double expert_replicas = 1;
+  Communicator* expert_dp = nullptr;
+  Communicator* ep = nullptr;
+};
+
 // The estimate and the penalty hold any set of parameters by name: a whole model, a tensor-parallel
 // shard of it, or a pipeline rank's chunks (each chunk's penalty covers its own parameters).
 class Ewc {
@@ -51,13 +67,16 @@ class Ewc {
   // Estimates the diagonal Fisher of `model`'s current weights (the anchor θ*) from `sequences`
   // single-sequence gradients of the per-token mean loss on `loader`'s data; leaves .grad clear.
   // Under context parallelism each rank of the cp group back-propagates its tokens and the
-  // gradients are summed over the group. REQUIRES: the .grad of the parameters are their own (no
+  // gradients are summed over the group; with `layout.experts_apart` every rank estimates (on the
+  // same sequences) and the routed experts' gradients are summed over expert-dp and divided by the
+  // replicas before they are squared. REQUIRES: the .grad of the parameters are their own (no
   // optimizer views yet).
-  static Ewc estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device);
+  static Ewc estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device,
+                      const EwcLayout& layout = {});
   // The same through a pipeline: every sequence goes forward and backward through the stages
   // (PipelineExecutor::backward_one); this rank's estimate covers its chunks. COLLECTIVE over pp.
   static Ewc estimate(PipelineExecutor& pipeline, DataLoader& loader, std::int64_t sequences,
-                      const torch::Device& device);
+                      const torch::Device& device, const EwcLayout& layout = {});
   // An estimate from tensors by parameter name (e.g. gathered whole).
   static Ewc from(std::vector<std::pair<std::string, torch::Tensor>> fisher,
                   std::vector<std::pair<std::string, torch::Tensor>> anchor);
@@ -69,12 +88,17 @@ class Ewc {
   [[nodiscard]] const std::vector<std::pair<std::string, torch::Tensor>>& fisher() const { return fisher_; }
   [[nodiscard]] const std::vector<std::pair<std::string, torch::Tensor>>& anchor() const { return anchor_; }
 
-  // λ/2·Σ F (θ − θ*)² over `model`'s parameters, with the graph (its gradient is λ·F·(θ − θ*)).
+  // The ranks' layout (EwcLayout), for penalty() and penalty_value(); set before training.
+  void set_layout(const EwcLayout& layout) { layout_ = layout; }
+
+  // This rank's share of λ/2·Σ F (θ − θ*)² over `model`'s parameters, with the graph (its gradient
+  // is λ·F·(θ − θ*) / replicas): each term divided by the ranks its gradient is summed over (the
+  // layout's replicas; expert-dp for routed experts apart), so the reduced gradient has it once.
   // Under tensor parallelism this rank's shards (tensor-replicated parameters in full).
   torch::Tensor penalty(LlamaModelImpl& model, double lambda) const;
   // The whole model's penalty (no graph): every chunk's, shards summed over the tensor-parallel
-  // group (replicated parameters counted once) and stages over `pp` (when given). COLLECTIVE over
-  // tp and pp.
+  // group (replicated parameters counted once), routed experts apart over ep, and stages over `pp`
+  // (when given). COLLECTIVE over tp, ep and pp.
   [[nodiscard]] double penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lambda,
                                      Communicator* pp = nullptr) const;
   [[nodiscard]] double mean_fisher() const;
@@ -84,6 +108,7 @@ class Ewc {
   void index_names();
   std::vector<std::pair<std::string, torch::Tensor>> fisher_, anchor_;
   std::unordered_map<std::string, std::size_t> index_;  // parameter name -> entry (the penalty runs every step)
+  EwcLayout layout_;
 };
 
 }  // namespace cpt::exec

@@ -91,11 +91,11 @@ StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std
       }
       total = total * scale;
       if (objective.ewc != nullptr && i + 1 == n) {
-        // Once per step; every data-parallel replica adds 1/dp of it, so the summed gradient has it once.
+        // Once per step; every data-parallel replica adds its share (Ewc::penalty), so the summed
+        // gradient has it once.
         const auto penalty = objective.ewc->penalty(model, objective.ewc_lambda);
-        r.ewc_penalty = model.tp().active() ? objective.ewc->penalty_value({&model}, objective.ewc_lambda)
-                                            : penalty.item<double>();
-        total = total + penalty / static_cast<double>(dp.size());
+        r.ewc_penalty = objective.ewc->penalty_value({&model}, objective.ewc_lambda);
+        total = total + penalty;
       }
       optimizer.before_backward(i, n);
       total.backward();

@@ -241,7 +241,7 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
   choice_ = choose_step_optimizer(par_, config, rank_.named, groups_, rank_.first());
   if (config.keep_optimizer_state) keep_base_optimizer_state(config, *choice_.optimizer, plan.model, tp_, device_);
   // The teacher and the EWC anchor come from the starting weights, before any resume.
-  attach_teacher_and_penalties(continual_, plan, config, rank_, choice_, tp_, cp_, groups_, device_);
+  attach_teacher_and_penalties(continual_, plan, config, rank_, choice_, tp_, cp_, device_);
   if (options.resume) {
     counters_ = resume_from_latest(options.out_dir / "checkpoints", plan.model, rank_, choice_, loader_, tp_, device_);
   }

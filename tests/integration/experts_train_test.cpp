@@ -186,8 +186,8 @@ TEST_F(ModelVariantsTrain, QkNormsAndTheirOwnHeadWidthMatchTheSingleProcessRunUn
   }
 }
 
-// ZeRO-3 with expert parallelism (like context parallelism or expert-tp with experts), and EWC with
-// experts apart from their layer, are refused in one line, before any rank trains.
+// ZeRO-3 with expert parallelism (like context parallelism or expert-tp with experts) is refused in
+// one line, before any rank trains.
 TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
   const auto d = dir_.string();
   const auto planned = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus 2 --global-batch 8 --seq-len 64" +
@@ -197,15 +197,37 @@ TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
   const auto r = train("moe-ep2-zero3", "o-moe-ep2-zero3", 2);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("a mixture of experts with ep 2, etp 1, tp 1, cp 1, ZeRO 3"), std::string::npos) << r.err;
-  // EWC's Fisher is estimated on one data-parallel replica: not with experts apart from their layer
-  // (under tp each rank's whole experts see only its sequence shard's tokens).
+}
+
+// EWC with the routed experts apart from their layer: every replica estimates the Fisher on the same
+// sequences (the dispatch spans the replicas), each expert's gradient summed over expert-dp and
+// divided by the replicas, and each rank's penalty holds its experts' share once (summed over
+// expert-dp with the gradients; its value over ep). The same losses, penalties and weights as the
+// single process; the Fisher and anchor bytes and the calls are the cost model's.
+TEST_F(ModelVariantsTrain, EwcWithExpertsApartMatchesTheSingleProcessRun) {
   plan_once();
-  std::ofstream(dir_ / "ewc-moe.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
-    "threads": 1, "ewc": {"lambda": 5000, "data": {"name": "py", "path": "data"}, "sequences": 8}})";
-  const auto ewc = train("moe-tp2-sp", "o-moe-tp2-sp-ewc", 2, "ewc-moe.json");
-  EXPECT_EQ(ewc.exit_code, 2) << ewc.err;
-  EXPECT_NE(ewc.err.find("\"ewc\" with the routed experts apart from their layer (ep 1, tp 2)"), std::string::npos)
-      << ewc.err;
+  std::ofstream(dir_ / "ewc-moe.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
+    "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
+    "dp_bucket_mib": 0.1, "log_interval_steps": 0,
+    "ewc": {"lambda": 5000, "data": {"name": "py", "path": "data"}, "sequences": 8}})";
+  reference("moe-single", "o-moe-ewc-1", "ewc-moe.json");
+  const auto penalties = [&](const std::string& out) { return metric(dir_ / out / "metrics.jsonl", "ewc_penalty"); };
+  const auto single = penalties("o-moe-ewc-1");
+  ASSERT_EQ(single.size(), 20u);
+  EXPECT_GT(single.back(), 0.0);
+  for (const auto& [layout, procs] : {std::pair{"ep2", 2}, std::pair{"tp2-sp", 2}, std::pair{"ep2-tp2-sp", 2},
+                                      std::pair{"ep2-dp4-zero2", 4}, std::pair{"ep2-pp2", 4}}) {
+    const auto out = std::string("o-moe-ewc-") + layout;
+    const auto r = train(std::string("moe-") + layout, out, procs, "ewc-moe.json");
+    EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    if (r.exit_code != 0) continue;
+    expect_same_as_reference("o-moe-ewc-1", dir_ / out, std::string("moe ewc ") + layout);
+    expect_recipe_bytes_of_the_cost_model(out, "ewc", std::string("moe ewc ") + layout);
+    expect_calls_of_the_cost_model(out, std::string("moe ewc ") + layout);
+    const auto p = penalties(out);
+    ASSERT_EQ(p.size(), single.size()) << layout;
+    for (std::size_t i = 1; i < p.size(); ++i) EXPECT_NEAR(p[i] / single[i], 1.0, 1e-3) << layout << ": step " << i;
+  }
 }
 
 }  // namespace

@@ -2,8 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include "spec/model_catalog.h"
-
 namespace cpt::spec {
 namespace {
 
@@ -50,23 +48,6 @@ TEST(ExecutorSupport, StepScalarAllReducesFollowTheGroupsThatExist) {
   EXPECT_EQ(executor_step_scalar_all_reduces(tp_experts, 2).pp, 2);  // a dense model: no expert part
 }
 
-// An EWC recipe adds one gap: the routed experts apart from their layer (ep > 1, or tp > 1 with
-// sequence parallelism), whose Fisher one data-parallel replica cannot estimate; a dense model and
-// experts with their layer are run either way.
-TEST(ExecutorSupport, EwcRefusesExpertsApartFromTheirLayer) {
-  const ModelSpec moe = find_catalog_model("tiny-moe")->spec;
-  const ModelSpec dense = find_catalog_model("tiny")->spec;
-  const ParallelConfig ep2{.dp = 2, .ep = 2};
-  const ParallelConfig tp2{.tp = 2, .sequence_parallel = true};
-  for (const auto& p : {ep2, tp2}) {
-    EXPECT_FALSE(find_executor_gap(p, moe, 64).has_value());
-    EXPECT_EQ(find_executor_gap(p, moe, 64, {.ewc = true}), ExecutorGap::kEwcWithExpertsApart);
-  }
-  EXPECT_FALSE(find_executor_gap(tp2, dense, 64, {.ewc = true}).has_value());
-  EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2}, moe, 64, {.ewc = true}).has_value());
-  EXPECT_NE(describe(ExecutorGap::kEwcWithExpertsApart, ep2, 64).find("(ep 2, tp 1)"), std::string::npos);
-}
-
 // EWC's penalty value: summed over the shards under ZeRO-3, then over tp and pp; replicas hold the
 // same penalty (measured in tests/integration/distributed_train_test.cpp like the step's).
 TEST(ExecutorSupport, EwcPenaltyIsSummedOverTheGroupsThatSplitTheParameters) {
@@ -75,6 +56,9 @@ TEST(ExecutorSupport, EwcPenaltyIsSummedOverTheGroupsThatSplitTheParameters) {
   const auto zero3 = executor_ewc_scalar_all_reduces(ParallelConfig{.dp = 4, .zero_stage = 3}, 2);
   EXPECT_EQ(zero3.shard, 1);
   EXPECT_EQ(zero3.total(), 1);
+  // Routed experts split over ep: their part of the penalty summed over the ep group.
+  EXPECT_EQ(executor_ewc_scalar_all_reduces(ParallelConfig{.dp = 2, .ep = 2}, 2).ep, 1);
+  EXPECT_EQ(executor_ewc_scalar_all_reduces(ParallelConfig{.dp = 2, .ep = 2}, 2).total(), 1);
   const auto tp_pp = executor_ewc_scalar_all_reduces(ParallelConfig{.tp = 2, .pp = 2}, 1);
   EXPECT_EQ(tp_pp.tp, 1);
   EXPECT_EQ(tp_pp.pp, 1);
