@@ -185,9 +185,11 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
     t.block_params += t.expert_params;
     t.expert_params = 0;
   }
-  // Groups this rank talks in (each holds NCCL buffers).
+  // Groups this rank talks in (each holds NCCL buffers): the axes', and expert-dp where the routed
+  // experts reduce apart from their layer (a communicator of its own).
   int groups = 0;
   for (int d : {p.tp, p.cp, p.dp, p.pp, p.ep, p.etp}) groups += d > 1 ? 1 : 0;
+  if (m.moe.present() && !p.experts_with_their_layer() && p.expert_dp() > 1) ++groups;
   t.comm_buffers = static_cast<double>(o.comm_buffer_per_group.value()) * groups;
   return t;
 }

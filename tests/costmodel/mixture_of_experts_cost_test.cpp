@@ -116,6 +116,18 @@ TEST(MixtureOfExpertsCost, RoutedFlopsDoNotDependOnTheSplit) {
 
 // Tokens cross ranks only with ep > 1: an all-to-all each way per MoE layer and pass, after the
 // forward's all-gather of the pairs per expert.
+// Routed experts that reduce over expert-dp talk in a communicator of their own, with its NCCL
+// buffers: Mixtral on dp 8 with ep 4 (expert-dp 2) holds one more group's than with ep 8 (expert-dp
+// 1); the activations are the same, so "other" differs by the buffers and their fragmentation.
+TEST(MixtureOfExpertsCost, ExpertDataParallelGroupHoldsItsBuffers) {
+  const CostModelOptions o;
+  const MemoryBreakdown one = memory_of(expert_parallel(8, 8, 1));
+  const MemoryBreakdown two = memory_of(expert_parallel(8, 4, 1));
+  EXPECT_EQ(one.activations.value(), two.activations.value());
+  EXPECT_NEAR(static_cast<double>(two.other.value() - one.other.value()),
+              static_cast<double>(o.comm_buffer_per_group.value()) * (1 + o.fragmentation), 2.0);
+}
+
 TEST(MixtureOfExpertsCost, AllToAllOnlyWithExpertParallelism) {
   const auto tiny = spec::find_catalog_model("tiny-moe")->spec;  // 2 MoE layers, 4 experts
   const Estimate local = estimate(tiny, expert_parallel(8, 1, 1), 8);
