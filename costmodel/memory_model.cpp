@@ -218,10 +218,15 @@ void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, doubl
                                 .largest_pair;
     mb.grads += bytes(gradient_bytes_per_param(o) * std::min(layers * t.expert_params, reducing));
   }
-  if (p.zero_stage == 3 && t.expert_shard_group > 1) {  // gathered experts beside their shards
-    const double whole = t.expert_params * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
-    mb.weights += bytes(activation_bytes(o.precision) * whole);
-    mb.grads += bytes(activation_bytes(o.precision) * t.expert_params * std::min(2.0, layers));
+  // Under ZeRO-3 over expert-dp > 1 the running and prefetched blocks' experts are gathered beside
+  // their shards, and their gradients are whole buffers (one filling, one reducing) beside the
+  // slice being reduced into; over a group of one the shard is the whole unit, used in place
+  // (parallel/fully_sharded.h).
+  if (p.zero_stage == 3 && t.expert_shard_group > 1 && layers > 0) {
+    const double e = activation_bytes(o.precision);
+    mb.weights += bytes(e * t.expert_params * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers));
+    mb.grads += bytes(e * t.expert_params * std::min(2.0, layers) +
+                      gradient_bytes_per_param(o) * t.expert_params / t.expert_shard_group);
   }
 }
 

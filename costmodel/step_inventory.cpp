@@ -254,10 +254,15 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
   if (p.zero_stage != 3) return;
   const auto counts = model.param_counts();
   double around = kernels_per_zero3_call(o);
+  // Over a group of one a unit is used in place (parallel/fully_sharded.h): its parameters and
+  // gradient views are set as around a collective, and no collective runs.
+  bool in_place = false;
   auto unit = [&](WorkPass pass, WorkScope scope, CommGroup group, WorkKind kind, double params, double bytes_per_param,
                   Exposure exposure) {
     const Bytes bytes(static_cast<std::int64_t>(params * bytes_per_param));
-    inv.add(calls_of(pass, scope, group, kind, bytes, 1, around, exposure));
+    WorkItem item = calls_of(pass, scope, group, kind, bytes, 1, around, exposure);
+    if (in_place) item.operations = item.call_overheads = item.calls = 0;
+    inv.add(item);
   };
   const double grad_bytes = gradient_bytes_per_param(o);
   // A block's units, prefetched: gathered forward and backward, reduce-scattered backward; the
@@ -278,7 +283,11 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
   };
   const double experts = expert_params_per_layer(counts, p);
   const bool experts_apart = experts > 0 && !p.experts_with_their_layer();
-  if (experts_apart && p.expert_dp() > 1) block_units(CommGroup::kExpertReplicas, experts);
+  if (experts_apart) {
+    in_place = p.expert_dp() == 1;
+    block_units(CommGroup::kExpertReplicas, experts);
+    in_place = false;
+  }
   if (shard_group <= 1) return;
   if (!experts_apart) around = kernels_per_zero3_block_call(model, o);  // the experts' tensors too
   block_units(CommGroup::kShard, block_params_per_tp(counts, p.tp) + (experts_apart ? 0.0 : experts));
@@ -404,10 +413,11 @@ void add_step_scalars(StepInventory& inv, const spec::ModelSpec& model, const sp
   add(CommGroup::kExpert, scalars.ep, 1);
   add(CommGroup::kExpertReplicas, scalars.expert_shard, 1);
   if (o.ewc) {
-    const spec::StepScalarAllReduces ewc = spec::executor_ewc_scalar_all_reduces(p, shard_group);
+    const spec::StepScalarAllReduces ewc = spec::executor_ewc_scalar_all_reduces(p, shard_group, model.moe.present());
     add(CommGroup::kShard, ewc.shard, 1);
     add(CommGroup::kTp, ewc.tp, 1);
     add(CommGroup::kExpert, ewc.ep, 1);
+    add(CommGroup::kExpertReplicas, ewc.expert_shard, 1);
     add(CommGroup::kPp, ewc.pp, 1);
   }
 }

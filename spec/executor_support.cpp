@@ -7,8 +7,7 @@ namespace cpt::spec {
 using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
-  if (m.moe.present() && (p.etp > 1 || p.cp > 1 || (p.tp > 1 && !p.sequence_parallel) ||
-                          (p.zero_stage == 3 && !p.experts_with_their_layer()))) {
+  if (m.moe.present() && (p.etp > 1 || p.cp > 1 || (p.tp > 1 && !p.sequence_parallel))) {
     return ExecutorGap::kExpertParallelism;
   }
   if (m.mla.present()) return ExecutorGap::kAttentionVariant;
@@ -37,9 +36,12 @@ StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, i
   return n;
 }
 
-StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, int shard_ranks) {
+StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, int shard_ranks, bool moe) {
   StepScalarAllReduces n;
   if (p.zero_stage == 3 && shard_ranks > 1) n.shard = 1;
+  if (p.zero_stage == 3 && (moe || p.ep > 1) && !p.experts_with_their_layer() && p.expert_dp() > 1) {
+    n.expert_shard = 1;
+  }
   if (p.tp > 1) n.tp = 1;
   if (p.ep > 1) n.ep = 1;  // the experts' part (ep > 1: a mixture of experts, its experts apart)
   if (p.pp > 1) n.pp = 1;
@@ -64,8 +66,7 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
       return str_cat("a mixture of experts with ep ", p.ep, ", etp ", p.etp, ", tp ", p.tp, ", cp ", p.cp, ", ZeRO ",
                      p.zero_stage, p.tp > 1 && !p.sequence_parallel ? ", no sequence parallelism" : "",
                      ": the executor runs experts with data, expert, ZeRO, pipeline and tensor parallelism (etp 1, cp "
-                     "1, tp only with sequence parallelism, ZeRO-3 only with ep 1 and tp 1); cpt plans, prices and "
-                     "exports the rest");
+                     "1, tp only with sequence parallelism); cpt plans, prices and exports the rest");
     case ExecutorGap::kAttentionVariant:
       return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
   }

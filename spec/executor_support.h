@@ -14,7 +14,7 @@ enum class ExecutorGap {
   kParameterOffload,        // offload other than the optimizer state of ZeRO-1/2/3
   kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
-  kExpertParallelism,       // experts split over etp, with tensor or context parallelism, or ZeRO-3 with ep
+  kExpertParallelism,       // experts split over etp, with context parallelism, or tp without SP
   kAttentionVariant,        // DeepSeek's latent attention
 };
 
@@ -58,9 +58,9 @@ struct StepScalarAllReduces {
 };
 StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks, bool moe = false);
 // EWC's penalty, summed once a step (one fp64 value each): over the ZeRO-3 shard group where the
-// penalty works on the shards, then over tp, the routed experts' part over ep where they are apart
-// from their layer, and over pp (executor/train/regularizers.cpp Ewc::penalty_value,
-// executor/parallel/fully_sharded.cpp).
-StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, int shard_ranks);
+// penalty works on the shards (the routed experts apart from their layer over expert-dp), then
+// over tp, the routed experts' part over ep where they are apart from their layer, and over pp
+// (executor/train/regularizers.cpp Ewc::penalty_value, executor/parallel/fully_sharded.cpp).
+StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, int shard_ranks, bool moe = false);
 
 }  // namespace cpt::spec

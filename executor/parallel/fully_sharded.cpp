@@ -84,12 +84,14 @@ class FullyShardedImpl : public FullyShardedModel {
   // Gathers the unit and starts the all-gather of the next one (the root's next is block 0),
   // which then runs behind this unit's computation.
   void before_forward(int u) override {
+    if (!has_unit(u)) return;
     const auto index = unit_index(u);
     gather(index);
     if (index + 1 < units_.size()) prefetch(index + 1);
   }
 
   torch::Tensor after_forward(int u, const torch::Tensor& output) override {
+    if (!has_unit(u)) return output;
     const auto index = unit_index(u);
     const bool training = torch::GradMode::is_enabled() && output.requires_grad();
     if (u == kRoot) {
@@ -117,6 +119,12 @@ class FullyShardedImpl : public FullyShardedModel {
     auto& unit = units_[params_[k].unit];
     if (!unit.full_grad.defined()) return;  // not a ZeRO-3 backward (e.g. a parameter used outside forward)
     if (++unit.grads_in < static_cast<int>(unit.params.size())) return;
+    if (alone()) {  // the gradients went straight into the shard (prepare_gradients)
+      for (const auto j : unit.params) params_[j].tensor.mutable_grad() = torch::Tensor();
+      unit.full_grad = torch::Tensor();
+      release(params_[k].unit);
+      return;
+    }
     // Every gradient of the unit is in: reduce-scatter it, drop the whole tensors. One reduction in
     // flight at a time, so at most two whole gradient buffers exist (this one and the next unit's).
     drain_pending();
@@ -186,6 +194,7 @@ class FullyShardedImpl : public FullyShardedModel {
   void step(double lr, double scale) override {
     torch::NoGradGuard no_grad;
     for (auto& unit : units_) {
+      if (unit.params.empty()) continue;
       if (scale != 1.0) unit.grad_shard.mul_(scale);
       // With offload: the gradient shard to the host (a copy there, also on a CPU device), AdamW on
       // the host master, the result back into the shard.
@@ -215,7 +224,9 @@ class FullyShardedImpl : public FullyShardedModel {
 
   void zero_grad() override {
     torch::NoGradGuard no_grad;
-    for (auto& unit : units_) unit.grad_shard.zero_();
+    for (auto& unit : units_) {
+      if (!unit.params.empty()) unit.grad_shard.zero_();
+    }
   }
 
   NamedParams full_state() override {
@@ -350,6 +361,12 @@ class FullyShardedImpl : public FullyShardedModel {
     for (const auto d : s) n *= d;
     return n;
   }
+  // Whether unit u holds parameters here: the experts' part (make_expert_split_fully_sharded) has
+  // no root and no unit for the dense layers after its last MoE layer.
+  bool has_unit(int u) const {
+    const auto index = u == kRoot ? std::size_t{0} : static_cast<std::size_t>(u) + 1;
+    return index < units_.size() && !units_[index].params.empty();
+  }
   std::size_t unit_index(int u) const {
     const auto index = u == kRoot ? std::size_t{0} : static_cast<std::size_t>(u) + 1;
     CPT_CHECK(index < units_.size(), "ZeRO-3: no unit ", u);
@@ -412,10 +429,14 @@ class FullyShardedImpl : public FullyShardedModel {
     peak_.grads = std::max(peak_.grads, now.grads);
   }
 
+  // A group of one (the routed experts over an expert-dp of 1): the shard is the whole unit, which
+  // is then used in place (no gathered copy), and gradients accumulate into it directly.
+  bool alone() const { return shard_.size() == 1; }
+
   // Starts gathering unit u into a whole buffer, asynchronously (no-op when gathered or under way).
   void prefetch(std::size_t u) {
     auto& unit = units_[u];
-    if (unit.gathered || unit.gathering || unit.params.empty()) return;
+    if (unit.gathered || unit.gathering || unit.params.empty() || alone()) return;
     torch::NoGradGuard no_grad;
     unit.full = torch::empty({unit.layout.padded_size()}, opts_);
     unit.gathering = shard_.all_gather(unit.shard, unit.full);
@@ -426,9 +447,13 @@ class FullyShardedImpl : public FullyShardedModel {
     auto& unit = units_[u];
     if (unit.gathered || unit.params.empty()) return;
     torch::NoGradGuard no_grad;
-    prefetch(u);
-    unit.gathering->wait();
-    unit.gathering.reset();
+    if (alone()) {
+      unit.full = unit.shard;
+    } else {
+      prefetch(u);
+      unit.gathering->wait();
+      unit.gathering.reset();
+    }
     for (const auto k : unit.params) {
       auto& p = params_[k];
       p.tensor.set_data(unit.full.narrow(0, p.offset, shape_numel(p.shape)).view(p.shape));
@@ -452,8 +477,8 @@ class FullyShardedImpl : public FullyShardedModel {
 
   void prepare_gradients(std::size_t u) {
     auto& unit = units_[u];
-    if (unit.full_grad.defined()) return;
-    unit.full_grad = torch::zeros({unit.layout.padded_size()}, opts_);
+    if (unit.full_grad.defined() || unit.params.empty()) return;  // the experts' part has no root
+    unit.full_grad = alone() ? unit.grad_shard : torch::zeros({unit.layout.padded_size()}, opts_);
     unit.grads_in = 0;
     for (const auto k : unit.params) {
       auto& p = params_[k];

@@ -21,7 +21,8 @@
 // Memory between steps: 4Ψ/N weights + 4Ψ/N gradients + 8Ψ/N moments; during a step, plus the
 // root unit and two blocks whole (the running one and the prefetched one), and in backward up to
 // two whole gradient buffers (one reducing, one filling). state_bytes() reports the step's peak
-// of weights and of gradients.
+// of weights and of gradients. Over a group of one (N = 1: the routed experts where expert-dp is 1)
+// the shard is the whole unit: used in place, no gathered copy, gradients accumulated into it.
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,14 @@ std::unique_ptr<FullyShardedModel> make_fully_sharded(const NamedParams& params,
 // gathered per unit for forward exactly as the student's, without gradients or optimizer state.
 // Install it as the model's ParameterResidency; its StepOptimizer side must not be used.
 std::unique_ptr<FullyShardedModel> make_fully_sharded_frozen(const NamedParams& params, Communicator& shard);
+
+// ZeRO-3 of a model whose routed experts are apart from their layer (spec::routed_experts_apart):
+// `dense` shards the other parameters over the replicas, `experts` the routed experts over
+// expert-dp (the ranks holding the same experts; its norm over ep and pp), and the result is both:
+// a block's two units gathered, released and reduced together, the gradient norm both's, the full
+// state both's names (parallel/expert_split_sharded.cpp).
+std::unique_ptr<FullyShardedModel> make_expert_split_fully_sharded(std::unique_ptr<FullyShardedModel> dense,
+                                                                   std::unique_ptr<FullyShardedModel> experts);
 
 class FullyShardedModel : public ParameterResidency, public StepOptimizer {
  public:

@@ -105,7 +105,14 @@ void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Pla
         NamedParams teacher_params;
         for (const auto& p : teacher_chunks.front()->named_parameters())
           teacher_params.emplace_back(p.key(), p.value());
-        continual.teacher_shards = make_fully_sharded_frozen(teacher_params, *choice.shard_group);
+        if (choice.expert_shard_group != nullptr) {
+          auto [dense, experts] = split_routed_experts(teacher_params);
+          continual.teacher_shards =
+              make_expert_split_fully_sharded(make_fully_sharded_frozen(dense, *choice.shard_group),
+                                              make_fully_sharded_frozen(experts, *choice.expert_shard_group));
+        } else {
+          continual.teacher_shards = make_fully_sharded_frozen(teacher_params, *choice.shard_group);
+        }
         teacher_chunks.front()->set_parameter_residency(continual.teacher_shards.get());
         core::info0("distill: teacher sharded (ZeRO-3) over ", choice.shard_group->size(), " ranks");
       }

@@ -37,6 +37,12 @@ std::unique_ptr<StepOptimizer> data_parallel_optimizer(const spec::ParallelConfi
 
 }  // namespace
 
+std::pair<NamedParams, NamedParams> split_routed_experts(const NamedParams& named) {
+  std::pair<NamedParams, NamedParams> parts;
+  for (const auto& entry : named) (spec::is_routed_expert(entry.first) ? parts.second : parts.first).push_back(entry);
+  return parts;
+}
+
 OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const TrainConfig& config,
                                       const NamedParams& named, const ProcessGroups& groups, LlamaModel& model) {
   const ModelParallelNorm norm_groups{groups.tp.get(), groups.pp.get()};
@@ -44,10 +50,21 @@ OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const Tra
   OptimizerChoice choice;
   const bool hybrid = par.hybrid_shard && groups.dp_shard;
   choice.shard_group = hybrid ? groups.dp_shard.get() : &replicas;
+  const ModelParallelNorm expert_norm{nullptr, groups.pp.get(), groups.ep.get()};
   if (par.zero_stage == 3) {
-    auto sharded =
-        make_fully_sharded(named, config.optimizer, *choice.shard_group, hybrid ? groups.dp_replicate.get() : nullptr,
-                           norm_groups, par.offload == spec::Offload::kOptimizer);
+    const bool offload = par.offload == spec::Offload::kOptimizer;
+    std::unique_ptr<FullyShardedModel> sharded;
+    if (groups.expert_dp) {
+      // The routed experts apart from their layer: sharded over the ranks holding the same experts.
+      auto [dense, experts] = split_routed_experts(named);
+      choice.expert_shard_group = groups.expert_dp.get();
+      sharded = make_expert_split_fully_sharded(
+          make_fully_sharded(dense, config.optimizer, *choice.shard_group, nullptr, norm_groups, offload),
+          make_fully_sharded(experts, config.optimizer, *groups.expert_dp, nullptr, expert_norm, offload));
+    } else {
+      sharded = make_fully_sharded(named, config.optimizer, *choice.shard_group,
+                                   hybrid ? groups.dp_replicate.get() : nullptr, norm_groups, offload);
+    }
     choice.zero3 = sharded.get();
     model->set_parameter_residency(choice.zero3);
     if (hybrid) {
@@ -59,9 +76,7 @@ OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const Tra
   } else if (groups.expert_dp) {
     // Expert parallelism: the routed experts' gradients are summed (and ZeRO shards them) over the
     // ranks holding the same experts, expert-dp; everything else over the replicas.
-    NamedParams dense, experts;
-    for (const auto& entry : named) (spec::is_routed_expert(entry.first) ? experts : dense).push_back(entry);
-    const ModelParallelNorm expert_norm{nullptr, groups.pp.get(), groups.ep.get()};
+    auto [dense, experts] = split_routed_experts(named);
     // A pipeline stage of dense layers only holds no experts (dense first layers, interleaved MoE).
     choice.optimizer = make_expert_split_optimizer(
         data_parallel_optimizer(par, config, dense, replicas, norm_groups),
