@@ -35,6 +35,7 @@ CostModelOptions for_runtime(CostModelOptions o, spec::Runtime runtime) {
   o.attention_kernel_scale = reference.attention_kernel_scale;
   o.memory_traffic_scale = reference.memory_traffic_scale;
   o.fp8_gemm_scale = reference.fp8_gemm_scale;
+  if (runtime != spec::Runtime::kMegatron) o.moe_dispatcher = spec::TokenDispatcher::kAllToAll;  // flex is Megatron's
   switch (runtime) {
     case spec::Runtime::kMegatron:
       return o;

@@ -6,6 +6,7 @@
 #include "costmodel/layer_costs.h"
 #include "costmodel/memory_model.h"
 #include "costmodel/straggler.h"
+#include "costmodel/token_dispatch.h"
 
 namespace cpt::cost {
 
@@ -57,8 +58,13 @@ StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, doubl
   for (const WorkItem& item : inv.items()) {
     const double times = times_per_step(item.scope, share, microbatches, inv);
     add_for_group(item.group, item.calls * times, sums.calls);
-    // A sequence-parallel pair moves its bytes twice: gathered, then reduce-scattered.
-    const double moved = item.kind == WorkKind::kReduceScatterAllGather ? 2.0 : 1.0;
+    // A sequence-parallel pair moves its bytes twice: gathered, then reduce-scattered; a flex
+    // dispatch its tokens once to each node and rank that needs them (token_dispatch.h).
+    double moved = item.kind == WorkKind::kReduceScatterAllGather ? 2.0 : 1.0;
+    if (item.kind == WorkKind::kFlexDispatch && context.experts != nullptr) {
+      const FlexCopies copies = flex_copies(*context.experts, context.groups->of(item.group));
+      moved = copies.over_network + copies.over_nvlink;
+    }
     add_for_group(item.group, static_cast<double>(item.bytes.value()) * item.operations * moved * times, sums.bytes);
     if (item.kind == WorkKind::kScalarAllReduce) {
       const Seconds seconds = price(item, context, Seconds(0));

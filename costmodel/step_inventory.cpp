@@ -219,11 +219,14 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
   const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));
   const Bytes counts(std::int64_t{model.moe.experts} * 8 * p.ep);  // gathered: int64 [ep, E]
-  // The flex dispatcher (DeepEP's kernels run with expert-tp 1) sends each token once per rank
-  // and node that needs it: its item's bytes are the tokens once (token_dispatch.h).
-  const bool flex = o.moe_dispatcher == spec::TokenDispatcher::kFlex && p.etp == 1;
+  // The flex dispatcher sends each token once per rank and node that needs it: its item's bytes
+  // are the tokens once, at the busiest rank's load (token_dispatch.h; spec::dispatcher_runs).
+  const bool flex =
+      o.moe_dispatcher == spec::TokenDispatcher::kFlex && spec::dispatcher_runs(spec::TokenDispatcher::kFlex, model, p);
   const WorkKind dispatch = flex ? WorkKind::kFlexDispatch : WorkKind::kAllToAll;
-  const Bytes dispatched = flex ? Bytes(static_cast<std::int64_t>(tokens / p.tp * model.hidden * element_bytes)) : sent;
+  const Bytes dispatched(
+      static_cast<std::int64_t>(flex ? tokens / p.tp * routed_token_load(model.moe, o) * model.hidden * element_bytes
+                                     : routed * model.hidden * element_bytes));
   // The operators around the ep calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
   auto pass_work = [&](WorkPass pass) {
     if (p.ep > 1) {

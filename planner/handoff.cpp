@@ -125,7 +125,8 @@ std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
   args.emplace_back("--moe-router-load-balancing-type aux_loss");
   args.emplace_back("--moe-aux-loss-coeff 1e-3");
   args.emplace_back("--moe-grouped-gemm");
-  if (plan.predicted && plan.predicted->moe_dispatcher == spec::TokenDispatcher::kFlex) {
+  if (plan.predicted && plan.predicted->moe_dispatcher == spec::TokenDispatcher::kFlex &&
+      spec::dispatcher_runs(spec::TokenDispatcher::kFlex, m, c)) {
     args.emplace_back("--moe-token-dispatcher-type flex");  // priced as DeepEP's (costmodel/token_dispatch.h)
     args.emplace_back("--moe-flex-dispatcher-backend deepep");
   } else {

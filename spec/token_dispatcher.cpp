@@ -25,6 +25,11 @@ std::vector<std::string> token_dispatcher_names() {
   return names;
 }
 
+bool dispatcher_runs(TokenDispatcher dispatcher, const ModelSpec& model, const ParallelConfig& parallel) {
+  if (dispatcher == TokenDispatcher::kAllToAll) return true;
+  return model.moe.present() && parallel.ep > 1 && parallel.etp == 1 && model.moe.capacity_factor == 0;
+}
+
 std::optional<TokenDispatcher> token_dispatcher_from_string(std::string_view name) {
   for (const auto& [value, known] : kNames) {
     if (known == name) return value;

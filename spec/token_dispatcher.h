@@ -12,6 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include "spec/model_spec.h"
+#include "spec/parallel_config.h"
+
 namespace cpt::spec {
 
 // Serialized as the strings of to_string. DO NOT CHANGE them.
@@ -24,5 +27,11 @@ std::string to_string(TokenDispatcher dispatcher);  // "alltoall", "flex"
 std::vector<std::string> token_dispatcher_names();  // in the order of the enum
 // to_string's inverse; nullopt for any other string.
 std::optional<TokenDispatcher> token_dispatcher_from_string(std::string_view name);
+
+// Whether `dispatcher` runs as itself for `parallel` of `model`: flex where tokens leave the rank
+// over ep (ep > 1), with expert-tp 1 (as priced: one group of ep ranks) and dropless (Megatron-Core's
+// DeepEP refuses padding to a capacity); elsewhere a plan asking for flex is priced and exported
+// with the all-to-all. The all-to-all always runs as itself.
+[[nodiscard]] bool dispatcher_runs(TokenDispatcher dispatcher, const ModelSpec& model, const ParallelConfig& parallel);
 
 }  // namespace cpt::spec

@@ -134,8 +134,11 @@ planner::SearchOptions search_options(const PlanOptions& o, const std::optional<
   }
   if (o.gpu == "local") so.runtime.reset();  // priced as the executor runs here (above)
   const bool executor_priced = for_executor || o.gpu == "local";
-  so.cost.moe_dispatcher = moe_dispatcher_named(
-      o.moe_dispatcher, executor_priced ? spec::Runtime::kCpt : so.runtime.value_or(spec::Runtime::kMegatron));
+  // Priced for so.runtime and kept to what so.target runs: flex must suit both.
+  for (const auto runtime : {executor_priced ? spec::Runtime::kCpt : so.runtime.value_or(spec::Runtime::kMegatron),
+                             so.target.value_or(spec::Runtime::kMegatron)}) {
+    so.cost.moe_dispatcher = moe_dispatcher_named(o.moe_dispatcher, runtime);
+  }
   return so;
 }
 

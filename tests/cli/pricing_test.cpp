@@ -291,6 +291,16 @@ TEST(Pricing, FlexDispatcherIsPricedRecordedAndRefusedWhereItDoesNotRun) {
     return nlohmann::json::parse(r.out)["time_s"]["ep_comm"].get<double>();
   };
   EXPECT_LT(ep_comm(" --moe-dispatcher flex"), 0.5 * ep_comm(""));
+  // The bytes it sends: (N - 1)(1 - miss(64)) + N(r - 1)(1 - miss(8)) copies of each token
+  // (token_dispatch.h's worked example) where the all-to-all sends k = 8; the counts' all-gather
+  // (E int64 per rank and MoE layer) is the same for both and 1e-4 of the total.
+  auto ep_bytes = [&](const std::string& flag) {
+    const auto r = cpt(estimate + flag);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["bytes_per_step"]["ep"].get<double>();
+  };
+  const double copies = 31404823.0 / 31502350.0 + 275072345989.0 / 47656755080.0;
+  EXPECT_NEAR(ep_bytes(" --moe-dispatcher flex") / ep_bytes(""), copies / 8, 1e-3);
   const auto dir = std::filesystem::temp_directory_path() / ("cpt_cli_flex." + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const std::string plan = "plan --model qwen3-30b-a3b --gpu h100 --gpus 16 --global-batch 256 --seq-len 4096 ";
@@ -301,11 +311,20 @@ TEST(Pricing, FlexDispatcherIsPricedRecordedAndRefusedWhereItDoesNotRun) {
   EXPECT_NE(slurp(dir / "megatron_args.sh").find("--moe-token-dispatcher-type flex"), std::string::npos);
   const auto simulated = cpt("simulate " + (dir / "plan.json").string());
   EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
-  for (const std::string refused : {"--target cpt", "--runtime torchtitan", "--target deepspeed"}) {
+  for (const std::string refused :
+       {"--target cpt", "--runtime torchtitan", "--target deepspeed", "--target torchtitan --runtime megatron"}) {
     const auto r = cpt(plan + "--moe-dispatcher flex " + refused);
     EXPECT_EQ(r.exit_code, 2) << refused;
     EXPECT_NE(r.err.find("--moe-dispatcher: flex is Megatron-Core's dispatcher"), std::string::npos) << r.err;
   }
+  // Where flex does not run (no ep, expert-tp 2, a capacity), the plan is priced and exported with
+  // the all-to-all (spec::dispatcher_runs).
+  const auto no_ep = dir.string() + "-ep1";
+  std::filesystem::remove_all(no_ep);
+  ASSERT_EQ(cpt(plan + "--fix tp=1,pp=1,ep=1 --moe-dispatcher flex --out " + no_ep).exit_code, 0);
+  EXPECT_NE(slurp(std::filesystem::path(no_ep) / "megatron_args.sh").find("--moe-token-dispatcher-type alltoall"),
+            std::string::npos);
+  std::filesystem::remove_all(no_ep);
   const auto typo = cpt(estimate + " --moe-dispatcher flx");
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_NE(typo.err.find("--moe-dispatcher"), std::string::npos) << typo.err;

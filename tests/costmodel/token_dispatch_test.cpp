@@ -9,6 +9,7 @@
 #include "costmodel/step_estimator.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_catalog.h"
+#include "spec/token_dispatcher.h"
 
 namespace cpt::cost {
 namespace {
@@ -95,6 +96,20 @@ TEST(FlexDispatch, CheaperAcrossNodesAndOnlyWithExpertTpOne) {
   p.etp = 2;
   EXPECT_EQ(estimate(p, spec::TokenDispatcher::kFlex).time.ep_comm.value(),
             estimate(p, spec::TokenDispatcher::kAllToAll).time.ep_comm.value());
+}
+
+// Flex runs where tokens leave the rank over ep, with expert-tp 1 and dropless routing; a capacity
+// (DeepEP does not pad to it), no ep or expert-tp 2 leave the all-to-all.
+TEST(FlexDispatch, RunsOnlyWithEpExpertTpOneAndDropless) {
+  auto model = spec::find_catalog_model("qwen3-30b-a3b")->spec;
+  const spec::ParallelConfig ep8{.dp = 8, .ep = 8};
+  EXPECT_TRUE(spec::dispatcher_runs(spec::TokenDispatcher::kFlex, model, ep8));
+  EXPECT_FALSE(spec::dispatcher_runs(spec::TokenDispatcher::kFlex, model, spec::ParallelConfig{.dp = 8}));
+  EXPECT_FALSE(
+      spec::dispatcher_runs(spec::TokenDispatcher::kFlex, model, spec::ParallelConfig{.dp = 8, .ep = 4, .etp = 2}));
+  model.moe.capacity_factor = 1.0;
+  EXPECT_FALSE(spec::dispatcher_runs(spec::TokenDispatcher::kFlex, model, ep8));
+  EXPECT_TRUE(spec::dispatcher_runs(spec::TokenDispatcher::kAllToAll, model, ep8));
 }
 
 }  // namespace
