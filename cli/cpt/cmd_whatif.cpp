@@ -35,8 +35,9 @@ struct WhatIfOptions {
   int gpus = 0, gpus_per_node = 0, seq_len = 0, global_batch = 0;
   double nic_gbps = 0, hbm_gib = 0, price = 0;
   std::int64_t tokens = 0;
-  std::string runtime;  // empty: the plan's (megatron without a plan)
-  std::string config;   // TRAIN.json: the continual recipe priced after the change (default: the plan's)
+  std::string runtime;         // empty: the plan's (megatron without a plan)
+  std::string config;          // TRAIN.json: the continual recipe priced after the change (default: the plan's)
+  std::string moe_dispatcher;  // empty: the plan's
   bool search = false;
   bool json = false;
 };
@@ -150,8 +151,11 @@ WhatIf what_if(const WhatIfOptions& o, const spec::Plan& plan, int seq_len, int 
   const auto cluster = planner::apply_change(plan.cluster, change_of(o), spec::HardwareCatalog::builtin());
   const cost::CostModelOptions priced = plan.predicted ? cost::options_of(*plan.predicted) : cost::CostModelOptions{};
   const auto runtime = runtime_named(o.runtime);
-  const cost::CostModelOptions after_options =
+  cost::CostModelOptions after_options =
       with_recipe(runtime ? cost::for_runtime(priced, *runtime) : priced, read_recipe(o.config));
+  if (!o.moe_dispatcher.empty()) {
+    after_options.moe_dispatcher = moe_dispatcher_named(o.moe_dispatcher, after_options.runtime);
+  }
   auto before = cost::evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, priced);
   std::optional<spec::ParallelConfig> config = planner::rescale(plan.parallel, cluster.num_gpus);
   if (config) config->global_batch = global_batch;
@@ -189,6 +193,8 @@ void print_what_if_json(const WhatIf& w) {
   print_json(
       {{"before_runtime", spec::to_string(w.before_options.runtime)},
        {"after_runtime", spec::to_string(w.after_options.runtime)},
+       {"before_moe_dispatcher", spec::to_string(w.before_options.moe_dispatcher)},
+       {"after_moe_dispatcher", spec::to_string(w.after_options.moe_dispatcher)},
        {"before_recipe", describe_recipe(w.before_options)},
        {"after_recipe", describe_recipe(w.after_options)},
        {"before", cost::evaluation_to_json(w.before)},
@@ -222,6 +228,10 @@ void print_what_if_table(const WhatIf& w, const spec::Plan& plan) {
   row("  tp_comm s", [](const cost::Estimate& e) { return fixed(e.time.tp_comm.value(), 3); });
   if (plan.model.moe.present()) {
     row("  ep_comm s", [](const cost::Estimate& e) { return fixed(e.time.ep_comm.value(), 3); });
+    if (w.before_options.moe_dispatcher != w.after_options.moe_dispatcher) {
+      t.add_row({"  token dispatcher", spec::to_string(w.before_options.moe_dispatcher),
+                 spec::to_string(w.after_options.moe_dispatcher)});
+    }
   }
   row("  pp_bubble s", [](const cost::Estimate& e) { return fixed(e.time.pp_bubble.value(), 3); });
   row("  dp_comm s", [](const cost::Estimate& e) { return fixed(e.time.dp_comm.value(), 3); });
@@ -253,8 +263,11 @@ void run(const WhatIfOptions& o) {
       more.gpus = o.gpus;
       base = planner::apply_change(base, more, spec::HardwareCatalog::builtin());
     }
-    const cost::CostModelOptions priced =
+    cost::CostModelOptions priced =
         plan && plan->predicted ? cost::options_of(*plan->predicted) : cost::CostModelOptions{};
+    if (!o.moe_dispatcher.empty()) {
+      priced.moe_dispatcher = moe_dispatcher_named(o.moe_dispatcher, runtime_named(o.runtime).value_or(priced.runtime));
+    }
     run_sweep(o, model, base, seq_len, global_batch, with_recipe(priced, read_recipe(o.config)));
     return;
   }
@@ -287,6 +300,10 @@ void register_whatif_command(CLI::App& app) {
   cmd->add_option("--price-per-gpu-hour", o->price, "USD per GPU-hour")->check(CLI::NonNegativeNumber);
   cmd->add_option("--svg", o->svg, "With --sweep: write a chart (tokens/s per GPU, MFU, step time)");
   add_runtime_option(*cmd, o->runtime, "default: the one the plan was priced for (megatron without a plan)");
+  add_moe_dispatcher_option(*cmd, o->moe_dispatcher)
+      ->description(
+          "Mixtures of experts: the token dispatcher after the change, alltoall or flex (DeepEP, HybridEP; Megatron-LM "
+          "only); default: the plan's");
   add_recipe_option(*cmd, o->config);
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] { run(*o); });

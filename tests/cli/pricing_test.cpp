@@ -280,7 +280,8 @@ TEST(Pricing, FusedCrossEntropyIsTwoBytesLessPerLogitAndRecorded) {
 
 // The flex dispatcher sends a token once per node it needs (costmodel/token_dispatch.h): on ep 16
 // over two nodes Qwen3-30B-A3B's expert communication costs less than half the all-to-all's; plan.json
-// records it, Megatron-LM's arguments carry it, and runtimes that dispatch pairs refuse it.
+// records it, Megatron-LM's arguments carry it, whatif swaps it, and runtimes that dispatch pairs
+// refuse it.
 TEST(Pricing, FlexDispatcherIsPricedRecordedAndRefusedWhereItDoesNotRun) {
   const std::string estimate =
       "estimate --model qwen3-30b-a3b --gpu h100 --gpus 16 --dp 16 --ep 16 --zero 1 --micro-batch 1 "
@@ -311,6 +312,13 @@ TEST(Pricing, FlexDispatcherIsPricedRecordedAndRefusedWhereItDoesNotRun) {
   EXPECT_NE(slurp(dir / "megatron_args.sh").find("--moe-token-dispatcher-type flex"), std::string::npos);
   const auto simulated = cpt("simulate " + (dir / "plan.json").string());
   EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
+  // whatif replays the plan as priced (flex) and prices it with the other dispatcher when asked.
+  const auto whatif = cpt("whatif " + (dir / "plan.json").string() + " --moe-dispatcher alltoall --json");
+  ASSERT_EQ(whatif.exit_code, 0) << whatif.err;
+  const auto w = nlohmann::json::parse(whatif.out);
+  EXPECT_EQ(w["before_moe_dispatcher"], "flex");
+  EXPECT_EQ(w["after_moe_dispatcher"], "alltoall");
+  EXPECT_GT(w["after"]["time_s"]["ep_comm"].get<double>(), w["before"]["time_s"]["ep_comm"].get<double>());
   for (const std::string refused :
        {"--target cpt", "--runtime torchtitan", "--target deepspeed", "--target torchtitan --runtime megatron"}) {
     const auto r = cpt(plan + "--moe-dispatcher flex " + refused);
