@@ -206,7 +206,8 @@ void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, cons
 // Expert parallelism on the MoE layers, each pass: the rank's T/tp tokens (the sequence-parallel
 // shard), k copies each, sent to their experts' ranks by an all-to-all over ep and back after the
 // experts (dispatch and combine, Megatron's alltoall token dispatcher; its flex dispatcher sends
-// each token once per rank and node instead, CostModelOptions::moe_dispatcher), blocking; with etp > 1 the
+// each token once per rank and node instead, with no counts gathered apart,
+// CostModelOptions::moe_dispatcher), blocking; with etp > 1 the
 // received tokens all-gathered over etp before the experts and reduce-scattered after. Each
 // forward first all-gathers every rank's pairs per expert (E int64 counts: what each rank receives;
 // Megatron gathers them too) — backward reuses them. The mean layer runs them moe_layers / layers
@@ -231,7 +232,9 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   auto pass_work = [&](WorkPass pass) {
     if (p.ep > 1) {
       inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, dispatch, dispatched, 2 * share, 0)));
-      if (pass != WorkPass::kBackward) {
+      // DeepEP's and HybridEP's dispatch exchanges its layout itself (Megatron-Core's flex
+      // dispatcher gathers no counts).
+      if (pass != WorkPass::kBackward && !flex) {
         inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllGather, counts, share, 0)));
       }
     }
