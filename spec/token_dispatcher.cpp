@@ -1,28 +1,22 @@
 #include "spec/token_dispatcher.h"
 
-#include <array>
-#include <utility>
+#include "core/enum_names.h"
 
 namespace cpt::spec {
 
 namespace {
 
-constexpr std::array<std::pair<TokenDispatcher, std::string_view>, 2> kNames{
-    {{TokenDispatcher::kAllToAll, "alltoall"}, {TokenDispatcher::kFlex, "flex"}}};
+constexpr core::EnumNames<TokenDispatcher, 2> kNames{
+    {{{TokenDispatcher::kAllToAll, "alltoall"}, {TokenDispatcher::kFlex, "flex"}}}};
 
 }  // namespace
 
 std::string to_string(TokenDispatcher dispatcher) {
-  for (const auto& [value, name] : kNames) {
-    if (value == dispatcher) return std::string(name);
-  }
-  return "?";
+  return kNames.name_of(dispatcher);
 }
 
 std::vector<std::string> token_dispatcher_names() {
-  std::vector<std::string> names;
-  for (const auto& [value, name] : kNames) names.emplace_back(name);
-  return names;
+  return kNames.names();
 }
 
 bool dispatcher_runs(TokenDispatcher dispatcher, const ModelSpec& model, const ParallelConfig& parallel) {
@@ -31,10 +25,7 @@ bool dispatcher_runs(TokenDispatcher dispatcher, const ModelSpec& model, const P
 }
 
 std::optional<TokenDispatcher> token_dispatcher_from_string(std::string_view name) {
-  for (const auto& [value, known] : kNames) {
-    if (known == name) return value;
-  }
-  return std::nullopt;
+  return kNames.value_of(name);
 }
 
 }  // namespace cpt::spec
