@@ -7,7 +7,9 @@
 #include "costmodel/executor_buckets.h"
 #include "costmodel/kernel_dispatch.h"
 #include "costmodel/layer_costs.h"
+#include "costmodel/expert_work.h"
 #include "costmodel/memory_model.h"
+#include "costmodel/work_item_builders.h"
 #include "spec/executor_support.h"
 #include "spec/parameter_order.h"
 
@@ -46,22 +48,6 @@ Runtime runtime_of(const spec::ParallelConfig& p, const CostModelOptions& o) {
     r.gathers_root_unit = true;
   }
   return r;
-}
-
-// One operation per call, each paying one overhead.
-WorkItem calls_of(WorkPass pass, WorkScope scope, CommGroup group, WorkKind kind, Bytes bytes, double calls,
-                  double kernels_per_call, Exposure exposure = Exposure::kBlocking) {
-  return {pass,     scope,
-          group,    kind,
-          exposure, bytes,
-          calls,    calls,
-          calls,    calls * kernels_per_call,
-          false,    exposure == Exposure::kBlocking};
-}
-
-WorkItem waiting(WorkItem item) {
-  item.waits_for_slowest = true;
-  return item;
 }
 
 // KL distillation under tensor parallelism: the teacher's embedding (and under SP its head's
@@ -203,54 +189,6 @@ void add_context_parallel(StepInventory& inv, const spec::ModelSpec& model, cons
   if (o.distill_teacher) ring(WorkPass::kTeacher, 1);
 }
 
-// Expert parallelism on the MoE layers, each pass: the rank's T/tp tokens (the sequence-parallel
-// shard), k copies each, sent to their experts' ranks by an all-to-all over ep and back after the
-// experts (dispatch and combine, Megatron's alltoall token dispatcher; its flex dispatcher sends
-// each token once per rank and node instead, with no counts gathered apart,
-// CostModelOptions::moe_dispatcher), blocking; with etp > 1 the
-// received tokens all-gathered over etp before the experts and reduce-scattered after. Each
-// forward first all-gathers every rank's pairs per expert (E int64 counts: what each rank receives;
-// Megatron gathers them too) — backward reuses them. The mean layer runs them moe_layers / layers
-// times.
-void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, double tokens,
-                         double element_bytes, const CostModelOptions& o) {
-  if (!model.moe.present() || (p.ep == 1 && p.etp == 1)) return;
-  const double share = model.moe_layer_share();
-  const double routed = tokens / p.tp * model.moe.experts_per_token * routed_token_load(model.moe, o);
-  const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
-  const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));
-  const Bytes counts(std::int64_t{model.moe.experts} * 8 * p.ep);  // gathered: int64 [ep, E]
-  // The flex dispatcher sends each token once per rank and node that needs it: its item's bytes
-  // are the tokens once, at the busiest rank's load (token_dispatch.h; spec::dispatcher_runs).
-  const bool flex =
-      o.moe_dispatcher == spec::TokenDispatcher::kFlex && spec::dispatcher_runs(spec::TokenDispatcher::kFlex, model, p);
-  const WorkKind dispatch = flex ? WorkKind::kFlexDispatch : WorkKind::kAllToAll;
-  const Bytes dispatched(
-      static_cast<std::int64_t>(flex ? tokens / p.tp * routed_token_load(model.moe, o) * model.hidden * element_bytes
-                                     : routed * model.hidden * element_bytes));
-  // The operators around the ep calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
-  auto pass_work = [&](WorkPass pass) {
-    if (p.ep > 1) {
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, dispatch, dispatched, 2 * share, 0)));
-      // DeepEP's and HybridEP's dispatch exchanges its layout itself (Megatron-Core's flex
-      // dispatcher gathers no counts).
-      if (pass != WorkPass::kBackward && !flex) {
-        inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllGather, counts, share, 0)));
-      }
-    }
-    if (p.etp > 1) {
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpertTp, WorkKind::kAllGather, gathered, share,
-                               kernels_per_call(o))));
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpertTp, WorkKind::kReduceScatter, gathered, share,
-                               kernels_per_call(o))));
-    }
-  };
-  pass_work(WorkPass::kForward);
-  pass_work(WorkPass::kBackward);
-  if (p.recompute == spec::Recompute::kFull) pass_work(WorkPass::kRecompute);
-  if (o.distill_teacher) pass_work(WorkPass::kTeacher);
-}
-
 // ZeRO-3 over the shard group, every microbatch: each block's parameters gathered forward and
 // again backward, its gradients reduce-scattered backward, prefetched behind compute; the
 // executor's root unit (what the rank holds outside its blocks) gathered and reduced between
@@ -311,27 +249,6 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
        Exposure::kBetweenPasses);
 }
 
-// cpt's executor under sequence parallelism, on the MoE layers (model/moe_routing.h): each forward
-// gathers every tp rank's pairs per (sequence, expert) and router-probability sums, fp64 [B + 1, E],
-// so that the auxiliary loss and the capacities are the microbatch's; each backward sums the
-// replicated router's weight gradient (fp32 [E, H]) over tp. (Megatron-Core all-reduces the pair
-// counts for its auxiliary loss and sums the router's gradient once a step: not counted.)
-void add_sequence_parallel_routing(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
-                                   const Runtime& runtime, const CostModelOptions& o) {
-  if (!runtime.executor || !model.moe.present() || p.tp <= 1 || !p.sequence_parallel) return;
-  const double share = model.moe_layer_share();
-  const Bytes gathered((std::int64_t{p.micro_batch} + 1) * model.moe.experts * 8 * p.tp);
-  for (const WorkPass pass : {WorkPass::kForward, WorkPass::kRecompute, WorkPass::kTeacher}) {
-    if (pass == WorkPass::kRecompute && p.recompute != spec::Recompute::kFull) continue;
-    if (pass == WorkPass::kTeacher && !o.distill_teacher) continue;
-    inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllGather, gathered, share, 0)));
-  }
-  // The operators around both calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
-  const Bytes router_grads(std::int64_t{model.moe.experts} * model.hidden * 4);
-  inv.add(
-      calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, router_grads, share, 0));
-}
-
 }  // namespace
 
 StepInventory microbatch_work(const spec::ModelSpec& model, const spec::ParallelConfig& p, int seq_len, int shard_group,
@@ -344,7 +261,7 @@ StepInventory microbatch_work(const spec::ModelSpec& model, const spec::Parallel
   add_context_parallel(inv, model, p, tokens, element_bytes, o);
   add_zero3(inv, model, p, shard_group, runtime, element_bytes, o);
   add_expert_parallel(inv, model, p, tokens, element_bytes, o);
-  add_sequence_parallel_routing(inv, model, p, runtime, o);
+  add_sequence_parallel_routing(inv, model, p, o);
   if (p.pp > 1) {
     // The activation passed between stages (scattered over tp under SP), and its gradient back.
     const Bytes boundary(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden *
