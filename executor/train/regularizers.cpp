@@ -260,6 +260,11 @@ double Ewc::penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lam
   return summed(sum, pp) * lambda / 2;
 }
 
+double Ewc::whole_penalty(LlamaModelImpl& model, const torch::Tensor& share, double lambda) const {
+  if (model.tp().active() || layout_.experts_apart) return penalty_value({&model}, lambda);
+  return share.item<double>() * layout_.replicas;
+}
+
 double Ewc::mean_fisher() const {
   double s = 0, n = 0;
   for (const auto& [name, f] : fisher_) {

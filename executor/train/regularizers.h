@@ -101,6 +101,10 @@ class Ewc {
   // (when given). COLLECTIVE over tp, ep and pp.
   [[nodiscard]] double penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lambda,
                                      Communicator* pp = nullptr) const;
+  // The whole model's penalty from this rank's `share` (penalty()'s value) where one rank holds
+  // every parameter once (no tensor parallelism, no experts apart): share · replicas, without
+  // penalty_value's second pass over the parameters; otherwise penalty_value (COLLECTIVE).
+  [[nodiscard]] double whole_penalty(LlamaModelImpl& model, const torch::Tensor& share, double lambda) const;
   [[nodiscard]] double mean_fisher() const;
 
  private:

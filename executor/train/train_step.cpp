@@ -94,7 +94,7 @@ StepResult train_step(LlamaModelImpl& model, StepOptimizer& optimizer, const std
         // Once per step; every data-parallel replica adds its share (Ewc::penalty), so the summed
         // gradient has it once.
         const auto penalty = objective.ewc->penalty(model, objective.ewc_lambda);
-        r.ewc_penalty = objective.ewc->penalty_value({&model}, objective.ewc_lambda);
+        r.ewc_penalty = objective.ewc->whole_penalty(model, penalty, objective.ewc_lambda);
         total = total + penalty;
       }
       optimizer.before_backward(i, n);
