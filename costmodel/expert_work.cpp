@@ -3,6 +3,7 @@
 #include "costmodel/kernel_dispatch.h"
 #include "costmodel/memory_model.h"
 #include "costmodel/work_item_builders.h"
+#include "spec/sequence_split.h"
 #include "spec/token_dispatcher.h"
 
 namespace cpt::cost {
@@ -57,22 +58,35 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   if (o.distill_teacher) pass_work(WorkPass::kTeacher);
 }
 
-// cpt's executor under sequence parallelism, on the MoE layers (model/moe_routing.h): each forward
-// gathers every tp rank's pairs per (sequence, expert) and router-probability sums, fp64 [B + 1, E],
-// so that the auxiliary loss and the capacities are the microbatch's; each backward sums the
-// replicated router's weight gradient (fp32 [E, H]) over tp. (Megatron-Core all-reduces the pair
-// counts for its auxiliary loss and sums the router's gradient once a step: not counted.)
-void add_sequence_parallel_routing(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
-                                   const CostModelOptions& o) {
-  if (o.dispatch != KernelDispatch::kEager || !model.moe.present() || p.tp <= 1 || !p.sequence_parallel) return;
+// cpt's executor on sequence shards (tp > 1 with sequence parallelism, or cp > 1), on the MoE
+// layers (model/moe_routing.h): each forward gathers every shard's pairs per (sequence, run,
+// expert) and router-probability sums, fp64 [B·R + 1, E] with R runs per shard
+// (spec::max_runs_per_sequence_shard), over tp and then, those gathered, over cp, so that the
+// auxiliary loss and the capacities are the microbatch's; under sequence parallelism each backward
+// sums the replicated router's weight gradient (fp32 [E, H]) over tp (under context parallelism it
+// is summed with every replicated weight). (Megatron-Core all-reduces the pair counts for its
+// auxiliary loss over tp × cp and sums the router's gradient once a step: not counted.)
+void add_sequence_shard_routing(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p,
+                                const CostModelOptions& o) {
+  const int sp = p.tp > 1 && p.sequence_parallel ? p.tp : 1;
+  if (o.dispatch != KernelDispatch::kEager || !model.moe.present() || sp * p.cp == 1) return;
   const double share = model.moe_layer_share();
-  const Bytes gathered((std::int64_t{p.micro_batch} + 1) * model.moe.experts * 8 * p.tp);
+  const std::int64_t row_bytes =
+      (std::int64_t{p.micro_batch} * spec::max_runs_per_sequence_shard(p.cp, sp) + 1) * model.moe.experts * 8;
   for (const WorkPass pass : {WorkPass::kForward, WorkPass::kRecompute, WorkPass::kTeacher}) {
     if (pass == WorkPass::kRecompute && p.recompute != spec::Recompute::kFull) continue;
     if (pass == WorkPass::kTeacher && !o.distill_teacher) continue;
-    inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllGather, gathered, share, 0)));
+    if (sp > 1) {
+      inv.add(waiting(
+          calls_of(pass, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllGather, Bytes(row_bytes * sp), share, 0)));
+    }
+    if (p.cp > 1) {
+      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kCp, WorkKind::kAllGather,
+                               Bytes(row_bytes * sp * p.cp), share, 0)));
+    }
   }
-  // The operators around both calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
+  // The operators around these calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
+  if (sp == 1) return;
   const Bytes router_grads(std::int64_t{model.moe.experts} * model.hidden * 4);
   inv.add(
       calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, router_grads, share, 0));

@@ -26,25 +26,28 @@ PassKernels layer_kernels(const CostModelOptions& o) {
 // the dispatch, its three calls' own operators included (the inventory charges its all-to-alls and
 // count gather no kernels of their own), and the second optimizer's per-step kernels (the experts'
 // own norm, clipping and AdamW call). Routing over sequence shards (tp > 1 with sequence
-// parallelism, model/moe_routing.cpp) adds 31 forward (the per-sequence counts, the operators
-// around their gather and the offsets) and 3 more for a capacity, 2 backward (the router's weight
-// entering the tp region); the inventory charges the gather and the router's all-reduce no kernels
-// of their own.
+// parallelism, or cp > 1; model/moe_routing.cpp) adds 40 forward (the per-run counts and the
+// offsets) and 4 per group it gathers over (tp, cp: the output buffer and views), 3 more for a
+// capacity; 2 backward under sequence parallelism (the router's weight entering the tp region). The
+// inventory charges the gathers and the router's all-reduce no kernels of their own.
 constexpr double kMoeForward = 30, kMoeBackward = 4;
 constexpr double kExpertForward = 11, kLocalExpertForward = 9, kExpertBackward = 12;
 constexpr double kSharedForward = 9, kSharedBackward = 12, kCapacityForward = 12, kCapacityBackward = 1;
 constexpr double kEpDispatchForward = 13, kEpDispatchBackward = 5, kEpSecondOptimizer = 26;
-constexpr double kShardRoutingForward = 31, kShardCapacityForward = 3, kShardRoutingBackward = 2;
+constexpr double kShardRoutingForward = 40, kShardGatherForward = 4, kShardCapacityForward = 3;
+constexpr double kShardRoutingBackward = 2;
 
 PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const CostModelOptions& o) {
   if (!m.moe.present()) return {};
   if (eager(o)) {
     const bool shared = m.moe.shared_ffn_hidden > 0, capacity = m.moe.capacity_factor > 0;
-    const bool shards = p.tp > 1 && p.sequence_parallel;
-    const double base_forward = kMoeForward + (shared ? kSharedForward : 0) + (capacity ? kCapacityForward : 0) +
-                                (shards ? kShardRoutingForward + (capacity ? kShardCapacityForward : 0) : 0);
+    const bool sp = p.tp > 1 && p.sequence_parallel, shards = sp || p.cp > 1;
+    const double gathers = (sp ? 1 : 0) + (p.cp > 1 ? 1 : 0);
+    const double base_forward =
+        kMoeForward + (shared ? kSharedForward : 0) + (capacity ? kCapacityForward : 0) +
+        (shards ? kShardRoutingForward + kShardGatherForward * gathers + (capacity ? kShardCapacityForward : 0) : 0);
     const double base_backward = kMoeBackward + (shared ? kSharedBackward : 0) + (capacity ? kCapacityBackward : 0) +
-                                 (shards ? kShardRoutingBackward : 0);
+                                 (sp ? kShardRoutingBackward : 0);
     const int ep = p.ep;
     if (ep == 1)
       return {base_forward + kExpertForward * m.moe.experts, base_backward + kExpertBackward * m.moe.experts};

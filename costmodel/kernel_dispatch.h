@@ -29,9 +29,10 @@
 // ranks, 9 and 12 per local expert, and 13 and 5 for the dispatch, its all-to-alls' and count
 // gather's own operators included, plus 26 per step for the experts' own optimizer (counted on
 // tiny-moe split over 2 ranks in two threads, and checked against DP2 runs: ep 2 vs dp 2 predicted
-// -141 kernels, measured -141); on sequence shards (tp > 1 with sequence parallelism) 31 and 2 more
-// for the routing over the shards, 3 more forward with a capacity (the layer on 2 ranks in two
-// threads against the whole layer, with and without ep; kernel_dispatch.cpp holds the constants); q/k norms 18 forward
+// -141 kernels, measured -141); on sequence shards (tp > 1 with sequence parallelism, or cp > 1)
+// 40 forward and 4 per group gathered over for the routing over the shards, 3 more forward with a
+// capacity, 2 backward under sequence parallelism (the layer on 2 ranks in two threads, sp 2 or cp
+// 2, against the whole layer, with and without ep; kernel_dispatch.cpp holds the constants); q/k norms 18 forward
 // and 14 backward (two RMSNorms; 2 + 4 fused). Per step 22 plus 2 per parameter tensor (gradient norm and clipping; one
 // fused AdamW for all); ZeRO-3 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered
 // values copied back) and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm, moments, update
@@ -53,8 +54,8 @@ struct PassKernels {
 // One decoder layer, one microbatch, without its communication.
 PassKernels layer_kernels(const CostModelOptions& o);
 // What one MoE layer adds to layer_kernels (none for dense models), counted on every MoE layer:
-// the experts split over p.ep ranks; under tensor with sequence parallelism the executor's routing
-// over the sequence shards (executor/model/moe_routing.h).
+// the experts split over p.ep ranks; on sequence shards (tp with sequence parallelism, or cp) the
+// executor's routing over them (executor/model/moe_routing.h).
 PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const CostModelOptions& o);
 // What q/k norms (spec::ModelSpec::qk_norm) add to a layer: two RMSNorms over the heads.
 PassKernels qk_norm_kernels(const spec::ModelSpec& m, const CostModelOptions& o);

@@ -261,7 +261,7 @@ StepInventory microbatch_work(const spec::ModelSpec& model, const spec::Parallel
   add_context_parallel(inv, model, p, tokens, element_bytes, o);
   add_zero3(inv, model, p, shard_group, runtime, element_bytes, o);
   add_expert_parallel(inv, model, p, tokens, element_bytes, o);
-  add_sequence_parallel_routing(inv, model, p, o);
+  add_sequence_shard_routing(inv, model, p, o);
   if (p.pp > 1) {
     // The activation passed between stages (scattered over tp under SP), and its gradient back.
     const Bytes boundary(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden *

@@ -7,7 +7,7 @@ namespace cpt::spec {
 using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
-  if (m.moe.present() && (p.etp > 1 || p.cp > 1 || (p.tp > 1 && !p.sequence_parallel))) {
+  if (m.moe.present() && (p.etp > 1 || (p.tp > 1 && !p.sequence_parallel))) {
     return ExecutorGap::kExpertParallelism;
   }
   if (m.mla.present()) return ExecutorGap::kAttentionVariant;
@@ -63,10 +63,10 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
       return str_cat("sequence parallelism needs the tokens per context-parallel rank (seq_len ", seq_len, " / cp ",
                      p.cp, ") divisible by tp (", p.tp, ")");
     case ExecutorGap::kExpertParallelism:
-      return str_cat("a mixture of experts with ep ", p.ep, ", etp ", p.etp, ", tp ", p.tp, ", cp ", p.cp, ", ZeRO ",
-                     p.zero_stage, p.tp > 1 && !p.sequence_parallel ? ", no sequence parallelism" : "",
-                     ": the executor runs experts with data, expert, ZeRO, pipeline and tensor parallelism (etp 1, cp "
-                     "1, tp only with sequence parallelism); cpt plans, prices and exports the rest");
+      return str_cat("a mixture of experts with ep ", p.ep, ", etp ", p.etp, ", tp ", p.tp,
+                     p.tp > 1 && !p.sequence_parallel ? ", no sequence parallelism" : "",
+                     ": the executor runs experts with data, expert, ZeRO, pipeline, context and tensor parallelism "
+                     "(etp 1, tp only with sequence parallelism); cpt plans, prices and exports the rest");
     case ExecutorGap::kAttentionVariant:
       return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
   }

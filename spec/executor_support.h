@@ -14,7 +14,7 @@ enum class ExecutorGap {
   kParameterOffload,        // offload other than the optimizer state of ZeRO-1/2/3
   kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
-  kExpertParallelism,       // experts split over etp, with context parallelism, or tp without SP
+  kExpertParallelism,       // experts split over etp, or tp without SP
   kAttentionVariant,        // DeepSeek's latent attention
 };
 

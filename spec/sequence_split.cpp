@@ -1,5 +1,7 @@
 #include "spec/sequence_split.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "core/str_cat.h"
 
@@ -30,6 +32,38 @@ std::vector<std::int64_t> sequence_positions_of_rank(std::int64_t seq_len, int c
     for (std::int64_t i = 0; i < chunk; ++i) out.push_back(c * chunk + i);
   }
   return out;
+}
+
+std::vector<std::vector<PositionRun>> sequence_shard_runs(std::int64_t seq_len, int cp, int sp) {
+  const auto error = find_sequence_split_error(seq_len, cp);
+  CPT_CHECK(!error, *error);
+  CPT_CHECK(sp >= 1 && (seq_len / cp) % sp == 0, "sp ", sp, " must divide the ", seq_len / cp,
+            " positions of a cp rank");
+  const std::int64_t per_cp_rank = seq_len / cp, per_shard = per_cp_rank / sp;
+  // A cp rank's positions as runs: its two chunks (cp > 1), or the whole sequence.
+  const std::int64_t chunk = cp > 1 ? seq_len / (2 * cp) : seq_len;
+  std::vector<std::vector<PositionRun>> shards;
+  shards.reserve(static_cast<std::size_t>(cp) * static_cast<std::size_t>(sp));
+  for (int c = 0; c < cp; ++c) {
+    std::vector<std::int64_t> chunk_starts{std::int64_t{c} * chunk};
+    if (cp > 1) chunk_starts.push_back(std::int64_t{2 * cp - 1 - c} * chunk);
+    for (int s = 0; s < sp; ++s) {
+      // The slice [begin, end) of the cp rank's positions, cut at its chunks' boundaries.
+      const std::int64_t begin = s * per_shard, end = begin + per_shard;
+      std::vector<PositionRun> runs;
+      for (std::size_t i = 0; i < chunk_starts.size(); ++i) {
+        const std::int64_t local_begin = static_cast<std::int64_t>(i) * chunk;
+        const std::int64_t from = std::max(begin, local_begin), to = std::min(end, local_begin + chunk);
+        if (from < to) runs.push_back({chunk_starts[i] + (from - local_begin), to - from});
+      }
+      shards.push_back(std::move(runs));
+    }
+  }
+  return shards;
+}
+
+int max_runs_per_sequence_shard(int cp, int sp) {
+  return cp > 1 && sp % 2 == 1 ? 2 : 1;
 }
 
 std::vector<std::int64_t> gathered_row_of_position(std::int64_t seq_len, int cp) {

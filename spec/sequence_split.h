@@ -22,6 +22,28 @@ std::optional<std::string> find_sequence_split_error(std::int64_t seq_len, int c
 // REQUIRES: find_sequence_split_error(seq_len, cp) is empty, 0 <= cp_rank < cp.
 std::vector<std::int64_t> sequence_positions_of_rank(std::int64_t seq_len, int cp, int cp_rank);
 
+// A run of consecutive positions [start, start + length) of a sequence.
+struct PositionRun {
+  std::int64_t start = 0;
+  std::int64_t length = 0;
+  bool operator==(const PositionRun&) const = default;
+};
+
+// The sequence shards of a microbatch's sequences under context parallelism over `cp` ranks and
+// sequence parallelism over `sp` (tp with sequence parallelism, else 1). Shard g = cp_rank·sp +
+// sp_rank holds the slice [sp_rank·L/sp, (sp_rank + 1)·L/sp) of its cp rank's L = seq_len/cp
+// positions (chunk r, then chunk 2·cp − 1 − r: sequence_positions_of_rank), as one run per chunk it
+// touches, ascending (runs of adjacent chunks are not merged). Every sequence is split alike.
+// Example: seq_len 12, cp 2, sp 3 (chunks of 3): cp rank 0 holds 0 1 2 9 10 11, so shards 0-2 hold
+// {[0,2)}, {[2,3) [9,10)}, {[10,12)}; cp rank 1 holds 3..8: {[3,5)}, {[5,6) [6,7)}, {[7,9)}.
+// REQUIRES: find_sequence_split_error(seq_len, cp) is empty, sp >= 1 divides seq_len / cp.
+std::vector<std::vector<PositionRun>> sequence_shard_runs(std::int64_t seq_len, int cp, int sp);
+
+// The most runs a shard of sequence_shard_runs holds, whatever seq_len: 2 when cp > 1 and sp is odd
+// (sp 1 holds both chunks; an odd sp puts a chunk boundary inside its middle shard), else 1 (an
+// even sp cuts each chunk into sp/2 whole shards).
+int max_runs_per_sequence_shard(int cp, int sp);
+
 // Where the rows of an all-gather of every rank's tokens (rank 0's, then rank 1's, ...) go in the
 // sequence: entry p is the gathered row that holds position p. REQUIRES: as above.
 std::vector<std::int64_t> gathered_row_of_position(std::int64_t seq_len, int cp);

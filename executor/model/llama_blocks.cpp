@@ -121,7 +121,7 @@ DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, int layer, const Te
   // Registration order = Hugging Face's attribute order, so parameters() lists them alike.
   self_attn = register_module("self_attn", Attention(m, tp, cp));
   if (m.is_moe_layer(layer)) {
-    moe = register_module("mlp", MoeMlp(m, ep, tp));
+    moe = register_module("mlp", MoeMlp(m, ep, tp, cp));
   } else {
     mlp = register_module("mlp", SwiGluMlp(m.hidden, m.ffn_hidden, tp));
   }

@@ -6,7 +6,6 @@
 
 #include "core/check.h"
 #include "executor/model/activation_checkpoint.h"
-#include "executor/model/moe_routing.h"
 
 namespace cpt::exec {
 
@@ -33,8 +32,8 @@ struct AuxLossToOutput : public torch::autograd::Function<AuxLossToOutput> {
 
 }  // namespace
 
-MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep, TensorParallel tp)
-    : spec_(m.moe), ep_(ep), sequence_shards_(tp.sp() ? tp.group : nullptr) {
+MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep, TensorParallel tp, ContextParallel cp)
+    : spec_(m.moe), ep_(ep), sp_group_(tp.sp() ? tp.group : nullptr), cp_(cp) {
   CPT_CHECK(spec_.experts % ep_.size() == 0, spec_.experts, " experts over an ep group of ", ep_.size());
   CPT_CHECK(!tp.active() || tp.sp(), "experts under tensor parallelism ", tp.size(), " need sequence parallelism");
   gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(m.hidden, spec_.experts).bias(false)));
@@ -75,10 +74,23 @@ torch::Tensor MoeMlpImpl::run_experts(const torch::Tensor& rows, const torch::Te
   return exchange_rows(back, d.recv_rows, d.send_rows, *ep_.group);
 }
 
+const SequenceShards* MoeMlpImpl::sequence_shards(const torch::Tensor& x) {
+  const int sp = sp_group_ != nullptr ? sp_group_->size() : 1;
+  if (sp * cp_.size() == 1) return nullptr;
+  if (!shards_.slot_order.defined() || shard_positions_ != x.size(1) || shards_.slot_order.device() != x.device()) {
+    const std::int64_t seq_len = x.size(1) * sp * cp_.size();
+    const int sp_rank = sp_group_ != nullptr ? sp_group_->rank() : 0;
+    shards_ = make_sequence_shards(spec::sequence_shard_runs(seq_len, cp_.size(), sp), cp_.rank() * sp + sp_rank,
+                                   sp_group_, cp_.group, x.device());
+    shard_positions_ = x.size(1);
+  }
+  return &shards_;
+}
+
 torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
-  const auto tokens = x.reshape({-1, x.size(-1)});  // [T, H] (T = B·S, or B·S/tp on a sequence shard)
+  const auto tokens = x.reshape({-1, x.size(-1)});  // [T, H] (T = B·S, or B·S/(cp·tp) on a sequence shard)
   const std::int64_t k = spec_.experts_per_token, expert_count = spec_.experts;
-  const auto router = sequence_shards_ != nullptr ? copy_to_tp(gate->weight, *sequence_shards_) : gate->weight;
+  const auto router = sp_group_ != nullptr ? copy_to_tp(gate->weight, *sp_group_) : gate->weight;
   const auto logits = torch::linear(tokens, router).to(torch::kFloat32);  // [T, E]
   const auto scores = spec_.router == spec::RouterScore::kSoftmax ? logits.softmax(-1) : logits.sigmoid();
   auto [top_weights, top_experts] = scores.topk(k, -1);  // [T, k]
@@ -87,13 +99,13 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   // normalised), for the auxiliary loss.
   const auto probabilities = spec_.router == spec::RouterScore::kSoftmax ? scores : scores / scores.sum(-1, true);
   const auto probability_sums = probabilities.sum(0);  // [E]
-  const MicrobatchRouting routing = route_microbatch(top_experts, x.size(0), probability_sums, sequence_shards_);
+  const MicrobatchRouting routing = route_microbatch(top_experts, x.size(0), probability_sums, sequence_shards(x));
   const std::int64_t capacity =
       spec_.capacity_factor > 0
           ? static_cast<std::int64_t>(std::ceil(spec_.capacity_factor * static_cast<double>(routing.tokens * k) /
                                                 static_cast<double>(expert_count)))
           : -1;
-  const KeptPairs pairs = keep_pairs(top_experts, top_weights, routing, capacity, x.size(1));
+  const KeptPairs pairs = keep_pairs(top_experts, top_weights, routing, capacity);
 
   // Every expert on its run of the sorted pairs (possibly empty), then each output weighted and
   // added to its token's row.

@@ -36,17 +36,23 @@
 // 1): the layer runs on this rank's sequence shard [B, S/tp, H]. The router is replicated over tp
 // (its weight's gradient summed over the group, as the norms'); the routed experts are whole
 // (their names are tp-replicated, tp_split_of) and the ep group may be the tp group's ranks; the
-// shared experts are split over tp as the dense MLP. The auxiliary loss and each expert's capacity
-// are the whole microbatch's (model/moe_routing.h): each rank's objective carries the loss's
-// gradient for its own tokens, E · f_e / T per router probability, f_e over the microbatch.
-// Context parallelism and expert-tp > 1 are not built (spec::find_executor_gap).
+// shared experts are split over tp as the dense MLP.
+// Context parallelism: the layer runs on this rank's tokens of every sequence [B, S/cp, H] (or
+// [B, S/(cp·tp), H] with sequence parallelism), its parameters replicated over cp as every other
+// layer's (their gradients summed over dp × cp, or the experts' over expert-dp).
+// On sequence shards the auxiliary loss and each expert's capacity are the whole microbatch's
+// (model/moe_routing.h): each rank's objective carries the loss's gradient for its own tokens,
+// E · f_e / T per router probability, f_e over the microbatch. Expert-tp > 1 is not built
+// (spec::find_executor_gap).
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "executor/model/moe_routing.h"
 #include "executor/model/swiglu_mlp.h"
+#include "executor/parallel/context_parallel.h"
 #include "executor/parallel/expert_parallel.h"
 #include "executor/parallel/tensor_parallel.h"
 #include "spec/model_spec.h"
@@ -57,16 +63,18 @@ namespace cpt::exec {
 struct RoutingStats {
   torch::Tensor tokens_per_expert;  // int64 [E], (token, expert) pairs chosen, before any drop
   std::int64_t dropped = 0;         // pairs over capacity (0 when dropless)
-  // (Under sequence parallelism every rank of the tp group records the whole microbatch's.)
+  // (On sequence shards every rank of the tp × cp group records the whole microbatch's.)
   double aux_loss_sum = 0;  // Σ over forwards of the unscaled auxiliary loss
   std::int64_t forwards = 0;
 };
 
 class MoeMlpImpl : public torch::nn::Module {
  public:
-  // `tp`: the layer's tensor-parallel group; active only with sequence parallelism.
-  explicit MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep = {}, TensorParallel tp = {});
-  // [B, S, H] -> [B, S, H] (under sequence parallelism this rank's shard [B, S/tp, H]).
+  // `tp`: the layer's tensor-parallel group; active only with sequence parallelism. `cp`: the
+  // context-parallel group.
+  explicit MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep = {}, TensorParallel tp = {},
+                      ContextParallel cp = {});
+  // [B, S, H] -> [B, S, H] (on sequence shards this rank's tokens [B, S/(cp·tp), H]).
   torch::Tensor forward(const torch::Tensor& x);
   // The objective's weight of this layer's auxiliary loss per microbatch (0: none).
   void set_aux_loss_scale(double scale) { aux_loss_scale_ = scale; }
@@ -93,7 +101,14 @@ class MoeMlpImpl : public torch::nn::Module {
 
   spec::ExpertSpec spec_;
   ExpertParallel ep_;
-  Communicator* sequence_shards_ = nullptr;  // the tp group under sequence parallelism
+  // The sequence shards of this rank's tokens for shards of `shard_positions_` positions (built at
+  // the first forward, and again if the sequence length changes).
+  const SequenceShards* sequence_shards(const torch::Tensor& x);
+
+  Communicator* sp_group_ = nullptr;  // the tp group under sequence parallelism
+  ContextParallel cp_;
+  std::int64_t shard_positions_ = 0;
+  SequenceShards shards_;
   std::int64_t first_expert_ = 0;
   std::vector<SwiGluMlpImpl*> local_;
   double aux_loss_scale_ = 0;

@@ -1,53 +1,120 @@
 #include "executor/model/moe_routing.h"
 
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "core/check.h"
+
 namespace cpt::exec {
 
 namespace {
 
-// int64 [B, E]: pairs of each (sequence, expert) among `pairs_of_sequence` [B, S_local·k].
-torch::Tensor pairs_per_sequence(const torch::Tensor& pairs_of_sequence, std::int64_t experts) {
-  return torch::zeros({pairs_of_sequence.size(0), experts}, pairs_of_sequence.options())
-      .scatter_add_(1, pairs_of_sequence, torch::ones_like(pairs_of_sequence));
+torch::Tensor index_tensor(const std::vector<std::int64_t>& values, const torch::Device& device) {
+  return torch::tensor(values, torch::kInt64).to(device);
 }
 
-// The offsets of the header from every rank's pairs `counts` [ranks, B, E], for rank `self`.
-torch::Tensor offsets_of(const torch::Tensor& counts, int self) {
-  const auto others = counts.sum(0) - counts[self];             // [B, E]: the other ranks' pairs
-  const auto earlier_sequences = others.cumsum(0) - others;     // theirs in earlier sequences
-  const auto earlier_ranks = counts.narrow(0, 0, self).sum(0);  // earlier ranks', same sequence (0 on rank 0)
-  return earlier_sequences + earlier_ranks;
+// `mine` [rows, E] of every shard, [shards, rows, E] in shard order: gathered over sp, then cp.
+torch::Tensor gather_shards(const torch::Tensor& mine, const SequenceShards& shards) {
+  auto every = mine.unsqueeze(0);
+  for (Communicator* group : {shards.sp, shards.cp}) {
+    if (group == nullptr || group->size() == 1) continue;
+    std::vector<std::int64_t> sizes{group->size()};
+    sizes.insert(sizes.end(), every.sizes().begin(), every.sizes().end());
+    auto gathered = torch::empty(sizes, every.options());
+    group->all_gather(every, gathered)->wait();
+    every = gathered.view({-1, mine.size(0), mine.size(1)});
+  }
+  return every;
+}
+
+// For this rank's pairs of each row b·R + j and expert: the microbatch's pairs of the expert in
+// the rows ahead of it in sequence order, less this rank's own among them. `counts`: every shard's
+// pairs [G, B·R, E]; `own`: this rank's [B·R, E].
+torch::Tensor offsets_of(const torch::Tensor& counts, const torch::Tensor& own, const SequenceShards& shards) {
+  const std::int64_t runs = shards.runs_per_shard, experts = counts.size(2);
+  const std::int64_t sequences = counts.size(1) / runs;
+  const auto in_order = counts.view({shards.shards, sequences, runs, experts})
+                            .permute({1, 0, 2, 3})
+                            .reshape({sequences, shards.shards * runs, experts})
+                            .index_select(1, shards.slot_order)
+                            .reshape({-1, experts});
+  const auto ahead = (in_order.cumsum(0) - in_order).view({sequences, shards.shards * runs, experts});
+  const auto ahead_of_mine = ahead.index_select(1, shards.own_slot_places).reshape({-1, experts});
+  return ahead_of_mine - (own.cumsum(0) - own);
 }
 
 }  // namespace
 
+SequenceShards make_sequence_shards(const std::vector<std::vector<spec::PositionRun>>& runs, int self, Communicator* sp,
+                                    Communicator* cp, const torch::Device& device) {
+  SequenceShards s;
+  s.sp = sp;
+  s.cp = cp;
+  s.shards = static_cast<int>(runs.size());
+  s.self = self;
+  const int gathered = (sp != nullptr ? sp->size() : 1) * (cp != nullptr ? cp->size() : 1);
+  CPT_CHECK(gathered == s.shards && self >= 0 && self < s.shards, "shard ", self, " of ", s.shards, " over groups of ",
+            gathered, " ranks");
+  std::size_t most = 1;
+  for (const auto& shard : runs) most = std::max(most, shard.size());
+  s.runs_per_shard = static_cast<std::int64_t>(most);
+  // Slot g·R + j holds shard g's run j; empty slots sort last.
+  std::vector<std::int64_t> start(runs.size() * most, std::numeric_limits<std::int64_t>::max());
+  for (std::size_t g = 0; g < runs.size(); ++g) {
+    for (std::size_t j = 0; j < runs[g].size(); ++j) start[g * most + j] = runs[g][j].start;
+  }
+  std::vector<std::int64_t> order(start.size()), place(start.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return start[static_cast<std::size_t>(a)] < start[static_cast<std::size_t>(b)];
+  });
+  for (std::size_t i = 0; i < order.size(); ++i)
+    place[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(i);
+  const auto& mine = runs[static_cast<std::size_t>(self)];
+  std::vector<std::int64_t> own_places, run_of_position;
+  for (std::size_t j = 0; j < most; ++j) own_places.push_back(place[static_cast<std::size_t>(self) * most + j]);
+  for (std::size_t j = 0; j < mine.size(); ++j) {
+    run_of_position.insert(run_of_position.end(), static_cast<std::size_t>(mine[j].length),
+                           static_cast<std::int64_t>(j));
+  }
+  s.slot_order = index_tensor(order, device);
+  s.own_slot_places = index_tensor(own_places, device);
+  s.run_of_position = index_tensor(run_of_position, device);
+  return s;
+}
+
 MicrobatchRouting route_microbatch(const torch::Tensor& top_experts, std::int64_t sequences,
-                                   const torch::Tensor& probability_sums, Communicator* shards) {
+                                   const torch::Tensor& probability_sums, const SequenceShards* shards) {
   const std::int64_t experts = probability_sums.size(0);
   const std::int64_t tokens = top_experts.size(0);
   MicrobatchRouting routing;
-  if (shards == nullptr || shards->size() == 1) {
+  if (shards == nullptr || shards->shards == 1) {
     routing.chosen = routing.local_chosen = torch::bincount(top_experts.reshape({-1}), {}, experts);
     routing.tokens = tokens;
     return routing;
   }
-  const int ranks = shards->size();
-  // [B + 1, E] fp64: pairs per (sequence, expert), exact below 2^53; then probability sums.
-  const auto per_sequence = pairs_per_sequence(top_experts.reshape({sequences, -1}), experts);
-  const auto mine =
-      torch::cat({per_sequence.to(torch::kFloat64), probability_sums.detach().to(torch::kFloat64).unsqueeze(0)});
-  auto every = torch::empty({ranks, sequences + 1, experts}, mine.options());
-  shards->all_gather(mine, every)->wait();
-  const auto counts = every.narrow(1, 0, sequences).round().to(torch::kInt64);  // [ranks, B, E]
+  const std::int64_t runs = shards->runs_per_shard, rows = sequences * runs;
+  CPT_CHECK(tokens == sequences * shards->run_of_position.size(0), tokens, " tokens of ", sequences,
+            " sequences on a shard of ", shards->run_of_position.size(0), " positions");
+  // [B·R + 1, E] fp64: pairs per (row, expert), exact below 2^53; then probability sums.
+  routing.row_of_token =
+      (torch::arange(sequences, top_experts.options()) * runs).unsqueeze(1).add(shards->run_of_position).reshape({-1});
+  const auto cells = routing.row_of_token.unsqueeze(1) * experts + top_experts;  // [T_local, k]
+  const auto own = torch::bincount(cells.reshape({-1}), {}, rows * experts).view({rows, experts});
+  const auto mine = torch::cat({own.to(torch::kFloat64), probability_sums.detach().to(torch::kFloat64).unsqueeze(0)});
+  const auto every = gather_shards(mine, *shards);  // [G, B·R + 1, E]
+  const auto counts = every.narrow(1, 0, rows).round().to(torch::kInt64);
   routing.chosen = counts.sum(std::vector<std::int64_t>{0, 1});
-  routing.local_chosen = per_sequence.sum(0);
-  routing.probability_sums = every.select(1, sequences).sum(0).to(torch::kFloat32);
-  routing.tokens = tokens * ranks;
-  routing.offset_of_sequence = offsets_of(counts, shards->rank());
+  routing.local_chosen = own.sum(0);
+  routing.probability_sums = every.select(1, rows).sum(0).to(torch::kFloat32);
+  routing.tokens = tokens * shards->shards;
+  routing.offset_of_row = offsets_of(counts, own, *shards);
   return routing;
 }
 
 KeptPairs keep_pairs(const torch::Tensor& top_experts, const torch::Tensor& top_weights,
-                     const MicrobatchRouting& routing, std::int64_t capacity, std::int64_t tokens_per_sequence) {
+                     const MicrobatchRouting& routing, std::int64_t capacity) {
   const std::int64_t k = top_experts.size(1), experts = routing.chosen.size(0);
   const auto expert_of_pair = top_experts.reshape({-1});
   const auto order = std::get<1>(expert_of_pair.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
@@ -57,9 +124,9 @@ KeptPairs keep_pairs(const torch::Tensor& top_experts, const torch::Tensor& top_
   const auto sorted_experts = expert_of_pair.index_select(0, order);
   const auto run_start = pairs.per_expert.cumsum(0) - pairs.per_expert;  // [E]: each expert's first sorted pair
   auto position = torch::arange(order.size(0), order.options()) - run_start.index_select(0, sorted_experts);
-  if (routing.offset_of_sequence.defined()) {
-    const auto sequence = torch::div(pairs.token, tokens_per_sequence, "floor");
-    position = position + routing.offset_of_sequence.index({sequence, sorted_experts});
+  if (routing.offset_of_row.defined()) {
+    const auto row = routing.row_of_token.index_select(0, pairs.token);
+    position = position + routing.offset_of_row.index({row, sorted_experts});
   }
   const auto kept = (position < capacity).nonzero().squeeze(1);
   pairs.token = pairs.token.index_select(0, kept);

@@ -28,6 +28,7 @@ EwcLayout ewc_layout(const spec::Plan& plan, const ProcessGroups& groups) {
     layout.expert_dp = groups.expert_dp.get();
     layout.expert_replicas = groups.expert_dp ? static_cast<double>(groups.expert_dp->size()) : 1.0;
     layout.ep = groups.ep.get();
+    layout.sequence_copies = static_cast<double>(plan.parallel.dp);
   }
   return layout;
 }

@@ -27,7 +27,8 @@ RankModel build_rank_model(const spec::Plan& plan, const TrainConfig& config, co
     chunk->to(device);
     chunk->set_recompute(par.recompute);
     // The objective averages each MoE layer's auxiliary loss over the step's microbatches on every
-    // data-parallel rank (executor supports MoE without cp, so a microbatch is whole sequences).
+    // data-parallel rank: on sequence shards (sp, cp) each rank's term covers its own tokens of the
+    // microbatch's loss, and the router's gradient is summed over them (model/moe_mlp.h).
     chunk->set_router_aux_loss_scale(config.router_aux_loss / static_cast<double>(par.grad_accum() * par.dp));
   }
   if (par.pp > 1) {

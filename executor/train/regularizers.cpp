@@ -40,9 +40,11 @@ torch::Tensor Teacher::logits(const Batch& batch) {
 namespace {
 
 // Every parameter's .grad summed over `group`, in one flat all-reduce.
-void sum_gradients(const torch::OrderedDict<std::string, torch::Tensor>& named, Communicator& group) {
+void sum_gradients(const torch::OrderedDict<std::string, torch::Tensor>& named, Communicator& group,
+                   bool skip_routed_experts = false) {
   std::vector<torch::Tensor> grads;
   for (const auto& p : named) {
+    if (skip_routed_experts && spec::is_routed_expert(p.key())) continue;
     if (p.value().grad().defined()) grads.push_back(p.value().grad());
   }
   if (grads.empty()) return;
@@ -70,8 +72,8 @@ void add_squared_gradients(const std::vector<torch::Tensor>& params,
   }
 }
 
-// The routed experts' gradients summed over expert-dp and divided by the replicas that estimated
-// on the same sequence (EwcLayout): one sequence's gradient of each expert. Every expert takes
+// The routed experts' gradients summed over expert-dp and divided by the copies of each token the
+// ranks estimating on the same sequence hold (EwcLayout): one sequence's gradient of each expert. Every expert takes
 // part, a zero gradient where no token reached it, so the ranks' buffers agree.
 void sum_expert_gradients(const torch::OrderedDict<std::string, torch::Tensor>& named, const EwcLayout& layout) {
   torch::NoGradGuard no_grad;
@@ -86,7 +88,7 @@ void sum_expert_gradients(const torch::OrderedDict<std::string, torch::Tensor>& 
   for (const auto& g : grads) flat.push_back(g.reshape({-1}));
   auto buffer = torch::cat(flat);
   if (layout.expert_dp != nullptr && layout.expert_dp->size() > 1) layout.expert_dp->all_reduce_sum(buffer)->wait();
-  buffer.div_(layout.replicas);
+  buffer.div_(layout.sequence_copies);
   std::int64_t offset = 0;
   for (auto& g : grads) {
     g.copy_(buffer.narrow(0, offset, g.numel()).view_as(g));
@@ -122,9 +124,9 @@ Ewc estimate_with(const torch::OrderedDict<std::string, torch::Tensor>& named, D
       if (tokens == 0) continue;
       zero();
       // Under context parallelism each rank back-propagates its tokens' part of the loss; the
-      // sequence's gradient is the sum over the cp group.
+      // sequence's gradient is the sum over the cp group (the routed experts apart: over expert-dp).
       backward(context_parallel_slice(one, cp), 1.0 / static_cast<double>(tokens));
-      if (cp.active()) sum_gradients(named, *cp.group);
+      if (cp.active()) sum_gradients(named, *cp.group, layout.experts_apart);
       if (layout.experts_apart) sum_expert_gradients(named, layout);
       add_squared_gradients(params, fisher);
     }

@@ -53,8 +53,10 @@ struct EwcLayout {
   // Routed experts apart from their layer (spec::routed_experts_apart): their gradients are summed
   // over expert-dp (`expert_replicas` ranks, `expert_dp`; null for one), each ep rank holds its own
   // experts (`ep`; null for ep 1), and the Fisher is estimated by every replica on the same
-  // sequences, so an expert's gradients summed over expert-dp hold each sequence `replicas` times.
+  // sequences, so an expert's gradients summed over expert-dp hold each sequence `sequence_copies`
+  // times: once per data-parallel replica (dp; the cp ranks of a replica each hold part of it).
   bool experts_apart = false;
+  double sequence_copies = 1;
   double expert_replicas = 1;
   Communicator* expert_dp = nullptr;
   Communicator* ep = nullptr;
@@ -68,9 +70,9 @@ class Ewc {
   // single-sequence gradients of the per-token mean loss on `loader`'s data; leaves .grad clear.
   // Under context parallelism each rank of the cp group back-propagates its tokens and the
   // gradients are summed over the group; with `layout.experts_apart` every rank estimates (on the
-  // same sequences) and the routed experts' gradients are summed over expert-dp and divided by the
-  // replicas before they are squared. REQUIRES: the .grad of the parameters are their own (no
-  // optimizer views yet).
+  // same sequences) and the routed experts' gradients are summed over expert-dp instead (their
+  // ranks hold other experts across cp) and divided by the sequence's copies before they are squared. REQUIRES: the
+  // .grad of the parameters are their own (no optimizer views yet).
   static Ewc estimate(LlamaModelImpl& model, DataLoader& loader, std::int64_t sequences, const torch::Device& device,
                       const EwcLayout& layout = {});
   // The same through a pipeline: every sequence goes forward and backward through the stages

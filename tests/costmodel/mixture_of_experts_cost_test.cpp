@@ -2,11 +2,15 @@
 // their FLOPs independent of how they are split, the all-to-all only where tokens leave the rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "costmodel/layer_costs.h"
 #include "costmodel/memory_model.h"
 #include "costmodel/step_estimator.h"
+#include "costmodel/step_inventory.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_catalog.h"
 #include "spec/rank_layout.h"
@@ -137,6 +141,43 @@ TEST(MixtureOfExpertsCost, AllToAllOnlyWithExpertParallelism) {
   EXPECT_GT(spread.time.ep_comm.value(), 0.0);
   // 2 MoE layers: forward counts + dispatch + combine, backward dispatch + combine.
   EXPECT_EQ(spread.calls_per_step.ep, 2 * (3 + 2));
+}
+
+// cpt's executor routes an MoE layer's sequence shards (executor/model/moe_routing.h) by gathering
+// each rank's pairs per (sequence, run, expert) and probability sums, fp64 [B·R + 1, E], over tp
+// and then over cp, every forward of every MoE layer; the tp gather holds sp ranks' rows, the cp
+// gather sp·cp ranks'. A cp rank holds two runs of each sequence (R 2) unless an even sp cuts its
+// chunks whole (R 1). Megatron's inventory has none of these.
+TEST(MixtureOfExpertsCost, ExecutorGathersTheRoutingOverTpThenCp) {
+  const auto tiny = spec::find_catalog_model("tiny-moe")->spec;  // 2 MoE layers, 4 experts
+  const std::int64_t experts = tiny.moe.experts;
+  const auto gathers = [&](const spec::ParallelConfig& p, const CostModelOptions& o) {
+    std::vector<std::pair<CommGroup, std::int64_t>> found;
+    for (const WorkItem& item : microbatch_work(tiny, p, 64, 1, o).items()) {
+      if (item.pass == WorkPass::kForward && item.scope == WorkScope::kLayer && item.kind == WorkKind::kAllGather &&
+          (item.group == CommGroup::kTp || item.group == CommGroup::kCp)) {
+        found.emplace_back(item.group, item.bytes.value());
+      }
+    }
+    return found;
+  };
+  const auto executor = as_run_by_cpt_executor(CostModelOptions{});
+  using Found = std::vector<std::pair<CommGroup, std::int64_t>>;
+  // cp 2 alone: R 2, B 2 -> 5 rows of E fp64 from each of the 2 cp ranks; the routing gather
+  // is the cp group's second all-gather beside the keys' and values'.
+  const spec::ParallelConfig cp2{.cp = 2, .micro_batch = 2, .global_batch = 8, .ep = 2};
+  const Found cp_only = gathers(cp2, executor);
+  EXPECT_NE(std::find(cp_only.begin(), cp_only.end(), std::pair{CommGroup::kCp, 5 * experts * 8 * 2}), cp_only.end());
+  // tp 2 with sequence parallelism and cp 2: R 1 -> 3 rows, over tp from 2 ranks, then over cp from 4.
+  const spec::ParallelConfig tp2_cp2{
+      .tp = 2, .cp = 2, .micro_batch = 2, .global_batch = 8, .sequence_parallel = true, .ep = 2};
+  const Found both = gathers(tp2_cp2, executor);
+  EXPECT_NE(std::find(both.begin(), both.end(), std::pair{CommGroup::kTp, 3 * experts * 8 * 2}), both.end());
+  EXPECT_NE(std::find(both.begin(), both.end(), std::pair{CommGroup::kCp, 3 * experts * 8 * 4}), both.end());
+  // Megatron-LM's MoE layer gathers no routing rows.
+  const Found megatron = gathers(tp2_cp2, CostModelOptions{});
+  EXPECT_EQ(std::find(megatron.begin(), megatron.end(), std::pair{CommGroup::kCp, 3 * experts * 8 * 4}),
+            megatron.end());
 }
 
 }  // namespace

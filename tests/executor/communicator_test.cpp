@@ -3,8 +3,6 @@
 // on a machine without a GPU; the routing itself is checked with two recording groups.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <chrono>
 #include <string>
 #include <thread>
@@ -94,7 +92,7 @@ TEST(RouteByDevice, RefusesGroupsOfDifferentRanks) {
 // rank (exit 3), not a LibTorch exception (exit 1). Two ranks as two threads of this process.
 TEST(C10dCommunicator, AnOperationRefusedWhenPostedIsARuntimeErrorNamingIt) {
   std::vector<std::string> errors(2);
-  testing::on_two_gloo_ranks(29000 + static_cast<int>(::getpid() % 2000), "g", [&](int rank, Communicator& group) {
+  testing::on_two_gloo_ranks("g", [&](int rank, Communicator& group) {
     auto in = torch::ones({4});
     auto out = torch::empty({5});  // should be 8
     try {

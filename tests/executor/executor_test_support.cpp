@@ -2,8 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <optional>
@@ -63,13 +69,47 @@ Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std
   return Batch{tokens, targets, positions, {}, batch * (seq - 1)};
 }
 
+std::map<std::string, torch::Tensor> gradients_by_name(torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& p : module.named_parameters()) grads[p.key()] = p.value().grad().clone();
+  return grads;
+}
+
 double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   const double scale = std::max(b.abs().max().item<double>(), 1e-30);
   return (a - b).abs().max().item<double>() / scale;
 }
 
-void on_two_gloo_ranks(int port, const std::string& group_name,
+namespace {
+
+// A loopback port no socket holds now: bound to port 0, the system's pick, then released. (A fixed
+// port per test collides with another test process's, or with a port a closed connection still
+// holds, as often as tests run back to back.)
+int free_loopback_port() {
+  const int socket_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (socket_fd < 0) throw std::runtime_error("socket: cannot open a TCP socket");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  const bool bound = ::bind(socket_fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                     ::getsockname(socket_fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  ::close(socket_fd);
+  if (!bound) throw std::runtime_error("bind: no free loopback port");
+  return ntohs(address.sin_port);
+}
+
+}  // namespace
+
+void on_two_gloo_ranks(const std::string& group_name,
                        const std::function<void(int rank, Communicator& group)>& rank_main) {
+  const int port = free_loopback_port();
+  // LibTorch's c10d flight recorder is one per process, and two threads' Gloo groups recording into
+  // it at once can corrupt its maps (seen as a crash in FlightRecorder::record under
+  // ProcessGroupGloo::enqueue); a real run has one rank per process. Off before the first group
+  // (the recorder reads it once), whatever the environment set.
+  ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);
   auto run = [&](int rank) {
     LaunchInfo launch;
     launch.rank = rank;
@@ -81,9 +121,25 @@ void on_two_gloo_ranks(int port, const std::string& group_name,
     auto group = make_gloo_group(*store, group_name, {0, 1}, rank, std::chrono::seconds(30), GlooTransport{"lo", ""});
     rank_main(rank, *group);
   };
-  std::thread second(run, 1);
-  run(0);
+  // A rank that throws (a taken port, a failed check) must not leave the other thread joinable: the
+  // first exception is rethrown once both are done, and the test fails instead of aborting.
+  std::exception_ptr second_failure;
+  std::thread second([&] {
+    try {
+      run(1);
+    } catch (...) {
+      second_failure = std::current_exception();
+    }
+  });
+  std::exception_ptr first_failure;
+  try {
+    run(0);
+  } catch (...) {
+    first_failure = std::current_exception();
+  }
   second.join();
+  if (first_failure) std::rethrow_exception(first_failure);
+  if (second_failure) std::rethrow_exception(second_failure);
 }
 
 }  // namespace cpt::exec::testing

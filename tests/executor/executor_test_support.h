@@ -4,7 +4,10 @@
 // from text committed to this repository.
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
+
+#include <torch/torch.h>
 
 #include "executor/dist/communicator.h"
 
@@ -43,9 +46,13 @@ Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std
 // The largest |a − b| over the tensors, against the largest |b| (1e-30 at least).
 double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b);
 
+// The gradient of each of `module`'s parameters, cloned, by its name.
+std::map<std::string, torch::Tensor> gradients_by_name(torch::nn::Module& module);
+
 // Runs rank_main(rank, group) on two ranks, this thread and another, joined by a Gloo group named
-// `group_name` over loopback, its rendezvous on `port` (pick one per test: tests may run at once).
-void on_two_gloo_ranks(int port, const std::string& group_name,
+// `group_name` over loopback, its rendezvous on a port the system has free. An exception of either
+// rank is rethrown here once both are done.
+void on_two_gloo_ranks(const std::string& group_name,
                        const std::function<void(int rank, Communicator& group)>& rank_main);
 
 }  // namespace cpt::exec::testing

@@ -1,7 +1,7 @@
 // Model variants through the real `cpt train` (distributed_train_fixture.h). A mixture of experts:
 // the catalog's tiny MoE (4 experts, top 2, shared experts) trained by one process and by
-// data-parallel, ZeRO, recomputing, pipeline, expert-parallel and tensor-parallel (sequence-parallel,
-// the experts whole or split over the tp ranks) layouts gives the same losses and
+// data-parallel, ZeRO, recomputing, pipeline, expert-parallel, tensor-parallel (sequence-parallel,
+// the experts whole or split over the tp ranks) and context-parallel layouts gives the same losses and
 // final weights, routes the same tokens (metrics.jsonl's expert_load), and makes the communication
 // calls the cost model counts; an expert-parallel run's checkpoint resumes in one process. Qwen3's
 // attention (q/k norms, a head width of its own) under tensor parallelism.
@@ -18,7 +18,8 @@ class ModelVariantsTrain : public DistributedTrain {
     if (fs::exists(dir_ / "qk-tp2-sp" / "plan.json")) return;
     const auto d = dir_.string();
     for (const auto& [name, fix, gpus] :
-         {std::tuple{"single", "ep=1,micro_batch=2", 1}, std::tuple{"dp2", "dp=2,ep=1,zero=0,micro_batch=2", 2},
+         {std::tuple{"single", "ep=1,micro_batch=2", 1},
+          std::tuple{"dp2", "dp=2,ep=1,zero=0,micro_batch=2", 2},
           std::tuple{"zero1-dp2", "dp=2,ep=1,zero=1,offload=none,micro_batch=2", 2},
           std::tuple{"zero3-dp2", "dp=2,ep=1,zero=3,offload=none,micro_batch=2", 2},
           std::tuple{"dp2-full-recompute", "dp=2,ep=1,zero=0,recompute=full,micro_batch=2", 2},
@@ -34,7 +35,11 @@ class ModelVariantsTrain : public DistributedTrain {
           std::tuple{"tp2-dp2-zero2", "tp=2,dp=2,sequence_parallel=true,ep=1,zero=2,offload=none,micro_batch=2", 4},
           std::tuple{"ep2-zero3", "dp=2,ep=2,zero=3,offload=none,micro_batch=2", 2},
           std::tuple{"ep2-dp4-zero3", "dp=4,ep=2,zero=3,offload=none,micro_batch=2", 4},
-          std::tuple{"tp2-dp2-zero3", "tp=2,dp=2,sequence_parallel=true,ep=1,zero=3,offload=none,micro_batch=2", 4}}) {
+          std::tuple{"tp2-dp2-zero3", "tp=2,dp=2,sequence_parallel=true,ep=1,zero=3,offload=none,micro_batch=2", 4},
+          std::tuple{"cp2", "cp=2,ep=1,micro_batch=2", 2},
+          std::tuple{"ep2-cp2", "cp=2,ep=2,micro_batch=2", 2},
+          std::tuple{"ep2-cp2-tp2-sp", "tp=2,cp=2,sequence_parallel=true,ep=2,micro_batch=2", 4},
+          std::tuple{"ep4-cp2-dp2-zero1", "cp=2,dp=2,ep=4,zero=1,offload=none,micro_batch=2", 4}}) {
       const auto r = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus " + std::to_string(gpus) +
                             " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/moe-" + name,
                         dir_);
@@ -96,7 +101,11 @@ TEST_F(ModelVariantsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
                                       {"ep2-tp2-dp2-zero1", 4},
                                       {"ep2-zero3", 2},
                                       {"ep2-dp4-zero3", 4},
-                                      {"tp2-dp2-zero3", 4}}) {
+                                      {"tp2-dp2-zero3", 4},
+                                      {"cp2", 2},
+                                      {"ep2-cp2", 2},
+                                      {"ep2-cp2-tp2-sp", 4},
+                                      {"ep4-cp2-dp2-zero1", 4}}) {
     const auto out = "o-moe-" + layout;
     const auto r = train("moe-" + layout, out, procs);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -126,7 +135,9 @@ TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
         std::tuple{"ep2", 2, "--gpus 2 --dp 2 --ep 2"}, std::tuple{"ep2-zero1", 2, "--gpus 2 --dp 2 --zero 1 --ep 2"},
         std::tuple{"ep2-tp2-sp", 2, "--gpus 2 --tp 2 --sequence-parallel --ep 2"},
         std::tuple{"ep2-zero3", 2, "--gpus 2 --dp 2 --zero 3 --ep 2"},
-        std::tuple{"ep2-dp4-zero3", 4, "--gpus 4 --dp 4 --zero 3 --ep 2"}}) {
+        std::tuple{"ep2-dp4-zero3", 4, "--gpus 4 --dp 4 --zero 3 --ep 2"},
+        std::tuple{"ep2-cp2", 2, "--gpus 2 --cp 2 --ep 2"},
+        std::tuple{"ep2-cp2-tp2-sp", 4, "--gpus 4 --tp 2 --cp 2 --sequence-parallel --ep 2"}}) {
     const auto out = std::string("mem-moe-") + layout;
     const auto r = train(std::string("moe-") + layout, out, procs, two_steps);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -194,23 +205,24 @@ TEST_F(ModelVariantsTrain, QkNormsAndTheirOwnHeadWidthMatchTheSingleProcessRunUn
   }
 }
 
-// Experts with context parallelism (like expert-tp) are refused in one line, before any rank trains.
+// Experts split over expert-tp are refused in one line, before any rank trains.
 TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
   const auto d = dir_.string();
   const auto planned = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus 2 --global-batch 8 --seq-len 64" +
-                              " --fix cp=2,ep=1,micro_batch=2 --out " + d + "/moe-cp2",
+                              " --fix dp=2,ep=1,etp=2,micro_batch=2 --out " + d + "/moe-etp2",
                           dir_);
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
-  const auto r = train("moe-cp2", "o-moe-cp2", 2);
+  const auto r = train("moe-etp2", "o-moe-etp2", 2);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("a mixture of experts with ep 1, etp 1, tp 1, cp 2, ZeRO 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a mixture of experts with ep 1, etp 2, tp 1:"), std::string::npos) << r.err;
 }
 
 // EWC with the routed experts apart from their layer: every replica estimates the Fisher on the same
-// sequences (the dispatch spans the replicas), each expert's gradient summed over expert-dp and
-// divided by the replicas, and each rank's penalty holds its experts' share once (summed over
-// expert-dp with the gradients; its value over ep). The same losses, penalties and weights as the
-// single process; the Fisher and anchor bytes and the calls are the cost model's.
+// sequences (the dispatch spans the replicas), each expert's gradient summed over expert-dp (not
+// over cp, whose ranks may hold other experts) and divided by the data-parallel replicas, and each
+// rank's penalty holds its experts' share once (summed over expert-dp with the gradients; its value
+// over ep). The same losses, penalties and weights as the single process; the Fisher and anchor
+// bytes and the calls are the cost model's.
 TEST_F(ModelVariantsTrain, EwcWithExpertsApartMatchesTheSingleProcessRun) {
   plan_once();
   std::ofstream(dir_ / "ewc-moe.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
@@ -224,7 +236,8 @@ TEST_F(ModelVariantsTrain, EwcWithExpertsApartMatchesTheSingleProcessRun) {
   EXPECT_GT(single.back(), 0.0);
   for (const auto& [layout, procs] :
        {std::pair{"ep2", 2}, std::pair{"tp2-sp", 2}, std::pair{"ep2-tp2-sp", 2}, std::pair{"ep2-dp4-zero2", 4},
-        std::pair{"ep2-pp2", 4}, std::pair{"ep2-dp4-zero3", 4}}) {
+        std::pair{"ep2-pp2", 4}, std::pair{"ep2-dp4-zero3", 4}, std::pair{"ep2-cp2", 2}, std::pair{"ep2-cp2-tp2-sp", 4},
+        std::pair{"ep4-cp2-dp2-zero1", 4}}) {
     const auto out = std::string("o-moe-ewc-") + layout;
     const auto r = train(std::string("moe-") + layout, out, procs, "ewc-moe.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;

@@ -43,6 +43,46 @@ TEST(SequenceSplit, APartitionWithEqualCausalWork) {
             "seq_len (10) must be a multiple of 2·cp (6) for the load-balanced context-parallel split");
 }
 
+TEST(SequenceShardRuns, TheExampleOfTheHeader) {
+  using Runs = std::vector<PositionRun>;
+  const auto shards = sequence_shard_runs(12, 2, 3);
+  ASSERT_EQ(shards.size(), 6u);
+  EXPECT_EQ(shards[0], (Runs{{0, 2}}));
+  EXPECT_EQ(shards[1], (Runs{{2, 1}, {9, 1}}));
+  EXPECT_EQ(shards[2], (Runs{{10, 2}}));
+  EXPECT_EQ(shards[3], (Runs{{3, 2}}));
+  EXPECT_EQ(shards[4], (Runs{{5, 1}, {6, 1}}));
+  EXPECT_EQ(shards[5], (Runs{{7, 2}}));
+  EXPECT_EQ(sequence_shard_runs(8, 1, 2), (std::vector<Runs>{{{0, 4}}, {{4, 4}}}));
+  EXPECT_EQ(sequence_shard_runs(8, 2, 1), (std::vector<Runs>{{{0, 2}, {6, 2}}, {{2, 2}, {4, 2}}}));
+}
+
+// Each shard's runs, read in order, are its cp rank's positions' slice (the tokens it holds, in
+// their order there); their most is max_runs_per_sequence_shard.
+TEST(SequenceShardRuns, EachShardsRunsAreItsSliceOfTheContextParallelPositions) {
+  for (int cp : {1, 2, 3, 4}) {
+    for (int sp : {1, 2, 3, 4, 5, 6}) {
+      const std::int64_t S = 2 * cp * sp * 3;
+      const auto shards = sequence_shard_runs(S, cp, sp);
+      ASSERT_EQ(shards.size(), static_cast<std::size_t>(cp * sp));
+      std::size_t most = 0;
+      for (int c = 0; c < cp; ++c) {
+        const auto positions = sequence_positions_of_rank(S, cp, c);
+        std::vector<std::int64_t> held;
+        for (int s = 0; s < sp; ++s) {
+          const auto& runs = shards[static_cast<std::size_t>(c * sp + s)];
+          most = std::max(most, runs.size());
+          for (const auto& run : runs) {
+            for (std::int64_t i = 0; i < run.length; ++i) held.push_back(run.start + i);
+          }
+        }
+        EXPECT_EQ(held, positions) << "cp " << cp << " sp " << sp << " rank " << c;
+      }
+      EXPECT_EQ(static_cast<int>(most), max_runs_per_sequence_shard(cp, sp)) << "cp " << cp << " sp " << sp;
+    }
+  }
+}
+
 TEST(RankLayoutReplicaGroup, DpTimesCpWithTheSameTpAndPp) {
   ParallelConfig p{.tp = 2, .cp = 2, .dp = 2, .pp = 2};
   const RankLayout l(p, 8);
@@ -57,7 +97,7 @@ TEST(RankLayoutReplicaGroup, DpTimesCpWithTheSameTpAndPp) {
     }
   }
   EXPECT_EQ(l.zero_shard_group_size(), 4);  // ZeRO shards over dp × cp
-  p.hybrid_shard = true;  // dp 2 of stride 4 on nodes of 8: both dp members on rank 0's node
+  p.hybrid_shard = true;                    // dp 2 of stride 4 on nodes of 8: both dp members on rank 0's node
   EXPECT_EQ(RankLayout(p, 8).zero_shard_group_size(), 4);
   EXPECT_EQ(RankLayout(p, 4).zero_shard_group_size(), 2);  // one dp member per node: cp alone
   p.hybrid_shard = false;

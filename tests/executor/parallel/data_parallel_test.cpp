@@ -4,7 +4,6 @@
 // are the one-device run's on the whole batch (the end-to-end layouts: tests/integration/distributed_train_test.cpp).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <array>
 #include <functional>
@@ -80,7 +79,7 @@ Tensors weights_of(LlamaModel& model) {
   return out;
 }
 
-void expect_two_replicas_match_one_device(const MakeOptimizer& make_optimizer, int port_offset) {
+void expect_two_replicas_match_one_device(const MakeOptimizer& make_optimizer) {
   const spec::ModelSpec spec = spec::find_catalog_model("tiny").value().spec;
   const Batch batch = causal_batch(4, 16, spec.vocab, 3);
   LlamaModel reference(spec);
@@ -92,8 +91,7 @@ void expect_two_replicas_match_one_device(const MakeOptimizer& make_optimizer, i
 
   std::array<Tensors, 2> trained;
   std::array<std::array<double, kSteps>, 2> norms{};
-  const int port = 39000 + static_cast<int>(::getpid() % 1000) * 4 + port_offset;
-  testing::on_two_gloo_ranks(port, "dp/0", [&](int rank, Communicator& group) {
+  testing::on_two_gloo_ranks("dp/0", [&](int rank, Communicator& group) {
     LlamaModel replica(spec);
     replica->init_weights(7);
     const auto optimizer = make_optimizer(replica, group);
@@ -127,39 +125,31 @@ ZeroOptions zero_stage(int stage) {
 }
 
 TEST(DataParallel, ReplicatedTwoRanksGiveTheOneDeviceWeights) {
-  expect_two_replicas_match_one_device(
-      [](LlamaModel& model, Communicator& group) {
-        return make_replicated_optimizer(named(model), spec::AdamWOptions{}, group, kBucketBytes);
-      },
-      0);
+  expect_two_replicas_match_one_device([](LlamaModel& model, Communicator& group) {
+    return make_replicated_optimizer(named(model), spec::AdamWOptions{}, group, kBucketBytes);
+  });
 }
 
 TEST(DataParallel, ZeroOneTwoRanksGiveTheOneDeviceWeights) {
-  expect_two_replicas_match_one_device(
-      [](LlamaModel& model, Communicator& group) {
-        return make_zero_optimizer(named(model), spec::AdamWOptions{}, group, zero_stage(1));
-      },
-      1);
+  expect_two_replicas_match_one_device([](LlamaModel& model, Communicator& group) {
+    return make_zero_optimizer(named(model), spec::AdamWOptions{}, group, zero_stage(1));
+  });
 }
 
 TEST(DataParallel, ZeroTwoTwoRanksGiveTheOneDeviceWeights) {
-  expect_two_replicas_match_one_device(
-      [](LlamaModel& model, Communicator& group) {
-        return make_zero_optimizer(named(model), spec::AdamWOptions{}, group, zero_stage(2));
-      },
-      2);
+  expect_two_replicas_match_one_device([](LlamaModel& model, Communicator& group) {
+    return make_zero_optimizer(named(model), spec::AdamWOptions{}, group, zero_stage(2));
+  });
 }
 
 // ZeRO-3: every parameter sharded over the two ranks and gathered unit by unit for forward and
 // backward (parallel/fully_sharded.h).
 TEST(DataParallel, ZeroThreeTwoRanksGiveTheOneDeviceWeights) {
-  expect_two_replicas_match_one_device(
-      [](LlamaModel& model, Communicator& group) -> std::unique_ptr<StepOptimizer> {
-        auto sharded = make_fully_sharded(named(model), spec::AdamWOptions{}, group, nullptr, ModelParallelNorm{});
-        model->set_parameter_residency(sharded.get());
-        return sharded;
-      },
-      3);
+  expect_two_replicas_match_one_device([](LlamaModel& model, Communicator& group) -> std::unique_ptr<StepOptimizer> {
+    auto sharded = make_fully_sharded(named(model), spec::AdamWOptions{}, group, nullptr, ModelParallelNorm{});
+    model->set_parameter_residency(sharded.get());
+    return sharded;
+  });
 }
 
 }  // namespace

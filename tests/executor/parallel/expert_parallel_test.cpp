@@ -1,14 +1,11 @@
 // Expert parallelism (executor/parallel/expert_parallel.h) with two ranks as two threads of this
 // process over Gloo: the dispatch plan of the header's worked example, and the MoE layer with its
 // experts split over the two ranks against the layer holding every expert — the same outputs for
-// each rank's tokens and the same gradients (each expert's summed over both ranks' tokens); and
-// the layer on sequence-parallel shards of a tensor-parallel group (model/moe_routing.h's worked
-// example; the experts whole on each rank or split over the same two ranks).
+// each rank's tokens and the same gradients (each expert's summed over both ranks' tokens). The
+// layer on sequence shards: sequence_sharded_experts_test.cpp.
 #include "executor/parallel/expert_parallel.h"
 
 #include <gtest/gtest.h>
-
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -20,21 +17,19 @@
 
 #include "tests/executor/executor_test_support.h"
 #include "executor/model/moe_mlp.h"
-#include "executor/model/moe_routing.h"
-#include "executor/parallel/tensor_parallel.h"
 #include "spec/model_catalog.h"
 
 namespace cpt::exec {
 namespace {
 
-// Two ranks as threads over Gloo (executor_test_support.h), a port per test.
-void on_two_ranks(int port_offset, const std::function<void(int, Communicator&)>& rank_main) {
-  testing::on_two_gloo_ranks(31000 + static_cast<int>(::getpid() % 1000) * 8 + port_offset, "ep/0", rank_main);
+// Two ranks as threads over Gloo (executor_test_support.h).
+void on_two_ranks(const std::function<void(int, Communicator&)>& rank_main) {
+  testing::on_two_gloo_ranks("ep/0", rank_main);
 }
 
 TEST(ExpertParallel, DispatchPlanOfTheWorkedExample) {
   std::vector<ExpertDispatch> plans(2);
-  on_two_ranks(0, [&](int rank, Communicator& group) {
+  on_two_ranks([&](int rank, Communicator& group) {
     const auto per_expert =
         rank == 0 ? torch::tensor({3, 1, 0, 2}, torch::kInt64) : torch::tensor({1, 2, 2, 1}, torch::kInt64);
     plans[static_cast<std::size_t>(rank)] = plan_expert_dispatch(per_expert, ExpertParallel{&group});
@@ -52,19 +47,11 @@ TEST(ExpertParallel, DispatchPlanOfTheWorkedExample) {
   EXPECT_TRUE(torch::equal(one.by_expert, torch::tensor({2, 3, 0, 1, 4}, torch::kInt64))) << one.by_expert;
 }
 
-// The gradients of `module`'s parameters by name.
-std::map<std::string, torch::Tensor> grads_of(torch::nn::Module& module) {
-  std::map<std::string, torch::Tensor> grads;
-  for (const auto& p : module.named_parameters()) grads[p.key()] = p.value().grad().clone();
-  return grads;
-}
-
 // The layer with its experts over two ranks computes, for each rank's tokens, what the whole layer
 // computes for them; its gradients are the whole layer's: the router's and shared experts' summed
 // over the ranks (as data parallelism sums them), each routed expert's on its rank already whole.
 // `starve_second_rank`: every token prefers experts 0 and 1, so rank 1 receives no rows at all.
-void expect_expert_parallel_layer_matches_the_whole(spec::ModelSpec m, int port_offset,
-                                                    bool starve_second_rank = false) {
+void expect_expert_parallel_layer_matches_the_whole(spec::ModelSpec m, bool starve_second_rank = false) {
   MoeMlp whole(m);
   torch::manual_seed(11);
   {
@@ -88,12 +75,12 @@ void expect_expert_parallel_layer_matches_the_whole(spec::ModelSpec m, int port_
     whole_out.push_back(out.detach());
     out.mul(weights[static_cast<std::size_t>(r)]).sum().backward();
   }
-  const auto whole_grads = grads_of(*whole);
+  const auto whole_grads = testing::gradients_by_name(*whole);
 
   std::vector<torch::Tensor> outputs(2);
   std::vector<std::map<std::string, torch::Tensor>> grads(2);
   std::vector<std::int64_t> first_expert(2);
-  on_two_ranks(port_offset, [&](int rank, Communicator& group) {
+  on_two_ranks([&](int rank, Communicator& group) {
     MoeMlp part(m, ExpertParallel{&group});
     {
       torch::NoGradGuard no_grad;
@@ -105,7 +92,7 @@ void expect_expert_parallel_layer_matches_the_whole(spec::ModelSpec m, int port_
     const auto out = part->forward(tokens[r]);
     outputs[r] = out.detach();
     out.mul(weights[r]).sum().backward();
-    grads[r] = grads_of(*part);
+    grads[r] = testing::gradients_by_name(*part);
     first_expert[r] = part->first_expert();
   });
   EXPECT_EQ(first_expert, (std::vector<std::int64_t>{0, m.moe.experts / 2}));
@@ -130,131 +117,18 @@ void expect_expert_parallel_layer_matches_the_whole(spec::ModelSpec m, int port_
 }
 
 TEST(ExpertParallel, LayerOverTwoRanksMatchesTheWholeLayerDropless) {
-  expect_expert_parallel_layer_matches_the_whole(spec::find_catalog_model("tiny-moe").value().spec, 1);
+  expect_expert_parallel_layer_matches_the_whole(spec::find_catalog_model("tiny-moe").value().spec);
 }
 
 TEST(ExpertParallel, ARankThatReceivesNoTokensStillJoinsBothExchanges) {
-  expect_expert_parallel_layer_matches_the_whole(spec::find_catalog_model("tiny-moe").value().spec, 3, true);
+  expect_expert_parallel_layer_matches_the_whole(spec::find_catalog_model("tiny-moe").value().spec, true);
 }
 
 TEST(ExpertParallel, LayerOverTwoRanksMatchesTheWholeLayerWithACapacity) {
   auto m = spec::find_catalog_model("tiny-moe").value().spec;
   m.moe.capacity_factor = 0.75;  // each rank drops over its own tokens, as data parallelism does
   m.moe.shared_ffn_hidden = 0;
-  expect_expert_parallel_layer_matches_the_whole(m, 2);
-}
-
-// moe_routing.h's worked example with two experts, k 1 (expert 0 is the example's): the whole
-// microbatch's counts on both ranks, and rank 0's places in the microbatch's order.
-TEST(SequenceShardedRouting, OffsetsAndDropsOfTheWorkedExample) {
-  std::vector<MicrobatchRouting> routings(2);
-  std::vector<KeptPairs> kept(2);
-  on_two_ranks(4, [&](int rank, Communicator& group) {
-    // [B 2, S_local 4, k 1]: rank 0 routes [2, 1] tokens of its sequences to expert 0, rank 1 [3, 0].
-    const auto top = rank == 0 ? torch::tensor({0, 0, 1, 1, 0, 1, 1, 1}, torch::kInt64)
-                               : torch::tensor({0, 0, 0, 1, 1, 1, 1, 1}, torch::kInt64);
-    const auto probability_sums = torch::full({2}, 4.0);  // 8 tokens, each 0.5 to both experts
-    const auto r = static_cast<std::size_t>(rank);
-    routings[r] = route_microbatch(top.reshape({8, 1}), /*sequences=*/2, probability_sums, &group);
-    kept[r] = keep_pairs(top.reshape({8, 1}), torch::ones({8, 1}), routings[r], /*capacity=*/5, 4);
-  });
-  for (const auto& routing : routings) {
-    EXPECT_TRUE(torch::equal(routing.chosen, torch::tensor({6, 10}, torch::kInt64))) << routing.chosen;
-    EXPECT_EQ(routing.tokens, 16);
-    EXPECT_TRUE(torch::allclose(routing.probability_sums, torch::full({2}, 8.0)));
-  }
-  EXPECT_TRUE(torch::equal(routings[0].local_chosen, torch::tensor({3, 5}, torch::kInt64))) << routings[0].local_chosen;
-  EXPECT_TRUE(torch::equal(routings[0].offset_of_sequence, torch::tensor({{0, 0}, {3, 1}}, torch::kInt64)))
-      << routings[0].offset_of_sequence;
-  // Expert 0: tokens 0, 1 at places 0, 1; token 4 at 2 + 3 = 5, past the capacity. Expert 1:
-  // tokens 2, 3 at 0, 1; tokens 5, 6, 7 at 2-4 + 1 (rank 1's pair of sequence 0): token 7 dropped.
-  EXPECT_TRUE(torch::equal(kept[0].token, torch::tensor({0, 1, 2, 3, 5, 6}, torch::kInt64))) << kept[0].token;
-  EXPECT_TRUE(torch::equal(kept[0].per_expert, torch::tensor({2, 4}, torch::kInt64))) << kept[0].per_expert;
-}
-
-// The layer on two sequence shards (tp 2, sequence parallel) against the whole layer on the whole
-// sequences: each rank's output is the whole one's positions, the router's gradient (summed over
-// the group) and the shared experts' (split over it) are the whole layer's, the routed experts'
-// too (summed over both ranks when each holds every expert); the routing statistics are the whole
-// microbatch's on both ranks. With an auxiliary loss, and two sequences so that the capacity's
-// token order interleaves the ranks.
-void expect_sequence_sharded_layer_matches_the_whole(spec::ModelSpec m, bool experts_split, int port_offset) {
-  constexpr double kAuxScale = 0.3;
-  MoeMlp whole(m);
-  torch::manual_seed(13);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : whole->parameters()) p.normal_(0.0, 0.2);
-  }
-  const auto tokens = torch::randn({2, 18, m.hidden}), weights = torch::randn({2, 18, m.hidden});
-  whole->train();
-  whole->set_aux_loss_scale(kAuxScale);
-  const auto whole_out = whole->forward(tokens);
-  whole_out.mul(weights).sum().backward();
-  const auto whole_grads = grads_of(*whole);
-  const RoutingStats whole_stats = whole->take_routing_stats();
-  if (m.moe.capacity_factor > 0) {
-    EXPECT_GT(whole_stats.dropped, 0);
-  }
-
-  std::vector<torch::Tensor> outputs(2);
-  std::vector<std::map<std::string, torch::Tensor>> grads(2), expected(2);
-  std::vector<RoutingStats> stats(2);
-  on_two_ranks(port_offset, [&](int rank, Communicator& group) {
-    const TensorParallel tp{&group, /*sequence_parallel=*/true};
-    MoeMlp part(m, experts_split ? ExpertParallel{&group} : ExpertParallel{}, tp);
-    const auto r = static_cast<std::size_t>(rank);
-    {
-      torch::NoGradGuard no_grad;
-      const auto source = whole->named_parameters();
-      for (auto& p : part->named_parameters()) {
-        const auto name = "layers.0.mlp." + p.key();  // the model's name, for its tp split
-        p.value().copy_(tp_shard_of_full(name, source[p.key()], m.vocab, tp));
-        expected[r][p.key()] = tp_shard_of_full(name, whole_grads.at(p.key()), m.vocab, tp);
-      }
-    }
-    part->train();
-    part->set_aux_loss_scale(kAuxScale);
-    const auto out = part->forward(tokens.narrow(1, rank * 9, 9));
-    outputs[r] = out.detach();
-    out.mul(weights.narrow(1, rank * 9, 9)).sum().backward();
-    grads[r] = grads_of(*part);
-    stats[r] = part->take_routing_stats();
-  });
-  for (std::size_t r = 0; r < 2; ++r) {
-    // The shared experts' partial sums reduced over the ranks: fp32 round-off.
-    EXPECT_TRUE(
-        torch::allclose(outputs[r], whole_out.detach().narrow(1, static_cast<std::int64_t>(r) * 9, 9), 1e-5, 1e-6))
-        << "rank " << r;
-    EXPECT_TRUE(torch::equal(stats[r].tokens_per_expert, whole_stats.tokens_per_expert)) << "rank " << r;
-    EXPECT_EQ(stats[r].dropped, whole_stats.dropped) << "rank " << r;
-    EXPECT_NEAR(stats[r].aux_loss_sum, whole_stats.aux_loss_sum, 1e-6 * whole_stats.aux_loss_sum) << "rank " << r;
-    for (const auto& [name, want] : expected[r]) {
-      torch::Tensor got = grads[r].at(name);
-      if (name.starts_with("experts.")) {
-        if (!experts_split) got = grads[0].at(name) + grads[1].at(name);
-        EXPECT_TRUE(!experts_split || !grads[1 - r].contains(name)) << name << " must live on exactly one rank";
-      }
-      // Sums over the 36 tokens' 72 pairs in another order: fp32 round-off of 72 terms.
-      const double largest = want.abs().max().item<double>();
-      EXPECT_LE((got - want).abs().max().item<double>(), 72 * std::ldexp(1.0, -24) * largest + 1e-9)
-          << name << " on rank " << r;
-    }
-  }
-}
-
-TEST(SequenceShardedExperts, LayerWithEveryExpertOnEachRankMatchesTheWholeLayer) {
-  expect_sequence_sharded_layer_matches_the_whole(spec::find_catalog_model("tiny-moe").value().spec, false, 5);
-}
-
-TEST(SequenceShardedExperts, LayerWithExpertsSplitOverTheSameRanksMatchesTheWholeLayer) {
-  expect_sequence_sharded_layer_matches_the_whole(spec::find_catalog_model("tiny-moe").value().spec, true, 6);
-}
-
-TEST(SequenceShardedExperts, CapacityIsCountedInTheMicrobatchsTokenOrder) {
-  auto m = spec::find_catalog_model("tiny-moe").value().spec;
-  m.moe.capacity_factor = 0.75;
-  expect_sequence_sharded_layer_matches_the_whole(m, true, 7);
+  expect_expert_parallel_layer_matches_the_whole(m);
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 // microbatches (the end-to-end layouts: tests/integration/distributed_train_test.cpp).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <array>
 #include <map>
@@ -42,7 +41,7 @@ std::vector<Batch> microbatches(std::int64_t vocab) {
 }
 
 // `virtual_stages` stages a rank, one layer each: rank r holds stages c · 2 + r.
-void expect_two_ranks_match_one_device(spec::ScheduleKind kind, int virtual_stages, int port_offset) {
+void expect_two_ranks_match_one_device(spec::ScheduleKind kind, int virtual_stages) {
   spec::ModelSpec spec = spec::find_catalog_model("tiny").value().spec;
   const int num_stages = 2 * virtual_stages;
   spec.layers = num_stages;
@@ -64,8 +63,7 @@ void expect_two_ranks_match_one_device(spec::ScheduleKind kind, int virtual_stag
   std::array<double, 2> losses{};
   std::array<Tensors, 2> grads;
   const spec::PipelineSchedule schedule = spec::make_schedule(kind, 2, virtual_stages, kMicrobatches);
-  const int port = 43000 + static_cast<int>(::getpid() % 1000) * 4 + port_offset;
-  testing::on_two_gloo_ranks(port, "pp/0", [&](int rank, Communicator& group) {
+  testing::on_two_gloo_ranks("pp/0", [&](int rank, Communicator& group) {
     std::vector<LlamaModel> chunks;
     NamedParams named;
     for (int stage = rank; stage < num_stages; stage += 2) {
@@ -93,21 +91,21 @@ void expect_two_ranks_match_one_device(spec::ScheduleKind kind, int virtual_stag
 }
 
 TEST(PipelineParallel, OneFOneBOverTwoStagesGivesTheOneDeviceLossAndGradients) {
-  expect_two_ranks_match_one_device(spec::ScheduleKind::k1F1B, 1, 0);
+  expect_two_ranks_match_one_device(spec::ScheduleKind::k1F1B, 1);
 }
 
 TEST(PipelineParallel, GPipeOverTwoStagesGivesTheOneDeviceLossAndGradients) {
-  expect_two_ranks_match_one_device(spec::ScheduleKind::kGPipe, 1, 1);
+  expect_two_ranks_match_one_device(spec::ScheduleKind::kGPipe, 1);
 }
 
 // ZB-H1's split backward runs whole at BackwardInput (pipeline_executor.h): the same gradients.
 TEST(PipelineParallel, ZeroBubbleOverTwoStagesGivesTheOneDeviceLossAndGradients) {
-  expect_two_ranks_match_one_device(spec::ScheduleKind::kZeroBubbleH1, 1, 2);
+  expect_two_ranks_match_one_device(spec::ScheduleKind::kZeroBubbleH1, 1);
 }
 
 // Interleaved 1F1B: two stages on each rank (four layers), microbatches passing each rank twice.
 TEST(PipelineParallel, InterleavedOverTwoRanksGivesTheOneDeviceLossAndGradients) {
-  expect_two_ranks_match_one_device(spec::ScheduleKind::kInterleaved1F1B, 2, 3);
+  expect_two_ranks_match_one_device(spec::ScheduleKind::kInterleaved1F1B, 2);
 }
 
 }  // namespace

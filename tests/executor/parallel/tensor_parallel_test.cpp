@@ -4,7 +4,6 @@
 // the launcher (the end-to-end layouts: tests/integration/distributed_train_test.cpp).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <array>
 #include <map>
@@ -29,7 +28,7 @@ using Tensors = std::map<std::string, torch::Tensor>;
 // n · 2⁻²⁴ of their magnitudes (3·10⁻⁵ for n = 512), so 10⁻⁴ of the largest value bounds it.
 constexpr double kTolerance = 1e-4;
 
-void expect_two_ranks_match_one_device(bool sequence_parallel, int port_offset) {
+void expect_two_ranks_match_one_device(bool sequence_parallel) {
   const spec::ModelSpec spec = spec::find_catalog_model("tiny").value().spec;  // heads 4, kv 2, ffn 176
   LlamaModel whole(spec);
   whole->init_weights(7);
@@ -43,8 +42,7 @@ void expect_two_ranks_match_one_device(bool sequence_parallel, int port_offset) 
   }
   std::array<double, 2> losses{};
   std::array<Tensors, 2> gathered;
-  const int port = 35000 + static_cast<int>(::getpid() % 1000) * 4 + port_offset;
-  testing::on_two_gloo_ranks(port, "tp/0", [&](int rank, Communicator& group) {
+  testing::on_two_gloo_ranks("tp/0", [&](int rank, Communicator& group) {
     const TensorParallel tp{&group, sequence_parallel};
     LlamaModel part(spec, StageShape{}, tp);
     {
@@ -73,13 +71,13 @@ void expect_two_ranks_match_one_device(bool sequence_parallel, int port_offset) 
 }
 
 TEST(TensorParallel, TwoRanksGiveTheOneDeviceLossAndGradients) {
-  expect_two_ranks_match_one_device(false, 0);
+  expect_two_ranks_match_one_device(false);
 }
 
 // Under sequence parallelism the norms see half the positions each: their gradients are summed
 // over the group in backward (RMSNorm with the tp group), and the whole gradient comes back.
 TEST(TensorParallel, SequenceParallelTwoRanksGiveTheOneDeviceLossAndGradients) {
-  expect_two_ranks_match_one_device(true, 1);
+  expect_two_ranks_match_one_device(true);
 }
 
 }  // namespace
