@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "cli/cpt/commands.h"
@@ -19,6 +21,7 @@
 #include "costmodel/runtime_profile.h"
 #include "costmodel/step_estimator.h"
 #include "planner/what_if.h"
+#include "spec/executor_support.h"
 #include "spec/hardware_catalog.h"
 #include "spec/model_io.h"
 
@@ -191,9 +194,16 @@ void run(const EstimateOptions& o) {
       inf && inf->reason == cost::InfeasibleReason::kInvalidConfig) {
     throw core::ConfigError(str_cat("parallel configuration: ", inf->detail));
   }
+  // Priced for cpt's executor, a layout it does not run is said so (`cpt train` refuses it).
+  std::optional<std::string> executor_gap;
+  if (opts.runtime == spec::Runtime::kCpt) {
+    if (const auto gap = spec::find_executor_gap(p, model, o.seq_len))
+      executor_gap = spec::describe(*gap, p, o.seq_len);
+  }
   if (o.json) {
     core::Json json = cost::evaluation_to_json(ev);
     json["runtime"] = spec::to_string(opts.runtime);
+    if (executor_gap) json["executor_gap"] = *executor_gap;
     if (const auto* e = std::get_if<cost::Estimate>(&ev)) {
       json["step_time_band_s"] = cost::step_time_band_to_json(e->time.total(), opts.runtime, cluster.gpu());
     }
@@ -209,6 +219,7 @@ void run(const EstimateOptions& o) {
             << "; step time: "
             << cost::describe_band(std::get<cost::Estimate>(ev).time.total(), opts.runtime, cluster.gpu()) << "\n";
   if (!vocabulary_note.empty()) std::cout << vocabulary_note << "\n";
+  if (executor_gap) std::cout << "note: cpt train does not run this layout: " << *executor_gap << "\n";
 }
 
 }  // namespace

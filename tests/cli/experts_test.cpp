@@ -45,6 +45,31 @@ TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
   EXPECT_NE(folded.err.find("must divide tp * cp * dp = 8"), std::string::npos) << folded.err;
 }
 
+// Priced for cpt's executor, a layout it does not run says so in a note (text) or `executor_gap`
+// (JSON); one it runs (experts with context and sequence parallelism) has neither.
+TEST(Experts, EstimateForTheExecutorNamesALayoutItDoesNotRun) {
+  const std::string common =
+      "estimate --model tiny-moe --gpu h100 --gpus 4 --micro-batch 2 --global-batch 8 "
+      "--seq-len 64 --runtime cpt ";
+  const auto split = cpt(common + "--cp 2 --ep 2 --etp 2");
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  EXPECT_NE(split.out.find("note: cpt train does not run this layout: a mixture of experts with ep 2, etp 2"),
+            std::string::npos)
+      << split.out;
+  const auto split_json = cpt(common + "--cp 2 --ep 2 --etp 2 --json");
+  ASSERT_EQ(split_json.exit_code, 0) << split_json.err;
+  EXPECT_TRUE(nlohmann::json::parse(split_json.out).contains("executor_gap")) << split_json.out;
+  const auto runs = cpt(common + "--cp 2 --tp 2 --sequence-parallel --ep 2 --json");
+  ASSERT_EQ(runs.exit_code, 0) << runs.err;
+  EXPECT_FALSE(nlohmann::json::parse(runs.out).contains("executor_gap")) << runs.out;
+  // Megatron-LM runs expert-tp: no note.
+  const auto megatron =
+      cpt("estimate --model tiny-moe --gpu h100 --gpus 4 --micro-batch 2 --global-batch 8 "
+          "--seq-len 64 --cp 2 --ep 2 --etp 2");
+  ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
+  EXPECT_EQ(megatron.out.find("note: cpt train"), std::string::npos) << megatron.out;
+}
+
 TEST(Experts, PlansRecordAndExportExpertParallelism) {
   const auto out = scratch() / "qwen3";
   std::filesystem::remove_all(out);
