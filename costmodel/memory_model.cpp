@@ -283,8 +283,11 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
   const double held = layers * block + root_psi + experts;
   const double sharded = (layers * block + root_psi) / n + experts / t.expert_shard_group;
   if (o.distill_teacher) {
+    // The teacher's running and prefetched blocks gathered beside their shards; its routed experts
+    // apart over an expert-dp of one are used in place (parallel/fully_sharded.h), as the student's.
+    const double gathered_experts = t.expert_shard_group > 1 ? t.expert_params : 0.0;
     const double gathered =
-        root_psi + (block + t.expert_params) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
+        root_psi + (block + gathered_experts) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
     mb.teacher = bytes(e * (p.zero_stage == 3 ? sharded + gathered : held));
   }
   if (o.ewc) mb.ewc = bytes(2 * 4 * (p.zero_stage == 3 ? sharded : held));

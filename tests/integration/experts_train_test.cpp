@@ -217,6 +217,39 @@ TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
   EXPECT_NE(r.err.find("a mixture of experts with ep 1, etp 2, tp 1:"), std::string::npos) << r.err;
 }
 
+// KL distillation on a mixture of experts with the teacher split like the student — its experts
+// over ep, under ZeRO-3 with the experts as units of their own over expert-dp (of one: used in
+// place; of two: gathered), under context and sequence parallelism (its routing over the shards):
+// the same losses, KL and weights as one process; the teacher's storage on each rank is the cost
+// model's teacher memory exactly, and the calls and bytes the step inventory's.
+TEST_F(ModelVariantsTrain, KlDistillationOfExpertsMatchesTheSingleProcessRun) {
+  plan_once();
+  reference("moe-single", "o-moe-1");
+  std::ofstream(dir_ / "kl-moe.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
+    "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
+    "dp_bucket_mib": 0.1, "log_interval_steps": 0, "init_from": ")" +
+                                             (dir_ / "o-moe-1/checkpoints/step_00000020").string() + R"(",
+    "distill": {"lambda": 0.5}})";
+  reference("moe-single", "o-moe-kl-1", "kl-moe.json");
+  const auto kl = [&](const std::string& out) { return metric(dir_ / out / "metrics.jsonl", "kl"); };
+  const auto single = kl("o-moe-kl-1");
+  ASSERT_EQ(single.size(), 20u);
+  EXPECT_GT(single.back(), 0.0);
+  for (const auto& [layout, procs] : {std::pair{"ep2", 2}, std::pair{"ep2-zero3", 2}, std::pair{"ep2-dp4-zero3", 4},
+                                      std::pair{"ep2-cp2-tp2-sp", 4}}) {
+    const auto out = std::string("o-moe-kl-") + layout;
+    const auto r = train(std::string("moe-") + layout, out, procs, "kl-moe.json");
+    EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    if (r.exit_code != 0) continue;
+    expect_same_as_reference("o-moe-kl-1", dir_ / out, std::string("moe kl ") + layout);
+    expect_recipe_bytes_of_the_cost_model(out, "teacher", std::string("moe kl ") + layout);
+    expect_calls_of_the_cost_model(out, std::string("moe kl ") + layout);
+    const auto k = kl(out);
+    ASSERT_EQ(k.size(), single.size()) << layout;
+    for (std::size_t i = 1; i < k.size(); ++i) EXPECT_NEAR(k[i] / single[i], 1.0, 1e-4) << layout << ": step " << i;
+  }
+}
+
 // EWC with the routed experts apart from their layer: every replica estimates the Fisher on the same
 // sequences (the dispatch spans the replicas), each expert's gradient summed over expert-dp (not
 // over cp, whose ranks may hold other experts) and divided by the data-parallel replicas, and each
