@@ -75,6 +75,15 @@ PassKernels embedding_kernels(const CostModelOptions&) {
   return {2, 2};
 }
 
+// Eager: counted with the op counter on tiny in one process, a teacher's forward against the
+// student's forward and loss, and kl_sum with its weight forward and backward (train_step.cpp):
+// the teacher's head 6 fewer than the student's (no cross-entropy), the KL 16 forward and 9
+// backward. Fused (Megatron-LM): the head's kernels without the loss's, the KL not counted apart.
+DistillationKernels distillation_kernels(const CostModelOptions& o) {
+  if (!eager(o)) return {head_kernels(o).forward, {}};
+  return {head_kernels(o).forward - 6, {16, 9}};
+}
+
 PassKernels head_kernels(const CostModelOptions& o) {
   if (!eager(o)) return {6, 6};
   return {29, 16};
@@ -83,11 +92,9 @@ PassKernels head_kernels(const CostModelOptions& o) {
 double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, double layers, bool first, bool last,
                     int sharded_zero_stage, double busiest_segments, const CostModelOptions& o) {
   if (!eager(o)) return 4;
-  // Parameter tensors: per layer two norms, q, k, v, o and the MLP's (three for SwiGLU, two else;
-  // an MoE layer's router, routed and shared experts instead); the embedding; the final norm and
-  // the LM head (none apart when tied).
-  const double per_layer =
-      6 + (m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) + (m.qk_norm ? 2 : 0) + moe_extra_tensors_per_layer(m, p.ep);
+  // Parameter tensors: per layer a dense block's (an MoE layer's router, routed and shared experts
+  // in place of the MLP's); the embedding; the final norm and the LM head (none apart when tied).
+  const double per_layer = dense_block_tensors(m) + moe_extra_tensors_per_layer(m, p.ep);
   const double tensors = per_layer * layers + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
   // The routed experts apart from their layer (ep > 1, or tp > 1) have an optimizer of their own.
   const bool experts_apart = spec::routed_experts_apart(m, p);
@@ -114,6 +121,15 @@ double kernels_per_zero3_call(const CostModelOptions& o) {
 }
 double kernels_per_zero3_block_call(const spec::ModelSpec& m, const CostModelOptions& o) {
   return eager(o) ? 13 + 1.4 * moe_extra_tensors_per_layer(m, 1) : 0;
+}
+
+double kernels_per_zero3_teacher_unit(double tensors, const CostModelOptions& o) {
+  return eager(o) ? 5 + 5 * tensors : 0;
+}
+
+double dense_block_tensors(const spec::ModelSpec& m) {
+  const double mlp = m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2;
+  return 4 + mlp + 2 + (m.qk_norm ? 2 : 0) + (m.qkv_bias ? 3 : 0);
 }
 
 double moe_extra_tensors_per_layer(const spec::ModelSpec& m, int ep) {

@@ -65,6 +65,14 @@ double selective_recompute_kernels(const CostModelOptions& o);
 // without their communication.
 PassKernels embedding_kernels(const CostModelOptions& o);
 PassKernels head_kernels(const CostModelOptions& o);
+// KL distillation on the last stage, one microbatch: the teacher's final norm and LM head forward
+// (its logits, no loss), and what the KL over both logits adds to the student's head (forward:
+// two log-softmaxes, the product and sums, its weight; backward: their autograd nodes).
+struct DistillationKernels {
+  double teacher_head = 0;
+  PassKernels kl;
+};
+DistillationKernels distillation_kernels(const CostModelOptions& o);
 // Once per step on a rank that holds `layers` layers (and the embedding / head when `first` /
 // `last`), besides its communication: gradient norm, clipping, the optimizer and, when the
 // optimizer state is sharded (`sharded_zero_stage` 1..3; 0 when not sharded), ZeRO's buffers
@@ -82,6 +90,14 @@ double kernels_per_zero3_call(const CostModelOptions& o);
 // router and experts; the views into the flat buffer are per tensor: measured on the tiny MoE's
 // 22-tensor layers, ZeRO-3 DP2).
 double kernels_per_zero3_block_call(const spec::ModelSpec& m, const CostModelOptions& o);
+// Around a frozen teacher's ZeRO-3 unit of `tensors` parameter tensors (KL distillation,
+// executor/parallel/fully_sharded.h): gathered and released within its forward, its views set and
+// then emptied: 5 + 5 per tensor (the op counter on tiny's and tiny-moe's teachers, ZeRO-3 over 2
+// ranks: 120 and 250 operators more than unsharded for their 21 and 47 tensors in 3 units).
+double kernels_per_zero3_teacher_unit(double tensors, const CostModelOptions& o);
+// A dense decoder block's parameter tensors: q, k, v, o, the MLP's, two norms, and q/k norms and
+// q/k/v biases where the model has them.
+double dense_block_tensors(const spec::ModelSpec& m);
 // The parameter tensors the mean layer holds beyond a dense block's (an MoE layer's router, its
 // routed and shared experts' matrices instead of the dense MLP's), weighted by the MoE layers' share;
 // this rank's E / ep routed experts.

@@ -376,8 +376,12 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
     // sum (48 bytes per logit).
     c.teacher_embedding = c.embedding_forward;
     const Seconds kl_forward = ce_fwd * 2.0 + memory_time(logits * 36, gpu, o);
-    c.teacher_head = pass(head_gemm, Seconds(0), kl_forward + memory_time(norm.forward, gpu, o), head_k.forward, o);
+    const DistillationKernels kl_k = distillation_kernels(o);
+    c.teacher_head = pass(head_gemm, Seconds(0), kl_forward + memory_time(norm.forward, gpu, o),
+                          kl_k.teacher_head + kl_k.kl.forward, o);
     c.head_backward.memory += ce_bwd + memory_time(logits * 48, gpu, o);
+    c.head_backward.kernels += kl_k.kl.backward;
+    c.head_backward.overhead += o.kernel_overhead * kl_k.kl.backward;
     c.loss_forward += ce_fwd * 2.0;
     c.loss_backward += ce_bwd;
   }

@@ -198,6 +198,7 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
   if (p.zero_stage != 3) return;
   const auto counts = model.param_counts();
   double around = kernels_per_zero3_call(o);
+  double teacher_around = 0;  // around a frozen teacher's unit, by its tensors (set per unit below)
   // Over a group of one a unit is used in place (parallel/fully_sharded.h): its parameters and
   // gradient views are set as around a collective, and no collective runs.
   bool in_place = false;
@@ -221,12 +222,23 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
     unit(WorkPass::kBackward, WorkScope::kLayer, group, WorkKind::kReduceScatter, params, grad_bytes,
          Exposure::kPrefetched);
     if (o.distill_teacher) {
+      const double student_around = around;
+      around = teacher_around;
       unit(WorkPass::kTeacher, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
            Exposure::kPrefetched);
+      around = student_around;
     }
   };
   const double experts = expert_params_per_layer(counts, p);
   const bool experts_apart = experts > 0 && !p.experts_with_their_layer();
+  // A teacher's units by their tensors: a block's (with its experts unless they are apart), the
+  // routed experts' of this rank, the root's.
+  const double expert_tensors = experts_apart
+                                    ? model.moe_layer_share() * (model.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) *
+                                          static_cast<double>(model.moe.experts) / p.ep
+                                    : 0.0;
+  const double block_tensors = dense_block_tensors(model) + moe_extra_tensors_per_layer(model, p.ep) - expert_tensors;
+  teacher_around = kernels_per_zero3_teacher_unit(expert_tensors, o);
   if (experts_apart) {
     in_place = p.expert_dp() == 1;
     block_units(CommGroup::kExpertReplicas, experts);
@@ -234,16 +246,20 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
   }
   if (shard_group <= 1) return;
   if (!experts_apart) around = kernels_per_zero3_block_call(model, o);  // the experts' tensors too
+  teacher_around = kernels_per_zero3_teacher_unit(block_tensors, o);
   block_units(CommGroup::kShard, block_params_per_tp(counts, p.tp) + (experts_apart ? 0.0 : experts));
   around = kernels_per_zero3_call(o);
+  teacher_around = kernels_per_zero3_teacher_unit(model.tied_embeddings ? 2 : 3, o);
   if (!runtime.gathers_root_unit) return;
   const bool single_stage = p.pp * p.virtual_stages == 1;
   const double root = root_params(model, counts, p.tp, true, single_stage, single_stage);
   unit(WorkPass::kForward, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kAllGather, root, element_bytes,
        Exposure::kBetweenPasses);
   if (o.distill_teacher) {
+    around = teacher_around;
     unit(WorkPass::kTeacher, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kAllGather, root, element_bytes,
          Exposure::kBetweenPasses);
+    around = kernels_per_zero3_call(o);
   }
   unit(WorkPass::kBackward, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kReduceScatter, root, grad_bytes,
        Exposure::kBetweenPasses);

@@ -72,7 +72,8 @@ TEST_F(DistributedTrain, ContextParallelLayoutsMatchTheSingleProcessRun) {
 // log-softmaxes), pipelined (the teacher's stages on the student's ranks, its hidden states riding
 // with the student's), both, context-parallel, and ZeRO-3 (its blocks gathered for its forward):
 // the same losses, KL and weights as one process; the teacher's storage on each rank is the cost
-// model's teacher memory exactly, and the communication calls and bytes the step inventory's.
+// model's teacher memory exactly, the communication calls and bytes the step inventory's, and the
+// kernels within 6% of the cost model's without a pipeline.
 TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) {
   reference("single", "o1");
   // The teacher: the reference run's final weights; the student starts from them too.
@@ -100,6 +101,9 @@ TEST_F(DistributedTrain, KlDistillationMatchesTheSingleProcessRunInEveryLayout) 
     expect_same_as_reference("k1", dir_ / out, std::string("kl ") + layout);
     expect_recipe_bytes_of_the_cost_model(out, "teacher", std::string("kl ") + layout);
     expect_calls_of_the_cost_model(out, std::string("kl ") + layout);
+    // Under a pipeline the teacher's own transfers' operators are not counted apart: PP2 is at
+    // −6.3%, PP2 × TP2 + SP at −7.0% (docs/benchmarks.md).
+    if (!std::string(layout).starts_with("pp")) expect_kernels_of_the_cost_model(out, std::string("kl ") + layout);
     const auto k = kl(out);
     ASSERT_EQ(k.size(), reference_kl.size()) << layout;
     for (std::size_t i = 1; i < k.size(); ++i)

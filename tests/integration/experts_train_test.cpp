@@ -221,7 +221,7 @@ TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
 // over ep, under ZeRO-3 with the experts as units of their own over expert-dp (of one: used in
 // place; of two: gathered), under context and sequence parallelism (its routing over the shards):
 // the same losses, KL and weights as one process; the teacher's storage on each rank is the cost
-// model's teacher memory exactly, and the calls and bytes the step inventory's.
+// model's teacher memory exactly, the calls and bytes the step inventory's, the kernels within 6%.
 TEST_F(ModelVariantsTrain, KlDistillationOfExpertsMatchesTheSingleProcessRun) {
   plan_once();
   reference("moe-single", "o-moe-1");
@@ -244,6 +244,7 @@ TEST_F(ModelVariantsTrain, KlDistillationOfExpertsMatchesTheSingleProcessRun) {
     expect_same_as_reference("o-moe-kl-1", dir_ / out, std::string("moe kl ") + layout);
     expect_recipe_bytes_of_the_cost_model(out, "teacher", std::string("moe kl ") + layout);
     expect_calls_of_the_cost_model(out, std::string("moe kl ") + layout);
+    expect_kernels_of_the_cost_model(out, std::string("moe kl ") + layout);
     const auto k = kl(out);
     ASSERT_EQ(k.size(), single.size()) << layout;
     for (std::size_t i = 1; i < k.size(); ++i) EXPECT_NEAR(k[i] / single[i], 1.0, 1e-4) << layout << ": step " << i;
