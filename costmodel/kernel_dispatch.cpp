@@ -127,16 +127,27 @@ double kernels_per_zero3_teacher_unit(double tensors, const CostModelOptions& o)
   return eager(o) ? 5 + 5 * tensors : 0;
 }
 
+namespace {
+
+double mlp_tensors(const spec::ModelSpec& m) {
+  return m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2;
+}
+
+}  // namespace
+
 double dense_block_tensors(const spec::ModelSpec& m) {
-  const double mlp = m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2;
-  return 4 + mlp + 2 + (m.qk_norm ? 2 : 0) + (m.qkv_bias ? 3 : 0);
+  return 4 + mlp_tensors(m) + 2 + (m.qk_norm ? 2 : 0) + (m.qkv_bias ? 3 : 0);
+}
+
+double routed_expert_tensors_per_layer(const spec::ModelSpec& m, int ep) {
+  if (!m.moe.present()) return 0;
+  return m.moe_layer_share() * mlp_tensors(m) * static_cast<double>(m.moe.experts) / ep;
 }
 
 double moe_extra_tensors_per_layer(const spec::ModelSpec& m, int ep) {
   if (!m.moe.present()) return 0;
-  const double mlp = m.mlp == spec::MlpKind::kSwiGLU ? 3 : 2;
-  const double local_experts = static_cast<double>(m.moe.experts) / ep;
-  return m.moe_layer_share() * (1 + mlp * local_experts + (m.moe.shared_ffn_hidden > 0 ? mlp : 0) - mlp);
+  const double router_and_shared = 1 + (m.moe.shared_ffn_hidden > 0 ? mlp_tensors(m) : 0);
+  return routed_expert_tensors_per_layer(m, ep) + m.moe_layer_share() * (router_and_shared - mlp_tensors(m));
 }
 
 }  // namespace cpt::cost

@@ -98,6 +98,9 @@ double kernels_per_zero3_teacher_unit(double tensors, const CostModelOptions& o)
 // A dense decoder block's parameter tensors: q, k, v, o, the MLP's, two norms, and q/k norms and
 // q/k/v biases where the model has them.
 double dense_block_tensors(const spec::ModelSpec& m);
+// The routed experts' matrices the mean layer holds on this rank (E / ep experts, weighted by the
+// MoE layers' share).
+double routed_expert_tensors_per_layer(const spec::ModelSpec& m, int ep);
 // The parameter tensors the mean layer holds beyond a dense block's (an MoE layer's router, its
 // routed and shared experts' matrices instead of the dense MLP's), weighted by the MoE layers' share;
 // this rank's E / ep routed experts.

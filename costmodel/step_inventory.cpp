@@ -197,72 +197,58 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
                const Runtime& runtime, double element_bytes, const CostModelOptions& o) {
   if (p.zero_stage != 3) return;
   const auto counts = model.param_counts();
-  double around = kernels_per_zero3_call(o);
-  double teacher_around = 0;  // around a frozen teacher's unit, by its tensors (set per unit below)
   // Over a group of one a unit is used in place (parallel/fully_sharded.h): its parameters and
   // gradient views are set as around a collective, and no collective runs.
   bool in_place = false;
   auto unit = [&](WorkPass pass, WorkScope scope, CommGroup group, WorkKind kind, double params, double bytes_per_param,
-                  Exposure exposure) {
+                  Exposure exposure, double kernels_around) {
     const Bytes bytes(static_cast<std::int64_t>(params * bytes_per_param));
-    WorkItem item = calls_of(pass, scope, group, kind, bytes, 1, around, exposure);
+    WorkItem item = calls_of(pass, scope, group, kind, bytes, 1, kernels_around, exposure);
     if (in_place) item.operations = item.call_overheads = item.calls = 0;
     inv.add(item);
   };
   const double grad_bytes = gradient_bytes_per_param(o);
-  // A block's units, prefetched: gathered forward and backward, reduce-scattered backward; the
-  // teacher, sharded like the student (executor/train/continual_objective.h), gathered for its
-  // forward too. The routed experts are their own units over expert-dp unless they live with their
-  // layer (spec::ParallelConfig::experts_with_their_layer).
-  auto block_units = [&](CommGroup group, double params) {
+  // A block's units, prefetched: gathered forward and backward, reduce-scattered backward, with
+  // `around` kernels each; the teacher, sharded like the student (executor/train/continual_objective.h),
+  // gathered and released within its forward (`tensors`: the unit's, kernels_per_zero3_teacher_unit).
+  // The routed experts are their own units over expert-dp unless they live with their layer
+  // (spec::ParallelConfig::experts_with_their_layer).
+  auto block_units = [&](CommGroup group, double params, double around, double tensors) {
     unit(WorkPass::kForward, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
-         Exposure::kPrefetched);
+         Exposure::kPrefetched, around);
     unit(WorkPass::kBackward, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
-         Exposure::kPrefetched);
+         Exposure::kPrefetched, around);
     unit(WorkPass::kBackward, WorkScope::kLayer, group, WorkKind::kReduceScatter, params, grad_bytes,
-         Exposure::kPrefetched);
+         Exposure::kPrefetched, around);
     if (o.distill_teacher) {
-      const double student_around = around;
-      around = teacher_around;
       unit(WorkPass::kTeacher, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
-           Exposure::kPrefetched);
-      around = student_around;
+           Exposure::kPrefetched, kernels_per_zero3_teacher_unit(tensors, o));
     }
   };
   const double experts = expert_params_per_layer(counts, p);
   const bool experts_apart = experts > 0 && !p.experts_with_their_layer();
-  // A teacher's units by their tensors: a block's (with its experts unless they are apart), the
-  // routed experts' of this rank, the root's.
-  const double expert_tensors = experts_apart
-                                    ? model.moe_layer_share() * (model.mlp == spec::MlpKind::kSwiGLU ? 3 : 2) *
-                                          static_cast<double>(model.moe.experts) / p.ep
-                                    : 0.0;
-  const double block_tensors = dense_block_tensors(model) + moe_extra_tensors_per_layer(model, p.ep) - expert_tensors;
-  teacher_around = kernels_per_zero3_teacher_unit(expert_tensors, o);
+  const double expert_tensors = experts_apart ? routed_expert_tensors_per_layer(model, p.ep) : 0.0;
   if (experts_apart) {
     in_place = p.expert_dp() == 1;
-    block_units(CommGroup::kExpertReplicas, experts);
+    block_units(CommGroup::kExpertReplicas, experts, kernels_per_zero3_call(o), expert_tensors);
     in_place = false;
   }
   if (shard_group <= 1) return;
-  if (!experts_apart) around = kernels_per_zero3_block_call(model, o);  // the experts' tensors too
-  teacher_around = kernels_per_zero3_teacher_unit(block_tensors, o);
-  block_units(CommGroup::kShard, block_params_per_tp(counts, p.tp) + (experts_apart ? 0.0 : experts));
-  around = kernels_per_zero3_call(o);
-  teacher_around = kernels_per_zero3_teacher_unit(model.tied_embeddings ? 2 : 3, o);
+  block_units(CommGroup::kShard, block_params_per_tp(counts, p.tp) + (experts_apart ? 0.0 : experts),
+              experts_apart ? kernels_per_zero3_call(o) : kernels_per_zero3_block_call(model, o),  // experts too
+              dense_block_tensors(model) + moe_extra_tensors_per_layer(model, p.ep) - expert_tensors);
   if (!runtime.gathers_root_unit) return;
   const bool single_stage = p.pp * p.virtual_stages == 1;
   const double root = root_params(model, counts, p.tp, true, single_stage, single_stage);
+  const double around = kernels_per_zero3_call(o);
   unit(WorkPass::kForward, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kAllGather, root, element_bytes,
-       Exposure::kBetweenPasses);
+       Exposure::kBetweenPasses, around);
   if (o.distill_teacher) {
-    around = teacher_around;
     unit(WorkPass::kTeacher, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kAllGather, root, element_bytes,
-         Exposure::kBetweenPasses);
-    around = kernels_per_zero3_call(o);
+         Exposure::kBetweenPasses, kernels_per_zero3_teacher_unit(model.tied_embeddings ? 2 : 3, o));
   }
   unit(WorkPass::kBackward, WorkScope::kEmbedding, CommGroup::kShard, WorkKind::kReduceScatter, root, grad_bytes,
-       Exposure::kBetweenPasses);
+       Exposure::kBetweenPasses, around);
 }
 
 }  // namespace
