@@ -84,6 +84,12 @@ DistillationKernels distillation_kernels(const CostModelOptions& o) {
   return {head_kernels(o).forward - 6, {16, 9}};
 }
 
+// Eager: LlamaModelImpl::blocks looks the rotary tables up for each chunk (index, unsqueeze and
+// cast, for cos and for sin). Fused (Megatron-LM): the rotary embedding is cached per length.
+double chunk_entry_kernels(const CostModelOptions& o) {
+  return eager(o) ? 6 : 0;
+}
+
 PassKernels head_kernels(const CostModelOptions& o) {
   if (!eager(o)) return {6, 6};
   return {29, 16};

@@ -65,6 +65,9 @@ double selective_recompute_kernels(const CostModelOptions& o);
 // without their communication.
 PassKernels embedding_kernels(const CostModelOptions& o);
 PassKernels head_kernels(const CostModelOptions& o);
+// Each model chunk's forward entry, once per microbatch on every stage (the teacher's chunks too):
+// the rotary tables' rows for the microbatch's positions.
+double chunk_entry_kernels(const CostModelOptions& o);
 // KL distillation on the last stage, one microbatch: the teacher's final norm and LM head forward
 // (its logits, no loss), and what the KL over both logits adds to the student's head (forward:
 // two log-softmaxes, the product and sums, its weight; backward: their autograd nodes).

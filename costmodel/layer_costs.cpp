@@ -367,7 +367,14 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   c.head_backward = pass(head_gemm * 2.0, Seconds(0), ce_bwd + memory_time(norm.backward, gpu, o), head_k.backward, o);
   c.loss_forward = ce_fwd;
   c.loss_backward = ce_bwd;
+  // The rotary rows, where a chunk looks them up: cos and sin of the rank's T positions, gathered
+  // and cast (read and write).
+  if (const double entry_kernels = chunk_entry_kernels(o); entry_kernels > 0) {
+    const double rotary_bytes = 2 * 2 * shape.T * m.head_dim() * shape.e;
+    c.chunk_entry = pass(Seconds(0), Seconds(0), memory_time(rotary_bytes, gpu, o), entry_kernels, o);
+  }
   if (o.distill_teacher) {
+    c.teacher_chunk_entry = c.chunk_entry;
     // The teacher's embedding and head forward, then the KL over both fp32 logits
     // (executor/train/regularizers.h kl_sum). Forward: two log-softmaxes, each a cross-entropy
     // forward's work (the same exponentials and reductions, priced as the loss is), then exp,

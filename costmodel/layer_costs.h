@@ -56,6 +56,10 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   // both logits (forward; the KL's gradient is in head_backward).
   PassTime teacher_embedding;
   PassTime teacher_head;
+  // Each model chunk's forward entry on every stage, the student's and with distillation the
+  // teacher's (kernel_dispatch.h chunk_entry_kernels): the rotary tables' rows.
+  PassTime chunk_entry;
+  PassTime teacher_chunk_entry;
   // The loss's log-softmaxes: the cross-entropy's part of head_forward.memory and
   // head_backward.memory, and with distillation the KL's in teacher_head.memory and head_backward.memory.
   core::Seconds loss_forward;

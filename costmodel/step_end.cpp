@@ -97,11 +97,12 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
   const double layer_passes = share.layers * microbatches;
   const BlockCosts& block = c.block;
   const HeadCosts& head = c.head;
-  t.compute = (block.forward.total() + block.backward.total()) * layer_passes;
+  const double chunk_passes = share.chunks * microbatches;
+  t.compute = (block.forward.total() + block.backward.total()) * layer_passes + head.chunk_entry.total() * chunk_passes;
   if (share.first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * microbatches;
   if (share.last) t.compute += (head.head_forward.total() + head.head_backward.total()) * microbatches;
   t.recompute = block.recompute.total() * layer_passes;
-  t.continual = block.teacher.total() * layer_passes;
+  t.continual = block.teacher.total() * layer_passes + head.teacher_chunk_entry.total() * chunk_passes;
   if (share.first) t.continual += head.teacher_embedding.total() * microbatches;
   if (share.last) t.continual += head.teacher_head.total() * microbatches;
   // The pipeline's receives and sends each cost the resume, as in the stage durations.
@@ -221,7 +222,8 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
            : 0) +
       (share.last ? (head.head_forward.kernels + head.head_backward.kernels + head.teacher_head.kernels) * microbatches
                   : 0) +
-      step_k + sums.kernels_dp + sums.kernels_pp;
+      (head.chunk_entry.kernels + head.teacher_chunk_entry.kernels) * (share.chunks * microbatches) + step_k +
+      sums.kernels_dp + sums.kernels_pp;
   t.optimizer = optimizer_time(cluster, p, o, share, groups.shard_group, step_k);
   Seconds penalty;
   if (o.ewc) {

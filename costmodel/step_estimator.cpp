@@ -171,7 +171,7 @@ void fill_stage_durations(const spec::StagePartition& stages, const MicrobatchCh
       d.zero3_overlapped_forward_s[i] = layers * c.layer_zero3_hidden_forward.value();
       d.zero3_overlapped_backward_s[i] = layers * c.layer_zero3_hidden_backward.value();
     }
-    d.forward_s[i] = layers * c.layer_forward.value();
+    d.forward_s[i] = layers * c.layer_forward.value() + c.chunk_forward.value();
     d.backward_s[i] = layers * c.layer_backward.value();
     // Resuming from the pipeline's blocking receives and sends.
     if (p.pp > 1) {
@@ -211,7 +211,9 @@ CriticalRank critical_rank(const spec::ModelSpec& model, const spec::ParallelCon
     if (with_transfers.finish[i] > with_transfers.finish[static_cast<std::size_t>(share.pp_rank)]) share.pp_rank = r;
   }
   const int last_stage = stages.num_stages() - 1;
+  share.chunks = 0;
   for (int s : stages.stages_of_rank(share.pp_rank)) {
+    ++share.chunks;
     share.layers += stages.layers_in(s);
     share.first = share.first || s == 0;
     share.last = share.last || s == last_stage;
@@ -357,6 +359,7 @@ SearchRanks search_ranks(const spec::ModelSpec& model, const spec::ParallelConfi
     k.share.first = r == 0;
     k.share.last = r == pp - 1;
     k.share.transfers_per_pass = spec::rank_transfers_per_pass(pp, v, r);
+    k.share.chunks = v;
     for (int c = 0; c < v; ++c) {  // its chunks: stages c * pp + r
       const double chunk = spec::StagePartition::balanced_layers_in(layers, pp, v, c * pp + r);
       k.share.layers += chunk;
@@ -421,7 +424,8 @@ CriticalRank search_critical_rank(const SearchRanks& ranks, const MicrobatchChar
   int critical_i = 0;
   for (int i = 0; i < ranks.count; ++i) {
     const RankShare& k = ranks.ranks[i].share;
-    double f = k.layers * layer_forward, b = k.layers * layer_backward, w = k.layers * layer_wgrad;
+    double f = k.layers * layer_forward + k.chunks * c.chunk_forward.value(), b = k.layers * layer_backward,
+           w = k.layers * layer_wgrad;
     if (k.first) {
       f += c.embedding_forward.value();
       b += c.embedding_backward.value();
@@ -439,7 +443,9 @@ CriticalRank search_critical_rank(const SearchRanks& ranks, const MicrobatchChar
     fill[i] = bubble_fill(f, b, w, zero_bubble);
     if (work[i] > work[critical_i]) critical_i = i;
   }
-  double others = ranks.inner_layers * bubble_fill(layer_forward, layer_backward, layer_wgrad, zero_bubble);
+  // The inner ranks' layers, and their chunks' entries (adding to f adds to either fill's branch).
+  double others = ranks.inner_layers * bubble_fill(layer_forward, layer_backward, layer_wgrad, zero_bubble) +
+                  (p.pp - ranks.count) * p.virtual_stages * c.chunk_forward.value();
   for (int i = 0; i < ranks.count; ++i) others += i == critical_i ? 0.0 : fill[i];
   const PipelineTerms pipe = closed_form_terms(p.virtual_stages, p.grad_accum(), work[critical_i], others,
                                                ring_transfers(c, layout_costs, p, context).value());

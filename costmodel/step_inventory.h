@@ -118,6 +118,7 @@ class StepInventory {
 struct RankShare {
   int pp_rank = 0;
   double layers = 0;              // blocks over its chunks
+  double chunks = 1;              // its model chunks (virtual stages)
   bool first = false;             // holds the embedding
   bool last = false;              // holds the final norm and LM head
   double params = 0;              // parameters per tp rank (the routed experts' its own, below)

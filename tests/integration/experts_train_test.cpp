@@ -219,7 +219,8 @@ TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
 
 // KL distillation on a mixture of experts with the teacher split like the student — its experts
 // over ep, under ZeRO-3 with the experts as units of their own over expert-dp (of one: used in
-// place; of two: gathered), under context and sequence parallelism (its routing over the shards):
+// place; of two: gathered), under context and sequence parallelism (its routing over the shards),
+// pipelined (its hidden states riding with the student's):
 // the same losses, KL and weights as one process; the teacher's storage on each rank is the cost
 // model's teacher memory exactly, the calls and bytes the step inventory's, the kernels within 6%.
 TEST_F(ModelVariantsTrain, KlDistillationOfExpertsMatchesTheSingleProcessRun) {
@@ -236,7 +237,7 @@ TEST_F(ModelVariantsTrain, KlDistillationOfExpertsMatchesTheSingleProcessRun) {
   ASSERT_EQ(single.size(), 20u);
   EXPECT_GT(single.back(), 0.0);
   for (const auto& [layout, procs] : {std::pair{"ep2", 2}, std::pair{"ep2-zero3", 2}, std::pair{"ep2-dp4-zero3", 4},
-                                      std::pair{"ep2-cp2-tp2-sp", 4}}) {
+                                      std::pair{"ep2-cp2-tp2-sp", 4}, std::pair{"ep2-pp2", 4}}) {
     const auto out = std::string("o-moe-kl-") + layout;
     const auto r = train(std::string("moe-") + layout, out, procs, "kl-moe.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
