@@ -96,7 +96,10 @@ bool better_candidate(const Candidate& a, const Candidate& b) {
 }
 
 void check_options(const spec::ModelSpec& model, const SearchOptions& o) {
-  if (o.global_batch < 1) throw core::ConfigError(str_cat("--global-batch: expected >= 1, got ", o.global_batch));
+  if (o.global_batch < 1 || o.global_batch > spec::kMaxGlobalBatch) {
+    throw core::ConfigError(
+        str_cat("--global-batch: expected 1..", spec::kMaxGlobalBatch, " sequences, got ", o.global_batch));
+  }
   if (o.seq_len < 1) throw core::ConfigError(str_cat("--seq-len: expected >= 1, got ", o.seq_len));
   if (o.seq_len > model.max_seq_len) {
     throw core::ConfigError(

@@ -130,11 +130,15 @@ void add_mixtures_of_experts(const Add& add) {
           128, 8, 1536),
       {"qwen3-235b"}, std::string("Qwen/Qwen3-235B-A22B ") + kHf, 235e9, 1e9);
   // DeepSeek-V2-Lite and V3 (DeepSeek-AI 2024): latent attention, shared experts, dense first layers.
-  add(raw_top_k(moe(latent_attention(llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840), 0, 512), 64, 6,
-                    1408, 2 * 1408, 1)),
+  add(raw_top_k(
+          moe(latent_attention(
+                  numerics(llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840), 10000.0, 1e-6), 0, 512),
+              64, 6, 1408, 2 * 1408, 1)),
       {}, std::string("deepseek-ai/DeepSeek-V2-Lite ") + kHf, 15.7e9, 1e8);
-  add(sigmoid_router(moe(latent_attention(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840), 1536, 512),
-                         256, 8, 2048, 2048, 3)),
+  add(sigmoid_router(
+          moe(latent_attention(numerics(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840), 10000.0, 1e-6),
+                               1536, 512),
+              256, 8, 2048, 2048, 3)),
       {"deepseek-v3-base"},
       std::string("deepseek-ai/DeepSeek-V3 ") + kHf + " (without the multi-token prediction module)", 671e9, 1e9);
   // GPT-OSS (OpenAI 2025): head width 64, attention biases (q, k, v counted; the output's, the

@@ -202,13 +202,23 @@ void refuse_mlp_only_layers(JsonObjectReader& r) {
   }
 }
 
+// The top-k of a Mixtral or GPT-OSS config.json. GPT-OSS's releases carry both
+// `experts_per_token` and transformers' `num_experts_per_tok`: they must agree.
+int gpt_oss_top_k(JsonObjectReader& r, const std::string& type) {
+  if (type != "gpt_oss" || !r.has("experts_per_token")) return dim(r, "num_experts_per_tok");
+  const int top_k = dim(r, "experts_per_token");
+  if (r.has("num_experts_per_tok") && dim(r, "num_experts_per_tok") != top_k) {
+    r.fail("num_experts_per_tok", str_cat(top_k, " (as experts_per_token)"), str_cat(r.integer("num_experts_per_tok")));
+  }
+  return top_k;
+}
+
 // The mixture of experts of a config.json of `type` (none for dense types).
 ExpertSpec hf_experts(JsonObjectReader& r, const std::string& type) {
   ExpertSpec e;
   if (type == "mixtral" || type == "gpt_oss") {
     e.experts = dim(r, "num_local_experts");
-    e.experts_per_token =
-        dim(r, type == "gpt_oss" && r.has("experts_per_token") ? "experts_per_token" : "num_experts_per_tok");
+    e.experts_per_token = gpt_oss_top_k(r, type);
     e.expert_ffn_hidden = dim(r, "intermediate_size");
   } else if (type == "qwen2_moe" || type == "qwen3_moe") {
     e.experts = dim(r, "num_experts");
@@ -222,12 +232,22 @@ ExpertSpec hf_experts(JsonObjectReader& r, const std::string& type) {
     e.experts = dim(r, "n_routed_experts");
     e.experts_per_token = dim(r, "num_experts_per_tok");
     e.expert_ffn_hidden = dim(r, "moe_intermediate_size");
-    e.shared_ffn_hidden = static_cast<int>(present_integer(r, "n_shared_experts", 0).value_or(0)) * e.expert_ffn_hidden;
+    const std::int64_t shared = present_integer(r, "n_shared_experts", 0).value_or(0) * e.expert_ffn_hidden;
+    if (shared > kMaxDim) {
+      r.fail("n_shared_experts", str_cat("at most ", kMaxDim, " shared expert rows (times moe_intermediate_size)"),
+             str_cat(shared));
+    }
+    e.shared_ffn_hidden = static_cast<int>(shared);
     e.first_dense_layers = static_cast<int>(present_integer(r, "first_k_dense_replace", 0).value_or(0));
     if (present_integer(r, "moe_layer_freq", 1).value_or(1) != 1) {
       r.fail("moe_layer_freq", "1 (every layer after the dense ones)", str_cat(r.integer("moe_layer_freq")));
     }
-    if (r.has("scoring_func") && r.string("scoring_func") == "sigmoid") e.router = RouterScore::kSigmoid;
+    // transformers' defaults: DeepseekV2Config softmax, DeepseekV3Config sigmoid.
+    const bool scored = r.has("scoring_func") && !r.raw("scoring_func").is_null();
+    const auto score = scored ? r.one_of("scoring_func", {"softmax", "sigmoid"})
+                              : std::string(type == "deepseek_v3" ? "sigmoid" : "softmax");
+    if (!scored) r.accept("scoring_func");
+    if (score == "sigmoid") e.router = RouterScore::kSigmoid;
     // transformers' defaults: DeepseekV2Config False, DeepseekV3Config True.
     const auto normalize = r.has("norm_topk_prob") && !r.raw("norm_topk_prob").is_null()
                                ? std::optional<bool>(r.boolean("norm_topk_prob"))

@@ -238,13 +238,22 @@ std::vector<std::string> find_model_spec_errors(const ModelSpec& m) {
   find_expert_errors(m, errors);
   find_rope_scaling_errors(m.rope_scaling, errors);
   find_latent_attention_errors(m.mla, errors);
-  if (errors.empty()) {
-    try {
-      (void)m.param_counts();
-    } catch (const core::ConfigError&) {
-      errors.push_back(str_cat("layers (", m.layers, "), hidden (", m.hidden, "), ffn_hidden (", m.ffn_hidden,
-                               ") and vocab (", m.vocab, ") give more parameters than 64 bits count"));
+  if (!errors.empty()) return errors;
+  if (m.moe.present() && m.moe_layers_in(0, m.layers) == 0) {
+    errors.push_back(str_cat("moe.layer_interval (", m.moe.layer_interval, ") and moe.first_dense_layers (",
+                             m.moe.first_dense_layers, ") leave no MoE layer among ", m.layers, " layers"));
+  }
+  const auto sizes = m.moe.present() ? str_cat("), moe.experts (", m.moe.experts) : std::string();
+  try {
+    const std::int64_t total = m.param_counts().total;
+    if (static_cast<double>(total) > kMaxModelParameters) {
+      errors.push_back(str_cat("layers (", m.layers, "), hidden (", m.hidden, "), ffn_hidden (", m.ffn_hidden, sizes,
+                               ") and vocab (", m.vocab, ") give ", static_cast<double>(total),
+                               " parameters; cpt plans models of up to ", kMaxModelParameters));
     }
+  } catch (const core::ConfigError&) {
+    errors.push_back(str_cat("layers (", m.layers, "), hidden (", m.hidden, "), ffn_hidden (", m.ffn_hidden, sizes,
+                             ") and vocab (", m.vocab, ") give more parameters than 64 bits count"));
   }
   return errors;
 }

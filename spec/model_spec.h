@@ -183,9 +183,15 @@ struct ModelSpec {
 // cost model counts it (Megatron also pads at tp = 1; cpt's executor keeps Hugging Face's shapes).
 std::int64_t tp_padded_vocab(std::int64_t vocab, int tp);
 
+// The most parameters a model may have: a thousand times the largest trained today, and few
+// enough that its bytes, gradients and optimizer state (tens of bytes a parameter) stay far
+// within the cost model's 64-bit byte counts.
+inline constexpr double kMaxModelParameters = 1e15;
+
 // Every violated constraint of `m`, each a full sentence naming the fields and their values;
 // empty when the spec is valid (positive sizes, hidden % heads == 0 unless the head width is
-// explicit, heads % kv_heads == 0, top-k within the experts, latent dimensions all set).
+// explicit, heads % kv_heads == 0, top-k within the experts, at least one MoE layer, latent
+// dimensions all set, at most kMaxModelParameters parameters).
 std::vector<std::string> find_model_spec_errors(const ModelSpec& m);
 
 }  // namespace cpt::spec

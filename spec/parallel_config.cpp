@@ -168,7 +168,9 @@ std::vector<std::string> find_parallel_config_errors(const ParallelConfig& c, co
       e.push_back(str_cat("schedule interleaved_1f1b needs virtual_stages >= 2, got ", c.virtual_stages));
     }
   }
-  if (c.global_batch % c.sequences_per_microbatch() != 0) {
+  if (c.global_batch > kMaxGlobalBatch) {
+    e.push_back(str_cat("global_batch must be at most ", kMaxGlobalBatch, " sequences, got ", c.global_batch));
+  } else if (c.global_batch % c.sequences_per_microbatch() != 0) {
     e.push_back(str_cat("global_batch (", c.global_batch, ") must be divisible by micro_batch (", c.micro_batch,
                         ") * dp (", c.dp, ") = ", c.sequences_per_microbatch()));
   } else if (c.schedule == ScheduleKind::kInterleaved1F1B && c.pp >= 2 && c.grad_accum() % c.pp != 0) {

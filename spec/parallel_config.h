@@ -31,6 +31,11 @@ std::string to_string(Recompute r);
 std::string to_string(Offload o);
 std::string to_string(Axis a);
 
+// The most sequences per optimizer step cpt plans: far beyond today's largest batches (thousands
+// of sequences), and a bound on the pipeline schedules the cost model replays per step (an entry
+// per microbatch).
+inline constexpr int kMaxGlobalBatch = 1 << 20;
+
 struct ParallelConfig {
   // Tensor-parallel degree. Splits attention heads and the MLP across GPUs with two all-reduces
   // (or reduce-scatter/all-gather with sequence_parallel) per block per pass; keep inside a node.
@@ -49,7 +54,8 @@ struct ParallelConfig {
   int virtual_stages = 1;
   // Sequences per microbatch per dp rank. Larger: better GEMM efficiency, more activation memory.
   int micro_batch = 1;
-  // Sequences per optimizer step over all dp ranks. REQUIRES: global_batch % (micro_batch·dp) == 0.
+  // Sequences per optimizer step over all dp ranks. REQUIRES: global_batch % (micro_batch·dp) == 0,
+  // global_batch <= kMaxGlobalBatch.
   int global_batch = 1;
   // ZeRO stage: 0 replicated, 1 optimizer state sharded, 2 + gradients, 3 + parameters (gathered
   // before use, freed after), over the shard group.

@@ -195,7 +195,7 @@ ParallelConfig parallel_config_from_json(JsonObjectReader& r) {
   c.etp = static_cast<int>(r.optional_integer("etp", 1, kMax).value_or(1));
   c.virtual_stages = static_cast<int>(r.integer("virtual_stages", 1, kMax));
   c.micro_batch = static_cast<int>(r.integer("micro_batch", 1, kMax));
-  c.global_batch = static_cast<int>(r.integer("global_batch", 1, 1LL << 30));
+  c.global_batch = static_cast<int>(r.integer("global_batch", 1, kMaxGlobalBatch));
   c.zero_stage = static_cast<int>(r.integer("zero_stage", 0, 3));
   c.hybrid_shard = r.boolean("hybrid_shard");
   c.recompute = enum_from(r, "recompute", {Recompute::kNone, Recompute::kSelective, Recompute::kFull});

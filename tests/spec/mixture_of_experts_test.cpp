@@ -131,6 +131,60 @@ TEST(MixtureOfExperts, HuggingFaceConfigsOfEachFamilyAreRead) {
   }
 }
 
+std::string hf_error(const nlohmann::json& config) {
+  try {
+    (void)from_hf(config);
+  } catch (const core::ConfigError& e) {
+    return e.what();
+  }
+  return {};
+}
+
+// What a config.json cannot mean is refused by the key that says it: sizes beyond what cpt counts,
+// keys that disagree, routers it does not know, MoE layers that never occur.
+TEST(MixtureOfExperts, HuggingFaceConfigsThatCannotBeMeantAreRefusedByKey) {
+  const nlohmann::json mixtral = {
+      {"model_type", "mixtral"},        {"num_hidden_layers", 4},   {"hidden_size", 64},
+      {"intermediate_size", 128},       {"num_attention_heads", 4}, {"vocab_size", 512},
+      {"max_position_embeddings", 128}, {"num_local_experts", 8},   {"num_experts_per_tok", 2}};
+  EXPECT_EQ(hf_error(mixtral), "");
+  auto huge = mixtral;  // 4 layers of 1e9 experts of 3·64·128 parameters: beyond kMaxModelParameters
+  huge["num_local_experts"] = 1000000000;
+  huge["intermediate_size"] = 131072;
+  EXPECT_NE(hf_error(huge).find("moe.experts (1000000000)"), std::string::npos) << hf_error(huge);
+  EXPECT_NE(hf_error(huge).find("cpt plans models of up to"), std::string::npos) << hf_error(huge);
+
+  auto gpt_oss = mixtral;  // its releases carry both top-k keys
+  gpt_oss["model_type"] = "gpt_oss";
+  gpt_oss["experts_per_token"] = 4;
+  gpt_oss["num_experts_per_tok"] = 4;
+  EXPECT_EQ(from_hf(gpt_oss).moe.experts_per_token, 4);
+  gpt_oss["num_experts_per_tok"] = 2;
+  EXPECT_NE(hf_error(gpt_oss).find("num_experts_per_tok"), std::string::npos) << hf_error(gpt_oss);
+  EXPECT_NE(hf_error(gpt_oss).find("4 (as experts_per_token)"), std::string::npos) << hf_error(gpt_oss);
+
+  nlohmann::json v2 = {{"model_type", "deepseek_v2"},    {"num_hidden_layers", 4},   {"hidden_size", 64},
+                       {"intermediate_size", 128},       {"num_attention_heads", 4}, {"vocab_size", 512},
+                       {"max_position_embeddings", 128}, {"n_routed_experts", 8},    {"num_experts_per_tok", 2},
+                       {"moe_intermediate_size", 32},    {"kv_lora_rank", 16},       {"qk_nope_head_dim", 8},
+                       {"qk_rope_head_dim", 8},          {"v_head_dim", 8}};
+  EXPECT_EQ(from_hf(v2).moe.router, RouterScore::kSoftmax);  // transformers' DeepseekV2Config default
+  auto v3 = v2;
+  v3["model_type"] = "deepseek_v3";
+  EXPECT_EQ(from_hf(v3).moe.router, RouterScore::kSigmoid);  // DeepseekV3Config's
+  v3["scoring_func"] = "Sigmoid";
+  EXPECT_NE(hf_error(v3).find("scoring_func"), std::string::npos) << hf_error(v3);
+  // n_shared_experts × moe_intermediate_size beyond 32 bits: named, not wrapped around.
+  v2["n_shared_experts"] = 1000000000;
+  EXPECT_NE(hf_error(v2).find("n_shared_experts"), std::string::npos) << hf_error(v2);
+
+  auto qwen = nlohmann::json{{"model_type", "qwen2_moe"},      {"num_hidden_layers", 4},   {"hidden_size", 64},
+                             {"intermediate_size", 128},       {"num_attention_heads", 4}, {"vocab_size", 512},
+                             {"max_position_embeddings", 128}, {"num_experts", 4},         {"num_experts_per_tok", 2},
+                             {"moe_intermediate_size", 32},    {"decoder_sparse_step", 5}};  // layers 4, 9, ...: none
+  EXPECT_NE(hf_error(qwen).find("leave no MoE layer among 4 layers"), std::string::npos) << hf_error(qwen);
+}
+
 TEST(MixtureOfExperts, ModelJsonRoundTripsExpertsAndLatentAttention) {
   for (const char* name : {"deepseek-v3", "qwen3-30b-a3b", "gpt-oss-20b", "tiny-moe"}) {
     const auto m = catalog(name);

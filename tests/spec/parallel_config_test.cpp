@@ -32,15 +32,20 @@ TEST(ParallelConfig, ErrorsShowEveryFactor) {
 // Degrees and batch sizes each in range whose products are not an int: one error each, no
 // arithmetic wrapped to zero and divided by (it was SIGFPE in train, simulate and whatif).
 TEST(ParallelConfig, ProductsBeyondAnIntAreErrorsNotCrashes) {
-  ParallelConfig batch{.dp = 65'536, .micro_batch = 65'536, .global_batch = 1 << 30};
+  ParallelConfig batch{.dp = 65'536, .micro_batch = 65'536, .global_batch = kMaxGlobalBatch};
   EXPECT_EQ(batch.sequences_per_microbatch(), 4'294'967'296);
   EXPECT_EQ(batch.grad_accum(), 0);
   const auto e = find_parallel_config_errors(batch, llama70b(), 0, 0);
   ASSERT_FALSE(e.empty());
-  EXPECT_EQ(e.back(), "global_batch (1073741824) must be divisible by micro_batch (65536) * dp (65536) = 4294967296");
+  EXPECT_EQ(e.back(), "global_batch (1048576) must be divisible by micro_batch (65536) * dp (65536) = 4294967296");
+  // Beyond the most cpt plans (the replayed schedules grow with the microbatches): refused as such.
+  batch.global_batch = 1 << 30;
+  EXPECT_EQ(find_parallel_config_errors(batch, llama70b(), 0, 0).back(),
+            "global_batch must be at most 1048576 sequences, got 1073741824");
   ParallelConfig world{.tp = 1 << 16, .dp = 1 << 16, .micro_batch = 1, .global_batch = 1 << 16};
-  EXPECT_EQ(find_parallel_config_errors(world, llama70b(), 0, 0),
-            std::vector<std::string>{"tp (65536) * cp (1) * dp (65536) * pp (1) = 4294967296 GPUs: more than any cluster"});
+  EXPECT_EQ(
+      find_parallel_config_errors(world, llama70b(), 0, 0),
+      std::vector<std::string>{"tp (65536) * cp (1) * dp (65536) * pp (1) = 4294967296 GPUs: more than any cluster"});
 }
 
 TEST(ParallelConfig, CombinationRules) {
@@ -55,9 +60,11 @@ TEST(ParallelConfig, CombinationRules) {
             "virtual_stages (2) > 1 needs schedule interleaved_1f1b, got 1f1b");
   EXPECT_EQ(first_error({.pp = 4, .virtual_stages = 2, .global_batch = 6, .schedule = ScheduleKind::kInterleaved1F1B}),
             "schedule interleaved_1f1b needs microbatches per step (6) divisible by pp (4)");
-  EXPECT_EQ(first_error({.pp = 80, .virtual_stages = 2, .global_batch = 80, .schedule = ScheduleKind::kInterleaved1F1B}),
-            "pp (80) * virtual_stages (2) = 160 stages exceed layers (80)");
-  EXPECT_EQ(first_error({.cp = 3}), "seq_len (8192) must be a multiple of 2·cp (6) for the load-balanced context-parallel split");
+  EXPECT_EQ(
+      first_error({.pp = 80, .virtual_stages = 2, .global_batch = 80, .schedule = ScheduleKind::kInterleaved1F1B}),
+      "pp (80) * virtual_stages (2) = 160 stages exceed layers (80)");
+  EXPECT_EQ(first_error({.cp = 3}),
+            "seq_len (8192) must be a multiple of 2·cp (6) for the load-balanced context-parallel split");
   EXPECT_EQ(first_error({.offload = Offload::kOptimizerAndParams}),
             "offload optimizer+params needs zero_stage 3, got zero_stage 0");
   EXPECT_EQ(first_error({.axis_order = {Axis::kTp, Axis::kTp, Axis::kDp, Axis::kPp}}),
