@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt/commands.h"
 #include "cli/cpt/local_profile.h"
 #include "cli/output.h"
@@ -87,9 +88,9 @@ void register_advise_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("advise", "Which framework family wins: ZeRO-2, ZeRO-3/FSDP, FSDP hybrid or 3D");
   cmd->add_option("--model", o->model, "Catalog name, model JSON or Hugging Face config.json")->required();
   cmd->add_option("--gpu", o->gpu, "GPU name")->required();
-  cmd->add_option("--gpus", o->gpus, "Number of GPUs")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--global-batch", o->global_batch, "Sequences per step")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", o->gpus, "Number of GPUs")->required()->check(cli::positive_number());
+  cmd->add_option("--global-batch", o->global_batch, "Sequences per step")->required()->check(cli::positive_number());
+  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(cli::positive_number());
   add_runtime_option(*cmd, o->runtime,
                      "default: each family's own (ZeRO-2 deepspeed, the FSDP families fsdp, 3D megatron)");
   add_recipe_option(*cmd, o->config);

@@ -8,6 +8,7 @@
 #include <string>
 #include <nlohmann/json.hpp>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt/commands.h"
 #include "cli/cpt/local_profile.h"
 #include "cli/output.h"
@@ -229,34 +230,35 @@ void register_estimate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("estimate", "Memory and step time of one explicit configuration");
   cmd->add_option("--model", o->model, "Catalog name, model JSON or Hugging Face config.json")->required();
   cmd->add_option("--gpu", o->gpu, "GPU name (implies its DGX-style node and fabric)");
-  cmd->add_option("--gpus", o->gpus, "Number of GPUs")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", o->gpus, "Number of GPUs")->check(cli::positive_number());
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the GPU's node)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--cluster", o->cluster, "Cluster profile name or JSON file (instead of --gpu)");
-  cmd->add_option("--tp", o->tp, "Tensor-parallel degree")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--pp", o->pp, "Pipeline-parallel degree")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--dp", o->dp, "Data-parallel degree (default: GPUs / (tp * pp * cp))")->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", o->tp, "Tensor-parallel degree")->capture_default_str()->check(cli::positive_number());
+  cmd->add_option("--pp", o->pp, "Pipeline-parallel degree")->capture_default_str()->check(cli::positive_number());
+  cmd->add_option("--dp", o->dp, "Data-parallel degree (default: GPUs / (tp * pp * cp))")
+      ->check(cli::positive_number());
   cmd->add_option("--vp", o->vp, "Virtual stages per pipeline rank (> 1: interleaved 1F1B)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--schedule", o->schedule,
                   "Pipeline schedule: 1f1b (interleaved when --vp > 1), zb_h1 (zero bubble, split backward), gpipe")
       ->capture_default_str()
       ->check(CLI::IsMember({"1f1b", "zb_h1", "gpipe"}));
-  cmd->add_option("--cp", o->cp, "Context-parallel degree")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--cp", o->cp, "Context-parallel degree")->capture_default_str()->check(cli::positive_number());
   cmd->add_option("--ep", o->ep, "Expert-parallel degree (mixtures of experts; folded over tp * cp * dp)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--etp", o->etp, "Expert tensor-parallel degree (each expert's MLP split; default 1)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--micro-batch", o->micro_batch, "Sequences per microbatch per dp rank")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")
       ->required()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
+  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(cli::positive_number());
   cmd->add_option("--zero", o->zero, "ZeRO stage 0..3")->capture_default_str()->check(CLI::Range(0, 3));
   cmd->add_flag("--hsdp", o->hsdp, "Hybrid sharding: ZeRO-3 inside a node, replicas across (needs --zero 3)");
   cmd->add_option("--recompute", o->recompute, "none|selective|full")

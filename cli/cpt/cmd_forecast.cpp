@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt/commands.h"
 #include "cli/output.h"
 #include "core/error.h"
@@ -220,10 +221,10 @@ void register_forecast_command(CLI::App& app) {
   cmd->add_option("--peak-lr", o->peak_lr,
                   "Peak learning rates to forecast, comma-separated (default: the first pilot's)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--tokens", o->tokens, "Token budget of the full run (default: the first pilot's scheduled length)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", o->steps, "Steps of the full run instead of --tokens")->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
+  cmd->add_option("--steps", o->steps, "Steps of the full run instead of --tokens")->check(cli::positive_number());
   cmd->add_option("--fit-until-step", o->fit_until_step,
                   "Fit only evaluations up to this step; the pilots' later ones are checked against the forecast")
       ->check(CLI::NonNegativeNumber);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt/cluster_sizes.h"
 #include "cli/cpt/commands.h"
 #include "cli/cpt/local_profile.h"
@@ -249,8 +250,8 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--cluster", o->cluster, "Cluster profile name or JSON file (instead of --gpu/--gpus)");
   cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")
       ->required()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
+  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(cli::positive_number());
   cmd->add_option("--objective", o->objective,
                   "throughput|time|cost|headroom|time-to-train (the expected time to finish the budget: the steps, "
                   "TRAIN.json's evaluations, checkpoints and failures)")

@@ -19,6 +19,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt/cmd_run_plan.h"
 #include "cli/cpt/demo_text.h"
 #include "cli/cpt/run_demo_summary.h"
@@ -257,23 +258,23 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--out", opts->out, "Output directory (default: a new runs/run-<time>)");
   cmd->add_option("--steps", opts->steps, "Continual pre-training steps")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--base-steps", opts->base_steps, "Base pre-training steps")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--add-tokens", opts->add_tokens, "Tokens to add to the vocabulary at most")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   // Plan-and-train for given hardware (cmd_run_plan.h) instead of the demo.
   auto planned = std::make_shared<PlannedRunOptions>();
   cmd->add_option("--model", planned->model, "Plan and train this model instead of the demo (catalog name or JSON)");
   cmd->add_option("--gpu", planned->gpu, "with --model: the GPU to plan for");
   cmd->add_flag("--cpu", planned->cpu, "with --model: plan for this machine's CPU (the calibrated profile)");
-  cmd->add_option("--gpus", planned->gpus, "with --model: devices (local ranks)")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", planned->gpus, "with --model: devices (local ranks)")->check(cli::positive_number());
   cmd->add_option("--config", planned->config, "with --model: TRAIN.json");
   cmd->add_option("--global-batch", planned->global_batch, "with --model: sequences per step")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", planned->seq_len, "with --model: tokens per sequence")->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
+  cmd->add_option("--seq-len", planned->seq_len, "with --model: tokens per sequence")->check(cli::positive_number());
   cmd->add_option("--fix", planned->fix, "with --model: fix parts of the configuration (as cpt plan --fix)");
   cmd->callback([opts, planned] {
     if (!planned->model.empty()) {

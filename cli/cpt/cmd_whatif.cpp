@@ -3,11 +3,13 @@
 //   cpt whatif ... --sweep KEY=v1,v2,... [--gpu a,b] [--svg FILE]   the best plan for each value
 // Changes: --gpu, --gpus, --gpus-per-node, --nic-gbps, --hbm-GiB, --seq-len, --global-batch.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt/commands.h"
 #include "cli/cpt/local_profile.h"
 #include "cli/output.h"
@@ -86,16 +88,18 @@ void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec:
                        "hours", "USD"},
                       {Align::kLeft, Align::kRight, Align::kRight, Align::kLeft, Align::kRight, Align::kRight,
                        Align::kRight, Align::kRight, Align::kRight, Align::kRight});
+    // A swept value as typed: whole numbers (GPUs, Gb/s) without decimals, fractions with two.
+    const auto swept = [](double v) { return fixed(v, v == std::floor(v) ? 0 : 2); };
     for (const auto& pt : points) {
       if (!pt.best) {
-        t.add_row({pt.gpu, fixed(pt.value, 0), std::to_string(pt.gpus), "nothing fits", "-", "-", "-", "-", "-", "-"});
+        t.add_row({pt.gpu, swept(pt.value), std::to_string(pt.gpus), "nothing fits", "-", "-", "-", "-", "-", "-"});
         continue;
       }
       const auto& e = pt.best->estimate;
-      t.add_row({pt.gpu, fixed(pt.value, pt.value < 10 ? 2 : 0), std::to_string(pt.gpus),
-                 config_summary(pt.best->config), fixed(e.time.total().value(), 3), fixed(e.tokens_per_s_per_gpu, 0),
-                 fixed(100 * e.mfu, 1) + "%", fixed(core::to_gibibytes(e.peak_memory().total()), 1),
-                 o.tokens > 0 ? fixed(pt.hours, 1) : "-", o.price > 0 ? fixed(pt.cost_usd, 0) : "-"});
+      t.add_row({pt.gpu, swept(pt.value), std::to_string(pt.gpus), config_summary(pt.best->config),
+                 fixed(e.time.total().value(), 3), fixed(e.tokens_per_s_per_gpu, 0), fixed(100 * e.mfu, 1) + "%",
+                 fixed(core::to_gibibytes(e.peak_memory().total()), 1), o.tokens > 0 ? fixed(pt.hours, 1) : "-",
+                 o.price > 0 ? fixed(pt.cost_usd, 0) : "-"});
     }
     std::cout << str_cat(model.name, ", global batch ", global_batch, " x ", seq_len, ": best plan per ",
                          planner::to_string(key), "\n\n")
@@ -224,17 +228,30 @@ void print_what_if_table(const WhatIf& w, const spec::Plan& plan) {
   row("tokens/s per GPU", [](const cost::Estimate& e) { return fixed(e.tokens_per_s_per_gpu, 0); });
   row("MFU", [](const cost::Estimate& e) { return fixed(100 * e.mfu, 1) + "%"; });
   row("peak GiB", [](const cost::Estimate& e) { return fixed(core::to_gibibytes(e.peak_memory().total()), 1); });
-  row("  compute s", [](const cost::Estimate& e) { return fixed(e.time.compute.value(), 3); });
-  row("  tp_comm s", [](const cost::Estimate& e) { return fixed(e.time.tp_comm.value(), 3); });
-  if (plan.model.moe.present()) {
-    row("  ep_comm s", [](const cost::Estimate& e) { return fixed(e.time.ep_comm.value(), 3); });
-    if (w.before_options.moe_dispatcher != w.after_options.moe_dispatcher) {
-      t.add_row({"  token dispatcher", spec::to_string(w.before_options.moe_dispatcher),
-                 spec::to_string(w.after_options.moe_dispatcher)});
+  // Every part of the step either side spends time on (the rows sum to the step time), compute
+  // and the data-parallel term always.
+  using Part = core::Seconds cost::StepTimeBreakdown::*;
+  const std::pair<const char*, Part> parts[] = {
+      {"  compute s", &cost::StepTimeBreakdown::compute},     {"  recompute s", &cost::StepTimeBreakdown::recompute},
+      {"  tp_comm s", &cost::StepTimeBreakdown::tp_comm},     {"  cp_comm s", &cost::StepTimeBreakdown::cp_comm},
+      {"  ep_comm s", &cost::StepTimeBreakdown::ep_comm},     {"  pp_comm s", &cost::StepTimeBreakdown::pp_comm},
+      {"  pp_bubble s", &cost::StepTimeBreakdown::pp_bubble}, {"  dp_comm s", &cost::StepTimeBreakdown::dp_comm},
+      {"  optimizer s", &cost::StepTimeBreakdown::optimizer}, {"  continual s", &cost::StepTimeBreakdown::continual},
+      {"  other s", &cost::StepTimeBreakdown::other}};
+  const auto spends = [&](Part part) {
+    for (const auto* ev : {&w.before, &w.after}) {
+      if (const auto* e = std::get_if<cost::Estimate>(ev); e != nullptr && (e->time.*part).value() > 0) return true;
     }
+    return false;
+  };
+  for (const auto& [name, part] : parts) {
+    const bool always = part == &cost::StepTimeBreakdown::compute || part == &cost::StepTimeBreakdown::dp_comm;
+    if (always || spends(part)) row(name, [part](const cost::Estimate& e) { return fixed((e.time.*part).value(), 3); });
   }
-  row("  pp_bubble s", [](const cost::Estimate& e) { return fixed(e.time.pp_bubble.value(), 3); });
-  row("  dp_comm s", [](const cost::Estimate& e) { return fixed(e.time.dp_comm.value(), 3); });
+  if (plan.model.moe.present() && w.before_options.moe_dispatcher != w.after_options.moe_dispatcher) {
+    t.add_row({"  token dispatcher", spec::to_string(w.before_options.moe_dispatcher),
+               spec::to_string(w.after_options.moe_dispatcher)});
+  }
   std::cout << t.render();
   if (const auto* inf = std::get_if<cost::Infeasible>(&w.after)) std::cout << "after: " << inf->detail << "\n";
   if (const auto* e = std::get_if<cost::Estimate>(&w.after)) {
@@ -249,7 +266,14 @@ void run(const WhatIfOptions& o) {
   }
   std::optional<spec::Plan> plan;
   if (!o.plan.empty()) plan = spec::load_plan(o.plan);
-  if (!plan && (o.model.empty() || o.gpu.empty() || o.gpus < 1 || o.seq_len < 1 || o.global_batch < 1)) {
+  // A sweep over the GPU count needs no --gpus (its first value sizes the base cluster).
+  std::optional<double> swept_gpus;
+  if (!o.sweep.empty()) {
+    const auto [key, values] = planner::parse_sweep(o.sweep);
+    if (key == planner::SweepKey::kGpus) swept_gpus = values.front();
+  }
+  const int gpus = o.gpus > 0 ? o.gpus : static_cast<int>(swept_gpus.value_or(0));
+  if (!plan && (o.model.empty() || o.gpu.empty() || gpus < 1 || o.seq_len < 1 || o.global_batch < 1)) {
     throw core::ConfigError(
         "whatif: expected a plan file, or --model, --gpu, --gpus, --global-batch and --seq-len (with --sweep)");
   }
@@ -257,7 +281,7 @@ void run(const WhatIfOptions& o) {
   const int global_batch = o.global_batch > 0 ? o.global_batch : plan->parallel.global_batch;
   if (!o.sweep.empty()) {
     const auto model = plan ? plan->model : spec::load_model(o.model, "--model");
-    spec::ClusterSpec base = plan ? plan->cluster : cluster_for_gpu_flag(split(o.gpu).front(), o.gpus, "--gpu");
+    spec::ClusterSpec base = plan ? plan->cluster : cluster_for_gpu_flag(split(o.gpu).front(), gpus, "--gpu");
     if (plan && o.gpus > 0) {
       planner::HardwareChange more;
       more.gpus = o.gpus;
@@ -288,12 +312,12 @@ void register_whatif_command(CLI::App& app) {
   cmd->add_option("PLAN", o->plan, "plan.json (from cpt plan --out)");
   cmd->add_option("--model", o->model, "Model (without a plan)");
   cmd->add_option("--gpu", o->gpu, "Another GPU profile; with --sweep a comma-separated list");
-  cmd->add_option("--gpus", o->gpus, "Total GPUs")->check(CLI::PositiveNumber);
-  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node")->check(CLI::PositiveNumber);
-  cmd->add_option("--nic-gbps", o->nic_gbps, "NIC bandwidth, Gbit/s per NIC")->check(CLI::PositiveNumber);
-  cmd->add_option("--hbm-GiB", o->hbm_gib, "GPU memory, GiB")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->check(CLI::PositiveNumber);
-  cmd->add_option("--global-batch", o->global_batch, "Sequences per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", o->gpus, "Total GPUs")->check(cli::positive_number());
+  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node")->check(cli::positive_number());
+  cmd->add_option("--nic-gbps", o->nic_gbps, "NIC bandwidth, Gbit/s per NIC")->check(cli::positive_number());
+  cmd->add_option("--hbm-GiB", o->hbm_gib, "GPU memory, GiB")->check(cli::positive_number());
+  cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->check(cli::positive_number());
+  cmd->add_option("--global-batch", o->global_batch, "Sequences per step")->check(cli::positive_number());
   cmd->add_flag("--search", o->search, "Re-run the search instead of keeping the plan's configuration");
   cmd->add_option("--sweep", o->sweep, "gpus|gpus-per-node|nic-gbps|hbm-GiB|seq-len|global-batch=v1,v2,...");
   cmd->add_option("--tokens", o->tokens, "Token budget (time and cost to train)")->check(CLI::NonNegativeNumber);

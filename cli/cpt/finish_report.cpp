@@ -6,6 +6,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "cli/numeric_flags.h"
 #include "core/str_cat.h"
 
 namespace cpt::cli {
@@ -24,7 +25,7 @@ void add_failure_options(CLI::App& command, planner::FailureOptions& failures) {
       .add_option("--checkpoint-write-GBps", failures.checkpoint_write_GBps,
                   "Aggregate checkpoint write bandwidth of the storage, GB/s")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   command.add_option("--restart-minutes", failures.restart_minutes, "Time to detect a failure, restart and reload")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

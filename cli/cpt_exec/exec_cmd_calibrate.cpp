@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt_exec/exec_commands.h"
 #include "cli/output.h"
 #include "core/atomic_file.h"
@@ -209,7 +210,7 @@ void register_exec_calibrate_commands(CLI::App& app) {
   host->add_option("--together-rank", args->together_rank, "This process's index among --together-ranks")
       ->check(CLI::NonNegativeNumber);
   host->add_option("--together-ranks", args->together_ranks, "Processes measuring together")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   host->callback([args] { calibrate_host(*args); });
 
   auto* comm = app.add_subcommand("calibrate-comm", "Time the executor's collectives over message sizes (JSON)");

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/numeric_flags.h"
 #include "core/error.h"
 
 #include "cli/cpt_exec/exec_commands.h"
@@ -137,10 +138,10 @@ void register_extend_vocab(CLI::App& ckpt) {
       ->required();
   auto* by_tok =
       ext->add_option("--tokenizer", x->tokenizer, "The extended SentencePiece model: its size is the new vocabulary");
-  auto* by_n = ext->add_option("--vocab", x->vocab, "The new vocabulary size")->check(CLI::PositiveNumber);
+  auto* by_n = ext->add_option("--vocab", x->vocab, "The new vocabulary size")->check(cli::positive_number());
   by_tok->excludes(by_n);
   ext->add_option("--pad-to-multiple", x->pad_to, "Round the vocabulary up to a multiple (e.g. 128 x TP)")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::positive_number())
       ->capture_default_str();
   ext->add_option("--noise-std", x->noise_std, "Standard deviation of noise added to the new rows")
       ->check(CLI::NonNegativeNumber);

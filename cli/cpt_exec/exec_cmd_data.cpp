@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "cli/numeric_flags.h"
 #include "core/error.h"
 
 #include "cli/cpt_exec/exec_commands.h"
@@ -53,10 +54,10 @@ void register_prepare(CLI::App& data) {
   prepare_cmd->add_option("--out", p->out, "Output dataset directory (must not exist)")->required();
   prepare_cmd->add_option("--ext", p->extensions, "In directories, take only files ending so (repeatable), e.g. .py");
   prepare_cmd->add_option("--shard-tokens", p->shard_tokens, "Start a new shard past this many tokens")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::positive_number())
       ->capture_default_str();
   prepare_cmd->add_option("--max-doc-mib", p->max_doc_mib, "Skip larger documents")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::positive_number())
       ->capture_default_str();
   prepare_cmd->add_flag("--no-eos", p->no_eos, "Do not end documents with the tokenizer's end-of-sequence token");
   prepare_cmd->callback([p] { prepare(*p); });
@@ -120,7 +121,7 @@ void register_extend_tokenizer(CLI::App& data) {
                   "With --learn: original-domain text; tokens not 10x more frequent in the new text are skipped")
       ->check(CLI::ExistingPath);
   ext->add_option("--count", e->count, "With --learn: tokens to add at most")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::positive_number())
       ->capture_default_str();
   ext->add_option("--domain-vocab", e->domain_vocab,
                   "With --learn: vocabulary of the domain tokenizer (default: 2 x base)")
@@ -164,7 +165,7 @@ void register_train_tokenizer(CLI::App& data) {
       ->check(CLI::IsMember({"bpe", "unigram"}))
       ->capture_default_str();
   tok->add_option("--max-mib", t->max_mib, "Read at most this much text")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::positive_number())
       ->capture_default_str();
   tok->callback([t] { train_tokenizer(*t); });
 }

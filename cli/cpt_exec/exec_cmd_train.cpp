@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt_exec/exec_commands.h"
 #include "cli/forwarded_flags.h"
 #include "core/directory_lock.h"
@@ -95,9 +96,9 @@ void register_exec_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--resume", args->resume, "Continue from the newest valid checkpoint in OUT/checkpoints");
   cmd->add_option("--steps", args->steps, "Train this many steps in total (overrides TRAIN.json)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--stop-at", args->stop_at, "Stop with a checkpoint after this step (resume later with --resume)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--profile-step", args->profile_step,
                   "Profile this step (0-based) on every rank: OUT/profile/step_S.rank_R.trace.json (Perfetto) and "
                   ".ops.json (time by operator)")
@@ -106,9 +107,9 @@ void register_exec_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--nproc-per-node", args->launch.nproc_per_node,
                   "Start this many ranks on this node (the plan's tp · cp · dp · pp over all nodes)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--nnodes", args->launch.nnodes, "Nodes in the job (run the same command on each)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_number());
   cmd->add_option("--node-rank", args->launch.node_rank, "This node's index in [0, nnodes)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--master-addr", args->launch.master_addr, "Address of node 0 (rendezvous)")->capture_default_str();

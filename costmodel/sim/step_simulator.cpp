@@ -88,15 +88,21 @@ class StepSimulation {
     }
     const auto& c = ranks_[static_cast<std::size_t>(result_.critical_replica) * pp_ +
                            static_cast<std::size_t>(result_.critical_rank)];
-    const auto& d = d_[c.replica];
+    result_.exposed_comm = core::Seconds(exposed_after_backward(c));
+    // The bubble bounds the step on the busiest rank: with uneven stages the rank that finishes
+    // last (the first, running the last backward) may hold less work and wait for the others.
+    const Rank* busiest = &c;
+    for (const auto& rk : ranks_) busiest = rk.busy_s > busiest->busy_s ? &rk : busiest;
     const double step = result_.step_time.value();
-    result_.bubble_fraction = step > 0 ? (c.compute_end - (c.busy_s - d.optimizer.value())) / step : 0;
-    result_.exposed_comm = core::Seconds(c.tail_start + c.after_s - c.compute_end);
+    const double idle = step - busiest->busy_s - exposed_after_backward(*busiest);
+    result_.bubble_fraction = step > 0 ? std::max(0.0, idle) / step : 0;
     return result_;
   }
 
  private:
   static constexpr double kUnknown = -1;
+  struct Rank;
+  static double exposed_after_backward(const Rank& rk) { return rk.tail_start + rk.after_s - rk.compute_end; }
 
   struct Rank {
     std::size_t replica = 0, pp_rank = 0;
@@ -131,7 +137,7 @@ class StepSimulation {
     double work_done = 0;
     std::vector<std::pair<double, int>> pending_buckets;  // (work threshold, bucket), ascending
     std::uint64_t bucket_generation = 0;
-    spec::Action task{};   // the task in progress
+    spec::Action task{};     // the task in progress
     double task_memory = 0;  // its change of live activations at its end, in its stage's (+1 forward, -1 backward)
     std::vector<std::size_t> reductions;  // action indices of the backwards that release a reduction
   };
@@ -219,7 +225,8 @@ class StepSimulation {
       const double ready = k.since + std::max(0.0, threshold - k.work_done) / k.speed;
       q_.schedule(std::max(ready, q_.now()), [this, g, generation, b = b] {
         auto& r = ranks_[g];
-        if (r.bucket_generation != generation || r.pending_buckets.empty() || r.pending_buckets.front().second != b) return;
+        if (r.bucket_generation != generation || r.pending_buckets.empty() || r.pending_buckets.front().second != b)
+          return;
         r.pending_buckets.erase(r.pending_buckets.begin());
         bucket_ready(g, static_cast<std::size_t>(r.last_bucket_of), b, r.last_bucket_count);
       });
@@ -292,7 +299,8 @@ class StepSimulation {
       const auto su = static_cast<std::size_t>(a.stage);
       const double now = q_.now();
       if (a.kind == K::kRecvActivation || a.kind == K::kRecvGrad) {
-        const double at = (a.kind == K::kRecvActivation ? act_arrival_ : grad_arrival_)[idx(rep, a.stage, a.microbatch)];
+        const double at =
+            (a.kind == K::kRecvActivation ? act_arrival_ : grad_arrival_)[idx(rep, a.stage, a.microbatch)];
         if (at == kUnknown) return;  // the sender has not posted it; its send will wake us
         if (at > now) return wait_until(g, at);
         ++rk.next;
@@ -372,7 +380,8 @@ class StepSimulation {
     double start = q_.now();
     for (std::size_t rep = 0; rep < replicas_; ++rep) start = std::max(start, ranks_[rep * pp_ + r].comm_free);
     double after = 0;
-    for (const auto& dd : d_) after = std::max(after, dd.dp_after.value() * (dd.dp_slowdown.empty() ? 1.0 : dd.dp_slowdown[r]));
+    for (const auto& dd : d_)
+      after = std::max(after, dd.dp_after.value() * (dd.dp_slowdown.empty() ? 1.0 : dd.dp_slowdown[r]));
     for (std::size_t rep = 0; rep < replicas_; ++rep) {
       const auto h = rep * pp_ + r;
       auto& k = ranks_[h];

@@ -52,14 +52,14 @@ struct MemorySample {
 
 struct SimulationResult {
   core::Seconds step_time;
-  int critical_rank = 0;                 // the pipeline rank that finishes last
-  int critical_replica = 0;              // and its data-parallel replica
-  double bubble_fraction = 0;            // idle compute of the critical rank before its optimizer / step
-  core::Seconds exposed_comm;            // the critical rank waiting on communication after its last backward
-  std::vector<double> compute_busy_s;    // per pipeline rank (the largest over replicas)
-  std::vector<double> peak_bytes;        // per pipeline rank: static + peak live activations (largest over replicas)
-  std::vector<Interval> intervals;       // every task, in completion order
-  std::vector<MemorySample> memory;      // every change of a rank's memory
+  int critical_rank = 0;               // the pipeline rank that finishes last
+  int critical_replica = 0;            // and its data-parallel replica
+  double bubble_fraction = 0;          // the busiest rank's idle share of the step (waiting on the pipeline)
+  core::Seconds exposed_comm;          // the critical rank waiting on communication after its last backward
+  std::vector<double> compute_busy_s;  // per pipeline rank (the largest over replicas)
+  std::vector<double> peak_bytes;      // per pipeline rank: static + peak live activations (largest over replicas)
+  std::vector<Interval> intervals;     // every task, in completion order
+  std::vector<MemorySample> memory;    // every change of a rank's memory
   std::uint64_t events = 0;
 };
 

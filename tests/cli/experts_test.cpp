@@ -43,6 +43,52 @@ TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
           "--global-batch 8 --seq-len 4096");
   EXPECT_EQ(folded.exit_code, 2);
   EXPECT_NE(folded.err.find("must divide tp * cp * dp = 8"), std::string::npos) << folded.err;
+  // A degree that is no positive number: one line naming the flag and what it got.
+  for (const char* value : {"0", "-2", "abc", "0x8"}) {
+    const auto bad = cpt(std::string("estimate --model mixtral-8x7b --gpu h100 --gpus 8 --micro-batch 1 ") +
+                         "--global-batch 8 --seq-len 4096 --ep " + value);
+    EXPECT_EQ(bad.exit_code, 2) << value;
+    EXPECT_NE(bad.err.find(std::string("--ep: expected a positive number, got '") + value + "'"), std::string::npos)
+        << bad.err;
+  }
+}
+
+// Megatron's softmax router renormalises the top k unless told the softmax comes first: a model
+// that does not renormalise (Qwen2-MoE) exports --moe-router-pre-softmax, Mixtral does not.
+TEST(Experts, MegatronExportsKeepTheCheckpointsRouting) {
+  for (const auto& [model, pre_softmax] : {std::pair{"qwen2-57b-a14b", true}, std::pair{"mixtral-8x7b", false}}) {
+    const auto out = scratch() / (std::string("router-") + model);
+    std::filesystem::remove_all(out);
+    const auto planned = cpt(std::string("plan --model ") + model +
+                             " --gpu h100 --gpus 16 --global-batch 256 --seq-len 4096 --out " + out.string());
+    ASSERT_EQ(planned.exit_code, 0) << planned.err;
+    EXPECT_EQ(slurp(out / "megatron_args.sh").find("--moe-router-pre-softmax") != std::string::npos, pre_softmax)
+        << model;
+  }
+}
+
+// A plan whose first pipeline rank holds fewer layers (DeepSeek-V3's split) finishes last but
+// waits for the others: the simulated bubble is the busiest rank's, and the step's parts add up.
+TEST(Experts, SimulatedBubbleOfAnUnevenPipelineIsTheBusiestRanks) {
+  const auto out = scratch() / "v3-uneven";
+  std::filesystem::remove_all(out);
+  ASSERT_EQ(cpt("plan --model deepseek-v3 --gpu h200 --gpus 256 --global-batch 1024 --seq-len 4096 "
+                "--fix tp=1,cp=2,pp=32,ep=8 --out " +
+                out.string())
+                .exit_code,
+            0);
+  const auto simulated = cpt("simulate " + (out / "plan.json").string() + " --json");
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  const auto j = nlohmann::json::parse(simulated.out);
+  double parts = 0;
+  for (const auto& [name, seconds] : j["time_s"].items()) parts += seconds.get<double>();
+  const double step = j["step_time_s"].get<double>();
+  EXPECT_NEAR(parts / step, 1.0, 0.05) << j["time_s"].dump();
+  EXPECT_LT(j["bubble_fraction"].get<double>(), 0.2) << j["time_s"].dump();
+  // Under a network a thousand times slower the transfers dominate, and whatif's rows show them.
+  const auto slow = cpt("whatif " + (out / "plan.json").string() + " --nic-gbps 0.4");
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  EXPECT_NE(slow.out.find("  pp_comm s"), std::string::npos) << slow.out;
 }
 
 // Priced for cpt's executor, a layout it does not run says so in a note (text) or `executor_gap`

@@ -1,0 +1,48 @@
+#include "cli/numeric_flags.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace cpt::cli {
+
+namespace {
+
+// Decimal digits with at most one point and an optional exponent: what a user types for a count
+// or a size, and nothing strtod would also take (hexadecimal, "inf", "nan", leading spaces).
+bool is_decimal(const std::string& text) {
+  bool digits = false, point = false, exponent = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (std::isdigit(static_cast<unsigned char>(c)) != 0) {
+      digits = true;
+    } else if (c == '.' && !point && !exponent) {
+      point = true;
+    } else if ((c == 'e' || c == 'E') && digits && !exponent) {
+      exponent = true;
+      digits = false;
+      if (i + 1 < text.size() && (text[i + 1] == '+' || text[i + 1] == '-')) ++i;
+    } else {
+      return false;
+    }
+  }
+  return digits;
+}
+
+std::string check_positive(std::string& input) {
+  if (is_decimal(input)) {
+    const double value = std::strtod(input.c_str(), nullptr);
+    if (std::isfinite(value) && value > 0) return {};
+  }
+  return "expected a positive number, got '" + input + "'";
+}
+
+}  // namespace
+
+const CLI::Validator& positive_number() {
+  static const CLI::Validator validator(check_positive, "NUMBER > 0", "positive number");
+  return validator;
+}
+
+}  // namespace cpt::cli

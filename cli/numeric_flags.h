@@ -1,0 +1,13 @@
+#pragma once
+// A check for flags that take a positive number, in place of CLI11's PositiveNumber (whose message
+// prints its range as 0 to the largest double, in full): a failure reads
+// "--ep: expected a positive number, got '0'", one line naming the flag (CLI11 prefixes it).
+#include <CLI/CLI.hpp>
+
+namespace cpt::cli {
+
+// Accepts a finite decimal number greater than zero (an integer option then converts it, and
+// refuses a fraction itself); refuses zero, negatives, words, hexadecimal, NaN and infinity.
+const CLI::Validator& positive_number();
+
+}  // namespace cpt::cli
