@@ -120,6 +120,10 @@ std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
     args.push_back(str_cat("--moe-layer-freq ", pattern, "]\""));
   }
   if (e.router == spec::RouterScore::kSigmoid) args.emplace_back("--moe-router-score-function sigmoid");
+  // Megatron's softmax router normalises over the top k (softmax of the k logits); a model whose
+  // top-k weights are not renormalised (Qwen2-MoE, DeepSeek-V2) takes the softmax over all experts
+  // first.
+  if (e.router == spec::RouterScore::kSoftmax && !e.normalize_top_k) args.emplace_back("--moe-router-pre-softmax");
   // The load balancing is the recipe's, not the plan's: a common default here (DeepSeek-V3 trains
   // with an expert bias and a sequence-level loss instead; set the model's own).
   args.emplace_back("--moe-router-load-balancing-type aux_loss");

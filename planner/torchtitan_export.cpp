@@ -13,12 +13,17 @@ using core::str_cat;
 
 namespace {
 
+// Latent attention (deepseek_v3) has as many key/value heads as heads.
 constexpr TorchtitanFlavour kFlavours[] = {
-    {"llama3", "8B", 32, 4096, 32, 8, 14336, 128256, true},
-    {"llama3", "70B", 80, 8192, 64, 8, 28672, 128256, true},
-    {"llama3", "405B", 126, 16384, 128, 8, 53248, 128256, true},
-    {"qwen3", "30B-A3B", 48, 2048, 32, 4, 768, 151936, false},
-    {"qwen3", "235B-A22B", 94, 4096, 64, 4, 1536, 151936, false},
+    {"llama3", "8B", 32, 4096, 32, 8, 14336, 128256, 0, true},
+    {"llama3", "70B", 80, 8192, 64, 8, 28672, 128256, 0, true},
+    {"llama3", "405B", 126, 16384, 128, 8, 53248, 128256, 0, true},
+    {"qwen3", "30B-A3B", 48, 2048, 32, 4, 768, 151936, 128, false},
+    {"qwen3", "235B-A22B", 94, 4096, 64, 4, 1536, 151936, 128, false},
+    {"deepseek_v3", "16B", 27, 2048, 16, 16, 1408, 102400, 64, false},
+    {"deepseek_v3", "671B", 61, 7168, 128, 128, 2048, 129280, 256, false},
+    {"gpt_oss", "20b", 24, 2880, 64, 8, 2880, 201088, 32, false},
+    {"gpt_oss", "120b", 36, 2880, 64, 8, 2880, 201088, 128, false},
 };
 
 }  // namespace
@@ -27,7 +32,7 @@ const TorchtitanFlavour* torchtitan_flavour(const spec::ModelSpec& m) {
   const int ffn = m.moe.present() ? m.moe.expert_ffn_hidden : m.ffn_hidden;
   for (const auto& f : kFlavours) {
     if (f.layers == m.layers && f.hidden == m.hidden && f.heads == m.heads && f.kv_heads == m.kv_heads &&
-        f.ffn == ffn && f.vocab == m.vocab) {
+        f.ffn == ffn && f.vocab == m.vocab && f.experts == m.moe.experts) {
       return &f;
     }
   }

@@ -34,12 +34,13 @@ std::string torchtitan_toml(const spec::Plan& plan);
 
 // A model of torchtitan's registry (torchtitan/models/<name>/__init__.py, the same in 0.2.x and
 // 0.3), by the dimensions it is matched on; `ffn` is the routed expert's width for a mixture of
-// experts.
+// experts, `experts` its routed experts (0: dense).
 struct TorchtitanFlavour {
   const char* name;
   const char* flavor;
   int layers, hidden, heads, kv_heads, ffn;
   std::int64_t vocab;
+  int experts;
   bool llama31_rope_scaling;  // the flavour applies Llama 3.1's RoPE scaling
 };
 // The flavour of `model`'s dimensions, or null.

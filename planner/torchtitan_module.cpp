@@ -14,7 +14,10 @@ namespace {
 
 // The family's config in torchtitan 0.3's registry that the module starts from.
 const char* base_config_of(std::string_view family) {
-  return family == "qwen3" ? "qwen3_30b_a3b" : "llama3_8b";
+  if (family == "qwen3") return "qwen3_30b_a3b";
+  if (family == "deepseek_v3") return "deepseek_v3_16b";
+  if (family == "gpt_oss") return "gpt_oss_20b";
+  return "llama3_8b";
 }
 
 void write_header(std::ostringstream& s, const spec::Plan& plan, const TorchtitanFlavour* flavour) {

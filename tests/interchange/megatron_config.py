@@ -49,6 +49,7 @@ LAYOUTS = [
     ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=2,ep=8,offload=none"),
     ("llama3-8b", 32, "tp=2,pp=1,cp=1,zero=3,hsdp=true,sequence_parallel=true,offload=none"),
     ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=1,ep=16", ("--moe-dispatcher", "flex")),
+    ("qwen2-57b-a14b", 32, "tp=2,pp=1,cp=1,zero=1,ep=8,sequence_parallel=true"),
 ]
 
 # Megatron-FSDP's sharding strategy for each ZeRO stage (megatron-core's DistributedDataParallelConfig).
@@ -198,6 +199,11 @@ def check_layout(cpt, work, index, layout, failures):
                      ("moe_ffn_hidden_size", moe["expert_ffn_hidden"]),
                      ("expert_model_parallel_size", parallel.get("ep", 1)),
                      ("expert_tensor_parallel_size", parallel.get("etp", 1))]
+        # The router's scores: sigmoid, or a softmax over all experts first where the top k are
+        # not renormalised (Megatron's default: the softmax of the k chosen logits).
+        sigmoid = moe.get("router", "softmax") == "sigmoid"
+        expected += [("moe_router_score_function", "sigmoid" if sigmoid else "softmax"),
+                     ("moe_router_pre_softmax", not sigmoid and not moe.get("normalize_top_k", True))]
         flex = plan["predicted"]["priced_as"]["moe_dispatcher"] == "flex"
         expected += [("moe_token_dispatcher_type", "flex" if flex else "alltoall")]
         if flex:

@@ -23,8 +23,9 @@ except ImportError as error:
 
 # (model, GPUs, --fix): FSDP, HSDP, ZeRO-0 beside tensor and pipeline parallelism (DDP alone in
 # torchtitan), an interleaved pipeline with ZeRO-1, context parallelism, offload, Qwen3's MoE with
-# expert parallelism, pure data parallelism, and two models torchtitan has no flavour of (the
-# file names a flavor torchtitan refuses at start instead of training its debug model).
+# expert parallelism, DeepSeek's (latent attention) and GPT-OSS's, pure data parallelism, and two
+# models torchtitan has no flavour of (the file names a flavor torchtitan refuses at start instead
+# of training its debug model).
 LAYOUTS = [
     ("llama3-8b", 16, "tp=1,pp=1,cp=1,zero=3", "llama3 8B"),
     ("llama3.1-8b", 16, "tp=1,pp=1,cp=1,zero=3,hsdp=true", "llama3 8B"),
@@ -35,6 +36,8 @@ LAYOUTS = [
     ("llama3-8b", 16, "tp=1,pp=1,cp=1,zero=3,offload=params", "llama3 8B"),
     ("llama3.2-1b", 8, "tp=1,pp=1,cp=1,zero=0", None),
     ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=3,ep=8", "qwen3 30B-A3B"),
+    ("deepseek-v2-lite", 16, "tp=1,pp=1,cp=1,zero=3,ep=8", "deepseek_v3 16B"),
+    ("gpt-oss-20b", 16, "tp=1,pp=1,cp=1,zero=3,ep=8", "gpt_oss 20b"),
     ("mistral-7b", 16, "tp=2,pp=1,cp=1,zero=3", None),
 ]
 
@@ -62,12 +65,13 @@ def check_model(job, model, failures, fix):
         args = get_train_spec(job.model.name).model_args[job.model.flavor]
     except (KeyError, ValueError) as error:
         return f"no flavour ({error!r})"
-    width = args.moe_inter_dim if getattr(args, "moe_enabled", False) else (
-        args.hidden_dim if hasattr(args, "hidden_dim") else ffn_width(args))
+    # A mixture of experts (its routed experts' width): the plan's model says, as cpt matched it.
+    moe = bool(model.get("moe"))
+    width = args.moe_inter_dim if moe else (args.hidden_dim if hasattr(args, "hidden_dim") else ffn_width(args))
     expected_ffn = model["moe"]["expert_ffn_hidden"] if model.get("moe") else model["ffn_hidden"]
     for ours, theirs, what in ((model["layers"], args.n_layers, "layers"), (model["hidden"], args.dim, "dim"),
                                (model["heads"], args.n_heads, "heads"),
-                               (model["kv_heads"], args.n_kv_heads or args.n_heads, "kv heads"),
+                               (model["kv_heads"], getattr(args, "n_kv_heads", None) or args.n_heads, "kv heads"),
                                (expected_ffn, width, "ffn"), (model["rope_theta"], args.rope_theta, "rope_theta")):
         if ours != theirs:
             failures.append(f"{fix}: {what}: plan {ours}, torchtitan's {job.model.name} {job.model.flavor} {theirs}")

@@ -25,8 +25,8 @@ except ImportError as error:
 
 # (model, GPUs, --fix, torchtitan family or None): FSDP, HSDP, ZeRO-0 beside tensor and pipeline
 # parallelism, an interleaved pipeline with ZeRO-1 and full recomputation, context parallelism,
-# parameter offload, Qwen3's MoE with ep folded over dp_shard x tp, and a model torchtitan has no
-# flavour of.
+# parameter offload, Qwen3's MoE with ep folded over dp_shard x tp, DeepSeek's (latent attention,
+# dense first layer) and GPT-OSS's, and a model torchtitan has no flavour of.
 LAYOUTS = [
     ("llama3-8b", 16, "tp=1,pp=1,cp=1,zero=3", "llama3"),
     ("llama3.1-8b", 16, "tp=1,pp=1,cp=1,zero=3,hsdp=true", "llama3"),
@@ -35,6 +35,8 @@ LAYOUTS = [
     ("llama3.1-405b", 512, "tp=4,pp=16,cp=2,zero=1,schedule=1f1b", "llama3"),
     ("llama3-8b", 16, "tp=1,pp=1,cp=1,zero=3,offload=params", "llama3"),
     ("qwen3-30b-a3b", 16, "tp=2,pp=1,cp=1,zero=3,ep=8,sequence_parallel=true", "qwen3"),
+    ("deepseek-v2-lite", 16, "tp=1,pp=1,cp=1,zero=3,ep=8", "deepseek_v3"),
+    ("gpt-oss-20b", 16, "tp=1,pp=1,cp=1,zero=3,ep=8", "gpt_oss"),
     ("mistral-7b", 16, "tp=2,pp=1,cp=1,zero=3", None),
 ]
 
@@ -56,10 +58,12 @@ def load(out):
 
 def check_model(config, model, name, failures):
     spec = config.model_spec.model
-    block = spec.layers[0]
+    block = spec.layers[-1]  # a mixture's last layer has experts (DeepSeek's first are dense)
+    # Latent attention has no key/value heads of its own: as many as heads.
+    kv_heads = getattr(block.attention, "n_kv_heads", None) or block.attention.n_heads
     expected = [("dim", spec.dim, model["hidden"]), ("vocab", spec.vocab_size, model["vocab"]),
                 ("layers", len(spec.layers), model["layers"]), ("heads", block.attention.n_heads, model["heads"]),
-                ("kv heads", block.attention.n_kv_heads, model["kv_heads"])]
+                ("kv heads", kv_heads, model["kv_heads"])]
     if model.get("moe"):
         expected.append(("experts", block.moe.num_experts, model["moe"]["experts"]))
     for what, built, planned in expected:
