@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
@@ -78,6 +79,12 @@ std::map<std::string, torch::Tensor> gradients_by_name(torch::nn::Module& module
 double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   const double scale = std::max(b.abs().max().item<double>(), 1e-30);
   return (a - b).abs().max().item<double>() / scale;
+}
+
+double moe_layer_reordering_bound(const spec::ModelSpec& m, int partial_sums) {
+  const double terms = m.hidden + m.moe.expert_ffn_hidden + m.moe.experts_per_token +
+                       (m.moe.shared_ffn_hidden > 0 ? 1 : 0) + partial_sums;
+  return 2 * terms * std::ldexp(1.0, -24);
 }
 
 namespace {

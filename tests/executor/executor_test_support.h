@@ -14,6 +14,7 @@
 #include "executor/data/batch.h"
 #include "executor/data/prepare_dataset.h"
 #include "executor/data/tokenizer.h"
+#include "spec/model_spec.h"
 
 namespace cpt::exec::testing {
 
@@ -45,6 +46,13 @@ Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std
 
 // The largest |a − b| over the tensors, against the largest |b| (1e-30 at least).
 double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b);
+
+// How far two fp32 evaluations of an MoE layer's output may differ, against its largest value,
+// when each rank computes its rows in GEMMs of other shapes (LibTorch's kernels may block and
+// order a row's sums differently by shape and by CPU): per output h + f_e terms through the
+// expert's projections, its top-k weights, the shared expert's term and `partial_sums` reduced
+// over ranks, each of the two runs within n · 2⁻²⁴ of the terms' magnitude.
+double moe_layer_reordering_bound(const spec::ModelSpec& m, int partial_sums);
 
 // The gradient of each of `module`'s parameters, cloned, by its name.
 std::map<std::string, torch::Tensor> gradients_by_name(torch::nn::Module& module);

@@ -96,9 +96,10 @@ void expect_expert_parallel_layer_matches_the_whole(spec::ModelSpec m, bool star
     first_expert[r] = part->first_expert();
   });
   EXPECT_EQ(first_expert, (std::vector<std::int64_t>{0, m.moe.experts / 2}));
-  // The same products summed in the same order per row: equal to fp32 round-off of a few ulps.
+  // The same products per row, in GEMMs of other shapes: fp32 reordering.
   for (std::size_t r = 0; r < 2; ++r) {
-    EXPECT_TRUE(torch::allclose(outputs[r], whole_out[r], 1e-6, 1e-6)) << "rank " << r;
+    EXPECT_LE(testing::relative_max_difference(outputs[r], whole_out[r]), testing::moe_layer_reordering_bound(m, 0))
+        << "rank " << r;
   }
   for (const auto& [name, expected] : whole_grads) {
     const bool routed = name.starts_with("experts.");

@@ -196,8 +196,10 @@ void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool
     stats[r] = part->take_routing_stats();
   });
   for (std::size_t r = 0; r < 2; ++r) {
-    // The shared experts' partial sums reduced over the ranks: fp32 round-off.
-    EXPECT_TRUE(torch::allclose(outputs[r], whole_out.detach().index_select(1, positions[r]), 1e-5, 1e-6))
+    // The shared experts' partial sums reduced over the two ranks, GEMMs of other shapes: fp32
+    // reordering.
+    EXPECT_LE(testing::relative_max_difference(outputs[r], whole_out.detach().index_select(1, positions[r])),
+              testing::moe_layer_reordering_bound(m, 2))
         << "rank " << r;
     EXPECT_TRUE(torch::equal(stats[r].tokens_per_expert, whole_stats.tokens_per_expert)) << "rank " << r;
     EXPECT_EQ(stats[r].dropped, whole_stats.dropped) << "rank " << r;
