@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_set>
+#include <vector>
 
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -19,23 +21,32 @@ JsonDocument& JsonDocument::operator=(JsonDocument&&) noexcept = default;
 JsonDocument::~JsonDocument() = default;
 
 JsonDocument parse_json_text(std::string_view text, std::string origin) {
-  // Refused while parsing, before anything recurses over the value (dump, describe_json).
-  const auto limit_depth = [&origin](int depth, Json::parse_event_t, Json&) {
+  // Refused while parsing, before anything recurses over the value (dump, describe_json): nesting
+  // too deep, and a key twice in one object (nlohmann keeps the last; which one was meant?).
+  std::vector<std::unordered_set<std::string>> keys_of_open_objects;
+  const auto check = [&origin, &keys_of_open_objects](int depth, Json::parse_event_t event, Json& parsed) {
     if (depth > kMaxJsonDepth) {
       throw ConfigError(str_cat(origin, ": invalid JSON: nested deeper than ", kMaxJsonDepth, " levels"));
+    }
+    if (event == Json::parse_event_t::object_start) {
+      keys_of_open_objects.emplace_back();
+    } else if (event == Json::parse_event_t::object_end) {
+      keys_of_open_objects.pop_back();
+    } else if (event == Json::parse_event_t::key &&
+               !keys_of_open_objects.back().insert(parsed.get<std::string>()).second) {
+      throw ConfigError(str_cat(origin, ": invalid JSON: key \"", parsed.get<std::string>(), "\" twice in one object"));
     }
     return true;
   };
   try {
-    auto root = std::make_unique<Json>(Json::parse(text.begin(), text.end(), limit_depth));
+    auto root = std::make_unique<Json>(Json::parse(text.begin(), text.end(), check));
     return JsonDocument(std::move(root), std::move(origin));
   } catch (const nlohmann::json::exception& e) {
     // A syntax error, or a number out of range ("[json.exception.out_of_range.406] number overflow
     // parsing '1e9999'"): nlohmann's message after its tag.
     std::string what = e.what();
     const auto pos = what.find("] ");
-    throw ConfigError(str_cat(origin, ": invalid JSON: ",
-                              pos == std::string::npos ? what : what.substr(pos + 2)));
+    throw ConfigError(str_cat(origin, ": invalid JSON: ", pos == std::string::npos ? what : what.substr(pos + 2)));
   }
 }
 
@@ -84,15 +95,21 @@ JsonObjectReader JsonObjectReader::root_of(const JsonDocument& doc) {
   return JsonObjectReader(doc.root(), doc.origin(), "$");
 }
 
-std::string JsonObjectReader::path_of(std::string_view key) const { return str_cat(path_, ".", key); }
+std::string JsonObjectReader::path_of(std::string_view key) const {
+  return str_cat(path_, ".", key);
+}
 
 void JsonObjectReader::fail(std::string_view key, std::string_view expected, std::string_view got) const {
   throw ConfigError(str_cat(origin_, ": ", path_of(key), ": expected ", expected, ", got ", got));
 }
 
-bool JsonObjectReader::has(std::string_view key) const { return value_->contains(key); }
+bool JsonObjectReader::has(std::string_view key) const {
+  return value_->contains(key);
+}
 
-void JsonObjectReader::accept(std::string_view key) { seen_.emplace(key); }
+void JsonObjectReader::accept(std::string_view key) {
+  seen_.emplace(key);
+}
 
 const Json& JsonObjectReader::field(std::string_view key) {
   seen_.emplace(key);
@@ -101,7 +118,9 @@ const Json& JsonObjectReader::field(std::string_view key) {
   return *it;
 }
 
-const Json& JsonObjectReader::raw(std::string_view key) { return field(key); }
+const Json& JsonObjectReader::raw(std::string_view key) {
+  return field(key);
+}
 
 std::int64_t JsonObjectReader::integer(std::string_view key, std::int64_t min, std::int64_t max) {
   const Json& v = field(key);
@@ -165,8 +184,8 @@ std::string JsonObjectReader::one_of(std::string_view key, const std::vector<std
 
 std::vector<std::int64_t> JsonObjectReader::integer_array(std::string_view key, std::int64_t min) {
   const Json& v = field(key);
-  const auto expected = min == INT64_MIN ? std::string("an array of integers")
-                                         : str_cat("an array of integers >= ", min);
+  const auto expected =
+      min == INT64_MIN ? std::string("an array of integers") : str_cat("an array of integers >= ", min);
   if (!v.is_array()) fail(key, expected, describe_json(v));
   std::vector<std::int64_t> out;
   for (std::size_t i = 0; i < v.size(); ++i) {

@@ -120,7 +120,8 @@ Fixed parse_fixed(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
+    if (item.empty())
+      throw ConfigError(str_cat("--fix: expected key=value items separated by commas, got \"", text, "\""));
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw ConfigError(str_cat("--fix: expected key=value, got \"", item, "\""));
     const auto key = item.substr(0, eq);
@@ -131,6 +132,9 @@ Fixed parse_fixed(const std::string& text) {
                                 "; expected one of ", core::join(kKeys, " ")));
     }
     const auto value = item.substr(eq + 1);
+    if (const auto given = f.values.find(key); given != f.values.end()) {
+      throw ConfigError(str_cat("--fix: ", key, " given twice (", key, "=", given->second, " and ", item, ")"));
+    }
     // Check the value now, so that a typo is reported before any search.
     if (key == "hsdp" || key == "sequence_parallel") {
       (void)to_bool(key, value);

@@ -40,6 +40,20 @@ TEST(JsonReader, ReadsTypedValues) {
   EXPECT_NO_THROW(r.finish());
 }
 
+// A key twice in one object (a hand-edited plan.json with two "ep") is refused by name; the same
+// key in sibling or nested objects is not a repeat.
+TEST(JsonReader, AKeyTwiceInOneObjectIsRefused) {
+  EXPECT_EQ(error_of(R"({"ep": 8, "tp": 1, "ep": 4})", [](JsonObjectReader&) {}),
+            "f.json: invalid JSON: key \"ep\" twice in one object");
+  EXPECT_EQ(error_of(R"({"o": {"ep": 1}, "p": [{"ep": 2}, {"ep": 3}], "ep": {"ep": 4}})",
+                     [](JsonObjectReader& r) {
+                       r.accept("o");
+                       r.accept("p");
+                       r.accept("ep");
+                     }),
+            "");
+}
+
 // A value nested 100,000 deep (it overflowed the stack while the error described it) is one
 // line; kMaxJsonDepth levels still parse.
 TEST(JsonReader, DeepNestingIsAnErrorNotACrash) {
@@ -54,10 +68,12 @@ TEST(JsonReader, DeepNestingIsAnErrorNotACrash) {
 // A whole float beyond int64 is not an integer (converting it would be undefined; found by
 // fuzz/spec_json_fuzzer.cpp).
 TEST(JsonReader, AFloatBeyondInt64IsNotAnInteger) {
-  EXPECT_NE(error_of(R"({"layers": 1.11111e111})", [](JsonObjectReader& r) { r.integer("layers"); }).find("expected an integer"),
+  EXPECT_NE(error_of(R"({"layers": 1.11111e111})", [](JsonObjectReader& r) { r.integer("layers"); })
+                .find("expected an integer"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"layers": -9.3e18})", [](JsonObjectReader& r) { r.integer("layers"); }).find("expected an integer"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"layers": -9.3e18})", [](JsonObjectReader& r) { r.integer("layers"); }).find("expected an integer"),
+      std::string::npos);
 }
 
 // A number beyond double's range is bad input too (found by fuzz/spec_json_fuzzer.cpp).
@@ -92,7 +108,10 @@ TEST(JsonReader, WrongTypeAndRangeSayExpectedAndGot) {
             "f.json: $.gpus: expected an integer >= 1, got string \"8\"");
   EXPECT_EQ(error_of(R"({"bw": -3})", [](JsonObjectReader& r) { r.positive_number("bw"); }),
             "f.json: $.bw: expected a number > 0, got -3");
-  EXPECT_EQ(error_of(R"({"mlp": "relu"})", [](JsonObjectReader& r) { r.one_of("mlp", {"swiglu", "gelu"}); }),
+  EXPECT_EQ(error_of(R"({"mlp": "relu"})",
+                     [](JsonObjectReader& r) {
+                       r.one_of("mlp", {"swiglu", "gelu"});
+                     }),
             "f.json: $.mlp: expected one of swiglu|gelu, got string \"relu\"");
   EXPECT_EQ(error_of(R"({"a": [1, "x"]})", [](JsonObjectReader& r) { r.integer_array("a"); }),
             "f.json: $.a[1]: expected integers, got string \"x\"");

@@ -40,6 +40,8 @@ TEST(SearchSpace, FixPinsFieldsAndEveryCandidateUsesAllGpus) {
   // A value no configuration can have is a one-line error, not an empty search.
   EXPECT_THROW(parse_fixed("zero=4"), core::ConfigError);
   EXPECT_THROW(parse_fixed("micro_batch=0"), core::ConfigError);
+  EXPECT_THROW(parse_fixed("ep=8,ep=4"), core::ConfigError);  // which one was meant?
+  EXPECT_THROW(parse_fixed("ep=8,,tp=1"), core::ConfigError);
   try {
     (void)SearchSpace(m, c, 64, parse_fixed("tp=3"));
     ADD_FAILURE() << "expected a ConfigError";
