@@ -124,6 +124,11 @@ std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
   // top-k weights are not renormalised (Qwen2-MoE, DeepSeek-V2) takes the softmax over all experts
   // first.
   if (e.router == spec::RouterScore::kSoftmax && !e.normalize_top_k) args.emplace_back("--moe-router-pre-softmax");
+  if (e.expert_groups > 1) {
+    args.push_back(str_cat("--moe-router-num-groups ", e.expert_groups));
+    args.push_back(str_cat("--moe-router-group-topk ", e.groups_per_token));
+  }
+  if (e.top_k_scale != 1) args.push_back(str_cat("--moe-router-topk-scaling-factor ", e.top_k_scale));
   // The load balancing is the recipe's, not the plan's: a common default here (DeepSeek-V3 trains
   // with an expert bias and a sequence-level loss instead; set the model's own).
   args.emplace_back("--moe-router-load-balancing-type aux_loss");

@@ -11,6 +11,7 @@ std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const Mode
     return ExecutorGap::kExpertParallelism;
   }
   if (m.mla.present()) return ExecutorGap::kAttentionVariant;
+  if (m.moe.present() && m.moe.expert_groups > 1) return ExecutorGap::kGroupLimitedRouting;
   if (p.zero_stage == 3 && p.pp > 1) return ExecutorGap::kZero3WithPipeline;
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
     return ExecutorGap::kParameterOffload;
@@ -69,6 +70,8 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
                      "(etp 1, tp only with sequence parallelism); cpt plans, prices and exports the rest");
     case ExecutorGap::kAttentionVariant:
       return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
+    case ExecutorGap::kGroupLimitedRouting:
+      return "group-limited routing (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
   }
   return "?";
 }

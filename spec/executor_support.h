@@ -16,6 +16,7 @@ enum class ExecutorGap {
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
   kExpertParallelism,       // experts split over etp, or tp without SP
   kAttentionVariant,        // DeepSeek's latent attention
+  kGroupLimitedRouting,     // DeepSeek's top k from the best groups of experts
 };
 
 // The first gap the plan falls into, without allocating (the planner's prune calls it per

@@ -84,8 +84,12 @@ ModelSpec latent_attention(ModelSpec s, int q_lora_rank, int kv_lora_rank) {
   return s;
 }
 
-ModelSpec sigmoid_router(ModelSpec s) {
+// DeepSeek-V3's router: sigmoid scores, the top 8 from the best 4 of 8 groups, weights x 2.5.
+ModelSpec deepseek_v3_router(ModelSpec s) {
   s.moe.router = RouterScore::kSigmoid;
+  s.moe.expert_groups = 8;
+  s.moe.groups_per_token = 4;
+  s.moe.top_k_scale = 2.5;
   return s;
 }
 
@@ -135,7 +139,7 @@ void add_mixtures_of_experts(const Add& add) {
                   numerics(llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840), 10000.0, 1e-6), 0, 512),
               64, 6, 1408, 2 * 1408, 1)),
       {}, std::string("deepseek-ai/DeepSeek-V2-Lite ") + kHf, 15.7e9, 1e8);
-  add(sigmoid_router(
+  add(deepseek_v3_router(
           moe(latent_attention(numerics(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840), 10000.0, 1e-6),
                                1536, 512),
               256, 8, 2048, 2048, 3)),

@@ -46,6 +46,13 @@ ExpertSpec experts_from_json(JsonObjectReader r) {
     r.accept("router");
   }
   e.normalize_top_k = r.optional_boolean("normalize_top_k").value_or(true);
+  if (r.has("top_k_scale")) {
+    e.top_k_scale = r.number("top_k_scale", 1e-3, 1e3);
+  } else {
+    r.accept("top_k_scale");
+  }
+  e.expert_groups = optional_dim(r, "expert_groups", 1);
+  e.groups_per_token = optional_dim(r, "groups_per_token", 1);
   if (r.has("capacity_factor")) {
     e.capacity_factor = r.number("capacity_factor", 0, 1e3);
   } else {
@@ -168,6 +175,12 @@ Json model_to_json(const ModelSpec& m) {
                 {"router", to_string(e.router)},
                 {"normalize_top_k", e.normalize_top_k},
                 {"capacity_factor", e.capacity_factor}};
+    // Written where set: plans of models without them read as before.
+    if (e.top_k_scale != 1) j["moe"]["top_k_scale"] = e.top_k_scale;
+    if (e.expert_groups != 1 || e.groups_per_token != 1) {
+      j["moe"]["expert_groups"] = e.expert_groups;
+      j["moe"]["groups_per_token"] = e.groups_per_token;
+    }
   }
   if (m.mla.present()) {
     const LatentAttention& l = m.mla;
@@ -200,6 +213,20 @@ void refuse_mlp_only_layers(JsonObjectReader& r) {
   if (r.has("mlp_only_layers") && !r.integer_array("mlp_only_layers", 0).empty()) {
     r.fail("mlp_only_layers", "[] (dense layers only as a first_k_dense_replace prefix)", "a non-empty list");
   }
+}
+
+// DeepSeek's routed_scaling_factor, n_group and topk_group; absent, transformers' defaults
+// (DeepseekV2Config 1, none, none; DeepseekV3Config 2.5, 8, 4).
+void read_grouped_routing(JsonObjectReader& r, const std::string& type, ExpertSpec& e) {
+  const bool v3 = type == "deepseek_v3";
+  if (r.has("routed_scaling_factor") && !r.raw("routed_scaling_factor").is_null()) {
+    e.top_k_scale = r.number("routed_scaling_factor", 1e-3, 1e3);
+  } else {
+    r.accept("routed_scaling_factor");
+    e.top_k_scale = v3 ? 2.5 : 1;
+  }
+  e.expert_groups = static_cast<int>(present_integer(r, "n_group", 1).value_or(v3 ? 8 : 1));
+  e.groups_per_token = static_cast<int>(present_integer(r, "topk_group", 1).value_or(v3 ? 4 : 1));
 }
 
 // The top-k of a Mixtral or GPT-OSS config.json. GPT-OSS's releases carry both
@@ -253,6 +280,7 @@ ExpertSpec hf_experts(JsonObjectReader& r, const std::string& type) {
                                ? std::optional<bool>(r.boolean("norm_topk_prob"))
                                : std::nullopt;
     e.normalize_top_k = normalize.value_or(type == "deepseek_v3");
+    read_grouped_routing(r, type, e);
   }
   return e;
 }

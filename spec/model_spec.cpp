@@ -197,6 +197,12 @@ void find_expert_errors(const ModelSpec& m, std::vector<std::string>& errors) {
     errors.push_back(
         str_cat("moe.first_dense_layers (", e.first_dense_layers, ") must be in 0..layers - 1 (", m.layers - 1, ")"));
   }
+  if (e.expert_groups < 1 || e.experts % e.expert_groups != 0 || e.groups_per_token < 1 ||
+      e.groups_per_token > e.expert_groups) {
+    errors.push_back(str_cat("moe.expert_groups (", e.expert_groups, ") must divide moe.experts (", e.experts,
+                             ") and moe.groups_per_token (", e.groups_per_token, ") be in 1..moe.expert_groups"));
+  }
+  if (!(e.top_k_scale > 0)) errors.push_back(str_cat("moe.top_k_scale must be > 0, got ", e.top_k_scale));
   if (e.capacity_factor != 0 && !(e.capacity_factor >= 1)) {
     errors.push_back(str_cat("moe.capacity_factor must be 0 (dropless) or >= 1, got ", e.capacity_factor));
   }

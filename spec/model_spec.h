@@ -69,6 +69,12 @@ struct ExpertSpec {
   // (Mixtral, GPT-OSS, Qwen3-MoE, DeepSeek-V3; Hugging Face's norm_topk_prob) or used as they are
   // (Qwen2-MoE, DeepSeek-V2).
   bool normalize_top_k = true;
+  // The expert weights' scale after the top k (DeepSeek-V3's routed_scaling_factor 2.5).
+  double top_k_scale = 1;
+  // Group-limited routing (DeepSeek's n_group and topk_group): the experts in `expert_groups`
+  // equal groups, a token's top k drawn from its best `groups_per_token` groups. 1 and 1: none.
+  int expert_groups = 1;
+  int groups_per_token = 1;
   // Tokens one expert takes per microbatch, as a multiple of the balanced T·k/E; the rest are
   // dropped. 0: dropless (every token computed; the busiest expert sets the pace).
   double capacity_factor = 0;

@@ -203,10 +203,10 @@ HfFamily hf_family_of(const spec::ModelSpec& m, const fs::path& origin) {
   if (!m.moe.present()) return m.qk_norm ? HfFamily::kQwen3 : (m.qkv_bias ? HfFamily::kQwen2 : HfFamily::kLlama);
   const spec::ExpertSpec& e = m.moe;
   if (e.shared_ffn_hidden > 0 || e.first_dense_layers > 0 || e.router != spec::RouterScore::kSoftmax ||
-      e.capacity_factor > 0 || m.qkv_bias) {
+      e.capacity_factor > 0 || m.qkv_bias || e.top_k_scale != 1 || e.expert_groups > 1) {
     refuse(
-        "an MoE exports as Mixtral or Qwen3-MoE: no shared experts or dense first layers, a softmax router, "
-        "dropless, no q/k/v biases");
+        "an MoE exports as Mixtral or Qwen3-MoE: no shared experts or dense first layers, a softmax router "
+        "(unscaled, no expert groups), dropless, no q/k/v biases");
   }
   if (m.qk_norm) return HfFamily::kQwen3Moe;
   if (e.layer_interval != 1 || !e.normalize_top_k) {

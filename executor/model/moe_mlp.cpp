@@ -95,6 +95,7 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   const auto scores = spec_.router == spec::RouterScore::kSoftmax ? logits.softmax(-1) : logits.sigmoid();
   auto [top_weights, top_experts] = scores.topk(k, -1);  // [T, k]
   if (spec_.normalize_top_k) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
+  if (spec_.top_k_scale != 1) top_weights = top_weights * spec_.top_k_scale;
   // Σ over this rank's tokens of the probabilities (per token summing to 1: sigmoid scores
   // normalised), for the auxiliary loss.
   const auto probabilities = spec_.router == spec::RouterScore::kSoftmax ? scores : scores / scores.sum(-1, true);

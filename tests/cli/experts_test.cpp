@@ -54,8 +54,22 @@ TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
 }
 
 // Megatron's softmax router renormalises the top k unless told the softmax comes first: a model
-// that does not renormalise (Qwen2-MoE) exports --moe-router-pre-softmax, Mixtral does not.
+// that does not renormalise (Qwen2-MoE) exports --moe-router-pre-softmax, Mixtral does not;
+// DeepSeek-V3's sigmoid router picks from 4 of 8 groups and scales its weights by 2.5.
 TEST(Experts, MegatronExportsKeepTheCheckpointsRouting) {
+  const auto v3 = scratch() / "router-deepseek-v3";
+  std::filesystem::remove_all(v3);
+  ASSERT_EQ(cpt("plan --model deepseek-v3 --gpu h200 --gpus 256 --global-batch 1024 --seq-len 4096 "
+                "--fix tp=1,cp=2,pp=32,ep=8 --out " +
+                v3.string())
+                .exit_code,
+            0);
+  const std::string v3_args = slurp(v3 / "megatron_args.sh");
+  for (const char* arg : {"--moe-router-score-function sigmoid", "--moe-router-num-groups 8",
+                          "--moe-router-group-topk 4", "--moe-router-topk-scaling-factor 2.5"}) {
+    EXPECT_NE(v3_args.find(arg), std::string::npos) << arg;
+  }
+  EXPECT_EQ(v3_args.find("--moe-router-pre-softmax"), std::string::npos);
   for (const auto& [model, pre_softmax] : {std::pair{"qwen2-57b-a14b", true}, std::pair{"mixtral-8x7b", false}}) {
     const auto out = scratch() / (std::string("router-") + model);
     std::filesystem::remove_all(out);

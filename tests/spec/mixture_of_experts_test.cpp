@@ -118,6 +118,7 @@ TEST(MixtureOfExperts, HuggingFaceConfigsOfEachFamilyAreRead) {
                            {"v_head_dim", 128},           {"scoring_func", "sigmoid"}});
   EXPECT_EQ(v3.num_params(), catalog("deepseek-v3").num_params());
   EXPECT_EQ(v3.moe.router, RouterScore::kSigmoid);
+  EXPECT_EQ(v3.moe, catalog("deepseek-v3").moe);  // its grouped routing and scale too
   // Dense layers anywhere but a prefix are refused by name.
   auto listed = nlohmann::json{{"model_type", "qwen2_moe"},      {"num_hidden_layers", 4},   {"hidden_size", 64},
                                {"intermediate_size", 128},       {"num_attention_heads", 4}, {"vocab_size", 512},
@@ -171,7 +172,22 @@ TEST(MixtureOfExperts, HuggingFaceConfigsThatCannotBeMeantAreRefusedByKey) {
   EXPECT_EQ(from_hf(v2).moe.router, RouterScore::kSoftmax);  // transformers' DeepseekV2Config default
   auto v3 = v2;
   v3["model_type"] = "deepseek_v3";
-  EXPECT_EQ(from_hf(v3).moe.router, RouterScore::kSigmoid);  // DeepseekV3Config's
+  // DeepseekV3Config's defaults: sigmoid scores, the best 4 of 8 groups, weights x 2.5.
+  const auto defaults = from_hf(v3).moe;
+  EXPECT_EQ(defaults.router, RouterScore::kSigmoid);
+  EXPECT_EQ(defaults.expert_groups, 8);
+  EXPECT_EQ(defaults.groups_per_token, 4);
+  EXPECT_EQ(defaults.top_k_scale, 2.5);
+  v3["n_group"] = 4;
+  v3["topk_group"] = 2;
+  v3["routed_scaling_factor"] = 2.5;
+  const auto grouped = from_hf(v3).moe;
+  EXPECT_EQ(grouped.expert_groups, 4);
+  EXPECT_EQ(grouped.groups_per_token, 2);
+  EXPECT_EQ(grouped.top_k_scale, 2.5);
+  v3["n_group"] = 3;  // 8 experts in 3 groups
+  EXPECT_NE(hf_error(v3).find("moe.expert_groups (3) must divide moe.experts (8)"), std::string::npos) << hf_error(v3);
+  v3["n_group"] = 4;
   v3["scoring_func"] = "Sigmoid";
   EXPECT_NE(hf_error(v3).find("scoring_func"), std::string::npos) << hf_error(v3);
   // n_shared_experts × moe_intermediate_size beyond 32 bits: named, not wrapped around.
