@@ -53,18 +53,24 @@ TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
   }
 }
 
+// DeepSeek-V3 planned on 256 H200 as its pipeline of uneven stages ([1, 2, ..., 2, 1, 1] layers),
+// into scratch()/`name`.
+std::filesystem::path plan_deepseek_v3(const std::string& name) {
+  const auto out = scratch() / name;
+  std::filesystem::remove_all(out);
+  const auto planned =
+      cpt("plan --model deepseek-v3 --gpu h200 --gpus 256 --global-batch 1024 --seq-len 4096 "
+          "--fix tp=1,cp=2,pp=32,ep=8 --out " +
+          out.string());
+  EXPECT_EQ(planned.exit_code, 0) << planned.err;
+  return out;
+}
+
 // Megatron's softmax router renormalises the top k unless told the softmax comes first: a model
 // that does not renormalise (Qwen2-MoE) exports --moe-router-pre-softmax, Mixtral does not;
 // DeepSeek-V3's sigmoid router picks from 4 of 8 groups and scales its weights by 2.5.
 TEST(Experts, MegatronExportsKeepTheCheckpointsRouting) {
-  const auto v3 = scratch() / "router-deepseek-v3";
-  std::filesystem::remove_all(v3);
-  ASSERT_EQ(cpt("plan --model deepseek-v3 --gpu h200 --gpus 256 --global-batch 1024 --seq-len 4096 "
-                "--fix tp=1,cp=2,pp=32,ep=8 --out " +
-                v3.string())
-                .exit_code,
-            0);
-  const std::string v3_args = slurp(v3 / "megatron_args.sh");
+  const std::string v3_args = slurp(plan_deepseek_v3("router-deepseek-v3") / "megatron_args.sh");
   for (const char* arg : {"--moe-router-score-function sigmoid", "--moe-router-num-groups 8",
                           "--moe-router-group-topk 4", "--moe-router-topk-scaling-factor 2.5"}) {
     EXPECT_NE(v3_args.find(arg), std::string::npos) << arg;
@@ -84,13 +90,7 @@ TEST(Experts, MegatronExportsKeepTheCheckpointsRouting) {
 // A plan whose first pipeline rank holds fewer layers (DeepSeek-V3's split) finishes last but
 // waits for the others: the simulated bubble is the busiest rank's, and the step's parts add up.
 TEST(Experts, SimulatedBubbleOfAnUnevenPipelineIsTheBusiestRanks) {
-  const auto out = scratch() / "v3-uneven";
-  std::filesystem::remove_all(out);
-  ASSERT_EQ(cpt("plan --model deepseek-v3 --gpu h200 --gpus 256 --global-batch 1024 --seq-len 4096 "
-                "--fix tp=1,cp=2,pp=32,ep=8 --out " +
-                out.string())
-                .exit_code,
-            0);
+  const auto out = plan_deepseek_v3("v3-uneven");
   const auto simulated = cpt("simulate " + (out / "plan.json").string() + " --json");
   ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
   const auto j = nlohmann::json::parse(simulated.out);
