@@ -91,6 +91,17 @@ void forward(const ForwardArgs& f) {
   if (tokens.dim() != 2) {
     throw core::ConfigError(core::str_cat(f.tokens, ": tokens: expected [batch, seq], got ", tokens.dim(), " dims"));
   }
+  if (tokens.size(1) > spec.max_seq_len) {
+    throw core::ConfigError(core::str_cat(f.tokens, ": tokens: expected at most the model's max_seq_len (",
+                                          spec.max_seq_len, ") positions, got ", tokens.size(1)));
+  }
+  if (tokens.numel() > 0) {
+    const auto lowest = tokens.min().item<std::int64_t>(), highest = tokens.max().item<std::int64_t>();
+    if (lowest < 0 || highest >= spec.vocab) {
+      throw core::ConfigError(core::str_cat(f.tokens, ": tokens: expected ids in 0..", spec.vocab - 1, ", got ",
+                                            lowest < 0 ? lowest : highest));
+    }
+  }
   torch::NoGradGuard no_grad;
   model->eval();
   const auto s = tokens.size(1);

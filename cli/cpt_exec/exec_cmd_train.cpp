@@ -32,6 +32,22 @@ struct TrainArgs {
   exec::LocalLaunch launch;
 };
 
+// A new run (no --resume) into a directory that holds one would cut its metrics and leave its
+// checkpoints for a later --resume to mix in: refused once OUT is locked, before training starts.
+void refuse_another_runs_out(const TrainArgs& args) {
+  if (args.resume) return;
+  const std::filesystem::path out(args.out);
+  std::error_code ec;
+  const bool metrics = std::filesystem::exists(out / "metrics.jsonl", ec);
+  const bool checkpoints =
+      std::filesystem::is_directory(out / "checkpoints", ec) && !std::filesystem::is_empty(out / "checkpoints", ec);
+  if (metrics || checkpoints) {
+    throw core::ConfigError(core::str_cat("--out ", args.out, ": holds a training run (",
+                                          metrics ? "metrics.jsonl" : "checkpoints/",
+                                          "): --resume continues it; a new run needs another directory"));
+  }
+}
+
 // The launcher: checks the input once, prepares the run's inputs on one node, and starts this
 // node's ranks with its own arguments, minus the launch flags (cli/forwarded_flags.h).
 void launch_ranks(const TrainArgs& args, const CLI::App& command) {
@@ -46,7 +62,10 @@ void launch_ranks(const TrainArgs& args, const CLI::App& command) {
   // nodes may share OUT's file system: their launchers must not prepare it at once.)
   // One job per OUT: node 0's launcher holds the lock for the job (its ranks know, below).
   std::optional<core::DirectoryLock> lock;
-  if (args.launch.node_rank == 0) lock.emplace(core::DirectoryLock::acquire(args.out, "another cpt train"));
+  if (args.launch.node_rank == 0) {
+    lock.emplace(core::DirectoryLock::acquire(args.out, "another cpt train"));
+    refuse_another_runs_out(args);
+  }
   ::setenv(kOutLockedByLauncher, "1", 1);
   if (args.launch.nnodes == 1) (void)exec::prepare_run_inputs(config, plan.model, args.out);
   const int code = exec::run_local_ranks(a, args.launch);
@@ -63,6 +82,7 @@ void train_rank(const TrainArgs& args) {
   const char* rank = std::getenv("RANK");
   if (std::getenv(kOutLockedByLauncher) == nullptr && (rank == nullptr || std::string(rank) == "0")) {
     lock.emplace(core::DirectoryLock::acquire(args.out, "another cpt train"));
+    refuse_another_runs_out(args);
   }
   exec::TrainOptions o;
   o.out_dir = args.out;

@@ -114,13 +114,28 @@ spec::ModelSpec read_hf_model_spec(const fs::path& dir) {
   return m;
 }
 
+namespace {
+
+// Weight `name` of `st` in fp32; a weight stored in another than a floating-point dtype (an
+// integer would be converted to nonsense) is refused naming the file, the tensor and its dtype.
+torch::Tensor load_weight(const SafetensorsFile& st, const std::string& name) {
+  const auto stored = st.stored_type(name);
+  if (!torch::isFloatingType(stored)) {
+    throw core::ConfigError(str_cat(st.path().string(), ": tensor ", name, ": expected F32, BF16 or F16 weights, got ",
+                                    st.info(name).dtype));
+  }
+  return st.load(name, torch::kFloat32);
+}
+
+}  // namespace
+
 NamedTensors read_hf_weights(const fs::path& dir) {
   NamedTensors out;
   for (const auto& file : hf_weight_files(dir)) {
     const auto st = SafetensorsFile::open(file);
     for (const auto& name : st.names()) {
       if (name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older exports include
-      out.emplace_back(to_cpt_name(name), st.load(name, torch::kFloat32));
+      out.emplace_back(to_cpt_name(name), load_weight(st, name));
     }
   }
   return out;
@@ -155,7 +170,7 @@ std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
   } else {
     const auto ckpt = Checkpoint::open(source);
     const auto st = ckpt.weights();
-    for (const auto& name : st.names()) tensors.emplace_back(name, st.load(name, torch::kFloat32));
+    for (const auto& name : st.names()) tensors.emplace_back(name, load_weight(st, name));
     what = str_cat("cpt checkpoint, step ", ckpt.step());
   }
   auto params = model.named_parameters();

@@ -46,7 +46,7 @@ TEST_F(JobFailures, ADeadRankTakesTheJobDown) {
 
 // While a job trains into OUT, a second job into the same OUT is refused (exit 3, the holder's pid
 // named); killing the launcher with SIGKILL takes its ranks down with it (they were re-parented
-// and kept training), after which OUT can be written again.
+// and kept training), after which OUT can be continued again.
 TEST_F(JobFailures, OneJobPerOutputAndTheRanksDieWithTheirLauncher) {
   const auto d = dir_.string();
   const auto job =
@@ -69,7 +69,13 @@ TEST_F(JobFailures, OneJobPerOutputAndTheRanksDieWithTheirLauncher) {
   const auto second = slurp(dir_ / "second.err");
   EXPECT_NE(second.find("o4: another cpt train is writing it (pid "), std::string::npos) << second;
   EXPECT_NE(r.out.find("ranks=2 alive=0"), std::string::npos) << r.out << r.err;
-  const auto again = train("dp2", "o4", 2, short_config(2));
+  // A new run into the killed run's OUT is refused (it would cut its metrics); --resume continues
+  // it (from step 0 while it has no checkpoint).
+  const auto fresh = train("dp2", "o4", 2, short_config(2));
+  EXPECT_EQ(fresh.exit_code, 2);
+  EXPECT_NE(fresh.err.find("o4: holds a training run (metrics.jsonl): --resume continues it"), std::string::npos)
+      << fresh.err;
+  const auto again = train("dp2", "o4", 2, short_config(2), " --resume");
   EXPECT_EQ(again.exit_code, 0) << again.err;
 }
 

@@ -127,6 +127,41 @@ def family_case(cpt, work, tag, hf, model_json):
           cpt_logits(cpt, work / "native", tokens, work))
 
 
+def refused(cpt, args, expected):
+    """cpt refuses `args` in one line (exit 2) that contains `expected`."""
+    r = subprocess.run([cpt, *map(str, args)], capture_output=True, text=True)
+    lines = r.stderr.strip().splitlines()
+    if r.returncode != 2 or len(lines) != 1 or expected not in lines[0]:
+        sys.exit(f"FAILED: cpt {' '.join(map(str, args))}: exit {r.returncode}, expected 2 and one line "
+                 f"with {expected!r}:\n{r.stderr}")
+    print(f"refused as expected: {lines[0]}")
+
+
+def hostile_inputs(cpt, work):
+    """Tokens the model has no embedding or position for, and a weight stored as integers (it used
+    to be converted to nonsense and imported): one line each, naming the file and what it found."""
+    work = work / "hostile"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=128)).float().eval()
+    hf.save_pretrained(work / "hf", safe_serialization=True)
+    for tokens, expected in ((torch.tensor([[1, 2, 600, 3]]), "expected ids in 0..511, got 600"),
+                             (torch.tensor([[1, -1]]), "expected ids in 0..511, got -1"),
+                             (torch.zeros(1, 500, dtype=torch.int64), "max_seq_len (128) positions, got 500")):
+        save_file({"tokens": tokens}, work / "tokens.safetensors")
+        refused(cpt, ["checkpoint", "forward", work / "hf", "--tokens", work / "tokens.safetensors", "--out",
+                      work / "logits.safetensors"], expected)
+    weights = load_file(work / "hf" / "model.safetensors")
+    name = "model.layers.0.mlp.up_proj.weight"
+    weights[name] = weights[name].to(torch.int32)
+    save_file(weights, work / "hf" / "model.safetensors", metadata={"format": "pt"})
+    refused(cpt, ["checkpoint", "import", "--format", "hf", work / "hf", work / "imported"],
+            f"tensor {name}: expected F32, BF16 or F16 weights, got I32")
+
+
 def spread_routers(hf, block):
     """Routers far from uniform, so that each token's top 2 are clear choices."""
     with torch.no_grad():
@@ -172,6 +207,7 @@ def main():
         case(cpt, work, tied)
     case(cpt, work, False, qwen2=True)
     other_families(cpt, work)
+    hostile_inputs(cpt, work)
     shutil.rmtree(work, ignore_errors=True)
     print("OK")
 
