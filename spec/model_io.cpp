@@ -195,6 +195,31 @@ Json model_to_json(const ModelSpec& m) {
 
 namespace {
 
+// The first differing field of two JSON values, by dotted path under `prefix`.
+std::string first_json_difference(const Json& ours, const Json& theirs, const std::string& prefix) {
+  if (ours.is_object() && theirs.is_object()) {
+    for (const auto& [key, value] : ours.items()) {
+      const auto path = prefix.empty() ? key : str_cat(prefix, ".", key);
+      if (!theirs.contains(key)) return str_cat(path, " ", value.dump(), " against none");
+      if (auto found = first_json_difference(value, theirs.at(key), path); !found.empty()) return found;
+    }
+    for (const auto& [key, value] : theirs.items()) {
+      if (!ours.contains(key))
+        return str_cat(prefix.empty() ? key : str_cat(prefix, ".", key), " none against ", value.dump());
+    }
+    return {};
+  }
+  return ours == theirs ? std::string() : str_cat(prefix, " ", ours.dump(), " against ", theirs.dump());
+}
+
+}  // namespace
+
+std::string first_model_difference(const ModelSpec& ours, const ModelSpec& theirs) {
+  return first_json_difference(model_to_json(ours), model_to_json(theirs), "");
+}
+
+namespace {
+
 // The Hugging Face model types read, and what each adds to a LLaMA-style decoder.
 const std::vector<std::string> kHfModelTypes = {"llama",     "mistral",   "qwen2",       "qwen3",       "mixtral",
                                                 "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss"};

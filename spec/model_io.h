@@ -21,6 +21,10 @@ namespace cpt::spec {
 ModelSpec model_from_json(core::JsonObjectReader& reader);
 core::Json model_to_json(const ModelSpec& m);
 
+// The first field (in model JSON's names, "moe.experts") where `ours` and `theirs` differ, as
+// "moe.experts 4 against 8"; empty when their model JSON is the same.
+std::string first_model_difference(const ModelSpec& ours, const ModelSpec& theirs);
+
 // A Hugging Face config.json. Keys that do not change the parameter layout (token ids, dtype,
 // rope scaling, ...) are ignored; keys that would change it in ways cpt does not model
 // (attention_bias or mlp_bias true, head_dim != hidden/heads, hidden_act other than silu) are

@@ -5,6 +5,7 @@
 #include "core/str_cat.h"
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/io/model_weights.h"
+#include "spec/model_io.h"
 
 namespace cpt::exec {
 
@@ -26,8 +27,10 @@ TrainerCounters resume_from_latest(const fs::path& root, const spec::ModelSpec& 
     return counters;
   }
   if (!(ckpt->model() == model)) {
+    const auto difference = spec::first_model_difference(ckpt->model(), model);
     throw core::ConfigError(str_cat(ckpt->dir().string(), ": a checkpoint of model ", ckpt->model().name,
-                                    ", which differs from the plan's model ", model.name));
+                                    ", which differs from the plan's model ", model.name,
+                                    difference.empty() ? "" : str_cat(" (", difference, ", checkpoint against plan)")));
   }
   if (choice.zero3 != nullptr) choice.zero3->gather_all();
   for (auto& chunk : rank.chunks) load_model_weights(*chunk, ckpt->dir());

@@ -208,6 +208,14 @@ TEST(MixtureOfExperts, ModelJsonRoundTripsExpertsAndLatentAttention) {
     auto reader = core::JsonObjectReader::root_of(doc);
     EXPECT_EQ(model_from_json(reader), m) << name;
   }
+  // A resumed checkpoint of another model names the field (run_checkpoints.cpp).
+  auto wider = catalog("tiny-moe");
+  wider.moe.experts = 8;
+  EXPECT_EQ(first_model_difference(catalog("tiny-moe"), wider), "moe.experts 4 against 8");
+  EXPECT_EQ(first_model_difference(wider, wider), "");
+  auto scaled = wider;
+  scaled.moe.top_k_scale = 2.5;  // a key only the second writes
+  EXPECT_EQ(first_model_difference(wider, scaled), "moe.top_k_scale none against 2.5");
   auto broken = model_to_json(catalog("tiny-moe"));
   broken["moe"]["experts_per_token"] = 5;  // more than the 4 experts
   const auto doc = core::parse_json_text(broken.dump(), "model.json");
