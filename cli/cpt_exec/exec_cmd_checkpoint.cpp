@@ -4,6 +4,7 @@
 
 #include "cli/numeric_flags.h"
 #include "core/error.h"
+#include "core/json_reader.h"
 
 #include "cli/cpt_exec/exec_commands.h"
 #include "core/str_cat.h"
@@ -34,7 +35,10 @@ void register_convert(CLI::App& ckpt) {
   exp->add_option("out", a->dst, "Output directory (must not exist)")->required();
   exp->callback([a] {
     exec::export_hf(a->src, a->dst);
-    std::cout << core::str_cat("exported ", a->src, " -> ", a->dst, " (Hugging Face LlamaForCausalLM, fp32)\n");
+    // The class the export chose (Llama, Qwen2/3, Mixtral, Qwen3-MoE), as its config.json names it.
+    const auto config = core::parse_json_file(std::filesystem::path(a->dst) / "config.json");
+    const auto architecture = config.root().at("architectures").front().get<std::string>();
+    std::cout << core::str_cat("exported ", a->src, " -> ", a->dst, " (Hugging Face ", architecture, ", fp32)\n");
   });
   auto* imp = ckpt.add_subcommand("import", "Hugging Face directory -> cpt checkpoint (weights only)");
   imp->add_option("--format", a->format, "Source format")->check(CLI::IsMember({"hf"}))->capture_default_str();
