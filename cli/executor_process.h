@@ -33,6 +33,10 @@ int run_executor_passthrough(const std::vector<std::string>& args);
 // The same for this `cpt` binary itself (a subcommand run as a step of another).
 int run_self_passthrough(const std::vector<std::string>& args);
 
+// A step that refused its input (exit 2) has said why in its own one line: the command that ran
+// it exits 2 without a line of its own (cpt's main catches this).
+struct StepRefusedInput {};
+
 // Runs `cpt-exec args...` and parses its standard output as JSON. RuntimeError when it fails.
 core::Json run_executor_json(const std::vector<std::string>& args);
 

@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 
 void step(const std::vector<std::string>& args) {
   if (const int code = run_self_passthrough(args); code != 0) {
+    if (code == core::kExitBadInput) throw StepRefusedInput{};
     throw core::RuntimeError(str_cat("`cpt ", args.front(), "` failed (exit ", code, "); the lines above say why"));
   }
 }
@@ -71,10 +72,16 @@ void run_planned(const PlannedRunOptions& o) {
                                      "--for-executor"};
   if (!o.fix.empty()) plan_args.insert(plan_args.end(), {"--fix", o.fix});
   step(plan_args);
+  if (!fs::exists(out / "plan" / "plan.json")) {
+    throw core::ConfigError(str_cat("cpt run --model: no configuration of ", o.model, " fits ", o.gpus, " x ", gpu,
+                                    (o.fix.empty() ? std::string() : str_cat(" with --fix ", o.fix)),
+                                    " (cpt plan's lines above say why)"));
+  }
   // The contract: what train reads is the file the planner wrote.
   const auto plan = spec::load_plan(out / "plan" / "plan.json");
   const auto& p = plan.parallel;
-  std::cout << str_cat("[2/3] train: tp ", p.tp, ", cp ", p.cp, ", pp ", p.pp, ", dp ", p.dp, ", ZeRO ", p.zero_stage,
+  std::cout << str_cat("[2/3] train: tp ", p.tp, ", cp ", p.cp, ", pp ", p.pp, ", dp ", p.dp,
+                       plan.model.moe.present() ? str_cat(", ep ", p.ep) : std::string(), ", ZeRO ", p.zero_stage,
                        ", micro-batch ", p.micro_batch, " x ", p.grad_accum(), " on ", p.world_size(), " local rank",
                        p.world_size() == 1 ? "" : "s", "\n")
             << std::flush;

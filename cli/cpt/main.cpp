@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/cpt/commands.h"
+#include "cli/executor_process.h"
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/log.h"
@@ -111,6 +112,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (const auto typo = unknown_flag(app)) return fail(core::kExitBadInput, *typo + " (see `cpt --help`)");
     return fail(core::kExitBadInput, std::string(e.what()) + " (see `cpt --help`)");
+  } catch (const cli::StepRefusedInput&) {
+    return core::kExitBadInput;  // the step's own line is the error
   } catch (const core::Error& e) {
     return fail(e.exit_code(), e.what());
   } catch (const std::filesystem::filesystem_error& e) {

@@ -256,6 +256,16 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_EQ(
       sh(cpt + " run --model tiny --gpus 2 --config " + d + "/train.json --global-batch 8 --seq-len 64", dir).exit_code,
       2);  // neither --gpu nor --cpu
+  // A plan step that refuses its input: its one line, exit 2 (not a second line and exit 3); no
+  // configuration that fits: said so, not a missing plan.json.
+  const std::string moe = cpt + " run --model tiny-moe --gpu h100 --config " + d + "/train.json --seq-len 64 ";
+  const auto refused = sh(moe + "--gpus 3 --global-batch 6 --fix ep=3 --out " + d + "/r-ep3", dir);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+  EXPECT_NE(refused.err.find("--fix: ep=3: expected a divisor of the model's 4 routed experts"), std::string::npos);
+  const auto none = sh(moe + "--gpus 2 --global-batch 4 --fix ep=4 --out " + d + "/r-ep4", dir);
+  EXPECT_EQ(none.exit_code, 2) << none.err;
+  EXPECT_NE(none.err.find("no configuration of tiny-moe fits 2 x h100"), std::string::npos) << none.err;
   fs::remove_all(dir);
 }
 
