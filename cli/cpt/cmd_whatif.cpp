@@ -55,9 +55,11 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 // `priced`: the options the plan was priced with (the defaults without a plan), the recipe applied.
-void run_sweep(const WhatIfOptions& o, const spec::ModelSpec& model, const spec::ClusterSpec& base, int seq_len,
-               int global_batch, const cost::CostModelOptions& priced) {
-  const auto [key, values] = planner::parse_sweep(o.sweep);
+using Sweep = std::pair<planner::SweepKey, std::vector<double>>;  // planner::parse_sweep's
+
+void run_sweep(const WhatIfOptions& o, const Sweep& sweep, const spec::ModelSpec& model, const spec::ClusterSpec& base,
+               int seq_len, int global_batch, const cost::CostModelOptions& priced) {
+  const auto& [key, values] = sweep;
   std::vector<std::string> gpus = o.gpu.empty() ? std::vector<std::string>{base.gpu().name} : split(o.gpu);
   planner::SearchOptions so;
   so.seq_len = seq_len;
@@ -267,12 +269,10 @@ void run(const WhatIfOptions& o) {
   std::optional<spec::Plan> plan;
   if (!o.plan.empty()) plan = spec::load_plan(o.plan);
   // A sweep over the GPU count needs no --gpus (its first value sizes the base cluster).
-  std::optional<double> swept_gpus;
-  if (!o.sweep.empty()) {
-    const auto [key, values] = planner::parse_sweep(o.sweep);
-    if (key == planner::SweepKey::kGpus) swept_gpus = values.front();
-  }
-  const int gpus = o.gpus > 0 ? o.gpus : static_cast<int>(swept_gpus.value_or(0));
+  std::optional<Sweep> sweep;
+  if (!o.sweep.empty()) sweep = planner::parse_sweep(o.sweep);
+  const bool sweeps_gpus = sweep && sweep->first == planner::SweepKey::kGpus;
+  const int gpus = o.gpus > 0 ? o.gpus : sweeps_gpus ? static_cast<int>(sweep->second.front()) : 0;
   if (!plan && (o.model.empty() || o.gpu.empty() || gpus < 1 || o.seq_len < 1 || o.global_batch < 1)) {
     throw core::ConfigError(
         "whatif: expected a plan file, or --model, --gpu, --gpus, --global-batch and --seq-len (with --sweep)");
@@ -292,7 +292,7 @@ void run(const WhatIfOptions& o) {
     if (!o.moe_dispatcher.empty()) {
       priced.moe_dispatcher = moe_dispatcher_named(o.moe_dispatcher, runtime_named(o.runtime).value_or(priced.runtime));
     }
-    run_sweep(o, model, base, seq_len, global_batch, with_recipe(priced, read_recipe(o.config)));
+    run_sweep(o, *sweep, model, base, seq_len, global_batch, with_recipe(priced, read_recipe(o.config)));
     return;
   }
   if (!plan) throw core::ConfigError("whatif: without --sweep, expected a plan file");
