@@ -1,6 +1,7 @@
 #include "spec/model_spec.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -201,6 +202,11 @@ void find_expert_errors(const ModelSpec& m, std::vector<std::string>& errors) {
       e.groups_per_token > e.expert_groups) {
     errors.push_back(str_cat("moe.expert_groups (", e.expert_groups, ") must divide moe.experts (", e.experts,
                              ") and moe.groups_per_token (", e.groups_per_token, ") be in 1..moe.expert_groups"));
+  }
+  if (e.expert_groups >= 1 && e.experts % e.expert_groups == 0 && e.groups_per_token >= 1 &&
+      static_cast<std::int64_t>(e.groups_per_token) * (e.experts / e.expert_groups) < e.experts_per_token) {
+    errors.push_back(str_cat("moe.groups_per_token (", e.groups_per_token, ") groups of ", e.experts / e.expert_groups,
+                             " experts cannot hold moe.experts_per_token (", e.experts_per_token, ")"));
   }
   if (!(e.top_k_scale > 0)) errors.push_back(str_cat("moe.top_k_scale must be > 0, got ", e.top_k_scale));
   if (e.capacity_factor != 0 && !(e.capacity_factor >= 1)) {

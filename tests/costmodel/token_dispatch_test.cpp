@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <variant>
+#include <vector>
 
 #include "costmodel/step_estimator.h"
 #include "spec/hardware_catalog.h"
@@ -55,6 +56,70 @@ TEST(FlexDispatch, OneNodeAndTopOneRouting) {
   EXPECT_NEAR(top_one.over_nvlink, 7.0 / 8.0, 1e-12);
   // A token picks 5 of 8 experts: the other rank's 4 cannot all miss.
   EXPECT_NEAR(flex_copies(experts(8, 5), ep_group(1, 2)).over_nvlink, 1.0, 1e-12);
+}
+
+spec::ExpertSpec grouped(int count, int top_k, int groups, int groups_per_token) {
+  spec::ExpertSpec e = experts(count, top_k);
+  e.expert_groups = groups;
+  e.groups_per_token = groups_per_token;
+  return e;
+}
+
+// DeepSeek-V3's routing (256 experts, top-8 from the best 4 of 8 groups, 2 from each): on 8 nodes
+// a node holds one group and is needed when its group is chosen, C(7,3)/C(8,4) = 1/2; a rank's 4
+// experts of a group miss its 2 draws with C(28,2)/C(32,2). On 2 nodes a node's 4 groups all miss
+// only when the 4 others are chosen, 1/C(8,4).
+TEST(FlexDispatch, GroupLimitedRoutingReachesFewerNodes) {
+  const spec::ExpertSpec v3 = grouped(256, 8, 8, 4);
+  const FlexCopies eight = flex_copies(v3, ep_group(8, 8));
+  EXPECT_NEAR(eight.over_network, 7 * 0.5, 1e-12);
+  EXPECT_NEAR(eight.over_nvlink, 8 * 7 * (1 - (0.5 + 0.5 * 378.0 / 496.0)), 1e-12);
+  const FlexCopies two = flex_copies(v3, ep_group(2, 8));
+  EXPECT_NEAR(two.over_network, 69.0 / 70.0, 1e-12);
+  EXPECT_NEAR(two.over_nvlink, 2 * 7 * (1 - (0.5 + 0.5 * 120.0 / 496.0)), 1e-12);
+  // Ungrouped, the same 8 experts reach more of the 8 nodes: 7 · (1 − C(224,8)/C(256,8)).
+  EXPECT_GT(flex_copies(experts(256, 8), ep_group(8, 8)).over_network, 4.6);
+  // One group and one chosen is ungrouped routing.
+  EXPECT_EQ(flex_copies(grouped(128, 8, 1, 1), ep_group(2, 8)).over_network,
+            flex_copies(experts(128, 8), ep_group(2, 8)).over_network);
+}
+
+// Blocks that straddle groups, and top-k not a multiple of the chosen groups, against every token
+// the model allows, enumerated: 12 experts in 4 groups of 3, top-3 from the best 2 groups (one
+// gives 2, the other 1), on 3 nodes x 2 ranks of 2 experts (a node's 4 experts span two groups).
+// The header's copies, counted from each source rank as it defines them.
+TEST(FlexDispatch, GroupLimitedRoutingAgainstEveryToken) {
+  const spec::ExpertSpec e = grouped(12, 3, 4, 2);
+  const GroupPlacement g = ep_group(3, 2);
+  std::vector<unsigned> tokens;  // each token's experts as bits, all equally likely
+  for (int first = 0; first < 4; ++first) {
+    for (int second = first + 1; second < 4; ++second) {
+      for (const int two : {first, second}) {
+        const int one = two == first ? second : first;
+        for (const unsigned pair : {0b011u, 0b101u, 0b110u}) {
+          for (int single = 0; single < 3; ++single) tokens.push_back(pair << (3 * two) | 1u << (3 * one + single));
+        }
+      }
+    }
+  }
+  double network = 0;
+  double nvlink = 0;
+  for (const unsigned token : tokens) {
+    for (int source = 0; source < 6; ++source) {
+      const auto needed = [&](int rank) { return (token >> (2 * rank) & 0b11u) != 0; };
+      for (int node = 0; node < 3; ++node) {
+        const bool own = node == source / 2;
+        const bool reached = own || needed(2 * node) || needed(2 * node + 1);
+        if (!own && reached) network += 1;
+        const int landing = 2 * node + source % 2;  // the rank a node's copy lands on (the source in its own)
+        for (int rank = 2 * node; rank < 2 * node + 2; ++rank) nvlink += reached && rank != landing && needed(rank);
+      }
+    }
+  }
+  const double cases = 6.0 * static_cast<double>(tokens.size());
+  const FlexCopies copies = flex_copies(e, g);
+  EXPECT_NEAR(copies.over_network, network / cases, 1e-12);
+  EXPECT_NEAR(copies.over_nvlink, nvlink / cases, 1e-12);
 }
 
 // The time is the busier of the two links, each α–β.

@@ -185,6 +185,13 @@ TEST(MixtureOfExperts, HuggingFaceConfigsThatCannotBeMeantAreRefusedByKey) {
   EXPECT_EQ(grouped.expert_groups, 4);
   EXPECT_EQ(grouped.groups_per_token, 2);
   EXPECT_EQ(grouped.top_k_scale, 2.5);
+  v3["topk_group"] = 1;  // one group of 2 experts cannot hold a token's 3
+  v3["num_experts_per_tok"] = 3;
+  EXPECT_NE(hf_error(v3).find("moe.groups_per_token (1) groups of 2 experts cannot hold moe.experts_per_token (3)"),
+            std::string::npos)
+      << hf_error(v3);
+  v3["topk_group"] = 2;
+  v3["num_experts_per_tok"] = 2;
   v3["n_group"] = 3;  // 8 experts in 3 groups
   EXPECT_NE(hf_error(v3).find("moe.expert_groups (3) must divide moe.experts (8)"), std::string::npos) << hf_error(v3);
   v3["n_group"] = 4;
