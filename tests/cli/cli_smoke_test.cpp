@@ -397,6 +397,18 @@ TEST(CliSmoke, RunDemoEndToEnd) {
                          "CPT_DEPS_DIR=" + (dir / "cache").string());
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find("reusing"), std::string::npos);
+  // A step that refuses its input (here the cached base's tokenizer, damaged) is the demo's one
+  // line and exit 2, not a second line and exit 3.
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "cache")) {
+    if (entry.path().filename().string().starts_with("run-base-")) {
+      std::ofstream(entry.path() / "tokenizer.model") << "not a model";
+    }
+  }
+  const auto damaged = cpt("run --out " + (dir / "out3").string() + " --steps 4 --base-steps 24 --add-tokens 16",
+                           "CPT_DEPS_DIR=" + (dir / "cache").string());
+  EXPECT_EQ(damaged.exit_code, 2) << damaged.err;
+  EXPECT_EQ(std::count(damaged.err.begin(), damaged.err.end(), '\n'), 1) << damaged.err;
+  EXPECT_NE(damaged.err.find("tokenizer.model: not a SentencePiece model"), std::string::npos) << damaged.err;
   std::filesystem::remove_all(dir);
 }
 #endif
