@@ -1,6 +1,8 @@
 // cpt train --plan PLAN --config TRAIN.json [--out DIR] [--resume] [--steps N] [--device D]
 #include <filesystem>
 #include <optional>
+#include <utility>
+#include <vector>
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
@@ -14,6 +16,7 @@
 #include "executor/device.h"
 #include "executor/dist/local_launcher.h"
 #include "executor/dist/rank_board.h"
+#include "executor/io/model_weights.h"
 #include "executor/train/run_inputs.h"
 #include "executor/train/trainer.h"
 #include "spec/plan.h"
@@ -48,6 +51,24 @@ void refuse_another_runs_out(const TrainArgs& args) {
   }
 }
 
+// The weights the ranks start from and distil against, where every rank would fail to find them:
+// checked once, by the launcher. (Each rank verifies the files' checksums as it loads them.)
+void check_weight_sources(const std::string& config_path, const spec::TrainConfig& config) {
+  std::vector<std::pair<const char*, std::filesystem::path>> sources;
+  if (config.init_from) sources.emplace_back("init_from", *config.init_from);
+  if (config.distill && config.distill->teacher) sources.emplace_back("distill.teacher", *config.distill->teacher);
+  for (const auto& [key, source] : sources) {
+    const auto refuse = [&, &key = key, &source = source](const char* problem) {
+      throw core::ConfigError(core::str_cat(config_path, ": ", key, " ", source.string(), ": ", problem));
+    };
+    std::error_code ec;
+    if (!std::filesystem::is_directory(source, ec)) refuse("no such directory");
+    if (!exec::is_hf_directory(source) && !std::filesystem::exists(source / "manifest.json", ec)) {
+      refuse("neither a cpt checkpoint (no manifest.json) nor a Hugging Face directory (no config.json)");
+    }
+  }
+}
+
 // The launcher: checks the input once, prepares the run's inputs on one node, and starts this
 // node's ranks with its own arguments, minus the launch flags (cli/forwarded_flags.h).
 void launch_ranks(const TrainArgs& args, const CLI::App& command) {
@@ -56,6 +77,15 @@ void launch_ranks(const TrainArgs& args, const CLI::App& command) {
   // Bad input is reported once, here, not by every rank.
   const auto plan = spec::load_plan(args.plan);
   const auto config = exec::load_train_config(args.config);
+  const int processes = args.launch.nnodes * args.launch.nproc_per_node;
+  if (processes != plan.parallel.world_size()) {
+    throw core::ConfigError(core::str_cat(
+        "--nproc-per-node ", args.launch.nproc_per_node,
+        args.launch.nnodes > 1 ? core::str_cat(" × --nnodes ", args.launch.nnodes) : std::string(), ": ", args.plan,
+        " needs ", plan.parallel.world_size(), " processes (tp · cp · dp · pp), got ", processes));
+  }
+  exec::check_plan_runs(plan);
+  check_weight_sources(args.config, config);
   exec::check_device(args.device.empty() ? config.device : args.device, args.launch.nproc_per_node);
   // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
   // the model's vocabulary) here, once; the ranks find them in OUT and reuse them. (Several

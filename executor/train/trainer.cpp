@@ -74,19 +74,6 @@ std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, co
   return spec::steps_for_tokens(plan.workload.train_tokens, tokens_per_step);
 }
 
-// The layouts the executor runs, or a ConfigError saying what it does not run yet.
-void require_supported(const spec::Plan& plan) {
-  const auto& par = plan.parallel;
-  if (par.cp > 1) {
-    if (auto e = spec::find_sequence_split_error(plan.workload.seq_len, par.cp)) {
-      throw core::ConfigError(str_cat("plan: context parallelism: ", *e));
-    }
-  }
-  if (auto gap = spec::find_executor_gap(par, plan.model, plan.workload.seq_len)) {
-    throw core::ConfigError(str_cat("plan: ", spec::describe(*gap, par, plan.workload.seq_len)));
-  }
-}
-
 // Stops `profiler` and writes DIR/step_S.rank_R.trace.json and .ops.json; rank 0 logs its
 // largest operators.
 void write_step_profile(StepProfiler& profiler, const fs::path& dir, std::int64_t step, int rank, double step_s) {
@@ -110,12 +97,7 @@ void write_step_profile(StepProfiler& profiler, const fs::path& dir, std::int64_
 // The launch of this rank, once the plan is known to be one the executor runs; its log lines are
 // prefixed with its rank.
 LaunchInfo supported_launch(const spec::Plan& plan) {
-  require_supported(plan);
-  const auto& model = plan.model;
-  if (plan.workload.seq_len > model.max_seq_len) {
-    throw core::ConfigError(str_cat("plan: sequence length ", plan.workload.seq_len, " exceeds model ", model.name,
-                                    "'s max_seq_len ", model.max_seq_len));
-  }
+  check_plan_runs(plan);
   const auto launch = launch_info_from_env();
   if (launch.distributed()) core::set_log_prefix(str_cat("r", launch.rank), launch.rank == 0);
   return launch;
@@ -400,6 +382,22 @@ TrainSummary RankRun::finish(TrainSummary summary, const RunMeter& meter, const 
 }
 
 }  // namespace
+
+void check_plan_runs(const spec::Plan& plan) {
+  const auto& par = plan.parallel;
+  if (par.cp > 1) {
+    if (auto e = spec::find_sequence_split_error(plan.workload.seq_len, par.cp)) {
+      throw core::ConfigError(str_cat("plan: context parallelism: ", *e));
+    }
+  }
+  if (auto gap = spec::find_executor_gap(par, plan.model, plan.workload.seq_len)) {
+    throw core::ConfigError(str_cat("plan: ", spec::describe(*gap, par, plan.workload.seq_len)));
+  }
+  if (plan.workload.seq_len > plan.model.max_seq_len) {
+    throw core::ConfigError(str_cat("plan: sequence length ", plan.workload.seq_len, " exceeds model ", plan.model.name,
+                                    "'s max_seq_len ", plan.model.max_seq_len));
+  }
+}
 
 TrainSummary train(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   RankRun run(plan, config, options);

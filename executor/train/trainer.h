@@ -16,14 +16,14 @@ namespace cpt::exec {
 
 struct TrainOptions {
   std::filesystem::path out_dir;
-  bool resume = false;                  // continue from the newest valid checkpoint in OUT/checkpoints
-  std::optional<std::int64_t> steps;    // overrides TRAIN.json's steps/tokens
-  std::optional<std::int64_t> stop_at;  // stop (with a checkpoint) after this step; the schedule still
-                                        // spans all steps (for time-limited jobs that resume)
-  std::optional<std::string> device;    // overrides TRAIN.json's device
+  bool resume = false;                       // continue from the newest valid checkpoint in OUT/checkpoints
+  std::optional<std::int64_t> steps;         // overrides TRAIN.json's steps/tokens
+  std::optional<std::int64_t> stop_at;       // stop (with a checkpoint) after this step; the schedule still
+                                             // spans all steps (for time-limited jobs that resume)
+  std::optional<std::string> device;         // overrides TRAIN.json's device
   std::optional<std::int64_t> profile_step;  // profile this step on every rank into OUT/profile/
                                              // (measure/step_profiler.h)
-  bool progress = true;                 // progress bar when stdout is a terminal
+  bool progress = true;                      // progress bar when stdout is a terminal
 };
 
 struct TrainSummary {
@@ -31,10 +31,14 @@ struct TrainSummary {
   std::int64_t last_step = 0;      // steps completed in total
   std::int64_t skipped_steps = 0;  // non-finite loss or gradient
   double final_loss = 0;
-  double tokens_per_s = 0;         // mean over the steps of this run, after the first
+  double tokens_per_s = 0;  // mean over the steps of this run, after the first
   std::filesystem::path checkpoint;
-  bool stopped = false;            // asked to stop (stop_request.h) before the last step
+  bool stopped = false;  // asked to stop (stop_request.h) before the last step
 };
+
+// ConfigError when the executor does not run `plan`: a layout spec::find_executor_gap names, a
+// sequence length beyond the model's. Every rank checks it; a launcher once, before they start.
+void check_plan_runs(const spec::Plan& plan);
 
 // ConfigError for a layout the executor does not run (spec::find_executor_gap),
 // for inputs that disagree (vocabulary, model vs checkpoint), and for bad files; RuntimeError when

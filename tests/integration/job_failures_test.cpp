@@ -157,6 +157,30 @@ TEST_F(JobFailures, DataThatDoesNotFitTheModelIsOneLineFromTheLauncher) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
+// What every rank would find wrong is said once, by the launcher, before the tokenizer and data
+// are prepared: a launch of another size than the plan's, a layout the executor does not run in a
+// hand-edited plan, an init_from that is not there. (Each rank said it, one line per rank.)
+TEST_F(JobFailures, WhatEveryRankWouldRefuseIsOneLineFromTheLauncher) {
+  const auto d = dir_.string();
+  const auto one_line = [](const cpt::cli_testing::Run& r, const std::string& expected) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  };
+  one_line(train("dp2", "o-three", 3, short_config(2)),
+           "--nproc-per-node 3: " + d + "/dp2/plan.json needs 2 processes (tp · cp · dp · pp), got 3");
+  EXPECT_FALSE(fs::exists(dir_ / "o-three/tokenizer.model"));
+  auto plan = nlohmann::json::parse(slurp(dir_ / "dp2/plan.json"));
+  plan["parallel"]["zero_stage"] = 3;  // parameters offloaded: planned and priced, not run
+  plan["parallel"]["offload"] = "optimizer+params";
+  fs::create_directories(dir_ / "dp2-edited");
+  std::ofstream(dir_ / "dp2-edited/plan.json") << plan.dump(2);
+  one_line(train("dp2-edited", "o-edited", 2, short_config(2)), "plan: offload optimizer+params with ZeRO 3");
+  std::ofstream(dir_ / "init-missing.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
+      "threads": 1, "log_interval_steps": 0, "init_from": "no/such/checkpoint"})";
+  one_line(train("dp2", "o-init", 2, "init-missing.json"), "init-missing.json: init_from ");
+}
+
 TEST_F(JobFailures, AMissingPeerEndsInATimeoutNotAHang) {
   const auto d = dir_.string();
   std::ofstream(dir_ / "timeout.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2,
