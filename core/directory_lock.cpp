@@ -13,6 +13,32 @@
 
 namespace cpt::core {
 
+namespace {
+
+// The holder's pid as it wrote it into the lock file, without the newline.
+std::string written_pid(int fd) {
+  char pid[32] = {};
+  const auto n = ::pread(fd, pid, sizeof pid - 1, 0);
+  std::string text(pid, n > 0 ? static_cast<std::size_t>(n) : 0);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? "?" : text;
+}
+
+}  // namespace
+
+std::optional<std::string> DirectoryLock::holder_of(const std::filesystem::path& dir) {
+  const int fd = ::open((dir / ".cpt.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::optional<std::string> holder;
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) holder = written_pid(fd);
+  } else {
+    ::flock(fd, LOCK_UN);
+  }
+  ::close(fd);
+  return holder;
+}
+
 DirectoryLock DirectoryLock::acquire(const std::filesystem::path& dir, std::string_view holder) {
   std::filesystem::create_directories(dir);
   const auto path = dir / ".cpt.lock";
@@ -20,13 +46,10 @@ DirectoryLock DirectoryLock::acquire(const std::filesystem::path& dir, std::stri
   if (fd < 0) throw RuntimeError(str_cat(path.string(), ": cannot open: ", std::strerror(errno)));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
-    char pid[32] = {};
-    const auto n = ::pread(fd, pid, sizeof pid - 1, 0);
+    const auto holder_pid = written_pid(fd);
     ::close(fd);
     if (error != EWOULDBLOCK) throw RuntimeError(str_cat(path.string(), ": cannot lock: ", std::strerror(error)));
-    std::string holder_pid(pid, n > 0 ? static_cast<std::size_t>(n) : 0);
-    while (!holder_pid.empty() && (holder_pid.back() == '\n' || holder_pid.back() == ' ')) holder_pid.pop_back();
-    throw RuntimeError(str_cat(dir.string(), ": ", holder, " is writing it (pid ", holder_pid.empty() ? "?" : holder_pid,
+    throw RuntimeError(str_cat(dir.string(), ": ", holder, " is writing it (pid ", holder_pid,
                                "); wait for it to end or choose another directory"));
   }
   const auto text = std::to_string(::getpid()) + "\n";
@@ -37,7 +60,9 @@ DirectoryLock DirectoryLock::acquire(const std::filesystem::path& dir, std::stri
   return DirectoryLock(fd);
 }
 
-DirectoryLock::DirectoryLock(DirectoryLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+DirectoryLock::DirectoryLock(DirectoryLock&& other) noexcept : fd_(other.fd_) {
+  other.fd_ = -1;
+}
 
 DirectoryLock::~DirectoryLock() {
   if (fd_ >= 0) ::close(fd_);

@@ -7,9 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/directory_lock.h"
 #include "core/error.h"
 #include "core/order_statistics.h"
 #include "core/str_cat.h"
+#include "executor/diagnose/metrics_log.h"
 #include "executor/train/run_inputs.h"
 #include "executor/train/train_config.h"
 #include "spec/plan.h"
@@ -34,41 +36,7 @@ std::string to_string(Verdict v) {
 
 namespace {
 
-struct Row {
-  std::int64_t step = 0;
-  double loss = 0, lr = 0, grad_norm = 0;
-  bool skipped = false;
-  std::map<std::string, double> samples;                            // cumulative per source
-  double expert_load = std::nan(""), dropped_pairs = std::nan("");  // mixtures of experts
-};
-
-// JSON has no NaN: nlohmann writes a non-finite number as null.
-double number_or_nan(const nlohmann::json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : std::nan("");
-}
-
-std::vector<Row> read_metrics(const fs::path& file) {
-  std::vector<Row> rows;
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object()) continue;
-    Row r;
-    r.step = j.value("step", std::int64_t{0});
-    r.loss = number_or_nan(j, "loss");
-    r.lr = number_or_nan(j, "lr");
-    r.grad_norm = number_or_nan(j, "grad_norm");
-    r.skipped = j.value("skipped", false);
-    r.expert_load = number_or_nan(j, "expert_load");
-    r.dropped_pairs = number_or_nan(j, "dropped_pairs");
-    if (j.contains("samples_by_source")) {
-      for (const auto& [k, v] : j["samples_by_source"].items()) r.samples[k] = v.get<double>();
-    }
-    rows.push_back(r);
-  }
-  return rows;
-}
+using Row = MetricsRow;
 
 double mean_of(const std::vector<Row>& rows, std::size_t begin, std::size_t end) {
   double s = 0;
@@ -280,10 +248,24 @@ void check_expert_load(const std::vector<Row>& rows, const spec::ExpertSpec& moe
     if (std::isfinite(r.dropped_pairs)) dropped.push_back(r.dropped_pairs);
   }
   if (loads.empty()) return;
+  const double collapse = static_cast<double>(moe.experts) / moe.experts_per_token;
+  // The busiest expert takes at least the balanced share and at most every token once; the
+  // dropped pairs are a share. Round-off aside, anything else was not written by cpt train.
+  const auto outside = [](const std::vector<double>& values, double low, double high) {
+    return std::count_if(values.begin(), values.end(),
+                         [&](double value) { return value < low * (1 - 1e-9) || value > high * (1 + 1e-9); });
+  };
+  const auto impossible = outside(loads, 1, collapse) + outside(dropped, 0, 1);
+  if (impossible > 0) {
+    out.push_back(finding("expert load", Verdict::kFail,
+                          str_cat(impossible, " logged values outside what routing allows (busiest expert 1 to ",
+                                  fixed(collapse, 2), "x its balanced share, dropped pairs 0 to 100%)"),
+                          "metrics.jsonl was edited or written by another tool: its expert load cannot be read"));
+    return;
+  }
   const auto tenth = std::max<std::size_t>(1, loads.size() / 10);
   const double early = median(std::vector<double>(loads.begin(), loads.begin() + static_cast<std::ptrdiff_t>(tenth)));
   const double late = median(std::vector<double>(loads.end() - static_cast<std::ptrdiff_t>(tenth), loads.end()));
-  const double collapse = static_cast<double>(moe.experts) / moe.experts_per_token;
   const double late_dropped =
       dropped.empty()
           ? 0
@@ -394,6 +376,74 @@ void check_start(const std::vector<Row>& rows, const TrainConfig& config, const 
   }
 }
 
+// Every line of metrics.jsonl a step: a line that is not one is named (the last one cut short is
+// what a kill while writing leaves).
+void check_metrics_lines(const MetricsLog& log, std::vector<Finding>& out) {
+  const auto& rows = log.rows;
+  if (rows.empty()) {
+    out.push_back(finding("metrics", Verdict::kFail, "no step logged",
+                          "the run logged no step: look at its output for the error"));
+    return;
+  }
+  const auto logged = str_cat(rows.size(), " steps logged (", rows.front().step, " to ", rows.back().step, ")");
+  if (log.unreadable_lines == 0) {
+    out.push_back(finding("metrics", Verdict::kOk, logged));
+    return;
+  }
+  const bool only_last = log.unreadable_lines == 1 && log.last_line_unreadable;
+  out.push_back(finding(
+      "metrics", Verdict::kWarn,
+      str_cat(logged, "; ", log.unreadable_lines, only_last ? " line is" : " lines are", " not a step record (line ",
+              log.first_unreadable, only_last ? ", the last)" : " first)"),
+      only_last ? "the run was killed while writing its last line: --resume continues from its newest checkpoint "
+                  "(and rewrites metrics.jsonl from there)"
+                : "metrics.jsonl was edited or written by another tool: the checks below read only its step records"));
+}
+
+// run.json's total_steps: the length of the schedule the run was started with.
+std::optional<std::int64_t> planned_steps(const fs::path& run_info) {
+  if (!fs::exists(run_info)) return std::nullopt;
+  std::ifstream in(run_info);
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("total_steps") || !j["total_steps"].is_number_integer()) return std::nullopt;
+  return j["total_steps"].get<std::int64_t>();
+}
+
+// The newest step directory under RUN_DIR/checkpoints (not verified), or empty.
+std::string newest_checkpoint(const fs::path& run_dir) {
+  std::string newest;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir / "checkpoints", ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.starts_with("step_") && name.find('.') == std::string::npos && name > newest) newest = name;
+  }
+  return newest;
+}
+
+// Whether the run got to the end of its schedule, is still being written, or ended early.
+void check_progress(const fs::path& run_dir, std::int64_t done, std::optional<std::int64_t> total,
+                    std::vector<Finding>& out) {
+  if (!total) return;
+  const auto of = str_cat(done, " of ", *total, " steps");
+  if (done >= *total) {
+    out.push_back(finding("progress", Verdict::kOk, str_cat(of, ": the schedule ran to its end")));
+  } else if (const auto writer = core::DirectoryLock::holder_of(run_dir)) {
+    out.push_back(finding("progress", Verdict::kOk, str_cat(of, ", still training (pid ", *writer, ")")));
+  } else {
+    const auto checkpoint = newest_checkpoint(run_dir);
+    out.push_back(finding(
+        "progress", Verdict::kWarn,
+        str_cat(of, " (", fixed(100.0 * static_cast<double>(done) / static_cast<double>(*total), 1),
+                "%), and no process is writing the run: it was stopped (--stop-at, SIGTERM) or killed; newest "
+                "checkpoint ",
+                checkpoint.empty() ? "none" : checkpoint),
+        checkpoint.empty() ? "the run ended before its first checkpoint: its output (or the job's log) says why; "
+                             "cpt train --resume starts it again from step 0"
+                           : "cpt train --resume continues from the newest checkpoint; the run's output (or the "
+                             "job's log) says why it ended"));
+  }
+}
+
 }  // namespace
 
 std::vector<Finding> diagnose_run(const fs::path& run_dir) {
@@ -403,13 +453,12 @@ std::vector<Finding> diagnose_run(const fs::path& run_dir) {
                                     "written by cpt train)"));
   }
   std::vector<Finding> out;
-  const auto rows = read_metrics(metrics_file);
-  out.push_back(finding("metrics", rows.empty() ? Verdict::kFail : Verdict::kOk,
-                        str_cat(rows.size(), " steps logged",
-                                rows.empty() ? "" : str_cat(" (", rows.front().step, " to ", rows.back().step, ")")),
-                        "the run logged no step: look at its output for the error"));
+  const auto log = read_metrics_log(metrics_file);
+  const auto& rows = log.rows;
+  check_metrics_lines(log, out);
   if (rows.empty()) return out;
   const auto plan = spec::load_plan(run_dir / "plan.json");
+  check_progress(run_dir, rows.back().step + 1, planned_steps(run_dir / "run.json"), out);
   check_losses(rows, out);
   if (plan.model.moe.present()) check_expert_load(rows, plan.model.moe, out);
 
@@ -429,12 +478,7 @@ std::vector<Finding> diagnose_run(const fs::path& run_dir) {
                           "runs written by this cpt keep run.json and train_config.json; older runs lack them"));
     return out;
   }
-  std::int64_t total_steps = rows.back().step + 1;
-  if (fs::exists(run_info)) {
-    std::ifstream in(run_info);
-    const auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_object()) total_steps = j.value("total_steps", total_steps);
-  }
+  const std::int64_t total_steps = planned_steps(run_info).value_or(rows.back().step + 1);
   check_learning_rate(rows, *config, total_steps, out);
   check_grad_norm(rows, config->grad_clip, out);
   check_mixture(rows, *config, out);

@@ -30,5 +30,19 @@ TEST(DirectoryLock, ASecondWriterIsRefusedUntilTheFirstLetsGo) {
   std::filesystem::remove_all(dir.parent_path());
 }
 
+// A reader learns who writes a directory without taking it or creating anything: the holder's
+// pid while it writes, nothing before and after.
+TEST(DirectoryLock, HolderOfNamesTheWriterAndTakesNothing) {
+  const auto dir = std::filesystem::temp_directory_path() / ("cpt-lock-holder-" + std::to_string(::getpid()));
+  EXPECT_EQ(DirectoryLock::holder_of(dir), std::nullopt);
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  std::optional<DirectoryLock> writer = DirectoryLock::acquire(dir, "another cpt train");
+  EXPECT_EQ(DirectoryLock::holder_of(dir), std::to_string(::getpid()));
+  writer.reset();
+  EXPECT_EQ(DirectoryLock::holder_of(dir), std::nullopt);
+  EXPECT_NO_THROW((void)DirectoryLock::acquire(dir, "another cpt train"));  // holder_of left it free
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cpt::core

@@ -3,11 +3,13 @@
 // starts at chance, text the tokenizer does not cover).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/directory_lock.h"
 #include "core/error.h"
 #include "executor/diagnose/run_doctor.h"
 #include "executor/train/trainer.h"
@@ -61,8 +63,8 @@ TEST(Doctor, AHealthyRunPassesEveryCheck) {
   const auto findings = diagnose_run(o.out_dir);
   for (const auto& f : findings) EXPECT_EQ(f.verdict, Verdict::kOk) << f.check << ": " << f.detail;
   const auto checks = by_check(findings);
-  for (const char* c : {"metrics", "non-finite steps", "loss trend", "loss spikes", "learning rate", "gradient norm",
-                        "data mixture", "data sample: py", "starting weights"}) {
+  for (const char* c : {"metrics", "progress", "non-finite steps", "loss trend", "loss spikes", "learning rate",
+                        "gradient norm", "data mixture", "data sample: py", "starting weights"}) {
     EXPECT_TRUE(checks.count(c)) << c;
   }
 }
@@ -141,6 +143,91 @@ TEST(Doctor, ARouterDriftingOntoFewExpertsIsFlagged) {
     ASSERT_TRUE(checks.count("expert load")) << name;
     EXPECT_EQ(checks.at("expert load"), verdict) << name;
   }
+}
+
+// Numbers routing cannot produce (the busiest expert beyond every token's choice, more than all
+// pairs dropped, less than the balanced share) fail the check instead of reading as a drift.
+TEST(Doctor, ImpossibleExpertLoadsFail) {
+  ScratchDir dir("doctor-impossible");
+  auto plan = tiny_plan();
+  plan.model = spec::find_catalog_model("tiny-moe")->spec;  // E/k = 2
+  for (const auto& [name, load, dropped] :
+       {std::tuple{"beyond-collapse", 7.5, 0.0}, std::tuple{"over-all-pairs", 1.2, 1.7},
+        std::tuple{"below-balanced", 0.5, 0.0}}) {
+    const auto run = dir.path() / name;
+    fs::create_directories(run);
+    spec::save_plan(plan, run / "plan.json");
+    std::ofstream metrics(run / "metrics.jsonl");
+    for (int s = 0; s < 20; ++s) {
+      metrics << nlohmann::json{{"step", s},
+                                {"loss", 3.0 - 0.01 * s},
+                                {"lr", 1e-3},
+                                {"grad_norm", 0.5},
+                                {"skipped", false},
+                                {"expert_load", s == 12 ? load : 1.1},
+                                {"dropped_pairs", s == 12 ? dropped : 0.0}}
+                     .dump()
+              << "\n";
+    }
+    metrics.close();
+    const auto findings = diagnose_run(run);
+    const auto expert =
+        std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.check == "expert load"; });
+    ASSERT_NE(expert, findings.end()) << name;
+    EXPECT_EQ(expert->verdict, Verdict::kFail) << name << ": " << expert->detail;
+    EXPECT_NE(expert->detail.find("1 logged values outside what routing allows"), std::string::npos) << expert->detail;
+  }
+}
+
+// A run that ended early with no one writing it says so (and names its newest checkpoint); the
+// same log while its writer holds the directory is a run in progress. Lines that are not steps are
+// counted: one cut short at the end (a kill while writing), or others (an edit).
+TEST(Doctor, ARunCutShortAndItsUnreadableLinesAreNamed) {
+  ScratchDir dir("doctor-cut-short");
+  const auto run = dir.path() / "run";
+  fs::create_directories(run / "checkpoints/step_00000300");
+  fs::create_directories(run / "checkpoints/step_00000200");
+  spec::save_plan(tiny_plan(), run / "plan.json");
+  std::ofstream(run / "run.json") << nlohmann::json{
+      {"config", "/nonexistent/train.json"},
+      {"total_steps", 100000}}.dump();
+  const auto write_metrics = [&](const std::string& middle, const std::string& last) {
+    std::ofstream metrics(run / "metrics.jsonl");
+    for (int s = 0; s < 313; ++s) {
+      if (s == 100) metrics << middle;
+      metrics << nlohmann::json{{"step", s}, {"loss", 6.0 - 0.001 * s}, {"lr", 1e-3}, {"grad_norm", 0.5}}.dump()
+              << "\n";
+    }
+    metrics << last;
+  };
+  const auto find = [](const std::vector<Finding>& findings, const std::string& check) {
+    const auto it = std::find_if(findings.begin(), findings.end(), [&](const Finding& f) { return f.check == check; });
+    EXPECT_NE(it, findings.end()) << check;
+    return it == findings.end() ? Finding{} : *it;
+  };
+  write_metrics("", R"({"step": 313, "loss": 5.6)");
+  auto findings = diagnose_run(run);
+  const auto progress = find(findings, "progress");
+  EXPECT_EQ(progress.verdict, Verdict::kWarn);
+  EXPECT_NE(progress.detail.find("313 of 100000 steps (0.3%), and no process is writing the run"), std::string::npos)
+      << progress.detail;
+  EXPECT_NE(progress.detail.find("newest checkpoint step_00000300"), std::string::npos) << progress.detail;
+  auto metrics = find(findings, "metrics");
+  EXPECT_EQ(metrics.verdict, Verdict::kWarn);
+  EXPECT_NE(metrics.detail.find("313 steps logged (0 to 312); 1 line is not a step record (line 314, the last)"),
+            std::string::npos)
+      << metrics.detail;
+  EXPECT_NE(metrics.suggestion.find("killed while writing its last line"), std::string::npos) << metrics.suggestion;
+
+  write_metrics("not json\n{\"step\": \"ten\"}\n", "");
+  metrics = find(diagnose_run(run), "metrics");
+  EXPECT_NE(metrics.detail.find("2 lines are not a step record (line 101 first)"), std::string::npos) << metrics.detail;
+  EXPECT_NE(metrics.suggestion.find("edited or written by another tool"), std::string::npos) << metrics.suggestion;
+
+  const auto writer = core::DirectoryLock::acquire(run, "another cpt train");
+  const auto running = find(diagnose_run(run), "progress");
+  EXPECT_EQ(running.verdict, Verdict::kOk);
+  EXPECT_NE(running.detail.find("still training (pid "), std::string::npos) << running.detail;
 }
 
 TEST(Doctor, ADirectoryThatIsNotARunIsAConfigError) {

@@ -1,0 +1,31 @@
+#pragma once
+// metrics.jsonl as `cpt doctor` reads it: one row per logged step (run_log.h writes them), and
+// the lines that are not one — a line cut short when the run was killed while writing it, or
+// lines edited or written by another tool — counted, not dropped in silence.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cpt::exec {
+
+struct MetricsRow {
+  std::int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0;  // NaN where the line has no finite number (JSON null)
+  bool skipped = false;
+  std::map<std::string, double> samples;      // cumulative per source
+  double expert_load = 0, dropped_pairs = 0;  // mixtures of experts; NaN when absent
+};
+
+struct MetricsLog {
+  std::vector<MetricsRow> rows;
+  std::int64_t unreadable_lines = 0;  // not a JSON object with an integer "step" >= 0
+  std::int64_t first_unreadable = 0;  // its line number (1-based), when there is one
+  bool last_line_unreadable = false;  // the file's last line is one of them (cut by a kill)
+};
+
+// Reads `file`; a file that cannot be opened reads as empty.
+MetricsLog read_metrics_log(const std::filesystem::path& file);
+
+}  // namespace cpt::exec
