@@ -70,6 +70,83 @@ ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConf
   return ExportGap::kNone;
 }
 
+namespace {
+
+spec::ScheduleKind one_f_one_b(const spec::ParallelConfig& p) {
+  return p.virtual_stages > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B;
+}
+
+// `p` with `gap` replaced by what the export writes; unchanged where it writes an equivalent.
+spec::ParallelConfig as_written(spec::ParallelConfig p, ExportGap gap, Runtime target) {
+  switch (gap) {
+    case ExportGap::kShardingBeyondOptimizer:
+    case ExportGap::kShardingWithPipeline:
+      p.zero_stage = 1;
+      p.hybrid_shard = false;
+      break;
+    case ExportGap::kHybridSharding:
+      if (target == Runtime::kMegatron) {
+        p.zero_stage = 1;
+        p.hybrid_shard = false;
+      }
+      break;
+    case ExportGap::kParameterOffload:
+      p.offload = spec::Offload::kOptimizer;
+      break;
+    case ExportGap::kZeroBubbleH1:
+      p.schedule = one_f_one_b(p);
+      break;
+    case ExportGap::kPipelineSchedule:
+      p.virtual_stages = 1;
+      p.schedule = spec::ScheduleKind::k1F1B;
+      break;
+    case ExportGap::kOptimizerOnlyOffload:
+      p.offload = spec::Offload::kOptimizerAndParams;
+      break;
+    case ExportGap::kDataParallelBesideOthers:
+      p.zero_stage = 3;
+      break;
+    default:
+      break;
+  }
+  return p;
+}
+
+}  // namespace
+
+spec::ParallelConfig config_as_exported(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
+                                        Runtime target) {
+  spec::ParallelConfig written = parallel;
+  // Each rewrite removes its gap; the next gap (if any) is then the file's next note.
+  for (int rewrites = 0; rewrites < 8; ++rewrites) {
+    const ExportGap gap = find_export_gap(model, written, seq_len, target);
+    if (gap == ExportGap::kNone || is_refusal(gap)) break;
+    const spec::ParallelConfig next = as_written(written, gap, target);
+    if (next == written) break;
+    written = next;
+  }
+  return written;
+}
+
+std::string describe_changes(const spec::ParallelConfig& planned, const spec::ParallelConfig& exported) {
+  std::string changes;
+  const auto add = [&](const std::string& change) { changes += (changes.empty() ? "" : ", ") + change; };
+  if (planned.zero_stage != exported.zero_stage) {
+    add(str_cat("ZeRO-", planned.zero_stage, " -> ZeRO-", exported.zero_stage));
+  }
+  if (planned.hybrid_shard != exported.hybrid_shard) add("hybrid sharding -> none");
+  if (planned.offload != exported.offload) {
+    add(str_cat("offload ", spec::to_string(planned.offload), " -> ", spec::to_string(exported.offload)));
+  }
+  if (planned.virtual_stages != exported.virtual_stages) {
+    add(str_cat("virtual stages ", planned.virtual_stages, " -> ", exported.virtual_stages));
+  }
+  if (planned.schedule != exported.schedule) {
+    add(str_cat(spec::to_string(planned.schedule), " -> ", spec::to_string(exported.schedule)));
+  }
+  return changes;
+}
+
 bool is_refusal(ExportGap gap) {
   return gap == ExportGap::kCptExecutor || gap == ExportGap::kMoeWithZero3 || gap == ExportGap::kExpertTensorParallel ||
          gap == ExportGap::kExpertParallelFold || gap == ExportGap::kNoTorchtitanModel;

@@ -44,6 +44,21 @@ enum class ExportGap {
 // (docs/discussions/megatron-fsdp-user-guide) runs; otherwise the distributed optimizer (ZeRO-1).
 [[nodiscard]] bool megatron_runs_as_fsdp(const spec::ParallelConfig& parallel);
 
+// The configuration `target`'s export writes for `parallel` where the file cannot state the
+// planned one: Megatron-LM — ZeRO-2/3 beside a pipeline or offload as ZeRO-1 (the distributed
+// optimizer, no hybrid sharding), parameter offload as optimizer offload, ZB-H1 as 1F1B; DeepSpeed
+// — ZeRO-2/3 with a pipeline as ZeRO-1, its pipeline engine's schedule as 1F1B without virtual
+// stages; torchtitan — ZB-H1 as 1F1B, optimizer offload as offload of everything, ZeRO-0 beside
+// tp/cp/pp as FSDP (ZeRO-3). What the file writes as the nearest equivalent the cost model prices
+// alike (Ulysses for the ring, hpZ for hybrid sharding, torchtitan's own layer split or mesh
+// order, FSDP without resharding for ZeRO-1/2) keeps the planned configuration, as does a refusal.
+[[nodiscard]] spec::ParallelConfig config_as_exported(const spec::ModelSpec& model,
+                                                      const spec::ParallelConfig& parallel, int seq_len,
+                                                      spec::Runtime target);
+
+// What `config_as_exported` changed, as "ZeRO-3 -> ZeRO-1, zb_h1 -> 1f1b"; empty when nothing.
+[[nodiscard]] std::string describe_changes(const spec::ParallelConfig& planned, const spec::ParallelConfig& exported);
+
 // True for the gaps where the framework refuses the configuration (rather than running another).
 [[nodiscard]] bool is_refusal(ExportGap gap);
 

@@ -219,7 +219,8 @@ void run(const PlanOptions& given) {
                        cost::describe(priced_with.runtime), ", continual recipe: ", describe_recipe(priced_with),
                        vocabulary_note.empty() ? "" : "\n" + vocabulary_note, "\n\n");
   if (!r.best_per_size.empty()) print_sizes(r, o.tokens, o.price, finish);
-  print_top(r, simulated, cluster, priced_with.runtime, finish_text(o, r, finish, "  "));
+  print_top(r, simulated, cluster, priced_with.runtime, finish_text(o, r, finish, "  "),
+            r.top.empty() ? "" : export_differs_note(model, cluster, o.seq_len, r.top.front(), priced_with));
   std::cout << str_cat(
       r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ", r.pareto.size(),
       clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory", " Pareto front, in ",

@@ -111,7 +111,7 @@ void print_sizes(const planner::PlannerResult& r, std::int64_t tokens, double pr
 }
 
 void print_top(const planner::PlannerResult& r, const std::vector<double>& simulated, const spec::ClusterSpec& cluster,
-               spec::Runtime runtime, const std::string& finish) {
+               spec::Runtime runtime, const std::string& finish, const std::string& export_note) {
   using core::Align;
   core::TextTable t({"#", "GPUs", "configuration", "step s", "simulated s", "tokens/s/GPU", "MFU", "peak GiB"},
                     {Align::kRight, Align::kRight, Align::kLeft, Align::kRight, Align::kRight, Align::kRight,
@@ -127,6 +127,7 @@ void print_top(const planner::PlannerResult& r, const std::vector<double>& simul
   if (!r.top.empty()) {
     const auto& best = r.top.front().estimate;
     std::cout << "step time of #1: " << cost::describe_band(best.time.total(), runtime, cluster.gpu()) << "\n\n";
+    if (!export_note.empty()) std::cout << export_note << "\n\n";
     if (!finish.empty()) std::cout << finish << "\n\n";
   }
   core::TextTable rej({"rejected because", "candidates"}, {Align::kLeft, Align::kRight});

@@ -26,8 +26,10 @@ void print_sizes(const planner::PlannerResult& result, std::int64_t tokens, doub
                  const planner::FinishInputs& finish);
 
 // The top plans (with their simulated step times where given), the error band of #1's step time,
-// `finish` (the time to finish, when not empty) and the rejections.
+// `export_note` (plan_report.h's export_differs_note) and `finish` (the time to finish) when not
+// empty, and the rejections.
 void print_top(const planner::PlannerResult& result, const std::vector<double>& simulated,
-               const spec::ClusterSpec& cluster, spec::Runtime runtime, const std::string& finish);
+               const spec::ClusterSpec& cluster, spec::Runtime runtime, const std::string& finish,
+               const std::string& export_note);
 
 }  // namespace cpt::cli

@@ -10,6 +10,7 @@
 #include "costmodel/error_band.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/runtime_profile.h"
+#include "planner/export_gaps.h"
 #include "planner/handoff.h"
 
 namespace cpt::cli {
@@ -33,28 +34,43 @@ std::string breakdown_md(const cost::Estimate& best) {
   return md.str();
 }
 
-// The best plan as each hand-off file runs it (planner/handoff.h): the same configuration priced
-// for the framework that reads the file (report.md's "Each export under its runtime").
+constexpr std::pair<const char*, spec::Runtime> kExports[] = {
+    {"megatron_args.sh", spec::Runtime::kMegatron},
+    {"ds_config.json", spec::Runtime::kDeepSpeed},
+    {"torchtitan.toml, torchtitan_config.py", spec::Runtime::kTorchtitan},
+    {"torchrun.sh, slurm.sbatch", spec::Runtime::kCpt}};
+
+// `config` priced for `runtime`: its step, throughput and peak, or why it is infeasible.
+std::string priced(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len,
+                   const spec::ParallelConfig& config, const cost::CostModelOptions& priced_with,
+                   spec::Runtime runtime) {
+  const auto evaluation = cost::evaluate(model, cluster, config, seq_len, cost::for_runtime(priced_with, runtime));
+  if (const auto* e = std::get_if<cost::Estimate>(&evaluation)) {
+    return core::str_cat(fixed(e->time.total().value(), 3), " s a step, ", fixed(e->tokens_per_s_per_gpu, 0),
+                         " tokens/s/GPU, ", fixed(core::to_gibibytes(e->peak_memory().total()), 1), " GiB at peak");
+  }
+  return "infeasible: " + std::get<cost::Infeasible>(evaluation).detail;
+}
+
+// The best plan as each hand-off file runs it (planner/handoff.h): the configuration the file
+// writes, priced for the framework that reads it (report.md's "Each export under its runtime").
 std::string exports_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len,
                        const planner::Candidate& best, const cost::CostModelOptions& priced_with) {
-  constexpr std::pair<const char*, spec::Runtime> kExports[] = {
-      {"megatron_args.sh", spec::Runtime::kMegatron},
-      {"ds_config.json", spec::Runtime::kDeepSpeed},
-      {"torchtitan.toml, torchtitan_config.py", spec::Runtime::kTorchtitan},
-      {"torchrun.sh, slurm.sbatch", spec::Runtime::kCpt}};
   std::ostringstream md;
   md << "\n## Each export under its runtime\n\nThe best plan's configuration as the framework reading each file "
-        "runs it (docs/costmodel.md, \"Runtimes\"); where a file cannot state the configuration, its own notes say "
-        "what runs instead.\n\n| file | runtime | step s | tokens/s/GPU | peak GiB | where the step should land "
-        "|\n|---|---|---|---|---|---|\n";
+        "runs it (docs/costmodel.md, \"Runtimes\"): where a file cannot state it, the configuration it writes "
+        "instead (its own notes say why).\n\n| file | runtime | step s | tokens/s/GPU | peak GiB | where the step "
+        "should "
+        "land |\n|---|---|---|---|---|---|\n";
   for (const auto& [file, runtime] : kExports) {
     if (const auto why = planner::export_cannot_run(model, best.config, seq_len, runtime)) {
       md << "| " << file << " | " << spec::to_string(runtime) << " | - | - | - | cannot run it: " << *why << " |\n";
       continue;
     }
-    const auto evaluation =
-        cost::evaluate(model, cluster, best.config, seq_len, cost::for_runtime(priced_with, runtime));
-    md << "| " << file << " | " << spec::to_string(runtime) << " | ";
+    const auto written = planner::config_as_exported(model, best.config, seq_len, runtime);
+    const auto changes = planner::describe_changes(best.config, written);
+    md << "| " << file << " | " << spec::to_string(runtime) << (changes.empty() ? "" : " as " + changes) << " | ";
+    const auto evaluation = cost::evaluate(model, cluster, written, seq_len, cost::for_runtime(priced_with, runtime));
     if (const auto* e = std::get_if<cost::Estimate>(&evaluation)) {
       md << fixed(e->time.total().value(), 3) << " | " << fixed(e->tokens_per_s_per_gpu, 0) << " | "
          << fixed(core::to_gibibytes(e->peak_memory().total()), 1) << " | "
@@ -67,6 +83,22 @@ std::string exports_md(const spec::ModelSpec& model, const spec::ClusterSpec& cl
 }
 
 }  // namespace
+
+std::string export_differs_note(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len,
+                                const planner::Candidate& best, const cost::CostModelOptions& priced_with) {
+  const spec::Runtime runtime = priced_with.runtime;
+  const auto written = planner::config_as_exported(model, best.config, seq_len, runtime);
+  if (written == best.config) return "";
+  const char* file = "";
+  for (const auto& [name, exported_for] : kExports) {
+    if (exported_for == runtime) file = name;
+  }
+  const auto gap = planner::find_export_gap(model, best.config, seq_len, runtime);
+  return core::str_cat("note: ", file, " writes #1 with ", planner::describe_changes(best.config, written), " (",
+                       planner::describe(gap, best.config, model, seq_len),
+                       "); as written: ", priced(model, cluster, seq_len, written, priced_with, runtime),
+                       ". `--target ", spec::to_string(runtime), "` plans only what its export runs as planned");
+}
 
 std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const PlanReportFacts& o,
                       const planner::PlannerResult& r, const cost::CostModelOptions& priced_with,

@@ -18,6 +18,13 @@ struct PlanReportFacts {
   std::string margin;  // ", leaving 10% of the HBM free", or empty
 };
 
+// When the export for the runtime the plan is priced for writes the best plan as another
+// configuration (planner::config_as_exported: Megatron-LM's ZeRO-3 beside a pipeline is ZeRO-1),
+// one line: the file, what changes and why, that configuration priced the same way, and
+// `--target`, which keeps only what the framework runs as planned. Empty otherwise.
+std::string export_differs_note(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, int seq_len,
+                                const planner::Candidate& best, const cost::CostModelOptions& priced_with);
+
 // `finish`: cli/cpt/finish_report.h's lines for the best plan with "- " after each newline; empty: no
 // budget.
 std::string report_md(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const PlanReportFacts& facts,

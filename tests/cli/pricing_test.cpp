@@ -22,6 +22,31 @@ Run cpt(const std::string& args) {
   return sh(std::string(CPT_BINARY) + " " + args, dir);
 }
 
+// Where the export for the priced runtime writes the best plan as another configuration (Megatron-LM
+// has no ZeRO-3 beside a pipeline: its file asks for the distributed optimizer), the plan says so
+// under its table and report.md prices each file as written; --target keeps it from happening.
+TEST(Pricing, AnExportThatWritesAnotherConfigurationIsPricedAsWritten) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpt_cli_as_exported";
+  std::filesystem::remove_all(dir);
+  const std::string plan = "plan --model llama3-70b --gpu h100 --gpus 64 --global-batch 256 --seq-len 8192 ";
+  const auto planned = cpt(plan + "--fix tp=2,cp=2,pp=4,zero=3 --out " + (dir / "p").string());
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_NE(planned.out.find("note: megatron_args.sh writes #1 with ZeRO-3 -> ZeRO-1 (Megatron-LM's export"),
+            std::string::npos)
+      << planned.out;
+  EXPECT_NE(planned.out.find("as written: "), std::string::npos) << planned.out;
+  EXPECT_NE(planned.out.find("`--target megatron` plans only what its export runs as planned"), std::string::npos)
+      << planned.out;
+  const std::string report = slurp(dir / "p" / "report.md");
+  EXPECT_NE(report.find("| megatron_args.sh | megatron as ZeRO-3 -> ZeRO-1 |"), std::string::npos) << report;
+  // DeepSpeed's pipeline engine: ZeRO-1 and its own schedule.
+  EXPECT_NE(report.find("| ds_config.json | deepspeed as ZeRO-3 -> ZeRO-1"), std::string::npos) << report;
+  const auto targeted = cpt(plan + "--target megatron");
+  ASSERT_EQ(targeted.exit_code, 0) << targeted.err;
+  EXPECT_EQ(targeted.out.find("note: megatron_args.sh"), std::string::npos) << targeted.out;
+  std::filesystem::remove_all(dir);
+}
+
 // --runtime on every command that prices: plan.json records it, whatif prices the plan as it was
 // priced and under another runtime when asked, a typo is one line and exit 2.
 TEST(Pricing, RuntimeIsChosenRecordedAndReplayed) {

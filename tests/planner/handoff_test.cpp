@@ -258,6 +258,49 @@ TEST(Handoff, ShardingBeyondTheOptimizerIsMegatronFsdp) {
   EXPECT_FALSE(has(fsdp, "--num-distributed-optimizer-instances")) << fsdp;
 }
 
+// The configuration each export writes where it cannot state the plan's: gap by gap until it runs
+// as written; refusals and plans that run as planned unchanged.
+TEST(Handoff, ConfigAsExportedRewritesEachGap) {
+  const auto m = spec::find_catalog_model("llama3-8b")->spec;
+  const spec::ParallelConfig piped{.tp = 2,
+                                   .dp = 2,
+                                   .pp = 2,
+                                   .global_batch = 64,
+                                   .zero_stage = 3,
+                                   .hybrid_shard = true,
+                                   .schedule = spec::ScheduleKind::kZeroBubbleH1};
+  const auto megatron = config_as_exported(m, piped, 4096, spec::Runtime::kMegatron);
+  EXPECT_EQ(megatron.zero_stage, 1);
+  EXPECT_FALSE(megatron.hybrid_shard);
+  EXPECT_EQ(megatron.schedule, spec::ScheduleKind::k1F1B);
+  EXPECT_EQ(find_export_gap(m, megatron, 4096, spec::Runtime::kMegatron), ExportGap::kNone);
+  EXPECT_EQ(describe_changes(piped, megatron), "ZeRO-3 -> ZeRO-1, hybrid sharding -> none, zb_h1 -> 1f1b");
+  const spec::ParallelConfig interleaved{.tp = 2,
+                                         .dp = 2,
+                                         .pp = 2,
+                                         .virtual_stages = 2,
+                                         .global_batch = 64,
+                                         .zero_stage = 3,
+                                         .schedule = spec::ScheduleKind::kInterleaved1F1B};
+  const auto deepspeed = config_as_exported(m, interleaved, 4096, spec::Runtime::kDeepSpeed);
+  EXPECT_EQ(deepspeed.zero_stage, 1);
+  EXPECT_EQ(deepspeed.virtual_stages, 1);
+  EXPECT_EQ(deepspeed.schedule, spec::ScheduleKind::k1F1B);
+  // torchtitan offloads everything or nothing; ZeRO-0 beside tp runs as FSDP.
+  const spec::ParallelConfig offloaded{
+      .dp = 8, .global_batch = 64, .zero_stage = 3, .offload = spec::Offload::kOptimizer};
+  EXPECT_EQ(config_as_exported(m, offloaded, 4096, spec::Runtime::kTorchtitan).offload,
+            spec::Offload::kOptimizerAndParams);
+  const spec::ParallelConfig replicated{.tp = 2, .dp = 4, .global_batch = 64};
+  EXPECT_EQ(config_as_exported(m, replicated, 4096, spec::Runtime::kTorchtitan).zero_stage, 3);
+  // Runs as planned, or refused: unchanged.
+  const spec::ParallelConfig plain{.tp = 2, .dp = 4, .global_batch = 64, .zero_stage = 1};
+  EXPECT_EQ(config_as_exported(m, plain, 4096, spec::Runtime::kMegatron), plain);
+  EXPECT_EQ(describe_changes(plain, plain), "");
+  const spec::ParallelConfig zero3_pp{.dp = 4, .pp = 2, .global_batch = 64, .zero_stage = 3};
+  EXPECT_EQ(config_as_exported(m, zero3_pp, 4096, spec::Runtime::kCpt), zero3_pp);
+}
+
 void write_script(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << "#!/usr/bin/env bash\n" << text;
   std::filesystem::permissions(path, std::filesystem::perms::owner_all);
