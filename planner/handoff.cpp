@@ -129,10 +129,19 @@ std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
     args.push_back(str_cat("--moe-router-group-topk ", e.groups_per_token));
   }
   if (e.top_k_scale != 1) args.push_back(str_cat("--moe-router-topk-scaling-factor ", e.top_k_scale));
-  // The load balancing is the recipe's, not the plan's: a common default here (DeepSeek-V3 trains
-  // with an expert bias and a sequence-level loss instead; set the model's own).
-  args.emplace_back("--moe-router-load-balancing-type aux_loss");
-  args.emplace_back("--moe-aux-loss-coeff 1e-3");
+  if (e.expert_bias) {
+    // DeepSeek-V3's balancing (arXiv:2412.19437, §2.1.2 and §4.2): the expert bias moved by
+    // γ = 0.001 a step, and a sequence-wise loss of weight α = 0.0001. The bias is the checkpoint's
+    // (Megatron-Core keeps it as the router's expert_bias buffer).
+    args.emplace_back("--moe-router-enable-expert-bias");
+    args.emplace_back("--moe-router-bias-update-rate 1e-3");
+    args.emplace_back("--moe-router-load-balancing-type seq_aux_loss");
+    args.emplace_back("--moe-aux-loss-coeff 1e-4");
+  } else {
+    // The load balancing is the recipe's, not the plan's: a common default here.
+    args.emplace_back("--moe-router-load-balancing-type aux_loss");
+    args.emplace_back("--moe-aux-loss-coeff 1e-3");
+  }
   args.emplace_back("--moe-grouped-gemm");
   if (plan.predicted && plan.predicted->moe_dispatcher == spec::TokenDispatcher::kFlex &&
       spec::dispatcher_runs(spec::TokenDispatcher::kFlex, m, c)) {

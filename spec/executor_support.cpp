@@ -12,6 +12,7 @@ std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const Mode
   }
   if (m.mla.present()) return ExecutorGap::kAttentionVariant;
   if (m.moe.present() && m.moe.expert_groups > 1) return ExecutorGap::kGroupLimitedRouting;
+  if (m.moe.present() && m.moe.expert_bias) return ExecutorGap::kExpertBias;
   if (p.zero_stage == 3 && p.pp > 1) return ExecutorGap::kZero3WithPipeline;
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
     return ExecutorGap::kParameterOffload;
@@ -72,6 +73,9 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
       return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
     case ExecutorGap::kGroupLimitedRouting:
       return "group-limited routing (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
+    case ExecutorGap::kExpertBias:
+      return "the router's expert bias (DeepSeek-V3's auxiliary-loss-free balancing): cpt plans, prices and exports "
+             "it, its executor does not run it yet";
   }
   return "?";
 }

@@ -17,6 +17,7 @@ enum class ExecutorGap {
   kExpertParallelism,       // experts split over etp, or tp without SP
   kAttentionVariant,        // DeepSeek's latent attention
   kGroupLimitedRouting,     // DeepSeek's top k from the best groups of experts
+  kExpertBias,              // DeepSeek-V3's auxiliary-loss-free expert bias
 };
 
 // The first gap the plan falls into, without allocating (the planner's prune calls it per

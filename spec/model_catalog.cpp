@@ -89,6 +89,7 @@ ModelSpec deepseek_v3_router(ModelSpec s) {
   s.moe.router = RouterScore::kSigmoid;
   s.moe.expert_groups = 8;
   s.moe.groups_per_token = 4;
+  s.moe.expert_bias = true;
   s.moe.top_k_scale = 2.5;
   return s;
 }

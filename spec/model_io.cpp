@@ -53,6 +53,7 @@ ExpertSpec experts_from_json(JsonObjectReader r) {
   }
   e.expert_groups = optional_dim(r, "expert_groups", 1);
   e.groups_per_token = optional_dim(r, "groups_per_token", 1);
+  e.expert_bias = r.optional_boolean("expert_bias").value_or(false);
   if (r.has("capacity_factor")) {
     e.capacity_factor = r.number("capacity_factor", 0, 1e3);
   } else {
@@ -181,6 +182,7 @@ Json model_to_json(const ModelSpec& m) {
       j["moe"]["expert_groups"] = e.expert_groups;
       j["moe"]["groups_per_token"] = e.groups_per_token;
     }
+    if (e.expert_bias) j["moe"]["expert_bias"] = true;
   }
   if (m.mla.present()) {
     const LatentAttention& l = m.mla;
@@ -241,7 +243,8 @@ void refuse_mlp_only_layers(JsonObjectReader& r) {
 }
 
 // DeepSeek's routed_scaling_factor, n_group and topk_group; absent, transformers' defaults
-// (DeepseekV2Config 1, none, none; DeepseekV3Config 2.5, 8, 4).
+// (DeepseekV2Config 1, none, none; DeepseekV3Config 2.5, 8, 4). DeepSeek-V3's router always has
+// its expert bias (transformers' DeepseekV3TopkRouter.e_score_correction_bias).
 void read_grouped_routing(JsonObjectReader& r, const std::string& type, ExpertSpec& e) {
   const bool v3 = type == "deepseek_v3";
   if (r.has("routed_scaling_factor") && !r.raw("routed_scaling_factor").is_null()) {
@@ -252,6 +255,7 @@ void read_grouped_routing(JsonObjectReader& r, const std::string& type, ExpertSp
   }
   e.expert_groups = static_cast<int>(present_integer(r, "n_group", 1).value_or(v3 ? 8 : 1));
   e.groups_per_token = static_cast<int>(present_integer(r, "topk_group", 1).value_or(v3 ? 4 : 1));
+  e.expert_bias = v3;
 }
 
 // The top-k of a Mixtral or GPT-OSS config.json. GPT-OSS's releases carry both

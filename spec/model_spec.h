@@ -75,6 +75,10 @@ struct ExpertSpec {
   // equal groups, a token's top k drawn from its best `groups_per_token` groups. 1 and 1: none.
   int expert_groups = 1;
   int groups_per_token = 1;
+  // DeepSeek-V3's auxiliary-loss-free balancing (arXiv:2412.19437, §2.1.2): a per-expert bias
+  // added to the scores for choosing the top k only, moved each step against the expert's load
+  // (Hugging Face's e_score_correction_bias; Megatron-Core's moe_router_enable_expert_bias).
+  bool expert_bias = false;
   // Tokens one expert takes per microbatch, as a multiple of the balanced T·k/E; the rest are
   // dropped. 0: dropless (every token computed; the busiest expert sets the pace).
   double capacity_factor = 0;

@@ -80,7 +80,7 @@ void add_expert_rows(const spec::ModelSpec& m, const spec::ParamCounts& c, Row& 
               e.shared_ffn_hidden > 0 ? str_cat("; shared width ", e.shared_ffn_hidden) : "", "; router ",
               spec::to_string(e.router),
               e.expert_groups > 1 ? str_cat(", top ", e.groups_per_token, " of ", e.expert_groups, " groups") : "",
-              e.top_k_scale != 1 ? str_cat(", weights x ", e.top_k_scale) : "",
+              e.expert_bias ? ", expert bias" : "", e.top_k_scale != 1 ? str_cat(", weights x ", e.top_k_scale) : "",
               e.capacity_factor > 0 ? str_cat(", capacity factor ", e.capacity_factor) : ", dropless"));
   row("layers dense / MoE", str_cat(c.dense_layers, " / ", c.moe_layers));
   row("  per MoE layer", std::to_string(c.per_moe_layer));

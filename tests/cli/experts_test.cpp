@@ -68,22 +68,28 @@ std::filesystem::path plan_deepseek_v3(const std::string& name) {
 
 // Megatron's softmax router renormalises the top k unless told the softmax comes first: a model
 // that does not renormalise (Qwen2-MoE) exports --moe-router-pre-softmax, Mixtral does not;
-// DeepSeek-V3's sigmoid router picks from 4 of 8 groups and scales its weights by 2.5.
+// DeepSeek-V3's sigmoid router picks from 4 of 8 groups, scales its weights by 2.5 and balances
+// with its expert bias and a sequence-wise loss (the others with the common auxiliary loss).
 TEST(Experts, MegatronExportsKeepTheCheckpointsRouting) {
   const std::string v3_args = slurp(plan_deepseek_v3("router-deepseek-v3") / "megatron_args.sh");
-  for (const char* arg : {"--moe-router-score-function sigmoid", "--moe-router-num-groups 8",
-                          "--moe-router-group-topk 4", "--moe-router-topk-scaling-factor 2.5"}) {
+  for (const char* arg :
+       {"--moe-router-score-function sigmoid", "--moe-router-num-groups 8", "--moe-router-group-topk 4",
+        "--moe-router-topk-scaling-factor 2.5", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate 1e-3",
+        "--moe-router-load-balancing-type seq_aux_loss", "--moe-aux-loss-coeff 1e-4"}) {
     EXPECT_NE(v3_args.find(arg), std::string::npos) << arg;
   }
   EXPECT_EQ(v3_args.find("--moe-router-pre-softmax"), std::string::npos);
+  EXPECT_EQ(v3_args.find("--moe-router-load-balancing-type aux_loss"), std::string::npos);
   for (const auto& [model, pre_softmax] : {std::pair{"qwen2-57b-a14b", true}, std::pair{"mixtral-8x7b", false}}) {
     const auto out = scratch() / (std::string("router-") + model);
     std::filesystem::remove_all(out);
     const auto planned = cpt(std::string("plan --model ") + model +
                              " --gpu h100 --gpus 16 --global-batch 256 --seq-len 4096 --out " + out.string());
     ASSERT_EQ(planned.exit_code, 0) << planned.err;
-    EXPECT_EQ(slurp(out / "megatron_args.sh").find("--moe-router-pre-softmax") != std::string::npos, pre_softmax)
-        << model;
+    const std::string args = slurp(out / "megatron_args.sh");
+    EXPECT_EQ(args.find("--moe-router-pre-softmax") != std::string::npos, pre_softmax) << model;
+    EXPECT_EQ(args.find("--moe-router-enable-expert-bias"), std::string::npos) << model;
+    EXPECT_NE(args.find("--moe-router-load-balancing-type aux_loss"), std::string::npos) << model;
   }
 }
 

@@ -14,6 +14,7 @@ its HSDP: the instances megatron-core's RankGenerator cuts from each dp x cp gro
 Usage: megatron_config.py CPT_BINARY WORK_DIR   (exit 77: megatron-core is not installed)
 """
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -36,7 +37,8 @@ except ImportError as error:
 
 # (model, GPUs, --fix): tensor and sequence parallelism, an interleaved pipeline, 405B's uneven
 # split [1, 62 x 2, 1], Qwen2.5's biases and RoPE base, context parallelism, mixtures of experts
-# with expert parallelism (Mixtral; Qwen3-MoE's q/k norms and head width; the flex dispatcher).
+# with expert parallelism (Mixtral; Qwen3-MoE's q/k norms and head width; the flex dispatcher;
+# DeepSeek-V3's group-limited routing, weight scale and expert-bias balancing).
 LAYOUTS = [
     ("llama3-8b", 16, "tp=2,pp=1,cp=1,zero=1,sequence_parallel=true"),
     ("llama3-70b", 64, "tp=8,pp=4,cp=1,zero=1,vp=5,schedule=interleaved_1f1b"),
@@ -50,6 +52,7 @@ LAYOUTS = [
     ("llama3-8b", 32, "tp=2,pp=1,cp=1,zero=3,hsdp=true,sequence_parallel=true,offload=none"),
     ("qwen3-30b-a3b", 16, "tp=1,pp=1,cp=1,zero=1,ep=16", ("--moe-dispatcher", "flex")),
     ("qwen2-57b-a14b", 32, "tp=2,pp=1,cp=1,zero=1,ep=8,sequence_parallel=true"),
+    ("deepseek-v3", 1024, "tp=1,pp=16,cp=1,zero=1,ep=64,schedule=1f1b"),
 ]
 
 # Megatron-FSDP's sharding strategy for each ZeRO stage (megatron-core's DistributedDataParallelConfig).
@@ -91,6 +94,8 @@ def transformer_config(args):
         kind = next((k for k in typing.get_args(kind) if k is not type(None)), kind) if typing.get_args(kind) else kind
         if field == "attention_backend":
             kwargs[field] = AttnBackend[value]
+        elif field == "moe_layer_freq":  # Megatron-LM's moe_freq_type: an int, or a list of 0/1 per layer
+            kwargs[field] = json.loads(value) if value.startswith("[") else int(value)
         elif kind is bool:
             kwargs[field] = True
         elif kind in (int, float):
@@ -204,6 +209,14 @@ def check_layout(cpt, work, index, layout, failures):
         sigmoid = moe.get("router", "softmax") == "sigmoid"
         expected += [("moe_router_score_function", "sigmoid" if sigmoid else "softmax"),
                      ("moe_router_pre_softmax", not sigmoid and not moe.get("normalize_top_k", True))]
+        # DeepSeek's routing: its groups, the weights' scale, and its balancing (the expert bias with
+        # a sequence-wise loss; the others the common auxiliary loss).
+        grouped, bias = moe.get("expert_groups", 1) > 1, moe.get("expert_bias", False)
+        expected += [("moe_router_num_groups", moe["expert_groups"] if grouped else None),
+                     ("moe_router_group_topk", moe["groups_per_token"] if grouped else None),
+                     ("moe_router_topk_scaling_factor", moe["top_k_scale"] if "top_k_scale" in moe else None),
+                     ("moe_router_enable_expert_bias", bias),
+                     ("moe_router_load_balancing_type", "seq_aux_loss" if bias else "aux_loss")]
         flex = plan["predicted"]["priced_as"]["moe_dispatcher"] == "flex"
         expected += [("moe_token_dispatcher_type", "flex" if flex else "alltoall")]
         if flex:

@@ -178,6 +178,8 @@ TEST(MixtureOfExperts, HuggingFaceConfigsThatCannotBeMeantAreRefusedByKey) {
   EXPECT_EQ(defaults.expert_groups, 8);
   EXPECT_EQ(defaults.groups_per_token, 4);
   EXPECT_EQ(defaults.top_k_scale, 2.5);
+  EXPECT_TRUE(defaults.expert_bias);  // its router's e_score_correction_bias
+  EXPECT_FALSE(from_hf(v2).moe.expert_bias);
   v3["n_group"] = 4;
   v3["topk_group"] = 2;
   v3["routed_scaling_factor"] = 2.5;
@@ -223,6 +225,8 @@ TEST(MixtureOfExperts, ModelJsonRoundTripsExpertsAndLatentAttention) {
   auto scaled = wider;
   scaled.moe.top_k_scale = 2.5;  // a key only the second writes
   EXPECT_EQ(first_model_difference(wider, scaled), "moe.top_k_scale none against 2.5");
+  EXPECT_FALSE(model_to_json(wider)["moe"].contains("expert_bias"));  // written where set
+  EXPECT_EQ(model_to_json(catalog("deepseek-v3"))["moe"]["expert_bias"], true);
   auto broken = model_to_json(catalog("tiny-moe"));
   broken["moe"]["experts_per_token"] = 5;  // more than the 4 experts
   const auto doc = core::parse_json_text(broken.dump(), "model.json");
