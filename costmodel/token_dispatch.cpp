@@ -1,20 +1,13 @@
 #include "costmodel/token_dispatch.h"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <vector>
 
 namespace cpt::cost {
 
 namespace {
-
-// C(n, r) as a double (exact below 2^53; G and g are at most E).
-double choose(int n, int r) {
-  if (r < 0 || r > n) return 0;
-  double ways = 1;
-  for (int i = 0; i < r; ++i) ways = ways * (n - i) / (i + 1);
-  return ways;
-}
 
 // C(size − overlap, drawn) / C(size, drawn): `drawn` experts uniform in a group of `size` miss the
 // `overlap` of them a block holds.
@@ -28,43 +21,58 @@ double group_miss(int size, int overlap, int drawn) {
   return chance;
 }
 
-// The header's miss for the experts [first, first + held): the average over the chosen groups S
-// and which k mod g of them give one expert more. `ways[lo][hi]` sums Π group_miss over the
-// subsets of the groups the block overlaps with `lo` groups giving ⌊k/g⌋ and `hi` giving ⌈k/g⌉;
-// the chosen groups it does not overlap miss with certainty and are counted by C(·,·).
+// C(total − marked, picked − hits) / C(total, picked): the chance that a uniform `picked`-subset
+// of `total` items meets `marked` given items in exactly a given `hits` of them. A product of
+// `marked` ratios, each at most 1 (no binomial is formed: C(2048, 1024) overflows a double).
+double exact_meeting(int total, int picked, int marked, int hits) {
+  if (hits > picked || marked - hits > total - picked) return 0;
+  double chance = 1;
+  for (int i = 0; i < hits; ++i) chance *= static_cast<double>(picked - i) / (total - i);
+  for (int i = 0; i < marked - hits; ++i) chance *= static_cast<double>(total - picked - i) / (total - hits - i);
+  return chance;
+}
+
+// The header's miss for the experts [first, first + held). The block overlaps a run of contiguous
+// groups: whole ones inside it, and at most two partial ones at its ends. A chosen group gives at
+// least one expert (REQUIRES: k >= g), so a chosen whole group never misses: the block misses only
+// when no whole group is chosen, summed over which partial groups are (A) and which of those give
+// ⌈k/g⌉ (B).
 double block_miss(const spec::ExpertSpec& experts, int first, int held) {
   const int groups = experts.expert_groups;
   const int chosen = experts.groups_per_token;
   const int size = experts.experts / groups;
   const int low = experts.experts_per_token / chosen;
   const int extra = experts.experts_per_token % chosen;  // chosen groups giving low + 1
-  if (groups == 1) return group_miss(size, held, low);
-  std::vector<double> ways(static_cast<std::size_t>(chosen - extra + 1) * static_cast<std::size_t>(extra + 1), 0.0);
-  const auto at = [&](int lo, int hi) -> double& {
-    return ways[static_cast<std::size_t>(lo) * static_cast<std::size_t>(extra + 1) + static_cast<std::size_t>(hi)];
+  // Every group chosen limits nothing: the top k of all E.
+  if (groups == chosen) return group_miss(experts.experts, held, experts.experts_per_token);
+  const int first_group = first / size;
+  const int last_group = (first + held - 1) / size;
+  const int overlapped = last_group - first_group + 1;
+  struct Partial {
+    double miss_low, miss_high;
   };
-  at(0, 0) = 1;
-  int overlapped = 0;
-  for (int group = first / size; group * size < first + held; ++group, ++overlapped) {
+  std::vector<Partial> partial;
+  for (const int group : {first_group, last_group}) {
     const int overlap = std::min(first + held, (group + 1) * size) - std::max(first, group * size);
-    const double miss_low = group_miss(size, overlap, low);
-    const double miss_high = group_miss(size, overlap, low + 1);
-    for (int lo = chosen - extra; lo >= 0; --lo) {
-      for (int hi = extra; hi >= 0; --hi) {
-        if (lo > 0) at(lo, hi) += at(lo - 1, hi) * miss_low;
-        if (hi > 0) at(lo, hi) += at(lo, hi - 1) * miss_high;
+    if (overlap < size && (partial.empty() || group != first_group)) {
+      partial.push_back({group_miss(size, overlap, low), group_miss(size, overlap, low + 1)});
+    }
+  }
+  double miss = 0;
+  const auto count = static_cast<unsigned>(partial.size());
+  for (unsigned in_a = 0; in_a < (1u << count); ++in_a) {
+    for (unsigned in_b = in_a;; in_b = (in_b - 1) & in_a) {  // every subset B of A
+      double product = 1;
+      for (unsigned i = 0; i < count; ++i) {
+        if (in_a & (1u << i)) product *= in_b & (1u << i) ? partial[i].miss_high : partial[i].miss_low;
       }
+      const int a = std::popcount(in_a);
+      const int b = std::popcount(in_b);
+      miss += product * exact_meeting(groups, chosen, overlapped, a) * exact_meeting(chosen, extra, a, b);
+      if (in_b == 0) break;
     }
   }
-  const int untouched = groups - overlapped;
-  double sum = 0;
-  for (int lo = 0; lo <= chosen - extra; ++lo) {
-    for (int hi = 0; hi <= extra; ++hi) {
-      const int rest = chosen - lo - hi;
-      sum += at(lo, hi) * choose(untouched, rest) * choose(rest, extra - hi);
-    }
-  }
-  return sum / (choose(groups, chosen) * choose(chosen, extra));
+  return miss;
 }
 
 // miss averaged over the blocks of `held` experts that tile the E: the overlaps repeat every

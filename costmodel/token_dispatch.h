@@ -30,7 +30,9 @@
 // of them), drawn uniformly inside the group. A block of experts overlapping group j in o_j
 // experts then misses a token with probability
 //   miss = E_S [ Π_{j∈S} C(E/G − o_j, c_j) / C(E/G, c_j) ]   over the chosen groups S and counts c,
-// an average over the C(G, g)·C(g, k mod g) equally likely choices. DeepSeek-V3 (E 256, k 8, G 8,
+// an average over the C(G, g)·C(g, k mod g) equally likely choices. With g = G nothing is limited:
+// ungrouped routing. (The spread of k/g a group is Megatron's rule's when g is well below G, as
+// DeepSeek's 4 of 8; as g nears G the real top k spreads less evenly.) DeepSeek-V3 (E 256, k 8, G 8,
 // g 4) on ep 64 = 8 nodes × 8, a group per node: a token reaches the other nodes of its 4 groups,
 // 7 · (1 − C(7, 4)/C(8, 4)) = 3.5 copies over the network, where ungrouped routing sends 4.6.
 // The all-to-all dispatcher's traffic does not change: it sends one copy per (token, expert).

@@ -208,6 +208,10 @@ void find_expert_errors(const ModelSpec& m, std::vector<std::string>& errors) {
     errors.push_back(str_cat("moe.groups_per_token (", e.groups_per_token, ") groups of ", e.experts / e.expert_groups,
                              " experts cannot hold moe.experts_per_token (", e.experts_per_token, ")"));
   }
+  if (e.groups_per_token > e.experts_per_token && e.experts_per_token >= 1) {
+    errors.push_back(str_cat("moe.groups_per_token (", e.groups_per_token, ") must be at most moe.experts_per_token (",
+                             e.experts_per_token, "): a chosen group is scored by its top k / groups_per_token"));
+  }
   if (!(e.top_k_scale > 0)) errors.push_back(str_cat("moe.top_k_scale must be > 0, got ", e.top_k_scale));
   if (e.capacity_factor != 0 && !(e.capacity_factor >= 1)) {
     errors.push_back(str_cat("moe.capacity_factor must be 0 (dropless) or >= 1, got ", e.capacity_factor));

@@ -79,9 +79,17 @@ TEST(FlexDispatch, GroupLimitedRoutingReachesFewerNodes) {
   EXPECT_NEAR(two.over_nvlink, 2 * 7 * (1 - (0.5 + 0.5 * 120.0 / 496.0)), 1e-12);
   // Ungrouped, the same 8 experts reach more of the 8 nodes: 7 · (1 − C(224,8)/C(256,8)).
   EXPECT_GT(flex_copies(experts(256, 8), ep_group(8, 8)).over_network, 4.6);
-  // One group and one chosen is ungrouped routing.
-  EXPECT_EQ(flex_copies(grouped(128, 8, 1, 1), ep_group(2, 8)).over_network,
-            flex_copies(experts(128, 8), ep_group(2, 8)).over_network);
+  // One group and one chosen, or every group chosen, is ungrouped routing.
+  for (const int groups : {1, 8}) {
+    EXPECT_EQ(flex_copies(grouped(128, 8, groups, groups), ep_group(2, 8)).over_network,
+              flex_copies(experts(128, 8), ep_group(2, 8)).over_network);
+  }
+  // Thousands of groups: finite (no binomial of them is formed), and fast.
+  const FlexCopies many = flex_copies(grouped(2048, 1024, 1024, 512), ep_group(16, 8));
+  EXPECT_GT(many.over_network, 0);
+  EXPECT_LE(many.over_network, 15);
+  EXPECT_GT(many.over_nvlink, 0);
+  EXPECT_LE(many.over_nvlink, 16 * 7);
 }
 
 // Blocks that straddle groups, and top-k not a multiple of the chosen groups, against every token

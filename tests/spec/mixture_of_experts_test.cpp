@@ -172,6 +172,7 @@ TEST(MixtureOfExperts, HuggingFaceConfigsThatCannotBeMeantAreRefusedByKey) {
   EXPECT_EQ(from_hf(v2).moe.router, RouterScore::kSoftmax);  // transformers' DeepseekV2Config default
   auto v3 = v2;
   v3["model_type"] = "deepseek_v3";
+  v3["num_experts_per_tok"] = 4;  // at least a chosen group's one each
   // DeepseekV3Config's defaults: sigmoid scores, the best 4 of 8 groups, weights x 2.5.
   const auto defaults = from_hf(v3).moe;
   EXPECT_EQ(defaults.router, RouterScore::kSigmoid);
@@ -192,8 +193,11 @@ TEST(MixtureOfExperts, HuggingFaceConfigsThatCannotBeMeantAreRefusedByKey) {
   EXPECT_NE(hf_error(v3).find("moe.groups_per_token (1) groups of 2 experts cannot hold moe.experts_per_token (3)"),
             std::string::npos)
       << hf_error(v3);
-  v3["topk_group"] = 2;
+  v3["topk_group"] = 4;  // more groups than experts a token takes
   v3["num_experts_per_tok"] = 2;
+  EXPECT_NE(hf_error(v3).find("moe.groups_per_token (4) must be at most moe.experts_per_token (2)"), std::string::npos)
+      << hf_error(v3);
+  v3["topk_group"] = 2;
   v3["n_group"] = 3;  // 8 experts in 3 groups
   EXPECT_NE(hf_error(v3).find("moe.expert_groups (3) must divide moe.experts (8)"), std::string::npos) << hf_error(v3);
   v3["n_group"] = 4;
