@@ -9,7 +9,8 @@
 namespace cpt::cli {
 
 void print_json(const core::Json& j) {
-  std::cout << j.dump(2) << "\n";
+  // Text from files (paths, decoded data) may hold bytes that are not UTF-8: replaced, not thrown.
+  std::cout << j.dump(2, ' ', false, core::Json::error_handler_t::replace) << "\n";
 }
 
 std::string format_count(std::int64_t n) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,20 +16,26 @@ namespace cpt::core {
 
 namespace {
 
-// The holder's pid as it wrote it into the lock file, without the newline.
+// The holder's pid as it wrote it into the lock file: its leading digits, "?" when none.
 std::string written_pid(int fd) {
   char pid[32] = {};
   const auto n = ::pread(fd, pid, sizeof pid - 1, 0);
-  std::string text(pid, n > 0 ? static_cast<std::size_t>(n) : 0);
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text.empty() ? "?" : text;
+  std::string digits;
+  for (ssize_t i = 0; i < n && pid[i] >= '0' && pid[i] <= '9'; ++i) digits += pid[i];
+  return digits.empty() ? "?" : digits;
 }
 
 }  // namespace
 
 std::optional<std::string> DirectoryLock::holder_of(const std::filesystem::path& dir) {
-  const int fd = ::open((dir / ".cpt.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a lock path that is a FIFO must not wait for a writer.
+  const int fd = ::open((dir / ".cpt.lock").c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
+  struct stat status {};
+  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+    ::close(fd);
+    return std::nullopt;
+  }
   std::optional<std::string> holder;
   if (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) holder = written_pid(fd);

@@ -208,8 +208,12 @@ void run(const PlanOptions& given) {
   std::vector<std::string> written;
   if (!o.out.empty())
     written = write_outputs(o.out, model, cluster, o, r, priced_with, finish_text(o, r, finish, "- "));
+  const std::string export_note =
+      r.top.empty() ? "" : export_differs_note(model, cluster, o.seq_len, r.top.front(), priced_with);
   if (o.json) {
-    print_json(plan_json(o, r, simulated, finish));
+    auto j = plan_json(o, r, simulated, finish);
+    if (!export_note.empty()) j["export_note"] = export_note;  // plan_report.h: the file writes #1 otherwise
+    print_json(j);
     return;
   }
   std::string sizes;
@@ -219,8 +223,7 @@ void run(const PlanOptions& given) {
                        cost::describe(priced_with.runtime), ", continual recipe: ", describe_recipe(priced_with),
                        vocabulary_note.empty() ? "" : "\n" + vocabulary_note, "\n\n");
   if (!r.best_per_size.empty()) print_sizes(r, o.tokens, o.price, finish);
-  print_top(r, simulated, cluster, priced_with.runtime, finish_text(o, r, finish, "  "),
-            r.top.empty() ? "" : export_differs_note(model, cluster, o.seq_len, r.top.front(), priced_with));
+  print_top(r, simulated, cluster, priced_with.runtime, finish_text(o, r, finish, "  "), export_note);
   std::cout << str_cat(
       r.enumerated, " candidates, ", r.evaluated, " evaluated, ", r.feasible, " feasible, ", r.pareto.size(),
       clusters.size() > 1 ? " on the throughput/memory/GPUs" : " on the throughput/memory", " Pareto front, in ",

@@ -89,9 +89,9 @@ std::string export_differs_note(const spec::ModelSpec& model, const spec::Cluste
   const spec::Runtime runtime = priced_with.runtime;
   const auto written = planner::config_as_exported(model, best.config, seq_len, runtime);
   if (written == best.config) return "";
-  const char* file = "";
-  for (const auto& [name, exported_for] : kExports) {
-    if (exported_for == runtime) file = name;
+  std::string file;
+  for (const auto& [names, exported_for] : kExports) {
+    if (exported_for == runtime) file = std::string(names).substr(0, std::string(names).find(','));  // the first
   }
   const auto gap = planner::find_export_gap(model, best.config, seq_len, runtime);
   return core::str_cat("note: ", file, " writes #1 with ", planner::describe_changes(best.config, written), " (",

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 
@@ -63,7 +64,12 @@ void check_weight_sources(const std::string& config_path, const spec::TrainConfi
     };
     std::error_code ec;
     if (!std::filesystem::is_directory(source, ec)) refuse("no such directory");
-    if (!exec::is_hf_directory(source) && !std::filesystem::exists(source / "manifest.json", ec)) {
+    if (exec::is_hf_directory(source)) {
+      if (!std::filesystem::exists(source / "model.safetensors", ec) &&
+          !std::filesystem::exists(source / "model.safetensors.index.json", ec)) {
+        refuse("a Hugging Face directory without weights (no model.safetensors or model.safetensors.index.json)");
+      }
+    } else if (!std::filesystem::exists(source / "manifest.json", ec)) {
       refuse("neither a cpt checkpoint (no manifest.json) nor a Hugging Face directory (no config.json)");
     }
   }
@@ -77,7 +83,7 @@ void launch_ranks(const TrainArgs& args, const CLI::App& command) {
   // Bad input is reported once, here, not by every rank.
   const auto plan = spec::load_plan(args.plan);
   const auto config = exec::load_train_config(args.config);
-  const int processes = args.launch.nnodes * args.launch.nproc_per_node;
+  const std::int64_t processes = std::int64_t{args.launch.nnodes} * args.launch.nproc_per_node;
   if (processes != plan.parallel.world_size()) {
     throw core::ConfigError(core::str_cat(
         "--nproc-per-node ", args.launch.nproc_per_node,

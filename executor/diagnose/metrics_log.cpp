@@ -1,5 +1,6 @@
 #include "executor/diagnose/metrics_log.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,7 +18,8 @@ double number_or_nan(const nlohmann::json& j, const char* key) {
 // The row of one line, or nullopt when the line is not a step record.
 std::optional<MetricsRow> parse_row(const std::string& line) {
   const auto j = nlohmann::json::parse(line, nullptr, false);
-  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || j["step"].get<std::int64_t>() < 0) {
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || j["step"].get<std::int64_t>() < 0 ||
+      j["step"].get<std::int64_t>() > kMaxLoggedStep) {
     return std::nullopt;
   }
   MetricsRow r;
@@ -48,6 +50,8 @@ MetricsLog read_metrics_log(const std::filesystem::path& file) {
     ++number;
     if (line.empty()) continue;
     if (auto row = parse_row(line)) {
+      if (row->step <= log.highest_step) ++log.out_of_order;
+      log.highest_step = std::max(log.highest_step, row->step);
       log.rows.push_back(std::move(*row));
       log.last_line_unreadable = false;
       continue;

@@ -18,9 +18,14 @@ struct MetricsRow {
   double expert_load = 0, dropped_pairs = 0;  // mixtures of experts; NaN when absent
 };
 
+// The largest step a row may name (beyond it the line is not read: `step + 1` must not overflow).
+inline constexpr std::int64_t kMaxLoggedStep = 1'000'000'000'000'000;
+
 struct MetricsLog {
   std::vector<MetricsRow> rows;
-  std::int64_t unreadable_lines = 0;  // not a JSON object with an integer "step" >= 0
+  std::int64_t highest_step = -1;     // the largest step of the rows
+  std::int64_t out_of_order = 0;      // rows whose step is not above every step before them
+  std::int64_t unreadable_lines = 0;  // not a JSON object with an integer "step" in 0..kMaxLoggedStep
   std::int64_t first_unreadable = 0;  // its line number (1-based), when there is one
   bool last_line_unreadable = false;  // the file's last line is one of them (cut by a kill)
 };

@@ -12,6 +12,7 @@
 #include "core/order_statistics.h"
 #include "core/str_cat.h"
 #include "executor/diagnose/metrics_log.h"
+#include "executor/diagnose/run_progress.h"
 #include "executor/train/run_inputs.h"
 #include "executor/train/train_config.h"
 #include "spec/plan.h"
@@ -78,6 +79,13 @@ void check_losses(const std::vector<Row>& rows, std::vector<Finding>& out) {
   const std::size_t tenth = std::max<std::size_t>(1, n / 10);
   if (n >= 10) {
     const double first = mean_of(rows, 0, tenth), last = mean_of(rows, n - tenth, n);
+    if (!std::isfinite(first) || !std::isfinite(last) || first <= 0) {
+      out.push_back(finding("loss trend", Verdict::kFail,
+                            str_cat("no finite, positive mean loss over the first or the last tenth of the steps (",
+                                    fixed(first), ", ", fixed(last), ")"),
+                            "the loss is not finite or not a loss: see the non-finite steps above"));
+      return;
+    }
     const double change = (last - first) / first;
     const Verdict v = change < -0.01 ? Verdict::kOk : change < 0.01 ? Verdict::kWarn : Verdict::kFail;
     out.push_back(finding("loss trend", v,
@@ -133,7 +141,8 @@ void check_losses(const std::vector<Row>& rows, std::vector<Finding>& out) {
       amplitude += std::abs(d1);
     }
     const double flip_share = pairs ? static_cast<double>(flips) / pairs : 0;
-    const double rel = pairs ? amplitude / pairs / mean_of(rows, n / 2, n) : 0;
+    const double late_mean = mean_of(rows, n / 2, n);
+    const double rel = pairs && std::isfinite(amplitude) && late_mean > 0 ? amplitude / pairs / late_mean : 0;
     const bool oscillates = flip_share > 0.7 && rel > 0.05;
     out.push_back(
         finding("loss oscillation", oscillates ? Verdict::kWarn : Verdict::kOk,
@@ -258,8 +267,9 @@ void check_expert_load(const std::vector<Row>& rows, const spec::ExpertSpec& moe
   const auto impossible = outside(loads, 1, collapse) + outside(dropped, 0, 1);
   if (impossible > 0) {
     out.push_back(finding("expert load", Verdict::kFail,
-                          str_cat(impossible, " logged values outside what routing allows (busiest expert 1 to ",
-                                  fixed(collapse, 2), "x its balanced share, dropped pairs 0 to 100%)"),
+                          str_cat(impossible, impossible == 1 ? " logged value" : " logged values",
+                                  " outside what routing allows (busiest expert 1 to ", fixed(collapse, 2),
+                                  "x its balanced share, dropped pairs 0 to 100%)"),
                           "metrics.jsonl was edited or written by another tool: its expert load cannot be read"));
     return;
   }
@@ -318,7 +328,11 @@ void check_data_sample(const RunInputs& inputs, int seq_len, std::vector<Finding
         bytes += piece.size() == 6 && piece.starts_with("<0x") && piece.back() == '>' ? 1 : 0;
       }
       const auto text = tok.decode(ids32);
-      if (excerpt.empty()) excerpt = text.substr(0, 80);
+      if (excerpt.empty()) {
+        std::size_t cut = std::min<std::size_t>(80, text.size());
+        while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+        excerpt = text.substr(0, cut);  // whole UTF-8 characters
+      }
       for (std::size_t i = 0; i < text.size(); ++i) {
         const auto c = static_cast<unsigned char>(text[i]);
         if ((c & 0xC0) == 0x80) continue;  // a UTF-8 continuation byte
@@ -361,6 +375,11 @@ void check_start(const std::vector<Row>& rows, const TrainConfig& config, const 
   }
   const double chance = std::log(static_cast<double>(model.vocab));
   const double first = rows.front().loss;
+  if (!std::isfinite(first)) {
+    out.push_back(finding("starting weights", Verdict::kWarn, "the first step's loss is not finite",
+                          "a first loss that is not finite: the starting weights or the first batch are broken"));
+    return;
+  }
   const auto detail =
       str_cat("first loss ", fixed(first), " vs ln(vocabulary) = ", fixed(chance),
               config.init_from ? str_cat(", init_from ", config.init_from->string()) : ", from scratch");
@@ -376,74 +395,6 @@ void check_start(const std::vector<Row>& rows, const TrainConfig& config, const 
   }
 }
 
-// Every line of metrics.jsonl a step: a line that is not one is named (the last one cut short is
-// what a kill while writing leaves).
-void check_metrics_lines(const MetricsLog& log, std::vector<Finding>& out) {
-  const auto& rows = log.rows;
-  if (rows.empty()) {
-    out.push_back(finding("metrics", Verdict::kFail, "no step logged",
-                          "the run logged no step: look at its output for the error"));
-    return;
-  }
-  const auto logged = str_cat(rows.size(), " steps logged (", rows.front().step, " to ", rows.back().step, ")");
-  if (log.unreadable_lines == 0) {
-    out.push_back(finding("metrics", Verdict::kOk, logged));
-    return;
-  }
-  const bool only_last = log.unreadable_lines == 1 && log.last_line_unreadable;
-  out.push_back(finding(
-      "metrics", Verdict::kWarn,
-      str_cat(logged, "; ", log.unreadable_lines, only_last ? " line is" : " lines are", " not a step record (line ",
-              log.first_unreadable, only_last ? ", the last)" : " first)"),
-      only_last ? "the run was killed while writing its last line: --resume continues from its newest checkpoint "
-                  "(and rewrites metrics.jsonl from there)"
-                : "metrics.jsonl was edited or written by another tool: the checks below read only its step records"));
-}
-
-// run.json's total_steps: the length of the schedule the run was started with.
-std::optional<std::int64_t> planned_steps(const fs::path& run_info) {
-  if (!fs::exists(run_info)) return std::nullopt;
-  std::ifstream in(run_info);
-  const auto j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object() || !j.contains("total_steps") || !j["total_steps"].is_number_integer()) return std::nullopt;
-  return j["total_steps"].get<std::int64_t>();
-}
-
-// The newest step directory under RUN_DIR/checkpoints (not verified), or empty.
-std::string newest_checkpoint(const fs::path& run_dir) {
-  std::string newest;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(run_dir / "checkpoints", ec)) {
-    const auto name = entry.path().filename().string();
-    if (name.starts_with("step_") && name.find('.') == std::string::npos && name > newest) newest = name;
-  }
-  return newest;
-}
-
-// Whether the run got to the end of its schedule, is still being written, or ended early.
-void check_progress(const fs::path& run_dir, std::int64_t done, std::optional<std::int64_t> total,
-                    std::vector<Finding>& out) {
-  if (!total) return;
-  const auto of = str_cat(done, " of ", *total, " steps");
-  if (done >= *total) {
-    out.push_back(finding("progress", Verdict::kOk, str_cat(of, ": the schedule ran to its end")));
-  } else if (const auto writer = core::DirectoryLock::holder_of(run_dir)) {
-    out.push_back(finding("progress", Verdict::kOk, str_cat(of, ", still training (pid ", *writer, ")")));
-  } else {
-    const auto checkpoint = newest_checkpoint(run_dir);
-    out.push_back(finding(
-        "progress", Verdict::kWarn,
-        str_cat(of, " (", fixed(100.0 * static_cast<double>(done) / static_cast<double>(*total), 1),
-                "%), and no process is writing the run: it was stopped (--stop-at, SIGTERM) or killed; newest "
-                "checkpoint ",
-                checkpoint.empty() ? "none" : checkpoint),
-        checkpoint.empty() ? "the run ended before its first checkpoint: its output (or the job's log) says why; "
-                             "cpt train --resume starts it again from step 0"
-                           : "cpt train --resume continues from the newest checkpoint; the run's output (or the "
-                             "job's log) says why it ended"));
-  }
-}
-
 }  // namespace
 
 std::vector<Finding> diagnose_run(const fs::path& run_dir) {
@@ -455,30 +406,29 @@ std::vector<Finding> diagnose_run(const fs::path& run_dir) {
   std::vector<Finding> out;
   const auto log = read_metrics_log(metrics_file);
   const auto& rows = log.rows;
-  check_metrics_lines(log, out);
+  out.push_back(check_metrics_lines(log));
   if (rows.empty()) return out;
   const auto plan = spec::load_plan(run_dir / "plan.json");
-  check_progress(run_dir, rows.back().step + 1, planned_steps(run_dir / "run.json"), out);
+  const auto record = read_run_record(run_dir);
+  if (auto progress = check_progress(run_dir, log, record)) out.push_back(std::move(*progress));
   check_losses(rows, out);
   if (plan.model.moe.present()) check_expert_load(rows, plan.model.moe, out);
 
-  // The configuration the run used (cpt train keeps a copy and the original's path).
+  // The configuration the run used: the file run.json names (its relative data paths resolve
+  // from there), else cpt train's copy of it.
   std::optional<TrainConfig> config;
-  const auto run_info = run_dir / "run.json";
-  if (fs::exists(run_info)) {
-    std::ifstream in(run_info);
-    const auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_object() && j.contains("config") && fs::exists(j["config"].get<std::string>())) {
-      config = load_train_config(j["config"].get<std::string>());
-    }
+  std::error_code ec;
+  if (record.config && fs::is_regular_file(*record.config, ec)) {
+    config = load_train_config(*record.config);
+  } else if (fs::is_regular_file(run_dir / "train_config.json", ec)) {
+    config = load_train_config(run_dir / "train_config.json");
   }
-  if (!config && fs::exists(run_dir / "train_config.json")) config = load_train_config(run_dir / "train_config.json");
   if (!config) {
     out.push_back(finding("configuration", Verdict::kWarn, "no TRAIN.json found for this run",
                           "runs written by this cpt keep run.json and train_config.json; older runs lack them"));
     return out;
   }
-  const std::int64_t total_steps = planned_steps(run_info).value_or(rows.back().step + 1);
+  const std::int64_t total_steps = record.total_steps.value_or(log.highest_step + 1);
   check_learning_rate(rows, *config, total_steps, out);
   check_grad_norm(rows, config->grad_clip, out);
   check_mixture(rows, *config, out);

@@ -41,6 +41,11 @@ TEST(Pricing, AnExportThatWritesAnotherConfigurationIsPricedAsWritten) {
   EXPECT_NE(report.find("| megatron_args.sh | megatron as ZeRO-3 -> ZeRO-1 |"), std::string::npos) << report;
   // DeepSpeed's pipeline engine: ZeRO-1 and its own schedule.
   EXPECT_NE(report.find("| ds_config.json | deepspeed as ZeRO-3 -> ZeRO-1"), std::string::npos) << report;
+  const auto as_json = cpt(plan + "--fix tp=2,cp=2,pp=4,zero=3 --json");
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.err;
+  EXPECT_NE(nlohmann::json::parse(as_json.out).value("export_note", "").find("note: megatron_args.sh writes #1"),
+            std::string::npos)
+      << as_json.out;
   const auto targeted = cpt(plan + "--target megatron");
   ASSERT_EQ(targeted.exit_code, 0) << targeted.err;
   EXPECT_EQ(targeted.out.find("note: megatron_args.sh"), std::string::npos) << targeted.out;

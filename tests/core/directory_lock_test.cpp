@@ -1,6 +1,7 @@
 #include "core/directory_lock.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -41,6 +42,10 @@ TEST(DirectoryLock, HolderOfNamesTheWriterAndTakesNothing) {
   writer.reset();
   EXPECT_EQ(DirectoryLock::holder_of(dir), std::nullopt);
   EXPECT_NO_THROW((void)DirectoryLock::acquire(dir, "another cpt train"));  // holder_of left it free
+  // A lock path that is not a file (a FIFO would block an open for reading): nobody holds it.
+  std::filesystem::remove(dir / ".cpt.lock");
+  ASSERT_EQ(::mkfifo((dir / ".cpt.lock").c_str(), 0600), 0);
+  EXPECT_EQ(DirectoryLock::holder_of(dir), std::nullopt);
   std::filesystem::remove_all(dir);
 }
 

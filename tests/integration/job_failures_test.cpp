@@ -179,6 +179,13 @@ TEST_F(JobFailures, WhatEveryRankWouldRefuseIsOneLineFromTheLauncher) {
   std::ofstream(dir_ / "init-missing.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
       "threads": 1, "log_interval_steps": 0, "init_from": "no/such/checkpoint"})";
   one_line(train("dp2", "o-init", 2, "init-missing.json"), "init-missing.json: init_from ");
+  // A Hugging Face directory with its config and no weights.
+  fs::create_directories(dir_ / "hf-config-only");
+  std::ofstream(dir_ / "hf-config-only/config.json") << R"({"model_type": "llama"})";
+  std::ofstream(dir_ / "init-no-weights.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2,
+      "seed": 5, "threads": 1, "log_interval_steps": 0, "init_from": ")"
+                                               << (dir_ / "hf-config-only").string() << R"("})";
+  one_line(train("dp2", "o-init-hf", 2, "init-no-weights.json"), "a Hugging Face directory without weights");
 }
 
 TEST_F(JobFailures, AMissingPeerEndsInATimeoutNotAHang) {
