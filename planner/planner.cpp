@@ -95,6 +95,8 @@ bool better_candidate(const Candidate& a, const Candidate& b) {
   return better(a, b, a.estimate.peak_memory().total(), b.estimate.peak_memory().total());
 }
 
+}  // namespace
+
 void check_options(const spec::ModelSpec& model, const SearchOptions& o) {
   if (o.global_batch < 1 || o.global_batch > spec::kMaxGlobalBatch) {
     throw core::ConfigError(
@@ -123,6 +125,8 @@ void check_options(const spec::ModelSpec& model, const SearchOptions& o) {
                                     spec::to_string(model.norm), ", position ", spec::to_string(model.position)));
   }
 }
+
+namespace {
 
 int thread_count(const SearchOptions& o) {
   if (o.threads > 0) return o.threads;

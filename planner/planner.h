@@ -113,6 +113,11 @@ struct PlannerResult {
 // ConfigError when the options are invalid (batch, sequence length, cost objective without a price).
 PlannerResult search(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const SearchOptions& options);
 
+// ConfigError naming the flag when `options` cannot be searched for `model` (the global batch, the
+// sequence length against the model's, the memory margin, the objective's budget). search() calls
+// it; `cpt run --model` calls it before it calibrates this machine.
+void check_options(const spec::ModelSpec& model, const SearchOptions& options);
+
 // search() at each GPU count of `clusters` (the same hardware at several sizes), merged: counts
 // summed, the top K over all sizes by the objective (tokens/s per GPU, time or cost of the token
 // budget), all feasible candidates, and the three-way Pareto front across sizes.

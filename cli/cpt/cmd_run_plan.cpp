@@ -9,6 +9,8 @@
 #include "cli/cpt/local_profile.h"
 #include "core/error.h"
 #include "core/str_cat.h"
+#include "planner/planner.h"
+#include "spec/model_io.h"
 #include "spec/plan.h"
 
 namespace cpt::cli {
@@ -45,6 +47,11 @@ void run_planned(const PlannedRunOptions& o) {
   }
   if (!find_executor())
     throw core::RuntimeError("`cpt run` trains, and this build has no executor (run scripts/setup)");
+  // What the plan step would refuse, refused before this machine is calibrated (a minute).
+  planner::SearchOptions search;
+  search.global_batch = o.global_batch;
+  search.seq_len = o.seq_len;
+  planner::check_options(spec::load_model(o.model, "--model"), search);
   const fs::path out = o.out.empty() ? default_run_dir() : fs::path(o.out);
   fs::create_directories(out);
   std::string gpu = o.gpu;

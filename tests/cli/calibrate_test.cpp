@@ -266,6 +266,15 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   const auto none = sh(moe + "--gpus 2 --global-batch 4 --fix ep=4 --out " + d + "/r-ep4", dir);
   EXPECT_EQ(none.exit_code, 2) << none.err;
   EXPECT_NE(none.err.find("no configuration of tiny-moe fits 2 x h100"), std::string::npos) << none.err;
+  // What the plan step would refuse is refused before an uncalibrated machine is calibrated.
+  const auto early = sh("CPT_LOCAL_PROFILE=" + d + "/not-yet.json " + cpt + " run --model tiny --cpu --gpus 1 " +
+                            "--config " + d + "/train.json --global-batch 4 --seq-len 100000 --out " + d + "/r-long",
+                        dir);
+  EXPECT_EQ(early.exit_code, 2) << early.err;
+  EXPECT_EQ(early.out.find("calibrate"), std::string::npos) << early.out;
+  EXPECT_NE(early.err.find("--seq-len: expected at most the model's max_seq_len (128), got 100000"), std::string::npos)
+      << early.err;
+  EXPECT_FALSE(fs::exists(dir / "not-yet.json"));
   fs::remove_all(dir);
 }
 
