@@ -268,7 +268,10 @@ Plan plan_from_json(JsonObjectReader& r) {
   const auto list64 = pipe.integer_array("layers_per_stage", 1);
   std::vector<int> list(list64.begin(), list64.end());
   if (auto e = StagePartition::find_error(list, p.model.layers, p.parallel.pp, p.parallel.virtual_stages)) {
-    pipe.fail("layers_per_stage", "one entry >= 1 per stage summing to the model's layers", *e);
+    pipe.fail("layers_per_stage",
+              str_cat(p.parallel.num_stages(), " entries (pp ", p.parallel.pp, " x virtual_stages ",
+                      p.parallel.virtual_stages, "), each >= 1, summing to the model's ", p.model.layers, " layers"),
+              str_cat(nlohmann::json(list).dump(), " (", *e, ")"));
   }
   pipe.finish();
   p.stages = StagePartition::from_list(std::move(list), p.parallel.pp, p.parallel.virtual_stages);

@@ -48,8 +48,8 @@ std::optional<std::string> StagePartition::find_error(const std::vector<int>& pe
                                                       int virtual_stages) {
   const int stages = pp * virtual_stages;
   if (static_cast<int>(per.size()) != stages) {
-    return str_cat("expected pp (", pp, ") * virtual_stages (", virtual_stages, ") = ", stages, " entries, got ",
-                   per.size());
+    return str_cat(per.size(), " entries for pp (", pp, ") * virtual_stages (", virtual_stages, ") = ", stages,
+                   " stages");
   }
   for (std::size_t i = 0; i < per.size(); ++i) {
     if (per[i] < 1) return str_cat("stage ", i, " must hold >= 1 layer, got ", per[i]);
@@ -65,7 +65,9 @@ StagePartition StagePartition::from_list(std::vector<int> per, int pp, int virtu
   return StagePartition(std::move(per), pp, virtual_stages);
 }
 
-int StagePartition::num_layers() const { return std::accumulate(layers_per_stage_.begin(), layers_per_stage_.end(), 0); }
+int StagePartition::num_layers() const {
+  return std::accumulate(layers_per_stage_.begin(), layers_per_stage_.end(), 0);
+}
 
 int StagePartition::layers_in(int stage) const {
   CPT_CHECK(stage >= 0 && stage < num_stages(), "stage ", stage, " of ", num_stages());

@@ -92,8 +92,8 @@ TEST(Plan, BadPlansNameThePath) {
   EXPECT_EQ(error_after([](core::Json& j) { j["parallel"]["tp"] = 16; }),
             "plan.json: $.parallel: tp (16) * cp (1) * dp (2) * pp (4) = 128 != number of GPUs (64)");
   EXPECT_EQ(error_after([](core::Json& j) { j["pipeline"]["layers_per_stage"][0] = 11; }),
-            "plan.json: $.pipeline.layers_per_stage: expected one entry >= 1 per stage summing to the model's layers, "
-            "got layers per stage sum to 81, the model has 80");
+            "plan.json: $.pipeline.layers_per_stage: expected 8 entries (pp 4 x virtual_stages 2), each >= 1, summing "
+            "to the model's 80 layers, got [11,10,10,10,10,10,10,10] (layers per stage sum to 81, the model has 80)");
   EXPECT_EQ(error_after([](core::Json& j) { j["parallel"]["schedule"] = "zb"; }),
             "plan.json: $.parallel.schedule: expected one of gpipe|1f1b|interleaved_1f1b|zb_h1, got string \"zb\"");
   EXPECT_EQ(error_after([](core::Json& j) { j["cluster"]["node"]["gpu"]["hbm_capacity_GB"] = -80; }),

@@ -63,7 +63,7 @@ TEST(StagePartition, ClosedFormsMatchTheContractOrder) {
 
 TEST(StagePartition, ExplicitListsAreChecked) {
   EXPECT_FALSE(StagePartition::find_error({3, 5}, 8, 2, 1));
-  EXPECT_EQ(*StagePartition::find_error({3, 5}, 8, 4, 1), "expected pp (4) * virtual_stages (1) = 4 entries, got 2");
+  EXPECT_EQ(*StagePartition::find_error({3, 5}, 8, 4, 1), "2 entries for pp (4) * virtual_stages (1) = 4 stages");
   EXPECT_EQ(*StagePartition::find_error({0, 8}, 8, 2, 1), "stage 0 must hold >= 1 layer, got 0");
   EXPECT_EQ(*StagePartition::find_error({4, 5}, 8, 2, 1), "layers per stage sum to 9, the model has 8");
   EXPECT_EQ(StagePartition::from_list({3, 5}, 2, 1).layers_in(1), 5);
