@@ -220,6 +220,28 @@ std::string first_model_difference(const ModelSpec& ours, const ModelSpec& their
   return first_json_difference(model_to_json(ours), model_to_json(theirs), "");
 }
 
+std::string first_shape_difference(const ModelSpec& ours, const ModelSpec& theirs) {
+  ModelSpec shaped = ours;  // `ours` with `theirs`'s values of every field that shapes no parameter
+  shaped.name = theirs.name;
+  if (ours.position != PositionKind::kLearned) shaped.max_seq_len = theirs.max_seq_len;
+  shaped.rope_theta = theirs.rope_theta;
+  shaped.rope_scaling = theirs.rope_scaling;
+  shaped.norm_eps = theirs.norm_eps;
+  if (ours.head_dim() == theirs.head_dim()) shaped.explicit_head_dim = theirs.explicit_head_dim;
+  if (ours.moe.present() && theirs.moe.present()) {
+    const ExpertSpec& routing = theirs.moe;
+    shaped.moe.experts_per_token = routing.experts_per_token;
+    shaped.moe.router = routing.router;
+    shaped.moe.normalize_top_k = routing.normalize_top_k;
+    shaped.moe.top_k_scale = routing.top_k_scale;
+    shaped.moe.expert_groups = routing.expert_groups;
+    shaped.moe.groups_per_token = routing.groups_per_token;
+    shaped.moe.expert_bias = routing.expert_bias;
+    shaped.moe.capacity_factor = routing.capacity_factor;
+  }
+  return first_model_difference(shaped, theirs);
+}
+
 namespace {
 
 // The Hugging Face model types read, and what each adds to a LLaMA-style decoder.

@@ -25,6 +25,12 @@ core::Json model_to_json(const ModelSpec& m);
 // "moe.experts 4 against 8"; empty when their model JSON is the same.
 std::string first_model_difference(const ModelSpec& ours, const ModelSpec& theirs);
 
+// The same for the fields that shape the parameters (layers, widths, heads, vocabulary, biases,
+// norms, experts and their layers, latent attention; the position table with learned positions):
+// empty when weights of `ours` load into `theirs` (its name, RoPE, epsilon, context length and
+// routing may differ, as a continual run's may from the weights it starts from).
+std::string first_shape_difference(const ModelSpec& ours, const ModelSpec& theirs);
+
 // A Hugging Face config.json. Keys that do not change the parameter layout (token ids, dtype,
 // rope scaling, ...) are ignored; keys that would change it in ways cpt does not model
 // (attention_bias or mlp_bias true, head_dim != hidden/heads, hidden_act other than silu) are

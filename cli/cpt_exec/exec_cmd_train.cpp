@@ -17,9 +17,12 @@
 #include "executor/device.h"
 #include "executor/dist/local_launcher.h"
 #include "executor/dist/rank_board.h"
+#include "executor/checkpoint/checkpoint_manifest.h"
 #include "executor/io/model_weights.h"
 #include "executor/train/run_inputs.h"
 #include "executor/train/trainer.h"
+#include "core/json_reader.h"
+#include "spec/model_io.h"
 #include "spec/plan.h"
 
 namespace cpt::cli {
@@ -52,9 +55,24 @@ void refuse_another_runs_out(const TrainArgs& args) {
   }
 }
 
-// The weights the ranks start from and distil against, where every rank would fail to find them:
-// checked once, by the launcher. (Each rank verifies the files' checksums as it loads them.)
-void check_weight_sources(const std::string& config_path, const spec::TrainConfig& config) {
+// The model a weight source holds, as its manifest or config.json states it; nullopt for a Hugging
+// Face config cpt does not read (the ranks then load its tensors by name and shape alone).
+std::optional<spec::ModelSpec> model_of_weights(const std::filesystem::path& source) {
+  if (!exec::is_hf_directory(source)) {
+    return exec::read_checkpoint_manifest(core::parse_json_file(source / "manifest.json"), source).model;
+  }
+  try {
+    return exec::read_hf_model_spec(source);
+  } catch (const core::ConfigError&) {
+    return std::nullopt;
+  }
+}
+
+// The weights the ranks start from and distil against, where every rank would fail to find or
+// load them: checked once, by the launcher, on the model each source states. (Each rank verifies
+// the files' checksums and every tensor's shape as it loads them.)
+void check_weight_sources(const std::string& config_path, const spec::TrainConfig& config,
+                          const spec::ModelSpec& planned) {
   std::vector<std::pair<const char*, std::filesystem::path>> sources;
   if (config.init_from) sources.emplace_back("init_from", *config.init_from);
   if (config.distill && config.distill->teacher) sources.emplace_back("distill.teacher", *config.distill->teacher);
@@ -71,6 +89,13 @@ void check_weight_sources(const std::string& config_path, const spec::TrainConfi
       }
     } else if (!std::filesystem::exists(source / "manifest.json", ec)) {
       refuse("neither a cpt checkpoint (no manifest.json) nor a Hugging Face directory (no config.json)");
+    }
+    if (const auto held = model_of_weights(source)) {
+      if (const auto difference = spec::first_shape_difference(*held, planned); !difference.empty()) {
+        throw core::ConfigError(core::str_cat(config_path, ": ", key, " ", source.string(), ": weights of model ",
+                                              held->name, ", which the plan's model ", planned.name, " cannot load (",
+                                              difference, ", weights against plan)"));
+      }
     }
   }
 }
@@ -91,7 +116,7 @@ void launch_ranks(const TrainArgs& args, const CLI::App& command) {
         " needs ", plan.parallel.world_size(), " processes (tp · cp · dp · pp), got ", processes));
   }
   exec::check_plan_runs(plan);
-  check_weight_sources(args.config, config);
+  check_weight_sources(args.config, config, plan.model);
   exec::check_device(args.device.empty() ? config.device : args.device, args.launch.nproc_per_node);
   // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
   // the model's vocabulary) here, once; the ranks find them in OUT and reuse them. (Several

@@ -186,6 +186,22 @@ TEST_F(JobFailures, WhatEveryRankWouldRefuseIsOneLineFromTheLauncher) {
       "seed": 5, "threads": 1, "log_interval_steps": 0, "init_from": ")"
                                                << (dir_ / "hf-config-only").string() << R"("})";
   one_line(train("dp2", "o-init-hf", 2, "init-no-weights.json"), "a Hugging Face directory without weights");
+  // Weights of another shape (tiny's 512-token vocabulary for a 256-token model), named once.
+  ASSERT_EQ(train("single", "o-source", 1, short_config(1)).exit_code, 0);
+  std::ofstream(dir_ / "tiny256.json") << R"({"name": "tiny256", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+    "ffn_hidden": 176, "vocab": 256, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+    "tied_embeddings": false, "max_seq_len": 128})";
+  ASSERT_EQ(
+      sh(cpt_binary() + " plan --model " + d + "/tiny256.json --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 " +
+             "--fix dp=2,zero=0,micro_batch=2 --out " + d + "/dp2-v256-init",
+         dir_)
+          .exit_code,
+      0);
+  std::ofstream(dir_ / "init-other.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
+      "threads": 1, "log_interval_steps": 0, "init_from": ")"
+                                          << (dir_ / "o-source/checkpoints/step_00000001").string() << R"("})";
+  one_line(train("dp2-v256-init", "o-init-other", 2, "init-other.json"),
+           "weights of model tiny, which the plan's model tiny256 cannot load (vocab 512 against 256");
 }
 
 TEST_F(JobFailures, AMissingPeerEndsInATimeoutNotAHang) {

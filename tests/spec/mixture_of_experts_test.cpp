@@ -230,6 +230,16 @@ TEST(MixtureOfExperts, ModelJsonRoundTripsExpertsAndLatentAttention) {
   scaled.moe.top_k_scale = 2.5;  // a key only the second writes
   EXPECT_EQ(first_model_difference(wider, scaled), "moe.top_k_scale none against 2.5");
   EXPECT_FALSE(model_to_json(wider)["moe"].contains("expert_bias"));  // written where set
+  // Weights load where the shapes agree: routing, RoPE, epsilon and name may differ.
+  auto rerouted = catalog("tiny-moe");
+  rerouted.name = "tiny-moe-cpt";
+  rerouted.rope_theta = 5e5;
+  rerouted.max_seq_len = 4 * rerouted.max_seq_len;
+  rerouted.moe.experts_per_token = 1;
+  rerouted.moe.capacity_factor = 1.25;
+  EXPECT_EQ(first_shape_difference(catalog("tiny-moe"), rerouted), "");
+  EXPECT_EQ(first_shape_difference(wider, catalog("tiny-moe")), "moe.experts 8 against 4");
+  EXPECT_NE(first_shape_difference(catalog("tiny"), catalog("tiny-moe")).find("moe none against"), std::string::npos);
   EXPECT_EQ(model_to_json(catalog("deepseek-v3"))["moe"]["expert_bias"], true);
   auto broken = model_to_json(catalog("tiny-moe"));
   broken["moe"]["experts_per_token"] = 5;  // more than the 4 experts
