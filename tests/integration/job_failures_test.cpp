@@ -13,6 +13,19 @@ using namespace cpt::dist_testing;
 
 class JobFailures : public DistributedTrain {
  protected:
+  // tiny with a 256-token vocabulary (the fixture's data and checkpoints have 512), planned on two
+  // data-parallel ranks into DIR/<out>.
+  static void plan_tiny256_on_dp2(const std::string& out) {
+    const auto d = dir_.string();
+    std::ofstream(dir_ / "tiny256.json") << R"({"name": "tiny256", "layers": 2, "hidden": 64, "heads": 4,
+      "kv_heads": 2, "ffn_hidden": 176, "vocab": 256, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+      "tied_embeddings": false, "max_seq_len": 128})";
+    ASSERT_EQ(sh(cpt_binary() + " plan --model " + d + "/tiny256.json --gpu h100 --gpus 2 --global-batch 8 " +
+                     "--seq-len 64 --fix dp=2,zero=0,micro_batch=2 --out " + d + "/" + out,
+                 dir_)
+                  .exit_code,
+              0);
+  }
   static void expect_resume_after_a_kill(const std::vector<std::pair<std::string, int>>& layouts);
   // A shell line: `cpt train` of DIR/<plan> with DIR/<config> into DIR/<out> on `procs` local ranks
   // in the background ($L: its launcher, or the process itself), then, once the shell test `ready`
@@ -141,16 +154,7 @@ TEST_F(JobFailures, CudaRanksWithoutDevicesFailAtOnceInOneLine) {
 // Data that does not fit the model is reported once, by the launcher, before any rank starts (not
 // by rank 0 and then by every other rank as a failed barrier).
 TEST_F(JobFailures, DataThatDoesNotFitTheModelIsOneLineFromTheLauncher) {
-  const auto d = dir_.string();
-  std::ofstream(dir_ / "tiny256.json") << R"({"name": "tiny256", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
-    "ffn_hidden": 176, "vocab": 256, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
-    "tied_embeddings": false, "max_seq_len": 128})";
-  ASSERT_EQ(
-      sh(cpt_binary() + " plan --model " + d + "/tiny256.json --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 " +
-             "--fix dp=2,zero=0,micro_batch=2 --out " + d + "/dp2-v256",
-         dir_)
-          .exit_code,
-      0);
+  plan_tiny256_on_dp2("dp2-v256");
   const auto r = train("dp2-v256", "o-v256", 2);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("tokenized with a 512-token vocabulary, but model tiny256 has 256"), std::string::npos) << r.err;
@@ -188,15 +192,7 @@ TEST_F(JobFailures, WhatEveryRankWouldRefuseIsOneLineFromTheLauncher) {
   one_line(train("dp2", "o-init-hf", 2, "init-no-weights.json"), "a Hugging Face directory without weights");
   // Weights of another shape (tiny's 512-token vocabulary for a 256-token model), named once.
   ASSERT_EQ(train("single", "o-source", 1, short_config(1)).exit_code, 0);
-  std::ofstream(dir_ / "tiny256.json") << R"({"name": "tiny256", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
-    "ffn_hidden": 176, "vocab": 256, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
-    "tied_embeddings": false, "max_seq_len": 128})";
-  ASSERT_EQ(
-      sh(cpt_binary() + " plan --model " + d + "/tiny256.json --gpu h100 --gpus 2 --global-batch 8 --seq-len 64 " +
-             "--fix dp=2,zero=0,micro_batch=2 --out " + d + "/dp2-v256-init",
-         dir_)
-          .exit_code,
-      0);
+  plan_tiny256_on_dp2("dp2-v256-init");
   std::ofstream(dir_ / "init-other.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
       "threads": 1, "log_interval_steps": 0, "init_from": ")"
                                           << (dir_ / "o-source/checkpoints/step_00000001").string() << R"("})";
