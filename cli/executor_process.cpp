@@ -44,7 +44,8 @@ ProcessOutput run_executor(const std::vector<std::string>& args) {
   const auto exe = find_executor();
   CPT_CHECK(exe.has_value(), "cpt-exec not found");
   int pipe_fd[2];
-  if (::pipe2(pipe_fd, O_CLOEXEC) != 0) throw core::RuntimeError(core::str_cat("cannot create a pipe: ", std::strerror(errno)));
+  if (::pipe2(pipe_fd, O_CLOEXEC) != 0)
+    throw core::RuntimeError(core::str_cat("cannot create a pipe: ", std::strerror(errno)));
   const pid_t pid = ::fork();
   if (pid < 0) throw core::RuntimeError(core::str_cat("cannot fork: ", std::strerror(errno)));
   if (pid == 0) {
@@ -69,7 +70,8 @@ ProcessOutput run_executor(const std::vector<std::string>& args) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status)) throw core::RuntimeError(core::str_cat(exe->string(), " was killed by signal ", WTERMSIG(status)));
+  if (!WIFEXITED(status))
+    throw core::RuntimeError(core::str_cat(exe->string(), " was killed by signal ", WTERMSIG(status)));
   result.exit_code = WEXITSTATUS(status);
   return result;
 }
@@ -89,7 +91,8 @@ int run_passthrough(const std::filesystem::path& exe, const std::vector<std::str
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status)) throw core::RuntimeError(core::str_cat(exe.string(), " was killed by signal ", WTERMSIG(status)));
+  if (!WIFEXITED(status))
+    throw core::RuntimeError(core::str_cat(exe.string(), " was killed by signal ", WTERMSIG(status)));
   return WEXITSTATUS(status);
 }
 
@@ -106,6 +109,14 @@ int run_self_passthrough(const std::vector<std::string>& args) {
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw core::RuntimeError(core::str_cat("cannot find this cpt binary: ", ec.message()));
   return run_passthrough(self, args);
+}
+
+void check_step_exit(int code, const std::vector<std::string>& args) {
+  if (code == 0) return;
+  if (code == core::kExitBadInput) throw StepRefusedInput{};
+  throw core::RuntimeError(core::str_cat("`cpt ", args.empty() ? std::string() : args.front(),
+                                         args.size() > 1 ? " " + args[1] : std::string(), "` failed (exit ", code,
+                                         "); the lines above say why"));
 }
 
 core::Json run_executor_json(const std::vector<std::string>& args) {

@@ -37,6 +37,11 @@ int run_self_passthrough(const std::vector<std::string>& args);
 // it exits 2 without a line of its own (cpt's main catches this).
 struct StepRefusedInput {};
 
+// The exit `code` of `cpt args...` run as a step of another command: nothing when 0,
+// StepRefusedInput when it refused its input, else a RuntimeError naming the step (its own lines
+// above say why).
+void check_step_exit(int code, const std::vector<std::string>& args);
+
 // Runs `cpt-exec args...` and parses its standard output as JSON. RuntimeError when it fails.
 core::Json run_executor_json(const std::vector<std::string>& args);
 

@@ -1,9 +1,9 @@
 #include "costmodel/token_dispatch.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <numeric>
-#include <vector>
 
 namespace cpt::cost {
 
@@ -51,15 +51,15 @@ double block_miss(const spec::ExpertSpec& experts, int first, int held) {
   struct Partial {
     double miss_low, miss_high;
   };
-  std::vector<Partial> partial;
+  std::array<Partial, 2> partial{};  // the first and last groups, where the block holds part of them
+  unsigned count = 0;
   for (const int group : {first_group, last_group}) {
     const int overlap = std::min(first + held, (group + 1) * size) - std::max(first, group * size);
-    if (overlap < size && (partial.empty() || group != first_group)) {
-      partial.push_back({group_miss(size, overlap, low), group_miss(size, overlap, low + 1)});
+    if (overlap < size && (count == 0 || group != first_group)) {
+      partial[count++] = {group_miss(size, overlap, low), group_miss(size, overlap, low + 1)};
     }
   }
   double miss = 0;
-  const auto count = static_cast<unsigned>(partial.size());
   for (unsigned in_a = 0; in_a < (1u << count); ++in_a) {
     for (unsigned in_b = in_a;; in_b = (in_b - 1) & in_a) {  // every subset B of A
       double product = 1;

@@ -50,7 +50,7 @@ struct FlexCopies {
   double over_nvlink = 0;   // inside nodes, the forwarding included
 };
 // REQUIRES: experts.present(), as spec::validate checks it (expert_groups divides experts, the
-// chosen groups hold the k); group.size divides experts.experts.
+// chosen groups hold the k, k >= groups_per_token); group.size divides experts.experts.
 [[nodiscard]] FlexCopies flex_copies(const spec::ExpertSpec& experts, const GroupPlacement& group);
 
 // Seconds of one flex dispatch or combine of `token_bytes` (a rank's tokens, each once) over the ep

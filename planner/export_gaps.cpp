@@ -47,31 +47,6 @@ ExportGap torchtitan_gap(const spec::ModelSpec& m, const spec::ParallelConfig& p
   return ExportGap::kNone;
 }
 
-}  // namespace
-
-bool megatron_runs_as_fsdp(const spec::ParallelConfig& p) {
-  return p.zero_stage >= 2 && p.pp == 1 && p.offload == spec::Offload::kNone;
-}
-
-ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
-                          Runtime target) {
-  switch (target) {
-    case Runtime::kCpt:
-      return spec::find_executor_gap(parallel, model, seq_len) ? ExportGap::kCptExecutor : ExportGap::kNone;
-    case Runtime::kMegatron:
-      return megatron_gap(parallel);
-    case Runtime::kDeepSpeed:
-      return deepspeed_gap(model, parallel);
-    case Runtime::kTorchtitan:
-      return torchtitan_gap(model, parallel);
-    case Runtime::kFsdp:
-      return ExportGap::kNone;
-  }
-  return ExportGap::kNone;
-}
-
-namespace {
-
 spec::ScheduleKind one_f_one_b(const spec::ParallelConfig& p) {
   return p.virtual_stages > 1 ? spec::ScheduleKind::kInterleaved1F1B : spec::ScheduleKind::k1F1B;
 }
@@ -113,6 +88,27 @@ spec::ParallelConfig as_written(spec::ParallelConfig p, ExportGap gap, Runtime t
 }
 
 }  // namespace
+
+bool megatron_runs_as_fsdp(const spec::ParallelConfig& p) {
+  return p.zero_stage >= 2 && p.pp == 1 && p.offload == spec::Offload::kNone;
+}
+
+ExportGap find_export_gap(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
+                          Runtime target) {
+  switch (target) {
+    case Runtime::kCpt:
+      return spec::find_executor_gap(parallel, model, seq_len) ? ExportGap::kCptExecutor : ExportGap::kNone;
+    case Runtime::kMegatron:
+      return megatron_gap(parallel);
+    case Runtime::kDeepSpeed:
+      return deepspeed_gap(model, parallel);
+    case Runtime::kTorchtitan:
+      return torchtitan_gap(model, parallel);
+    case Runtime::kFsdp:
+      return ExportGap::kNone;
+  }
+  return ExportGap::kNone;
+}
 
 spec::ParallelConfig config_as_exported(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                                         Runtime target) {

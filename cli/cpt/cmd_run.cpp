@@ -52,14 +52,10 @@ struct RunOptions {
   int add_tokens = 64;
 };
 
-// A demo step: a refusal of its input (exit 2) is the step's own line and the demo's exit 2, as
-// `cpt run --model`'s steps (cmd_run_plan.cpp); any other failure the demo's exit 3.
+// A demo step: a refusal of its input is the step's own line and the demo's exit 2; any other
+// failure the demo's exit 3.
 void exec_step(const std::vector<std::string>& args) {
-  if (const int code = run_executor_passthrough(args); code != 0) {
-    if (code == core::kExitBadInput) throw StepRefusedInput{};
-    throw core::RuntimeError(str_cat("`cpt ", args.front(), " ", args.size() > 1 ? args[1] : "", "` failed (exit ",
-                                     code, "); the lines above say why"));
-  }
+  check_step_exit(run_executor_passthrough(args), args);
 }
 
 // A single-process plan of `model` on the local machine, with the cost model's prediction (fp32), its

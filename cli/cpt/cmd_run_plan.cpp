@@ -21,10 +21,7 @@ using core::str_cat;
 namespace fs = std::filesystem;
 
 void step(const std::vector<std::string>& args) {
-  if (const int code = run_self_passthrough(args); code != 0) {
-    if (code == core::kExitBadInput) throw StepRefusedInput{};
-    throw core::RuntimeError(str_cat("`cpt ", args.front(), "` failed (exit ", code, "); the lines above say why"));
-  }
+  check_step_exit(run_self_passthrough(args), args);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ namespace {
 
 // JSON has no NaN: nlohmann writes a non-finite number as null.
 double number_or_nan(const nlohmann::json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : std::nan("");
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : kAbsent;
 }
 
 // The row of one line, or nullopt when the line is not a step record.

@@ -4,18 +4,22 @@
 // lines edited or written by another tool — counted, not dropped in silence.
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace cpt::exec {
 
+inline constexpr double kAbsent = std::numeric_limits<double>::quiet_NaN();
+
 struct MetricsRow {
   std::int64_t step = 0;
-  double loss = 0, lr = 0, grad_norm = 0;  // NaN where the line has no finite number (JSON null)
+  // NaN where the line has no number (nlohmann writes a non-finite number as null).
+  double loss = kAbsent, lr = kAbsent, grad_norm = kAbsent;
   bool skipped = false;
-  std::map<std::string, double> samples;      // cumulative per source
-  double expert_load = 0, dropped_pairs = 0;  // mixtures of experts; NaN when absent
+  std::map<std::string, double> samples;                  // cumulative per source
+  double expert_load = kAbsent, dropped_pairs = kAbsent;  // mixtures of experts
 };
 
 // The largest step a row may name (beyond it the line is not read: `step + 1` must not overflow).
