@@ -16,9 +16,10 @@ using core::Bytes;
 // each token once per rank and node instead, with no counts gathered apart,
 // CostModelOptions::moe_dispatcher), blocking; with etp > 1 the
 // received tokens all-gathered over etp before the experts and reduce-scattered after. Each
-// forward first all-gathers every rank's pairs per expert (E int64 counts: what each rank receives;
-// Megatron gathers them too) — backward reuses them. The mean layer runs them moe_layers / layers
-// times.
+// forward first all-gathers every rank's pairs per expert over the etp × ep ranks (E int64 counts:
+// what each rank and its etp peers receive; Megatron-Core's alltoall dispatcher gathers them over
+// its tp_ep group too, priced on the ep group's links, or etp's without ep) — backward reuses
+// them. The mean layer runs them moe_layers / layers times.
 void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, double tokens,
                          double element_bytes, const CostModelOptions& o) {
   if (!model.moe.present() || (p.ep == 1 && p.etp == 1)) return;
@@ -26,7 +27,7 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   const double routed = tokens / p.tp * model.moe.experts_per_token * routed_token_load(model.moe, o);
   const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
   const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));
-  const Bytes counts(std::int64_t{model.moe.experts} * 8 * p.ep);  // gathered: int64 [ep, E]
+  const Bytes counts(std::int64_t{model.moe.experts} * 8 * p.ep * p.etp);  // gathered: int64 [ep · etp, E]
   // The flex dispatcher sends each token once per rank and node that needs it: its item's bytes
   // are the tokens once, at the busiest rank's load (token_dispatch.h; spec::dispatcher_runs).
   const bool flex =
@@ -39,11 +40,12 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   auto pass_work = [&](WorkPass pass) {
     if (p.ep > 1) {
       inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, dispatch, dispatched, 2 * share, 0)));
-      // DeepEP's and HybridEP's dispatch exchanges its layout itself (Megatron-Core's flex
-      // dispatcher gathers no counts).
-      if (pass != WorkPass::kBackward && !flex) {
-        inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, WorkKind::kAllGather, counts, share, 0)));
-      }
+    }
+    // DeepEP's and HybridEP's dispatch exchanges its layout itself (Megatron-Core's flex
+    // dispatcher gathers no counts).
+    if (pass != WorkPass::kBackward && !flex) {
+      const CommGroup counts_group = p.ep > 1 ? CommGroup::kExpert : CommGroup::kExpertTp;
+      inv.add(waiting(calls_of(pass, WorkScope::kLayer, counts_group, WorkKind::kAllGather, counts, share, 0)));
     }
     if (p.etp > 1) {
       inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpertTp, WorkKind::kAllGather, gathered, share,

@@ -335,12 +335,14 @@ void add_step_scalars(StepInventory& inv, const spec::ModelSpec& model, const sp
   add(CommGroup::kTp, scalars.tp, 1);
   add(CommGroup::kPp, std::min(scalars.pp, 1), 2);
   add(CommGroup::kPp, scalars.pp - 1, 1);
+  add(CommGroup::kExpertTp, scalars.etp, 1);
   add(CommGroup::kExpert, scalars.ep, 1);
   add(CommGroup::kExpertReplicas, scalars.expert_shard, 1);
   if (o.ewc) {
     const spec::StepScalarAllReduces ewc = spec::executor_ewc_scalar_all_reduces(p, shard_group, model.moe.present());
     add(CommGroup::kShard, ewc.shard, 1);
     add(CommGroup::kTp, ewc.tp, 1);
+    add(CommGroup::kExpertTp, ewc.etp, 1);
     add(CommGroup::kExpert, ewc.ep, 1);
     add(CommGroup::kExpertReplicas, ewc.expert_shard, 1);
     add(CommGroup::kPp, ewc.pp, 1);

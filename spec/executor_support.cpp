@@ -7,9 +7,6 @@ namespace cpt::spec {
 using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
-  if (m.moe.present() && (p.etp > 1 || (p.tp > 1 && !p.sequence_parallel))) {
-    return ExecutorGap::kExpertParallelism;
-  }
   if (m.mla.present()) return ExecutorGap::kAttentionVariant;
   if (m.moe.present() && m.moe.expert_groups > 1) return ExecutorGap::kGroupLimitedRouting;
   if (m.moe.present() && m.moe.expert_bias) return ExecutorGap::kExpertBias;
@@ -28,9 +25,10 @@ StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, i
   if (p.zero_stage >= 1 && shard_ranks > 1) n.shard = 1;
   if (p.tp > 1) n.tp = 1;
   if (p.pp > 1) n.pp = 2;  // the loss, the gradient norm
-  // Routed experts apart (ep > 1, or tp > 1): their part of the norm, over ep and pp, and over
-  // expert-dp where ZeRO shards them there (train/optimizer_choice.cpp).
+  // Routed experts apart (ep > 1, etp > 1, or tp > 1): their part of the norm, over etp, ep and
+  // pp, and over expert-dp where ZeRO shards them there (train/optimizer_choice.cpp).
   if ((moe || p.ep > 1) && !p.experts_with_their_layer()) {
+    if (p.etp > 1) n.etp = 1;
     if (p.ep > 1) n.ep = 1;
     if (p.pp > 1) ++n.pp;
     if (p.zero_stage >= 1 && p.expert_dp() > 1) n.expert_shard = 1;
@@ -45,7 +43,9 @@ StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, in
     n.expert_shard = 1;
   }
   if (p.tp > 1) n.tp = 1;
-  if (p.ep > 1) n.ep = 1;  // the experts' part (ep > 1: a mixture of experts, its experts apart)
+  // The experts' part (ep or etp > 1: a mixture of experts, its experts apart): over etp, then ep.
+  if (p.etp > 1) n.etp = 1;
+  if (p.ep > 1) n.ep = 1;
   if (p.pp > 1) n.pp = 1;
   return n;
 }
@@ -64,11 +64,6 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
     case ExecutorGap::kSequenceParallelTokens:
       return str_cat("sequence parallelism needs the tokens per context-parallel rank (seq_len ", seq_len, " / cp ",
                      p.cp, ") divisible by tp (", p.tp, ")");
-    case ExecutorGap::kExpertParallelism:
-      return str_cat("a mixture of experts with ep ", p.ep, ", etp ", p.etp, ", tp ", p.tp,
-                     p.tp > 1 && !p.sequence_parallel ? ", no sequence parallelism" : "",
-                     ": the executor runs experts with data, expert, ZeRO, pipeline, context and tensor parallelism "
-                     "(etp 1, tp only with sequence parallelism); cpt plans, prices and exports the rest");
     case ExecutorGap::kAttentionVariant:
       return "latent attention (DeepSeek's): cpt plans, prices and exports it, its executor does not run it yet";
     case ExecutorGap::kGroupLimitedRouting:

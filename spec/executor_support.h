@@ -14,7 +14,6 @@ enum class ExecutorGap {
   kParameterOffload,        // offload other than the optimizer state of ZeRO-1/2/3
   kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
-  kExpertParallelism,       // experts split over etp, or tp without SP
   kAttentionVariant,        // DeepSeek's latent attention
   kGroupLimitedRouting,     // DeepSeek's top k from the best groups of experts
   kExpertBias,              // DeepSeek-V3's auxiliary-loss-free expert bias
@@ -55,13 +54,14 @@ struct StepScalarAllReduces {
   int tp = 0;
   int pp = 0;
   int ep = 0;            // over the ep group
+  int etp = 0;           // over the expert-tp group, whose ranks hold the experts' shards
   int expert_shard = 0;  // over expert-dp, where ZeRO shards the experts
-  [[nodiscard]] int total() const { return replicas + shard + tp + pp + ep + expert_shard; }
+  [[nodiscard]] int total() const { return replicas + shard + tp + pp + ep + etp + expert_shard; }
 };
 StepScalarAllReduces executor_step_scalar_all_reduces(const ParallelConfig& p, int shard_ranks, bool moe = false);
 // EWC's penalty, summed once a step (one fp64 value each): over the ZeRO-3 shard group where the
 // penalty works on the shards (the routed experts apart from their layer over expert-dp), then
-// over tp, the routed experts' part over ep where they are apart from their layer, and over pp
+// over tp, the routed experts' part over expert-tp and ep where they are apart from their layer, and over pp
 // (executor/train/regularizers.cpp Ewc::penalty_value, executor/parallel/fully_sharded.cpp).
 StepScalarAllReduces executor_ewc_scalar_all_reduces(const ParallelConfig& p, int shard_ranks, bool moe = false);
 

@@ -1,5 +1,7 @@
 #include "executor/dist/process_groups.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "executor/dist/c10d_communicator.h"
@@ -51,10 +53,22 @@ ProcessGroups make_process_groups(const spec::RankLayout& layout, const LaunchIn
     const auto replicas = layout.replica_group(launch.rank);
     g.dp_cp = with_timing(make(str_cat("dp_cp/", replicas.front()), replicas), clocks.dp);
   }
-  if (experts_apart || layout.expert_degree(spec::ExpertAxis::kEp) > 1) {
-    if (layout.expert_degree(spec::ExpertAxis::kEp) > 1) {
-      const auto ep = layout.expert_group(launch.rank, spec::ExpertAxis::kEp);
-      g.ep = with_timing(make(str_cat("ep/", ep.front()), ep), clocks.ep);
+  const int ep_degree = layout.expert_degree(spec::ExpertAxis::kEp);
+  const int etp_degree = layout.expert_degree(spec::ExpertAxis::kEtp);
+  if (experts_apart || ep_degree * etp_degree > 1) {
+    const auto ep = layout.expert_group(launch.rank, spec::ExpertAxis::kEp);
+    if (ep_degree > 1) g.ep = with_timing(make(str_cat("ep/", ep.front()), ep), clocks.ep);
+    if (etp_degree > 1) {
+      const auto etp = layout.expert_group(launch.rank, spec::ExpertAxis::kEtp);
+      g.etp = with_timing(make(str_cat("etp/", etp.front()), etp), clocks.ep);
+    }
+    if (ep_degree > 1 && etp_degree > 1) {
+      std::vector<int> ep_etp;  // every ep member's etp group: ascending, etp fastest
+      for (const int member : ep) {
+        for (const int peer : layout.expert_group(member, spec::ExpertAxis::kEtp)) ep_etp.push_back(peer);
+      }
+      std::sort(ep_etp.begin(), ep_etp.end());
+      g.ep_etp = with_timing(make(str_cat("ep_etp/", ep_etp.front()), ep_etp), clocks.ep);
     }
     const auto replicas = layout.expert_group(launch.rank, spec::ExpertAxis::kExpertDp);
     g.expert_dp = with_timing(make(str_cat("expert_dp/", replicas.front()), replicas), clocks.dp);

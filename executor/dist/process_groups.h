@@ -15,7 +15,8 @@ namespace cpt::exec {
 class JobStore;
 
 // Seconds blocked in each axis's groups (timed_communicator.h); the data-parallel clock also
-// counts the hybrid-sharding and expert-data-parallel groups.
+// counts the hybrid-sharding and expert-data-parallel groups, the ep clock the expert-tp ones (as
+// the cost model's step inventory, costmodel/step_end.cpp).
 struct CommClocks {
   CommClock tp, cp, dp, pp, ep;
 };
@@ -33,10 +34,14 @@ struct ProcessGroups {
   // (spec::RankLayout::replica_group): gradients are summed and ZeRO shards spread over them.
   std::unique_ptr<Communicator> dp_cp;
   // Routed experts that are units of their own (spec::ParallelConfig::experts_with_their_layer
-  // false: ep > 1, or tp > 1), else null; spec::RankLayout's expert axes with etp 1. `ep` (null for
-  // ep 1): the ranks among which the routed experts are split and tokens dispatched; `expert_dp`:
-  // the ranks holding the same experts, over which the experts' gradients are summed and sharded.
-  std::unique_ptr<Communicator> ep, expert_dp;
+  // false: ep > 1, etp > 1, or tp > 1), else null; spec::RankLayout's expert axes. `ep` (null for
+  // ep 1): the ranks among which the routed experts are split and tokens dispatched; `etp` (null
+  // for etp 1): the ranks splitting each of the same experts' MLPs; `ep_etp` (only when both exceed
+  // 1; else the one that does serves): the ep × etp ranks of this rank's expert-dp coordinate,
+  // ascending (index ep coord · etp + etp coord), over which the dispatch gathers every rank's pairs
+  // per expert (parallel/expert_parallel.h); `expert_dp`: the ranks
+  // holding the same expert shards, over which their gradients are summed and sharded.
+  std::unique_ptr<Communicator> ep, etp, ep_etp, expert_dp;
   // The group over which gradients are summed and optimizer state is sharded: dp_cp, or dp.
   [[nodiscard]] Communicator& replicas() const { return dp_cp ? *dp_cp : *dp; }
 };

@@ -186,7 +186,7 @@ std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
       throw core::ConfigError(str_cat(source.string(), ": tensor ", name, " has no place in model ", model.spec().name,
                                       " (a checkpoint of another architecture?)"));
     }
-    const auto expected = tp_full_shape(name, p->sizes(), model.spec().vocab, model.tp());
+    const auto expected = tp_full_shape(name, p->sizes(), model.spec().vocab, model.splits());
     if (!t.sizes().equals(expected)) {
       throw core::ConfigError(str_cat(source.string(), ": tensor ", name, " has shape ", t.sizes(), ", model ",
                                       model.spec().name, " needs ", c10::IntArrayRef(expected)));

@@ -85,7 +85,7 @@ std::int64_t LlamaModelImpl::vocab_first_row() const {
 }
 
 torch::Tensor LlamaModelImpl::shard_of_full(const std::string& name, const torch::Tensor& full) const {
-  return tp_shard_of_full(name, full, spec_.vocab, tp_);
+  return tp_shard_of_full(name, full, spec_.vocab, splits());
 }
 
 torch::Tensor LlamaModelImpl::embed(const torch::Tensor& tokens) {
@@ -149,7 +149,7 @@ void LlamaModelImpl::init_weights(std::uint64_t seed) {
     // the weights the whole model would have.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ core::fnv1a64(name));
     // A tensor-parallel shard is cut from the whole tensor, drawn the same way.
-    const auto full = tp_full_shape(name, t.sizes(), spec_.vocab, tp_);
+    const auto full = tp_full_shape(name, t.sizes(), spec_.vocab, splits());
     torch::Tensor values;
     if (name.ends_with(".bias")) {
       values = torch::zeros(full, torch::kFloat32);

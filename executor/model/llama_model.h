@@ -81,6 +81,8 @@ class LlamaModelImpl : public torch::nn::Module {
   [[nodiscard]] const TensorParallel& tp() const { return tp_; }
   [[nodiscard]] const ContextParallel& cp() const { return cp_; }
   [[nodiscard]] const ExpertParallel& ep() const { return ep_; }
+  // The groups its parameters are split over: tp, and expert-tp for the routed experts.
+  [[nodiscard]] ParameterSplits splits() const { return {tp_, TensorParallel{ep_.etp}}; }
   // True when this process holds only part of the layers, the embedding or the head.
   [[nodiscard]] bool is_stage() const;
   // The first vocabulary id of this rank's embedding / LM-head rows (0 without tensor parallelism).

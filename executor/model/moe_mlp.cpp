@@ -38,10 +38,15 @@ MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep, TensorParall
   CPT_CHECK(!tp.active() || tp.sp(), "experts under tensor parallelism ", tp.size(), " need sequence parallelism");
   gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(m.hidden, spec_.experts).bias(false)));
   experts = register_module("experts", std::make_shared<torch::nn::Module>());
+  CPT_CHECK(spec_.expert_ffn_hidden % ep_.etp_size() == 0, "expert FFN width ", spec_.expert_ffn_hidden,
+            " over an etp group of ", ep_.etp_size());
   const std::int64_t local = spec_.experts / ep_.size();
   first_expert_ = ep_.rank() * local;
+  // Under expert-tp each expert holds its rows of gate/up and columns of down (its slice of the
+  // FFN width); the collectives around them are run_experts's.
+  const std::int64_t width = spec_.expert_ffn_hidden / ep_.etp_size();
   for (std::int64_t e = first_expert_; e < first_expert_ + local; ++e) {
-    auto expert = experts->register_module(std::to_string(e), SwiGluMlp(m.hidden, spec_.expert_ffn_hidden));
+    auto expert = experts->register_module(std::to_string(e), SwiGluMlp(m.hidden, width));
     local_.push_back(expert.get());
   }
   if (spec_.shared_ffn_hidden > 0) {
@@ -60,18 +65,28 @@ torch::Tensor MoeMlpImpl::run_experts(const torch::Tensor& rows, const torch::Te
     }
     return torch::cat(outputs);
   };
-  if (!ep_.active()) {
+  if (!ep_.dispatches()) {
     const auto host = per_expert.to(torch::kCPU);
     std::vector<std::int64_t> counts;
     for (std::int64_t e = 0; e < host.size(0); ++e) counts.push_back(host[e].item<std::int64_t>());
     return run_local(rows, counts);
   }
   const ExpertDispatch d = plan_expert_dispatch(per_expert, ep_);
-  const auto received = exchange_rows(rows, d.send_rows, d.recv_rows, *ep_.group);
-  const auto computed = run_local(received.index_select(0, d.by_expert), d.rows_per_local_expert);
+  const auto received = ep_.active() ? exchange_rows(rows, d.send_rows, d.recv_rows, *ep_.group) : rows;
+  const auto mine = received.index_select(0, d.by_expert);  // in local-expert order
+  torch::Tensor computed;
+  if (ep_.splits_experts()) {
+    // Every member's rows through this member's slice of each expert, the partial sums back to
+    // their members (parallel/expert_parallel.h).
+    const auto gathered = gather_blocks(mine, d.etp_rows, *ep_.etp);
+    const auto partial = run_local(gathered.index_select(0, d.etp_by_expert), d.rows_per_local_expert);
+    computed = reduce_scatter_blocks(partial.index_select(0, torch::argsort(d.etp_by_expert)), d.etp_rows, *ep_.etp);
+  } else {
+    computed = run_local(mine, d.rows_per_local_expert);
+  }
   // Back to the received order (the inverse permutation), then to the pairs' ranks.
   const auto back = computed.index_select(0, torch::argsort(d.by_expert));
-  return exchange_rows(back, d.recv_rows, d.send_rows, *ep_.group);
+  return ep_.active() ? exchange_rows(back, d.recv_rows, d.send_rows, *ep_.group) : back;
 }
 
 const SequenceShards* MoeMlpImpl::sequence_shards(const torch::Tensor& x) {

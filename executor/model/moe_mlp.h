@@ -32,18 +32,21 @@
 // routing, drops and auxiliary loss stay this rank's own, so the layer computes what the single
 // process computes.
 //
-// Tensor parallelism, with sequence parallelism (Megatron-Core's "parallel folding" with expert-tp
-// 1): the layer runs on this rank's sequence shard [B, S/tp, H]. The router is replicated over tp
-// (its weight's gradient summed over the group, as the norms'); the routed experts are whole
-// (their names are tp-replicated, tp_split_of) and the ep group may be the tp group's ranks; the
-// shared experts are split over tp as the dense MLP.
+// Expert-tp (etp > 1, parallel/expert_parallel.h): each routed expert's gate/up rows and down
+// columns are split over the etp group, whose members run their slices on the rows every member
+// received and sum the partial outputs; the parameters keep their global names and whole shapes
+// in checkpoints (tensor_parallel.h's ParameterSplits).
+// Tensor parallelism, with sequence parallelism (Megatron-Core's "parallel folding"): the layer
+// runs on this rank's sequence shard [B, S/tp, H]. The router is replicated over tp (its weight's
+// gradient summed over the group, as the norms'); the routed experts are whole or split over etp,
+// whose groups (and the ep groups) may be the tp group's ranks; the shared experts are split over
+// tp as the dense MLP.
 // Context parallelism: the layer runs on this rank's tokens of every sequence [B, S/cp, H] (or
 // [B, S/(cp·tp), H] with sequence parallelism), its parameters replicated over cp as every other
 // layer's (their gradients summed over dp × cp, or the experts' over expert-dp).
 // On sequence shards the auxiliary loss and each expert's capacity are the whole microbatch's
 // (model/moe_routing.h): each rank's objective carries the loss's gradient for its own tokens,
-// E · f_e / T per router probability, f_e over the microbatch. Expert-tp > 1 is not built
-// (spec::find_executor_gap).
+// E · f_e / T per router probability, f_e over the microbatch.
 #include <torch/torch.h>
 
 #include <cstdint>

@@ -70,22 +70,42 @@ NamedParams with_every_expert(const NamedParams& local, Communicator& ep) {
   return all;
 }
 
+// `local` with its routed experts' tensors whole, joined from the etp group's shards.
+NamedParams with_whole_experts(const NamedParams& local, std::int64_t vocab, Communicator& etp) {
+  const ParameterSplits splits{TensorParallel{}, TensorParallel{&etp}};
+  NamedParams out;
+  for (const auto& [name, t] : local) {
+    const auto [param, split] = parameter_of(name);
+    const bool joined = split && spec::is_routed_expert(param);
+    out.emplace_back(name, joined ? tp_full_from_shards(param, t, vocab, splits) : t);
+  }
+  return out;
+}
+
 }  // namespace
 
 torch::Tensor shard_of_full_tensor(const std::string& name, const torch::Tensor& full, std::int64_t vocab,
-                                   const TensorParallel& tp) {
+                                   const ParameterSplits& splits) {
   const auto [param, split] = parameter_of(name);
-  return split ? tp_shard_of_full(param, full, vocab, tp) : full;
+  return split ? tp_shard_of_full(param, full, vocab, splits) : full;
 }
 
 NamedParams gather_full_tensors(const NamedParams& local, std::int64_t vocab, const FullStateGroups& groups) {
   const bool experts_apart = groups.ep != nullptr && groups.ep->size() > 1;
-  const NamedParams gathered =
-      experts_apart && groups.holds_expert_replica_zero ? with_every_expert(local, *groups.ep) : local;
+  const bool experts_split = groups.etp != nullptr && groups.etp->size() > 1;
+  NamedParams gathered = local;
+  if (groups.holds_expert_replica_zero) {
+    if (experts_split) gathered = with_whole_experts(local, vocab, *groups.etp);
+    // The other members of an etp group hold the same experts as its rank 0.
+    if (experts_apart && (!experts_split || groups.etp->rank() == 0)) {
+      gathered = with_every_expert(gathered, *groups.ep);
+    }
+  }
   if (!groups.holds_replica_zero) return {};
   NamedParams full;
   for (const auto& [name, t] : gathered) {
     const auto [param, split] = parameter_of(name);
+    // The experts are whole by now (groups.tp alone: tp does not split them).
     full.emplace_back(name, split ? tp_full_from_shards(param, t, vocab, groups.tp) : t);
   }
   if (groups.tp.rank() != 0) return {};

@@ -99,8 +99,6 @@ std::int64_t rows_per_rank(std::int64_t rows, int tp) {
 
 TpSplit tp_split_of(const std::string& name) {
   if (name == "embed_tokens.weight" || name == "lm_head.weight") return TpSplit::kVocabRows;
-  // The routed experts are whole on every rank of the tp group (expert-tp 1, model/moe_mlp.h).
-  if (spec::is_routed_expert(name)) return TpSplit::kReplicated;
   for (const char* m : {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."}) {
     if (name.find(m) != std::string::npos) return TpSplit::kRows;
   }
@@ -110,8 +108,13 @@ TpSplit tp_split_of(const std::string& name) {
   return TpSplit::kReplicated;
 }
 
+const TensorParallel& ParameterSplits::group_of(const std::string& name) const {
+  return spec::is_routed_expert(name) ? etp : tp;
+}
+
 torch::Tensor tp_shard_of_full(const std::string& name, const torch::Tensor& full, std::int64_t vocab,
-                               const TensorParallel& tp) {
+                               const ParameterSplits& splits) {
+  const TensorParallel& tp = splits.group_of(name);
   if (!tp.active()) return full;
   const int n = tp.size(), r = tp.rank();
   switch (tp_split_of(name)) {
@@ -141,7 +144,8 @@ torch::Tensor tp_shard_of_full(const std::string& name, const torch::Tensor& ful
 }
 
 std::vector<std::int64_t> tp_full_shape(const std::string& name, c10::IntArrayRef local, std::int64_t vocab,
-                                        const TensorParallel& tp) {
+                                        const ParameterSplits& splits) {
+  const TensorParallel& tp = splits.group_of(name);
   auto s = local.vec();
   switch (tp_split_of(name)) {
     case TpSplit::kReplicated:
@@ -160,7 +164,8 @@ std::vector<std::int64_t> tp_full_shape(const std::string& name, c10::IntArrayRe
 }
 
 torch::Tensor tp_full_from_shards(const std::string& name, const torch::Tensor& shard, std::int64_t vocab,
-                                  const TensorParallel& tp) {
+                                  const ParameterSplits& splits) {
+  const TensorParallel& tp = splits.group_of(name);
   const auto split = tp_split_of(name);
   if (!tp.active() || split == TpSplit::kReplicated) return shard;
   auto& c = *tp.group;
@@ -172,7 +177,7 @@ torch::Tensor tp_full_from_shards(const std::string& name, const torch::Tensor& 
   c.all_gather(local, gathered)->wait();
   switch (split) {
     case TpSplit::kRows:
-      return gathered.reshape(tp_full_shape(name, local.sizes(), vocab, tp));
+      return gathered.reshape(tp_full_shape(name, local.sizes(), vocab, splits));
     case TpSplit::kColumns:  // [tp, out, k] -> [out, tp·k]
       return gathered.permute({1, 0, 2}).reshape({local.size(0), n * local.size(1)});
     case TpSplit::kVocabRows:

@@ -10,8 +10,11 @@
 //   vocabulary rows: embed_tokens and lm_head, [V, H] padded with zero rows to V_pad (for tp > 1 the
 //       next multiple of 128·tp, spec::tp_padded_vocab, as Megatron-LM and the cost
 //       model), rank r holding rows [r·V_pad/tp, (r+1)·V_pad/tp);
-//   replicated: the RMSNorm weights, an MoE layer's router and its routed experts (expert-tp 1; its
-//       shared experts are split as the dense MLP).
+//   replicated: the RMSNorm weights and an MoE layer's router (its shared experts are split as the
+//       dense MLP).
+// The routed experts' gate/up/down projections split as rows / rows / columns too, but over the
+// expert-tp group (spec::ParallelConfig::etp, Megatron-Core's parallel folding), not tp: a
+// ParameterSplits names both groups, and without expert-tp every expert is whole on each rank.
 // Checkpoints always hold the full, unpadded tensors, so they do not depend on the layout.
 //
 // The collectives (Megatron's mappings.py), forward / backward:
@@ -41,21 +44,31 @@ struct TensorParallel {
 
 enum class TpSplit { kReplicated, kRows, kColumns, kVocabRows };
 
-// How the parameter `name` is split over the tensor-parallel group.
+// How the parameter `name` is split over its group (ParameterSplits::group_of).
 TpSplit tp_split_of(const std::string& name);
 
-// This rank's piece of the full (unpadded) tensor `full` of parameter `name`. `vocab` is the
-// model's vocabulary (for the padding of kVocabRows). Returns `full` itself when tp is 1.
-torch::Tensor tp_shard_of_full(const std::string& name, const torch::Tensor& full, std::int64_t vocab,
-                               const TensorParallel& tp);
+// The groups a model's parameters are split over: tp, and for the routed experts expert-tp.
+// Converts from a TensorParallel alone (experts whole), so code without experts apart passes tp.
+struct ParameterSplits {
+  TensorParallel tp;
+  TensorParallel etp;  // the routed experts' group; null: each expert whole on this rank
+  ParameterSplits(TensorParallel tensor = {}, TensorParallel expert_tensor = {})  // NOLINT: implicit from tp
+      : tp(tensor), etp(expert_tensor) {}
+  [[nodiscard]] const TensorParallel& group_of(const std::string& name) const;
+};
 
-// The full tensor of parameter `name` from every rank's shard. COLLECTIVE over the group.
+// This rank's piece of the full (unpadded) tensor `full` of parameter `name`. `vocab` is the
+// model's vocabulary (for the padding of kVocabRows). Returns `full` itself when its group is one rank.
+torch::Tensor tp_shard_of_full(const std::string& name, const torch::Tensor& full, std::int64_t vocab,
+                               const ParameterSplits& splits);
+
+// The full tensor of parameter `name` from every rank's shard. COLLECTIVE over its group.
 torch::Tensor tp_full_from_shards(const std::string& name, const torch::Tensor& shard, std::int64_t vocab,
-                                  const TensorParallel& tp);
+                                  const ParameterSplits& splits);
 
 // The full shape of parameter `name` whose shard on this rank has `local` sizes.
 std::vector<std::int64_t> tp_full_shape(const std::string& name, c10::IntArrayRef local, std::int64_t vocab,
-                                        const TensorParallel& tp);
+                                        const ParameterSplits& splits);
 
 // Differentiable collectives (see above). Each is the identity for a group of one.
 torch::Tensor copy_to_tp(const torch::Tensor& x, Communicator& tp);

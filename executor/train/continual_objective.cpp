@@ -28,6 +28,7 @@ EwcLayout ewc_layout(const spec::Plan& plan, const ProcessGroups& groups) {
     layout.expert_dp = groups.expert_dp.get();
     layout.expert_replicas = groups.expert_dp ? static_cast<double>(groups.expert_dp->size()) : 1.0;
     layout.ep = groups.ep.get();
+    layout.etp = groups.etp.get();
     layout.sequence_copies = static_cast<double>(plan.parallel.dp);
   }
   return layout;
@@ -153,7 +154,7 @@ RecipeBytes recipe_bytes(const ContinualObjective& continual, const OptimizerCho
 }
 
 void keep_base_optimizer_state(const TrainConfig& config, StepOptimizer& optimizer, const spec::ModelSpec& model,
-                               const TensorParallel& tp, const torch::Device& device) {
+                               const ParameterSplits& splits, const torch::Device& device) {
   const auto& source = *config.init_from;
   if (is_hf_directory(source)) {
     throw core::ConfigError(str_cat(config.origin.string(), ": init_optimizer \"keep\": ", source.string(),
@@ -167,7 +168,7 @@ void keep_base_optimizer_state(const TrainConfig& config, StepOptimizer& optimiz
   const auto opt = base.optimizer();
   optimizer.load_full_state(
       [&](const std::string& n) {
-        return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), model.vocab, tp).contiguous().to(device);
+        return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), model.vocab, splits).contiguous().to(device);
       },
       source.string());
   core::info0("init: optimizer state kept from ", source.string(), " (step ", base.step(), ")");

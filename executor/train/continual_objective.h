@@ -57,7 +57,7 @@ void attach_teacher_and_penalties(ContinualObjective& continual, const spec::Pla
 // init_optimizer "keep": the AdamW moments and step counts of the init_from checkpoint, cut into
 // this rank's shards. ConfigError for a Hugging Face directory or a checkpoint without them.
 void keep_base_optimizer_state(const TrainConfig& config, StepOptimizer& optimizer, const spec::ModelSpec& model,
-                               const TensorParallel& tp, const torch::Device& device);
+                               const ParameterSplits& splits, const torch::Device& device);
 
 // TRAIN.json's schedule over `total_steps`, with warmup and peak given as fractions resolved (the
 // peak as a fraction of the peak the init_from checkpoint records).

@@ -50,7 +50,8 @@ OptimizerChoice choose_step_optimizer(const spec::ParallelConfig& par, const Tra
   OptimizerChoice choice;
   const bool hybrid = par.hybrid_shard && groups.dp_shard;
   choice.shard_group = hybrid ? groups.dp_shard.get() : &replicas;
-  const ModelParallelNorm expert_norm{nullptr, groups.pp.get(), groups.ep.get()};
+  // The routed experts' squares: each rank's shard of its experts, summed over etp and ep.
+  const ModelParallelNorm expert_norm{groups.etp.get(), groups.pp.get(), groups.ep.get()};
   if (par.zero_stage == 3) {
     const bool offload = par.offload == spec::Offload::kOptimizer;
     std::unique_ptr<FullyShardedModel> sharded;

@@ -15,7 +15,8 @@ RankModel build_rank_model(const spec::Plan& plan, const TrainConfig& config, co
     shape.first_layer = plan.stages.first_layer(stage);
     shape.last_layer = shape.first_layer + plan.stages.layers_in(stage);
     shape.head = stage == plan.stages.num_stages() - 1;
-    rank.chunks.emplace_back(plan.model, shape, tp, cp, ExpertParallel{groups.ep.get()});
+    rank.chunks.emplace_back(plan.model, shape, tp, cp,
+                             ExpertParallel{groups.ep.get(), groups.etp.get(), groups.ep_etp.get()});
   }
   for (auto& chunk : rank.chunks) {
     chunk->init_weights(config.seed);

@@ -197,7 +197,7 @@ Ewc Ewc::load(const std::filesystem::path& file, const std::vector<LlamaModelImp
         if (!st.contains(name))
           throw core::ConfigError(str_cat(file.string(), ": no tensor ", name, " for this model"));
         const auto whole = st.load(name, torch::kFloat32);
-        const auto expected = tp_full_shape(p.key(), p.value().sizes(), model->spec().vocab, model->tp());
+        const auto expected = tp_full_shape(p.key(), p.value().sizes(), model->spec().vocab, model->splits());
         if (!whole.sizes().equals(expected)) {
           throw core::ConfigError(str_cat(file.string(), ": ", name, " has shape ", whole.sizes(), ", the model needs ",
                                           c10::IntArrayRef(expected)));
@@ -238,7 +238,8 @@ double Ewc::penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lam
   torch::NoGradGuard no_grad;
   const auto& tp = chunks.front()->tp();
   // Summed on the device, read once per part (not once per tensor): the routed experts apart from
-  // their layer are each ep rank's own (whole on every rank of a tp group), the rest tp's shards.
+  // their layer are each ep rank's own (whole on every rank of a tp group, or split over etp), the
+  // rest tp's shards.
   const auto options = torch::TensorOptions(torch::kFloat64).device(fisher_.front().second.device());
   torch::Tensor total = torch::zeros({}, options), experts = torch::zeros({}, options);
   for (auto* model : chunks) {
@@ -258,7 +259,7 @@ double Ewc::penalty_value(const std::vector<LlamaModelImpl*>& chunks, double lam
     return t.item<double>();
   };
   double sum = summed(total.item<double>(), tp.active() ? tp.group : nullptr);
-  if (layout_.experts_apart) sum += summed(experts.item<double>(), layout_.ep);
+  if (layout_.experts_apart) sum += summed(summed(experts.item<double>(), layout_.etp), layout_.ep);
   return summed(sum, pp) * lambda / 2;
 }
 

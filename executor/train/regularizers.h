@@ -52,14 +52,15 @@ struct EwcLayout {
   double replicas = 1;
   // Routed experts apart from their layer (spec::routed_experts_apart): their gradients are summed
   // over expert-dp (`expert_replicas` ranks, `expert_dp`; null for one), each ep rank holds its own
-  // experts (`ep`; null for ep 1), and the Fisher is estimated by every replica on the same
-  // sequences, so an expert's gradients summed over expert-dp hold each sequence `sequence_copies`
-  // times: once per data-parallel replica (dp; the cp ranks of a replica each hold part of it).
+  // experts (`ep`; null for ep 1), split over `etp` (null for etp 1), and the Fisher is estimated by every replica on
+  // the same sequences, so an expert's gradients summed over expert-dp hold each sequence `sequence_copies` times: once
+  // per data-parallel replica (dp; the cp ranks of a replica each hold part of it).
   bool experts_apart = false;
   double sequence_copies = 1;
   double expert_replicas = 1;
   Communicator* expert_dp = nullptr;
   Communicator* ep = nullptr;
+  Communicator* etp = nullptr;
 };
 
 // The estimate and the penalty hold any set of parameters by name: a whole model, a tensor-parallel

@@ -13,7 +13,7 @@ using core::str_cat;
 namespace fs = std::filesystem;
 
 TrainerCounters resume_from_latest(const fs::path& root, const spec::ModelSpec& model, RankModel& rank,
-                                   const OptimizerChoice& choice, DataLoader& loader, const TensorParallel& tp,
+                                   const OptimizerChoice& choice, DataLoader& loader, const ParameterSplits& splits,
                                    const torch::Device& device) {
   TrainerCounters counters;
   const auto ckpt = latest_valid_checkpoint(root);
@@ -39,7 +39,7 @@ TrainerCounters resume_from_latest(const fs::path& root, const spec::ModelSpec& 
   const auto opt = ckpt->optimizer();
   choice.optimizer->load_full_state(
       [&](const std::string& n) {
-        return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), model.vocab, tp).contiguous().to(device);
+        return shard_of_full_tensor(n, opt.load(n, torch::kFloat32), model.vocab, splits).contiguous().to(device);
       },
       ckpt->dir().string());
   const auto& st = ckpt->trainer_state();

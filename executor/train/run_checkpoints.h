@@ -28,7 +28,7 @@ struct TrainerCounters {
 // another model or one without optimizer state; RuntimeError when step directories exist but none
 // verifies (nothing is changed then).
 TrainerCounters resume_from_latest(const std::filesystem::path& root, const spec::ModelSpec& model, RankModel& rank,
-                                   const OptimizerChoice& choice, DataLoader& loader, const TensorParallel& tp,
+                                   const OptimizerChoice& choice, DataLoader& loader, const ParameterSplits& splits,
                                    const torch::Device& device);
 
 // COLLECTIVE: every rank gathers; rank 0 writes root/step_N and prunes to TRAIN.json's keep_last.

@@ -213,19 +213,25 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
       tp_{groups_.tp.get(), par_.sequence_parallel},
       cp_{groups_.cp.get()},
       rank_(build_rank_model(plan, config, tp_, cp_, groups_, device_)),
-      full_state_groups_{tp_, groups_.pp.get(), groups_.coord.dp == 0 && groups_.coord.cp == 0, groups_.ep.get(),
-                         !groups_.expert_dp || groups_.expert_dp->rank() == 0},
+      full_state_groups_{tp_,
+                         groups_.pp.get(),
+                         groups_.coord.dp == 0 && groups_.coord.cp == 0,
+                         groups_.ep.get(),
+                         !groups_.expert_dp || groups_.expert_dp->rank() == 0,
+                         groups_.etp.get()},
       loader_options_(loader_options_of(plan, config)),
       loader_(inputs_.train, loader_options_),
       schedule_(run_lr_schedule(config, total_steps_)) {
   if (rank0_) record_run_length(config, options, total_steps_);
   estimate_or_load_ewc(continual_, plan, config, inputs_, rank_, groups_, full_state_groups_, options.out_dir, device_);
   choice_ = choose_step_optimizer(par_, config, rank_.named, groups_, rank_.first());
-  if (config.keep_optimizer_state) keep_base_optimizer_state(config, *choice_.optimizer, plan.model, tp_, device_);
+  const ParameterSplits splits = rank_.first()->splits();
+  if (config.keep_optimizer_state) keep_base_optimizer_state(config, *choice_.optimizer, plan.model, splits, device_);
   // The teacher and the EWC anchor come from the starting weights, before any resume.
   attach_teacher_and_penalties(continual_, plan, config, rank_, choice_, tp_, cp_, device_);
   if (options.resume) {
-    counters_ = resume_from_latest(options.out_dir / "checkpoints", plan.model, rank_, choice_, loader_, tp_, device_);
+    counters_ =
+        resume_from_latest(options.out_dir / "checkpoints", plan.model, rank_, choice_, loader_, splits, device_);
   }
   kl_guard_ = {counters_.lr_scale, counters_.kl_steps_over_threshold};
 }

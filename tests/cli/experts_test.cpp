@@ -111,29 +111,31 @@ TEST(Experts, SimulatedBubbleOfAnUnevenPipelineIsTheBusiestRanks) {
   EXPECT_NE(slow.out.find("  pp_comm s"), std::string::npos) << slow.out;
 }
 
-// Priced for cpt's executor, a layout it does not run says so in a note (text) or `executor_gap`
-// (JSON); one it runs (experts with context and sequence parallelism) has neither.
-TEST(Experts, EstimateForTheExecutorNamesALayoutItDoesNotRun) {
-  const std::string common =
-      "estimate --model tiny-moe --gpu h100 --gpus 4 --micro-batch 2 --global-batch 8 "
-      "--seq-len 64 --runtime cpt ";
-  const auto split = cpt(common + "--cp 2 --ep 2 --etp 2");
-  ASSERT_EQ(split.exit_code, 0) << split.err;
-  EXPECT_NE(split.out.find("note: cpt train does not run this layout: a mixture of experts with ep 2, etp 2"),
-            std::string::npos)
-      << split.out;
-  const auto split_json = cpt(common + "--cp 2 --ep 2 --etp 2 --json");
-  ASSERT_EQ(split_json.exit_code, 0) << split_json.err;
-  EXPECT_TRUE(nlohmann::json::parse(split_json.out).contains("executor_gap")) << split_json.out;
-  const auto runs = cpt(common + "--cp 2 --tp 2 --sequence-parallel --ep 2 --json");
-  ASSERT_EQ(runs.exit_code, 0) << runs.err;
-  EXPECT_FALSE(nlohmann::json::parse(runs.out).contains("executor_gap")) << runs.out;
-  // Megatron-LM runs expert-tp: no note.
-  const auto megatron =
-      cpt("estimate --model tiny-moe --gpu h100 --gpus 4 --micro-batch 2 --global-batch 8 "
-          "--seq-len 64 --cp 2 --ep 2 --etp 2");
+// Priced for cpt's executor, a model it does not run says so in a note (text) or `executor_gap`
+// (JSON); the layouts it runs (experts with context and sequence parallelism, experts split over
+// etp) have neither.
+TEST(Experts, EstimateForTheExecutorNamesWhatItDoesNotRun) {
+  const std::string latent =
+      "estimate --model deepseek-v2-lite --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 --ep 8 ";
+  const auto gap = cpt(latent + "--runtime cpt");
+  ASSERT_EQ(gap.exit_code, 0) << gap.err;
+  EXPECT_NE(gap.out.find("note: cpt train does not run this layout: latent attention"), std::string::npos) << gap.out;
+  const auto gap_json = cpt(latent + "--runtime cpt --json");
+  ASSERT_EQ(gap_json.exit_code, 0) << gap_json.err;
+  EXPECT_TRUE(nlohmann::json::parse(gap_json.out).contains("executor_gap")) << gap_json.out;
+  // Megatron-LM runs latent attention: no note.
+  const auto megatron = cpt(latent);
   ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
   EXPECT_EQ(megatron.out.find("note: cpt train"), std::string::npos) << megatron.out;
+  const std::string common =
+      "estimate --model tiny-moe --gpu h100 --gpus 4 --micro-batch 2 --global-batch 8 "
+      "--seq-len 64 --runtime cpt --json ";
+  for (const char* layout : {"--cp 2 --tp 2 --sequence-parallel --ep 2", "--cp 2 --ep 2 --etp 2",
+                             "--tp 2 --sequence-parallel --ep 2 --etp 2"}) {
+    const auto runs = cpt(common + layout);
+    ASSERT_EQ(runs.exit_code, 0) << layout << ": " << runs.err;
+    EXPECT_FALSE(nlohmann::json::parse(runs.out).contains("executor_gap")) << layout << ": " << runs.out;
+  }
 }
 
 TEST(Experts, PlansRecordAndExportExpertParallelism) {
@@ -159,24 +161,23 @@ TEST(Experts, PlansRecordAndExportExpertParallelism) {
     EXPECT_NE(megatron.find(arg), std::string::npos) << arg << "\n" << megatron;
   }
   EXPECT_NE(slurp(out / "torchtitan.toml").find("expert_parallel_degree = 8"), std::string::npos);
-  // cpt's executor runs expert parallelism (etp and cp 1, tp with sequence parallelism): its
-  // launcher starts the job and report.md prices it; with expert-tp 2 the launcher says it does not
-  // run it.
-  EXPECT_EQ(slurp(out / "torchrun.sh").find("does not run this plan yet"), std::string::npos);
-  EXPECT_EQ(slurp(out / "report.md").find("| torchrun.sh, slurm.sbatch | cpt | - | - | - | cannot run it"),
-            std::string::npos)
-      << slurp(out / "report.md");
-  const auto with_tp = scratch() / "qwen3-etp2";
-  std::filesystem::remove_all(with_tp);
-  ASSERT_EQ(cpt("plan --model qwen3-30b-a3b --gpu h100 --gpus 16 --global-batch 512 --seq-len 4096 "
-                "--fix ep=4,etp=2,pp=2,tp=2 --out " +
-                with_tp.string())
-                .exit_code,
-            0);
-  EXPECT_NE(slurp(with_tp / "torchrun.sh").find("does not run this plan yet"), std::string::npos);
-  EXPECT_NE(slurp(with_tp / "report.md").find("| torchrun.sh, slurm.sbatch | cpt | - | - | - | cannot run it"),
-            std::string::npos)
-      << slurp(with_tp / "report.md");
+  // cpt's executor runs expert parallelism, each expert split over etp too: its launcher starts the
+  // job and report.md prices it.
+  for (const auto& dir : {out, scratch() / "qwen3-etp2"}) {
+    if (dir != out) {
+      std::filesystem::remove_all(dir);
+      ASSERT_EQ(cpt("plan --model qwen3-30b-a3b --gpu h100 --gpus 16 --global-batch 512 --seq-len 4096 "
+                    "--fix ep=4,etp=2,pp=2,tp=2 --out " +
+                    dir.string())
+                    .exit_code,
+                0);
+      EXPECT_EQ(nlohmann::json::parse(slurp(dir / "plan.json"))["parallel"]["etp"], 2);
+    }
+    EXPECT_EQ(slurp(dir / "torchrun.sh").find("does not run this plan yet"), std::string::npos) << dir;
+    EXPECT_EQ(slurp(dir / "report.md").find("| torchrun.sh, slurm.sbatch | cpt | - | - | - | cannot run it"),
+              std::string::npos)
+        << slurp(dir / "report.md");
+  }
   const auto dense = cpt("plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --fix ep=2");
   EXPECT_EQ(dense.exit_code, 2);
   EXPECT_NE(dense.err.find("llama3-8b is dense"), std::string::npos) << dense.err;

@@ -1,10 +1,11 @@
 // Model variants through the real `cpt train` (distributed_train_fixture.h). A mixture of experts:
 // the catalog's tiny MoE (4 experts, top 2, shared experts) trained by one process and by
-// data-parallel, ZeRO, recomputing, pipeline, expert-parallel, tensor-parallel (sequence-parallel,
-// the experts whole or split over the tp ranks) and context-parallel layouts gives the same losses and
-// final weights, routes the same tokens (metrics.jsonl's expert_load), and makes the communication
-// calls the cost model counts; an expert-parallel run's checkpoint resumes in one process. Qwen3's
-// attention (q/k norms, a head width of its own) under tensor parallelism.
+// data-parallel, ZeRO, recomputing, pipeline, expert-parallel, expert-tensor-parallel,
+// tensor-parallel (sequence-parallel, the experts whole or split over the tp ranks) and
+// context-parallel layouts gives the same losses and final weights, routes the same tokens
+// (metrics.jsonl's expert_load), and makes the communication calls the cost model counts; expert-
+// and expert-tensor-parallel checkpoints move between layouts. Qwen3's attention (q/k norms, a
+// head width of its own) under tensor parallelism.
 #include "tests/integration/distributed_train_fixture.h"
 
 namespace {
@@ -39,7 +40,12 @@ class ModelVariantsTrain : public DistributedTrain {
           std::tuple{"cp2", "cp=2,ep=1,micro_batch=2", 2},
           std::tuple{"ep2-cp2", "cp=2,ep=2,micro_batch=2", 2},
           std::tuple{"ep2-cp2-tp2-sp", "tp=2,cp=2,sequence_parallel=true,ep=2,micro_batch=2", 4},
-          std::tuple{"ep4-cp2-dp2-zero1", "cp=2,dp=2,ep=4,zero=1,offload=none,micro_batch=2", 4}}) {
+          std::tuple{"ep4-cp2-dp2-zero1", "cp=2,dp=2,ep=4,zero=1,offload=none,micro_batch=2", 4},
+          std::tuple{"etp2", "dp=2,ep=1,etp=2,zero=0,micro_batch=2", 2},
+          std::tuple{"ep2-etp2-zero1", "dp=4,ep=2,etp=2,zero=1,offload=none,micro_batch=2", 4},
+          std::tuple{"ep2-etp2-tp2-sp", "tp=2,dp=2,sequence_parallel=true,ep=2,etp=2,micro_batch=2", 4},
+          std::tuple{"etp2-dp4-zero3", "dp=4,ep=1,etp=2,zero=3,offload=none,micro_batch=2", 4},
+          std::tuple{"etp2-pp2", "dp=2,pp=2,ep=1,etp=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
       const auto r = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus " + std::to_string(gpus) +
                             " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/moe-" + name,
                         dir_);
@@ -105,7 +111,12 @@ TEST_F(ModelVariantsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
                                       {"cp2", 2},
                                       {"ep2-cp2", 2},
                                       {"ep2-cp2-tp2-sp", 4},
-                                      {"ep4-cp2-dp2-zero1", 4}}) {
+                                      {"ep4-cp2-dp2-zero1", 4},
+                                      {"etp2", 2},
+                                      {"ep2-etp2-zero1", 4},
+                                      {"ep2-etp2-tp2-sp", 4},
+                                      {"etp2-dp4-zero3", 4},
+                                      {"etp2-pp2", 4}}) {
     const auto out = "o-moe-" + layout;
     const auto r = train("moe-" + layout, out, procs);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -137,7 +148,11 @@ TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
         std::tuple{"ep2-zero3", 2, "--gpus 2 --dp 2 --zero 3 --ep 2"},
         std::tuple{"ep2-dp4-zero3", 4, "--gpus 4 --dp 4 --zero 3 --ep 2"},
         std::tuple{"ep2-cp2", 2, "--gpus 2 --cp 2 --ep 2"},
-        std::tuple{"ep2-cp2-tp2-sp", 4, "--gpus 4 --tp 2 --cp 2 --sequence-parallel --ep 2"}}) {
+        std::tuple{"ep2-cp2-tp2-sp", 4, "--gpus 4 --tp 2 --cp 2 --sequence-parallel --ep 2"},
+        std::tuple{"etp2", 2, "--gpus 2 --dp 2 --ep 1 --etp 2"},
+        std::tuple{"ep2-etp2-zero1", 4, "--gpus 4 --dp 4 --zero 1 --ep 2 --etp 2"},
+        std::tuple{"ep2-etp2-tp2-sp", 4, "--gpus 4 --tp 2 --dp 2 --sequence-parallel --ep 2 --etp 2"},
+        std::tuple{"etp2-dp4-zero3", 4, "--gpus 4 --dp 4 --zero 3 --ep 1 --etp 2"}}) {
     const auto out = std::string("mem-moe-") + layout;
     const auto r = train(std::string("moe-") + layout, out, procs, two_steps);
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -179,6 +194,10 @@ TEST_F(ModelVariantsTrain, ExpertParallelCheckpointsMoveBetweenLayouts) {
   expect_resume("moe-single", 1, "moe-ep2", 2, "o-moe-1");
   // The experts split over the two ranks of a tp group (the shared experts split by tp too).
   expect_resume("moe-ep2-tp2-sp", 2, "moe-single", 1, "o-moe-1");
+  // Each expert's MLP split over etp 2 (and the experts over ep 2): joined into the checkpoint,
+  // and cut again when a run resumes in that layout.
+  expect_resume("moe-ep2-etp2-zero1", 4, "moe-single", 1, "o-moe-1");
+  expect_resume("moe-single", 1, "moe-etp2", 2, "o-moe-1");
 }
 
 // A dense first layer under pp 2 × ep 2: the first stage holds no experts (its expert optimizer
@@ -205,16 +224,22 @@ TEST_F(ModelVariantsTrain, QkNormsAndTheirOwnHeadWidthMatchTheSingleProcessRunUn
   }
 }
 
-// Experts split over expert-tp are refused in one line, before any rank trains.
-TEST_F(ModelVariantsTrain, LayoutsTheExecutorDoesNotRunAreRefused) {
+// A router the executor does not run (DeepSeek-V3's expert bias) is refused in one line, before
+// any rank trains.
+TEST_F(ModelVariantsTrain, RoutersTheExecutorDoesNotRunAreRefused) {
   const auto d = dir_.string();
-  const auto planned = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus 2 --global-batch 8 --seq-len 64" +
-                              " --fix dp=2,ep=1,etp=2,micro_batch=2 --out " + d + "/moe-etp2",
+  std::ofstream(dir_ / "tiny-moe-bias.json") << R"({"name": "tiny-moe-bias", "layers": 2, "hidden": 64, "heads": 4,
+    "kv_heads": 2, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+    "tied_embeddings": false, "max_seq_len": 128, "moe": {"experts": 4, "experts_per_token": 2,
+    "expert_ffn_hidden": 64, "router": "sigmoid", "expert_bias": true}})";
+  const auto planned = sh(cpt_binary() + " plan --model " + d + "/tiny-moe-bias.json --gpu h100 --gpus 2" +
+                              " --global-batch 8 --seq-len 64 --fix dp=2,ep=2,micro_batch=2 --out " + d + "/moe-bias",
                           dir_);
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
-  const auto r = train("moe-etp2", "o-moe-etp2", 2);
+  const auto r = train("moe-bias", "o-moe-bias", 2);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("a mixture of experts with ep 1, etp 2, tp 1:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the router's expert bias"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("[r1]"), std::string::npos) << "refused once, not per rank: " << r.err;
 }
 
 // KL distillation on a mixture of experts with the teacher split like the student — its experts
@@ -236,8 +261,9 @@ TEST_F(ModelVariantsTrain, KlDistillationOfExpertsMatchesTheSingleProcessRun) {
   const auto single = kl("o-moe-kl-1");
   ASSERT_EQ(single.size(), 20u);
   EXPECT_GT(single.back(), 0.0);
-  for (const auto& [layout, procs] : {std::pair{"ep2", 2}, std::pair{"ep2-zero3", 2}, std::pair{"ep2-dp4-zero3", 4},
-                                      std::pair{"ep2-cp2-tp2-sp", 4}, std::pair{"ep2-pp2", 4}}) {
+  for (const auto& [layout, procs] :
+       {std::pair{"ep2", 2}, std::pair{"ep2-zero3", 2}, std::pair{"ep2-dp4-zero3", 4}, std::pair{"ep2-cp2-tp2-sp", 4},
+        std::pair{"ep2-pp2", 4}, std::pair{"ep2-etp2-tp2-sp", 4}, std::pair{"etp2-dp4-zero3", 4}}) {
     const auto out = std::string("o-moe-kl-") + layout;
     const auto r = train(std::string("moe-") + layout, out, procs, "kl-moe.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -272,7 +298,7 @@ TEST_F(ModelVariantsTrain, EwcWithExpertsApartMatchesTheSingleProcessRun) {
   for (const auto& [layout, procs] :
        {std::pair{"ep2", 2}, std::pair{"tp2-sp", 2}, std::pair{"ep2-tp2-sp", 2}, std::pair{"ep2-dp4-zero2", 4},
         std::pair{"ep2-pp2", 4}, std::pair{"ep2-dp4-zero3", 4}, std::pair{"ep2-cp2", 2}, std::pair{"ep2-cp2-tp2-sp", 4},
-        std::pair{"ep4-cp2-dp2-zero1", 4}}) {
+        std::pair{"ep4-cp2-dp2-zero1", 4}, std::pair{"ep2-etp2-zero1", 4}, std::pair{"etp2-dp4-zero3", 4}}) {
     const auto out = std::string("o-moe-ewc-") + layout;
     const auto r = train(std::string("moe-") + layout, out, procs, "ewc-moe.json");
     EXPECT_EQ(r.exit_code, 0) << layout << ": " << r.err;

@@ -65,9 +65,9 @@ TEST(ExecutorSupport, EwcPenaltyIsSummedOverTheGroupsThatSplitTheParameters) {
   EXPECT_EQ(tp_pp.total(), 2);
 }
 
-// The executor runs experts over ep with data parallelism, ZeRO-0 to 3, context parallelism and
-// tensor parallelism with sequence parallelism, not with etp or tp without sequence parallelism
-// (model/moe_mlp.h).
+// The executor runs experts over ep and etp with data parallelism, ZeRO-0 to 3, context
+// parallelism and tensor parallelism with sequence parallelism (which spec requires of experts
+// under tp; model/moe_mlp.h).
 TEST(ExecutorSupport, ExpertParallelismRunsWithDataParallelismAndZero) {
   auto moe = ModelSpec{};
   moe.moe.experts = 4;
@@ -75,13 +75,15 @@ TEST(ExecutorSupport, ExpertParallelismRunsWithDataParallelismAndZero) {
   ASSERT_TRUE(moe.moe.present());
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .zero_stage = 2, .ep = 2}, moe, 64));
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .zero_stage = 3, .ep = 2}, moe, 64));
-  EXPECT_EQ(find_executor_gap(ParallelConfig{.tp = 2, .dp = 2, .ep = 2}, moe, 64), ExecutorGap::kExpertParallelism);
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.tp = 2, .dp = 2, .sequence_parallel = true, .ep = 2}, moe, 64));
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.tp = 2, .zero_stage = 1, .sequence_parallel = true}, moe, 64));
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.tp = 2, .zero_stage = 3, .sequence_parallel = true}, moe, 64));
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.cp = 2, .ep = 2}, moe, 64));
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.tp = 2, .cp = 2, .sequence_parallel = true, .ep = 2}, moe, 64));
-  EXPECT_EQ(find_executor_gap(ParallelConfig{.dp = 2, .ep = 2, .etp = 2}, moe, 64), ExecutorGap::kExpertParallelism);
+  // Expert-tp splits each expert's MLP over its group (parallel/expert_parallel.h).
+  EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .ep = 2, .etp = 2}, moe, 64));
+  EXPECT_FALSE(
+      find_executor_gap(ParallelConfig{.tp = 2, .dp = 2, .sequence_parallel = true, .ep = 2, .etp = 2}, moe, 64));
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .zero_stage = 3}, moe, 64));  // experts with their layer
   // DeepSeek's routing: its groups, then its expert bias, each named.
   auto routed = moe;
