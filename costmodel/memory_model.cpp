@@ -185,11 +185,13 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
     t.block_params += t.expert_params;
     t.expert_params = 0;
   }
-  // Groups this rank talks in (each holds NCCL buffers): the axes', and expert-dp where the routed
-  // experts reduce apart from their layer (a communicator of its own).
+  // Groups this rank talks in (each holds NCCL buffers): the axes', expert-dp where the routed
+  // experts reduce apart from their layer (a communicator of its own), and with both ep and etp the
+  // ep × etp ranks the dispatch gathers its counts over (Megatron-Core's tp_ep group).
   int groups = 0;
   for (int d : {p.tp, p.cp, p.dp, p.pp, p.ep, p.etp}) groups += d > 1 ? 1 : 0;
   if (m.moe.present() && !p.experts_with_their_layer() && p.expert_dp() > 1) ++groups;
+  if (p.ep > 1 && p.etp > 1) ++groups;
   t.comm_buffers = static_cast<double>(o.comm_buffer_per_group.value()) * groups;
   return t;
 }
@@ -212,10 +214,11 @@ void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, doubl
   // The executor's ZeRO-2 over expert-dp keeps the experts' buckets being reduced beside their
   // shard, as rank_memory's dense part does (its own optimizer, train/optimizer_choice.cpp).
   if (eager_zero2 && t.model != nullptr && spec::executor_zero2_reduces_each_microbatch(p)) {
-    const double reducing = executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)),
-                                                      holds_first, holds_last, p.pp * p.virtual_stages == 1,
-                                                      o.bucket_elements, 1, spec::ParameterSubset::kRoutedExperts, p.ep)
-                                .largest_pair;
+    const double reducing =
+        executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)), holds_first, holds_last,
+                                  p.pp * p.virtual_stages == 1, o.bucket_elements, 1,
+                                  spec::ParameterSubset::kRoutedExperts, p.ep, p.etp)
+            .largest_pair;
     mb.grads += bytes(gradient_bytes_per_param(o) * std::min(layers * t.expert_params, reducing));
   }
   // Under ZeRO-3 over expert-dp > 1 the running and prefetched blocks' experts are gathered beside
@@ -252,7 +255,7 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
     const double reducing =
         o.dispatch == KernelDispatch::kEager && t.model != nullptr
             ? executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)), holds_first, holds_last,
-                                        p.pp * p.virtual_stages == 1, o.bucket_elements, 1, subset, p.ep)
+                                        p.pp * p.virtual_stages == 1, o.bucket_elements, 1, subset, p.ep, p.etp)
                   .largest_pair
             : 2.0 * static_cast<double>(o.bucket_elements);
     mb.grads += bytes(grad_b * std::min(layers * block + root_psi, reducing));

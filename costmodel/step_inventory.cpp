@@ -366,7 +366,7 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
     auto executor_buckets = [&](int group, spec::ParameterSubset subset) {
       return executor_gradient_buckets(model, p.tp, static_cast<int>(std::lround(share.layers)), share.first,
                                        share.last, p.pp * p.virtual_stages == 1, o.bucket_elements,
-                                       p.zero_stage == 1 || p.zero_stage == 2 ? group : 1, subset, p.ep);
+                                       p.zero_stage == 1 || p.zero_stage == 2 ? group : 1, subset, p.ep, p.etp);
     };
     const BucketStats buckets = executor_buckets(
         shard_group, experts_apart ? spec::ParameterSubset::kAllButRoutedExperts : spec::ParameterSubset::kAll);

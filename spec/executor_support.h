@@ -42,7 +42,7 @@ inline bool executor_zero2_reduces_each_microbatch(const ParallelConfig& p) {
 // (train/step_optimizer.cpp) and, where ZeRO shards the gradients or the state over
 // `shard_ranks` > 1, over the shard group (train/zero_optimizer.cpp, parallel/fully_sharded.cpp);
 // with routed experts apart from their layer (`moe` and not ParallelConfig::experts_with_their_layer;
-// ep > 1 implies a mixture of experts) their part of the norm over ep, pp and (ZeRO) expert-dp.
+// ep > 1 implies a mixture of experts) their part of the norm over etp, ep, pp and (ZeRO) expert-dp.
 // An objective's own terms add theirs (executor_ewc_scalar_all_reduces; the KL's sum rides with
 // the loss's). Sizes (fp64 values):
 // the loss-token count 8 bytes, the loss sums 16 (cross-entropy, KL), the last stage's loss 16

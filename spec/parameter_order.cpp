@@ -103,7 +103,7 @@ std::pair<int, int> gradient_order_key(std::string_view name) {
 
 void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layers, bool first, bool last,
                           bool single_stage, const std::function<void(std::int64_t numel)>& visit_any,
-                          ParameterSubset subset, int ep) {
+                          ParameterSubset subset, int ep, int etp) {
   const bool dense_part = subset != ParameterSubset::kRoutedExperts;
   const bool expert_part = subset != ParameterSubset::kAllButRoutedExperts;
   auto visit = [&](std::int64_t numel) {
@@ -151,7 +151,7 @@ void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layer
     }
     if (moe) {
       visit(h * m.moe.experts);
-      const std::int64_t expert = h * m.moe.expert_ffn_hidden;
+      const std::int64_t expert = h * (m.moe.expert_ffn_hidden / etp);
       if (expert_part) {
         for (int e = 0; e < 3 * m.moe.experts / ep; ++e) visit_any(expert);
       }

@@ -43,10 +43,11 @@ enum class ParameterSubset { kAll, kAllButRoutedExperts, kRoutedExperts };
 // Calls `visit(numel)` for every parameter tensor of one rank in `subset`, per tp rank, in that
 // order: the embedding when `first`; blocks [first_layer, first_layer + layers) (an MoE layer's
 // router, routed experts and shared experts in place of the dense MLP; the routed experts unsplit
-// by tp, as the executor runs them, E / ep of them, the shared experts split like the dense MLP); the final norm and
-// the LM head when `last` (no head when tied on a single stage).
+// by tp, as the executor runs them, E / ep of them, each split over etp; the shared experts split
+// like the dense MLP); the final norm and the LM head when `last` (no head when tied on a single
+// stage).
 void visit_gradient_order(const ModelSpec& model, int tp, int first_layer, int layers, bool first, bool last,
                           bool single_stage, const std::function<void(std::int64_t numel)>& visit,
-                          ParameterSubset subset = ParameterSubset::kAll, int ep = 1);
+                          ParameterSubset subset = ParameterSubset::kAll, int ep = 1, int etp = 1);
 
 }  // namespace cpt::spec

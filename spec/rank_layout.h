@@ -28,9 +28,10 @@
 //   etp coord = l mod etp,   ep coord = (l / etp) mod ep,   expert-dp coord = l / (etp·ep).
 // Worked example: tp 2, dp 4, pp 2 (16 ranks), ep 2, etp 2, so expert-dp = 8 / 4 = 2:
 //   stage 0 is ranks 0..7; etp groups {0,1} {2,3} {4,5} {6,7}; ep groups {0,2} {1,3} {4,6} {5,7};
-//   expert-dp groups {0,4} {1,5} {2,6} {3,7}; stage 1 (ranks 8..15) likewise. Rank 6 holds the
-//   second half of expert shard 1 (ep coord 1) — the experts E/2..E−1, each's MLP columns split
-//   over etp — and sums its gradients with rank 2. Attention keeps the tp groups {0,1} {2,3} ...
+//   expert-dp groups {0,4} {1,5} {2,6} {3,7}; stage 1 (ranks 8..15) likewise. Rank 6 (etp coord 0,
+//   ep coord 1, expert-dp coord 1) holds the first half of the FFN width of the experts E/2..E−1
+//   (split over etp with rank 7) and sums its gradients with rank 2. Attention keeps the tp groups
+//   {0,1} {2,3} ...
 
 #include <array>
 #include <optional>

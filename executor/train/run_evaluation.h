@@ -3,7 +3,8 @@
 // microbatches of the plan's size (one smaller for the remainder), so that every layout evaluates
 // the same tokens. Data-parallel replica 0 evaluates (its tensor-, context- and pipeline-parallel
 // ranks together: attention gathers over cp), or every rank under ZeRO-3 (its gathers span dp) and
-// under expert parallelism (its all-to-all spans dp); rank 0 writes the rows (run_log.h).
+// under expert and expert-tensor parallelism (their all-to-alls span dp); rank 0 writes the rows
+// (run_log.h).
 #include <cstdint>
 
 #include "executor/data/data_loader.h"

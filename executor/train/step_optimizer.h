@@ -24,8 +24,8 @@ using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 // The model-parallel groups over which this rank's parameters are only a part of the model, for
 // the global gradient norm: squares summed over the tensor-, expert- and pipeline-parallel groups
 // too, a parameter replicated over the tensor-parallel group (tensor_parallel.h) counted on its
-// rank 0 only. Null groups: a group of one. (The routed experts' optimizer sums over ep, the rest
-// of the model's over tp: optimizer_choice.cpp.)
+// rank 0 only. Null groups: a group of one. (The routed experts' optimizer sums over etp, in `tp`,
+// and ep; the rest of the model's over tp: optimizer_choice.cpp.)
 struct ModelParallelNorm {
   Communicator* tp = nullptr;
   Communicator* pp = nullptr;

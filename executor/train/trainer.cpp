@@ -329,9 +329,10 @@ TrainSummary RankRun::train() {
   RunLog log(options_.out_dir, first_step, total_steps_, rank0_, options_.progress && ::isatty(STDOUT_FILENO) != 0,
              config_.log_interval_steps);
   // Every rank evaluates where its replica's layers are collective over dp (ZeRO-3's gathers, the
-  // experts' all-to-all); replica 0 alone otherwise.
-  RunEvaluator evaluator(inputs_, loader_options_, device_, cp_, rank_,
-                         choice_.zero3 != nullptr || groups_.ep != nullptr || groups_.coord.dp == 0);
+  // experts' all-to-all and expert-tp's gathers); replica 0 alone otherwise.
+  RunEvaluator evaluator(
+      inputs_, loader_options_, device_, cp_, rank_,
+      choice_.zero3 != nullptr || groups_.ep != nullptr || groups_.etp != nullptr || groups_.coord.dp == 0);
   // Step times, communication waits and the first step's counts (run_meter.h): measured.json.
   RunMeter meter(*groups_.clocks, device_.is_cpu());
   announce(first_step, end_step);

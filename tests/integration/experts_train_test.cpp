@@ -45,6 +45,7 @@ class ModelVariantsTrain : public DistributedTrain {
           std::tuple{"ep2-etp2-zero1", "dp=4,ep=2,etp=2,zero=1,offload=none,micro_batch=2", 4},
           std::tuple{"ep2-etp2-tp2-sp", "tp=2,dp=2,sequence_parallel=true,ep=2,etp=2,micro_batch=2", 4},
           std::tuple{"etp2-dp4-zero3", "dp=4,ep=1,etp=2,zero=3,offload=none,micro_batch=2", 4},
+          std::tuple{"etp2-dp4-zero2", "dp=4,ep=1,etp=2,zero=2,offload=none,micro_batch=2", 4},
           std::tuple{"etp2-pp2", "dp=2,pp=2,ep=1,etp=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
       const auto r = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus " + std::to_string(gpus) +
                             " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/moe-" + name,
@@ -116,6 +117,7 @@ TEST_F(ModelVariantsTrain, MixtureOfExpertsLayoutsMatchTheSingleProcessRun) {
                                       {"ep2-etp2-zero1", 4},
                                       {"ep2-etp2-tp2-sp", 4},
                                       {"etp2-dp4-zero3", 4},
+                                      {"etp2-dp4-zero2", 4},
                                       {"etp2-pp2", 4}}) {
     const auto out = "o-moe-" + layout;
     const auto r = train("moe-" + layout, out, procs);
@@ -160,14 +162,15 @@ TEST_F(ModelVariantsTrain, ModelStateBytesEqualTheCostModel) {
   }
 }
 
-// ZeRO-2 with experts apart from their layer — over ep 2 and expert-dp 2 (dp 4), or whole on each
-// rank of a tp group (tp 2, dp 2: expert-dp 4, the shared experts split over tp): each of the two
-// optimizers keeps its gradient shard and its own buckets in flight, and `cpt compare` (which
-// prices the run's 0.1 MiB buckets) predicts every byte of it; weights and optimizer state exact too.
+// ZeRO-2 with experts apart from their layer — over ep 2 and expert-dp 2 (dp 4), each split over
+// etp 2 (dp 4: expert-dp 2), or whole on each rank of a tp group (tp 2, dp 2: expert-dp 4, the
+// shared experts split over tp): each of the two optimizers keeps its gradient shard and its own
+// buckets in flight, and `cpt compare` (which prices the run's 0.1 MiB buckets) predicts every
+// byte of it; weights and optimizer state exact too.
 TEST_F(ModelVariantsTrain, ExpertParallelZeroTwoHoldsBothOptimizersShardsAndBuckets) {
   plan_once();
   const auto d = dir_.string();
-  for (const std::string layout : {"ep2-dp4-zero2", "tp2-dp2-zero2"}) {
+  for (const std::string layout : {"ep2-dp4-zero2", "etp2-dp4-zero2", "tp2-dp2-zero2"}) {
     const auto out = "mem-moe-" + layout;
     const auto r = train("moe-" + layout, out, 4, short_config(2));
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
@@ -221,6 +224,29 @@ TEST_F(ModelVariantsTrain, QkNormsAndTheirOwnHeadWidthMatchTheSingleProcessRunUn
     ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
     expect_same_as_reference("o-qk-1", dir_ / out, "qk " + layout);
     expect_calls_of_the_cost_model(out, "qk " + layout);
+  }
+}
+
+// Evaluation under expert-tp: every rank evaluates (the etp group's gathers span dp, as the ep
+// group's all-to-all does), and each evaluation's loss is the single process's.
+TEST_F(ModelVariantsTrain, EvaluationUnderExpertTensorParallelismMatchesTheSingleProcessRun) {
+  plan_once();
+  std::ofstream(dir_ / "eval-moe.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 4,
+    "seed": 5, "threads": 1, "dp_bucket_mib": 0.1, "log_interval_steps": 0, "collective_timeout_s": 60,
+    "eval_interval_steps": 2, "eval": [{"name": "held", "path": "data", "sequences": 6}]})";
+  const auto single = train("moe-single", "o-moe-eval-1", 1, "eval-moe.json");
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const auto expected = metric(dir_ / "o-moe-eval-1" / "eval.jsonl", "loss");
+  ASSERT_EQ(expected.size(), 2u);  // steps 2 and 4
+  for (const auto& [layout, procs] : {std::pair{"etp2", 2}, std::pair{"etp2-pp2", 4}}) {
+    const auto out = std::string("o-moe-eval-") + layout;
+    const auto r = train(std::string("moe-") + layout, out, procs, "eval-moe.json");
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    const auto losses = metric(dir_ / out / "eval.jsonl", "loss");
+    ASSERT_EQ(losses.size(), expected.size()) << layout;
+    // The runs' weights agree to round-off (below 1e-4 relative: reference()'s floor), and so do
+    // their losses on the same tokens.
+    for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i] / expected[i], 1.0, 1e-4) << layout;
   }
 }
 
