@@ -29,13 +29,16 @@ PassKernels layer_kernels(const CostModelOptions& o) {
 // parallelism, or cp > 1; model/moe_routing.cpp) adds 40 forward (the per-run counts and the
 // offsets) and 4 per group it gathers over (tp, cp: the output buffer and views), 3 more for a
 // capacity; 2 backward under sequence parallelism (the router's weight entering the tp region). The
-// inventory charges the gathers and the router's all-reduce no kernels of their own.
+// inventory charges the gathers and the router's all-reduce no kernels of their own. Group-limited
+// routing (model/moe_routing.h) adds 11 forward (the group scores, the best groups' mask and the
+// weights' gather); its backward has as many nodes as the plain top-k's.
 constexpr double kMoeForward = 30, kMoeBackward = 4;
 constexpr double kExpertForward = 11, kLocalExpertForward = 9, kExpertBackward = 12;
 constexpr double kSharedForward = 9, kSharedBackward = 12, kCapacityForward = 12, kCapacityBackward = 1;
 constexpr double kEpDispatchForward = 13, kEpDispatchBackward = 5, kEpSecondOptimizer = 26;
 constexpr double kShardRoutingForward = 40, kShardGatherForward = 4, kShardCapacityForward = 3;
 constexpr double kShardRoutingBackward = 2;
+constexpr double kGroupRoutingForward = 11;
 
 PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const CostModelOptions& o) {
   if (!m.moe.present()) return {};
@@ -45,6 +48,7 @@ PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConf
     const double gathers = (sp ? 1 : 0) + (p.cp > 1 ? 1 : 0);
     const double base_forward =
         kMoeForward + (shared ? kSharedForward : 0) + (capacity ? kCapacityForward : 0) +
+        (m.moe.expert_groups > 1 ? kGroupRoutingForward : 0) +
         (shards ? kShardRoutingForward + kShardGatherForward * gathers + (capacity ? kShardCapacityForward : 0) : 0);
     const double base_backward = kMoeBackward + (shared ? kSharedBackward : 0) + (capacity ? kCapacityBackward : 0) +
                                  (sp ? kShardRoutingBackward : 0);

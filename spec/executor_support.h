@@ -15,7 +15,6 @@ enum class ExecutorGap {
   kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
   kAttentionVariant,        // DeepSeek's latent attention
-  kGroupLimitedRouting,     // DeepSeek's top k from the best groups of experts
   kExpertBias,              // DeepSeek-V3's auxiliary-loss-free expert bias
 };
 

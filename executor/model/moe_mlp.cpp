@@ -108,7 +108,13 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   const auto router = sp_group_ != nullptr ? copy_to_tp(gate->weight, *sp_group_) : gate->weight;
   const auto logits = torch::linear(tokens, router).to(torch::kFloat32);  // [T, E]
   const auto scores = spec_.router == spec::RouterScore::kSoftmax ? logits.softmax(-1) : logits.sigmoid();
-  auto [top_weights, top_experts] = scores.topk(k, -1);  // [T, k]
+  torch::Tensor top_weights, top_experts;  // [T, k]
+  if (spec_.expert_groups > 1) {
+    top_experts = std::get<1>(limit_to_best_groups(scores, spec_.expert_groups, spec_.groups_per_token, k).topk(k, -1));
+    top_weights = scores.gather(-1, top_experts);
+  } else {
+    std::tie(top_weights, top_experts) = scores.topk(k, -1);
+  }
   if (spec_.normalize_top_k) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
   if (spec_.top_k_scale != 1) top_weights = top_weights * spec_.top_k_scale;
   // Σ over this rank's tokens of the probabilities (per token summing to 1: sigmoid scores

@@ -10,7 +10,8 @@
 //
 // Routing, for tokens x [T, H] (T = B·S):
 //   scores = softmax(x·Wᵀ) (or sigmoid, spec::RouterScore) [T, E], in fp32;
-//   each token's top-k scores are its weights, divided by their sum when normalize_top_k
+//   each token's top k experts (with groups, among its best groups: moe_routing.h's
+//   limit_to_best_groups); their scores are its weights, divided by their sum when normalize_top_k
 //   (Mixtral, Qwen3-MoE, DeepSeek-V3; HF's norm_topk_prob), then multiplied by top_k_scale;
 //   dropless (capacity_factor 0): every (token, expert) pair is computed; with a capacity factor c
 //   an expert takes at most ceil(c·T·k/E) of its pairs, in token order, and drops the rest

@@ -84,6 +84,16 @@ SequenceShards make_sequence_shards(const std::vector<std::vector<spec::Position
   return s;
 }
 
+torch::Tensor limit_to_best_groups(const torch::Tensor& scores, int groups, int groups_per_token, std::int64_t k) {
+  const std::int64_t tokens = scores.size(0), experts = scores.size(1), per_group = experts / groups;
+  const auto grouped = scores.view({tokens, groups, per_group});
+  const auto group_scores = std::get<0>(grouped.topk(k / groups_per_token, -1)).sum(-1);  // [T, G]
+  const auto best = std::get<1>(group_scores.topk(groups_per_token, -1));                 // [T, g]
+  const auto kept = torch::zeros({tokens, groups}, scores.options().dtype(torch::kBool)).scatter(1, best, true);
+  return grouped.masked_fill(kept.logical_not().unsqueeze(-1), -std::numeric_limits<float>::infinity())
+      .view({tokens, experts});
+}
+
 MicrobatchRouting route_microbatch(const torch::Tensor& top_experts, std::int64_t sequences,
                                    const torch::Tensor& probability_sums, const SequenceShards* shards) {
   const std::int64_t experts = probability_sums.size(0);

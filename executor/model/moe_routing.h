@@ -63,6 +63,16 @@ struct MicrobatchRouting {
   torch::Tensor offset_of_row;
 };
 
+// Group-limited routing (DeepSeek-V2 §2.1.2's device-limited and DeepSeek-V3's node-limited
+// routing; Megatron-Core's --moe-router-num-groups / --moe-router-group-topk): the E experts in
+// `groups` equal groups of consecutive experts, a group scored by the sum of its top k/g scores
+// (k/g rounded down, as Megatron-Core), and a token's top k chosen among its best g =
+// `groups_per_token` groups: `scores` [T, E] with every other group's entries -inf (for the choice
+// only; the weights stay the scores themselves). Worked example, E = 4, 2 groups, g = 1, k = 2:
+// scores [0.40 0.05 | 0.30 0.25] give group sums 0.45 and 0.55, so the token takes experts 2 and 3
+// although expert 0 scores highest. REQUIRES: groups divides E, 1 <= g <= k, g·E/groups >= k.
+torch::Tensor limit_to_best_groups(const torch::Tensor& scores, int groups, int groups_per_token, std::int64_t k);
+
 // `top_experts`: int64 [B·S_local, k], each token's chosen experts, of `sequences` (B) sequences;
 // `probability_sums`: fp32 [E], Σ over this rank's tokens of each expert's router probability.
 // `shards`: how the microbatch is split, or null when this rank holds whole sequences. COLLECTIVE

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include "executor/model/llama_model.h"
@@ -27,6 +29,26 @@ void randomize(torch::nn::Module& m, std::uint64_t seed) {
   for (auto& p : m.parameters()) p.normal_(0.0, 0.2);
 }
 
+// The experts token `scores` [E] may choose: all, or with group-limited routing those of its best
+// groups, each group scored by the sum of its top k/g scores (a loop over the definition).
+std::vector<std::int64_t> eligible_experts(const torch::Tensor& scores, const spec::ModelSpec& m) {
+  const std::int64_t experts = m.moe.experts, groups = m.moe.expert_groups, per_group = experts / groups;
+  const std::int64_t top_per_group = m.moe.experts_per_token / m.moe.groups_per_token;
+  std::vector<std::pair<double, std::int64_t>> group_scores;  // (score, group)
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::vector<double> members;
+    for (std::int64_t e = g * per_group; e < (g + 1) * per_group; ++e) members.push_back(scores[e].item<double>());
+    std::sort(members.rbegin(), members.rend());
+    group_scores.emplace_back(std::accumulate(members.begin(), members.begin() + top_per_group, 0.0), g);
+  }
+  std::sort(group_scores.rbegin(), group_scores.rend());
+  std::vector<std::int64_t> eligible;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(m.moe.groups_per_token); ++i) {
+    for (std::int64_t e = 0; e < per_group; ++e) eligible.push_back(group_scores[i].second * per_group + e);
+  }
+  return eligible;
+}
+
 // y_t = Σ over the top-k experts e of w_e · expert_e(x_t) (+ the shared experts), token by token.
 torch::Tensor reference_output(MoeMlpImpl& moe, const spec::ModelSpec& m, const torch::Tensor& tokens) {
   torch::NoGradGuard no_grad;
@@ -34,7 +56,9 @@ torch::Tensor reference_output(MoeMlpImpl& moe, const spec::ModelSpec& m, const 
   for (std::int64_t t = 0; t < tokens.size(0); ++t) {
     const auto x = tokens[t].unsqueeze(0);
     const auto scores = moe.gate(x).softmax(-1)[0];
-    auto [weights, chosen] = scores.topk(m.moe.experts_per_token);
+    const auto eligible = torch::tensor(eligible_experts(scores, m), torch::kInt64);
+    auto [weights, picked] = scores.index_select(0, eligible).topk(m.moe.experts_per_token);
+    const auto chosen = eligible.index_select(0, picked);
     weights = weights / weights.sum();
     auto y = torch::zeros_like(x);
     for (std::int64_t j = 0; j < chosen.size(0); ++j) {
@@ -59,6 +83,41 @@ TEST(MixtureOfExperts, DroplessOutputIsEachTokensWeightedExperts) {
   // fp32 sums of a few dozen O(1) products in another order: ~1e-6 apart.
   EXPECT_TRUE(
       torch::allclose(out.reshape({-1, m.hidden}), reference_output(*moe, m, x.reshape({-1, m.hidden})), 1e-5, 1e-5));
+}
+
+// The header's worked example, and a token whose best expert's group is also its best group.
+TEST(MixtureOfExperts, GroupLimitedRoutingChoosesAmongTheBestGroups) {
+  const auto scores = torch::tensor({{0.40f, 0.05f, 0.30f, 0.25f}, {0.50f, 0.20f, 0.20f, 0.10f}});
+  const auto limited = limit_to_best_groups(scores, 2, 1, 2);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(torch::equal(limited, torch::tensor({{-inf, -inf, 0.30f, 0.25f}, {0.50f, 0.20f, -inf, -inf}})))
+      << limited;
+  // 4 groups of 2, top 4 of the best 2 groups, each group scored by its top 4 / 2 = 2 scores:
+  // groups 1 and 2 (0.12 each) beat group 0 (0.10), whose expert 0 scores highest of all.
+  const auto eight = torch::tensor({{0.10f, 0.00f, 0.06f, 0.06f, 0.07f, 0.05f, 0.01f, 0.01f}});
+  const auto best = std::get<1>(limit_to_best_groups(eight, 4, 2, 4).topk(4, -1));
+  EXPECT_TRUE(torch::equal(std::get<0>(best.sort(-1)), torch::tensor({{2, 3, 4, 5}}))) << best;
+}
+
+// With 2 groups of 2 experts and 1 group per token, each token's two experts are one group's.
+TEST(MixtureOfExperts, GroupLimitedOutputIsEachTokensWeightedExpertsOfItsBestGroup) {
+  auto m = tiny_moe();
+  m.moe.expert_groups = 2;
+  m.moe.groups_per_token = 1;
+  MoeMlp moe(m);
+  randomize(*moe, 3);
+  torch::manual_seed(4);
+  const auto x = torch::randn({2, 7, m.hidden});
+  moe->eval();
+  const auto out = moe->forward(x);
+  // fp32 sums of a few dozen O(1) products in another order: ~1e-6 apart.
+  EXPECT_TRUE(
+      torch::allclose(out.reshape({-1, m.hidden}), reference_output(*moe, m, x.reshape({-1, m.hidden})), 1e-5, 1e-5));
+  // The same layer without groups routes some token across the two groups (so the rule matters).
+  auto ungrouped = m;
+  ungrouped.moe.expert_groups = 1;
+  EXPECT_FALSE(torch::allclose(out.reshape({-1, m.hidden}),
+                               reference_output(*moe, ungrouped, x.reshape({-1, m.hidden})), 1e-5, 1e-5));
 }
 
 TEST(MixtureOfExperts, CapacityKeepsEachExpertsFirstTokensAndDropsTheRest) {

@@ -66,6 +66,22 @@ class ModelVariantsTrain : public DistributedTrain {
              dir_);
       ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
     }
+    // tiny-moe with DeepSeek's group-limited routing: 2 groups of 2 experts, a token's 2 from its
+    // best group.
+    std::ofstream(dir_ / "tiny-moe-groups.json") << R"({"name": "tiny-moe-groups", "layers": 2, "hidden": 64,
+      "heads": 4, "kv_heads": 2, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm",
+      "position": "rope", "tied_embeddings": false, "max_seq_len": 128, "moe": {"experts": 4,
+      "experts_per_token": 2, "expert_ffn_hidden": 64, "shared_ffn_hidden": 64, "expert_groups": 2,
+      "groups_per_token": 1}})";
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "ep=1,micro_batch=2", 1}, std::tuple{"ep2", "dp=2,ep=2,zero=0,micro_batch=2", 2},
+          std::tuple{"ep2-etp2-zero1", "dp=4,ep=2,etp=2,zero=1,offload=none,micro_batch=2", 4}}) {
+      const auto r =
+          sh(cpt_binary() + " plan --model " + d + "/tiny-moe-groups.json --gpu h100 --gpus " + std::to_string(gpus) +
+                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/groups-" + name,
+             dir_);
+      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    }
     // tiny with Qwen3's attention: q/k norms over heads of 32 (not hidden / heads = 16).
     std::ofstream(dir_ / "tiny-qk.json") << R"({"name": "tiny-qk", "layers": 2, "hidden": 64, "heads": 4,
       "kv_heads": 2, "head_dim": 32, "qk_norm": true, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu",
@@ -211,6 +227,21 @@ TEST_F(ModelVariantsTrain, ExpertParallelStageWithoutExpertsMatchesTheSingleProc
   const auto r = train("df-ep2-pp2", "o-df-ep2-pp2", 4);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_as_reference("o-df-1", dir_ / "o-df-ep2-pp2", "dense-first ep2-pp2");
+}
+
+// Group-limited routing routes each token where the single process does, whichever rank holds its
+// experts or their halves: the same run, the cost model's calls and bytes, kernels within 6%.
+TEST_F(ModelVariantsTrain, GroupLimitedRoutingMatchesTheSingleProcessRun) {
+  plan_once();
+  reference("groups-single", "o-groups-1");
+  for (const auto& [layout, procs] : {std::pair{"ep2", 2}, std::pair{"ep2-etp2-zero1", 4}}) {
+    const auto out = std::string("o-groups-") + layout;
+    const auto r = train(std::string("groups-") + layout, out, procs);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    expect_same_as_reference("o-groups-1", dir_ / out, std::string("groups ") + layout);
+    expect_calls_of_the_cost_model(out, std::string("groups ") + layout);
+    expect_kernels_of_the_cost_model(out, std::string("groups ") + layout);
+  }
 }
 
 // The q/k norms' weights are replicated over tp while each rank normalises its own heads: their
