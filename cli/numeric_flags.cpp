@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 namespace cpt::cli {
 
@@ -39,6 +40,16 @@ std::string check_positive(std::string& input) {
 }
 
 }  // namespace
+
+std::string parse_error_message(const CLI::ParseError& error) {
+  const std::string text = error.what();
+  constexpr std::string_view kConversion = "Could not convert: ";
+  const auto equals = text.find(" = ");
+  if (!text.starts_with(kConversion) || equals == std::string::npos) return text;
+  const auto flag = text.substr(kConversion.size(), equals - kConversion.size());
+  return flag + ": '" + text.substr(equals + 3) +
+         "' is not a whole number this option holds (too large, or a fraction)";
+}
 
 const CLI::Validator& positive_number() {
   static const CLI::Validator validator(check_positive, "NUMBER > 0", "positive number");

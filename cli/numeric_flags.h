@@ -10,4 +10,8 @@ namespace cpt::cli {
 // refuses a fraction itself); refuses zero, negatives, words, hexadecimal, NaN and infinity.
 const CLI::Validator& positive_number();
 
+// The one-line message of a parse error: CLI11's own, except that a value an option's type cannot
+// hold ("Could not convert: --etp = 99999999999") names the flag first and says why.
+std::string parse_error_message(const CLI::ParseError& error);
+
 }  // namespace cpt::cli

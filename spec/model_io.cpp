@@ -220,6 +220,17 @@ std::string first_model_difference(const ModelSpec& ours, const ModelSpec& their
   return first_json_difference(model_to_json(ours), model_to_json(theirs), "");
 }
 
+namespace {
+
+bool has_dense_layer(const ModelSpec& model) {
+  for (int layer = 0; layer < model.layers; ++layer) {
+    if (!model.is_moe_layer(layer)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string first_shape_difference(const ModelSpec& ours, const ModelSpec& theirs) {
   ModelSpec shaped = ours;  // `ours` with `theirs`'s values of every field that shapes no parameter
   shaped.name = theirs.name;
@@ -238,6 +249,9 @@ std::string first_shape_difference(const ModelSpec& ours, const ModelSpec& their
     shaped.moe.groups_per_token = routing.groups_per_token;
     shaped.moe.expert_bias = routing.expert_bias;
     shaped.moe.capacity_factor = routing.capacity_factor;
+    // The dense MLP's width shapes nothing when no layer of either is dense (an exported MoE
+    // writes the experts' width there, as Hugging Face's configs often do).
+    if (!has_dense_layer(ours) && !has_dense_layer(theirs)) shaped.ffn_hidden = theirs.ffn_hidden;
   }
   return first_model_difference(shaped, theirs);
 }

@@ -14,6 +14,7 @@
 
 #include "cli/cpt/commands.h"
 #include "cli/executor_process.h"
+#include "cli/numeric_flags.h"
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/log.h"
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (const auto typo = unknown_flag(app)) return fail(core::kExitBadInput, *typo + " (see `cpt --help`)");
-    return fail(core::kExitBadInput, std::string(e.what()) + " (see `cpt --help`)");
+    return fail(core::kExitBadInput, cli::parse_error_message(e) + " (see `cpt --help`)");
   } catch (const cli::StepRefusedInput&) {
     return core::kExitBadInput;  // the step's own line is the error
   } catch (const core::Error& e) {

@@ -209,8 +209,10 @@ void add_kind_fields(Fields& fields, const cost::Estimate& e, const Json& profil
 }
 
 // The model state and the recipe's, each the largest over the ranks against the prediction for
-// that rank's pipeline coordinate.
-void add_state_fields(Fields& fields, const PricedRun& priced, const spec::MeasuredRun& measured) {
+// that rank's pipeline coordinate. An offloaded optimizer state is not compared on the CPU: the
+// host is the device there, so the run holds it where the cost model prices it away (0).
+void add_state_fields(Fields& fields, const PricedRun& priced, const spec::MeasuredRun& measured,
+                      const spec::Plan& plan) {
   if (!priced.state) return;
   auto add_worst = [&](const std::string& key, auto measured_of, auto predicted_of) {
     double worst_measured = -1, predicted = 0;
@@ -229,9 +231,11 @@ void add_state_fields(Fields& fields, const PricedRun& priced, const spec::Measu
   add_worst(
       "grads", [](const spec::MeasuredMemory& m) { return m.grads; },
       [](const cost::MemoryBreakdown& b) { return b.grads; });
-  add_worst(
-      "optimizer", [](const spec::MeasuredMemory& m) { return m.optimizer; },
-      [](const cost::MemoryBreakdown& b) { return b.optimizer; });
+  if (!measured.on_cpu() || plan.parallel.offload == spec::Offload::kNone) {
+    add_worst(
+        "optimizer", [](const spec::MeasuredMemory& m) { return m.optimizer; },
+        [](const cost::MemoryBreakdown& b) { return b.optimizer; });
+  }
   if (priced.options.distill_teacher) {
     add_worst(
         "teacher", [](const spec::MeasuredMemory& m) { return m.teacher; },
@@ -300,7 +304,7 @@ RunComparison compare_run(const fs::path& run_dir, const std::string& cluster) {
   // On the CPU only: on a GPU the host's operator times are launch times, not the kernels'.
   if (measured.on_cpu()) comparison.profile = find_step_profile(run_dir, measured, priced.step.critical_pp_rank);
   if (comparison.profile) add_kind_fields(comparison.fields, priced.step, *comparison.profile);
-  add_state_fields(comparison.fields, priced, measured);
+  add_state_fields(comparison.fields, priced, measured, comparison.plan);
   add_peak_fields(comparison.fields, priced, measured, comparison.plan);
   return comparison;
 }

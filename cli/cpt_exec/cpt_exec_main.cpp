@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cpt_exec/exec_commands.h"
+#include "cli/numeric_flags.h"
 #include "cli/output.h"
 #include "core/error.h"
 #include "core/str_cat.h"
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << name << ": error: " << e.what() << "\n";
+    std::cerr << name << ": error: " << cli::parse_error_message(e) << "\n";
     return core::kExitBadInput;
   } catch (const core::Error& e) {
     return report_error(name, e.what(), e.exit_code());

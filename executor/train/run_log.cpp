@@ -16,14 +16,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Keeps only the lines of a JSONL file whose "step" is below `step` (after a resume).
-void truncate_jsonl(const fs::path& path, std::int64_t step) {
+// Keeps only the lines of a JSONL file whose "step" is below `end_step` (after a resume).
+void truncate_jsonl(const fs::path& path, std::int64_t end_step) {
   if (!fs::exists(path)) return;
   std::ifstream in(path);
   std::string line, kept;
   while (std::getline(in, line)) {
     const auto row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_object() && row.value("step", std::int64_t{0}) < step) kept += line + "\n";
+    if (row.is_object() && row.value("step", std::int64_t{0}) < end_step) kept += line + "\n";
   }
   core::write_file_atomic(path, kept);
 }
@@ -51,8 +51,11 @@ RunLog::RunLog(const fs::path& out_dir, std::int64_t first_step, std::int64_t to
                std::int64_t log_interval)
     : total_steps_(total_steps), bar_(writes && bar), log_interval_(writes ? log_interval : 0) {
   if (!writes) return;
+  // A metrics row's step counts the steps before it (the resumed run writes first_step's own); an
+  // evaluation's, the steps after which it ran: the one at first_step saw the checkpoint's weights,
+  // and the resumed run does not repeat it.
   truncate_jsonl(out_dir / "metrics.jsonl", first_step);
-  truncate_jsonl(out_dir / "eval.jsonl", first_step);
+  truncate_jsonl(out_dir / "eval.jsonl", first_step + 1);
   metrics_.emplace(out_dir / "metrics.jsonl");
   eval_.emplace(out_dir / "eval.jsonl");
 }

@@ -51,6 +51,15 @@ TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
     EXPECT_NE(bad.err.find(std::string("--ep: expected a positive number, got '") + value + "'"), std::string::npos)
         << bad.err;
   }
+  // One the option's integer cannot hold, or a fraction: the flag first, and why.
+  for (const char* value : {"99999999999", "2.5"}) {
+    const auto bad = cpt(std::string("estimate --model mixtral-8x7b --gpu h100 --gpus 8 --micro-batch 1 ") +
+                         "--global-batch 8 --seq-len 4096 --etp " + value);
+    EXPECT_EQ(bad.exit_code, 2) << value;
+    EXPECT_NE(bad.err.find(std::string("--etp: '") + value + "' is not a whole number this option holds"),
+              std::string::npos)
+        << bad.err;
+  }
 }
 
 // DeepSeek-V3 planned on 256 H200 as its pipeline of uneven stages ([1, 2, ..., 2, 1, 1] layers),

@@ -29,8 +29,9 @@ fs::path fresh_dir(const char* name) {
   return dir;
 }
 
-// A resumed run keeps the rows before the step it resumes at and appends its own; only the
-// writing rank touches the files.
+// A resumed run keeps the metrics rows before the step it resumes at, and the evaluations up to it
+// (the one at that step saw the checkpoint's weights and is not repeated), and appends its own;
+// only the writing rank touches the files.
 TEST(RunLog, AResumedRunReplacesTheRowsFromItsFirstStep) {
   const auto dir = fresh_dir("cpt_run_log_test");
   std::ofstream(dir / "metrics.jsonl") << R"({"step": 0, "loss": 3})"
@@ -40,6 +41,8 @@ TEST(RunLog, AResumedRunReplacesTheRowsFromItsFirstStep) {
                                        << R"({"step": 2, "loss": 9})"
                                           "\n";
   std::ofstream(dir / "eval.jsonl") << R"({"step": 2, "set": "old", "loss": 1})"
+                                       "\n"
+                                       R"({"step": 3, "set": "old", "loss": 0.5})"
                                        "\n";
   {
     RunLog silent(dir, 2, 10, /*writes=*/false, false, 0);
@@ -78,9 +81,11 @@ TEST(RunLog, AResumedRunReplacesTheRowsFromItsFirstStep) {
   EXPECT_EQ(metrics[2]["dropped_pairs"], 0.0);
   EXPECT_EQ(metrics[2]["samples_by_source"]["web"], 4);
   const auto eval = rows_of(dir / "eval.jsonl");
-  ASSERT_EQ(eval.size(), 1u);  // the old step-2 row is gone
-  EXPECT_EQ(eval[0]["set"], "held_out");
-  EXPECT_DOUBLE_EQ(eval[0]["perplexity"].get<double>(), std::exp(2.0));
+  ASSERT_EQ(eval.size(), 2u);  // the old step-3 row is gone, the step-2 one (the checkpoint's) kept
+  EXPECT_EQ(eval[0]["step"], 2);
+  EXPECT_EQ(eval[0]["set"], "old");
+  EXPECT_EQ(eval[1]["set"], "held_out");
+  EXPECT_DOUBLE_EQ(eval[1]["perplexity"].get<double>(), std::exp(2.0));
   fs::remove_all(dir);
 }
 

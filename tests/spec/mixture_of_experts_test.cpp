@@ -238,6 +238,14 @@ TEST(MixtureOfExperts, ModelJsonRoundTripsExpertsAndLatentAttention) {
   rerouted.moe.experts_per_token = 1;
   rerouted.moe.capacity_factor = 1.25;
   EXPECT_EQ(first_shape_difference(catalog("tiny-moe"), rerouted), "");
+  // No layer is dense: the dense MLP's width shapes nothing (an exported MoE writes the experts'
+  // width there); with a dense first layer it does.
+  rerouted.ffn_hidden = rerouted.moe.expert_ffn_hidden;
+  EXPECT_EQ(first_shape_difference(catalog("tiny-moe"), rerouted), "");
+  auto dense_first = catalog("tiny-moe"), dense_first_narrow = catalog("tiny-moe");
+  dense_first.moe.first_dense_layers = dense_first_narrow.moe.first_dense_layers = 1;
+  dense_first_narrow.ffn_hidden = 64;
+  EXPECT_NE(first_shape_difference(dense_first, dense_first_narrow).find("ffn_hidden"), std::string::npos);
   EXPECT_EQ(first_shape_difference(wider, catalog("tiny-moe")), "moe.experts 8 against 4");
   EXPECT_NE(first_shape_difference(catalog("tiny"), catalog("tiny-moe")).find("moe none against"), std::string::npos);
   EXPECT_EQ(model_to_json(catalog("deepseek-v3"))["moe"]["expert_bias"], true);
