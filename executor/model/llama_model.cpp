@@ -13,18 +13,6 @@ using core::str_cat;
 
 namespace {
 
-void require_llama_family(const spec::ModelSpec& m) {
-  if (m.mlp != spec::MlpKind::kSwiGLU || m.norm != spec::NormKind::kRMSNorm ||
-      m.position != spec::PositionKind::kRoPE) {
-    throw core::ConfigError(str_cat("model ", m.name, ": the executor builds LLaMA-family models (mlp swiglu, norm ",
-                                    "rmsnorm, position rope); got mlp ", spec::to_string(m.mlp), ", norm ",
-                                    spec::to_string(m.norm), ", position ", spec::to_string(m.position)));
-  }
-  if (m.head_dim() % 2 != 0) {
-    throw core::ConfigError(str_cat("model ", m.name, ": RoPE needs an even head_dim; got ", m.head_dim()));
-  }
-}
-
 StageShape resolved(StageShape s, const spec::ModelSpec& m) {
   if (s.last_layer < 0) s.last_layer = m.layers;
   if (s.first_layer < 0 || s.first_layer > s.last_layer || s.last_layer > m.layers) {
@@ -36,6 +24,18 @@ StageShape resolved(StageShape s, const spec::ModelSpec& m) {
 
 }  // namespace
 
+void check_llama_family(const spec::ModelSpec& m) {
+  if (m.mlp != spec::MlpKind::kSwiGLU || m.norm != spec::NormKind::kRMSNorm ||
+      m.position != spec::PositionKind::kRoPE) {
+    throw core::ConfigError(str_cat("model ", m.name, ": the executor builds LLaMA-family models (mlp swiglu, norm ",
+                                    "rmsnorm, position rope); got mlp ", spec::to_string(m.mlp), ", norm ",
+                                    spec::to_string(m.norm), ", position ", spec::to_string(m.position)));
+  }
+  if (m.head_dim() % 2 != 0) {
+    throw core::ConfigError(str_cat("model ", m.name, ": RoPE needs an even head_dim; got ", m.head_dim()));
+  }
+}
+
 LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, TensorParallel tp, ContextParallel cp,
                                ExpertParallel ep)
     : spec_(spec),
@@ -44,7 +44,7 @@ LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, Te
       cp_(cp),
       ep_(ep),
       rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta, spec.rope_scaling) {
-  require_llama_family(spec_);
+  check_llama_family(spec_);
   const int t = tp_.size();
   if (spec_.heads % t != 0 || spec_.kv_heads % t != 0 || spec_.ffn_hidden % t != 0) {
     throw core::ConfigError(str_cat("model ", spec_.name, ": tensor parallelism ", t, " needs heads (", spec_.heads,

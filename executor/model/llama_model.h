@@ -31,6 +31,10 @@ struct StageShape {
   bool head = true;     // final norm + LM head
 };
 
+// ConfigError unless `m` is a model the executor builds: the LLaMA family (SwiGLU, RMSNorm, RoPE
+// with an even head width).
+void check_llama_family(const spec::ModelSpec& m);
+
 class LlamaModelImpl : public torch::nn::Module {
  public:
   // ConfigError when `spec` is not LLaMA-family (SwiGLU, RMSNorm, RoPE, no biases): the executor

@@ -391,6 +391,7 @@ TrainSummary RankRun::finish(TrainSummary summary, const RunMeter& meter, const 
 }  // namespace
 
 void check_plan_runs(const spec::Plan& plan) {
+  check_llama_family(plan.model);
   const auto& par = plan.parallel;
   if (par.cp > 1) {
     if (auto e = spec::find_sequence_split_error(plan.workload.seq_len, par.cp)) {

@@ -36,8 +36,9 @@ struct TrainSummary {
   bool stopped = false;  // asked to stop (stop_request.h) before the last step
 };
 
-// ConfigError when the executor does not run `plan`: a layout spec::find_executor_gap names, a
-// sequence length beyond the model's. Every rank checks it; a launcher once, before they start.
+// ConfigError when the executor does not run `plan`: a model outside the LLaMA family, a layout
+// spec::find_executor_gap names, a sequence length beyond the model's. Every rank checks it; a
+// launcher once, before they start.
 void check_plan_runs(const spec::Plan& plan);
 
 // ConfigError for a layout the executor does not run (spec::find_executor_gap),
