@@ -71,18 +71,28 @@ torch::Tensor reference_output(MoeMlpImpl& moe, const spec::ModelSpec& m, const 
   return torch::cat(rows);
 }
 
-TEST(MixtureOfExperts, DroplessOutputIsEachTokensWeightedExperts) {
-  const auto m = tiny_moe();  // 4 experts, top 2, expert width 64, shared width 64
+// The layer of `m` with random weights on random tokens [2, 7, H], in eval mode: its tokens and
+// output as rows [14, H].
+struct LayerRun {
+  MoeMlp moe;
+  torch::Tensor tokens, out;
+};
+LayerRun run_layer(const spec::ModelSpec& m) {
   MoeMlp moe(m);
   randomize(*moe, 3);
   torch::manual_seed(4);
   const auto x = torch::randn({2, 7, m.hidden});
   moe->eval();
   const auto out = moe->forward(x);
-  ASSERT_EQ(out.sizes(), x.sizes());
+  EXPECT_EQ(out.sizes(), x.sizes());
+  return {moe, x.reshape({-1, m.hidden}), out.reshape({-1, m.hidden})};
+}
+
+TEST(MixtureOfExperts, DroplessOutputIsEachTokensWeightedExperts) {
+  const auto m = tiny_moe();  // 4 experts, top 2, expert width 64, shared width 64
+  auto run = run_layer(m);
   // fp32 sums of a few dozen O(1) products in another order: ~1e-6 apart.
-  EXPECT_TRUE(
-      torch::allclose(out.reshape({-1, m.hidden}), reference_output(*moe, m, x.reshape({-1, m.hidden})), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(run.out, reference_output(*run.moe, m, run.tokens), 1e-5, 1e-5));
 }
 
 // The header's worked example, and a token whose best expert's group is also its best group.
@@ -104,20 +114,13 @@ TEST(MixtureOfExperts, GroupLimitedOutputIsEachTokensWeightedExpertsOfItsBestGro
   auto m = tiny_moe();
   m.moe.expert_groups = 2;
   m.moe.groups_per_token = 1;
-  MoeMlp moe(m);
-  randomize(*moe, 3);
-  torch::manual_seed(4);
-  const auto x = torch::randn({2, 7, m.hidden});
-  moe->eval();
-  const auto out = moe->forward(x);
+  auto run = run_layer(m);
   // fp32 sums of a few dozen O(1) products in another order: ~1e-6 apart.
-  EXPECT_TRUE(
-      torch::allclose(out.reshape({-1, m.hidden}), reference_output(*moe, m, x.reshape({-1, m.hidden})), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(run.out, reference_output(*run.moe, m, run.tokens), 1e-5, 1e-5));
   // The same layer without groups routes some token across the two groups (so the rule matters).
   auto ungrouped = m;
   ungrouped.moe.expert_groups = 1;
-  EXPECT_FALSE(torch::allclose(out.reshape({-1, m.hidden}),
-                               reference_output(*moe, ungrouped, x.reshape({-1, m.hidden})), 1e-5, 1e-5));
+  EXPECT_FALSE(torch::allclose(run.out, reference_output(*run.moe, ungrouped, run.tokens), 1e-5, 1e-5));
 }
 
 TEST(MixtureOfExperts, CapacityKeepsEachExpertsFirstTokensAndDropsTheRest) {
