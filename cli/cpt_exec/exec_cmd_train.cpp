@@ -157,6 +157,11 @@ void train_rank(const TrainArgs& args) {
     if (s.stopped) throw ExitWith{core::kExitStopped};
     return;
   }
+  if (s.last_step == s.first_step && !s.stopped) {
+    std::cout << core::str_cat("nothing to train: the run is at step ", s.last_step,
+                               ", the end of its schedule; checkpoint ", s.checkpoint.string(), "\n");
+    return;
+  }
   std::cout << core::str_cat("trained steps ", s.first_step, " -> ", s.last_step, ": final loss ", s.final_loss, ", ",
                              static_cast<long long>(s.tokens_per_s), " tokens/s",
                              s.skipped_steps > 0 ? core::str_cat(", ", s.skipped_steps, " steps skipped") : "",

@@ -63,10 +63,11 @@ struct MicrobatchRouting {
   torch::Tensor offset_of_row;
 };
 
-// Group-limited routing (DeepSeek-V2 §2.1.2's device-limited and DeepSeek-V3's node-limited
-// routing; Megatron-Core's --moe-router-num-groups / --moe-router-group-topk): the E experts in
-// `groups` equal groups of consecutive experts, a group scored by the sum of its top k/g scores
-// (k/g rounded down, as Megatron-Core), and a token's top k chosen among its best g =
+// Group-limited routing (DeepSeek-V3's node-limited routing as Megatron-Core runs it,
+// --moe-router-num-groups / --moe-router-group-topk; DeepSeek-V2's group_limited_greedy scores a
+// group by its best expert instead, the same when k/g = 1): the E experts in `groups` equal groups
+// of consecutive experts, a group scored by the sum of its top k/g scores (k/g rounded down, as
+// Megatron-Core), and a token's top k chosen among its best g =
 // `groups_per_token` groups: `scores` [T, E] with every other group's entries -inf (for the choice
 // only; the weights stay the scores themselves). Worked example, E = 4, 2 groups, g = 1, k = 2:
 // scores [0.40 0.05 | 0.30 0.25] give group sums 0.45 and 0.55, so the token takes experts 2 and 3

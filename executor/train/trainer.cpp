@@ -363,7 +363,9 @@ TrainSummary RankRun::train() {
     }
   }
   log.end();
-  if (evaluator.has_sets() && !summary.stopped) evaluator.evaluate(counters_.step, log);
+  // The closing evaluation, unless this run trained nothing (a resume of a finished run: its
+  // evaluation at this step is on record already).
+  if (evaluator.has_sets() && !summary.stopped && counters_.step > first_step) evaluator.evaluate(counters_.step, log);
   return finish(summary, meter, state);
 }
 
@@ -382,8 +384,11 @@ TrainSummary RankRun::finish(TrainSummary summary, const RunMeter& meter, const 
   facts.state = state;
   facts.recipe = recipe_bytes(continual_, choice_);
   facts.peak_memory_bytes = peak_memory_bytes(device_);
-  const auto measured = meter.finish(facts, *groups_.world, layout_);
-  if (rank0_) spec::save_measured_run(options_.out_dir / "measured.json", measured);
+  // A run that trained nothing measured nothing: the earlier run's measured.json stays.
+  if (facts.steps > 0) {
+    const auto measured = meter.finish(facts, *groups_.world, layout_);
+    if (rank0_) spec::save_measured_run(options_.out_dir / "measured.json", measured);
+  }
   groups_.world->barrier();  // every rank returns after the final checkpoint exists
   return summary;
 }

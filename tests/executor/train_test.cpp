@@ -146,6 +146,11 @@ TEST_F(TrainTest, EpochsCountTheRunOverTheScarcestSetOfTheMixture) {
   EXPECT_EQ(run.at("total_steps").get<int>(), 3);
 }
 
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 TEST_F(TrainTest, StoppingAndResumingGivesExactlyTheUninterruptedLosses) {
   const auto plan = tiny_plan(8, 2, 64);  // 4 microbatches per step: accumulation is exercised too
   ScratchDir straight("train-straight"), resumed("train-resumed");
@@ -161,6 +166,12 @@ TEST_F(TrainTest, StoppingAndResumingGivesExactlyTheUninterruptedLosses) {
   o.resume = true;
   const auto second = train(plan, config(10), o);
   EXPECT_EQ(second.first_step, 5);
+  // Resuming the finished run trains nothing and leaves its record as it was.
+  const auto measured = slurp(resumed.path() / "measured.json");
+  const auto third = train(plan, config(10), o);
+  EXPECT_EQ(third.first_step, 10);
+  EXPECT_EQ(third.last_step, 10);
+  EXPECT_EQ(slurp(resumed.path() / "measured.json"), measured);
   const auto a = losses(straight.path());
   const auto b = losses(resumed.path());
   ASSERT_EQ(a.size(), 10u);
@@ -174,10 +185,6 @@ TEST_F(TrainTest, StoppingAndResumingGivesExactlyTheUninterruptedLosses) {
   }
 }
 
-std::string slurp(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // --resume when every checkpoint is corrupt fails (exit 3) and changes nothing: the run's
 // metrics stay as they were (it used to restart at step 0 and truncate them). Directories a killed
