@@ -185,7 +185,6 @@ TEST_F(TrainTest, StoppingAndResumingGivesExactlyTheUninterruptedLosses) {
   }
 }
 
-
 // --resume when every checkpoint is corrupt fails (exit 3) and changes nothing: the run's
 // metrics stay as they were (it used to restart at step 0 and truncate them). Directories a killed
 // checkpoint write left behind are cleared when the next run starts.
