@@ -47,8 +47,7 @@ std::string parse_error_message(const CLI::ParseError& error) {
   const auto equals = text.find(" = ");
   if (!text.starts_with(kConversion) || equals == std::string::npos) return text;
   const auto flag = text.substr(kConversion.size(), equals - kConversion.size());
-  return flag + ": '" + text.substr(equals + 3) +
-         "' is not a whole number this option holds (too large, or a fraction)";
+  return flag + ": expected a whole number in digits within the option's range, got '" + text.substr(equals + 3) + "'";
 }
 
 const CLI::Validator& positive_number() {

@@ -11,7 +11,8 @@ namespace cpt::cli {
 const CLI::Validator& positive_number();
 
 // The one-line message of a parse error: CLI11's own, except that a value an option's type cannot
-// hold ("Could not convert: --etp = 99999999999") names the flag first and says why.
+// hold ("Could not convert: --etp = 99999999999": too large, a fraction, or an exponent) names the
+// flag, what it expects and what it got.
 std::string parse_error_message(const CLI::ParseError& error);
 
 }  // namespace cpt::cli

@@ -70,14 +70,14 @@ NamedParams with_every_expert(const NamedParams& local, Communicator& ep) {
   return all;
 }
 
-// `local` with its routed experts' tensors whole, joined from the etp group's shards.
+// `local` with its routed experts' tensors whole, joined from the etp group's shards (the splits
+// name etp alone, so every other tensor passes through as it is).
 NamedParams with_whole_experts(const NamedParams& local, std::int64_t vocab, Communicator& etp) {
   const ParameterSplits splits{TensorParallel{}, TensorParallel{&etp}};
   NamedParams out;
   for (const auto& [name, t] : local) {
     const auto [param, split] = parameter_of(name);
-    const bool joined = split && spec::is_routed_expert(param);
-    out.emplace_back(name, joined ? tp_full_from_shards(param, t, vocab, splits) : t);
+    out.emplace_back(name, split ? tp_full_from_shards(param, t, vocab, splits) : t);
   }
   return out;
 }
