@@ -50,6 +50,20 @@ std::string parse_error_message(const CLI::ParseError& error) {
   return flag + ": expected a whole number in digits within the option's range, got '" + text.substr(equals + 3) + "'";
 }
 
+CLI::Validator whole_number_in(long long lo, long long hi) {
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  auto check = [lo, hi, range](std::string& input) -> std::string {
+    const bool digits =
+        !input.empty() && input.size() <= 18 && input.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) {
+      const long long value = std::stoll(input);
+      if (value >= lo && value <= hi) return {};
+    }
+    return "expected a whole number in " + range + ", got '" + input + "'";
+  };
+  return CLI::Validator(check, "INT in " + range, "whole number in " + range);
+}
+
 const CLI::Validator& positive_number() {
   static const CLI::Validator validator(check_positive, "NUMBER > 0", "positive number");
   return validator;

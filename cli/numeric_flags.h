@@ -10,6 +10,10 @@ namespace cpt::cli {
 // refuses a fraction itself); refuses zero, negatives, words, hexadecimal, NaN and infinity.
 const CLI::Validator& positive_number();
 
+// Accepts a whole number in digits in [lo, hi]; a failure reads
+// "--master-port: expected a whole number in 1..65535, got '70000'".
+CLI::Validator whole_number_in(long long lo, long long hi);
+
 // The one-line message of a parse error: CLI11's own, except that a value an option's type cannot
 // hold ("Could not convert: --etp = 99999999999": too large, a fraction, or an exponent) names the
 // flag, what it expects and what it got.

@@ -63,8 +63,7 @@ class JsonObjectReader {
   void accept(std::string_view key);
 
   // Required values. Range checks are inclusive.
-  std::int64_t integer(std::string_view key, std::int64_t min = INT64_MIN,
-                       std::int64_t max = INT64_MAX);
+  std::int64_t integer(std::string_view key, std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX);
   double number(std::string_view key, double min = -1e308, double max = 1e308);
   double positive_number(std::string_view key);  // > 0
   bool boolean(std::string_view key);
@@ -94,6 +93,7 @@ class JsonObjectReader {
   [[noreturn]] void fail(std::string_view key, std::string_view expected, std::string_view got) const;
   [[nodiscard]] std::string path_of(std::string_view key) const;
   [[nodiscard]] const std::string& origin() const { return origin_; }
+  [[nodiscard]] const std::string& path() const { return path_; }  // "$", "$.model", ...
 
  private:
   const Json& field(std::string_view key);

@@ -70,6 +70,20 @@ PassKernels qk_norm_kernels(const spec::ModelSpec& m, const CostModelOptions& o)
   return eager(o) ? PassKernels{18, 14} : PassKernels{2, 4};
 }
 
+// Eager: the op counter on tiny-mla (tiny's sizes, 2 layers; one process; its step with full
+// recomputation against one without gives the forward): latent attention adds 32 forward and 18
+// backward over grouped-query attention (its values padded to the query width for SDPA's fused
+// kernel included), a query latent (q_lora_rank > 0) 10 and 12 more. Fused
+// (Megatron-Core's MLA, counted from its modules, not measured): the q and kv up projections, the
+// kv down projection and latent norm and the key's concatenation in place of the fused QKV GEMM,
+// the query's down projection and norm.
+PassKernels latent_attention_kernels(const spec::ModelSpec& m, const CostModelOptions& o) {
+  if (!m.mla.present()) return {};
+  const bool query_latent = m.mla.q_lora_rank > 0;
+  if (eager(o)) return query_latent ? PassKernels{42, 30} : PassKernels{32, 18};
+  return query_latent ? PassKernels{6, 12} : PassKernels{4, 8};
+}
+
 double selective_recompute_kernels(const CostModelOptions& o) {
   if (!eager(o)) return o.flash_attention ? 1 : 4;
   return 8;
@@ -130,7 +144,9 @@ double kernels_per_zero3_call(const CostModelOptions& o) {
   return eager(o) ? 13 : 0;
 }
 double kernels_per_zero3_block_call(const spec::ModelSpec& m, const CostModelOptions& o) {
-  return eager(o) ? 13 + 1.4 * moe_extra_tensors_per_layer(m, 1) : 0;
+  constexpr double kLlamaBlockTensors = 9;
+  const double beyond = dense_block_tensors(m) - kLlamaBlockTensors + moe_extra_tensors_per_layer(m, 1);
+  return eager(o) ? 13 + 1.4 * beyond : 0;
 }
 
 double kernels_per_zero3_teacher_unit(double tensors, const CostModelOptions& o) {
@@ -146,7 +162,10 @@ double mlp_tensors(const spec::ModelSpec& m) {
 }  // namespace
 
 double dense_block_tensors(const spec::ModelSpec& m) {
-  return 4 + mlp_tensors(m) + 2 + (m.qk_norm ? 2 : 0) + (m.qkv_bias ? 3 : 0);
+  // Latent attention (model/latent_attention.h): kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
+  // o_proj, and q_proj or q_a_proj, q_a_layernorm, q_b_proj.
+  const double attention = m.mla.present() ? (m.mla.q_lora_rank > 0 ? 7 : 5) : 4;
+  return attention + mlp_tensors(m) + 2 + (m.qk_norm ? 2 : 0) + (m.qkv_bias ? 3 : 0);
 }
 
 double routed_expert_tensors_per_layer(const spec::ModelSpec& m, int ep) {

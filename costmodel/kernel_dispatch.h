@@ -59,6 +59,9 @@ PassKernels layer_kernels(const CostModelOptions& o);
 PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const CostModelOptions& o);
 // What q/k norms (spec::ModelSpec::qk_norm) add to a layer: two RMSNorms over the heads.
 PassKernels qk_norm_kernels(const spec::ModelSpec& m, const CostModelOptions& o);
+// What DeepSeek's latent attention (spec::ModelSpec::mla) adds to a layer over grouped-query
+// attention: its down projections, latent norms and the rotary channels' split and concatenation.
+PassKernels latent_attention_kernels(const spec::ModelSpec& m, const CostModelOptions& o);
 // Kernels selective recomputation (the attention core) adds to a layer's backward.
 double selective_recompute_kernels(const CostModelOptions& o);
 // The embedding (first stage) and the final norm, LM head and loss (last stage), one microbatch,
@@ -90,16 +93,16 @@ double kernels_per_context_parallel_call(const CostModelOptions& o);
 double kernels_per_zero3_call(const CostModelOptions& o);
 // Around a ZeRO-3 block unit's gather or reduce-scatter: kernels_per_zero3_call for a dense
 // block's 9 tensors, and 1.4 more per tensor the mean layer holds beyond them (an MoE layer's
-// router and experts; the views into the flat buffer are per tensor: measured on the tiny MoE's
-// 22-tensor layers, ZeRO-3 DP2).
+// router and experts, latent attention's, q/k norms and biases; the views into the flat buffer are
+// per tensor: measured on the tiny MoE's 22-tensor layers, ZeRO-3 DP2).
 double kernels_per_zero3_block_call(const spec::ModelSpec& m, const CostModelOptions& o);
 // Around a frozen teacher's ZeRO-3 unit of `tensors` parameter tensors (KL distillation,
 // executor/parallel/fully_sharded.h): gathered and released within its forward, its views set and
 // then emptied: 5 + 5 per tensor (the op counter on tiny's and tiny-moe's teachers, ZeRO-3 over 2
 // ranks: 120 and 250 operators more than unsharded for their 21 and 47 tensors in 3 units).
 double kernels_per_zero3_teacher_unit(double tensors, const CostModelOptions& o);
-// A dense decoder block's parameter tensors: q, k, v, o, the MLP's, two norms, and q/k norms and
-// q/k/v biases where the model has them.
+// A dense decoder block's parameter tensors: q, k, v, o (latent attention's five or seven in their
+// place), the MLP's, two norms, and q/k norms and q/k/v biases where the model has them.
 double dense_block_tensors(const spec::ModelSpec& m);
 // The routed experts' matrices the mean layer holds on this rank (E / ep experts, weighted by the
 // MoE layers' share).

@@ -313,8 +313,9 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   const PassKernels moe = moe_layer_kernels(m, p, o);
   const double moe_share = m.moe_layer_share();
   const PassKernels qk_norms = qk_norm_kernels(m, o);
-  own.forward += moe.forward * moe_share + qk_norms.forward;
-  own.backward += moe.backward * moe_share + qk_norms.backward;
+  const PassKernels latent = latent_attention_kernels(m, o);
+  own.forward += moe.forward * moe_share + qk_norms.forward + latent.forward;
+  own.backward += moe.backward * moe_share + qk_norms.backward + latent.backward;
   c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward, o);
   c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_bwd, own.backward, o);
   switch (p.recompute) {
@@ -370,7 +371,7 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
   // The rotary rows, where a chunk looks them up: cos and sin of the rank's T positions, gathered
   // and cast (read and write).
   if (const double entry_kernels = chunk_entry_kernels(o); entry_kernels > 0) {
-    const double rotary_bytes = 2 * 2 * shape.T * m.head_dim() * shape.e;
+    const double rotary_bytes = 2 * 2 * shape.T * m.rotary_dim() * shape.e;
     c.chunk_entry = pass(Seconds(0), Seconds(0), memory_time(rotary_bytes, gpu, o), entry_kernels, o);
   }
   if (o.distill_teacher) {

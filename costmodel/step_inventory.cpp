@@ -124,6 +124,15 @@ void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const
     inv.add(calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, head_norm_grads, 2,
                      kernels_per_call(o)));
   }
+  if (model.mla.present() && runtime.executor) {
+    // Latent attention's down projections and latent norms are replicated while each rank's heads
+    // use part of the latents: cpt's executor sums their fp32 gradients over tp every backward, one
+    // call per tensor (model/latent_attention.h), priced at their mean size.
+    const std::int64_t elements = model.param_counts().attention_replicated_per_layer;
+    const std::int64_t tensors = model.mla.q_lora_rank > 0 ? 4 : 2;
+    inv.add(calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce,
+                     Bytes(elements * 4 / tensors), static_cast<double>(tensors), kernels_per_call(o)));
+  }
   const WorkKind scatter = sp ? WorkKind::kReduceScatter : WorkKind::kAllReduce;
   const WorkKind gather = sp ? WorkKind::kAllGather : WorkKind::kAllReduce;
   inv.add(waiting(

@@ -4,6 +4,7 @@
 #include "planner/torchtitan_export.h"
 #include "planner/torchtitan_module.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -20,11 +21,11 @@ namespace cpt::planner {
 
 using core::str_cat;
 
-namespace {
+bool trains_in_bf16(const spec::Plan&) {
+  return true;  // cpt plans in bf16 (CostModelOptions default)
+}
 
-bool bf16(const spec::Plan&) {
-  return true;
-}  // cpt plans in bf16 (CostModelOptions default)
+namespace {
 
 int nodes(const spec::Plan& p) {
   return p.cluster.num_nodes;
@@ -90,6 +91,30 @@ std::string pipeline_layout(const spec::Plan& plan) {
 
 namespace {
 
+// Megatron-Core's latent attention: its widths and its RoPE.
+void add_latent_attention_args(const spec::ModelSpec& m, std::vector<std::string>& args) {
+  args.emplace_back("--multi-latent-attention");
+  if (m.mla.q_lora_rank > 0) args.push_back(str_cat("--q-lora-rank ", m.mla.q_lora_rank));
+  args.push_back(str_cat("--kv-lora-rank ", m.mla.kv_lora_rank));
+  args.push_back(str_cat("--qk-head-dim ", m.mla.qk_nope_head_dim));
+  args.push_back(str_cat("--qk-pos-emb-head-dim ", m.mla.qk_rope_head_dim));
+  args.push_back(str_cat("--v-head-dim ", m.mla.v_head_dim));
+  // Megatron-Core's MLA takes YaRN by default: plain RoPE said so, YaRN with its factor and
+  // magnitudes (original context 4096, betas 32 and 1: Megatron's defaults, DeepSeek's values).
+  const spec::RopeScaling& s = m.rope_scaling;
+  if (s.yarn()) {
+    // Megatron puts mscale(f, M) / mscale(f, A) on cos and sin and mscale(f, A)² on the softmax:
+    // A is the model's mscale_all_dim and M the one that gives the model's attention factor.
+    const double ln_factor = std::log(s.factor);
+    const double all_dim = spec::yarn_mscale(s.factor, s.mscale_all_dim);
+    const double mscale = ln_factor > 0 ? (s.yarn_attention_factor() * all_dim - 1) / (0.1 * ln_factor) : 1.0;
+    args.push_back(str_cat("--rope-type yarn --rotary-scaling-factor ", s.factor, " --mscale ",
+                           core::significant(mscale, 6), " --mscale-all-dim ", s.mscale_all_dim));
+  } else {
+    args.emplace_back("--rope-type rope");
+  }
+}
+
 // Megatron-LM's arguments for the attention variants (explicit head width, q/k norms, latent
 // attention) and the mixture of experts (with its expert parallelism), as the model and plan have
 // them; Megatron-Core's names (core_v0.12+).
@@ -99,14 +124,7 @@ std::vector<std::string> attention_and_expert_args(const spec::Plan& plan) {
   std::vector<std::string> args;
   if (m.explicit_head_dim > 0) args.push_back(str_cat("--kv-channels ", m.explicit_head_dim));
   if (m.qk_norm) args.emplace_back("--qk-layernorm");
-  if (m.mla.present()) {
-    args.emplace_back("--multi-latent-attention");
-    if (m.mla.q_lora_rank > 0) args.push_back(str_cat("--q-lora-rank ", m.mla.q_lora_rank));
-    args.push_back(str_cat("--kv-lora-rank ", m.mla.kv_lora_rank));
-    args.push_back(str_cat("--qk-head-dim ", m.mla.qk_nope_head_dim));
-    args.push_back(str_cat("--qk-pos-emb-head-dim ", m.mla.qk_rope_head_dim));
-    args.push_back(str_cat("--v-head-dim ", m.mla.v_head_dim));
-  }
+  if (m.mla.present()) add_latent_attention_args(m, args);
   if (!m.moe.present()) return args;
   const auto& e = m.moe;
   args.push_back(str_cat("--num-experts ", e.experts));
@@ -183,6 +201,13 @@ std::string megatron_preamble(const spec::Plan& plan) {
     s << "# Megatron-LM offloads the optimizer state only (--optimizer-cpu-offload): the plan's parameter\n"
          "# offload is not expressed; the parameters stay in HBM.\n";
   }
+  if (const spec::RopeScaling& r = plan.model.rope_scaling; r.yarn() && !plan.model.mla.present()) {
+    s << "# The model's YaRN RoPE scaling (factor " << r.factor << ") is written for latent attention only:\n"
+      << "# these arguments run grouped-query attention with plain RoPE.\n";
+  } else if (r.yarn() && (r.original_max_positions != 4096 || r.beta_fast != 32 || r.beta_slow != 1)) {
+    s << "# Megatron-Core's latent attention takes YaRN's original context 4096 and betas 32, 1; the model's ("
+      << r.original_max_positions << ", " << r.beta_fast << ", " << r.beta_slow << ") are not expressed.\n";
+  }
   if (c.schedule == spec::ScheduleKind::kZeroBubbleH1) {
     s << "# The plan's ZB-H1 schedule is not in upstream Megatron-LM (the fork\n"
          "# sail-sg/zero-bubble-pipeline-parallelism adds it); these arguments run 1F1B.\n";
@@ -219,7 +244,8 @@ std::vector<std::string> model_architecture_args(const spec::Plan& plan) {
     args.emplace_back("--position-embedding-type rope");
     args.push_back(str_cat("--rotary-base ", static_cast<std::int64_t>(m.rope_theta)));  // Megatron's default: 10000
     // Llama 3.1's frequency scaling; Megatron fixes its other terms at Llama 3.1's (1, 4, 8192).
-    if (m.rope_scaling.present()) {
+    // (YaRN: only with latent attention, attention_and_expert_args.)
+    if (m.rope_scaling.present() && !m.rope_scaling.yarn()) {
       args.push_back(str_cat("--use-rope-scaling --rope-scaling-factor ", m.rope_scaling.factor));
     }
   }
@@ -284,7 +310,7 @@ std::vector<std::string> layout_and_training_args(const spec::Plan& plan) {
       args.emplace_back(a);
     }
   }
-  if (bf16(plan)) args.emplace_back("--bf16");
+  if (trains_in_bf16(plan)) args.emplace_back("--bf16");
   args.emplace_back("--attention-backend flash");
   args.emplace_back("--overlap-grad-reduce");
   return args;
@@ -299,75 +325,6 @@ std::string megatron_args(const spec::Plan& plan) {
   for (const auto& a : layout_and_training_args(plan)) s << "  " << a << "\n";
   s << ")\n";
   return s.str();
-}
-
-core::Json deepspeed_config(const spec::Plan& plan) {
-  const auto& c = plan.parallel;
-  core::Json notes = core::Json::array();
-  // DeepSpeed's pipeline engine refuses ZeRO-2/3 (gradient partitioning across micro-steps).
-  const int stage = c.pp > 1 ? std::min(c.zero_stage, 1) : c.zero_stage;
-  if (stage != c.zero_stage) {
-    notes.push_back(str_cat("ZeRO-", c.zero_stage,
-                            " with pipeline parallelism is refused by DeepSpeed's pipeline "
-                            "engine: stage 1 here, so the optimizer state fits as the plan priced it only at ZeRO-1"));
-  }
-  core::Json zero = {{"stage", stage},
-                     {"overlap_comm", true},
-                     {"contiguous_gradients", true},
-                     {"reduce_bucket_size", 40'000'000},
-                     {"allgather_bucket_size", 40'000'000}};
-  if (stage == 3) {
-    zero["stage3_prefetch_bucket_size"] = 40'000'000;
-    zero["stage3_param_persistence_threshold"] = 100'000;
-  }
-  if (c.offload != spec::Offload::kNone) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
-  if (c.offload == spec::Offload::kOptimizerAndParams)
-    zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
-  if (c.hybrid_shard) {
-    zero["zero_hpz_partition_size"] = dp_shard_group_size(c, gpus_per_node(plan));
-    notes.push_back(
-        "hybrid sharding (HSDP) has no DeepSpeed equivalent: zero_hpz_partition_size is ZeRO++'s hpZ, a secondary "
-        "copy of the weights inside each node; gradients and optimizer state stay sharded over every GPU");
-  }
-  core::Json j = {{"train_micro_batch_size_per_gpu", c.micro_batch},
-                  {"gradient_accumulation_steps", c.grad_accum()},
-                  {"gradient_clipping", 1.0},
-                  {"bf16", {{"enabled", bf16(plan)}}},
-                  {"zero_optimization", zero},
-                  {"activation_checkpointing",
-                   {{"partition_activations", c.sequence_parallel}, {"contiguous_memory_optimization", false}}},
-                  {"wall_clock_breakdown", false}};
-  if (c.offload != spec::Offload::kNone) {
-    // Offload runs DeepSpeed's CPU Adam, which it builds from this block (not from a torch optimizer).
-    j["optimizer"] = {{"type", "AdamW"},
-                      {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"eps", 1e-8}, {"weight_decay", 0.1}}}};
-    notes.push_back("optimizer.params.lr is a placeholder: set it (and its schedule) from the job's TRAIN.json");
-  }
-  if (c.tp * c.pp * c.cp > 1) {
-    // The global batch follows from the micro-batch, the accumulation and the data-parallel size
-    // DeepSpeed reads from the model's mpu; stated here, it would be checked against world size.
-    notes.push_back(str_cat("tensor parallel ", c.tp, ", pipeline parallel ", c.pp, " and context parallel ", c.cp,
-                            " come from the model code (Megatron-DeepSpeed: --tensor-model-parallel-size, "
-                            "--pipeline-model-parallel-size), which passes DeepSpeed its mpu; the global batch (",
-                            c.global_batch, ") is micro-batch x accumulation x the mpu's data-parallel size"));
-  } else {
-    j["train_batch_size"] = c.global_batch;
-  }
-  if (c.cp > 1) {
-    notes.push_back(
-        str_cat("context parallel ", c.cp,
-                " was priced as ring attention; DeepSpeed's own sequence parallelism (Ulysses, "
-                "sequence_parallel_size in the model code) is a different algorithm (all-to-all over heads)"));
-  }
-  if (plan.model.moe.present()) {
-    notes.push_back(
-        str_cat("a mixture of experts: DeepSpeed-MoE places its experts in the model code "
-                "(deepspeed.moe.layer.MoE(num_experts=",
-                plan.model.moe.experts, ", ep_size=", c.ep, ", k=", plan.model.moe.experts_per_token,
-                ")); the plan's expert tensor parallel ", c.etp, " has no DeepSpeed-MoE setting"));
-  }
-  if (!notes.empty()) j["cpt_notes"] = notes;
-  return j;
 }
 
 namespace {

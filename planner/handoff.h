@@ -19,8 +19,10 @@ namespace cpt::planner {
 
 // Megatron-LM (pretrain_gpt.py) arguments, one per line, as a sourceable bash array MEGATRON_ARGS.
 std::string megatron_args(const spec::Plan& plan);
-// DeepSpeed ds_config.json.
+// DeepSpeed ds_config.json (planner/deepspeed_export.cpp).
 core::Json deepspeed_config(const spec::Plan& plan);
+// Whether the exports train `plan` in bf16.
+bool trains_in_bf16(const spec::Plan& plan);
 // A torchrun launcher for one node (multi-node: set NNODES, NODE_RANK, MASTER_ADDR) and a Slurm
 // batch script, both taking the job's TRAIN.json as their first argument and starting
 // `cpt train --plan PLAN_DIR/plan.json --config TRAIN.json [their other arguments]` on every GPU.

@@ -52,9 +52,10 @@ void write_model(std::ostringstream& s, const spec::ModelSpec& m) {
       << "# torchtitan refuses the file rather than training its debug model.\n";
     s << "name = \"llama3\"\nflavor = " << string_literal(m.name) << "\n";
   } else {
-    if (f->llama31_rope_scaling && !m.rope_scaling.present()) {
+    if (f->llama31_rope_scaling && (!m.rope_scaling.present() || m.rope_scaling.yarn())) {
       s << "# torchtitan's " << f->name << " " << f->flavor << " applies Llama 3.1's RoPE scaling (factor 8); "
-        << one_line(m.name) << " has none, so its rotary frequencies differ from the checkpoint's.\n";
+        << one_line(m.name) << (m.rope_scaling.yarn() ? " uses YaRN" : " has none")
+        << ", so its rotary frequencies differ from the checkpoint's.\n";
     }
     s << "name = \"" << f->name << "\"\nflavor = \"" << f->flavor << "\"\n";
   }

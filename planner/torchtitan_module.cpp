@@ -28,10 +28,11 @@ void write_header(std::ostringstream& s, const spec::Plan& plan, const Torchtita
     << "#   torchrun ... -m torchtitan.train --module torchtitan_config --config cpt_plan\n"
     << "# FSDP: ZeRO-3 shards over dp (data_parallel_shard_degree); HSDP replicates across nodes;\n"
     << "# ZeRO 0-2 map to replicate-only or to FSDP with fsdp_reshard_after_forward = \"never\".\n";
-  if (flavour != nullptr && flavour->llama31_rope_scaling && !m.rope_scaling.present()) {
+  if (flavour != nullptr && flavour->llama31_rope_scaling && (!m.rope_scaling.present() || m.rope_scaling.yarn())) {
     s << "# torchtitan's " << flavour->name << " " << flavour->flavor
       << " applies Llama 3.1's RoPE scaling (factor 8); " << one_line(m.name)
-      << " has none, so its rotary frequencies differ from the checkpoint's.\n";
+      << (m.rope_scaling.yarn() ? " uses YaRN" : " has none") << ", so its rotary frequencies differ from the "
+      << "checkpoint's.\n";
   }
   // torchtitan 0.3 shards the routed experts over tp without expert parallelism, and with it folds
   // ep over dp_shard x cp x tp, each expert whole (models/common/moe_sharding.py).

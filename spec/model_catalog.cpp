@@ -51,6 +51,13 @@ ModelSpec llama31_rope(ModelSpec s, double factor = 8.0) {
   return s;
 }
 
+// DeepSeek-V2's and V3's YaRN (their config.json: factor 40 over an original 4096 positions,
+// betas 32 and 1, mscale and mscale_all_dim equal: V2-Lite 0.707, V3 1.0).
+ModelSpec deepseek_yarn(ModelSpec s, double mscale) {
+  s.rope_scaling = RopeScaling{40.0, 1.0, 4.0, 4096, RopeScalingKind::kYarn, 32.0, 1.0, mscale, mscale, 0.0, true};
+  return s;
+}
+
 ModelSpec with_qkv_bias(ModelSpec s) {
   s.qkv_bias = true;
   return s;
@@ -135,14 +142,18 @@ void add_mixtures_of_experts(const Add& add) {
           128, 8, 1536),
       {"qwen3-235b"}, std::string("Qwen/Qwen3-235B-A22B ") + kHf, 235e9, 1e9);
   // DeepSeek-V2-Lite and V3 (DeepSeek-AI 2024): latent attention, shared experts, dense first layers.
-  add(raw_top_k(
-          moe(latent_attention(
-                  numerics(llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840), 10000.0, 1e-6), 0, 512),
-              64, 6, 1408, 2 * 1408, 1)),
+  add(raw_top_k(moe(
+          latent_attention(
+              deepseek_yarn(numerics(llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 163840), 10000.0, 1e-6),
+                            0.707),
+              0, 512),
+          64, 6, 1408, 2 * 1408, 1)),
       {}, std::string("deepseek-ai/DeepSeek-V2-Lite ") + kHf, 15.7e9, 1e8);
   add(deepseek_v3_router(
-          moe(latent_attention(numerics(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840), 10000.0, 1e-6),
-                               1536, 512),
+          moe(latent_attention(
+                  deepseek_yarn(
+                      numerics(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840), 10000.0, 1e-6), 1.0),
+                  1536, 512),
               256, 8, 2048, 2048, 3)),
       {"deepseek-v3-base"},
       std::string("deepseek-ai/DeepSeek-V3 ") + kHf + " (without the multi-token prediction module)", 671e9, 1e9);

@@ -1,6 +1,7 @@
 #include "spec/model_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "core/error.h"
@@ -21,6 +22,27 @@ std::string to_string(PositionKind k) {
 }
 std::string to_string(RouterScore k) {
   return k == RouterScore::kSoftmax ? "softmax" : "sigmoid";
+}
+
+std::string to_string(RopeScalingKind k) {
+  return k == RopeScalingKind::kLlama3 ? "llama3" : "yarn";
+}
+
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+double RopeScaling::yarn_attention_factor() const {
+  if (!yarn()) return 1.0;
+  if (attention_factor > 0) return attention_factor;
+  if (mscale > 0 && mscale_all_dim > 0) return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim);
+  return yarn_mscale(factor, 1.0);
+}
+
+double RopeScaling::latent_softmax_factor() const {
+  if (!yarn() || !(mscale_all_dim > 0)) return 1.0;
+  const double m = yarn_mscale(factor, mscale_all_dim);
+  return m * m;
 }
 
 AttentionWidths ModelSpec::attention_widths() const {
@@ -171,7 +193,16 @@ namespace {
 void find_rope_scaling_errors(const RopeScaling& r, std::vector<std::string>& errors) {
   if (!r.present()) return;
   if (!(r.factor >= 1)) errors.push_back(str_cat("rope_scaling.factor must be >= 1, got ", r.factor));
-  if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor)) {
+  if (r.yarn()) {
+    if (!(r.beta_fast > 0) || !(r.beta_slow > 0)) {
+      errors.push_back(
+          str_cat("rope_scaling.beta_fast and beta_slow must be > 0, got ", r.beta_fast, " and ", r.beta_slow));
+    }
+    if (!(r.mscale >= 0) || !(r.mscale_all_dim >= 0) || !(r.attention_factor >= 0)) {
+      errors.push_back(str_cat("rope_scaling.mscale, mscale_all_dim and attention_factor must be >= 0, got ", r.mscale,
+                               ", ", r.mscale_all_dim, " and ", r.attention_factor));
+    }
+  } else if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor)) {
     errors.push_back(str_cat("rope_scaling needs 0 < low_freq_factor < high_freq_factor, got ", r.low_freq_factor,
                              " and ", r.high_freq_factor));
   }
@@ -218,7 +249,8 @@ void find_expert_errors(const ModelSpec& m, std::vector<std::string>& errors) {
   }
 }
 
-void find_latent_attention_errors(const LatentAttention& l, std::vector<std::string>& errors) {
+void find_latent_attention_errors(const ModelSpec& m, std::vector<std::string>& errors) {
+  const LatentAttention& l = m.mla;
   if (l.kv_lora_rank < 0 || l.q_lora_rank < 0) {
     errors.push_back(
         str_cat("mla.kv_lora_rank and mla.q_lora_rank must be >= 0, got ", l.kv_lora_rank, " and ", l.q_lora_rank));
@@ -227,6 +259,9 @@ void find_latent_attention_errors(const LatentAttention& l, std::vector<std::str
   if (l.qk_nope_head_dim < 1 || l.qk_rope_head_dim < 1 || l.v_head_dim < 1) {
     errors.push_back(str_cat("mla.qk_nope_head_dim, qk_rope_head_dim and v_head_dim must be >= 1, got ",
                              l.qk_nope_head_dim, ", ", l.qk_rope_head_dim, " and ", l.v_head_dim));
+  }
+  if (m.kv_heads != m.heads) {  // its keys and values are per query head (Hugging Face's configs say so too)
+    errors.push_back(str_cat("kv_heads (", m.kv_heads, ") must equal heads (", m.heads, ") with latent attention"));
   }
 }
 
@@ -253,7 +288,7 @@ std::vector<std::string> find_model_spec_errors(const ModelSpec& m) {
   if (m.explicit_head_dim < 0) errors.push_back(str_cat("head_dim must be >= 1, got ", m.explicit_head_dim));
   find_expert_errors(m, errors);
   find_rope_scaling_errors(m.rope_scaling, errors);
-  find_latent_attention_errors(m.mla, errors);
+  find_latent_attention_errors(m, errors);
   if (!errors.empty()) return errors;
   if (m.moe.present() && m.moe_layers_in(0, m.layers) == 0) {
     errors.push_back(str_cat("moe.layer_interval (", m.moe.layer_interval, ") and moe.first_dense_layers (",

@@ -38,20 +38,48 @@ std::string to_string(NormKind k);
 std::string to_string(PositionKind k);
 std::string to_string(RouterScore k);
 
-// Llama 3.1's RoPE scaling (Hugging Face's rope_scaling with "rope_type": "llama3", as
-// transformers' _compute_llama3_parameters and Meta's reference code): a rotary frequency whose
-// wavelength 2π/ω exceeds original_max_positions / low_freq_factor is divided by `factor`, one
-// shorter than original_max_positions / high_freq_factor is kept, and those between are
-// interpolated, smooth = (original_max_positions / wavelength − low) / (high − low). factor 0: none.
+// Serialized as "llama3" / "yarn". DO NOT CHANGE the strings.
+enum class RopeScalingKind { kLlama3, kYarn };
+std::string to_string(RopeScalingKind k);
+
+// RoPE scaling of a released model (Hugging Face's rope_scaling); factor 0: none.
+// Llama 3.1's ("rope_type": "llama3", as transformers' _compute_llama3_parameters and Meta's
+// reference code): a rotary frequency whose wavelength 2π/ω exceeds original_max_positions /
+// low_freq_factor is divided by `factor`, one shorter than original_max_positions /
+// high_freq_factor is kept, and those between are interpolated, smooth = (original_max_positions /
+// wavelength − low) / (high − low).
+// YaRN's ("yarn"; Peng et al. 2023, arXiv:2309.00071, as transformers' _compute_yarn_parameters
+// and DeepSeek's code): channel pair i of D rotary channels keeps its frequency below the
+// correction dimension of beta_fast rotations over original_max_positions, is divided by `factor`
+// above that of beta_slow, and ramps linearly between (the bounds floored and ceiled with
+// `truncate`); cos and sin are multiplied by attention_factor (0: derived, mscale(factor, mscale) /
+// mscale(factor, mscale_all_dim) where both are given, else mscale(factor, 1), with
+// mscale(s, m) = 0.1·m·ln(s) + 1 for s > 1); latent attention also multiplies its softmax scale by
+// mscale(factor, mscale_all_dim)² where mscale_all_dim is given (DeepSeek-V2/V3).
 struct RopeScaling {
   double factor = 0;
   double low_freq_factor = 1;
   double high_freq_factor = 4;
   int original_max_positions = 8192;
+  RopeScalingKind kind = RopeScalingKind::kLlama3;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double mscale = 0;          // 0: not given
+  double mscale_all_dim = 0;  // 0: not given
+  double attention_factor = 0;
+  bool truncate = true;
 
   [[nodiscard]] bool present() const { return factor > 0; }
+  [[nodiscard]] bool yarn() const { return present() && kind == RopeScalingKind::kYarn; }
+  // YaRN's factor on cos and sin (1 without YaRN).
+  [[nodiscard]] double yarn_attention_factor() const;
+  // What YaRN multiplies latent attention's softmax scale by (1 without YaRN or mscale_all_dim).
+  [[nodiscard]] double latent_softmax_factor() const;
   bool operator==(const RopeScaling&) const = default;
 };
+
+// YaRN's magnitude correction mscale(s, m) = 0.1·m·ln(s) + 1 for s > 1, else 1.
+double yarn_mscale(double scale, double mscale);
 
 // The mixture of experts of a model; experts == 0: a dense model (every other field unused).
 // Layer i (from 0) is an MoE layer when i >= first_dense_layers and (i + 1) % layer_interval == 0
@@ -168,6 +196,8 @@ struct ModelSpec {
   LatentAttention mla;
 
   [[nodiscard]] int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
+  // The channels RoPE rotates per head: the head width, or latent attention's qk_rope_head_dim.
+  [[nodiscard]] int rotary_dim() const { return mla.present() ? mla.qk_rope_head_dim : head_dim(); }
   // Whether layer `layer` (from 0) is an MoE layer (ExpertSpec's rule).
   [[nodiscard]] bool is_moe_layer(int layer) const;
   [[nodiscard]] AttentionWidths attention_widths() const;

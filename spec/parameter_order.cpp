@@ -11,6 +11,9 @@ namespace {
 // One block's tensors in the order the forward pass consumes them (see the header).
 enum class BlockTensor {
   kInputNorm,
+  kQLatent,
+  kQLatentNorm,
+  kQUp,
   kQ,
   kQBias,
   kQNorm,
@@ -19,14 +22,20 @@ enum class BlockTensor {
   kKNorm,
   kV,
   kVBias,
+  kKvLatent,
+  kKvLatentNorm,
+  kKvUp,
   kO,
   kPostNorm,
   kGate,
   kUp,
   kDown
 };
-constexpr std::array<std::pair<std::string_view, BlockTensor>, 14> kBlockTensors{{
+constexpr std::array<std::pair<std::string_view, BlockTensor>, 20> kBlockTensors{{
     {"input_layernorm.weight", BlockTensor::kInputNorm},
+    {"self_attn.q_a_proj.weight", BlockTensor::kQLatent},
+    {"self_attn.q_a_layernorm.weight", BlockTensor::kQLatentNorm},
+    {"self_attn.q_b_proj.weight", BlockTensor::kQUp},
     {"self_attn.q_proj.weight", BlockTensor::kQ},
     {"self_attn.q_proj.bias", BlockTensor::kQBias},
     {"self_attn.q_norm.weight", BlockTensor::kQNorm},
@@ -35,6 +44,9 @@ constexpr std::array<std::pair<std::string_view, BlockTensor>, 14> kBlockTensors
     {"self_attn.k_norm.weight", BlockTensor::kKNorm},
     {"self_attn.v_proj.weight", BlockTensor::kV},
     {"self_attn.v_proj.bias", BlockTensor::kVBias},
+    {"self_attn.kv_a_proj_with_mqa.weight", BlockTensor::kKvLatent},
+    {"self_attn.kv_a_layernorm.weight", BlockTensor::kKvLatentNorm},
+    {"self_attn.kv_b_proj.weight", BlockTensor::kKvUp},
     {"self_attn.o_proj.weight", BlockTensor::kO},
     {"post_attention_layernorm.weight", BlockTensor::kPostNorm},
     {"mlp.up_proj.weight", BlockTensor::kUp},  // up before gate: backward gives gate's gradient first
@@ -101,6 +113,75 @@ std::pair<int, int> gradient_order_key(std::string_view name) {
   return {INT_MAX, 0};
 }
 
+namespace {
+
+// One rank's widths of a block's attention and dense MLP under tensor parallelism over `tp`.
+struct BlockWidths {
+  std::int64_t hidden, head_dim, heads, ffn;
+  std::int64_t query, output;  // the query and output projections' widths
+  std::int64_t kv;             // the keys' and values' (none with latent attention)
+  bool query_latent;
+};
+
+BlockWidths block_widths(const ModelSpec& m, int tp) {
+  const LatentAttention& mla = m.mla;
+  BlockWidths w{};
+  w.hidden = m.hidden;
+  w.head_dim = m.head_dim();
+  w.heads = std::int64_t{m.heads} / tp;
+  w.ffn = m.ffn_hidden / tp;
+  w.query = w.heads * (mla.present() ? mla.qk_head_dim() : w.head_dim);
+  w.output = w.heads * (mla.present() ? mla.v_head_dim : w.head_dim);
+  w.kv = mla.present() ? 0 : std::int64_t{m.kv_heads} / tp * w.head_dim;
+  w.query_latent = mla.present() && mla.q_lora_rank > 0;
+  return w;
+}
+
+// The elements of `tensor` on one rank of a block (an MoE layer: `moe`); 0 where the block has none.
+std::int64_t block_tensor_numel(BlockTensor tensor, const ModelSpec& m, const BlockWidths& w, bool moe) {
+  const LatentAttention& mla = m.mla;
+  const std::int64_t h = w.hidden, q_rank = mla.q_lora_rank, kv_rank = mla.kv_lora_rank;
+  switch (tensor) {
+    case BlockTensor::kInputNorm:
+    case BlockTensor::kPostNorm:
+      return h;
+    case BlockTensor::kQLatent:
+      return w.query_latent ? h * q_rank : 0;
+    case BlockTensor::kQLatentNorm:
+      return w.query_latent ? q_rank : 0;
+    case BlockTensor::kQUp:
+      return w.query_latent ? q_rank * w.query : 0;
+    case BlockTensor::kQ:
+      return w.query_latent ? 0 : h * w.query;
+    case BlockTensor::kK:
+    case BlockTensor::kV:
+      return h * w.kv;
+    case BlockTensor::kKvLatent:
+      return mla.present() ? h * (kv_rank + mla.qk_rope_head_dim) : 0;
+    case BlockTensor::kKvLatentNorm:
+      return mla.present() ? kv_rank : 0;
+    case BlockTensor::kKvUp:
+      return mla.present() ? kv_rank * w.heads * (mla.qk_nope_head_dim + mla.v_head_dim) : 0;
+    case BlockTensor::kQBias:
+      return m.qkv_bias ? w.query : 0;
+    case BlockTensor::kKBias:
+    case BlockTensor::kVBias:
+      return m.qkv_bias ? w.kv : 0;
+    case BlockTensor::kQNorm:
+    case BlockTensor::kKNorm:
+      return m.qk_norm ? w.head_dim : 0;
+    case BlockTensor::kO:
+      return w.output * h;
+    case BlockTensor::kGate:
+    case BlockTensor::kUp:
+    case BlockTensor::kDown:
+      return moe ? 0 : h * w.ffn;
+  }
+  return 0;
+}
+
+}  // namespace
+
 void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layers, bool first, bool last,
                           bool single_stage, const std::function<void(std::int64_t numel)>& visit_any,
                           ParameterSubset subset, int ep, int etp) {
@@ -109,45 +190,14 @@ void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layer
   auto visit = [&](std::int64_t numel) {
     if (dense_part) visit_any(numel);
   };
-  const std::int64_t h = m.hidden, d = m.head_dim(), f = m.ffn_hidden / tp;
-  const std::int64_t q = std::int64_t{m.heads} / tp * d, kv = std::int64_t{m.kv_heads} / tp * d;
+  const BlockWidths widths = block_widths(m, tp);
+  const std::int64_t h = m.hidden;
   const std::int64_t vocab_rows = m.tp_padded_vocab(tp) / tp;
   if (first) visit(vocab_rows * h);
   for (int i = first_layer; i < first_layer + layers; ++i) {
     const bool moe = m.is_moe_layer(i);
     for (const auto& [name, tensor] : kBlockTensors) {
-      switch (tensor) {
-        case BlockTensor::kInputNorm:
-        case BlockTensor::kPostNorm:
-          visit(h);
-          break;
-        case BlockTensor::kQ:
-          visit(h * q);
-          break;
-        case BlockTensor::kK:
-        case BlockTensor::kV:
-          visit(h * kv);
-          break;
-        case BlockTensor::kQBias:
-          if (m.qkv_bias) visit(q);
-          break;
-        case BlockTensor::kKBias:
-        case BlockTensor::kVBias:
-          if (m.qkv_bias) visit(kv);
-          break;
-        case BlockTensor::kQNorm:
-        case BlockTensor::kKNorm:
-          if (m.qk_norm) visit(d);
-          break;
-        case BlockTensor::kO:
-          visit(q * h);
-          break;
-        case BlockTensor::kGate:
-        case BlockTensor::kUp:
-        case BlockTensor::kDown:
-          if (!moe) visit(h * f);
-          break;
-      }
+      if (const std::int64_t numel = block_tensor_numel(tensor, m, widths, moe); numel > 0) visit(numel);
     }
     if (moe) {
       visit(h * m.moe.experts);

@@ -2,9 +2,9 @@
 // The order in which data parallelism lays out a LLaMA model's parameter tensors for its gradient
 // buckets (spec/gradient_buckets.h): the order the forward pass consumes them — the embedding; per
 // layer the input norm, q, k, v (each weight, then its bias with qkv_bias, then q's and k's norms
-// with qk_norm), o, the
-// post-attention norm, up, gate, down (an MoE layer: the router, each routed expert's up, gate,
-// down, then the shared experts'); the final norm; the LM head. The buckets take it in
+// with qk_norm; with latent attention q_a_proj, q_a_layernorm, q_b_proj or q_proj, then
+// kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj), o, the post-attention norm, up, gate, down (an MoE layer: the router,
+// each routed expert's up, gate, down, then the shared experts'); the final norm; the LM head. The buckets take it in
 // reverse, which is the order backward produces the gradients (LibTorch 2.11's autograd engine,
 // observed per parameter on the executor's model): a norm's weight gradient arrives after the
 // block part it feeds, so it sits before that part (Megatron-LM registers its modules this way;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/numeric_flags.h"
 #include "cli/cpt/calibrate_cuda.h"
 #include "cli/cpt/calibrate_from_runs.h"
 #include "cli/cpt/calibration_samples.h"
@@ -259,7 +260,7 @@ void register_calibrate_command(CLI::App& app) {
   cmd->add_option("--out", o->out,
                   "Profile to write (default: $CPT_LOCAL_PROFILE or hardware_profiles/calibration/local.json)");
   cmd->add_option("--ranks", o->ranks, "Executor ranks sharing this machine (default: its cores, at least 2)")
-      ->check(CLI::Range(2, 64));
+      ->check(cli::whole_number_in(2, 64));
   cmd->add_option("--seconds", o->seconds, "Time budget")->check(CLI::Range(2.0, 600.0))->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the fitted parameters as JSON");
   cmd->add_option("--from-runs", o->from_runs,

@@ -259,7 +259,7 @@ void register_estimate_command(CLI::App& app) {
       ->required()
       ->check(cli::positive_number());
   cmd->add_option("--seq-len", o->seq_len, "Tokens per sequence")->required()->check(cli::positive_number());
-  cmd->add_option("--zero", o->zero, "ZeRO stage 0..3")->capture_default_str()->check(CLI::Range(0, 3));
+  cmd->add_option("--zero", o->zero, "ZeRO stage 0..3")->capture_default_str()->check(cli::whole_number_in(0, 3));
   cmd->add_flag("--hsdp", o->hsdp, "Hybrid sharding: ZeRO-3 inside a node, replicas across (needs --zero 3)");
   cmd->add_option("--recompute", o->recompute, "none|selective|full")
       ->capture_default_str()

@@ -116,12 +116,17 @@ void run_show(const ShowOptions& o) {
   row("max_seq_len", std::to_string(m.max_seq_len));
   if (m.position == spec::PositionKind::kRoPE) {
     const auto& s = m.rope_scaling;
-    row("rope", str_cat("theta ", fixed(m.rope_theta, 0),
-                        s.present() ? str_cat("; Llama 3.1 scaling x", core::significant(s.factor, 3),
-                                              " (frequency factors ", core::significant(s.low_freq_factor, 3), ", ",
-                                              core::significant(s.high_freq_factor, 3), "; original context ",
-                                              s.original_max_positions, ")")
-                                    : std::string()));
+    std::string scaling;
+    if (s.yarn()) {
+      scaling = str_cat("; YaRN x", core::significant(s.factor, 3), " (betas ", core::significant(s.beta_fast, 3), ", ",
+                        core::significant(s.beta_slow, 3), "; original context ", s.original_max_positions,
+                        "; attention factor ", core::significant(s.yarn_attention_factor(), 4), ")");
+    } else if (s.present()) {
+      scaling = str_cat("; Llama 3.1 scaling x", core::significant(s.factor, 3), " (frequency factors ",
+                        core::significant(s.low_freq_factor, 3), ", ", core::significant(s.high_freq_factor, 3),
+                        "; original context ", s.original_max_positions, ")");
+    }
+    row("rope", str_cat("theta ", fixed(m.rope_theta, 0), scaling));
   }
   row("params", std::to_string(c.total) + " (" + format_count(c.total) + ")");
   if (c.dense_layers > 0) row("  per (dense) layer", std::to_string(c.per_layer));

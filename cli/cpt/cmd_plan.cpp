@@ -250,7 +250,7 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads,
                   "Worker threads (0 = all hardware threads; the result does not depend on it)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
+      ->check(cli::whole_number_in(0, 1024));
   cmd->add_option("--cluster", o->cluster, "Cluster profile name or JSON file (instead of --gpu/--gpus)");
   cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step")
       ->required()
@@ -270,7 +270,9 @@ void register_plan_command(CLI::App& app) {
                   "HBM fraction every plan leaves free, whatever the objective (e.g. 0.1)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.9));
-  cmd->add_option("--top", o->top, "How many plans to list")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--top", o->top, "How many plans to list")
+      ->capture_default_str()
+      ->check(cli::whole_number_in(1, 1000));
   cmd->add_option("--fix", o->fix, "Pin fields: tp=8,pp=4,zero=1,recompute=selective,...");
   cmd->add_option("--refine", o->refine, "Re-rank the top K with the discrete-event simulator")
       ->check(CLI::Range(0, 1000));

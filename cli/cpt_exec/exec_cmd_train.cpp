@@ -115,7 +115,7 @@ void launch_ranks(const TrainArgs& args, const CLI::App& command) {
         args.launch.nnodes > 1 ? core::str_cat(" × --nnodes ", args.launch.nnodes) : std::string(), ": ", args.plan,
         " needs ", plan.parallel.world_size(), " processes (tp · cp · dp · pp), got ", processes));
   }
-  exec::check_plan_runs(plan);
+  exec::check_plan_runs(plan, args.plan);
   check_weight_sources(args.config, config, plan.model);
   exec::check_device(args.device.empty() ? config.device : args.device, args.launch.nproc_per_node);
   // On one node the tokenizer and data sets are made ready (trained, prepared, checked against
@@ -145,6 +145,7 @@ void train_rank(const TrainArgs& args) {
     lock.emplace(core::DirectoryLock::acquire(args.out, "another cpt train"));
     refuse_another_runs_out(args);
   }
+  exec::check_plan_runs(plan, args.plan);  // named once here; each rank checks again
   exec::TrainOptions o;
   o.out_dir = args.out;
   o.resume = args.resume;
@@ -201,7 +202,7 @@ void register_exec_train_command(CLI::App& app) {
   cmd->add_option("--master-addr", args->launch.master_addr, "Address of node 0 (rendezvous)")->capture_default_str();
   cmd->add_option("--master-port", args->launch.master_port,
                   "Rendezvous port on node 0 (default: a free port, one node)")
-      ->check(CLI::Range(1, 65535));
+      ->check(cli::whole_number_in(1, 65535));
   cmd->callback([args, cmd] {
     const bool inside_job = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
     if (!inside_job && (args->launch.nproc_per_node > 1 || args->launch.nnodes > 1)) {

@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -31,21 +34,47 @@ void on_signal(int sig) {
   g_signal = sig;
 }
 
-int free_port() {
+// The first port of the kernel's ephemeral range (the local ports of outgoing connections), or 0
+// when it cannot be read.
+int ephemeral_ports_start() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0;
+  return range >> first ? first : 0;
+}
+
+// Whether loopback port `port` binds now (0: any; `port` then receives the one bound).
+bool binds(int& port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw core::RuntimeError(str_cat("cannot open a socket: ", std::strerror(errno)));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
   socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw core::RuntimeError(str_cat("cannot find a free port: ", std::strerror(errno)));
-  }
+  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  if (bound) port = ntohs(addr.sin_port);
+  return bound;
+}
+
+// A port for rank 0's rendezvous that is free now. Rank 0 listens on it a moment later; a port
+// below the kernel's ephemeral range cannot meanwhile become the local port of some process's
+// outgoing connection (Gloo opens many), so it is drawn from [10000, that range's start) where
+// there is one, else the kernel picks.
+int free_port() {
+  const int ephemeral = ephemeral_ports_start();
+  constexpr int kLowest = 10000;
+  if (ephemeral > kLowest + 100) {
+    std::random_device entropy;
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      int port = kLowest + static_cast<int>(entropy() % static_cast<unsigned>(ephemeral - kLowest));
+      if (binds(port)) return port;
+    }
+  }
+  int port = 0;
+  if (!binds(port)) throw core::RuntimeError(str_cat("cannot find a free port: ", std::strerror(errno)));
+  return port;
 }
 
 int exit_code_of(int status) {

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "executor/model/llama_blocks.h"
 
@@ -82,21 +83,24 @@ struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
 
 struct AttentionCoreCheckpoint : public torch::autograd::Function<AttentionCoreCheckpoint> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& mask, bool has_mask, bool gqa) {
+                               const torch::Tensor& v, const torch::Tensor& mask, bool has_mask, bool gqa,
+                               double scale) {
     ctx->saved_data["gqa"] = gqa;
     ctx->saved_data["has_mask"] = has_mask;
+    ctx->saved_data["scale"] = scale;
     ctx->save_for_backward({q, k, v, mask});
-    return attention_core(q, k, v, has_mask ? mask : torch::Tensor(), gqa);
+    return attention_core(q, k, v, has_mask ? mask : torch::Tensor(), gqa, scale);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const bool gqa = ctx->saved_data["gqa"].toBool();
     const bool has_mask = ctx->saved_data["has_mask"].toBool();
+    const double scale = ctx->saved_data["scale"].toDouble();
     auto saved = ctx->get_saved_variables();
     const auto mask = has_mask ? saved[3] : torch::Tensor();
-    const auto grads =
-        recompute_and_backward([&](const variable_list& in) { return attention_core(in[0], in[1], in[2], mask, gqa); },
-                               {saved[0], saved[1], saved[2]}, grad_out[0]);
-    return {grads[0], grads[1], grads[2], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const auto grads = recompute_and_backward(
+        [&](const variable_list& in) { return attention_core(in[0], in[1], in[2], mask, gqa, scale); },
+        {saved[0], saved[1], saved[2]}, grad_out[0]);
+    return {grads[0], grads[1], grads[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -107,18 +111,18 @@ torch::Tensor placeholder(const torch::Tensor& like) {
 }  // namespace
 
 torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const torch::Tensor& mask, bool gqa) {
+                             const torch::Tensor& mask, bool gqa, double scale) {
+  const std::optional<double> factor = scale > 0 ? std::optional<double>(scale) : std::nullopt;
   if (mask.defined() && gqa && q.is_cuda()) {
     // On CUDA the flash kernel takes no mask and the memory-efficient one no grouped K/V: with
     // both, SDPA would fall back to its math path (the B·A·S² scores in fp32). K and V repeated
     // to the query heads keep the memory-efficient kernel. (The CPU's flash kernel takes both.)
     const auto groups = q.size(1) / k.size(1);
     return at::scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), mask,
-                                            0.0, /*is_causal=*/false, std::nullopt, /*enable_gqa=*/false);
+                                            0.0, /*is_causal=*/false, factor, /*enable_gqa=*/false);
   }
-  if (mask.defined())
-    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, std::nullopt, gqa);
-  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+  if (mask.defined()) return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, factor, gqa);
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, factor, gqa);
 }
 
 bool in_recomputation() {
@@ -132,8 +136,8 @@ torch::Tensor checkpointed_block(DecoderBlockImpl& block, const torch::Tensor& x
 }
 
 torch::Tensor checkpointed_attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                          const torch::Tensor& mask, bool gqa) {
-  return AttentionCoreCheckpoint::apply(q, k, v, mask.defined() ? mask : placeholder(q), mask.defined(), gqa);
+                                          const torch::Tensor& mask, bool gqa, double scale) {
+  return AttentionCoreCheckpoint::apply(q, k, v, mask.defined() ? mask : placeholder(q), mask.defined(), gqa, scale);
 }
 
 }  // namespace cpt::exec

@@ -18,16 +18,18 @@ class DecoderBlockImpl;
 torch::Tensor checkpointed_block(DecoderBlockImpl& block, const torch::Tensor& x, const torch::Tensor& cos,
                                  const torch::Tensor& sin, const torch::Tensor& mask);
 
-// scaled_dot_product_attention(q, k, v, mask or causal, enable_gqa) with recomputation in backward.
+// scaled_dot_product_attention(q, k, v, mask or causal, enable_gqa, scale) with recomputation in
+// backward.
 torch::Tensor checkpointed_attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                          const torch::Tensor& mask, bool gqa);
+                                          const torch::Tensor& mask, bool gqa, double scale = 0);
 
 // True while a checkpointed function's forward is being re-run for backward (on this thread): the
 // second forward of the same microbatch, which statistics must not count again.
 bool in_recomputation();
 
-// The attention core itself (shared by the plain and the checkpointed paths).
+// The attention core itself (shared by the plain and the checkpointed paths). `scale`: the
+// scores' factor, 0 for SDPA's 1/sqrt(q.size(-1)).
 torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const torch::Tensor& mask, bool gqa);
+                             const torch::Tensor& mask, bool gqa, double scale = 0);
 
 }  // namespace cpt::exec

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "executor/model/activation_checkpoint.h"
+#include "executor/model/latent_attention.h"
 
 namespace cpt::exec {
 
@@ -40,6 +41,26 @@ torch::Tensor llama3_scaled(const torch::Tensor& inv_freq, const spec::RopeScali
   return torch::where(medium, smoothed, stretched);
 }
 
+// YaRN's frequencies from the plain ones `inv_freq` [D/2] (spec::RopeScaling; transformers'
+// _compute_yarn_parameters: the correction range in double, the ramp and the blend in fp32).
+torch::Tensor yarn_scaled(const torch::Tensor& inv_freq, int head_dim, double theta, const spec::RopeScaling& s) {
+  const double dim = head_dim;
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(s.original_max_positions / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // as transformers: no division by zero
+  const auto ramp = ((torch::arange(head_dim / 2, torch::kInt64).to(torch::kFloat32) - low) / (high - low)).clamp(0, 1);
+  const auto extrapolation = 1 - ramp;  // the share of a pair's plain frequency
+  return inv_freq / s.factor * (1 - extrapolation) + inv_freq * extrapolation;
+}
+
 }  // namespace
 
 RotaryTables::RotaryTables(int head_dim, int max_positions, double theta, const spec::RopeScaling& scaling)
@@ -48,12 +69,17 @@ RotaryTables::RotaryTables(int head_dim, int max_positions, double theta, const 
   const auto exponents =
       torch::arange(0, head_dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(head_dim);
   auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat32), exponents);
-  if (scaling.present()) inv_freq = llama3_scaled(inv_freq, scaling);
+  if (scaling.yarn()) {
+    inv_freq = yarn_scaled(inv_freq, head_dim, theta, scaling);
+  } else if (scaling.present()) {
+    inv_freq = llama3_scaled(inv_freq, scaling);
+  }
   const auto positions = torch::arange(max_positions, torch::kInt64).to(torch::kFloat32);
   const auto angles = torch::outer(positions, inv_freq);
   const auto both = torch::cat({angles, angles}, -1);
-  cos_ = both.cos();
-  sin_ = both.sin();
+  const double magnitude = scaling.yarn_attention_factor();  // YaRN's factor on cos and sin; else 1
+  cos_ = both.cos() * magnitude;
+  sin_ = both.sin() * magnitude;
 }
 
 std::pair<torch::Tensor, torch::Tensor> RotaryTables::lookup(const torch::Tensor& positions,
@@ -119,7 +145,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const torch::Ten
 DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, int layer, const TensorParallel& tp,
                                    const ContextParallel& cp, const ExpertParallel& ep) {
   // Registration order = Hugging Face's attribute order, so parameters() lists them alike.
-  self_attn = register_module("self_attn", Attention(m, tp, cp));
+  if (m.mla.present()) {
+    latent_attn = register_module("self_attn", std::make_shared<LatentAttentionImpl>(m, tp, cp));
+  } else {
+    self_attn = register_module("self_attn", Attention(m, tp, cp));
+  }
   if (m.is_moe_layer(layer)) {
     moe = register_module("mlp", MoeMlp(m, ep, tp, cp));
   } else {
@@ -132,7 +162,9 @@ DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, int layer, const Te
 
 torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                         const torch::Tensor& mask) {
-  const auto h = x + self_attn(input_layernorm(x), cos, sin, mask);
+  const auto normed_input = input_layernorm(x);
+  const auto h =
+      x + (latent_attn ? latent_attn->forward(normed_input, cos, sin, mask) : self_attn(normed_input, cos, sin, mask));
   const auto normed = post_attention_layernorm(h);
   return h + (moe ? moe(normed) : mlp(normed));
 }

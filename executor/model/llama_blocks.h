@@ -22,6 +22,8 @@
 
 namespace cpt::exec {
 
+class LatentAttentionImpl;  // model/latent_attention.h
+
 // y = x / sqrt(mean(x^2) + eps) * weight, computed in fp32 and returned in x's dtype (as HF does).
 // `replica_group`: when set, the weight is replicated over that group whose ranks each see part of
 // the inputs (a sequence shard under sequence parallelism; their own heads for q/k norms), so the
@@ -42,7 +44,8 @@ TORCH_MODULE(RMSNorm);
 // reference code): the first D/2 channels pair with the last D/2.
 class RotaryTables {
  public:
-  // `scaling`: Llama 3.1's frequency scaling (spec::RopeScaling), or none.
+  // `scaling`: Llama 3.1's or YaRN's (spec::RopeScaling; YaRN's cos and sin carry its attention
+  // factor), or none.
   RotaryTables(int head_dim, int max_positions, double theta, const spec::RopeScaling& scaling = {});
   // cos and sin for `positions` [B, S] (int64): each [B, 1, S, D], in `dtype` on positions' device.
   std::pair<torch::Tensor, torch::Tensor> lookup(const torch::Tensor& positions, torch::ScalarType dtype) const;
@@ -81,7 +84,8 @@ class AttentionImpl : public torch::nn::Module {
 TORCH_MODULE(Attention);
 
 // x + attn(norm(x)), then + mlp(norm(.)); the MLP is the mixture of experts in the model's MoE
-// layers (spec::ModelSpec::is_moe_layer(layer)), registered under the same name "mlp".
+// layers (spec::ModelSpec::is_moe_layer(layer)), registered under the same name "mlp"; the
+// attention DeepSeek's latent attention where the model has it, under the same name "self_attn".
 class DecoderBlockImpl : public torch::nn::Module {
  public:
   DecoderBlockImpl(const spec::ModelSpec& m, int layer, const TensorParallel& tp, const ContextParallel& cp = {},
@@ -89,9 +93,10 @@ class DecoderBlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
-  Attention self_attn{nullptr};
-  SwiGluMlp mlp{nullptr};  // null in an MoE layer
-  MoeMlp moe{nullptr};     // null in a dense layer
+  Attention self_attn{nullptr};                      // null with latent attention
+  std::shared_ptr<LatentAttentionImpl> latent_attn;  // null without
+  SwiGluMlp mlp{nullptr};                            // null in an MoE layer
+  MoeMlp moe{nullptr};                               // null in a dense layer
 };
 TORCH_MODULE(DecoderBlock);
 

@@ -6,6 +6,7 @@
 #include "core/hash.h"
 #include "core/str_cat.h"
 #include "executor/model/activation_checkpoint.h"
+#include "executor/model/latent_attention.h"
 
 namespace cpt::exec {
 
@@ -24,16 +25,29 @@ StageShape resolved(StageShape s, const spec::ModelSpec& m) {
 
 }  // namespace
 
-void check_llama_family(const spec::ModelSpec& m) {
+std::optional<std::string> find_llama_family_error(const spec::ModelSpec& m) {
   if (m.mlp != spec::MlpKind::kSwiGLU || m.norm != spec::NormKind::kRMSNorm ||
       m.position != spec::PositionKind::kRoPE) {
-    throw core::ConfigError(str_cat("model ", m.name, ": the executor builds LLaMA-family models (mlp swiglu, norm ",
-                                    "rmsnorm, position rope); got mlp ", spec::to_string(m.mlp), ", norm ",
-                                    spec::to_string(m.norm), ", position ", spec::to_string(m.position)));
+    return str_cat("the executor builds LLaMA-family models (mlp swiglu, norm rmsnorm, position rope); got mlp ",
+                   spec::to_string(m.mlp), ", norm ", spec::to_string(m.norm), ", position ",
+                   spec::to_string(m.position));
   }
-  if (m.head_dim() % 2 != 0) {
-    throw core::ConfigError(str_cat("model ", m.name, ": RoPE needs an even head_dim; got ", m.head_dim()));
+  if (m.mla.present()) {
+    if (m.qk_norm || m.qkv_bias) {
+      return str_cat("latent attention has no q/k norms or q/k/v biases; got ", m.qk_norm ? "qk_norm" : "qkv_bias",
+                     " true");
+    }
+    if (m.mla.qk_rope_head_dim % 2 != 0) {
+      return str_cat("RoPE needs an even mla.qk_rope_head_dim; got ", m.mla.qk_rope_head_dim);
+    }
+    return std::nullopt;
   }
+  if (m.head_dim() % 2 != 0) return str_cat("RoPE needs an even head_dim; got ", m.head_dim());
+  return std::nullopt;
+}
+
+void check_llama_family(const spec::ModelSpec& m) {
+  if (const auto e = find_llama_family_error(m)) throw core::ConfigError(str_cat("model ", m.name, ": ", *e));
 }
 
 LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, TensorParallel tp, ContextParallel cp,
@@ -43,7 +57,7 @@ LlamaModelImpl::LlamaModelImpl(const spec::ModelSpec& spec, StageShape shape, Te
       tp_(tp),
       cp_(cp),
       ep_(ep),
-      rotary_(spec.head_dim(), spec.max_seq_len, spec.rope_theta, spec.rope_scaling) {
+      rotary_(spec.rotary_dim(), spec.max_seq_len, spec.rope_theta, spec.rope_scaling) {
   check_llama_family(spec_);
   const int t = tp_.size();
   if (spec_.heads % t != 0 || spec_.kv_heads % t != 0 || spec_.ffn_hidden % t != 0) {
@@ -166,8 +180,13 @@ void LlamaModelImpl::init_weights(std::uint64_t seed) {
 void LlamaModelImpl::set_recompute(spec::Recompute recompute) {
   recompute_ = recompute;
   for (int i = shape_.first_layer; i < shape_.last_layer; ++i) {
-    layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i))->self_attn->recompute_core =
-        recompute == spec::Recompute::kSelective;
+    auto* block = layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i)).get();
+    const bool selective = recompute == spec::Recompute::kSelective;
+    if (block->latent_attn) {
+      block->latent_attn->recompute_core = selective;
+    } else {
+      block->self_attn->recompute_core = selective;
+    }
   }
 }
 

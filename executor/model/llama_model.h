@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -32,8 +33,11 @@ struct StageShape {
 };
 
 // ConfigError unless `m` is a model the executor builds: the LLaMA family (SwiGLU, RMSNorm, RoPE
-// with an even head width).
+// with an even head width), its attention grouped-query or DeepSeek's latent attention (an even
+// rotary width, no q/k norms or biases).
 void check_llama_family(const spec::ModelSpec& m);
+// check_llama_family's reason, without the model's name; nullopt when the executor builds `m`.
+std::optional<std::string> find_llama_family_error(const spec::ModelSpec& m);
 
 class LlamaModelImpl : public torch::nn::Module {
  public:

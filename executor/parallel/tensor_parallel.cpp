@@ -99,7 +99,7 @@ std::int64_t rows_per_rank(std::int64_t rows, int tp) {
 
 TpSplit tp_split_of(const std::string& name) {
   if (name == "embed_tokens.weight" || name == "lm_head.weight") return TpSplit::kVocabRows;
-  for (const char* m : {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."}) {
+  for (const char* m : {"q_proj.", "k_proj.", "v_proj.", "q_b_proj.", "kv_b_proj.", "gate_proj.", "up_proj."}) {
     if (name.find(m) != std::string::npos) return TpSplit::kRows;
   }
   for (const char* m : {"o_proj.", "down_proj."}) {

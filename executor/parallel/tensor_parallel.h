@@ -4,14 +4,16 @@
 // collectives that join the split pieces.
 //
 // Splits (parameter names as in llama_model.h; W is [out, in] as in torch::nn::Linear):
-//   rows (column-parallel linears, dim 0 split): q_proj, k_proj, v_proj (weight and bias), gate_proj,
-//       up_proj: each rank computes a contiguous block of heads / of the FFN width;
+//   rows (column-parallel linears, dim 0 split): q_proj, k_proj, v_proj (weight and bias), latent
+//       attention's q_b_proj and kv_b_proj, gate_proj, up_proj: each rank computes a contiguous
+//       block of heads / of the FFN width;
 //   columns (row-parallel linears, dim 1 split): o_proj, down_proj: partial sums, then reduced;
 //   vocabulary rows: embed_tokens and lm_head, [V, H] padded with zero rows to V_pad (for tp > 1 the
 //       next multiple of 128·tp, spec::tp_padded_vocab, as Megatron-LM and the cost
 //       model), rank r holding rows [r·V_pad/tp, (r+1)·V_pad/tp);
-//   replicated: the RMSNorm weights and an MoE layer's router (its shared experts are split as the
-//       dense MLP).
+//   replicated: the RMSNorm weights, latent attention's down projections to its latents
+//       (q_a_proj, kv_a_proj_with_mqa; model/latent_attention.h) and an MoE layer's router (its
+//       shared experts are split as the dense MLP).
 // The routed experts' gate/up/down projections split as rows / rows / columns too, but over the
 // expert-tp group (spec::ParallelConfig::etp, Megatron-Core's parallel folding), not tp: a
 // ParameterSplits names both groups, and without expert-tp every expert is whole on each rank.

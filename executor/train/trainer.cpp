@@ -395,20 +395,21 @@ TrainSummary RankRun::finish(TrainSummary summary, const RunMeter& meter, const 
 
 }  // namespace
 
-void check_plan_runs(const spec::Plan& plan) {
-  check_llama_family(plan.model);
+void check_plan_runs(const spec::Plan& plan, const std::string& origin) {
+  if (const auto e = find_llama_family_error(plan.model)) throw core::ConfigError(str_cat(origin, ": $.model: ", *e));
   const auto& par = plan.parallel;
   if (par.cp > 1) {
     if (auto e = spec::find_sequence_split_error(plan.workload.seq_len, par.cp)) {
-      throw core::ConfigError(str_cat("plan: context parallelism: ", *e));
+      throw core::ConfigError(str_cat(origin, ": $.parallel.cp: context parallelism: ", *e));
     }
   }
   if (auto gap = spec::find_executor_gap(par, plan.model, plan.workload.seq_len)) {
-    throw core::ConfigError(str_cat("plan: ", spec::describe(*gap, par, plan.workload.seq_len)));
+    const char* where = *gap == spec::ExecutorGap::kExpertBias ? "$.model.moe.expert_bias" : "$.parallel";
+    throw core::ConfigError(str_cat(origin, ": ", where, ": ", spec::describe(*gap, par, plan.workload.seq_len)));
   }
   if (plan.workload.seq_len > plan.model.max_seq_len) {
-    throw core::ConfigError(str_cat("plan: sequence length ", plan.workload.seq_len, " exceeds model ", plan.model.name,
-                                    "'s max_seq_len ", plan.model.max_seq_len));
+    throw core::ConfigError(str_cat(origin, ": $.workload.seq_len: expected at most model ", plan.model.name,
+                                    "'s max_seq_len ", plan.model.max_seq_len, ", got ", plan.workload.seq_len));
   }
 }
 

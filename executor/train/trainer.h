@@ -8,6 +8,7 @@
 // skipped (no update) and counted; AdamW at lr(step).
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include "executor/train/train_config.h"
 #include "spec/plan.h"
@@ -38,8 +39,9 @@ struct TrainSummary {
 
 // ConfigError when the executor does not run `plan`: a model outside the LLaMA family, a layout
 // spec::find_executor_gap names, a sequence length beyond the model's. Every rank checks it; a
-// launcher once, before they start.
-void check_plan_runs(const spec::Plan& plan);
+// launcher once, before they start. `origin`: the plan's file, which the one-line error names with
+// the key at fault.
+void check_plan_runs(const spec::Plan& plan, const std::string& origin = "plan");
 
 // ConfigError for a layout the executor does not run (spec::find_executor_gap),
 // for inputs that disagree (vocabulary, model vs checkpoint), and for bad files; RuntimeError when

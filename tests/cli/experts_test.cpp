@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -58,6 +59,15 @@ TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
     EXPECT_EQ(bad.exit_code, 2) << value;
     EXPECT_NE(bad.err.find(std::string("--etp: expected a whole number in digits within the option's range, got '") +
                            value + "'"),
+              std::string::npos)
+        << bad.err;
+  }
+  // A whole number out of the option's range, in the same words.
+  for (const char* value : {"4", "1.5"}) {
+    const auto bad = cpt(std::string("estimate --model mixtral-8x7b --gpu h100 --gpus 8 --micro-batch 1 ") +
+                         "--global-batch 8 --seq-len 4096 --zero " + value);
+    EXPECT_EQ(bad.exit_code, 2) << value;
+    EXPECT_NE(bad.err.find(std::string("--zero: expected a whole number in 0..3, got '") + value + "'"),
               std::string::npos)
         << bad.err;
   }
@@ -123,18 +133,24 @@ TEST(Experts, SimulatedBubbleOfAnUnevenPipelineIsTheBusiestRanks) {
 
 // Priced for cpt's executor, a model it does not run says so in a note (text) or `executor_gap`
 // (JSON); the layouts it runs (experts with context and sequence parallelism, experts split over
-// etp) have neither.
+// etp, latent attention) have neither.
 TEST(Experts, EstimateForTheExecutorNamesWhatItDoesNotRun) {
-  const std::string latent =
-      "estimate --model deepseek-v2-lite --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 --ep 8 ";
-  const auto gap = cpt(latent + "--runtime cpt");
+  const auto biased = scratch() / "tiny-moe-bias.json";
+  std::ofstream(biased) << R"({"name": "tiny-moe-bias", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+    "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+    "tied_embeddings": false, "max_seq_len": 128, "moe": {"experts": 4, "experts_per_token": 2,
+    "expert_ffn_hidden": 64, "router": "sigmoid", "expert_bias": true}})";
+  const std::string bias = "estimate --model " + biased.string() +
+                           " --gpu h100 --gpus 2 --micro-batch 2 --global-batch 8 --seq-len 64 --ep 2 ";
+  const auto gap = cpt(bias + "--runtime cpt");
   ASSERT_EQ(gap.exit_code, 0) << gap.err;
-  EXPECT_NE(gap.out.find("note: cpt train does not run this layout: latent attention"), std::string::npos) << gap.out;
-  const auto gap_json = cpt(latent + "--runtime cpt --json");
+  EXPECT_NE(gap.out.find("note: cpt train does not run this layout: the router's expert bias"), std::string::npos)
+      << gap.out;
+  const auto gap_json = cpt(bias + "--runtime cpt --json");
   ASSERT_EQ(gap_json.exit_code, 0) << gap_json.err;
   EXPECT_TRUE(nlohmann::json::parse(gap_json.out).contains("executor_gap")) << gap_json.out;
-  // Megatron-LM runs latent attention: no note.
-  const auto megatron = cpt(latent);
+  // Megatron-LM runs the expert bias: no note.
+  const auto megatron = cpt(bias);
   ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
   EXPECT_EQ(megatron.out.find("note: cpt train"), std::string::npos) << megatron.out;
   const std::string common =
@@ -146,6 +162,11 @@ TEST(Experts, EstimateForTheExecutorNamesWhatItDoesNotRun) {
     ASSERT_EQ(runs.exit_code, 0) << layout << ": " << runs.err;
     EXPECT_FALSE(nlohmann::json::parse(runs.out).contains("executor_gap")) << layout << ": " << runs.out;
   }
+  const auto latent =
+      cpt("estimate --model deepseek-v2-lite --gpu h100 --gpus 8 --micro-batch 1 --global-batch 8 --seq-len 4096 "
+          "--ep 8 --runtime cpt --json");
+  ASSERT_EQ(latent.exit_code, 0) << latent.err;
+  EXPECT_FALSE(nlohmann::json::parse(latent.out).contains("executor_gap")) << latent.out;
 }
 
 TEST(Experts, PlansRecordAndExportExpertParallelism) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +19,8 @@
 
 #include "core/str_cat.h"
 #include "executor/dist/c10d_communicator.h"
+#include "executor/model/llama_model.h"
+#include "spec/parameter_order.h"
 
 namespace cpt::exec::testing {
 
@@ -147,6 +151,27 @@ void on_two_gloo_ranks(const std::string& group_name,
   second.join();
   if (first_failure) std::rethrow_exception(first_failure);
   if (second_failure) std::rethrow_exception(second_failure);
+}
+
+std::vector<std::string> expect_spec_parameters_in_gradient_order(const spec::ModelSpec& m) {
+  LlamaModel model(m);
+  std::int64_t params = 0;
+  std::vector<std::pair<std::pair<int, int>, std::int64_t>> keyed;
+  std::vector<std::string> names;
+  for (const auto& p : model->named_parameters()) {
+    params += p.value().numel();
+    const auto key = spec::gradient_order_key(p.key());
+    EXPECT_LT(key.first, INT_MAX) << p.key() << " has no place in the gradient order";
+    keyed.emplace_back(key, p.value().numel());
+    names.push_back(p.key());
+  }
+  EXPECT_EQ(params, m.num_params()) << m.name;
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::int64_t> sorted, visited;
+  for (const auto& [key, numel] : keyed) sorted.push_back(numel);
+  spec::visit_gradient_order(m, 1, 0, m.layers, true, true, true, [&](std::int64_t n) { visited.push_back(n); });
+  EXPECT_EQ(sorted, visited) << m.name;
+  return names;
 }
 
 }  // namespace cpt::exec::testing

@@ -54,6 +54,11 @@ double relative_max_difference(const torch::Tensor& a, const torch::Tensor& b);
 // over ranks, each of the two runs within n · 2⁻²⁴ of the terms' magnitude.
 double moe_layer_reordering_bound(const spec::ModelSpec& m, int partial_sums);
 
+// Checks that the model built from `m` in one process holds exactly the spec's parameter count, that
+// every parameter has a place in spec::gradient_order_key, and that sorted by it their sizes are
+// spec::visit_gradient_order's (the cost model's). Returns the parameters' names.
+std::vector<std::string> expect_spec_parameters_in_gradient_order(const spec::ModelSpec& m);
+
 // The gradient of each of `module`'s parameters, cloned, by its name.
 std::map<std::string, torch::Tensor> gradients_by_name(torch::nn::Module& module);
 

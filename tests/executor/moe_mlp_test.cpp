@@ -12,8 +12,8 @@
 #include <optional>
 
 #include "executor/model/llama_model.h"
+#include "executor_test_support.h"
 #include "spec/model_catalog.h"
-#include "spec/parameter_order.h"
 
 namespace cpt::exec {
 namespace {
@@ -243,25 +243,7 @@ TEST(MixtureOfExperts, RouterTermsOffLeavesTheCrossEntropyAloneAndTheModeAsItIs)
 }
 
 TEST(MixtureOfExperts, ModelHoldsTheSpecsParametersInGradientOrder) {
-  const auto m = tiny_moe();
-  LlamaModel model(m);
-  std::int64_t params = 0;
-  std::vector<std::int64_t> sorted;
-  std::vector<std::pair<std::pair<int, int>, std::int64_t>> keyed;
-  for (const auto& p : model->named_parameters()) {
-    params += p.value().numel();
-    const auto key = spec::gradient_order_key(p.key());
-    EXPECT_LT(key.first, INT_MAX) << p.key() << " has no place in the gradient order";
-    keyed.emplace_back(key, p.value().numel());
-  }
-  EXPECT_EQ(params, m.num_params());
-  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [key, numel] : keyed) sorted.push_back(numel);
-  // The cost model's visit of the same model lists the same sizes in the same order.
-  std::vector<std::int64_t> visited;
-  spec::visit_gradient_order(m, 1, 0, m.layers, true, true, true, [&](std::int64_t n) { visited.push_back(n); });
-  EXPECT_EQ(sorted, visited);
-  const auto names = model->named_parameters().keys();
+  const auto names = cpt::exec::testing::expect_spec_parameters_in_gradient_order(tiny_moe());
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.1.mlp.experts.3.down_proj.weight"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.0.mlp.shared_experts.up_proj.weight"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.0.mlp.gate.weight"), names.end());

@@ -179,13 +179,15 @@ TEST_F(JobFailures, WhatEveryRankWouldRefuseIsOneLineFromTheLauncher) {
   plan["parallel"]["offload"] = "optimizer+params";
   fs::create_directories(dir_ / "dp2-edited");
   std::ofstream(dir_ / "dp2-edited/plan.json") << plan.dump(2);
-  one_line(train("dp2-edited", "o-edited", 2, short_config(2)), "plan: offload optimizer+params with ZeRO 3");
+  one_line(train("dp2-edited", "o-edited", 2, short_config(2)),
+           d + "/dp2-edited/plan.json: $.parallel: offload optimizer+params with ZeRO 3");
   // A model the executor does not build (planned and priced: GELU).
   plan = nlohmann::json::parse(slurp(dir_ / "dp2/plan.json"));
   plan["model"]["mlp"] = "gelu";
   fs::create_directories(dir_ / "dp2-gelu");
   std::ofstream(dir_ / "dp2-gelu/plan.json") << plan.dump(2);
-  one_line(train("dp2-gelu", "o-gelu", 2, short_config(2)), "the executor builds LLaMA-family models");
+  one_line(train("dp2-gelu", "o-gelu", 2, short_config(2)),
+           d + "/dp2-gelu/plan.json: $.model: the executor builds LLaMA-family models");
   std::ofstream(dir_ / "init-missing.json") << R"({"data": [{"name": "py", "path": "data"}], "steps": 2, "seed": 5,
       "threads": 1, "log_interval_steps": 0, "init_from": "no/such/checkpoint"})";
   one_line(train("dp2", "o-init", 2, "init-missing.json"), "init-missing.json: init_from ");

@@ -8,12 +8,15 @@ scripts/setup installs into cpt's venv):
      loads the export, and its logits equal cpt's.
 For an untied GQA LLaMA, a tied one, a Qwen2 (q/k/v biases), a Mixtral (4 experts, top 2: the
 router's choices and the experts' weights under Mixtral's names), a Qwen3 (q/k norms, heads wider
-than hidden / heads), a Qwen3-MoE and a LLaMA with Llama 3.1's RoPE scaling. Tolerance: max |difference| <= 1e-4
+than hidden / heads), a Qwen3-MoE, a LLaMA with Llama 3.1's RoPE scaling and two DeepSeek-V2s (latent
+attention with and without a query latent; shared experts, a dense first layer, scaled weights,
+group-limited routing). Tolerance: max |difference| <= 1e-4
 in fp32.
 
 usage: hf_roundtrip.py CPT_EXEC WORK_DIR
 """
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -21,9 +24,9 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+from transformers import (AutoModelForCausalLM, DeepseekV2Config, DeepseekV2ForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 TOLERANCE = 1e-4
 
@@ -97,9 +100,10 @@ def case(cpt, work, tied, qwen2=False):
           cpt_logits(cpt, work / "native", tokens, work))
 
 
-def family_case(cpt, work, tag, hf, model_json):
+def family_case(cpt, work, tag, hf, model_json, patch=lambda model: model):
     """A model of another transformers family, both ways: `hf` (random weights) imported, re-exported
-    and read back; `model_json` initialised by cpt, exported and loaded as the same class."""
+    and read back; `model_json` initialised by cpt, exported and loaded as the same class. `patch`
+    is applied to every model transformers loads (a fix of transformers' own not yet in 4.57)."""
     work = work / tag
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -111,7 +115,7 @@ def family_case(cpt, work, tag, hf, model_json):
     check(f"{tag}: transformers model -> cpt import", cpt_logits(cpt, work / "imported", tokens, work),
           hf_logits(hf, tokens))
     run(cpt, "checkpoint", "export", "--format", "hf", work / "imported", work / "reexported")
-    back = AutoModelForCausalLM.from_pretrained(work / "reexported", torch_dtype=torch.float32).eval()
+    back = patch(AutoModelForCausalLM.from_pretrained(work / "reexported", torch_dtype=torch.float32).eval())
     assert type(back) is type(hf), type(back).__name__
     check(f"{tag}: transformers -> cpt -> transformers", hf_logits(back, tokens), hf_logits(hf, tokens))
 
@@ -121,7 +125,7 @@ def family_case(cpt, work, tag, hf, model_json):
     (work / "model.json").write_text(json.dumps(model_json))
     run(cpt, "checkpoint", "init", "--model", work / "model.json", "--seed", "7", work / "native")
     run(cpt, "checkpoint", "export", "--format", "hf", work / "native", work / "exported")
-    loaded = AutoModelForCausalLM.from_pretrained(work / "exported", torch_dtype=torch.float32).eval()
+    loaded = patch(AutoModelForCausalLM.from_pretrained(work / "exported", torch_dtype=torch.float32).eval())
     assert type(loaded) is type(hf), type(loaded).__name__
     check(f"{tag}: cpt model -> export -> transformers", hf_logits(loaded, tokens),
           cpt_logits(cpt, work / "native", tokens, work))
@@ -181,6 +185,14 @@ def other_families(cpt, work):
     llama31 = LlamaForCausalLM(LlamaConfig(intermediate_size=176, rope_scaling={"rope_type": "llama3", **scaling},
                                            attention_bias=False, mlp_bias=False, **common))
     family_case(cpt, work, "llama3.1-rope", llama31, {"ffn_hidden": 176, "rope_scaling": scaling})
+    # YaRN, its ramp inside heads of 16 (original context 16: pair 0 kept, the others divided by 4)
+    # and its attention factor 1 + 0.1·ln 4 on cos and sin.
+    yarn = {"factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0}
+    llama_yarn = LlamaForCausalLM(LlamaConfig(intermediate_size=176, rope_scaling={"rope_type": "yarn", **yarn},
+                                              attention_bias=False, mlp_bias=False,
+                                              **{**common, "max_position_embeddings": 64}))
+    family_case(cpt, work, "llama-yarn", llama_yarn,
+                {"ffn_hidden": 176, "max_seq_len": 64, "rope_scaling": {"type": "yarn", **yarn}})
     torch.manual_seed(1)
     mixtral = MixtralForCausalLM(MixtralConfig(intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
                                                sliding_window=None, router_jitter_noise=0.0, **common))
@@ -199,6 +211,91 @@ def other_families(cpt, work):
                                                    **common))
     family_case(cpt, work, "qwen3-moe", spread_routers(qwen3_moe, "mlp"),
                 {"ffn_hidden": 64, "head_dim": 32, "qk_norm": True, "moe": experts})
+    deepseek_v2_cases(cpt, work, common)
+
+
+def deepseek_v2_cases(cpt, work, common):
+    """Latent attention (widths unlike each other, so that a swapped split shows), its latents'
+    norms random, RoPE on 8 channels of pairs; a dense first layer, then 4 experts with shared ones,
+    weights scaled by 1.5 and, in the second, 8 experts in 4 groups of which a token takes its best 2
+    (DeepSeek-V2's group_limited_greedy with one expert per group, which transformers and cpt
+    agree on: it chooses as the plain top k, so this checks that the keys round-trip)."""
+    for tag, q_lora_rank, experts, groups in (("deepseek-v2", 24, 4, 1), ("deepseek-v2-lite", None, 8, 4)):
+        torch.manual_seed(2)
+        config = DeepseekV2Config(**{**common, "num_hidden_layers": 3, "num_key_value_heads": 4},
+                                  intermediate_size=176, q_lora_rank=q_lora_rank, kv_lora_rank=16,
+                                  qk_nope_head_dim=12, qk_rope_head_dim=8, v_head_dim=10, n_routed_experts=experts,
+                                  num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=2,
+                                  first_k_dense_replace=1, routed_scaling_factor=1.5, norm_topk_prob=False,
+                                  topk_method="group_limited_greedy" if groups > 1 else "greedy", n_group=groups,
+                                  topk_group=2 if groups > 1 else 1, rope_scaling=None, attention_bias=False)
+        hf = DeepseekV2ForCausalLM(config)
+        with torch.no_grad():
+            for layer in hf.model.layers:
+                attention = layer.self_attn
+                attention.kv_a_layernorm.weight.normal_(1.0, 0.3)
+                if q_lora_rank:
+                    attention.q_a_layernorm.weight.normal_(1.0, 0.3)
+            for layer in hf.model.layers[1:]:
+                layer.mlp.gate.weight.normal_(0.0, 0.5)
+        mla = {"q_lora_rank": q_lora_rank or 0, "kv_lora_rank": 16, "qk_nope_head_dim": 12, "qk_rope_head_dim": 8,
+               "v_head_dim": 10}
+        moe = {"experts": experts, "experts_per_token": 2, "expert_ffn_hidden": 32, "shared_ffn_hidden": 64,
+               "first_dense_layers": 1, "normalize_top_k": False, "top_k_scale": 1.5, "expert_groups": groups,
+               "groups_per_token": 2 if groups > 1 else 1}
+        family_case(cpt, work, tag, hf, {"layers": 3, "kv_heads": 4, "ffn_hidden": 176, "mla": mla, "moe": moe})
+    # Latent attention without experts: first_k_dense_replace covers every layer (transformers builds
+    # it all dense), as cpt exports a dense model.
+    torch.manual_seed(4)
+    dense = DeepseekV2ForCausalLM(DeepseekV2Config(**{**common, "num_key_value_heads": 4}, intermediate_size=176,
+                                                   q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=12,
+                                                   qk_rope_head_dim=8, v_head_dim=10, first_k_dense_replace=2,
+                                                   rope_scaling=None, attention_bias=False))
+    family_case(cpt, work, "deepseek-v2-dense", dense,
+                {"kv_heads": 4, "ffn_hidden": 176, "mla": {"q_lora_rank": 24, "kv_lora_rank": 16,
+                                                           "qk_nope_head_dim": 12, "qk_rope_head_dim": 8,
+                                                           "v_head_dim": 10}})
+    deepseek_v2_yarn(cpt, work, common)
+    # Groups that give a token two experts each: transformers scores a group by its best expert,
+    # cpt's executor by the sum of its top two, so the import is refused (naming the key).
+    config_path = work / "deepseek-v2-lite" / "hf" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["topk_group"] = 1
+    config_path.write_text(json.dumps(config))
+    refused(cpt, ["checkpoint", "import", "--format", "hf", config_path.parent, work / "refused"], "$.topk_method")
+
+
+def deepseek_v2_yarn(cpt, work, common):
+    """DeepSeek-V2 with YaRN (original context 16, mscale 0.9 against mscale_all_dim 0.7: an attention
+    factor on cos and sin and an mscale² on the softmax scale). transformers 4.57's DeepseekV2 omits
+    the latter, which DeepSeek's code and transformers' DeepseekV3 apply; PR #47435 adds it, and so
+    does `patch` here."""
+    yarn = {"factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+            "mscale": 0.9, "mscale_all_dim": 0.7}
+    softmax_factor = (0.1 * 0.7 * math.log(4.0) + 1.0) ** 2
+
+    def patch(model):
+        for layer in model.model.layers:
+            layer.self_attn.scaling = layer.self_attn.qk_head_dim ** -0.5 * softmax_factor
+        return model
+
+    torch.manual_seed(3)
+    config = DeepseekV2Config(**{**common, "num_key_value_heads": 4, "max_position_embeddings": 64},
+                              intermediate_size=176, q_lora_rank=None,
+                              kv_lora_rank=16, qk_nope_head_dim=12, qk_rope_head_dim=8, v_head_dim=10,
+                              n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+                              first_k_dense_replace=1, norm_topk_prob=False, topk_method="greedy",
+                              rope_scaling={"type": "yarn", **yarn}, attention_bias=False)
+    hf = patch(DeepseekV2ForCausalLM(config))
+    with torch.no_grad():
+        hf.model.layers[1].mlp.gate.weight.normal_(0.0, 0.5)
+    mla = {"q_lora_rank": 0, "kv_lora_rank": 16, "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 10}
+    moe = {"experts": 4, "experts_per_token": 2, "expert_ffn_hidden": 32, "shared_ffn_hidden": 32,
+           "first_dense_layers": 1, "normalize_top_k": False}
+    family_case(cpt, work, "deepseek-v2-yarn", hf,
+                {"kv_heads": 4, "ffn_hidden": 176, "max_seq_len": 64, "mla": mla, "moe": moe,
+                 "rope_scaling": {"type": "yarn", **yarn}},
+                patch)
 
 
 def main():

@@ -15,6 +15,7 @@ Usage: megatron_config.py CPT_BINARY WORK_DIR   (exit 77: megatron-core is not i
 """
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -28,7 +29,7 @@ warnings.filterwarnings("ignore")  # megatron-core's notes that Transformer Engi
 try:
     import torch
     from megatron.core.transformer.enums import AttnBackend
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.parallel_state import RankGenerator
 except ImportError as error:
@@ -84,7 +85,9 @@ def megatron_arguments(path):
 
 
 def transformer_config(args):
-    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    # Latent attention's arguments are fields of MLATransformerConfig, as Megatron-LM builds it then.
+    config_class = MLATransformerConfig if "multi_latent_attention" in args else TransformerConfig
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
     kwargs = {"bf16": "bf16" in args, "params_dtype": torch.bfloat16, "pipeline_dtype": torch.bfloat16}
     for name, value in args.items():
         field = RENAMED.get(name, name)
@@ -108,7 +111,7 @@ def transformer_config(args):
         kwargs["add_bias_linear"] = False
     if "group_query_attention" not in args:
         kwargs.pop("num_query_groups", None)
-    return TransformerConfig(**kwargs)
+    return config_class(**kwargs)
 
 
 def check_hybrid_shards(ddp, args, plan, name, failures):
@@ -221,6 +224,25 @@ def check_layout(cpt, work, index, layout, failures):
         expected += [("moe_token_dispatcher_type", "flex" if flex else "alltoall")]
         if flex:
             expected += [("moe_flex_dispatcher_backend", "deepep")]
+    mla = model.get("mla")
+    if mla:  # latent attention's widths, and its RoPE: plain, or YaRN with the model's factor and magnitudes
+        scaling = model.get("rope_scaling", {})
+        yarn = scaling.get("type") == "yarn"
+        expected += [("q_lora_rank", mla["q_lora_rank"] or None), ("kv_lora_rank", mla["kv_lora_rank"]),
+                     ("qk_head_dim", mla["qk_nope_head_dim"]), ("qk_pos_emb_head_dim", mla["qk_rope_head_dim"]),
+                     ("v_head_dim", mla["v_head_dim"]), ("rope_type", "yarn" if yarn else "rope")]
+        if yarn:  # Megatron's cos/sin factor mscale(f, M) / mscale(f, A) is the model's (transformers' rule)
+            factor, all_dim = scaling["factor"], scaling["mscale_all_dim"]
+
+            def mscale(value):
+                return 0.1 * value * math.log(factor) + 1.0
+
+            given = scaling["attention_factor"] or (
+                mscale(scaling["mscale"]) / mscale(all_dim) if scaling["mscale"] and all_dim else mscale(1.0))
+            expected += [("rotary_scaling_factor", factor), ("mscale_all_dim", all_dim)]
+            if abs(mscale(config.mscale) / mscale(all_dim) - given) > 1e-5:
+                failures.append(f"{model_name} {fix}: megatron-core's YaRN factor on cos and sin is "
+                                f"{mscale(config.mscale) / mscale(all_dim)}, the model's {given}")
     # The RoPE base is GPTModel's argument, not the config's (Megatron's default is 10000).
     if float(args.get("rotary_base", 10000)) != model["rope_theta"]:
         failures.append(f"{model_name} {fix}: --rotary-base {args.get('rotary_base')}, plan {model['rope_theta']}")

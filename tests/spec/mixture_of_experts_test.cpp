@@ -203,6 +203,28 @@ TEST(MixtureOfExperts, HuggingFaceConfigsThatCannotBeMeantAreRefusedByKey) {
   v3["n_group"] = 4;
   v3["scoring_func"] = "Sigmoid";
   EXPECT_NE(hf_error(v3).find("scoring_func"), std::string::npos) << hf_error(v3);
+  // DeepSeek-V2's topk_method: "greedy" (transformers' default, DeepSeek-V2-Lite's) routes over
+  // every expert whatever n_group says; "group_limited_greedy" keeps the groups.
+  v2["n_group"] = 4;
+  v2["topk_group"] = 2;
+  EXPECT_EQ(from_hf(v2).moe.expert_groups, 1);
+  v2["topk_method"] = "greedy";
+  EXPECT_EQ(from_hf(v2).moe.groups_per_token, 1);
+  v2["topk_method"] = "group_limited_greedy";
+  EXPECT_EQ(from_hf(v2).moe.expert_groups, 4);
+  EXPECT_EQ(from_hf(v2).moe.groups_per_token, 2);
+  v2["topk_method"] = "noaux_tc";  // DeepSeek-V3's, not V2's
+  EXPECT_NE(hf_error(v2).find("topk_method"), std::string::npos) << hf_error(v2);
+  v2["topk_method"] = "greedy";
+  // DeepSeek-V2 routes by softmax only (transformers' and DeepSeek's code), V3 by sigmoid.
+  v2["scoring_func"] = "sigmoid";
+  EXPECT_NE(hf_error(v2).find("scoring_func"), std::string::npos) << hf_error(v2);
+  v2.erase("scoring_func");
+  // Dense first layers covering every layer: transformers builds an all-dense model, and so does cpt.
+  v2["first_k_dense_replace"] = 4;
+  EXPECT_FALSE(from_hf(v2).moe.present());
+  EXPECT_EQ(from_hf(v2).ffn_hidden, 128);
+  v2["first_k_dense_replace"] = 0;
   // n_shared_experts × moe_intermediate_size beyond 32 bits: named, not wrapped around.
   v2["n_shared_experts"] = 1000000000;
   EXPECT_NE(hf_error(v2).find("n_shared_experts"), std::string::npos) << hf_error(v2);

@@ -95,13 +95,64 @@ TEST(ModelIo, HuggingFaceLlama31RopeScaling) {
     return model_from_hf_config(r, "m");
   };
   EXPECT_EQ(read(config), find_catalog_model("llama3.1-8b")->spec);
-  config["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
+  config["rope_scaling"] = {{"type", "dynamic"}, {"factor", 4.0}};  // a kind that is not read
   EXPECT_FALSE(read(config).rope_scaling.present());
   // The model JSON keeps it through a round trip, and checks it.
   const auto spec = find_catalog_model("llama3.1-8b")->spec;
   const auto doc = core::parse_json_text(model_to_json(spec).dump(), "m.json");
   auto r = core::JsonObjectReader::root_of(doc);
   EXPECT_EQ(model_from_json(r).rope_scaling, spec.rope_scaling);
+}
+
+// DeepSeek-V2-Lite's YaRN as its config.json writes it: its magnitudes cancel on cos and sin
+// (mscale = mscale_all_dim), and latent attention's softmax scale grows by (0.1·0.707·ln 40 + 1)².
+TEST(ModelIo, HuggingFaceYarnRopeScaling) {
+  nlohmann::json config{{"model_type", "llama"},
+                        {"hidden_size", 64},
+                        {"intermediate_size", 128},
+                        {"num_hidden_layers", 2},
+                        {"num_attention_heads", 4},
+                        {"vocab_size", 512},
+                        {"rope_theta", 10000.0},
+                        {"max_position_embeddings", 163840},
+                        {"rope_scaling",
+                         {{"type", "yarn"},
+                          {"factor", 40},
+                          {"beta_fast", 32},
+                          {"beta_slow", 1},
+                          {"mscale", 0.707},
+                          {"mscale_all_dim", 0.707},
+                          {"original_max_position_embeddings", 4096}}}};
+  auto read = [](const nlohmann::json& j) {
+    const auto doc = core::parse_json_text(j.dump(), "config.json");
+    auto r = core::JsonObjectReader::root_of(doc);
+    return model_from_hf_config(r, "m");
+  };
+  const auto s = read(config).rope_scaling;
+  ASSERT_TRUE(s.yarn());
+  EXPECT_EQ(s.factor, 40);
+  EXPECT_EQ(s.original_max_positions, 4096);
+  EXPECT_DOUBLE_EQ(s.yarn_attention_factor(), 1.0);
+  const double mscale = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(s.latent_softmax_factor(), mscale * mscale);
+  // Without magnitudes: cos and sin carry mscale(factor, 1); transformers' defaults elsewhere.
+  config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", nullptr}};
+  const auto plain = read(config).rope_scaling;
+  EXPECT_DOUBLE_EQ(plain.yarn_attention_factor(), 0.1 * std::log(4.0) + 1.0);
+  EXPECT_EQ(plain.latent_softmax_factor(), 1.0);
+  EXPECT_EQ(plain.beta_fast, 32);
+  EXPECT_EQ(plain.original_max_positions, 163840);  // max_position_embeddings
+  // The model JSON keeps it through a round trip; a YaRN key under llama3 is refused by name.
+  auto spec = find_catalog_model("tiny")->spec;
+  spec.rope_scaling = s;
+  const auto doc = core::parse_json_text(model_to_json(spec).dump(), "m.json");
+  auto r = core::JsonObjectReader::root_of(doc);
+  EXPECT_EQ(model_from_json(r).rope_scaling, s);
+  auto own = model_to_json(spec);
+  own["rope_scaling"]["type"] = "llama3";
+  const auto bad = core::parse_json_text(own.dump(), "m.json");
+  auto bad_reader = core::JsonObjectReader::root_of(bad);
+  EXPECT_THROW(model_from_json(bad_reader), core::ConfigError);
 }
 
 std::string load_error(const std::string& json) {
