@@ -7,7 +7,6 @@ namespace cpt::spec {
 using core::str_cat;
 
 std::optional<ExecutorGap> find_executor_gap(const ParallelConfig& p, const ModelSpec& m, int seq_len) {
-  if (m.moe.present() && m.moe.expert_bias) return ExecutorGap::kExpertBias;
   if (p.zero_stage == 3 && p.pp > 1) return ExecutorGap::kZero3WithPipeline;
   if (p.offload != Offload::kNone && (p.offload != Offload::kOptimizer || p.zero_stage < 1)) {
     return ExecutorGap::kParameterOffload;
@@ -62,9 +61,6 @@ std::string describe(ExecutorGap gap, const ParallelConfig& p, int seq_len) {
     case ExecutorGap::kSequenceParallelTokens:
       return str_cat("sequence parallelism needs the tokens per context-parallel rank (seq_len ", seq_len, " / cp ",
                      p.cp, ") divisible by tp (", p.tp, ")");
-    case ExecutorGap::kExpertBias:
-      return "the router's expert bias (DeepSeek-V3's auxiliary-loss-free balancing): cpt plans, prices and exports "
-             "it, its executor does not run it yet";
   }
   return "?";
 }

@@ -14,7 +14,6 @@ enum class ExecutorGap {
   kParameterOffload,        // offload other than the optimizer state of ZeRO-1/2/3
   kTiedOverStages,          // tied embeddings need the embedding and the LM head on one stage
   kSequenceParallelTokens,  // SP splits the tokens of a cp rank (seq_len / cp) over tp
-  kExpertBias,              // DeepSeek-V3's auxiliary-loss-free expert bias
 };
 
 // The first gap the plan falls into, without allocating (the planner's prune calls it per

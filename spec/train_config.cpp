@@ -196,6 +196,7 @@ void read_run_settings(JsonObjectReader& r, TrainConfig& c) {
   } else {
     r.accept("router_aux_loss");
   }
+  if (r.has("expert_bias_update_rate")) c.expert_bias_update_rate = r.number("expert_bias_update_rate", 0, 1);
 }
 
 }  // namespace

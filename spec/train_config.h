@@ -109,6 +109,10 @@ struct TrainConfig {
   // Mixtures of experts: the weight of the auxiliary load-balancing loss (executor/model/moe_mlp.h)
   // in the objective; Switch Transformer's α (Fedus et al. 2022, §2.2). Unused by dense models.
   double router_aux_loss = 0.01;
+  // Mixtures of experts with an expert bias (spec::ExpertSpec::expert_bias): the step u by which
+  // each expert's bias moves every step against its load (DeepSeek-V3's bias update speed γ,
+  // arXiv:2412.19437 §2.1.2; Megatron-Core's --moe-router-bias-update-rate). Unused otherwise.
+  double expert_bias_update_rate = 1e-3;
 };
 
 // Strict: unknown keys, wrong types and out-of-range values are ConfigErrors naming the file and key.

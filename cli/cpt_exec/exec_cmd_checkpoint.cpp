@@ -67,7 +67,7 @@ void init_checkpoint(const InitArgs& i) {
   c.model = spec::load_model(i.model, "--model");
   exec::LlamaModel model(c.model);
   model->init_weights(i.seed);
-  for (const auto& p : model->named_parameters()) c.weights.emplace_back(p.key(), p.value());
+  c.weights = exec::checkpoint_tensors(*model);
   c.trainer_state = {{"step", 0}, {"seed", i.seed}};
   exec::write_checkpoint_dir(i.out, c);
   std::cout << core::str_cat("initialised ", c.model.name, " (", c.model.num_params(), " parameters) -> ", i.out, "\n");

@@ -15,6 +15,7 @@
 #include "core/json_reader.h"
 #include "core/log.h"
 #include "core/str_cat.h"
+#include "executor/io/hf_export_config.h"
 #include "executor/io/safetensors.h"
 #include "spec/model_io.h"
 
@@ -115,6 +116,13 @@ spec::ModelSpec read_hf_model_spec(const fs::path& dir) {
         ": transformers scores a group by its best expert, cpt's executor (as Megatron-Core) by the sum of its top ",
         "num_experts_per_tok / topk_group; expected them equal, or \"greedy\""));
   }
+  if (j["model_type"] == "deepseek_v3" && m.moe.expert_groups > 1 &&
+      m.moe.experts_per_token / m.moe.groups_per_token != 2) {
+    throw core::ConfigError(str_cat(
+        config.string(), ": $.topk_group: ", m.moe.groups_per_token, " with num_experts_per_tok ",
+        m.moe.experts_per_token, ": transformers scores a group by the sum of its best two experts, cpt's executor ",
+        "(as Megatron-Core) by the sum of its best num_experts_per_tok / topk_group; ", "expected that quotient 2"));
+  }
   if (m.moe.shared_ffn_hidden > 0 && j["model_type"] == "qwen2_moe") {
     throw core::ConfigError(str_cat(config.string(), ": $.model_type: qwen2_moe's shared expert has a sigmoid gate ",
                                     "the executor does not run (cpt plans and prices it)"));
@@ -171,6 +179,13 @@ bool held_by_another_expert_rank(LlamaModelImpl& model, const std::string& name)
 
 }  // namespace
 
+NamedTensors checkpoint_tensors(LlamaModelImpl& model) {
+  NamedTensors tensors;
+  for (const auto& p : model.named_parameters()) tensors.emplace_back(p.key(), p.value());
+  for (const auto& b : model.named_buffers()) tensors.emplace_back(b.key(), b.value());
+  return tensors;
+}
+
 std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
   NamedTensors tensors;
   std::string what;
@@ -184,6 +199,7 @@ std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
     what = str_cat("cpt checkpoint, step ", ckpt.step());
   }
   auto params = model.named_parameters();
+  for (const auto& buffer : model.named_buffers()) params.insert(buffer.key(), buffer.value());  // expert biases
   std::set<std::string> filled;
   torch::NoGradGuard no_grad;
   for (const auto& [name, t] : tensors) {
@@ -212,157 +228,6 @@ std::string load_model_weights(LlamaModelImpl& model, const fs::path& source) {
   }
   return str_cat(what, ", ", filled.size(), " tensors");
 }
-
-namespace {
-
-// The transformers class a model exports as: LLaMA; Qwen2 for q/k/v biases (Llama's attention_bias
-// would add one to o_proj too); Qwen3 for q/k norms; a mixture of experts as Mixtral, or as
-// Qwen3-MoE with q/k norms; latent attention as DeepSeek-V2. ConfigError naming `origin` for a
-// model none of them computes.
-enum class HfFamily { kLlama, kQwen2, kQwen3, kMixtral, kQwen3Moe, kDeepseekV2 };
-
-// DeepSeek-V2 in transformers: softmax routing whose top-k weights are not normalised (its
-// DeepseekV2MoEGate ignores norm_topk_prob), shared experts in every MoE layer, dense layers only
-// first, groups scored by their best expert (cpt's rule when experts_per_token equals
-// groups_per_token).
-std::optional<std::string> deepseek_v2_mismatch(const spec::ModelSpec& m) {
-  if (!m.moe.present()) return std::nullopt;  // exported with every layer dense
-  const spec::ExpertSpec& e = m.moe;
-  if (e.router != spec::RouterScore::kSoftmax || e.normalize_top_k || e.expert_bias || e.capacity_factor > 0 ||
-      e.layer_interval != 1) {
-    return "DeepSeek-V2 routes by softmax without normalising the top k, no expert bias, dropless, every layer "
-           "after the dense ones MoE";
-  }
-  if (e.shared_ffn_hidden == 0 || e.shared_ffn_hidden % e.expert_ffn_hidden != 0) {
-    return "DeepSeek-V2 has shared experts, a whole number of experts wide";
-  }
-  if (e.expert_groups > 1 && e.experts_per_token != e.groups_per_token) {
-    return "DeepSeek-V2 scores an expert group by its best expert: experts_per_token equal to groups_per_token";
-  }
-  return std::nullopt;
-}
-
-HfFamily hf_family_of(const spec::ModelSpec& m, const fs::path& origin) {
-  auto refuse = [&](const std::string& why) {
-    throw core::ConfigError(str_cat(origin.string(), ": model ", m.name, ": no transformers class computes it: ", why));
-  };
-  if (m.mla.present()) {
-    if (const auto mismatch = deepseek_v2_mismatch(m)) refuse(*mismatch);
-    return HfFamily::kDeepseekV2;
-  }
-  if (m.qkv_bias && m.qk_norm) refuse("q/k/v biases with q/k norms");
-  if (!m.moe.present()) return m.qk_norm ? HfFamily::kQwen3 : (m.qkv_bias ? HfFamily::kQwen2 : HfFamily::kLlama);
-  const spec::ExpertSpec& e = m.moe;
-  if (e.shared_ffn_hidden > 0 || e.first_dense_layers > 0 || e.router != spec::RouterScore::kSoftmax ||
-      e.capacity_factor > 0 || m.qkv_bias || e.top_k_scale != 1 || e.expert_groups > 1) {
-    refuse(
-        "an MoE exports as Mixtral or Qwen3-MoE: no shared experts or dense first layers, a softmax router "
-        "(unscaled, no expert groups), dropless, no q/k/v biases");
-  }
-  if (m.qk_norm) return HfFamily::kQwen3Moe;
-  if (e.layer_interval != 1 || !e.normalize_top_k) {
-    refuse("without q/k norms an MoE exports as Mixtral: every layer MoE, normalised top-k weights");
-  }
-  return HfFamily::kMixtral;
-}
-
-// DeepseekV2Config's latent attention and experts (deepseek_v2_mismatch holds). A model without
-// experts: every layer dense (first_k_dense_replace = layers; the expert keys unused).
-void add_deepseek_v2_config(const spec::ModelSpec& m, nlohmann::ordered_json& config) {
-  const spec::LatentAttention& l = m.mla;
-  const spec::ExpertSpec& e = m.moe;
-  config.erase("head_dim");                 // DeepseekV2Config derives it (qk_rope_head_dim)
-  config["num_key_value_heads"] = m.heads;  // its keys and values are per query head
-  config["q_lora_rank"] = l.q_lora_rank > 0 ? nlohmann::ordered_json(l.q_lora_rank) : nlohmann::ordered_json();
-  config["kv_lora_rank"] = l.kv_lora_rank;
-  config["qk_nope_head_dim"] = l.qk_nope_head_dim;
-  config["qk_rope_head_dim"] = l.qk_rope_head_dim;
-  config["v_head_dim"] = l.v_head_dim;
-  config["attention_bias"] = false;
-  config["mlp_bias"] = false;
-  config["n_routed_experts"] = e.present() ? e.experts : 1;
-  config["num_experts_per_tok"] = e.present() ? e.experts_per_token : 1;
-  config["moe_intermediate_size"] = e.present() ? e.expert_ffn_hidden : m.ffn_hidden;
-  config["n_shared_experts"] = e.present() ? e.shared_ffn_hidden / e.expert_ffn_hidden : 1;
-  config["first_k_dense_replace"] = e.present() ? e.first_dense_layers : m.layers;
-  config["moe_layer_freq"] = 1;
-  config["scoring_func"] = "softmax";
-  config["norm_topk_prob"] = false;
-  config["routed_scaling_factor"] = e.present() ? e.top_k_scale : 1.0;
-  config["topk_method"] = e.expert_groups > 1 ? "group_limited_greedy" : "greedy";
-  config["n_group"] = e.expert_groups;
-  config["topk_group"] = e.groups_per_token;
-  config["aux_loss_alpha"] = 0.0;
-}
-
-// transformers' config.json of `m` as `family`.
-nlohmann::ordered_json hf_config_of(const spec::ModelSpec& m, HfFamily family) {
-  static constexpr std::array<std::pair<const char*, const char*>, 6> kNames{
-      {{"llama", "LlamaForCausalLM"},
-       {"qwen2", "Qwen2ForCausalLM"},
-       {"qwen3", "Qwen3ForCausalLM"},
-       {"mixtral", "MixtralForCausalLM"},
-       {"qwen3_moe", "Qwen3MoeForCausalLM"},
-       {"deepseek_v2", "DeepseekV2ForCausalLM"}}};
-  const auto& [type, architecture] = kNames[static_cast<std::size_t>(family)];
-  const bool mixtral = family == HfFamily::kMixtral;
-  nlohmann::ordered_json config{{"architectures", {architecture}},
-                                {"model_type", type},
-                                {"hidden_size", m.hidden},
-                                {"intermediate_size", mixtral ? m.moe.expert_ffn_hidden : m.ffn_hidden},
-                                {"num_hidden_layers", m.layers},
-                                {"num_attention_heads", m.heads},
-                                {"num_key_value_heads", m.kv_heads},
-                                {"head_dim", m.head_dim()},
-                                {"vocab_size", m.vocab},
-                                {"max_position_embeddings", m.max_seq_len},
-                                {"rms_norm_eps", m.norm_eps},
-                                {"rope_theta", m.rope_theta},
-                                {"rope_scaling", nullptr},
-                                {"tie_word_embeddings", m.tied_embeddings},
-                                {"hidden_act", "silu"},
-                                {"use_sliding_window", false},
-                                {"sliding_window", nullptr},
-                                {"torch_dtype", "float32"},
-                                {"bos_token_id", 1},
-                                {"eos_token_id", 2}};
-  if (family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe) config["attention_bias"] = false;
-  if (const auto& s = m.rope_scaling; s.yarn()) {
-    config["rope_scaling"] = {{"rope_type", "yarn"},
-                              {"factor", s.factor},
-                              {"original_max_position_embeddings", s.original_max_positions},
-                              {"beta_fast", s.beta_fast},
-                              {"beta_slow", s.beta_slow},
-                              {"truncate", s.truncate}};
-    // transformers reads an absent (or null) one as not given; 0 means that in cpt.
-    if (s.mscale > 0) config["rope_scaling"]["mscale"] = s.mscale;
-    if (s.mscale_all_dim > 0) config["rope_scaling"]["mscale_all_dim"] = s.mscale_all_dim;
-    if (s.attention_factor > 0) config["rope_scaling"]["attention_factor"] = s.attention_factor;
-  } else if (s.present()) {
-    config["rope_scaling"] = {{"rope_type", "llama3"},
-                              {"factor", s.factor},
-                              {"low_freq_factor", s.low_freq_factor},
-                              {"high_freq_factor", s.high_freq_factor},
-                              {"original_max_position_embeddings", s.original_max_positions}};
-  }
-  if (family == HfFamily::kDeepseekV2) add_deepseek_v2_config(m, config);
-  if (mixtral) {
-    config["num_local_experts"] = m.moe.experts;
-    config["num_experts_per_tok"] = m.moe.experts_per_token;
-    config["router_jitter_noise"] = 0.0;
-  }
-  if (family == HfFamily::kQwen3Moe) {
-    config["num_experts"] = m.moe.experts;
-    config["num_experts_per_tok"] = m.moe.experts_per_token;
-    config["moe_intermediate_size"] = m.moe.expert_ffn_hidden;
-    config["decoder_sparse_step"] = m.moe.layer_interval;
-    config["mlp_only_layers"] = nlohmann::ordered_json::array();
-    config["norm_topk_prob"] = m.moe.normalize_top_k;
-  }
-  return config;
-}
-
-}  // namespace
 
 void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
   if (fs::exists(out_dir)) throw core::ConfigError(str_cat(out_dir.string(), ": already exists"));
@@ -395,7 +260,7 @@ void import_hf(const fs::path& hf_dir, const fs::path& out_dir) {
   // Build the model to check names and shapes exactly as training will.
   LlamaModel model(c.model);
   load_model_weights(*model, hf_dir);
-  for (const auto& p : model->named_parameters()) c.weights.emplace_back(p.key(), p.value());
+  c.weights = checkpoint_tensors(*model);
   c.trainer_state = {{"step", 0}, {"imported_from", fs::absolute(hf_dir).string()}};
   write_checkpoint_dir(out_dir, c);
 }

@@ -23,6 +23,9 @@ spec::ModelSpec read_hf_model_spec(const std::filesystem::path& dir);
 // Every weight of a Hugging Face directory under cpt names, as fp32 CPU tensors.
 NamedTensors read_hf_weights(const std::filesystem::path& dir);
 
+// What a checkpoint holds of `model`: its parameters, then its buffers (the expert biases).
+NamedTensors checkpoint_tensors(LlamaModelImpl& model);
+
 // Copies the weights at `source` (a cpt checkpoint directory or a Hugging Face directory) into
 // `model`. ConfigError naming the source when a tensor the model needs is missing, has another
 // shape, or the source holds tensors the model does not have (other pipeline stages' layers and,
@@ -32,8 +35,9 @@ std::string load_model_weights(LlamaModelImpl& model, const std::filesystem::pat
 
 // `cpt checkpoint export --format hf`: a cpt checkpoint -> config.json + model.safetensors (fp32),
 // loadable by transformers' LlamaForCausalLM (Qwen2ForCausalLM with q/k/v biases, Qwen3ForCausalLM
-// with q/k norms, MixtralForCausalLM or Qwen3MoeForCausalLM for a mixture of experts; ConfigError
-// for a model none of them computes). Written atomically; `out_dir` must not exist.
+// with q/k norms, MixtralForCausalLM or Qwen3MoeForCausalLM for a mixture of experts,
+// DeepseekV2ForCausalLM or DeepseekV3ForCausalLM for latent attention; io/hf_export_config.h;
+// ConfigError for a model none of them computes). Written atomically; `out_dir` must not exist.
 void export_hf(const std::filesystem::path& checkpoint_dir, const std::filesystem::path& out_dir);
 
 // `cpt checkpoint import --format hf`: a Hugging Face directory -> a weights-only cpt checkpoint

@@ -4,7 +4,9 @@
 // Parameter names are Hugging Face's without the "model." prefix: embed_tokens.weight,
 // layers.<i>.self_attn.q_proj.weight, ..., norm.weight, lm_head.weight (absent when tied).
 // The number of parameters of the whole model equals spec::ModelSpec::num_params() exactly
-// (tests/executor/llama_model_test.cpp).
+// (tests/executor/llama_model_test.cpp). Its only buffers are the MoE layers' expert biases
+// (layers.<i>.mlp.gate.e_score_correction_bias, moe_mlp.h): checkpoints and Hugging Face weights
+// carry them beside the parameters.
 // With tensor parallelism (tensor_parallel.h) each rank holds its shards under the same names;
 // forward() then returns this rank's vocabulary columns of the logits and loss_sum() reduces the
 // cross-entropy over the group, so every rank of the group computes the same loss.

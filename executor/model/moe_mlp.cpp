@@ -37,6 +37,9 @@ MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep, TensorParall
   CPT_CHECK(spec_.experts % ep_.size() == 0, spec_.experts, " experts over an ep group of ", ep_.size());
   CPT_CHECK(!tp.active() || tp.sp(), "experts under tensor parallelism ", tp.size(), " need sequence parallelism");
   gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(m.hidden, spec_.experts).bias(false)));
+  if (spec_.expert_bias) {
+    expert_bias_ = gate->register_buffer("e_score_correction_bias", torch::zeros({spec_.experts}, torch::kFloat32));
+  }
   experts = register_module("experts", std::make_shared<torch::nn::Module>());
   CPT_CHECK(spec_.expert_ffn_hidden % ep_.etp_size() == 0, "expert FFN width ", spec_.expert_ffn_hidden,
             " over an etp group of ", ep_.etp_size());
@@ -108,13 +111,17 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   const auto router = sp_group_ != nullptr ? copy_to_tp(gate->weight, *sp_group_) : gate->weight;
   const auto logits = torch::linear(tokens, router).to(torch::kFloat32);  // [T, E]
   const auto scores = spec_.router == spec::RouterScore::kSoftmax ? logits.softmax(-1) : logits.sigmoid();
+  // The scores that choose (with an expert bias, scores + b); the weights are always the scores.
+  const auto choice = expert_bias_.defined() ? scores + expert_bias_ : scores;
   torch::Tensor top_weights, top_experts;  // [T, k]
   if (spec_.expert_groups > 1) {
-    top_experts = std::get<1>(limit_to_best_groups(scores, spec_.expert_groups, spec_.groups_per_token, k).topk(k, -1));
-    top_weights = scores.gather(-1, top_experts);
+    top_experts = std::get<1>(limit_to_best_groups(choice, spec_.expert_groups, spec_.groups_per_token, k).topk(k, -1));
+  } else if (expert_bias_.defined()) {
+    top_experts = std::get<1>(choice.topk(k, -1));
   } else {
     std::tie(top_weights, top_experts) = scores.topk(k, -1);
   }
+  if (!top_weights.defined()) top_weights = scores.gather(-1, top_experts);
   if (spec_.normalize_top_k) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
   if (spec_.top_k_scale != 1) top_weights = top_weights * spec_.top_k_scale;
   // Σ over this rank's tokens of the probabilities (per token summing to 1: sigmoid scores
@@ -158,6 +165,15 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   }
   if (aux_loss_scale_ > 0 && aux_loss.requires_grad()) out = AuxLossToOutput::apply(out, aux_loss, aux_loss_scale_);
   return out;
+}
+
+void MoeMlpImpl::update_expert_bias(const torch::Tensor& pairs, double rate) {
+  CPT_CHECK(expert_bias_.defined() && pairs.numel() == spec_.experts, "an expert-bias update of ", pairs.numel(),
+            " loads for ", spec_.experts, " experts", expert_bias_.defined() ? "" : " without an expert bias");
+  const auto loads = pairs.to(torch::kCPU, torch::kFloat64).round().to(torch::kInt64);
+  const auto below_mean = (loads.sum() - loads * spec_.experts).sign().to(torch::kFloat32);  // +1 under, -1 over
+  torch::NoGradGuard no_grad;
+  expert_bias_.add_(below_mean.to(expert_bias_.device()) * rate);
 }
 
 RoutingStats MoeMlpImpl::take_routing_stats() {

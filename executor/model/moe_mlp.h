@@ -19,6 +19,12 @@
 // Every expert runs every microbatch, on zero tokens if none reach it, so that each parameter
 // receives a gradient each backward (the data-parallel hooks count them).
 //
+// Expert bias (DeepSeek-V3's auxiliary-loss-free balancing, spec::ExpertSpec::expert_bias): an fp32
+// buffer b [E], gate.e_score_correction_bias (Hugging Face's name), added to the scores for choosing
+// each token's top k (and its groups) only; the weights stay the scores of the chosen experts.
+// Between steps the trainer moves it against the step's load (update_expert_bias). It is no
+// parameter: no gradient, no optimizer state; checkpoints and Hugging Face weights carry it.
+//
 // Load balancing: the auxiliary loss of Switch Transformer (Fedus et al. 2022, eq. 4), for top-k
 // as Megatron-Core's switch_load_balancing_loss_func: aux = E · Σ_e f_e · P_e with f_e the share of
 // the T·k routed pairs that chose expert e (no gradient) and P_e the mean router probability of e
@@ -87,6 +93,13 @@ class MoeMlpImpl : public torch::nn::Module {
   void set_recording(bool recording) { recording_ = recording; }
   // The statistics recorded since the last call, then cleared.
   RoutingStats take_routing_stats();
+  // With an expert bias: b_e += rate · sign(Σ_e' n_e' − E · n_e), with `pairs` n [E] the (token,
+  // expert) pairs each expert was chosen for over the step on every replica (any common multiple
+  // of them: only the sign counts; exact in integers). Megatron-Core's get_updated_expert_bias.
+  // REQUIRES: has_expert_bias().
+  void update_expert_bias(const torch::Tensor& pairs, double rate);
+  [[nodiscard]] bool has_expert_bias() const { return expert_bias_.defined(); }
+  [[nodiscard]] const torch::Tensor& expert_bias() const { return expert_bias_; }
 
   // This rank's experts: every expert, or under expert parallelism [first_expert(), + local_experts()).
   [[nodiscard]] std::int64_t first_expert() const { return first_expert_; }
@@ -105,6 +118,7 @@ class MoeMlpImpl : public torch::nn::Module {
 
   spec::ExpertSpec spec_;
   ExpertParallel ep_;
+  torch::Tensor expert_bias_;  // fp32 [E], gate's buffer; undefined without an expert bias
   // The sequence shards of this rank's tokens for shards of `shard_positions_` positions (built at
   // the first forward, and again if the sequence length changes).
   const SequenceShards* sequence_shards(const torch::Tensor& x);

@@ -36,7 +36,17 @@ std::optional<ExpertLoad> take_expert_load(std::vector<LlamaModel>& chunks, Comm
     load.dropped = rows.select(1, experts).sum().item<double>() / total_pairs;
   }
   if (forwards > 0) load.aux_loss = rows.select(1, experts + 1).sum().item<double>() / forwards;
+  load.pairs = pairs;
   return load;
+}
+
+void update_expert_biases(std::vector<LlamaModel>& chunks, const torch::Tensor& pairs, double rate) {
+  for (auto& chunk : chunks) {
+    const spec::ModelSpec& model = chunk->spec();
+    for (auto& [layer, moe] : chunk->moe_layers()) {
+      if (moe->has_expert_bias()) moe->update_expert_bias(pairs[model.moe_layers_in(0, layer)], rate);
+    }
+  }
 }
 
 }  // namespace cpt::exec

@@ -18,6 +18,10 @@ struct ExpertLoad {
   double aux_loss = 0;
   // Pairs dropped over capacity, as a share of all pairs (0 when dropless).
   double dropped = 0;
+  // The pairs each expert was chosen for, before any drop, summed over the data-parallel (and
+  // context-parallel) replicas: fp64 [MoE layers of the whole model, E], row spec::ModelSpec::
+  // moe_layers_in(0, layer). What the expert biases move against (update_expert_biases).
+  torch::Tensor pairs;
 };
 
 // Takes (and clears) the routing statistics of `chunks`' MoE layers and combines them over the
@@ -25,5 +29,10 @@ struct ExpertLoad {
 // COLLECTIVE over both groups when the model has experts.
 std::optional<ExpertLoad> take_expert_load(std::vector<LlamaModel>& chunks, Communicator& replicas,
                                            Communicator* pipeline);
+
+// Moves the expert bias of each of `chunks`' MoE layers that has one by `rate` against its load in
+// `pairs` (ExpertLoad::pairs; MoeMlpImpl::update_expert_bias). Every rank of a replica group moves
+// its copy by the same all-reduced loads, so the copies stay equal. Local: no communication.
+void update_expert_biases(std::vector<LlamaModel>& chunks, const torch::Tensor& pairs, double rate);
 
 }  // namespace cpt::exec

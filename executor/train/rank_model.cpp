@@ -41,6 +41,7 @@ RankModel build_rank_model(const spec::Plan& plan, const TrainConfig& config, co
   }
   for (auto& chunk : rank.chunks) {
     for (const auto& p : chunk->named_parameters()) rank.named.emplace_back(p.key(), p.value());
+    for (const auto& b : chunk->named_buffers()) rank.buffers.emplace_back(b.key(), b.value());
   }
   return rank;
 }

@@ -24,6 +24,7 @@ struct RankModel {
   std::optional<PipelineExecutor> pipeline;        // pp > 1
   std::optional<spec::PipelineSchedule> schedule;  // pp > 1
   NamedParams named;                               // every chunk's parameters, in chunk order
+  NamedParams buffers;                             // every chunk's buffers (the expert biases), saved with them
   // The whole model when pp = 1 (the first chunk otherwise).
   [[nodiscard]] LlamaModel& first() { return chunks.front(); }
 };

@@ -63,7 +63,9 @@ fs::path save_run_checkpoint(const fs::path& root, const TrainerCounters& counte
                              const FullStateGroups& full_state_groups, bool rank0) {
   auto state = gather_full_tensors(choice.optimizer->full_state(), model.vocab, full_state_groups);
   if (choice.zero3 != nullptr) choice.zero3->gather_all();
-  auto weights = gather_full_tensors(rank.named, model.vocab, full_state_groups);
+  NamedParams tensors = rank.named;
+  tensors.insert(tensors.end(), rank.buffers.begin(), rank.buffers.end());
+  auto weights = gather_full_tensors(tensors, model.vocab, full_state_groups);
   if (choice.zero3 != nullptr) {
     for (auto& [name, t] : weights) t = t.detach().clone();  // released next: keep a copy
     choice.zero3->release_all();

@@ -298,6 +298,10 @@ StepRecord RankRun::step_once(RunMeter& meter, std::int64_t first_step, ModelSta
                     {}};
   if (config_.distill) record.kl = r.kl;
   record.experts = take_expert_load(rank_.chunks, groups_.replicas(), groups_.pp.get());
+  // DeepSeek-V3's balancing between steps (Megatron-Core moves it in finalize_model_grads).
+  if (plan_.model.moe.expert_bias && config_.expert_bias_update_rate > 0) {
+    update_expert_biases(rank_.chunks, record.experts->pairs, config_.expert_bias_update_rate);
+  }
   if (config_.ewc) record.ewc_penalty = r.ewc_penalty;
   for (std::size_t i = 0; i < loader_.sources().size(); ++i) {
     record.samples_by_source[loader_.sources()[i].name] = loader_.consumed()[i];
@@ -404,8 +408,7 @@ void check_plan_runs(const spec::Plan& plan, const std::string& origin) {
     }
   }
   if (auto gap = spec::find_executor_gap(par, plan.model, plan.workload.seq_len)) {
-    const char* where = *gap == spec::ExecutorGap::kExpertBias ? "$.model.moe.expert_bias" : "$.parallel";
-    throw core::ConfigError(str_cat(origin, ": ", where, ": ", spec::describe(*gap, par, plan.workload.seq_len)));
+    throw core::ConfigError(str_cat(origin, ": $.parallel: ", spec::describe(*gap, par, plan.workload.seq_len)));
   }
   if (plan.workload.seq_len > plan.model.max_seq_len) {
     throw core::ConfigError(str_cat(origin, ": $.workload.seq_len: expected at most model ", plan.model.name,

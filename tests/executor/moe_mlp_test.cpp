@@ -1,6 +1,7 @@
 // The executor's mixture of experts (executor/model/moe_mlp.h) against a per-token reference
-// written from the definitions: routing, capacity dropping, the auxiliary loss's gradient, the
-// routing statistics, and the model built from the tiny MoE of the catalog.
+// written from the definitions: routing (with DeepSeek-V3's expert bias), capacity dropping, the
+// auxiliary loss's gradient, the routing statistics, the bias's update, and the model built from
+// the tiny MoE of the catalog.
 #include "executor/model/moe_mlp.h"
 
 #include <gtest/gtest.h>
@@ -49,17 +50,23 @@ std::vector<std::int64_t> eligible_experts(const torch::Tensor& scores, const sp
   return eligible;
 }
 
-// y_t = Σ over the top-k experts e of w_e · expert_e(x_t) (+ the shared experts), token by token.
-torch::Tensor reference_output(MoeMlpImpl& moe, const spec::ModelSpec& m, const torch::Tensor& tokens) {
+// y_t = Σ over the top-k experts e of w_e · expert_e(x_t) (+ the shared experts), token by token:
+// the experts chosen by score + `bias` (none: 0), weighted by their scores.
+torch::Tensor reference_output(MoeMlpImpl& moe, const spec::ModelSpec& m, const torch::Tensor& tokens,
+                               const std::vector<float>& bias = {}) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> rows;
   for (std::int64_t t = 0; t < tokens.size(0); ++t) {
     const auto x = tokens[t].unsqueeze(0);
-    const auto scores = moe.gate(x).softmax(-1)[0];
-    const auto eligible = torch::tensor(eligible_experts(scores, m), torch::kInt64);
-    auto [weights, picked] = scores.index_select(0, eligible).topk(m.moe.experts_per_token);
+    const auto logits = moe.gate(x)[0];
+    const auto scores = m.moe.router == spec::RouterScore::kSoftmax ? logits.softmax(-1) : logits.sigmoid();
+    const auto choice = bias.empty() ? scores : scores + torch::tensor(bias);
+    const auto eligible = torch::tensor(eligible_experts(choice, m), torch::kInt64);
+    const auto picked = std::get<1>(choice.index_select(0, eligible).topk(m.moe.experts_per_token));
     const auto chosen = eligible.index_select(0, picked);
-    weights = weights / weights.sum();
+    auto weights = scores.index_select(0, chosen);
+    if (m.moe.normalize_top_k) weights = weights / weights.sum();
+    weights = weights * m.moe.top_k_scale;
     auto y = torch::zeros_like(x);
     for (std::int64_t j = 0; j < chosen.size(0); ++j) {
       auto& expert = moe.local_expert(chosen[j].item<std::int64_t>());
@@ -121,6 +128,49 @@ TEST(MixtureOfExperts, GroupLimitedOutputIsEachTokensWeightedExpertsOfItsBestGro
   auto ungrouped = m;
   ungrouped.moe.expert_groups = 1;
   EXPECT_FALSE(torch::allclose(run.out, reference_output(*run.moe, ungrouped, run.tokens), 1e-5, 1e-5));
+}
+
+// DeepSeek-V3's router: sigmoid scores, the expert bias choosing (here over groups) and the
+// scores weighting; the bias is a buffer under Hugging Face's name, no parameter.
+TEST(MixtureOfExperts, ExpertBiasChoosesTheExpertsAndTheScoresWeightThem) {
+  auto m = tiny_moe();
+  m.moe.router = spec::RouterScore::kSigmoid;
+  m.moe.expert_bias = true;
+  m.moe.expert_groups = 2;
+  m.moe.groups_per_token = 1;
+  m.moe.top_k_scale = 2.5;
+  MoeMlp moe(m);
+  EXPECT_EQ(moe->named_buffers().size(), 1u);
+  EXPECT_EQ(moe->named_buffers().begin()->key(), "gate.e_score_correction_bias");
+  for (const auto& p : moe->named_parameters()) EXPECT_EQ(p.key().find("correction"), std::string::npos) << p.key();
+  randomize(*moe, 3);
+  const std::vector<float> bias{0.2f, -0.15f, 0.05f, -0.1f};
+  moe->expert_bias().copy_(torch::tensor(bias));
+  torch::manual_seed(4);
+  const auto x = torch::randn({2, 7, m.hidden});
+  moe->eval();
+  const auto out = moe->forward(x).reshape({-1, m.hidden});
+  const auto tokens = x.reshape({-1, m.hidden});
+  // fp32 sums of a few dozen O(1) products in another order: ~1e-6 apart.
+  EXPECT_TRUE(torch::allclose(out, reference_output(*moe, m, tokens, bias), 1e-5, 1e-5));
+  // Without the bias some token goes to other experts (so the bias matters here).
+  EXPECT_FALSE(torch::allclose(out, reference_output(*moe, m, tokens), 1e-5, 1e-5));
+}
+
+// b_e += rate · sign(mean load − load_e), the loads in pairs (any common multiple).
+TEST(MixtureOfExperts, ExpertBiasMovesAgainstEachExpertsLoad) {
+  auto m = tiny_moe();  // 4 experts
+  m.moe.router = spec::RouterScore::kSigmoid;
+  m.moe.expert_bias = true;
+  MoeMlp moe(m);
+  moe->update_expert_bias(torch::tensor({3.0, 1.0, 2.0, 2.0}, torch::kFloat64), 1e-3);  // mean 2
+  EXPECT_TRUE(torch::equal(moe->expert_bias(), torch::tensor({-1e-3f, 1e-3f, 0.0f, 0.0f}))) << moe->expert_bias();
+  moe->update_expert_bias(torch::tensor({0, 0, 0, 8}, torch::kInt64), 1e-3);  // mean 2: the last over
+  EXPECT_TRUE(torch::allclose(moe->expert_bias(), torch::tensor({0.0f, 2e-3f, 1e-3f, -1e-3f}), 0, 1e-9))
+      << moe->expert_bias();
+  auto plain = tiny_moe();
+  EXPECT_FALSE(MoeMlp(plain)->has_expert_bias());
+  EXPECT_TRUE(MoeMlp(plain)->named_buffers().is_empty());
 }
 
 TEST(MixtureOfExperts, CapacityKeepsEachExpertsFirstTokensAndDropsTheRest) {

@@ -64,7 +64,7 @@ TEST(RunLog, AResumedRunReplacesTheRowsFromItsFirstStep) {
                     .skipped = false,
                     .kl = 0.125,
                     .ewc_penalty = std::nullopt,
-                    .experts = ExpertLoad{.busiest = 1.5, .aux_loss = 1.25, .dropped = 0.0},
+                    .experts = ExpertLoad{.busiest = 1.5, .aux_loss = 1.25, .dropped = 0.0, .pairs = {}},
                     .samples_by_source = {{"web", 4}}};
   log.step(record, 4);
   log.eval(3, "held_out", 2.0, 64);

@@ -86,11 +86,11 @@ void expect_same_run(const fs::path& a_dir, const fs::path& b_dir, double round_
 }
 
 void DistributedTrain::expect_resume(const std::string& from, int from_procs, const std::string& to, int to_procs,
-                                     const std::string& ref) {
+                                     const std::string& ref, const std::string& config) {
   const auto out = "moved-" + from + "-" + to;
-  const auto first = train(from, out, from_procs, "train.json", " --stop-at 10");
+  const auto first = train(from, out, from_procs, config, " --stop-at 10");
   ASSERT_EQ(first.exit_code, 0) << from << ": " << first.err;
-  const auto second = train(to, out, to_procs, "train.json", " --resume");
+  const auto second = train(to, out, to_procs, config, " --resume");
   ASSERT_EQ(second.exit_code, 0) << to << ": " << second.err;
   expect_same_as_reference(ref, dir_ / out, from + " then " + to);
 }

@@ -267,9 +267,9 @@ class DistributedTrain : public ::testing::Test {
         << what << ": " << key;
   }
   // Checkpoints hold whole tensors: `from` stopped at step 10 resumes as `to` and ends where the
-  // reference run `ref` ends.
+  // reference run `ref` (of the same `config`) ends.
   static void expect_resume(const std::string& from, int from_procs, const std::string& to, int to_procs,
-                            const std::string& ref);
+                            const std::string& ref, const std::string& config = "train.json");
 
   static fs::path dir_;
   static bool attempted_, ready_;

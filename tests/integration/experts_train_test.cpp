@@ -5,7 +5,8 @@
 // context-parallel layouts gives the same losses and final weights, routes the same tokens
 // (metrics.jsonl's expert_load), and makes the communication calls the cost model counts; expert-
 // and expert-tensor-parallel checkpoints move between layouts. Qwen3's attention (q/k norms, a
-// head width of its own) under tensor parallelism; DeepSeek's latent attention in every layout.
+// head width of its own) under tensor parallelism; DeepSeek's latent attention in every layout;
+// DeepSeek-V3's expert bias moved as one process moves it.
 #include "tests/integration/distributed_train_fixture.h"
 
 namespace {
@@ -110,6 +111,24 @@ class ModelVariantsTrain : public DistributedTrain {
                  " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + model + "-" + name,
              dir_);
       ASSERT_EQ(r.exit_code, 0) << model << " " << name << ": " << r.err;
+    }
+    // A DeepSeek-V3 in small: latent attention, a dense first layer, shared experts, a sigmoid
+    // router with its expert bias, 2 groups of 2 experts (a token's 2 from its best group), the
+    // normalised weights scaled by 2.5.
+    std::ofstream(dir_ / "tiny-v3.json") << R"({"name": "tiny-v3", "layers": 2, "hidden": 64, "heads": 4,
+      "kv_heads": 4, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+      "tied_embeddings": false, "max_seq_len": 128, "mla": {"q_lora_rank": 24, "kv_lora_rank": 16,
+      "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 10}, "moe": {"experts": 4,
+      "experts_per_token": 2, "expert_ffn_hidden": 32, "shared_ffn_hidden": 32, "first_dense_layers": 1,
+      "router": "sigmoid", "expert_bias": true, "expert_groups": 2, "groups_per_token": 1, "top_k_scale": 2.5}})";
+    for (const auto& [name, fix, gpus] :
+         {std::tuple{"single", "ep=1,micro_batch=2", 1}, std::tuple{"ep2", "dp=2,ep=2,zero=0,micro_batch=2", 2},
+          std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
+      const auto r =
+          sh(cpt_binary() + " plan --model " + d + "/tiny-v3.json --gpu h100 --gpus " + std::to_string(gpus) +
+                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/v3-" + name,
+             dir_);
+      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
     }
     // tiny with Qwen3's attention: q/k norms over heads of 32 (not hidden / heads = 16).
     std::ofstream(dir_ / "tiny-qk.json") << R"({"name": "tiny-qk", "layers": 2, "hidden": 64, "heads": 4,
@@ -338,23 +357,61 @@ TEST_F(ModelVariantsTrain, EvaluationUnderExpertTensorParallelismMatchesTheSingl
   }
 }
 
-// A router the executor does not run (DeepSeek-V3's expert bias) is refused in one line, before
-// any rank trains.
-TEST_F(ModelVariantsTrain, RoutersTheExecutorDoesNotRunAreRefused) {
-  const auto d = dir_.string();
-  std::ofstream(dir_ / "tiny-moe-bias.json") << R"({"name": "tiny-moe-bias", "layers": 2, "hidden": 64, "heads": 4,
-    "kv_heads": 2, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
-    "tied_embeddings": false, "max_seq_len": 128, "moe": {"experts": 4, "experts_per_token": 2,
-    "expert_ffn_hidden": 64, "router": "sigmoid", "expert_bias": true}})";
-  const auto planned = sh(cpt_binary() + " plan --model " + d + "/tiny-moe-bias.json --gpu h100 --gpus 2" +
-                              " --global-batch 8 --seq-len 64 --fix dp=2,ep=2,micro_batch=2 --out " + d + "/moe-bias",
-                          dir_);
-  ASSERT_EQ(planned.exit_code, 0) << planned.err;
-  const auto r = train("moe-bias", "o-moe-bias", 2);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("moe-bias/plan.json: $.model.moe.expert_bias: the router's expert bias"), std::string::npos)
-      << r.err;
-  EXPECT_EQ(r.err.find("[r1]"), std::string::npos) << "refused once, not per rank: " << r.err;
+// The final checkpoint's expert biases (layers.1.mlp.gate.e_score_correction_bias, fp32 [4]).
+std::vector<float> expert_bias_of(const fs::path& out) {
+  const auto weights = read_f32(out / "checkpoints" / "step_00000020" / "model.safetensors");
+  const auto it = weights.find("layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_NE(it, weights.end()) << out << ": no expert bias in the checkpoint";
+  return it == weights.end() ? std::vector<float>{} : it->second;
+}
+
+// DeepSeek-V3's expert bias: each step moves each expert's bias by the rate against the load the
+// step's tokens put on it over every replica, so every layout moves it as one process does (the
+// same losses and weights; the biases bitwise, sums of ±0.01), across pipeline stages (the first
+// holds no experts) and through a checkpoint moved to another layout. The bias changes the
+// routing: frozen (rate 0), the expert load differs. (A rate of 0.01, ten times DeepSeek-V3's, so that 20 steps
+// move the biases far enough to change many tokens' experts.)
+TEST_F(ModelVariantsTrain, ExpertBiasMovesAgainstTheLoadAsInTheSingleProcessRun) {
+  plan_once();
+  for (const auto& [name, rate] : {std::pair{"bias.json", "0.01"}, std::pair{"frozen-bias.json", "0"}}) {
+    std::ofstream(dir_ / name) << R"({"data": [{"name": "py", "path": "data"}], "steps": 20,
+      "lr": {"schedule": "cosine", "peak": 0.003, "warmup_steps": 4}, "seed": 5, "threads": 1,
+      "dp_bucket_mib": 0.1, "log_interval_steps": 0, "expert_bias_update_rate": )"
+                               << rate << "}";
+  }
+  reference("v3-single", "o-v3-1", "bias.json");
+  const auto bias = expert_bias_of(dir_ / "o-v3-1");
+  ASSERT_EQ(bias.size(), 4u);
+  float moved = 0;
+  for (const float b : bias) {
+    moved = std::max(moved, std::abs(b));
+    // A whole number of steps of 0.01, at most 20 of them (fp32 sums of ±0.01: round-off ~1e-8).
+    EXPECT_NEAR(b * 100, std::round(b * 100), 1e-4) << b;
+    EXPECT_LE(std::abs(b), 0.2 + 1e-6) << b;
+  }
+  EXPECT_GT(moved, 0.0f) << "no expert's bias moved in 20 steps";
+  for (const auto& [layout, procs] : {std::pair{"ep2", 2}, std::pair{"ep2-pp2", 4}}) {
+    const auto out = std::string("o-v3-") + layout;
+    const auto r = train(std::string("v3-") + layout, out, procs, "bias.json");
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.err;
+    expect_same_as_reference("o-v3-1", dir_ / out, std::string("v3 ") + layout);
+    EXPECT_EQ(expert_bias_of(dir_ / out), bias) << layout;
+  }
+  expect_calls_of_the_cost_model("o-v3-ep2", "v3 ep2");
+  expect_resume("v3-ep2", 2, "v3-single", 1, "o-v3-1", "bias.json");
+  const auto frozen = train("v3-single", "o-v3-frozen", 1, "frozen-bias.json");
+  ASSERT_EQ(frozen.exit_code, 0) << frozen.err;
+  EXPECT_EQ(expert_bias_of(dir_ / "o-v3-frozen"), std::vector<float>(4, 0.0f));
+  // The moved bias sends tokens to other experts: the busiest expert's load parts from step 1 on
+  // (the losses hardly: this model's experts are near their initial weights and alike).
+  const auto with_bias = metric(dir_ / "o-v3-1" / "metrics.jsonl", "expert_load");
+  const auto without = metric(dir_ / "o-v3-frozen" / "metrics.jsonl", "expert_load");
+  ASSERT_EQ(with_bias.size(), 20u);
+  ASSERT_EQ(without.size(), 20u);
+  EXPECT_EQ(with_bias[0], without[0]) << "step 0 routes before any update";
+  int differing = 0;
+  for (std::size_t i = 1; i < with_bias.size(); ++i) differing += with_bias[i] != without[i] ? 1 : 0;
+  EXPECT_GE(differing, 10) << "the bias sent few tokens to other experts";
 }
 
 // KL distillation on a mixture of experts with the teacher split like the student — its experts

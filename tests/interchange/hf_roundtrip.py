@@ -10,7 +10,7 @@ For an untied GQA LLaMA, a tied one, a Qwen2 (q/k/v biases), a Mixtral (4 expert
 router's choices and the experts' weights under Mixtral's names), a Qwen3 (q/k norms, heads wider
 than hidden / heads), a Qwen3-MoE, a LLaMA with Llama 3.1's RoPE scaling and two DeepSeek-V2s (latent
 attention with and without a query latent; shared experts, a dense first layer, scaled weights,
-group-limited routing). Tolerance: max |difference| <= 1e-4
+group-limited routing) and a DeepSeek-V3 (a sigmoid router with its expert bias). Tolerance: max |difference| <= 1e-4
 in fp32.
 
 usage: hf_roundtrip.py CPT_EXEC WORK_DIR
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForCausalLM, DeepseekV2Config, DeepseekV2ForCausalLM, LlamaConfig,
+from transformers import (AutoModelForCausalLM, DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config,
+                          DeepseekV3ForCausalLM, LlamaConfig,
                           LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
@@ -212,6 +213,45 @@ def other_families(cpt, work):
     family_case(cpt, work, "qwen3-moe", spread_routers(qwen3_moe, "mlp"),
                 {"ffn_hidden": 64, "head_dim": 32, "qk_norm": True, "moe": experts})
     deepseek_v2_cases(cpt, work, common)
+    deepseek_v3_case(cpt, work, common)
+
+
+def deepseek_v3_case(cpt, work, common):
+    """DeepSeek-V3: latent attention, a dense first layer, 8 experts in 4 groups of which a token takes
+    its best one (a group scored by the sum of its best two, transformers' rule and cpt's for k/g = 2)
+    and two experts there, chosen by sigmoid score plus the expert bias (random, so that a bias lost
+    or misplaced changes the choice; non-negative, where transformers' 0-filled groups and cpt's
+    -inf agree), weighted by the normalised scores times 2.5; and with groups of another rule,
+    refused naming the key."""
+    torch.manual_seed(5)
+    config = DeepseekV3Config(**{**common, "num_hidden_layers": 3, "num_key_value_heads": 4},
+                              intermediate_size=176, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=12,
+                              qk_rope_head_dim=8, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=2,
+                              moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+                              routed_scaling_factor=2.5, norm_topk_prob=True, n_group=4, topk_group=1,
+                              rope_scaling=None, rope_interleave=True, attention_bias=False)
+    hf = DeepseekV3ForCausalLM(config)
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            layer.self_attn.kv_a_layernorm.weight.normal_(1.0, 0.3)
+            layer.self_attn.q_a_layernorm.weight.normal_(1.0, 0.3)
+        for layer in hf.model.layers[1:]:
+            layer.mlp.gate.weight.normal_(0.0, 0.5)
+            layer.mlp.gate.e_score_correction_bias.uniform_(0.0, 0.3)
+    mla = {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 10}
+    moe = {"experts": 8, "experts_per_token": 2, "expert_ffn_hidden": 32, "shared_ffn_hidden": 32,
+           "first_dense_layers": 1, "router": "sigmoid", "expert_bias": True, "top_k_scale": 2.5,
+           "expert_groups": 4, "groups_per_token": 1}
+    family_case(cpt, work, "deepseek-v3", hf, {"layers": 3, "kv_heads": 4, "ffn_hidden": 176, "mla": mla, "moe": moe})
+    # The bias travels: the imported checkpoint holds transformers' values.
+    imported = load_file(work / "deepseek-v3" / "imported" / "model.safetensors")
+    assert torch.equal(imported["layers.1.mlp.gate.e_score_correction_bias"],
+                       hf.model.layers[1].mlp.gate.e_score_correction_bias), "expert bias not imported"
+    config_path = work / "deepseek-v3" / "hf" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["topk_group"] = 2  # 2 experts from 2 groups: cpt would score a group by its best one
+    config_path.write_text(json.dumps(config))
+    refused(cpt, ["checkpoint", "import", "--format", "hf", config_path.parent, work / "refused-v3"], "$.topk_group")
 
 
 def deepseek_v2_cases(cpt, work, common):
