@@ -103,6 +103,10 @@ struct CostModelOptions {
   // and applies its penalty once per step.
   bool distill_teacher = false;
   bool ewc = false;
+  // A mixture of experts' auxiliary loss per sequence (TRAIN.json's router_aux_loss_type
+  // "seq_aux_loss"): on sequence shards the executor gathers each sequence's router probability
+  // sums, not only the microbatch's (executor/model/moe_routing.h).
+  bool aux_loss_per_sequence = false;
 
   // GEMM efficiency over GEMM size, log-linear between the points. Calibrated in two steps
   // (docs/costmodel.md, "Calibration"): the large-GEMM level (10 and 100 GFLOP) as one scale factor

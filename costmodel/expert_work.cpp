@@ -73,8 +73,10 @@ void add_sequence_shard_routing(StepInventory& inv, const spec::ModelSpec& model
   const int sp = p.tp > 1 && p.sequence_parallel ? p.tp : 1;
   if (o.dispatch != KernelDispatch::kEager || !model.moe.present() || sp * p.cp == 1) return;
   const double share = model.moe_layer_share();
+  // Per (sequence, run) pair counts, then the probability sums (per sequence for a per-sequence loss).
+  const std::int64_t sums_rows = o.aux_loss_per_sequence ? p.micro_batch : 1;
   const std::int64_t row_bytes =
-      (std::int64_t{p.micro_batch} * spec::max_runs_per_sequence_shard(p.cp, sp) + 1) * model.moe.experts * 8;
+      (std::int64_t{p.micro_batch} * spec::max_runs_per_sequence_shard(p.cp, sp) + sums_rows) * model.moe.experts * 8;
   for (const WorkPass pass : {WorkPass::kForward, WorkPass::kRecompute, WorkPass::kTeacher}) {
     if (pass == WorkPass::kRecompute && p.recompute != spec::Recompute::kFull) continue;
     if (pass == WorkPass::kTeacher && !o.distill_teacher) continue;

@@ -31,7 +31,11 @@ PassKernels layer_kernels(const CostModelOptions& o) {
 // capacity; 2 backward under sequence parallelism (the router's weight entering the tp region). The
 // inventory charges the gathers and the router's all-reduce no kernels of their own. Group-limited
 // routing (model/moe_routing.h) adds 11 forward (the group scores, the best groups' mask and the
-// weights' gather); its backward has as many nodes as the plain top-k's.
+// weights' gather); its backward has as many nodes as the plain top-k's. The auxiliary loss per
+// sequence (CostModelOptions::aux_loss_per_sequence) adds 9 forward on whole sequences (the
+// per-sequence counts and sums), 3 on sequence shards (whose gather brings them), and 1 backward
+// (tiny-v3 of tests/integration/experts_train_test.cpp, one process, cp 2 and tp 2 + SP, with and
+// without it).
 constexpr double kMoeForward = 30, kMoeBackward = 4;
 constexpr double kExpertForward = 11, kLocalExpertForward = 9, kExpertBackward = 12;
 constexpr double kSharedForward = 9, kSharedBackward = 12, kCapacityForward = 12, kCapacityBackward = 1;
@@ -39,6 +43,7 @@ constexpr double kEpDispatchForward = 13, kEpDispatchBackward = 5, kEpSecondOpti
 constexpr double kShardRoutingForward = 40, kShardGatherForward = 4, kShardCapacityForward = 3;
 constexpr double kShardRoutingBackward = 2;
 constexpr double kGroupRoutingForward = 11;
+constexpr double kSequenceAuxForward = 9, kShardSequenceAuxForward = 3, kSequenceAuxBackward = 1;
 
 PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const CostModelOptions& o) {
   if (!m.moe.present()) return {};
@@ -49,9 +54,11 @@ PassKernels moe_layer_kernels(const spec::ModelSpec& m, const spec::ParallelConf
     const double base_forward =
         kMoeForward + (shared ? kSharedForward : 0) + (capacity ? kCapacityForward : 0) +
         (m.moe.expert_groups > 1 ? kGroupRoutingForward : 0) +
-        (shards ? kShardRoutingForward + kShardGatherForward * gathers + (capacity ? kShardCapacityForward : 0) : 0);
+        (shards ? kShardRoutingForward + kShardGatherForward * gathers + (capacity ? kShardCapacityForward : 0) : 0) +
+        (o.aux_loss_per_sequence ? (shards ? kShardSequenceAuxForward : kSequenceAuxForward) : 0);
     const double base_backward = kMoeBackward + (shared ? kSharedBackward : 0) + (capacity ? kCapacityBackward : 0) +
-                                 (sp ? kShardRoutingBackward : 0);
+                                 (sp ? kShardRoutingBackward : 0) +
+                                 (o.aux_loss_per_sequence ? kSequenceAuxBackward : 0);
     const int ep = p.ep;
     if (ep == 1)
       return {base_forward + kExpertForward * m.moe.experts, base_backward + kExpertBackward * m.moe.experts};

@@ -32,7 +32,8 @@
 // -141 kernels, measured -141); on sequence shards (tp > 1 with sequence parallelism, or cp > 1)
 // 40 forward and 4 per group gathered over for the routing over the shards, 3 more forward with a
 // capacity, 2 backward under sequence parallelism (the layer on 2 ranks in two threads, sp 2 or cp
-// 2, against the whole layer, with and without ep; kernel_dispatch.cpp holds the constants); q/k norms 18 forward
+// 2, against the whole layer, with and without ep; kernel_dispatch.cpp holds the constants); the auxiliary loss per
+// sequence 9 forward (3 on sequence shards) and 1 backward; q/k norms 18 forward
 // and 14 backward (two RMSNorms; 2 + 4 fused). Per step 22 plus 2 per parameter tensor (gradient norm and clipping; one
 // fused AdamW for all); ZeRO-3 3 more per tensor for its flat buffers; ZeRO-1/2 3 more per tensor (the all-gathered
 // values copied back) and 12 per optimizer segment of the busiest shard (executor_buckets.h: its norm, moments, update

@@ -213,7 +213,7 @@ bool has_dense_layer(const ModelSpec& model) {
 }  // namespace
 
 std::string first_shape_difference(const ModelSpec& ours, const ModelSpec& theirs) {
-  ModelSpec shaped = ours;  // `ours` with `theirs`'s values of every field that shapes no parameter
+  ModelSpec shaped = ours;  // `ours` with `theirs`'s values of every field that shapes no tensor
   shaped.name = theirs.name;
   if (ours.position != PositionKind::kLearned) shaped.max_seq_len = theirs.max_seq_len;
   shaped.rope_theta = theirs.rope_theta;
@@ -228,7 +228,6 @@ std::string first_shape_difference(const ModelSpec& ours, const ModelSpec& their
     shaped.moe.top_k_scale = routing.top_k_scale;
     shaped.moe.expert_groups = routing.expert_groups;
     shaped.moe.groups_per_token = routing.groups_per_token;
-    shaped.moe.expert_bias = routing.expert_bias;
     shaped.moe.capacity_factor = routing.capacity_factor;
     // The dense MLP's width shapes nothing when no layer of either is dense (an exported MoE
     // writes the experts' width there, as Hugging Face's configs often do).

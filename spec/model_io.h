@@ -29,7 +29,7 @@ std::string first_model_difference(const ModelSpec& ours, const ModelSpec& their
 // norms, experts and their layers, latent attention; the position table with learned positions):
 // empty when weights of `ours` load into `theirs` (its name, RoPE, epsilon, context length and
 // routing may differ, as a continual run's may from the weights it starts from, and the dense
-// MLP's width where no layer of either is dense).
+// MLP's width where no layer of either is dense; not the expert bias, a tensor of its own).
 std::string first_shape_difference(const ModelSpec& ours, const ModelSpec& theirs);
 
 // A Hugging Face config.json. Keys that do not change the parameter layout (token ids, dtype,

@@ -243,6 +243,10 @@ void find_expert_errors(const ModelSpec& m, std::vector<std::string>& errors) {
     errors.push_back(str_cat("moe.groups_per_token (", e.groups_per_token, ") must be at most moe.experts_per_token (",
                              e.experts_per_token, "): a chosen group is scored by its top k / groups_per_token"));
   }
+  // DeepSeek-V3's balancing moves sigmoid scores; Megatron-Core refuses it with softmax.
+  if (e.expert_bias && e.router != RouterScore::kSigmoid) {
+    errors.push_back("moe.expert_bias needs moe.router \"sigmoid\" (DeepSeek-V3's balancing), got \"softmax\"");
+  }
   if (!(e.top_k_scale > 0)) errors.push_back(str_cat("moe.top_k_scale must be > 0, got ", e.top_k_scale));
   if (e.capacity_factor != 0 && !(e.capacity_factor >= 1)) {
     errors.push_back(str_cat("moe.capacity_factor must be 0 (dropless) or >= 1, got ", e.capacity_factor));

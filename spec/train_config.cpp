@@ -196,6 +196,9 @@ void read_run_settings(JsonObjectReader& r, TrainConfig& c) {
   } else {
     r.accept("router_aux_loss");
   }
+  if (r.has("router_aux_loss_type")) {
+    c.router_aux_loss_per_sequence = r.one_of("router_aux_loss_type", {"aux_loss", "seq_aux_loss"}) == "seq_aux_loss";
+  }
   if (r.has("expert_bias_update_rate")) c.expert_bias_update_rate = r.number("expert_bias_update_rate", 0, 1);
 }
 

@@ -109,6 +109,10 @@ struct TrainConfig {
   // Mixtures of experts: the weight of the auxiliary load-balancing loss (executor/model/moe_mlp.h)
   // in the objective; Switch Transformer's α (Fedus et al. 2022, §2.2). Unused by dense models.
   double router_aux_loss = 0.01;
+  // That loss over each microbatch's tokens ("aux_loss", Switch Transformer's) or averaged over its
+  // sequences ("seq_aux_loss", DeepSeek-V3's sequence-wise balance loss); Megatron-Core's
+  // --moe-router-load-balancing-type names.
+  bool router_aux_loss_per_sequence = false;
   // Mixtures of experts with an expert bias (spec::ExpertSpec::expert_bias): the step u by which
   // each expert's bias moves every step against its load (DeepSeek-V3's bias update speed γ,
   // arXiv:2412.19437 §2.1.2; Megatron-Core's --moe-router-bias-update-rate). Unused otherwise.

@@ -31,6 +31,7 @@ cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::op
   if (!recipe) return options;
   options.distill_teacher = recipe->distill.has_value();
   options.ewc = recipe->ewc.has_value();
+  options.aux_loss_per_sequence = recipe->router_aux_loss_per_sequence;
   return options;
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <optional>
@@ -236,8 +237,17 @@ void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
   const auto st = ckpt.weights();
   const HfFamily family = hf_family_of(m, checkpoint_dir);
   NamedTensors tensors;
+  double lowest_bias = 0;
   for (const auto& name : st.names()) {
     tensors.emplace_back(to_hf_name(name, family == HfFamily::kMixtral), st.load(name, torch::kFloat32));
+    if (name.ends_with(".e_score_correction_bias")) {
+      lowest_bias = std::min(lowest_bias, tensors.back().second.min().item<double>());
+    }
+  }
+  if (lowest_bias < 0) {
+    core::warn(out_dir.string(), ": expert biases down to ", lowest_bias,
+               ": transformers' DeepseekV3 fills the expert groups a token does not take with 0, not -inf, so a "
+               "token whose biased scores fall below 0 may take experts of other groups there than in cpt");
   }
   const auto config = hf_config_of(m, family);
   const auto tmp = fs::path(str_cat(out_dir.string(), ".tmp-", ::getpid()));

@@ -203,6 +203,10 @@ void LlamaModelImpl::set_router_aux_loss_scale(double scale) {
   for (auto& [layer, moe] : moe_layers()) moe->set_aux_loss_scale(scale);
 }
 
+void LlamaModelImpl::set_router_aux_loss_per_sequence(bool per_sequence) {
+  for (auto& [layer, moe] : moe_layers()) moe->set_aux_loss_per_sequence(per_sequence);
+}
+
 EvalModeGuard::EvalModeGuard(std::vector<torch::nn::Module*> modules) {
   for (auto* m : modules) {
     restore_.emplace_back(m, m->is_training());

@@ -85,6 +85,8 @@ class LlamaModelImpl : public torch::nn::Module {
   [[nodiscard]] std::vector<std::pair<int, MoeMlpImpl*>> moe_layers();
   // The objective's weight of each MoE layer's auxiliary load-balancing loss per microbatch.
   void set_router_aux_loss_scale(double scale);
+  // Whether that loss is each sequence's (moe_mlp.h) rather than the microbatch's.
+  void set_router_aux_loss_per_sequence(bool per_sequence);
 
   [[nodiscard]] const spec::ModelSpec& spec() const { return spec_; }
   [[nodiscard]] const StageShape& shape() const { return shape_; }

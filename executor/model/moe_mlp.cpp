@@ -127,8 +127,11 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   // Σ over this rank's tokens of the probabilities (per token summing to 1: sigmoid scores
   // normalised), for the auxiliary loss.
   const auto probabilities = spec_.router == spec::RouterScore::kSoftmax ? scores : scores / scores.sum(-1, true);
-  const auto probability_sums = probabilities.sum(0);  // [E]
-  const MicrobatchRouting routing = route_microbatch(top_experts, x.size(0), probability_sums, sequence_shards(x));
+  const std::int64_t sequences = x.size(0);
+  // [E], or per sequence [B, E] (tokens are b-major).
+  const auto probability_sums =
+      aux_per_sequence_ ? probabilities.view({sequences, -1, expert_count}).sum(1) : probabilities.sum(0);
+  const MicrobatchRouting routing = route_microbatch(top_experts, sequences, probability_sums, sequence_shards(x));
   const std::int64_t capacity =
       spec_.capacity_factor > 0
           ? static_cast<std::int64_t>(std::ceil(spec_.capacity_factor * static_cast<double>(routing.tokens * k) /
@@ -145,21 +148,24 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   if (shared_experts) out = out + shared_experts->forward(x);
   if (!is_training()) return out;
 
-  // E · Σ_e f_e · P_e over the microbatch (see the header): f_e without gradient; P_e's gradient
-  // through this rank's tokens only, E · f_e / T each.
+  // E · Σ_e f_e · P_e over the microbatch, or its mean over the sequences (see the header): f_e
+  // without gradient; P_e's gradient through this rank's tokens only, E · f_e / T each (per
+  // sequence E · f_{b,e} / (S · B)).
   const auto tokens_total = static_cast<double>(routing.tokens);
-  const auto share = routing.chosen.to(torch::kFloat32) / (tokens_total * static_cast<double>(k));
+  const double pooled = aux_per_sequence_ ? tokens_total / static_cast<double>(sequences) : tokens_total;  // T or S
+  const auto chosen = aux_per_sequence_ ? routing.sequence_chosen : routing.chosen;
+  const auto share = chosen.to(torch::kFloat32) / (pooled * static_cast<double>(k));
   const double per_token = static_cast<double>(expert_count) / tokens_total;
   const auto aux_loss = (share * probability_sums).sum() * per_token;
   if (recording_ && !in_recomputation()) {
-    const auto chosen = routing.chosen.to(torch::kCPU);
-    stats_.tokens_per_expert += chosen;
+    const auto counts = routing.chosen.to(torch::kCPU);
+    stats_.tokens_per_expert += counts;
     if (capacity >= 0) {
-      const auto count = chosen.accessor<std::int64_t, 1>();
+      const auto count = counts.accessor<std::int64_t, 1>();
       for (std::int64_t e = 0; e < expert_count; ++e) stats_.dropped += std::max<std::int64_t>(0, count[e] - capacity);
     }
-    const auto value =
-        routing.probability_sums.defined() ? (share * routing.probability_sums).sum() * per_token : aux_loss.detach();
+    const auto& whole = aux_per_sequence_ ? routing.sequence_probability_sums : routing.probability_sums;
+    const auto value = whole.defined() ? (share * whole).sum() * per_token : aux_loss.detach();
     aux_loss_sum_ = aux_loss_sum_.defined() ? aux_loss_sum_ + value : value;
     ++stats_.forwards;
   }

@@ -28,7 +28,10 @@
 // Load balancing: the auxiliary loss of Switch Transformer (Fedus et al. 2022, eq. 4), for top-k
 // as Megatron-Core's switch_load_balancing_loss_func: aux = E · Σ_e f_e · P_e with f_e the share of
 // the T·k routed pairs that chose expert e (no gradient) and P_e the mean router probability of e
-// (softmax scores; sigmoid scores normalised to sum 1 per token). Balanced routing gives 1. It
+// (softmax scores; sigmoid scores normalised to sum 1 per token). Balanced routing gives 1.
+// Per sequence (DeepSeek-V3's complementary sequence-wise balance loss, arXiv:2412.19437 eq. 17-20;
+// Megatron-Core's seq_aux_loss): the same terms over each sequence's S tokens, f_{b,e} and P_{b,e},
+// averaged over the B sequences: aux = (E / B) · Σ_b Σ_e f_{b,e} · P_{b,e}. Either way it
 // adds scale · aux to the objective (scale = coefficient / microbatches of the step over all
 // data-parallel ranks, set by the trainer): its gradient is attached to the layer's output (as
 // Megatron's MoEAuxLossAutoScaler), so it reaches the router through whichever backward runs this
@@ -88,6 +91,8 @@ class MoeMlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   // The objective's weight of this layer's auxiliary loss per microbatch (0: none).
   void set_aux_loss_scale(double scale) { aux_loss_scale_ = scale; }
+  // The loss per sequence (DeepSeek-V3's sequence-wise balance loss) instead of over the microbatch.
+  void set_aux_loss_per_sequence(bool per_sequence) { aux_per_sequence_ = per_sequence; }
   [[nodiscard]] double aux_loss_scale() const { return aux_loss_scale_; }
   // Whether training forwards count into the routing statistics (true by default).
   void set_recording(bool recording) { recording_ = recording; }
@@ -130,6 +135,7 @@ class MoeMlpImpl : public torch::nn::Module {
   std::int64_t first_expert_ = 0;
   std::vector<SwiGluMlpImpl*> local_;
   double aux_loss_scale_ = 0;
+  bool aux_per_sequence_ = false;
   bool recording_ = true;
   RoutingStats stats_;
   torch::Tensor aux_loss_sum_;  // on the layer's device, read only by take_routing_stats (no sync per forward)

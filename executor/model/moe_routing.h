@@ -7,9 +7,10 @@
 // sequence, as runs of consecutive positions (spec::sequence_shard_runs: one or two per rank). The
 // auxiliary loss and the capacity are the whole microbatch's, as in the single process: each rank
 // counts its pairs per (sequence, run, expert) and sums its router probabilities per expert (fp64
-// [B·R + 1, E], R the most runs of a rank); one all-gather over the tp group, then one over the cp
-// group, gives every rank every rank's rows, so the microbatch's counts and the place of its own
-// pairs in the microbatch's token order (b-major: sequence 0's S positions, then sequence 1's).
+// [B·R + 1, E], R the most runs of a rank; [B·R + B, E] with the sums per sequence, for the
+// sequence-wise auxiliary loss); one all-gather over the tp group, then one over the cp group,
+// gives every rank every rank's rows, so the microbatch's counts and the place of its own pairs in
+// the microbatch's token order (b-major: sequence 0's S positions, then sequence 1's).
 //
 // Worked example, B = 2, tp = 2 (cp 1), one expert: rank 0 holds positions 0-3 of each sequence,
 // rank 1 positions 4-7; rank 0 routes [2, 1] pairs (sequence 0, 1) to the expert, rank 1 [3, 0]. In
@@ -49,11 +50,14 @@ SequenceShards make_sequence_shards(const std::vector<std::vector<spec::Position
 
 // The routing of the whole microbatch (every sequence shard's tokens).
 struct MicrobatchRouting {
-  torch::Tensor chosen;        // int64 [E]: pairs that chose each expert, before any drop
-  torch::Tensor local_chosen;  // int64 [E]: the same of this rank's tokens (`chosen` on whole sequences)
-  // fp32 [E]: Σ over the microbatch's tokens of each expert's router probability, without gradient;
-  // undefined on whole sequences (this rank's own sums are the microbatch's).
+  torch::Tensor chosen;           // int64 [E]: pairs that chose each expert, before any drop
+  torch::Tensor local_chosen;     // int64 [E]: the same of this rank's tokens (`chosen` on whole sequences)
+  torch::Tensor sequence_chosen;  // int64 [B, E]: `chosen` per sequence (only when asked per sequence)
+  // fp32 [E] and [B, E] (the latter only when asked per sequence): Σ over the microbatch's tokens
+  // (of each sequence) of each expert's router probability, without gradient; undefined on whole
+  // sequences (this rank's own sums are the microbatch's).
   torch::Tensor probability_sums;
+  torch::Tensor sequence_probability_sums;
   std::int64_t tokens = 0;  // T: the microbatch's tokens
   // On sequence shards (else undefined): the row b·R + j of this rank's run j of sequence b for
   // each of its tokens, int64 [T_local]; and for this rank's pairs of each row and expert, the
@@ -75,7 +79,8 @@ struct MicrobatchRouting {
 torch::Tensor limit_to_best_groups(const torch::Tensor& scores, int groups, int groups_per_token, std::int64_t k);
 
 // `top_experts`: int64 [B·S_local, k], each token's chosen experts, of `sequences` (B) sequences;
-// `probability_sums`: fp32 [E], Σ over this rank's tokens of each expert's router probability.
+// `probability_sums`: fp32 [E], Σ over this rank's tokens of each expert's router probability, or
+// [B, E] per sequence (then the result has the sequence_ fields).
 // `shards`: how the microbatch is split, or null when this rank holds whole sequences. COLLECTIVE
 // over its groups.
 MicrobatchRouting route_microbatch(const torch::Tensor& top_experts, std::int64_t sequences,

@@ -31,6 +31,7 @@ RankModel build_rank_model(const spec::Plan& plan, const TrainConfig& config, co
     // data-parallel rank: on sequence shards (sp, cp) each rank's term covers its own tokens of the
     // microbatch's loss, and the router's gradient is summed over them (model/moe_mlp.h).
     chunk->set_router_aux_loss_scale(config.router_aux_loss / static_cast<double>(par.grad_accum() * par.dp));
+    chunk->set_router_aux_loss_per_sequence(config.router_aux_loss_per_sequence);
   }
   if (par.pp > 1) {
     rank.pipeline.emplace(rank.chunks, plan.stages.num_stages(), *groups.pp);

@@ -231,6 +231,50 @@ TEST(MixtureOfExperts, AuxiliaryLossAddsItsScaledGradientToTheRouter) {
       << (difference - moe->gate->weight.grad()).abs().max().item<double>();
 }
 
+// DeepSeek-V3's sequence-wise balance loss: (E / B) · Σ_b Σ_e f_{b,e} · P_{b,e} over each of the
+// 3 sequences' 5 tokens, its value recorded and its gradient (scaled) on the router.
+TEST(MixtureOfExperts, SequenceAuxiliaryLossIsEachSequencesBalanceAveraged) {
+  const auto m = tiny_moe();
+  const std::int64_t sequences = 3, length = 5, k = m.moe.experts_per_token, experts = m.moe.experts;
+  torch::manual_seed(6);
+  const auto x = torch::randn({sequences, length, m.hidden});
+  auto run = [&](double scale) {
+    MoeMlp moe(m);
+    randomize(*moe, 7);
+    moe->train();
+    moe->set_aux_loss_scale(scale);
+    moe->set_aux_loss_per_sequence(true);
+    moe->forward(x).sum().backward();
+    return std::pair{moe->gate->weight.grad().clone(), moe->take_routing_stats().aux_loss_sum};
+  };
+  const double scale = 0.37;
+  const auto [with_aux, recorded] = run(scale);
+  const auto difference = with_aux - run(0.0).first;
+  MoeMlp moe(m);
+  randomize(*moe, 7);
+  auto loss = torch::zeros({});
+  for (std::int64_t b = 0; b < sequences; ++b) {
+    const auto scores = moe->gate(x[b]).softmax(-1);  // [S, E]
+    const auto chosen = torch::bincount(std::get<1>(scores.topk(k, -1)).reshape({-1}), {}, experts);
+    const auto f = chosen.to(torch::kFloat32) * static_cast<double>(experts) / static_cast<double>(length * k);
+    loss = loss + (f * scores.mean(0)).sum();
+  }
+  loss = loss / static_cast<double>(sequences);
+  EXPECT_NEAR(recorded, loss.item<double>(), 1e-6 * loss.item<double>());
+  // It differs from the loss over the microbatch (the sequences route differently).
+  MoeMlp pooled(m);
+  randomize(*pooled, 7);
+  pooled->train();
+  pooled->forward(x);
+  EXPECT_GT(std::abs(pooled->take_routing_stats().aux_loss_sum - recorded), 1e-3);
+  (loss * scale).backward();
+  EXPECT_GT(difference.abs().max().item<double>(), 1e-4);
+  // The difference of two fp32 gradients carries their round-off: a few ulps of the larger one.
+  const double ulps = 16 * std::numeric_limits<float>::epsilon() * with_aux.abs().max().item<double>();
+  EXPECT_TRUE(torch::allclose(difference, moe->gate->weight.grad(), 1e-4, ulps))
+      << "max |error| " << (difference - moe->gate->weight.grad()).abs().max().item<double>();
+}
+
 TEST(MixtureOfExperts, RoutingStatisticsCountTrainingForwardsOnly) {
   const auto m = tiny_moe();
   MoeMlp moe(m);

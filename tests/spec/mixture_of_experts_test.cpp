@@ -264,6 +264,14 @@ TEST(MixtureOfExperts, ModelJsonRoundTripsExpertsAndLatentAttention) {
   // width there); with a dense first layer it does.
   rerouted.ffn_hidden = rerouted.moe.expert_ffn_hidden;
   EXPECT_EQ(first_shape_difference(catalog("tiny-moe"), rerouted), "");
+  // DeepSeek-V3's expert bias is a tensor per MoE layer: weights with it do not load without it.
+  auto biased = rerouted;
+  biased.moe.router = RouterScore::kSigmoid;
+  biased.moe.expert_bias = true;
+  EXPECT_NE(first_shape_difference(catalog("tiny-moe"), biased).find("expert_bias"), std::string::npos);
+  // It moves sigmoid scores only (Megatron-Core refuses it with softmax).
+  biased.moe.router = RouterScore::kSoftmax;
+  EXPECT_NE(find_model_spec_errors(biased).front().find("moe.expert_bias needs moe.router"), std::string::npos);
   auto dense_first = catalog("tiny-moe"), dense_first_narrow = catalog("tiny-moe");
   dense_first.moe.first_dense_layers = dense_first_narrow.moe.first_dense_layers = 1;
   dense_first_narrow.ffn_hidden = 64;

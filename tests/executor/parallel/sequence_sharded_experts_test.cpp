@@ -147,7 +147,10 @@ enum class Shards { kSequenceParallel, kContextParallel };
 // each rank's own tokens' (data parallelism sums them over dp × cp). The routed experts' are summed
 // over both ranks when each holds every expert, whole on their rank when split over the two. With
 // an auxiliary loss, and two sequences so that the capacity's token order interleaves the ranks.
-void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool experts_split) {
+// `per_sequence`: the auxiliary loss per sequence (DeepSeek-V3's), whose per-sequence counts and
+// probability sums span both shards.
+void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool experts_split,
+                                            bool per_sequence = false) {
   constexpr double kAuxScale = 0.3;
   constexpr std::int64_t kSeqLen = 20;
   const bool sp = mode == Shards::kSequenceParallel;
@@ -160,6 +163,7 @@ void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool
   const auto tokens = torch::randn({2, kSeqLen, m.hidden}), weights = torch::randn({2, kSeqLen, m.hidden});
   whole->train();
   whole->set_aux_loss_scale(kAuxScale);
+  whole->set_aux_loss_per_sequence(per_sequence);
   const auto whole_out = whole->forward(tokens);
   whole_out.mul(weights).sum().backward();
   const auto whole_grads = testing::gradients_by_name(*whole);
@@ -189,6 +193,7 @@ void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool
     }
     part->train();
     part->set_aux_loss_scale(kAuxScale);
+    part->set_aux_loss_per_sequence(per_sequence);
     const auto out = part->forward(tokens.index_select(1, positions[r]));
     outputs[r] = out.detach();
     out.mul(weights.index_select(1, positions[r])).sum().backward();
@@ -250,6 +255,14 @@ TEST(ContextParallelExperts, LayerWithExpertsSplitOverTheSameRanksMatchesTheWhol
 // rank 1's of the middle half.
 TEST(ContextParallelExperts, CapacityIsCountedInTheMicrobatchsTokenOrder) {
   expect_sharded_layer_matches_the_whole(tiny_moe(0.75), Shards::kContextParallel, true);
+}
+
+TEST(SequenceShardedExperts, SequenceAuxiliaryLossMatchesTheWholeLayer) {
+  expect_sharded_layer_matches_the_whole(tiny_moe(), Shards::kSequenceParallel, true, /*per_sequence=*/true);
+}
+
+TEST(ContextParallelExperts, SequenceAuxiliaryLossMatchesTheWholeLayer) {
+  expect_sharded_layer_matches_the_whole(tiny_moe(), Shards::kContextParallel, false, /*per_sequence=*/true);
 }
 
 }  // namespace
