@@ -90,11 +90,7 @@ class DistributedTrain : public ::testing::Test {
           std::tuple{"zero1-dp2-selective", "dp=2,zero=1,offload=none,recompute=selective,micro_batch=2", 2},
           std::tuple{"zero2-dp2-offload", "dp=2,zero=2,offload=optimizer,micro_batch=2", 2},
           std::tuple{"zero3-dp2-offload", "dp=2,zero=3,offload=optimizer,micro_batch=2", 2}}) {
-      ASSERT_EQ(sh(cpt_binary() + " plan --model tiny --gpu h100 --gpus " + std::to_string(gpus) +
-                       " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
-                   dir_)
-                    .exit_code,
-                0);
+      plan_layout("tiny", fix, gpus, name);
     }
     // Tensor and pipeline layouts of tiny (2 layers) and of a 4-layer variant with an odd
     // vocabulary (515: tp = 2 pads it to 768, so tp rank 1 holds 131 real rows and 253 padding).
@@ -105,14 +101,14 @@ class DistributedTrain : public ::testing::Test {
          {std::tuple{"tp2", "tiny", "tp=2,micro_batch=2", 2},
           std::tuple{"tp2-sp", "tiny", "tp=2,sequence_parallel=true,micro_batch=2", 2},
           std::tuple{"pp2", "tiny", "pp=2,schedule=1f1b,micro_batch=2", 2},
-          std::tuple{"single4", "/tiny4.json", "micro_batch=2", 1},
-          std::tuple{"pp2-interleaved", "/tiny4.json", "pp=2,vp=2,schedule=interleaved_1f1b,micro_batch=2", 2},
-          std::tuple{"tp2-zero2-dp2", "/tiny4.json", "tp=2,dp=2,zero=2,offload=none,micro_batch=2", 4},
-          std::tuple{"pp2-zero1-dp2", "/tiny4.json", "pp=2,dp=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4},
-          std::tuple{"pp2-tp2-sp", "/tiny4.json", "pp=2,tp=2,sequence_parallel=true,schedule=1f1b,micro_batch=2", 4},
+          std::tuple{"single4", "tiny4.json", "micro_batch=2", 1},
+          std::tuple{"pp2-interleaved", "tiny4.json", "pp=2,vp=2,schedule=interleaved_1f1b,micro_batch=2", 2},
+          std::tuple{"tp2-zero2-dp2", "tiny4.json", "tp=2,dp=2,zero=2,offload=none,micro_batch=2", 4},
+          std::tuple{"pp2-zero1-dp2", "tiny4.json", "pp=2,dp=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4},
+          std::tuple{"pp2-tp2-sp", "tiny4.json", "pp=2,tp=2,sequence_parallel=true,schedule=1f1b,micro_batch=2", 4},
           std::tuple{"zero3-dp2", "tiny", "dp=2,zero=3,offload=none,micro_batch=2", 2},
           std::tuple{"zero3-dp4", "tiny", "dp=4,zero=3,offload=none,micro_batch=2", 4},
-          std::tuple{"zero3-dp2-tp2-full", "/tiny4.json", "dp=2,tp=2,zero=3,offload=none,recompute=full,micro_batch=2",
+          std::tuple{"zero3-dp2-tp2-full", "tiny4.json", "dp=2,tp=2,zero=3,offload=none,recompute=full,micro_batch=2",
                      4},
           // Context parallelism (sequence 64 in 4 chunks) and its products.
           std::tuple{"cp2", "tiny", "cp=2,zero=0,micro_batch=2", 2},
@@ -122,13 +118,7 @@ class DistributedTrain : public ::testing::Test {
           std::tuple{"cp2-tp2-sp", "tiny", "cp=2,tp=2,sequence_parallel=true,micro_batch=2", 4},
           std::tuple{"cp2-pp2", "tiny", "cp=2,pp=2,schedule=1f1b,recompute=selective,micro_batch=2", 4},
           std::tuple{"pp2-tp2-sp-tiny", "tiny", "pp=2,tp=2,sequence_parallel=true,schedule=1f1b,micro_batch=2", 4}}) {
-      const std::string model_arg = model[0] == '/' ? d + model : std::string(model);
-      ASSERT_EQ(sh(cpt_binary() + " plan --model " + model_arg + " --gpu h100 --gpus " + std::to_string(gpus) +
-                       " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + name,
-                   dir_)
-                    .exit_code,
-                0)
-          << name;
+      plan_layout(model, fix, gpus, name);
     }
     // Hybrid sharding needs several nodes: a ZeRO-3 plan of 4 ranks moved onto 2 nodes of 2 GPUs.
     // dp4: each rank shards over its node's 2 ranks and replicates across the 2 nodes. cp2 × dp2:
@@ -150,6 +140,16 @@ class DistributedTrain : public ::testing::Test {
     round_off_floor_.clear();
   }
 
+  // `cpt plan` of `model` (a catalog name, or a model file of the test directory when it ends in
+  // .json) on `gpus` H100s, 8 sequences of 64 tokens a step, with `fix`, into DIR/<out>; a failure
+  // names `out`.
+  static void plan_layout(const std::string& model, const std::string& fix, int gpus, const std::string& out) {
+    const std::string model_arg = model.ends_with(".json") ? (dir_ / model).string() : model;
+    const auto r = sh(cpt_binary() + " plan --model " + model_arg + " --gpu h100 --gpus " + std::to_string(gpus) +
+                          " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + (dir_ / out).string(),
+                      dir_);
+    ASSERT_EQ(r.exit_code, 0) << out << ": " << r.err;
+  }
   // `cpt train` of DIR/<plan>/plan.json with DIR/<config> into DIR/<out> on `procs` local ranks;
   // `extra`: more flags (--stop-at, --resume).
   // `environment`: VAR=value words put before the command.

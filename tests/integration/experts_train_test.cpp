@@ -18,7 +18,6 @@ class ModelVariantsTrain : public DistributedTrain {
   // Plans of tiny-moe in DIR/moe-<name> (and of tiny-qk), made once per prepared directory.
   static void plan_once() {
     if (fs::exists(dir_ / "qk-tp2-sp" / "plan.json")) return;
-    const auto d = dir_.string();
     for (const auto& [name, fix, gpus] :
          {std::tuple{"single", "ep=1,micro_batch=2", 1},
           std::tuple{"dp2", "dp=2,ep=1,zero=0,micro_batch=2", 2},
@@ -48,10 +47,7 @@ class ModelVariantsTrain : public DistributedTrain {
           std::tuple{"etp2-dp4-zero3", "dp=4,ep=1,etp=2,zero=3,offload=none,micro_batch=2", 4},
           std::tuple{"etp2-dp4-zero2", "dp=4,ep=1,etp=2,zero=2,offload=none,micro_batch=2", 4},
           std::tuple{"etp2-pp2", "dp=2,pp=2,ep=1,etp=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
-      const auto r = sh(cpt_binary() + " plan --model tiny-moe --gpu h100 --gpus " + std::to_string(gpus) +
-                            " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/moe-" + name,
-                        dir_);
-      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+      plan_layout("tiny-moe", fix, gpus, std::string("moe-") + name);
     }
     // tiny-moe with a dense first layer: under pp 2 the first stage holds no experts.
     std::ofstream(dir_ / "tiny-moe-df.json") << R"({"name": "tiny-moe-df", "layers": 2, "hidden": 64, "heads": 4,
@@ -61,11 +57,7 @@ class ModelVariantsTrain : public DistributedTrain {
     for (const auto& [name, fix, gpus] :
          {std::tuple{"single", "ep=1,micro_batch=2", 1},
           std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4}}) {
-      const auto r =
-          sh(cpt_binary() + " plan --model " + d + "/tiny-moe-df.json --gpu h100 --gpus " + std::to_string(gpus) +
-                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/df-" + name,
-             dir_);
-      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+      plan_layout("tiny-moe-df.json", fix, gpus, std::string("df-") + name);
     }
     // tiny-moe with DeepSeek's group-limited routing: 2 groups of 2 experts, a token's 2 from its
     // best group.
@@ -77,11 +69,7 @@ class ModelVariantsTrain : public DistributedTrain {
     for (const auto& [name, fix, gpus] :
          {std::tuple{"single", "ep=1,micro_batch=2", 1}, std::tuple{"ep2", "dp=2,ep=2,zero=0,micro_batch=2", 2},
           std::tuple{"ep2-etp2-zero1", "dp=4,ep=2,etp=2,zero=1,offload=none,micro_batch=2", 4}}) {
-      const auto r =
-          sh(cpt_binary() + " plan --model " + d + "/tiny-moe-groups.json --gpu h100 --gpus " + std::to_string(gpus) +
-                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/groups-" + name,
-             dir_);
-      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+      plan_layout("tiny-moe-groups.json", fix, gpus, std::string("groups-") + name);
     }
     // tiny with DeepSeek's latent attention (a query latent; widths unlike each other), and a
     // DeepSeek-V2-Lite in small (no query latent, a dense first layer, shared experts, unnormalised
@@ -106,11 +94,7 @@ class ModelVariantsTrain : public DistributedTrain {
           std::tuple{"tiny-mla", "zero3-dp2", "dp=2,zero=3,offload=none,micro_batch=2", 2},
           std::tuple{"tiny-mla-moe", "single", "ep=1,micro_batch=2", 1},
           std::tuple{"tiny-mla-moe", "ep2", "dp=2,ep=2,zero=0,micro_batch=2", 2}}) {
-      const auto r =
-          sh(cpt_binary() + " plan --model " + d + "/" + model + ".json --gpu h100 --gpus " + std::to_string(gpus) +
-                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/" + model + "-" + name,
-             dir_);
-      ASSERT_EQ(r.exit_code, 0) << model << " " << name << ": " << r.err;
+      plan_layout(std::string(model) + ".json", fix, gpus, std::string(model) + "-" + name);
     }
     // A DeepSeek-V3 in small: latent attention, a dense first layer, shared experts, a sigmoid
     // router with its expert bias, 2 groups of 4 experts (a token's 2 from its best group), the
@@ -126,11 +110,7 @@ class ModelVariantsTrain : public DistributedTrain {
           std::tuple{"ep2-pp2", "dp=2,pp=2,ep=2,zero=1,offload=none,schedule=1f1b,micro_batch=2", 4},
           std::tuple{"tp2-sp", "tp=2,sequence_parallel=true,ep=1,micro_batch=2", 2},
           std::tuple{"cp2", "cp=2,ep=1,micro_batch=2", 2}}) {
-      const auto r =
-          sh(cpt_binary() + " plan --model " + d + "/tiny-v3.json --gpu h100 --gpus " + std::to_string(gpus) +
-                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/v3-" + name,
-             dir_);
-      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+      plan_layout("tiny-v3.json", fix, gpus, std::string("v3-") + name);
     }
     // tiny with Qwen3's attention: q/k norms over heads of 32 (not hidden / heads = 16).
     std::ofstream(dir_ / "tiny-qk.json") << R"({"name": "tiny-qk", "layers": 2, "hidden": 64, "heads": 4,
@@ -139,11 +119,7 @@ class ModelVariantsTrain : public DistributedTrain {
     for (const auto& [name, fix, gpus] :
          {std::tuple{"single", "micro_batch=2", 1}, std::tuple{"tp2", "tp=2,micro_batch=2", 2},
           std::tuple{"tp2-sp", "tp=2,sequence_parallel=true,micro_batch=2", 2}}) {
-      const auto r =
-          sh(cpt_binary() + " plan --model " + d + "/tiny-qk.json --gpu h100 --gpus " + std::to_string(gpus) +
-                 " --global-batch 8 --seq-len 64 --fix " + fix + " --out " + d + "/qk-" + name,
-             dir_);
-      ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+      plan_layout("tiny-qk.json", fix, gpus, std::string("qk-") + name);
     }
   }
 };

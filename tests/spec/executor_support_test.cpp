@@ -89,6 +89,7 @@ TEST(ExecutorSupport, ExpertParallelismRunsWithDataParallelismAndZero) {
   auto routed = moe;
   routed.moe.expert_groups = 2;
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .ep = 2}, routed, 64));
+  routed.moe.router = RouterScore::kSigmoid;  // an expert bias moves sigmoid scores
   routed.moe.expert_bias = true;
   EXPECT_FALSE(find_executor_gap(ParallelConfig{.dp = 2, .ep = 2}, routed, 64));
 }
