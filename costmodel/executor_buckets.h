@@ -19,13 +19,13 @@ struct BucketStats {
   int busiest_segments = 0;
 };
 
-// `layers`: the rank's blocks; `first` / `last`: it holds the embedding / the final norm and head;
-// `single_stage`: one pipeline stage (a tied head is the embedding itself); `shard_group`: the
-// ZeRO-1/2 group each bucket is split over (1: none); `subset`, `ep` and `etp`: under expert
+// `first_layer`, `layers`: the rank's blocks [first_layer, first_layer + layers); `first` / `last`: it holds the
+// embedding / the final norm and head; `single_stage`: one pipeline stage (a tied head is the embedding itself);
+// `shard_group`: the ZeRO-1/2 group each bucket is split over (1: none); `subset`, `ep` and `etp`: under expert
 // parallelism the routed experts' buckets or the rest's (spec::ParameterSubset). O(parameter
 // tensors + shard_group).
-BucketStats executor_gradient_buckets(const spec::ModelSpec& model, int tp, int layers, bool first, bool last,
-                                      bool single_stage, std::int64_t cap_elements, int shard_group = 1,
+BucketStats executor_gradient_buckets(const spec::ModelSpec& model, int tp, int first_layer, int layers, bool first,
+                                      bool last, bool single_stage, std::int64_t cap_elements, int shard_group = 1,
                                       spec::ParameterSubset subset = spec::ParameterSubset::kAll, int ep = 1,
                                       int etp = 1);
 

@@ -19,11 +19,10 @@ using core::Bytes;
 // forward first all-gathers every rank's pairs per expert over the etp × ep ranks (E int64 counts:
 // what each rank and its etp peers receive; Megatron-Core's alltoall dispatcher gathers them over
 // its tp_ep group too, priced on the ep group's links, or etp's without ep) — backward reuses
-// them. The mean layer runs them moe_layers / layers times.
+// them. Each MoE layer runs them (WorkScope::kMoeLayer).
 void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const spec::ParallelConfig& p, double tokens,
                          double element_bytes, const CostModelOptions& o) {
   if (!model.moe.present() || (p.ep == 1 && p.etp == 1)) return;
-  const double share = model.moe_layer_share();
   const double routed = tokens / p.tp * model.moe.experts_per_token * routed_token_load(model.moe, o);
   const Bytes sent(static_cast<std::int64_t>(routed * model.hidden * element_bytes));
   const Bytes gathered(static_cast<std::int64_t>(routed * p.etp * model.hidden * element_bytes));
@@ -39,18 +38,18 @@ void add_expert_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   // The operators around the ep calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
   auto pass_work = [&](WorkPass pass) {
     if (p.ep > 1) {
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpert, dispatch, dispatched, 2 * share, 0)));
+      inv.add(waiting(calls_of(pass, WorkScope::kMoeLayer, CommGroup::kExpert, dispatch, dispatched, 2, 0)));
     }
     // DeepEP's and HybridEP's dispatch exchanges its layout itself (Megatron-Core's flex
     // dispatcher gathers no counts).
     if (pass != WorkPass::kBackward && !flex) {
       const CommGroup counts_group = p.ep > 1 ? CommGroup::kExpert : CommGroup::kExpertTp;
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, counts_group, WorkKind::kAllGather, counts, share, 0)));
+      inv.add(waiting(calls_of(pass, WorkScope::kMoeLayer, counts_group, WorkKind::kAllGather, counts, 1, 0)));
     }
     if (p.etp > 1) {
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpertTp, WorkKind::kAllGather, gathered, share,
+      inv.add(waiting(calls_of(pass, WorkScope::kMoeLayer, CommGroup::kExpertTp, WorkKind::kAllGather, gathered, 1,
                                kernels_per_call(o))));
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kExpertTp, WorkKind::kReduceScatter, gathered, share,
+      inv.add(waiting(calls_of(pass, WorkScope::kMoeLayer, CommGroup::kExpertTp, WorkKind::kReduceScatter, gathered, 1,
                                kernels_per_call(o))));
     }
   };
@@ -72,7 +71,6 @@ void add_sequence_shard_routing(StepInventory& inv, const spec::ModelSpec& model
                                 const CostModelOptions& o) {
   const int sp = p.tp > 1 && p.sequence_parallel ? p.tp : 1;
   if (o.dispatch != KernelDispatch::kEager || !model.moe.present() || sp * p.cp == 1) return;
-  const double share = model.moe_layer_share();
   // Per (sequence, run) pair counts, then the probability sums (per sequence for a per-sequence loss).
   const std::int64_t sums_rows = o.aux_loss_per_sequence ? p.micro_batch : 1;
   const std::int64_t row_bytes =
@@ -82,18 +80,18 @@ void add_sequence_shard_routing(StepInventory& inv, const spec::ModelSpec& model
     if (pass == WorkPass::kTeacher && !o.distill_teacher) continue;
     if (sp > 1) {
       inv.add(waiting(
-          calls_of(pass, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllGather, Bytes(row_bytes * sp), share, 0)));
+          calls_of(pass, WorkScope::kMoeLayer, CommGroup::kTp, WorkKind::kAllGather, Bytes(row_bytes * sp), 1, 0)));
     }
     if (p.cp > 1) {
-      inv.add(waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kCp, WorkKind::kAllGather,
-                               Bytes(row_bytes * sp * p.cp), share, 0)));
+      inv.add(waiting(calls_of(pass, WorkScope::kMoeLayer, CommGroup::kCp, WorkKind::kAllGather,
+                               Bytes(row_bytes * sp * p.cp), 1, 0)));
     }
   }
   // The operators around these calls are the MoE layer's (kernel_dispatch.h, moe_layer_kernels).
   if (sp == 1) return;
   const Bytes router_grads(std::int64_t{model.moe.experts} * model.hidden * 4);
   inv.add(
-      calls_of(WorkPass::kBackward, WorkScope::kLayer, CommGroup::kTp, WorkKind::kAllReduce, router_grads, share, 0));
+      calls_of(WorkPass::kBackward, WorkScope::kMoeLayer, CommGroup::kTp, WorkKind::kAllReduce, router_grads, 1, 0));
 }
 
 }  // namespace cpt::cost

@@ -120,13 +120,13 @@ PassKernels head_kernels(const CostModelOptions& o) {
   return {29, 16};
 }
 
-double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, double layers, bool first, bool last,
-                    int sharded_zero_stage, double busiest_segments, const CostModelOptions& o) {
+double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const HeldLayers& held, bool first,
+                    bool last, int sharded_zero_stage, double busiest_segments, const CostModelOptions& o) {
   if (!eager(o)) return 4;
   // Parameter tensors: per layer a dense block's (an MoE layer's router, routed and shared experts
   // in place of the MLP's); the embedding; the final norm and the LM head (none apart when tied).
-  const double per_layer = dense_block_tensors(m) + moe_extra_tensors_per_layer(m, p.ep);
-  const double tensors = per_layer * layers + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
+  const double blocks = dense_block_tensors(m) * held.layers + moe_layer_extra_tensors(m, p.ep) * held.moe_layers;
+  const double tensors = blocks + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
   // The routed experts apart from their layer (ep > 1, or tp > 1) have an optimizer of their own.
   const bool experts_apart = spec::routed_experts_apart(m, p);
   double k = 22 + 2 * tensors + (experts_apart ? kEpSecondOptimizer : 0);
@@ -175,15 +175,23 @@ double dense_block_tensors(const spec::ModelSpec& m) {
   return attention + mlp_tensors(m) + 2 + (m.qk_norm ? 2 : 0) + (m.qkv_bias ? 3 : 0);
 }
 
-double routed_expert_tensors_per_layer(const spec::ModelSpec& m, int ep) {
+double routed_expert_tensors_per_moe_layer(const spec::ModelSpec& m, int ep) {
   if (!m.moe.present()) return 0;
-  return m.moe_layer_share() * mlp_tensors(m) * static_cast<double>(m.moe.experts) / ep;
+  return mlp_tensors(m) * static_cast<double>(m.moe.experts) / ep;
+}
+
+double routed_expert_tensors_per_layer(const spec::ModelSpec& m, int ep) {
+  return m.moe_layer_share() * routed_expert_tensors_per_moe_layer(m, ep);
+}
+
+double moe_layer_extra_tensors(const spec::ModelSpec& m, int ep) {
+  if (!m.moe.present()) return 0;
+  const double router_and_shared = 1 + (m.moe.shared_ffn_hidden > 0 ? mlp_tensors(m) : 0);
+  return routed_expert_tensors_per_moe_layer(m, ep) + router_and_shared - mlp_tensors(m);
 }
 
 double moe_extra_tensors_per_layer(const spec::ModelSpec& m, int ep) {
-  if (!m.moe.present()) return 0;
-  const double router_and_shared = 1 + (m.moe.shared_ffn_hidden > 0 ? mlp_tensors(m) : 0);
-  return routed_expert_tensors_per_layer(m, ep) + m.moe_layer_share() * (router_and_shared - mlp_tensors(m));
+  return m.moe_layer_share() * moe_layer_extra_tensors(m, ep);
 }
 
 }  // namespace cpt::cost

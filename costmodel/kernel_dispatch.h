@@ -42,6 +42,7 @@
 // x ZeRO-1 DP2 and DP2 with full and with selective recomputation within 6%; CP2 and the interleaved pipeline were
 // compared by hand (docs/calibration.md).
 #include "costmodel/cost_options.h"
+#include "costmodel/layer_kind.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
 
@@ -84,8 +85,8 @@ DistillationKernels distillation_kernels(const CostModelOptions& o);
 // `last`), besides its communication: gradient norm, clipping, the optimizer and, when the
 // optimizer state is sharded (`sharded_zero_stage` 1..3; 0 when not sharded), ZeRO's buffers
 // (`busiest_segments`: BucketStats::busiest_segments, for ZeRO-1/2).
-double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, double layers, bool first, bool last,
-                    int sharded_zero_stage, double busiest_segments, const CostModelOptions& o);
+double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const HeldLayers& held, bool first,
+                    bool last, int sharded_zero_stage, double busiest_segments, const CostModelOptions& o);
 // Kernels around one communication call: a plain one (all-reduce, bucket, send / receive), a
 // sequence-parallel gather or scatter, a context-parallel gather or reduce-scatter.
 double kernels_per_call(const CostModelOptions& o);
@@ -105,12 +106,15 @@ double kernels_per_zero3_teacher_unit(double tensors, const CostModelOptions& o)
 // A dense decoder block's parameter tensors: q, k, v, o (latent attention's five or seven in their
 // place), the MLP's, two norms, and q/k norms and q/k/v biases where the model has them.
 double dense_block_tensors(const spec::ModelSpec& m);
-// The routed experts' matrices the mean layer holds on this rank (E / ep experts, weighted by the
-// MoE layers' share).
+// The routed experts' matrices one MoE layer holds on this rank (E / ep experts).
+double routed_expert_tensors_per_moe_layer(const spec::ModelSpec& m, int ep);
+// The same for the mean layer (weighted by the MoE layers' share).
 double routed_expert_tensors_per_layer(const spec::ModelSpec& m, int ep);
 // The parameter tensors the mean layer holds beyond a dense block's (an MoE layer's router, its
 // routed and shared experts' matrices instead of the dense MLP's), weighted by the MoE layers' share;
 // this rank's E / ep routed experts.
 double moe_extra_tensors_per_layer(const spec::ModelSpec& m, int ep);
+// The same for one MoE layer.
+double moe_layer_extra_tensors(const spec::ModelSpec& m, int ep);
 
 }  // namespace cpt::cost

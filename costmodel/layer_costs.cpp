@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/check.h"
 #include "costmodel/elementwise_traffic.h"
 #include "costmodel/kernel_dispatch.h"
 #include "costmodel/memory_model.h"
@@ -236,23 +237,22 @@ void add_mlp(Gemms& g, double tokens, double width, const Shape& shape, const sp
   g.add(tokens, width, shape.h, gpu, o, count);
 }
 
-// The mean layer's MLP: the dense MLP on the dense layers; on the MoE layers the router, the shared
-// experts (split over tp like the dense MLP) and the routed experts. Routed: the rank's T/tp tokens
+// A layer's MLP: the dense MLP on a dense layer; on an MoE layer the router, the shared experts
+// (split over tp like the dense MLP) and the routed experts. Routed: the rank's T/tp tokens
 // (MoE layers run on the sequence-parallel shard) are sent k times to the ep·etp ranks of its
 // expert group, so each of its E/ep experts takes ep·etp·(T/tp)·k/E tokens (times the busiest
 // rank's load) on its slice f_e/etp: 6·(T/tp)·k·h·f_e FLOPs per rank whatever ep and etp, in
 // GEMMs that shrink as E grows (grouped GEMMs of small experts run below the GPU's peak).
 // `model_flops` receives the balanced (load 1) FLOPs.
 Gemms mlp_gemms(const spec::ModelSpec& m, const spec::ParallelConfig& p, const Shape& shape, const spec::GpuSpec& gpu,
-                const CostModelOptions& o, double& model_flops) {
-  Gemms dense;
-  add_mlp(dense, shape.T, shape.f / shape.tp, shape, gpu, o);
-  if (!m.moe.present()) {
+                const CostModelOptions& o, LayerKind kind, double& model_flops) {
+  if (kind == LayerKind::kDense) {
+    Gemms dense;
+    add_mlp(dense, shape.T, shape.f / shape.tp, shape, gpu, o);
     model_flops = dense.flops;
     return dense;
   }
   const spec::ExpertSpec& x = m.moe;
-  const double moe_share = m.moe_layer_share();
   Gemms moe;
   const double local = shape.T / shape.tp;
   moe.add(local, shape.h, x.experts, gpu, o);  // router
@@ -263,36 +263,33 @@ Gemms mlp_gemms(const spec::ModelSpec& m, const spec::ParallelConfig& p, const S
       static_cast<double>(p.ep) * p.etp * local * x.experts_per_token / x.experts * routed_token_load(x, o);
   add_mlp(moe, per_expert, static_cast<double>(x.expert_ffn_hidden) / p.etp, shape, gpu, o,
           static_cast<double>(x.experts) / p.ep);
-  model_flops = (1 - moe_share) * dense.flops + moe_share * balanced_flops;
-  Gemms mean;
-  mean.time = dense.time * (1 - moe_share) + moe.time * moe_share;
-  mean.flops = (1 - moe_share) * dense.flops + moe_share * moe.flops;
-  return mean;
+  model_flops = balanced_flops;
+  return moe;
 }
 
-// The element-wise traffic of the MLP's inner width on the mean layer: the dense MLP's f/tp, the
-// MoE layers' k·f_e (at the load) and shared experts per token; and the MoE layers' permutation of
-// the tokens to their experts and back (read and written, forward; again backward).
-std::pair<double, double> moe_widths_and_permute_bytes(const spec::ModelSpec& m, const spec::ParallelConfig& p,
-                                                       const Shape& shape, const CostModelOptions& o) {
-  if (!m.moe.present()) return {shape.f / shape.tp, 0.0};
-  const double moe_share = m.moe_layer_share();
+// The element-wise traffic of a layer's MLP inner width: a dense layer's f/tp, an MoE layer's
+// k·f_e (at the load) and shared experts per token; and an MoE layer's permutation of the tokens
+// to their experts and back (read and written, forward; again backward).
+std::pair<double, double> mlp_widths_and_permute_bytes(const spec::ModelSpec& m, const spec::ParallelConfig& p,
+                                                       const Shape& shape, const CostModelOptions& o, LayerKind kind) {
+  if (kind == LayerKind::kDense) return {shape.f / shape.tp, 0.0};
   const spec::ExpertSpec& x = m.moe;
   const double load = routed_token_load(x, o);
   const double moe_width = (x.experts_per_token * x.expert_ffn_hidden * load + x.shared_ffn_hidden) / shape.tp;
   const double permuted = shape.T / shape.tp * x.experts_per_token * load * p.etp * shape.h * shape.e;
-  return {(1 - moe_share) * shape.f / shape.tp + moe_share * moe_width, moe_share * 2 * 2 * permuted};
+  return {moe_width, 2 * 2 * permuted};
 }
 
 }  // namespace
 
 BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len, const spec::GpuSpec& gpu,
-                       const CostModelOptions& o) {
+                       const CostModelOptions& o, LayerKind kind) {
+  CPT_CHECK(kind == LayerKind::kDense || m.moe.present(), "an MoE layer's costs for a model without experts");
   const Shape shape = shape_of(m, p, seq_len, o);
   BlockCosts c;
   const Gemms attention = attention_gemms(m, shape, gpu, o);
   double mlp_model_flops = 0;
-  const Gemms mlp = mlp_gemms(m, p, shape, gpu, o, mlp_model_flops);
+  const Gemms mlp = mlp_gemms(m, p, shape, gpu, o, kind, mlp_model_flops);
   const Seconds gemm_fwd = attention.time + mlp.time;
 
   // Attention core: QK^T and AV, 2·T·s·(qk + v width) per head (attention_core).
@@ -301,7 +298,7 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
 
   // Element-wise traffic (costmodel/elementwise_traffic.h): as the runtime dispatches it.
   ActivationWidths widths = widths_of(shape);
-  const auto [ffn_width, permute_bytes] = moe_widths_and_permute_bytes(m, p, shape, o);
+  const auto [ffn_width, permute_bytes] = mlp_widths_and_permute_bytes(m, p, shape, o, kind);
   widths.ffn_width = ffn_width;
   const PassBytes elementwise = layer_elementwise_bytes(widths, o.dispatch);
   const Seconds mem_fwd = memory_time(elementwise.forward + permute_bytes, gpu, o);
@@ -310,12 +307,11 @@ BlockCosts block_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, 
   // Kernels: the layer's own; those around its communication calls are the step inventory's
   // (step_inventory.h).
   PassKernels own = layer_kernels(o);
-  const PassKernels moe = moe_layer_kernels(m, p, o);
-  const double moe_share = m.moe_layer_share();
+  const PassKernels moe = kind == LayerKind::kMoe ? moe_layer_kernels(m, p, o) : PassKernels{};
   const PassKernels qk_norms = qk_norm_kernels(m, o);
   const PassKernels latent = latent_attention_kernels(m, o);
-  own.forward += moe.forward * moe_share + qk_norms.forward + latent.forward;
-  own.backward += moe.backward * moe_share + qk_norms.backward + latent.backward;
+  own.forward += moe.forward + qk_norms.forward + latent.forward;
+  own.backward += moe.backward + qk_norms.backward + latent.backward;
   c.forward = pass(gemm_fwd, attn_fwd, mem_fwd, own.forward, o);
   c.backward = pass(gemm_fwd * 2.0, attn_bwd, mem_bwd, own.backward, o);
   switch (p.recompute) {

@@ -16,6 +16,7 @@
 
 #include "core/units.h"
 #include "costmodel/cost_options.h"
+#include "costmodel/layer_kind.h"
 #include "spec/hardware_spec.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
@@ -84,8 +85,9 @@ int activation_bytes(spec::Precision p);
 // Whether a step of `model` under `options` applies dropout (CostModelOptions::dropout).
 bool applies_dropout(const spec::ModelSpec& model, const CostModelOptions& options);
 
+// One layer of `kind`. REQUIRES: the model has layers of that kind.
 BlockCosts block_costs(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
-                       const spec::GpuSpec& gpu, const CostModelOptions& options);
+                       const spec::GpuSpec& gpu, const CostModelOptions& options, LayerKind kind);
 HeadCosts head_costs(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                      const spec::GpuSpec& gpu, const CostModelOptions& options);
 

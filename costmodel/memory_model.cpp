@@ -40,6 +40,26 @@ double expert_params_per_layer(const spec::ParamCounts& c, const spec::ParallelC
          (static_cast<double>(c.dense_layers + c.moe_layers) * p.ep * p.etp);
 }
 
+double layer_params_per_tp(const spec::ParamCounts& c, int tp, LayerKind kind) {
+  const double replicated = static_cast<double>(c.norms_per_layer + c.attention_replicated_per_layer);
+  const double attention = static_cast<double>(c.attention_per_layer - c.attention_replicated_per_layer);
+  if (kind == LayerKind::kDense) return (attention + static_cast<double>(c.mlp_per_layer)) / tp + replicated;
+  return (attention + static_cast<double>(c.shared_experts_per_layer)) / tp + replicated +
+         static_cast<double>(c.router_per_layer);
+}
+
+double params_of_layers(const spec::ParamCounts& c, const spec::ParallelConfig& p, const HeldLayers& held) {
+  double params = held.dense_layers() * layer_params_per_tp(c, p.tp, LayerKind::kDense);
+  if (held.moe_layers > 0) {
+    params += held.moe_layers * (layer_params_per_tp(c, p.tp, LayerKind::kMoe) + expert_params_per_moe_layer(c, p));
+  }
+  return params;
+}
+
+double expert_params_per_moe_layer(const spec::ParamCounts& c, const spec::ParallelConfig& p) {
+  return static_cast<double>(c.routed_experts_per_layer) / (static_cast<double>(p.ep) * p.etp);
+}
+
 int expert_shard_group(const spec::ParallelConfig& p) {
   return p.zero_stage >= 1 ? p.expert_dp() : 1;
 }
@@ -71,32 +91,28 @@ double routed_token_load(const spec::ExpertSpec& e, const CostModelOptions& o) {
 
 namespace {
 
-// The MLP's stored activations of the mean layer on `tokens` tokens per rank (before sequence
-// parallelism): the dense MLP's gate, up and product (or GeLU's in and FC2's in) on the dense
-// layers; on the MoE layers the router's fp32 scores, the tokens permuted to their experts (each
-// token k times, all-gathered over etp) and the experts' own, at the busiest rank's load, and the
-// shared experts'.
+// The MLP's stored activations of a layer of `kind` on `tokens` tokens per rank (before sequence
+// parallelism): a dense MLP's gate, up and product (or GeLU's in and FC2's in); an MoE layer's
+// router fp32 scores, the tokens permuted to their experts (each token k times, all-gathered over
+// etp) and the experts' own, at the busiest rank's load, and the shared experts'.
 double mlp_activation_bytes(const spec::ModelSpec& m, const spec::ParallelConfig& p, double tokens, double e,
-                            double gemm_input, double load) {
+                            double gemm_input, double load, LayerKind kind) {
   // Per inner element: SwiGLU's gate and up (16-bit) and their product (FC2's input), or GeLU's
   // input and output (FC2's input).
   const double per_inner = (m.mlp == spec::MlpKind::kSwiGLU ? 2 : 1) * e + gemm_input;
   const double t = p.tp;
-  const double dense = per_inner * tokens * m.ffn_hidden / t;
-  if (!m.moe.present()) return dense;
-  const double moe_share = m.moe_layer_share();
+  if (kind == LayerKind::kDense) return per_inner * tokens * m.ffn_hidden / t;
   const spec::ExpertSpec& x = m.moe;
   const double local = tokens / t;  // MoE layers run on the sequence-parallel shard
   const double routed = local * x.experts_per_token * load;
-  return dense * (1 - moe_share) +
-         moe_share * (4 * local * x.experts + gemm_input * routed * p.etp * m.hidden +
-                      per_inner * routed * x.expert_ffn_hidden + per_inner * tokens * x.shared_ffn_hidden / t);
+  return 4 * local * x.experts + gemm_input * routed * p.etp * m.hidden + per_inner * routed * x.expert_ffn_hidden +
+         per_inner * tokens * x.shared_ffn_hidden / t;
 }
 
 }  // namespace
 
 Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelConfig& p, int seq_len,
-                                 const CostModelOptions& o) {
+                                 const CostModelOptions& o, LayerKind kind) {
   const double e = activation_bytes(o.precision);
   const double t = p.tp;
   const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;  // tokens on this rank
@@ -124,7 +140,7 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
   // input (one tensor in 16 bits; in FP8 an FP8 copy beside it).
   v += (o.precision == spec::Precision::kFp8 ? e + gemm_input : e) * T * static_cast<double>(w.output) / t;
   v += gemm_input * T * h / sp;  // MLP input
-  v += mlp_activation_bytes(m, p, T, e, gemm_input, m.moe.present() ? routed_token_load(m.moe, o) : 1.0);
+  v += mlp_activation_bytes(m, p, T, e, gemm_input, m.moe.present() ? routed_token_load(m.moe, o) : 1.0, kind);
   if (dropout) v += 2 * T * h / sp;  // attention and MLP dropout masks, 1 byte
   const bool scores_stored = !o.flash_attention && p.recompute == spec::Recompute::kNone;
   if (scores_stored) {
@@ -136,10 +152,19 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
   return bytes(v);
 }
 
+HeldLayers held_layers(const spec::ModelSpec& m, const spec::StagePartition& stages, int pp_rank) {
+  HeldLayers held;
+  held.first_layer = stages.first_layer(stages.stage_of(pp_rank, 0));
+  for (int s : stages.stages_of_rank(pp_rank)) {
+    held.layers += stages.layers_in(s);
+    held.moe_layers += m.moe_layers_in(stages.first_layer(s), stages.layers_in(s));
+  }
+  return held;
+}
+
 double params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p, const spec::StagePartition& stages,
                          int pp_rank) {
-  const auto counts = m.param_counts();
-  return stages.layers_of_rank(pp_rank) * (block_params_per_tp(counts, p.tp) + expert_params_per_layer(counts, p)) +
+  return params_of_layers(m.param_counts(), p, held_layers(m, stages, pp_rank)) +
          root_params_of_pp_rank(m, p, stages, pp_rank);
 }
 
@@ -167,7 +192,15 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
   MemoryTerms t;
   t.model = &m;
   t.shard_group = shard_group;
-  t.activation_per_layer = static_cast<double>(activation_bytes_per_layer(m, p, seq_len, o).value());
+  const bool has_moe = m.moe.present(), has_dense = m.moe_layers_in(0, m.layers) < m.layers;
+  if (has_dense) {
+    t.activation_per_dense_layer =
+        static_cast<double>(activation_bytes_per_layer(m, p, seq_len, o, LayerKind::kDense).value());
+  }
+  if (has_moe) {
+    t.activation_per_moe_layer =
+        static_cast<double>(activation_bytes_per_layer(m, p, seq_len, o, LayerKind::kMoe).value());
+  }
   const double e = activation_bytes(o.precision);
   const double T = static_cast<double>(p.micro_batch) * seq_len / p.cp;
   t.logits = T * static_cast<double>(m.tp_padded_vocab(p.tp)) / p.tp * (o.fused_cross_entropy ? 2 * e : e + 4);
@@ -175,14 +208,19 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
   if (p.recompute == spec::Recompute::kFull) {
     spec::ParallelConfig none = p;
     none.recompute = spec::Recompute::kNone;
-    t.recompute_buffer = static_cast<double>(activation_bytes_per_layer(m, none, seq_len, o).value());
+    for (const LayerKind kind : {LayerKind::kDense, LayerKind::kMoe}) {  // the larger kind's
+      if (kind == LayerKind::kDense ? !has_dense : !has_moe) continue;
+      t.recompute_buffer = std::max(t.recompute_buffer,
+                                    static_cast<double>(activation_bytes_per_layer(m, none, seq_len, o, kind).value()));
+    }
   }
   const auto c = m.param_counts();
-  t.block_params = block_params_per_tp(c, p.tp);
-  t.expert_params = expert_params_per_layer(c, p);
+  t.dense_block_params = layer_params_per_tp(c, p.tp, LayerKind::kDense);
+  t.moe_block_params = has_moe ? layer_params_per_tp(c, p.tp, LayerKind::kMoe) : 0.0;
+  t.expert_params = has_moe ? expert_params_per_moe_layer(c, p) : 0.0;
   t.expert_shard_group = expert_shard_group(p);
   if (p.experts_with_their_layer()) {  // one block: its buckets, shards and ZeRO-3 unit hold them
-    t.block_params += t.expert_params;
+    t.moe_block_params += t.expert_params;
     t.expert_params = 0;
   }
   // Groups this rank talks in (each holds NCCL buffers): the axes', expert-dp where the routed
@@ -198,11 +236,12 @@ MemoryTerms memory_terms(const spec::ModelSpec& m, const spec::ParallelConfig& p
 
 namespace {
 
-// The routed experts' model state on a rank with `layers` layers: Ψ_e over expert-dp as
+// The routed experts' model state on a rank holding `held`: Ψ_e over expert-dp as
 // model_state_bytes counts it, and under ZeRO-3 the running and prefetched blocks' experts whole.
-void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, double layers, bool holds_first,
+void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, const HeldLayers& held, bool holds_first,
                       bool holds_last, const CostModelOptions& o, MemoryBreakdown& mb) {
-  if (t.expert_params <= 0) return;
+  const double layers = held.moe_layers;  // the blocks with experts
+  if (t.expert_params <= 0 || layers <= 0) return;
   const MemoryBreakdown experts = model_state_bytes(layers * t.expert_params, p.zero_stage, t.expert_shard_group, o);
   const bool eager_zero2 = p.zero_stage == 2 && o.dispatch == KernelDispatch::kEager;
   mb.weights += experts.weights;
@@ -215,8 +254,8 @@ void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, doubl
   // shard, as rank_memory's dense part does (its own optimizer, train/optimizer_choice.cpp).
   if (eager_zero2 && t.model != nullptr && spec::executor_zero2_reduces_each_microbatch(p)) {
     const double reducing =
-        executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)), holds_first, holds_last,
-                                  p.pp * p.virtual_stages == 1, o.bucket_elements, 1,
+        executor_gradient_buckets(*t.model, p.tp, held.first_layer, static_cast<int>(std::lround(held.layers)),
+                                  holds_first, holds_last, p.pp * p.virtual_stages == 1, o.bucket_elements, 1,
                                   spec::ParameterSubset::kRoutedExperts, p.ep, p.etp)
             .largest_pair;
     mb.grads += bytes(gradient_bytes_per_param(o) * std::min(layers * t.expert_params, reducing));
@@ -235,30 +274,34 @@ void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, doubl
 
 }  // namespace
 
-MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p, double layers, double root_psi,
-                            double live_activations, bool holds_first, bool holds_last, const CostModelOptions& o) {
+MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p, const HeldLayers& held,
+                            double root_psi, double live_activations, bool holds_first, bool holds_last,
+                            const CostModelOptions& o) {
   const int n = t.shard_group;
   const double e = activation_bytes(o.precision);
-  const double block = t.block_params;
-  MemoryBreakdown mb = model_state_bytes(layers * block + root_psi, p.zero_stage, n, o);
+  const double layers = held.layers;
+  const double blocks = t.blocks_of(held);      // its blocks' parameters but the routed experts apart
+  const double block = t.heaviest_block(held);  // the largest unit ZeRO-3 gathers whole
+  MemoryBreakdown mb = model_state_bytes(blocks + root_psi, p.zero_stage, n, o);
   const double grad_b = gradient_bytes_per_param(o);
   // ZeRO-2 keeps its gradient shard and the buckets being reduced: one reducing while the next
   // fills (DeepSpeed's overlap_comm; cpt's executor, train/zero_optimizer.cpp), never more than
   // the whole gradient.
   if (p.zero_stage == 2 && o.dispatch == KernelDispatch::kEager && !spec::executor_zero2_reduces_each_microbatch(p)) {
     // cpt's executor under a pipeline schedule accumulates whole gradients like ZeRO-1.
-    mb.grads = bytes(grad_b * (layers * block + root_psi));
+    mb.grads = bytes(grad_b * (blocks + root_psi));
   } else if (p.zero_stage == 2) {
     // The executor's buckets; under expert parallelism its dense optimizer's (the routed experts'
     // own staging is add_expert_state's).
     const auto subset = t.expert_params > 0 ? spec::ParameterSubset::kAllButRoutedExperts : spec::ParameterSubset::kAll;
     const double reducing =
         o.dispatch == KernelDispatch::kEager && t.model != nullptr
-            ? executor_gradient_buckets(*t.model, p.tp, static_cast<int>(std::lround(layers)), holds_first, holds_last,
-                                        p.pp * p.virtual_stages == 1, o.bucket_elements, 1, subset, p.ep, p.etp)
+            ? executor_gradient_buckets(*t.model, p.tp, held.first_layer, static_cast<int>(std::lround(layers)),
+                                        holds_first, holds_last, p.pp * p.virtual_stages == 1, o.bucket_elements, 1,
+                                        subset, p.ep, p.etp)
                   .largest_pair
             : 2.0 * static_cast<double>(o.bucket_elements);
-    mb.grads += bytes(grad_b * std::min(layers * block + root_psi, reducing));
+    mb.grads += bytes(grad_b * std::min(blocks + root_psi, reducing));
   }
   if (p.zero_stage == 3) {
     // FSDP's residency (and the executor's, parallel/fully_sharded.h): every unit keeps its shard,
@@ -274,26 +317,27 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
     const double in_flight = e * block * blocks_whole + grad_b * (layers > 0 ? block / n : 0);
     mb.grads += bytes(e * root_psi + std::max(in_flight, grad_b * root_psi / n));
   }
-  add_expert_state(t, p, layers, holds_first, holds_last, o, mb);
+  add_expert_state(t, p, held, holds_first, holds_last, o, mb);
+  const double block_experts = held.moe_layers > 0 ? t.expert_params : 0.0;  // a block's routed experts apart
   if (p.offload != spec::Offload::kNone) mb.optimizer = Bytes(0);
   if (p.offload == spec::Offload::kOptimizerAndParams) {
     mb.weights = bytes(
-        e * (root_psi + (block + t.expert_params) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers)));
+        e * (root_psi + (block + block_experts) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers)));
   }
 
   // The parameters the rank holds, and under ZeRO-3 its shards (the routed experts over expert-dp).
-  const double experts = layers * t.expert_params;
-  const double held = layers * block + root_psi + experts;
-  const double sharded = (layers * block + root_psi) / n + experts / t.expert_shard_group;
+  const double experts = held.moe_layers * t.expert_params;
+  const double all = blocks + root_psi + experts;
+  const double sharded = (blocks + root_psi) / n + experts / t.expert_shard_group;
   if (o.distill_teacher) {
     // The teacher's running and prefetched blocks gathered beside their shards; its routed experts
     // apart over an expert-dp of one are used in place (parallel/fully_sharded.h), as the student's.
-    const double gathered_experts = t.expert_shard_group > 1 ? t.expert_params : 0.0;
+    const double gathered_experts = t.expert_shard_group > 1 ? block_experts : 0.0;
     const double gathered =
         root_psi + (block + gathered_experts) * std::min(static_cast<double>(o.zero3_prefetch_blocks), layers);
-    mb.teacher = bytes(e * (p.zero_stage == 3 ? sharded + gathered : held));
+    mb.teacher = bytes(e * (p.zero_stage == 3 ? sharded + gathered : all));
   }
-  if (o.ewc) mb.ewc = bytes(2 * 4 * (p.zero_stage == 3 ? sharded : held));
+  if (o.ewc) mb.ewc = bytes(2 * 4 * (p.zero_stage == 3 ? sharded : all));
 
   double act = live_activations;
   if (holds_last) act += t.logits + t.kl_logits;
@@ -310,7 +354,9 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
   const MemoryTerms terms = memory_terms(m, p, seq_len, layout.zero_shard_group_size(), o);
   std::vector<double> stage_weight(static_cast<std::size_t>(stages.num_stages()));
   for (int s = 0; s < stages.num_stages(); ++s) {
-    stage_weight[static_cast<std::size_t>(s)] = terms.activation_per_layer * stages.layers_in(s);
+    const double layers = stages.layers_in(s);
+    stage_weight[static_cast<std::size_t>(s)] = terms.activations_of(
+        {layers, static_cast<double>(m.moe_layers_in(stages.first_layer(s), stages.layers_in(s)))});
   }
   const int last = stages.num_stages() - 1;
   std::vector<MemoryBreakdown> out;
@@ -326,7 +372,7 @@ std::vector<MemoryBreakdown> memory_per_pp_rank(const spec::ModelSpec& m, const 
       for (int s : stages.stages_of_rank(r)) heaviest = std::max(heaviest, stage_weight[static_cast<std::size_t>(s)]);
       act = heaviest * spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), r);
     }
-    out.push_back(rank_memory(terms, p, stages.layers_of_rank(r), root_params_of_pp_rank(m, p, stages, r), act, r == 0,
+    out.push_back(rank_memory(terms, p, held_layers(m, stages, r), root_params_of_pp_rank(m, p, stages, r), act, r == 0,
                               stages.pp_rank_of(last) == r, o));
   }
   return out;

@@ -20,10 +20,12 @@
 // schedule (spec::max_live_weight), plus the logits of one microbatch on the last stage and, with
 // full recompute, one layer's rematerialised activations.
 
+#include <algorithm>
 #include <vector>
 
 #include "core/units.h"
 #include "costmodel/cost_options.h"
+#include "costmodel/layer_kind.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
 #include "spec/pipeline_schedule.h"
@@ -51,9 +53,9 @@ struct MemoryBreakdown {
 // fp32_main_grads = false this is the ZeRO paper's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N.
 MemoryBreakdown model_state_bytes(double params, int zero_stage, int shard_group, const CostModelOptions& options);
 
-// Stored activation bytes of one layer for one microbatch on one rank.
+// Stored activation bytes of one layer of `kind` for one microbatch on one rank.
 core::Bytes activation_bytes_per_layer(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
-                                       const CostModelOptions& options);
+                                       const CostModelOptions& options, LayerKind kind);
 
 // Parameters outside the decoder blocks held by one pipeline rank, per tp rank: the embedding on
 // the first stage, the final norm and LM head on the last (an untied head, or with pp > 1 the last
@@ -75,9 +77,15 @@ double gradient_bytes_per_param(const CostModelOptions& options);
 // its routed experts (expert_params_per_layer): the dense MLP on the dense layers, the shared
 // experts (split over tp) and the router (replicated) on the MoE layers.
 double block_params_per_tp(const spec::ParamCounts& counts, int tp);
+// The same for one layer of `kind`: a dense layer's, or an MoE layer's without its routed experts.
+double layer_params_per_tp(const spec::ParamCounts& counts, int tp, LayerKind kind);
+// Parameters per tp rank of `held`'s blocks, their routed experts per ep·etp included.
+double params_of_layers(const spec::ParamCounts& counts, const spec::ParallelConfig& parallel, const HeldLayers& held);
 // The routed experts of the mean layer one rank holds: the MoE layers' routed experts over
 // ep·etp, averaged over all layers; 0 for a dense model.
 double expert_params_per_layer(const spec::ParamCounts& counts, const spec::ParallelConfig& parallel);
+// The routed experts of one MoE layer one rank holds: its routed experts over ep·etp.
+double expert_params_per_moe_layer(const spec::ParamCounts& counts, const spec::ParallelConfig& parallel);
 // The ranks ZeRO shards expert state over: expert-dp (ParallelConfig::expert_dp) from ZeRO-1 on.
 int expert_shard_group(const spec::ParallelConfig& parallel);
 // Bytes per element of a GEMM input kept for the backward: the compute precision's, 1 in FP8
@@ -87,6 +95,8 @@ double gemm_input_bytes(const CostModelOptions& options);
 // capacity factor where tokens are dropped (padded to capacity), else the options' imbalance.
 double routed_token_load(const spec::ExpertSpec& experts, const CostModelOptions& options);
 
+// The layers pipeline rank `pp_rank` holds over its stages.
+HeldLayers held_layers(const spec::ModelSpec& model, const spec::StagePartition& stages, int pp_rank);
 // Parameters held by one pipeline rank, per tp rank (its routed experts per ep·etp).
 double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                          const spec::StagePartition& stages, int pp_rank);
@@ -95,31 +105,45 @@ double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfi
 struct MemoryTerms {
   const spec::ModelSpec* model = nullptr;  // the model the terms are of (outlives them)
   int shard_group = 1;                     // ZeRO shard group (spec::RankLayout::zero_shard_group_size)
-  double activation_per_layer = 0;         // stored activations of one layer, one microbatch
+  // Stored activations of one layer of each kind, one microbatch (0 for a kind the model lacks).
+  double activation_per_dense_layer = 0, activation_per_moe_layer = 0;
   // The last stage's logits of one microbatch: 16-bit and the loss's fp32 copy, or 16-bit and their
   // 16-bit gradient under a fused cross-entropy (CostModelOptions::fused_cross_entropy).
   double logits = 0;
   // KL distillation, the last stage: the teacher's logits and the KL's three fp32 tensors kept for
   // its backward (executor/train/regularizers.cpp kl_sum: log-softmax, its exp, the difference).
   double kl_logits = 0;
-  double recompute_buffer = 0;  // full recompute: one layer's rematerialised activations
-  double block_params = 0;      // one block's parameters per tp rank (block_params_per_tp; a ZeRO-3 unit),
-                                // with its routed experts when they live with it (experts_with_their_layer)
-  double expert_params = 0;     // the mean layer's routed experts on one rank apart from it (expert_params_per_layer)
-  int expert_shard_group = 1;   // expert_shard_group
-  double comm_buffers = 0;      // communication buffers of the groups this rank talks in
+  double recompute_buffer = 0;  // full recompute: one layer's rematerialised activations (the larger kind's)
+  // One block's parameters per tp rank of each kind (layer_params_per_tp; a ZeRO-3 unit), an MoE
+  // layer's with its routed experts when they live with it (experts_with_their_layer).
+  double dense_block_params = 0, moe_block_params = 0;
+  double expert_params = 0;    // an MoE layer's routed experts on one rank apart from it (expert_params_per_moe_layer)
+  int expert_shard_group = 1;  // expert_shard_group
+  double comm_buffers = 0;     // communication buffers of the groups this rank talks in
+
+  // Of `held`'s layers: their stored activations for one microbatch, their blocks' parameters, and
+  // the largest block among them.
+  [[nodiscard]] double activations_of(const HeldLayers& held) const {
+    return held.dense_layers() * activation_per_dense_layer + held.moe_layers * activation_per_moe_layer;
+  }
+  [[nodiscard]] double blocks_of(const HeldLayers& held) const {
+    return held.dense_layers() * dense_block_params + held.moe_layers * moe_block_params;
+  }
+  [[nodiscard]] double heaviest_block(const HeldLayers& held) const {
+    return std::max(held.dense_layers() > 0 ? dense_block_params : 0.0, held.moe_layers > 0 ? moe_block_params : 0.0);
+  }
 };
 MemoryTerms memory_terms(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
                          int shard_group, const CostModelOptions& options);
 
-// The memory of one pipeline rank from what it holds: `layers` blocks (of terms.block_params each)
-// and `root_params` outside them (per tp rank), the bytes of the activations stored for its live
+// The memory of one pipeline rank from what it holds: `held`'s blocks (of the terms' block
+// parameters by kind) and `root_params` outside them (per tp rank), the bytes of the activations stored for its live
 // microbatches, and whether it holds the first stage (the embedding) and the last (the logits).
 // ZeRO-2 adds the buckets being reduced (two; cpt's executor's own under eager dispatch,
 // executor_buckets.h); ZeRO-3 adds FSDP's whole buffers
 // beside the shards: the root unit's weights and gradients for a whole microbatch, the running and
 // the prefetched block, and one reduction in flight (units assumed divisible by the shard group).
-MemoryBreakdown rank_memory(const MemoryTerms& terms, const spec::ParallelConfig& parallel, double layers,
+MemoryBreakdown rank_memory(const MemoryTerms& terms, const spec::ParallelConfig& parallel, const HeldLayers& held,
                             double root_params, double live_activations, bool holds_first, bool holds_last,
                             const CostModelOptions& options);
 

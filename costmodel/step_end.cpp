@@ -94,26 +94,26 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
                          const CriticalRank& critical, double microbatches, StepTimeBreakdown& t,
                          Seconds& zero3_exposed) {
   const RankShare& share = critical.share;
-  const double layer_passes = share.layers * microbatches;
-  const BlockCosts& block = c.block;
+  const LayerCharges layers = layers_of(c, share);
+  const BlockCosts& block = layers.block;
   const HeadCosts& head = c.head;
   const double chunk_passes = share.chunks * microbatches;
-  t.compute = (block.forward.total() + block.backward.total()) * layer_passes + head.chunk_entry.total() * chunk_passes;
+  t.compute = (block.forward.total() + block.backward.total()) * microbatches + head.chunk_entry.total() * chunk_passes;
   if (share.first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * microbatches;
   if (share.last) t.compute += (head.head_forward.total() + head.head_backward.total()) * microbatches;
-  t.recompute = block.recompute.total() * layer_passes;
-  t.continual = block.teacher.total() * layer_passes + head.teacher_chunk_entry.total() * chunk_passes;
+  t.recompute = block.recompute.total() * microbatches;
+  t.continual = block.teacher.total() * microbatches + head.teacher_chunk_entry.total() * chunk_passes;
   if (share.first) t.continual += head.teacher_embedding.total() * microbatches;
   if (share.last) t.continual += head.teacher_head.total() * microbatches;
   // The pipeline's receives and sends each cost the resume, as in the stage durations.
   t.compute += c.resume * sums.transfer_resumes;
-  t.tp_comm = c.layer_tp * layer_passes;
+  t.tp_comm = layers.tp * microbatches;
   if (share.first) t.tp_comm += (c.embedding_tp_forward + c.embedding_tp_backward) * microbatches;
   if (share.last) t.tp_comm += (c.head_tp_forward + c.head_tp_backward) * microbatches;
-  t.cp_comm = c.layer_cp * layer_passes;
-  t.ep_comm = c.layer_ep * layer_passes * critical.compute_scale;
+  t.cp_comm = layers.cp * microbatches;
+  t.ep_comm = layers.ep * microbatches * critical.compute_scale;
   // The blocks' exposed gathers run inside the stage durations the replay ran at the rank's speed.
-  zero3_exposed = c.layer_zero3 * layer_passes * critical.compute_scale;
+  zero3_exposed = layers.zero3 * microbatches * critical.compute_scale;
   const Seconds root = c.between_passes * times_per_step(WorkScope::kEmbedding, share, microbatches, inv);
   zero3_exposed += root;
   t.compute = t.compute * critical.compute_scale;
@@ -126,9 +126,10 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
   return root;
 }
 
-// The data-parallel terms: the reduction behind the last backward (what its first bucket and the
-// backward cannot hide), the work after it, the wait for the group's slowest rank at the last
-// reduction, and the compute slowdown beside the overlapped traffic.
+// The data-parallel terms of the finishing rank (`inv` and `sums` with its step end): the reduction
+// behind the last backward (what its first bucket and the backward cannot hide), the work after
+// it, the wait for the group's slowest rank at the last reduction, and the compute slowdown beside
+// the overlapped traffic.
 void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, const StepEndSums& sums,
                          const PricingContext& context, const StepEndGroups& groups, const CriticalRank& critical,
                          double microbatches, Seconds zero3_exposed, StepTimeBreakdown& t, StepEnd& end,
@@ -139,7 +140,7 @@ void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, c
                                   ? overlappable * std::min(1.0, static_cast<double>(o.bucket_elements) *
                                                                      gradient_bytes_per_param(o) / sums.reduced_bytes)
                                   : Seconds(0);
-  const Seconds backward(critical.backward_s * critical.compute_scale);
+  const Seconds backward(critical.finisher_backward_s);
   const Seconds hidden =
       o.overlap_dp_with_backward ? std::max(Seconds(0), std::min(overlappable - bucket_time, backward)) : Seconds(0);
   const double reductions = inv.gradient_reductions;
@@ -149,8 +150,8 @@ void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, c
                                std::max(groups.shard_group, context.groups->of(CommGroup::kReplicas).size));
     t.dp_comm += straggler;
   }
-  const double layer_passes = critical.share.layers * microbatches;
-  t.other = hidden * (reductions * c.overlap_slowdown) + c.layer_zero3_hidden * layer_passes * c.overlap_slowdown;
+  t.other = hidden * (reductions * c.overlap_slowdown) +
+            layers_of(c, critical.share).zero3_hidden * microbatches * c.overlap_slowdown;
   end.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);
   end.dp_buckets = static_cast<int>(inv.gradient_buckets);
   end.dp_reductions = inv.gradient_reductions;
@@ -188,34 +189,46 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
                   const PricingContext& context, const StepEndGroups& groups, const CriticalRank& critical,
                   StepTimeBreakdown& t) {
   const RankShare& share = critical.share;
+  const RankShare& finisher = critical.finisher;
   const double microbatches = p.grad_accum();
+  // The busiest rank's step end for the step's counts; the finishing rank's for the time.
+  const bool apart = finisher.pp_rank != share.pp_rank;
+  StepInventory finisher_inv;
+  if (apart) {
+    finisher_inv = inv;
+    add_step_end_work(finisher_inv, model, p, groups, finisher, o);
+  }
   add_step_end_work(inv, model, p, groups, share, o);
+  const StepInventory& end_inv = apart ? finisher_inv : inv;
   StepEnd end;
   const StepEndSums sums = sum_step_end(inv, share, microbatches, context);
+  const StepEndSums end_sums = apart ? sum_step_end(end_inv, finisher, microbatches, context) : sums;
   Seconds zero3_exposed, straggler;
   const Seconds root = microbatch_terms(inv, c, sums, critical, microbatches, t, zero3_exposed);
-  data_parallel_terms(inv, c, sums, context, groups, critical, microbatches, zero3_exposed, t, end, straggler);
+  data_parallel_terms(end_inv, c, end_sums, context, groups, critical, microbatches, zero3_exposed, t, end, straggler);
   // The kernels around the data-parallel and pipeline calls (kernel_dispatch.h).
-  t.dp_comm += o.kernel_overhead * sums.kernels_dp;
+  t.dp_comm += o.kernel_overhead * end_sums.kernels_dp;
   t.pp_comm += o.kernel_overhead * sums.kernels_pp;
-  end.outside_schedule = straggler + root + o.kernel_overhead * (sums.kernels_dp + sums.kernels_pp);
+  end.outside_schedule = straggler + root + o.kernel_overhead * (end_sums.kernels_dp + sums.kernels_pp);
   // The executor's scalar all-reduces, once per step on every group: latency-bound calls that
   // join the step-end terms the simulator replays (StageDurations::dp_after).
-  t.dp_comm += sums.scalars_dp;
-  t.tp_comm += sums.scalars_tp;
-  t.pp_comm += sums.scalars_pp;
-  end.dp_after += sums.scalars_dp + sums.scalars_tp + sums.scalars_pp;
+  t.dp_comm += end_sums.scalars_dp;
+  t.tp_comm += end_sums.scalars_tp;
+  t.pp_comm += end_sums.scalars_pp;
+  end.dp_after += end_sums.scalars_dp + end_sums.scalars_tp + end_sums.scalars_pp;
   end.calls = sums.calls;
   end.bytes = sums.bytes;
   const int sharded_stage = groups.shard_group > 1 ? p.zero_stage : 0;
-  const double step_k =
-      step_kernels(model, p, share.layers, share.first, share.last, sharded_stage, inv.optimizer_segments, o) +
-      sums.kernels_scalars;
-  const BlockCosts& block = c.block;
+  auto step_k_of = [&](const RankShare& rank, const StepInventory& rank_inv, const StepEndSums& rank_sums) {
+    return step_kernels(model, p, rank.held(), rank.first, rank.last, sharded_stage, rank_inv.optimizer_segments, o) +
+           rank_sums.kernels_scalars;
+  };
+  const double step_k = step_k_of(share, inv, sums);
+  const BlockCosts block = layers_of(c, share).block;
   const HeadCosts& head = c.head;
   end.kernels =
       (block.forward.kernels + block.backward.kernels + block.recompute.kernels + block.teacher.kernels) *
-          (share.layers * microbatches) +
+          microbatches +
       (share.first
            ? (head.embedding_forward.kernels + head.embedding_backward.kernels + head.teacher_embedding.kernels) *
                  microbatches
@@ -224,12 +237,13 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
                   : 0) +
       (head.chunk_entry.kernels + head.teacher_chunk_entry.kernels) * (share.chunks * microbatches) + step_k +
       sums.kernels_dp + sums.kernels_pp;
-  t.optimizer = optimizer_time(cluster, p, o, share, groups.shard_group, step_k);
+  t.optimizer = optimizer_time(cluster, p, o, finisher, groups.shard_group,
+                               apart ? step_k_of(finisher, end_inv, end_sums) : step_k);
   Seconds penalty;
   if (o.ewc) {
     // EWC's penalty over the rank's parameters (shards under ZeRO-3), once per step: forward reads
     // θ, θ* and F and writes two temporaries, backward reads three and adds into the gradient, fp32.
-    const double held = local_params(share, p, groups.shard_group, 3);
+    const double held = local_params(finisher, p, groups.shard_group, 3);
     penalty = Seconds(held * 4 * 11 / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency));
     t.continual += penalty;
   }

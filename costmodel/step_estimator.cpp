@@ -10,6 +10,7 @@
 #include "costmodel/compute_sharing.h"
 #include "costmodel/layer_costs.h"
 #include "costmodel/pipeline_replay.h"
+#include "costmodel/search_ranks.h"
 #include "costmodel/step_end.h"
 #include "costmodel/step_inventory.h"
 #include "costmodel/topology.h"
@@ -90,14 +91,13 @@ std::optional<InfeasibleReason> find_invalid(const spec::ModelSpec& model, const
 // `t` split by kind of work on the critical rank (StepTimeByKind); "other" is what is left.
 StepTimeByKind time_by_kind(const MicrobatchCharges& c, const CriticalRank& critical, double microbatches,
                             const StepTimeBreakdown& t) {
-  const double layer_passes = critical.share.layers * microbatches;
-  const BlockCosts& block = c.block;
+  const BlockCosts block = layers_of(c, critical.share).block;
   const HeadCosts& head = c.head;
   StepTimeByKind k;
-  k.gemm = (block.forward.gemm + block.backward.gemm + block.recompute.gemm + block.teacher.gemm) * layer_passes;
+  k.gemm = (block.forward.gemm + block.backward.gemm + block.recompute.gemm + block.teacher.gemm) * microbatches;
   k.attention =
       (block.forward.attention + block.backward.attention + block.recompute.attention + block.teacher.attention) *
-      layer_passes;
+      microbatches;
   if (critical.share.last) {
     k.gemm += (head.head_forward.gemm + head.head_backward.gemm + head.teacher_head.gemm) * microbatches;
     k.loss = (head.loss_forward + head.loss_backward) * microbatches;
@@ -123,11 +123,13 @@ Rates rates(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, cons
   const double gpus = cluster.num_gpus;
   const double microbatches_total = static_cast<double>(p.global_batch) / p.micro_batch;
   const double replicas_of_work = static_cast<double>(p.tp) * p.cp;  // per-rank FLOPs x tp x cp = one microbatch
+  const double moe_layers = model.moe_layers_in(0, model.layers);
+  const BlockCosts blocks = LayerCharges::sum(c.dense_layer, model.layers - moe_layers, c.moe_layer, moe_layers).block;
   Rates r;
-  r.model_flops = core::Flops(microbatches_total * replicas_of_work *
-                              (model.layers * c.block.model_flops.value() + c.head.model_flops.value()));
-  r.hardware_flops = core::Flops(microbatches_total * replicas_of_work *
-                                 (model.layers * c.block.hardware_flops.value() + c.head.model_flops.value()));
+  r.model_flops =
+      core::Flops(microbatches_total * replicas_of_work * (blocks.model_flops.value() + c.head.model_flops.value()));
+  r.hardware_flops =
+      core::Flops(microbatches_total * replicas_of_work * (blocks.hardware_flops.value() + c.head.model_flops.value()));
   const double peak =
       (cluster.gpu().peak(o.precision) ? *cluster.gpu().peak(o.precision) : *cluster.gpu().peak(spec::Precision::kBf16))
           .value();
@@ -148,10 +150,19 @@ StepEndGroups step_end_groups(const LayoutCosts& layout_costs, const GroupPlacem
   return {layout_costs.shard_group, groups.of(CommGroup::kShard).size, groups.of(CommGroup::kReplicate).size};
 }
 
+// The layers of stage `s` of `stages`.
+RankShare stage_share(const spec::ModelSpec& model, const spec::StagePartition& stages, int s) {
+  RankShare share;
+  share.layers = stages.layers_in(s);
+  share.moe_layers = model.moe_layers_in(stages.first_layer(s), stages.layers_in(s));
+  return share;
+}
+
 // The per-stage durations of one microbatch (StageDurations' per-stage vectors) and the
 // point-to-point transfer after each stage.
-void fill_stage_durations(const spec::StagePartition& stages, const MicrobatchCharges& c, const PricingContext& context,
-                          const LayoutCosts& layout_costs, const spec::ParallelConfig& p, StageDurations& d) {
+void fill_stage_durations(const spec::ModelSpec& model, const spec::StagePartition& stages, const MicrobatchCharges& c,
+                          const PricingContext& context, const LayoutCosts& layout_costs, const spec::ParallelConfig& p,
+                          StageDurations& d) {
   const int num_stages = stages.num_stages();
   const auto n = static_cast<std::size_t>(num_stages);
   d.forward_s.assign(n, 0.0);
@@ -166,13 +177,13 @@ void fill_stage_durations(const spec::StagePartition& stages, const MicrobatchCh
   const double resume = c.transfer && c.transfer->resumes ? c.resume.value() : 0.0;
   for (int s = 0; s < num_stages; ++s) {
     const auto i = static_cast<std::size_t>(s);
-    const double layers = stages.layers_in(s);
+    const LayerCharges layers = layers_of(c, stage_share(model, stages, s));
     if (zero3) {
-      d.zero3_overlapped_forward_s[i] = layers * c.layer_zero3_hidden_forward.value();
-      d.zero3_overlapped_backward_s[i] = layers * c.layer_zero3_hidden_backward.value();
+      d.zero3_overlapped_forward_s[i] = layers.zero3_hidden_forward.value();
+      d.zero3_overlapped_backward_s[i] = layers.zero3_hidden_backward.value();
     }
-    d.forward_s[i] = layers * c.layer_forward.value() + c.chunk_forward.value();
-    d.backward_s[i] = layers * c.layer_backward.value();
+    d.forward_s[i] = layers.forward.value() + c.chunk_forward.value();
+    d.backward_s[i] = layers.backward.value();
     // Resuming from the pipeline's blocking receives and sends.
     if (p.pp > 1) {
       const double transfers = spec::stage_transfers_per_pass(s, num_stages);
@@ -180,7 +191,7 @@ void fill_stage_durations(const spec::StagePartition& stages, const MicrobatchCh
       d.backward_s[i] += resume * transfers;
     }
     // Weight gradients: one GEMM per forward GEMM, of the same size (layer_costs.h).
-    d.weight_grad_s[i] = layers * c.block.forward.gemm.value();
+    d.weight_grad_s[i] = layers.block.forward.gemm.value();
     if (s == 0) {
       d.forward_s[i] += c.embedding_forward.value();
       d.backward_s[i] += c.embedding_backward.value();
@@ -199,35 +210,52 @@ void fill_stage_durations(const spec::StagePartition& stages, const MicrobatchCh
   }
 }
 
-// The rank that finishes last in the replay `with_transfers`, what it holds, and the pipeline's
-// share of its step (`without_transfers`: the same replay with free transfers).
+// What pipeline rank `r` holds, and its backward over its stages (one microbatch, `d`'s).
+RankShare rank_share(const spec::ModelSpec& model, const spec::ParallelConfig& p, const spec::StagePartition& stages,
+                     const StageDurations& d, int r, double& backward_s) {
+  RankShare share;
+  share.pp_rank = r;
+  share.chunks = 0;
+  share.first_layer = stages.first_layer(stages.stage_of(r, 0));
+  const int last_stage = stages.num_stages() - 1;
+  backward_s = 0;
+  for (int s : stages.stages_of_rank(r)) {
+    ++share.chunks;
+    share.layers += stages.layers_in(s);
+    share.moe_layers += model.moe_layers_in(stages.first_layer(s), stages.layers_in(s));
+    share.first = share.first || s == 0;
+    share.last = share.last || s == last_stage;
+    backward_s += d.backward_s[static_cast<std::size_t>(s)];
+  }
+  share.params = params_of_pp_rank(model, p, stages, r);
+  share.expert_params = share.moe_layers * expert_params_per_moe_layer(model.param_counts(), p);
+  share.transfers_per_pass = spec::rank_transfers_per_pass(p.pp, p.virtual_stages, r);
+  return share;
+}
+
+// The critical ranks (CriticalRank) of the replays `with_transfers` and `without_transfers` (the
+// same schedule with free transfers): the busiest in wall-clock compute (of equally busy ranks the
+// later to finish) and the one finishing last, and the pipeline's share of the busiest's step.
 CriticalRank critical_rank(const spec::ModelSpec& model, const spec::ParallelConfig& p,
                            const spec::StagePartition& stages, const StageDurations& d,
                            const ReplayResult& with_transfers, const ReplayResult& without_transfers) {
+  std::size_t busiest = 0, finisher = 0;
+  for (std::size_t r = 1; r < static_cast<std::size_t>(p.pp); ++r) {
+    const auto& busy = without_transfers.busy;
+    const auto& finish = with_transfers.finish;
+    if (busy[r] > busy[busiest] || (busy[r] == busy[busiest] && finish[r] > finish[busiest])) busiest = r;
+    if (finish[r] > finish[finisher]) finisher = r;
+  }
+  auto scale_of = [&](std::size_t r) {
+    return without_transfers.work[r] > Seconds(0) ? without_transfers.busy[r] / without_transfers.work[r] : 1.0;
+  };
   CriticalRank critical;
-  RankShare& share = critical.share;
-  for (int r = 0; r < p.pp; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    if (with_transfers.finish[i] > with_transfers.finish[static_cast<std::size_t>(share.pp_rank)]) share.pp_rank = r;
-  }
-  const int last_stage = stages.num_stages() - 1;
-  share.chunks = 0;
-  for (int s : stages.stages_of_rank(share.pp_rank)) {
-    ++share.chunks;
-    share.layers += stages.layers_in(s);
-    share.first = share.first || s == 0;
-    share.last = share.last || s == last_stage;
-    critical.backward_s += d.backward_s[static_cast<std::size_t>(s)];
-  }
-  share.params = params_of_pp_rank(model, p, stages, share.pp_rank);
-  share.expert_params = share.layers * expert_params_per_layer(model.param_counts(), p);
-  share.transfers_per_pass = spec::rank_transfers_per_pass(p.pp, p.virtual_stages, share.pp_rank);
+  critical.share = rank_share(model, p, stages, d, static_cast<int>(busiest), critical.backward_s);
+  critical.finisher = rank_share(model, p, stages, d, static_cast<int>(finisher), critical.finisher_backward_s);
+  critical.finisher_backward_s *= scale_of(finisher);
   critical.pp_comm = std::max(Seconds(0), with_transfers.makespan - without_transfers.makespan);
-  const auto rank = static_cast<std::size_t>(share.pp_rank);
-  critical.pp_bubble = std::max(Seconds(0), without_transfers.makespan - without_transfers.busy[rank]);
-  if (without_transfers.work[rank] > Seconds(0)) {
-    critical.compute_scale = without_transfers.busy[rank] / without_transfers.work[rank];
-  }
+  critical.pp_bubble = std::max(Seconds(0), without_transfers.makespan - without_transfers.busy[busiest]);
+  critical.compute_scale = scale_of(busiest);
   return critical;
 }
 
@@ -297,7 +325,7 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   const PricingContext context = pricing_context(groups, cluster, o, &model.moe);
   StepInventory inventory = microbatch_work(model, p, seq_len, layout_costs.shard_group, o);
   const MicrobatchCharges charges = price_microbatch(model, cluster, p, seq_len, o, inventory, context);
-  fill_stage_durations(stages, charges, context, layout_costs, p, est.stages);
+  fill_stage_durations(model, stages, charges, context, layout_costs, p, est.stages);
 
   // 4. The pipeline schedule replayed with and without its transfers. Ranks sharing CPU cores (an
   // oversubscribed local profile) run faster while others wait: the exact replay follows it
@@ -332,132 +360,6 @@ Evaluation evaluate(const spec::ModelSpec& model, const spec::ClusterSpec& clust
   record_rates(r, est);
   return est;
 }
-
-namespace {
-
-// The pipeline ranks that can be worst (evaluate_search). Under the balanced partition the extra
-// layers go to the inner stages first, so among ranks 1..pp-2 (no embedding, no head) rank 1
-// holds the most layers and the heaviest chunk, and the closed-form live microbatches never grow
-// with the rank: rank 1 bounds every inner rank in each memory component and in work. Only ranks
-// 0, 1 and pp - 1 need computing; the inner ranks 2..pp-2 enter the bubble as a sum of their layers.
-struct SearchRanks {
-  struct Rank {
-    RankShare share;
-    double heaviest_chunk = 0;  // layers
-  };
-  Rank ranks[3];
-  int count = 0;
-  double inner_layers = 0;  // of ranks 2..pp-2
-};
-
-SearchRanks search_ranks(const spec::ModelSpec& model, const spec::ParallelConfig& p) {
-  SearchRanks out;
-  const int layers = model.layers, pp = p.pp, v = p.virtual_stages;
-  auto add_rank = [&](int r) {
-    SearchRanks::Rank& k = out.ranks[out.count++];
-    k.share.pp_rank = r;
-    k.share.first = r == 0;
-    k.share.last = r == pp - 1;
-    k.share.transfers_per_pass = spec::rank_transfers_per_pass(pp, v, r);
-    k.share.chunks = v;
-    for (int c = 0; c < v; ++c) {  // its chunks: stages c * pp + r
-      const double chunk = spec::StagePartition::balanced_layers_in(layers, pp, v, c * pp + r);
-      k.share.layers += chunk;
-      k.heaviest_chunk = std::max(k.heaviest_chunk, chunk);
-    }
-  };
-  add_rank(0);
-  if (pp >= 3) add_rank(1);
-  if (pp >= 2) add_rank(pp - 1);
-  out.inner_layers = layers;
-  for (int i = 0; i < out.count; ++i) out.inner_layers -= out.ranks[i].share.layers;
-  return out;
-}
-
-// The peak memory over `ranks` (the first rank with the highest total, as evaluate() picks it);
-// sets each rank's parameters.
-void search_memory(const spec::ModelSpec& model, const spec::ParallelConfig& p, int seq_len, int shard_group,
-                   const CostModelOptions& o, SearchRanks& ranks, SearchEstimate& out) {
-  const auto counts = model.param_counts();
-  const double block_params = block_params_per_tp(counts, p.tp);
-  const double expert_params = expert_params_per_layer(counts, p);
-  const MemoryTerms terms = memory_terms(model, p, seq_len, shard_group, o);
-  const bool single_stage = p.pp * p.virtual_stages == 1;
-  for (int i = 0; i < ranks.count; ++i) {
-    RankShare& share = ranks.ranks[i].share;
-    const double root = root_params(model, counts, p.tp, share.first, share.last, single_stage);
-    share.params = share.layers * (block_params + expert_params) + root;
-    share.expert_params = share.layers * expert_params;
-    const double activations =
-        terms.activation_per_layer * ranks.ranks[i].heaviest_chunk *
-        spec::in_flight_closed_form(p.schedule, p.pp, p.virtual_stages, p.grad_accum(), share.pp_rank);
-    const MemoryBreakdown memory = rank_memory(terms, p, share.layers, root, activations, share.first, share.last, o);
-    if (i == 0 || memory.total() > out.peak_memory.total()) {
-      out.peak_memory = memory;
-      out.worst_pp_rank = share.pp_rank;
-    }
-  }
-}
-
-// Seconds of all transfers around the pipeline's ring in one pass of one microbatch: stage s ->
-// s+1 for s < S - 1 leaves pp rank s mod pp, so every link of the ring v times but the wrap from
-// pp - 1 to 0 once less.
-Seconds ring_transfers(const MicrobatchCharges& c, const LayoutCosts& layout_costs, const spec::ParallelConfig& p,
-                       const PricingContext& context) {
-  if (!c.transfer) return Seconds(0);
-  const CostModelOptions& o = *context.options;
-  return (p2p_time(c.transfer->bytes, layout_costs.pp_ring, o.network_efficiency) +
-          o.collective_overhead * static_cast<double>(p.pp)) *
-             static_cast<double>(p.virtual_stages) * c.transfer->operations -
-         pipeline_transfer_time(*c.transfer, layout_costs.pp_next.back(), context);
-}
-
-// The critical rank of the closed-form pipeline over `ranks`' work per microbatch
-// (pipeline_replay.h).
-CriticalRank search_critical_rank(const SearchRanks& ranks, const MicrobatchCharges& c, const LayoutCosts& layout_costs,
-                                  const spec::ParallelConfig& p, const PricingContext& context) {
-  const double layer_forward = c.layer_forward.value(), layer_backward = c.layer_backward.value();
-  const double layer_wgrad = c.block.forward.gemm.value();
-  const bool zero_bubble = p.schedule == spec::ScheduleKind::kZeroBubbleH1;
-  const double resume = c.transfer && c.transfer->resumes ? c.resume.value() : 0.0;
-  double work[3], fill[3], backward[3];
-  int critical_i = 0;
-  for (int i = 0; i < ranks.count; ++i) {
-    const RankShare& k = ranks.ranks[i].share;
-    double f = k.layers * layer_forward + k.chunks * c.chunk_forward.value(), b = k.layers * layer_backward,
-           w = k.layers * layer_wgrad;
-    if (k.first) {
-      f += c.embedding_forward.value();
-      b += c.embedding_backward.value();
-    }
-    if (k.last) {
-      f += c.head_forward.value();
-      b += c.head_backward.value();
-      w += c.head.head_forward.gemm.value();
-    }
-    // Resuming from its receives and sends, as evaluate()'s stage durations.
-    f += resume * k.transfers_per_pass;
-    b += resume * k.transfers_per_pass;
-    work[i] = f + b;
-    backward[i] = b;
-    fill[i] = bubble_fill(f, b, w, zero_bubble);
-    if (work[i] > work[critical_i]) critical_i = i;
-  }
-  // The inner ranks' layers, and their chunks' entries (adding to f adds to either fill's branch).
-  double others = ranks.inner_layers * bubble_fill(layer_forward, layer_backward, layer_wgrad, zero_bubble) +
-                  (p.pp - ranks.count) * p.virtual_stages * c.chunk_forward.value();
-  for (int i = 0; i < ranks.count; ++i) others += i == critical_i ? 0.0 : fill[i];
-  const PipelineTerms pipe = closed_form_terms(p.virtual_stages, p.grad_accum(), work[critical_i], others,
-                                               ring_transfers(c, layout_costs, p, context).value());
-  CriticalRank critical;
-  critical.share = ranks.ranks[critical_i].share;
-  critical.backward_s = backward[critical_i];
-  critical.pp_comm = Seconds(pipe.transfers_s);
-  critical.pp_bubble = Seconds(std::max(0.0, pipe.bubble_s));
-  return critical;
-}
-
-}  // namespace
 
 SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                const spec::ParallelConfig& p, int seq_len, const CostModelOptions& options,

@@ -91,11 +91,8 @@ void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   if (p.tp <= 1) return;
   // Per layer: one collective after attention and one after the MLP. An MoE layer without shared
   // experts has no tp-split MLP: its routed experts run on the sequence-parallel shard (their
-  // tokens gathered over etp, add_expert_parallel), so the mean layer has fewer.
-  double per_layer = 2;
-  if (model.moe.present() && model.moe.shared_ffn_hidden == 0) {
-    per_layer -= model.moe_layer_share();
-  }
+  // tokens gathered over etp, add_expert_parallel), so only the dense layers run the second.
+  const bool mlp_on_every_layer = !model.moe.present() || model.moe.shared_ffn_hidden > 0;
   const Bytes activations(static_cast<std::int64_t>(tokens * hidden * element_bytes));
   const Bytes norm_grads(static_cast<std::int64_t>(hidden * 4));  // fp32 weight gradient of one norm
   const Bytes loss(static_cast<std::int64_t>(tokens * 4));        // fp32 per token
@@ -103,11 +100,19 @@ void add_tensor_parallel(StepInventory& inv, const spec::ModelSpec& model, const
   const double around_pair = sp ? 2 * kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
   const double around_one = sp ? kernels_per_sequence_parallel_call(o) : kernels_per_call(o);
   const WorkKind block_kind = sp ? WorkKind::kReduceScatterAllGather : WorkKind::kAllReduce;
-  auto block_collectives = [&](WorkPass pass) {
-    WorkItem item = waiting(calls_of(pass, WorkScope::kLayer, CommGroup::kTp, block_kind, activations, per_layer, 0));
+  auto add_collectives = [&](WorkPass pass, WorkScope scope, double per_layer) {
+    WorkItem item = waiting(calls_of(pass, scope, CommGroup::kTp, block_kind, activations, per_layer, 0));
     item.calls = (sp ? 2 : 1) * per_layer;
     item.kernels = per_layer * around_pair;
     inv.add(item);
+  };
+  auto block_collectives = [&](WorkPass pass) {
+    if (mlp_on_every_layer) {
+      add_collectives(pass, WorkScope::kLayer, 2);
+    } else {
+      add_collectives(pass, WorkScope::kLayer, 1);
+      add_collectives(pass, WorkScope::kDenseLayer, 1);
+    }
   };
   block_collectives(WorkPass::kForward);
   block_collectives(WorkPass::kBackward);
@@ -222,28 +227,29 @@ void add_zero3(StepInventory& inv, const spec::ModelSpec& model, const spec::Par
   // gathered and released within its forward (`tensors`: the unit's, kernels_per_zero3_teacher_unit).
   // The routed experts are their own units over expert-dp unless they live with their layer
   // (spec::ParallelConfig::experts_with_their_layer).
-  auto block_units = [&](CommGroup group, double params, double around, double tensors) {
-    unit(WorkPass::kForward, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
-         Exposure::kPrefetched, around);
-    unit(WorkPass::kBackward, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
-         Exposure::kPrefetched, around);
-    unit(WorkPass::kBackward, WorkScope::kLayer, group, WorkKind::kReduceScatter, params, grad_bytes,
-         Exposure::kPrefetched, around);
+  auto block_units = [&](WorkScope scope, CommGroup group, double params, double around, double tensors) {
+    unit(WorkPass::kForward, scope, group, WorkKind::kAllGather, params, element_bytes, Exposure::kPrefetched, around);
+    unit(WorkPass::kBackward, scope, group, WorkKind::kAllGather, params, element_bytes, Exposure::kPrefetched, around);
+    unit(WorkPass::kBackward, scope, group, WorkKind::kReduceScatter, params, grad_bytes, Exposure::kPrefetched,
+         around);
     if (o.distill_teacher) {
-      unit(WorkPass::kTeacher, WorkScope::kLayer, group, WorkKind::kAllGather, params, element_bytes,
-           Exposure::kPrefetched, kernels_per_zero3_teacher_unit(tensors, o));
+      unit(WorkPass::kTeacher, scope, group, WorkKind::kAllGather, params, element_bytes, Exposure::kPrefetched,
+           kernels_per_zero3_teacher_unit(tensors, o));
     }
   };
+  // The block unit is the mean layer's (its size and tensors averaged over dense and MoE layers);
+  // the routed experts' own unit is each MoE layer's.
   const double experts = expert_params_per_layer(counts, p);
   const bool experts_apart = experts > 0 && !p.experts_with_their_layer();
   const double expert_tensors = experts_apart ? routed_expert_tensors_per_layer(model, p.ep) : 0.0;
   if (experts_apart) {
     in_place = p.expert_dp() == 1;
-    block_units(CommGroup::kExpertReplicas, experts, kernels_per_zero3_call(o), expert_tensors);
+    block_units(WorkScope::kMoeLayer, CommGroup::kExpertReplicas, expert_params_per_moe_layer(counts, p),
+                kernels_per_zero3_call(o), routed_expert_tensors_per_moe_layer(model, p.ep));
     in_place = false;
   }
   if (shard_group <= 1) return;
-  block_units(CommGroup::kShard, block_params_per_tp(counts, p.tp) + (experts_apart ? 0.0 : experts),
+  block_units(WorkScope::kLayer, CommGroup::kShard, block_params_per_tp(counts, p.tp) + (experts_apart ? 0.0 : experts),
               experts_apart ? kernels_per_zero3_call(o) : kernels_per_zero3_block_call(model, o),  // experts too
               dense_block_tensors(model) + moe_extra_tensors_per_layer(model, p.ep) - expert_tensors);
   if (!runtime.gathers_root_unit) return;
@@ -373,8 +379,8 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
     // Under expert parallelism the executor's two optimizers bucket (and shard) their own
     // parameters: the routed experts over expert-dp, the rest over the replicas.
     auto executor_buckets = [&](int group, spec::ParameterSubset subset) {
-      return executor_gradient_buckets(model, p.tp, static_cast<int>(std::lround(share.layers)), share.first,
-                                       share.last, p.pp * p.virtual_stages == 1, o.bucket_elements,
+      return executor_gradient_buckets(model, p.tp, share.first_layer, static_cast<int>(std::lround(share.layers)),
+                                       share.first, share.last, p.pp * p.virtual_stages == 1, o.bucket_elements,
                                        p.zero_stage == 1 || p.zero_stage == 2 ? group : 1, subset, p.ep, p.etp);
     };
     const BucketStats buckets = executor_buckets(

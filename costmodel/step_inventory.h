@@ -15,6 +15,7 @@
 
 #include "core/units.h"
 #include "costmodel/cost_options.h"
+#include "costmodel/layer_kind.h"
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
 
@@ -26,12 +27,14 @@ enum class WorkPass : std::uint8_t { kForward, kBackward, kRecompute, kTeacher, 
 
 // What an entry's counts are per; WorkShare::times gives how often a rank runs them in a step.
 enum class WorkScope : std::uint8_t {
-  kLayer,      // each layer the rank holds, each microbatch
-  kEmbedding,  // each microbatch, on the rank holding the embedding (and ZeRO-3's root unit)
-  kHead,       // each microbatch, on the rank holding the final norm, LM head and loss
-  kTransfer,   // each pipeline send or receive the rank makes in one pass of one microbatch
-  kReduction,  // each gradient reduction of the step (StepInventory::gradient_reductions)
-  kStep,       // once per step
+  kLayer,       // each layer the rank holds, each microbatch
+  kDenseLayer,  // each of those without routed experts (spec::ModelSpec::is_moe_layer false)
+  kMoeLayer,    // each of those with routed experts
+  kEmbedding,   // each microbatch, on the rank holding the embedding (and ZeRO-3's root unit)
+  kHead,        // each microbatch, on the rank holding the final norm, LM head and loss
+  kTransfer,    // each pipeline send or receive the rank makes in one pass of one microbatch
+  kReduction,   // each gradient reduction of the step (StepInventory::gradient_reductions)
+  kStep,        // once per step
 };
 
 // The process group an entry runs on (costmodel/work_pricing.h's GroupPlacements).
@@ -92,7 +95,7 @@ struct WorkItem {
 };
 
 // Enough for every producer at once (StepInventory.EveryParallelismAtOnceFitsTheInventory).
-inline constexpr int kMaxWorkItems = 72;
+inline constexpr int kMaxWorkItems = 80;
 
 class StepInventory {
  public:
@@ -118,12 +121,15 @@ class StepInventory {
 struct RankShare {
   int pp_rank = 0;
   double layers = 0;              // blocks over its chunks
+  double moe_layers = 0;          // of `layers`, those with routed experts
+  int first_layer = 0;            // its first stage's first layer
   double chunks = 1;              // its model chunks (virtual stages)
   bool first = false;             // holds the embedding
   bool last = false;              // holds the final norm and LM head
   double params = 0;              // parameters per tp rank (the routed experts' its own, below)
   double expert_params = 0;       // routed-expert parameters it holds (reduced over expert-dp)
   double transfers_per_pass = 0;  // its pipeline sends and receives in one pass of one microbatch
+  [[nodiscard]] HeldLayers held() const { return {layers, moe_layers, first_layer}; }
 };
 
 // How often a rank with `share` runs an entry of `scope` in a step of `microbatches`.
@@ -132,6 +138,10 @@ struct RankShare {
   switch (scope) {
     case WorkScope::kLayer:
       return share.layers * microbatches;
+    case WorkScope::kDenseLayer:
+      return (share.layers - share.moe_layers) * microbatches;
+    case WorkScope::kMoeLayer:
+      return share.moe_layers * microbatches;
     case WorkScope::kEmbedding:
       return share.first ? microbatches : 0.0;
     case WorkScope::kHead:

@@ -162,8 +162,18 @@ Seconds pipeline_transfer_time(const WorkItem& item, const LinkCost& link, const
 
 namespace {
 
+bool layer_scope(WorkScope scope) {
+  return scope == WorkScope::kLayer || scope == WorkScope::kDenseLayer || scope == WorkScope::kMoeLayer;
+}
+
+// Whether an entry of `scope` runs on a layer of `kind`.
+bool runs_on(WorkScope scope, LayerKind kind) {
+  return scope == WorkScope::kLayer || (scope == WorkScope::kDenseLayer && kind == LayerKind::kDense) ||
+         (scope == WorkScope::kMoeLayer && kind == LayerKind::kMoe);
+}
+
 bool in_microbatch(const WorkItem& item) {
-  return (item.scope == WorkScope::kLayer || item.scope == WorkScope::kEmbedding || item.scope == WorkScope::kHead) &&
+  return (layer_scope(item.scope) || item.scope == WorkScope::kEmbedding || item.scope == WorkScope::kHead) &&
          item.exposure != Exposure::kBehindBackward && item.exposure != Exposure::kAfterBackward;
 }
 
@@ -185,37 +195,47 @@ std::optional<WorkItem> pass_transfer(const StepInventory& inventory) {
   return transfer;
 }
 
-PassTime& pass_of(MicrobatchCharges& c, const WorkItem& item) {
-  const bool forward = item.pass == WorkPass::kForward;
-  const bool teacher = item.pass == WorkPass::kTeacher;
-  switch (item.scope) {
-    case WorkScope::kEmbedding:
-      return teacher ? c.head.teacher_embedding : forward ? c.head.embedding_forward : c.head.embedding_backward;
-    case WorkScope::kHead:
-      return teacher ? c.head.teacher_head : forward ? c.head.head_forward : c.head.head_backward;
-    default:
-      if (teacher) return c.block.teacher;
-      return forward ? c.block.forward : item.pass == WorkPass::kRecompute ? c.block.recompute : c.block.backward;
-  }
+PassTime& layer_pass_of(BlockCosts& block, const WorkItem& item) {
+  if (item.pass == WorkPass::kTeacher) return block.teacher;
+  if (item.pass == WorkPass::kForward) return block.forward;
+  return item.pass == WorkPass::kRecompute ? block.recompute : block.backward;
 }
 
-// The kernels around each call run in its pass, and a host resumes after each blocking call.
-// Returns the compute between two blocking calls of a layer: its passes' compute shared among
-// the operations that wait for their group.
-Seconds charge_dispatch(MicrobatchCharges& c, const StepInventory& inventory, const PricingContext& context) {
-  const Seconds kernel = context.options->kernel_overhead;
-  double waiting = 0;
-  for (const WorkItem& item : inventory.items()) {
-    if (!in_microbatch(item)) continue;
-    PassTime& pass = pass_of(c, item);
-    pass.kernels += item.kernels;
-    pass.overhead += kernel * item.kernels;
-    if (item.resumes) pass.resume += context.resume * item.calls;
-    if (item.scope == WorkScope::kLayer && item.waits_for_slowest) waiting += item.operations;
+PassTime& root_pass_of(HeadCosts& head, const WorkItem& item) {
+  const bool forward = item.pass == WorkPass::kForward;
+  const bool teacher = item.pass == WorkPass::kTeacher;
+  if (item.scope == WorkScope::kEmbedding) {
+    return teacher ? head.teacher_embedding : forward ? head.embedding_forward : head.embedding_backward;
   }
-  if (waiting <= 0) return Seconds(0);
-  return (c.block.forward.total() + c.block.backward.total() + c.block.recompute.total() + c.block.teacher.total()) /
-         waiting;
+  return teacher ? head.teacher_head : forward ? head.head_forward : head.head_backward;
+}
+
+void charge_call(PassTime& pass, const WorkItem& item, const PricingContext& context) {
+  pass.kernels += item.kernels;
+  pass.overhead += context.options->kernel_overhead * item.kernels;
+  if (item.resumes) pass.resume += context.resume * item.calls;
+}
+
+// The compute of a layer's passes and the operations among its entries that wait for their group:
+// their ratio is the compute each waiting operation follows.
+struct Segments {
+  Seconds compute;
+  double waiting = 0;
+  [[nodiscard]] Seconds per_wait() const { return waiting > 0 ? compute / waiting : Seconds(0); }
+};
+
+// The kernels around each call of a layer of `kind` run in its pass, and a host resumes after each
+// blocking call.
+Segments charge_layer_dispatch(BlockCosts& block, LayerKind kind, const StepInventory& inventory,
+                               const PricingContext& context) {
+  Segments segments;
+  for (const WorkItem& item : inventory.items()) {
+    if (!in_microbatch(item) || !runs_on(item.scope, kind)) continue;
+    charge_call(layer_pass_of(block, item), item, context);
+    if (item.waits_for_slowest) segments.waiting += item.operations;
+  }
+  segments.compute = block.forward.total() + block.backward.total() + block.recompute.total() + block.teacher.total();
+  return segments;
 }
 
 // Seconds by pass (forward, backward, recompute, teacher) of one scope's entries.
@@ -229,70 +249,139 @@ bool expert_group(CommGroup group) {
   return group == CommGroup::kExpert || group == CommGroup::kExpertTp || group == CommGroup::kExpertReplicas;
 }
 
+void add_to(ScopeSums& sums, const WorkItem& item, Seconds seconds) {
+  const auto pass = static_cast<std::size_t>(item.pass);
+  switch (item.exposure) {
+    case Exposure::kBehindAttention:
+      sums.behind_attention[pass] += seconds;
+      break;
+    case Exposure::kPrefetched:
+      sums.prefetched[pass] += seconds;
+      break;
+    default:
+      (item.group == CommGroup::kCp ? sums.cp : expert_group(item.group) ? sums.ep : sums.tp)[pass] += seconds;
+  }
+}
+
+constexpr auto kForward = static_cast<std::size_t>(WorkPass::kForward);
+constexpr auto kBackward = static_cast<std::size_t>(WorkPass::kBackward);
+constexpr auto kRecompute = static_cast<std::size_t>(WorkPass::kRecompute);
+constexpr auto kTeacher = static_cast<std::size_t>(WorkPass::kTeacher);
+
+// One layer's charges from its compute and its entries' seconds.
+LayerCharges fold_layer(const BlockCosts& block, const ScopeSums& layer) {
+  LayerCharges c;
+  c.block = block;
+  const Seconds cp_forward =
+      layer.cp[kForward] + std::max(Seconds(0), layer.behind_attention[kForward] - block.forward.attention);
+  const Seconds cp_backward = layer.cp[kBackward] + layer.cp[kRecompute] +
+                              std::max(Seconds(0), layer.behind_attention[kBackward] - block.backward.attention);
+  const Seconds zero3_forward = std::max(Seconds(0), layer.prefetched[kForward] - block.forward.total());
+  const Seconds zero3_backward =
+      std::max(Seconds(0), layer.prefetched[kBackward] - block.backward.total() - block.recompute.total());
+  // The teacher's forward, after the student's (its exposure priced as a forward's).
+  const Seconds cp_teacher =
+      layer.cp[kTeacher] + std::max(Seconds(0), layer.behind_attention[kTeacher] - block.teacher.attention);
+  const Seconds zero3_teacher = std::max(Seconds(0), layer.prefetched[kTeacher] - block.teacher.total());
+  c.zero3_hidden_forward = layer.prefetched[kForward] - zero3_forward + layer.prefetched[kTeacher] - zero3_teacher;
+  c.zero3_hidden_backward = layer.prefetched[kBackward] - zero3_backward;
+  c.zero3_hidden = c.zero3_hidden_forward + c.zero3_hidden_backward;
+  c.tp = layer.tp[kForward] + layer.tp[kBackward] + layer.tp[kRecompute] + layer.tp[kTeacher];
+  c.cp = cp_forward + cp_backward + cp_teacher;
+  c.ep = layer.ep[kForward] + layer.ep[kBackward] + layer.ep[kRecompute] + layer.ep[kTeacher];
+  c.zero3 = zero3_forward + zero3_backward + zero3_teacher;
+  c.forward = block.forward.total() + layer.tp[kForward] + layer.ep[kForward] + cp_forward + zero3_forward +
+              block.teacher.total() + layer.tp[kTeacher] + layer.ep[kTeacher] + cp_teacher + zero3_teacher;
+  c.backward = block.backward.total() + block.recompute.total() + layer.tp[kBackward] + layer.tp[kRecompute] +
+               layer.ep[kBackward] + layer.ep[kRecompute] + cp_backward + zero3_backward;
+  return c;
+}
+
+PassTime scaled(const PassTime& t, double k) {
+  return {t.gemm * k, t.attention * k, t.memory * k, t.overhead * k, t.kernels * k, t.resume * k};
+}
+
+PassTime plus(const PassTime& a, const PassTime& b) {
+  return {a.gemm + b.gemm,         a.attention + b.attention, a.memory + b.memory,
+          a.overhead + b.overhead, a.kernels + b.kernels,     a.resume + b.resume};
+}
+
 }  // namespace
+
+LayerCharges LayerCharges::sum(const LayerCharges& a, double na, const LayerCharges& b, double nb) {
+  auto pass = [&](PassTime BlockCosts::*member) {
+    return plus(scaled(a.block.*member, na), scaled(b.block.*member, nb));
+  };
+  auto seconds = [&](Seconds LayerCharges::*member) { return a.*member * na + b.*member * nb; };
+  LayerCharges c;
+  c.block.forward = pass(&BlockCosts::forward);
+  c.block.backward = pass(&BlockCosts::backward);
+  c.block.recompute = pass(&BlockCosts::recompute);
+  c.block.teacher = pass(&BlockCosts::teacher);
+  c.block.model_flops = a.block.model_flops * na + b.block.model_flops * nb;
+  c.block.hardware_flops = a.block.hardware_flops * na + b.block.hardware_flops * nb;
+  for (Seconds LayerCharges::*member :
+       {&LayerCharges::tp, &LayerCharges::cp, &LayerCharges::zero3, &LayerCharges::ep, &LayerCharges::zero3_hidden,
+        &LayerCharges::zero3_hidden_forward, &LayerCharges::zero3_hidden_backward, &LayerCharges::forward,
+        &LayerCharges::backward}) {
+    c.*member = seconds(member);
+  }
+  return c;
+}
+
+LayerCharges layers_of(const MicrobatchCharges& charges, const RankShare& share) {
+  return LayerCharges::sum(charges.dense_layer, share.layers - share.moe_layers, charges.moe_layer, share.moe_layers);
+}
 
 MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                    const spec::ParallelConfig& p, int seq_len, const CostModelOptions& o,
                                    const StepInventory& inventory, const PricingContext& context) {
   MicrobatchCharges c;
-  c.block = block_costs(model, p, seq_len, cluster.gpu(), o);
   c.head = head_costs(model, p, seq_len, cluster.gpu(), o);
   c.resume = context.resume;
-  const Seconds segment = charge_dispatch(c, inventory, context);
-  ScopeSums layer, embedding, head;
-  OperationTimes operation_times(context);
   c.transfer = pass_transfer(inventory);
+  const double moe_layers = model.moe_layers_in(0, model.layers);
+  const double layers_of_kind[2] = {model.layers - moe_layers, moe_layers};
+  // Each kind's compute and its own kernels and resumes; the embedding's and head's entries follow
+  // the mean layer's compute per waiting operation.
+  BlockCosts blocks[2];
+  Segments segments[2], mean;
+  for (const LayerKind kind : {LayerKind::kDense, LayerKind::kMoe}) {
+    const auto k = static_cast<std::size_t>(kind);
+    if (layers_of_kind[k] == 0) continue;
+    blocks[k] = block_costs(model, p, seq_len, cluster.gpu(), o, kind);
+    segments[k] = charge_layer_dispatch(blocks[k], kind, inventory, context);
+    mean.compute += segments[k].compute * layers_of_kind[k];
+    mean.waiting += segments[k].waiting * layers_of_kind[k];
+  }
+  for (const WorkItem& item : inventory.items()) {
+    if (in_microbatch(item) && !layer_scope(item.scope)) charge_call(root_pass_of(c.head, item), item, context);
+  }
+  ScopeSums layer[2], embedding, head;
+  OperationTimes operation_times(context);
   for (const WorkItem& item : inventory.items()) {
     if (!in_microbatch(item)) continue;
-    const Seconds seconds = price_with(item, operation_times(item), context, segment);
+    if (layer_scope(item.scope)) {
+      for (const LayerKind kind : {LayerKind::kDense, LayerKind::kMoe}) {
+        const auto k = static_cast<std::size_t>(kind);
+        if (layers_of_kind[k] == 0 || !runs_on(item.scope, kind)) continue;
+        add_to(layer[k], item, price_with(item, operation_times(item), context, segments[k].per_wait()));
+      }
+      continue;
+    }
+    const Seconds seconds = price_with(item, operation_times(item), context, mean.per_wait());
     if (item.exposure == Exposure::kBetweenPasses) {
       c.between_passes += seconds;
       continue;
     }
-    ScopeSums& sums = item.scope == WorkScope::kLayer ? layer : item.scope == WorkScope::kEmbedding ? embedding : head;
-    const auto pass = static_cast<std::size_t>(item.pass);
-    switch (item.exposure) {
-      case Exposure::kBehindAttention:
-        sums.behind_attention[pass] += seconds;
-        break;
-      case Exposure::kPrefetched:
-        sums.prefetched[pass] += seconds;
-        break;
-      default:
-        (item.group == CommGroup::kCp ? sums.cp : expert_group(item.group) ? sums.ep : sums.tp)[pass] += seconds;
-    }
+    add_to(item.scope == WorkScope::kEmbedding ? embedding : head, item, seconds);
   }
-  const auto forward = static_cast<std::size_t>(WorkPass::kForward);
-  const auto backward = static_cast<std::size_t>(WorkPass::kBackward);
-  const auto recompute = static_cast<std::size_t>(WorkPass::kRecompute);
-  const auto teacher = static_cast<std::size_t>(WorkPass::kTeacher);
-  const BlockCosts& block = c.block;
-  const Seconds cp_forward =
-      layer.cp[forward] + std::max(Seconds(0), layer.behind_attention[forward] - block.forward.attention);
-  const Seconds cp_backward = layer.cp[backward] + layer.cp[recompute] +
-                              std::max(Seconds(0), layer.behind_attention[backward] - block.backward.attention);
-  const Seconds zero3_forward = std::max(Seconds(0), layer.prefetched[forward] - block.forward.total());
-  const Seconds zero3_backward =
-      std::max(Seconds(0), layer.prefetched[backward] - block.backward.total() - block.recompute.total());
-  // The teacher's forward, after the student's (its exposure priced as a forward's).
-  const Seconds cp_teacher =
-      layer.cp[teacher] + std::max(Seconds(0), layer.behind_attention[teacher] - block.teacher.attention);
-  const Seconds zero3_teacher = std::max(Seconds(0), layer.prefetched[teacher] - block.teacher.total());
-  c.layer_zero3_hidden_forward = layer.prefetched[forward] - zero3_forward + layer.prefetched[teacher] - zero3_teacher;
-  c.layer_zero3_hidden_backward = layer.prefetched[backward] - zero3_backward;
-  c.layer_zero3_hidden = c.layer_zero3_hidden_forward + c.layer_zero3_hidden_backward;
-  c.layer_tp = layer.tp[forward] + layer.tp[backward] + layer.tp[recompute] + layer.tp[teacher];
-  c.layer_cp = cp_forward + cp_backward + cp_teacher;
-  c.layer_ep = layer.ep[forward] + layer.ep[backward] + layer.ep[recompute] + layer.ep[teacher];
-  c.layer_zero3 = zero3_forward + zero3_backward + zero3_teacher;
-  c.layer_forward = block.forward.total() + layer.tp[forward] + layer.ep[forward] + cp_forward + zero3_forward +
-                    block.teacher.total() + layer.tp[teacher] + layer.ep[teacher] + cp_teacher + zero3_teacher;
-  c.layer_backward = block.backward.total() + block.recompute.total() + layer.tp[backward] + layer.tp[recompute] +
-                     layer.ep[backward] + layer.ep[recompute] + cp_backward + zero3_backward;
-  c.embedding_tp_forward = embedding.tp[forward] + embedding.tp[teacher];
-  c.embedding_tp_backward = embedding.tp[backward];
-  c.head_tp_forward = head.tp[forward] + head.tp[teacher];
-  c.head_tp_backward = head.tp[backward];
+  if (layers_of_kind[0] > 0) c.dense_layer = fold_layer(blocks[0], layer[0]);
+  if (layers_of_kind[1] > 0) c.moe_layer = fold_layer(blocks[1], layer[1]);
+  c.embedding_tp_forward = embedding.tp[kForward] + embedding.tp[kTeacher];
+  c.embedding_tp_backward = embedding.tp[kBackward];
+  c.head_tp_forward = head.tp[kForward] + head.tp[kTeacher];
+  c.head_tp_backward = head.tp[kBackward];
   c.embedding_forward = c.head.embedding_forward.total() + c.head.teacher_embedding.total() + c.embedding_tp_forward;
   c.embedding_backward = c.head.embedding_backward.total() + c.embedding_tp_backward;
   c.head_forward = c.head.head_forward.total() + c.head.teacher_head.total() + c.head_tp_forward;

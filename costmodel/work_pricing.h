@@ -56,19 +56,28 @@ struct PricingContext {
 [[nodiscard]] core::Seconds pipeline_transfer_time(const WorkItem& item, const LinkCost& link,
                                                    const PricingContext& context);
 
-// One microbatch on any stage: the compute of each pass with the kernels and resumes of its calls,
-// and the communication it cannot hide.
+// Layers of one microbatch: the compute of each pass with the kernels and resumes of its calls, and
+// the communication it cannot hide. One layer's, or (LayerCharges::sum) a stage's or a rank's.
+struct LayerCharges {
+  BlockCosts block;
+  // Exposed communication over all the passes, by group: tensor parallelism (its blocking calls),
+  // context parallelism (gathers, or the ring beyond the attention core), ZeRO-3 (gathers and
+  // reduce-scatters beyond the pass's compute).
+  core::Seconds tp, cp, zero3;
+  core::Seconds ep;            // expert parallelism's all-to-alls (and etp's gathers), blocking
+  core::Seconds zero3_hidden;  // ZeRO-3 communication hidden behind the compute
+  core::Seconds zero3_hidden_forward, zero3_hidden_backward;
+  core::Seconds forward, backward;  // compute + exposed, backward with recompute
+
+  // `dense` dense layers and `moe` MoE layers: every term times its count, summed.
+  static LayerCharges sum(const LayerCharges& dense_layer, double dense, const LayerCharges& moe_layer, double moe);
+};
+
+// One microbatch on any stage: its layers' charges by kind (spec::ModelSpec::is_moe_layer; a kind
+// the model lacks is left zero), and the embedding's and head's.
 struct MicrobatchCharges {
-  BlockCosts block;  // one layer
+  LayerCharges dense_layer, moe_layer;
   HeadCosts head;
-  // Exposed communication of one layer over all its passes, by group: tensor parallelism (its
-  // blocking calls), context parallelism (gathers, or the ring beyond the attention core), ZeRO-3
-  // (gathers and reduce-scatters beyond the pass's compute).
-  core::Seconds layer_tp, layer_cp, layer_zero3;
-  core::Seconds layer_ep;            // expert parallelism's all-to-alls (and etp's gathers), blocking
-  core::Seconds layer_zero3_hidden;  // ZeRO-3 communication hidden behind the layer's compute
-  core::Seconds layer_zero3_hidden_forward, layer_zero3_hidden_backward;
-  core::Seconds layer_forward, layer_backward;  // one layer: compute + exposed, backward with recompute
   // The embedding's and head's tensor-parallel calls, per pass.
   core::Seconds embedding_tp_forward, embedding_tp_backward, head_tp_forward, head_tp_backward;
   // What the stage holding the embedding (the head) adds per pass: compute + its calls.
@@ -85,5 +94,8 @@ struct MicrobatchCharges {
                                                  const spec::ParallelConfig& parallel, int seq_len,
                                                  const CostModelOptions& options, const StepInventory& inventory,
                                                  const PricingContext& context);
+
+// The charges of `share`'s layers (RankShare::layers, of them RankShare::moe_layers MoE).
+[[nodiscard]] LayerCharges layers_of(const MicrobatchCharges& charges, const RankShare& share);
 
 }  // namespace cpt::cost

@@ -1,5 +1,6 @@
 #include "spec/stage_partition.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/check.h"
@@ -35,6 +36,17 @@ int StagePartition::balanced_layers_of_rank(int layers, int pp, int virtual_stag
   int n = 0;
   for (int c = 0; c < virtual_stages; ++c) n += balanced_layers_in(layers, pp, virtual_stages, c * pp + pp_rank);
   return n;
+}
+
+int StagePartition::balanced_first_layer(int layers, int pp, int virtual_stages, int stage) {
+  const int stages = pp * virtual_stages;
+  (void)balanced_layers_in(layers, pp, virtual_stages, stage);  // checks the arguments
+  if (stage == 0) return 0;
+  const int extra = layers % stages;
+  // Before `stage`: stages 1..stage-1 take an extra each while their index is <= extra, and stage 0
+  // takes one only when every inner stage has (extra == stages - 1).
+  const int inner_extras = std::min(stage - 1, extra);
+  return stage * (layers / stages) + inner_extras + (extra == stages - 1 ? 1 : 0);
 }
 
 StagePartition StagePartition::balanced(int layers, int pp, int virtual_stages) {

@@ -36,10 +36,13 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
   out.estimate = std::get<Estimate>(ev);
   const auto& p = plan.parallel;
   const auto schedule = spec::make_schedule(p.schedule, p.pp, p.virtual_stages, p.grad_accum());
-  const double per_layer =
-      static_cast<double>(activation_bytes_per_layer(plan.model, p, plan.workload.seq_len, o).value());
+  const MemoryTerms terms = memory_terms(plan.model, p, plan.workload.seq_len, 1, o);
   std::vector<double> act;
-  for (int s = 0; s < plan.stages.num_stages(); ++s) act.push_back(per_layer * plan.stages.layers_in(s));
+  for (int s = 0; s < plan.stages.num_stages(); ++s) {
+    const int first = plan.stages.first_layer(s), layers = plan.stages.layers_in(s);
+    act.push_back(terms.activations_of(
+        {static_cast<double>(layers), static_cast<double>(plan.model.moe_layers_in(first, layers)), first}));
+  }
   std::vector<double> stat;
   for (const auto& m : out.estimate.memory_per_pp_rank) {
     stat.push_back(static_cast<double>((m.weights + m.grads + m.optimizer + m.other + m.teacher + m.ewc).value()));
@@ -114,7 +117,11 @@ core::Json simulation_to_json(const PlanSimulation& sim, const spec::Plan& plan)
   j["mfu"] = sim.estimate.mfu * sim.estimate.time.total().value() / step;  // same FLOPs, simulated time
   j["model_tflops_per_gpu"] = sim.estimate.model_tflops_per_gpu * sim.estimate.time.total().value() / step;
   j["hfu"] = sim.estimate.hfu * sim.estimate.time.total().value() / step;
-  j["time_s"]["pp_bubble"] = sim.result.bubble_fraction * step;
+  // The breakdown is the estimate's critical rank's: its bubble is that rank's simulated wait (with
+  // uneven stages more than bubble_fraction, the busiest rank's).
+  const auto critical = static_cast<std::size_t>(sim.estimate.critical_pp_rank);
+  if (critical < sim.result.idle_s.size()) j["time_s"]["pp_bubble"] = sim.result.idle_s[critical];
+  j["breakdown_pp_rank"] = sim.estimate.critical_pp_rank;
   j["bubble_fraction"] = sim.result.bubble_fraction;
   j["exposed_comm_s"] = sim.result.exposed_comm.value();
   j["critical_pp_rank"] = sim.result.critical_rank;

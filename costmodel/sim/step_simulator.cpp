@@ -86,6 +86,12 @@ class StepSimulation {
         result_.critical_replica = static_cast<int>(rk.replica);
       }
     }
+    const double step = result_.step_time.value();
+    result_.idle_s.assign(pp_, step);
+    for (const auto& rk : ranks_) {
+      const double idle = std::max(0.0, step - rk.busy_s - exposed_after_backward(rk));
+      result_.idle_s[rk.pp_rank] = std::min(result_.idle_s[rk.pp_rank], idle);
+    }
     const auto& c = ranks_[static_cast<std::size_t>(result_.critical_replica) * pp_ +
                            static_cast<std::size_t>(result_.critical_rank)];
     result_.exposed_comm = core::Seconds(exposed_after_backward(c));
@@ -93,7 +99,6 @@ class StepSimulation {
     // last (the first, running the last backward) may hold less work and wait for the others.
     const Rank* busiest = &c;
     for (const auto& rk : ranks_) busiest = rk.busy_s > busiest->busy_s ? &rk : busiest;
-    const double step = result_.step_time.value();
     const double idle = step - busiest->busy_s - exposed_after_backward(*busiest);
     result_.bubble_fraction = step > 0 ? std::max(0.0, idle) / step : 0;
     return result_;

@@ -57,9 +57,12 @@ struct SimulationResult {
   double bubble_fraction = 0;          // the busiest rank's idle share of the step (waiting on the pipeline)
   core::Seconds exposed_comm;          // the critical rank waiting on communication after its last backward
   std::vector<double> compute_busy_s;  // per pipeline rank (the largest over replicas)
-  std::vector<double> peak_bytes;      // per pipeline rank: static + peak live activations (largest over replicas)
-  std::vector<Interval> intervals;     // every task, in completion order
-  std::vector<MemorySample> memory;    // every change of a rank's memory
+  // Per pipeline rank: the step less its compute and its communication after its last backward,
+  // the time it waits on the pipeline (the smallest over replicas).
+  std::vector<double> idle_s;
+  std::vector<double> peak_bytes;    // per pipeline rank: static + peak live activations (largest over replicas)
+  std::vector<Interval> intervals;   // every task, in completion order
+  std::vector<MemorySample> memory;  // every change of a rank's memory
   std::uint64_t events = 0;
 };
 

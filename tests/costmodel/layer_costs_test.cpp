@@ -121,13 +121,14 @@ TEST(LayerCosts, EagerDispatchCountsTheExecutorsKernels) {
   const CostModelOptions eager = as_run_by_cpt_executor(fused);
   const spec::ParallelConfig single{.micro_batch = 2};
   const spec::ParallelConfig tp2{.tp = 2, .micro_batch = 2};
-  const auto f = block_costs(m, single, 64, gpu, fused), e = block_costs(m, single, 64, gpu, eager);
+  const auto f = block_costs(m, single, 64, gpu, fused, LayerKind::kDense),
+             e = block_costs(m, single, 64, gpu, eager, LayerKind::kDense);
   EXPECT_EQ(f.forward.kernels, 12);
   EXPECT_EQ(f.backward.kernels, 24);
   EXPECT_GT(e.forward.kernels, 4 * f.forward.kernels);
   EXPECT_DOUBLE_EQ(e.forward.overhead.value(), e.forward.kernels * eager.kernel_overhead.value());
   // The layer's own kernels do not depend on the layout (the calls' are the step inventory's).
-  EXPECT_EQ(block_costs(m, tp2, 64, gpu, eager).forward.kernels, e.forward.kernels);
+  EXPECT_EQ(block_costs(m, tp2, 64, gpu, eager, LayerKind::kDense).forward.kernels, e.forward.kernels);
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 1, "--gpu");
   const spec::ParallelConfig step{.micro_batch = 2, .global_batch = 8};
   const auto est = std::get<Estimate>(evaluate(m, cluster, step, 64, eager));
@@ -145,8 +146,8 @@ TEST(LayerCosts, Fp8LeavesTheAttentionCoreInBf16) {
   CostModelOptions bf16, fp8;
   fp8.precision = spec::Precision::kFp8;
   const spec::ParallelConfig p{.micro_batch = 1};
-  const auto a = block_costs(m, p, 8192, h100, bf16);
-  const auto b = block_costs(m, p, 8192, h100, fp8);
+  const auto a = block_costs(m, p, 8192, h100, bf16, LayerKind::kDense);
+  const auto b = block_costs(m, p, 8192, h100, fp8, LayerKind::kDense);
   EXPECT_EQ(a.forward.attention, b.forward.attention);
   EXPECT_EQ(a.backward.attention, b.backward.attention);
   EXPECT_LT(b.forward.gemm, a.forward.gemm);
@@ -159,8 +160,8 @@ TEST(LayerCosts, FlashAttentionHalvesCausalWork) {
   CostModelOptions plain;
   plain.flash_attention = false;
   const spec::ParallelConfig p{.tp = 1, .micro_batch = 1};
-  const auto a = block_costs(m, p, 8192, h100, flash);
-  const auto b = block_costs(m, p, 8192, h100, plain);
+  const auto a = block_costs(m, p, 8192, h100, flash, LayerKind::kDense);
+  const auto b = block_costs(m, p, 8192, h100, plain, LayerKind::kDense);
   EXPECT_EQ(a.model_flops, b.model_flops);              // the FLOP convention does not change
   EXPECT_LT(a.forward.attention, b.forward.attention);  // the work and its time do
   EXPECT_LT(a.backward.attention, b.backward.attention);

@@ -63,12 +63,14 @@ TEST(MemoryModel, KorthikantiTableTwoEveryCase) {
   };
   for (const Case& c : cases) {
     spec::ParallelConfig p{.tp = c.tp, .micro_batch = 1, .recompute = c.rc, .sequence_parallel = c.sp};
-    EXPECT_NEAR(static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value()), c.expected, 1.0) << c.name;
+    EXPECT_NEAR(static_cast<double>(activation_bytes_per_layer(m, p, 2048, o, LayerKind::kDense).value()), c.expected,
+                1.0)
+        << c.name;
   }
   // FlashAttention stores no s² scores: only a 4-byte log-sum-exp per query and head remains.
   o.flash_attention = true;
   spec::ParallelConfig p{.tp = 8, .micro_batch = 1};
-  EXPECT_NEAR(static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value()),
+  EXPECT_NEAR(static_cast<double>(activation_bytes_per_layer(m, p, 2048, o, LayerKind::kDense).value()),
               sbh * (10 + 24 / t) + 4 * (a / t) * s, 1.0);
 }
 
@@ -81,7 +83,8 @@ TEST(MemoryModel, LlamaLayerByHand) {
   const double expected =
       4 * T * 64 + 2 * T * 64 + 2 * T * 48 + 2 * T * 16 + 2 * T * 32 + 2 * T * 64 + 3 * 2 * T * 88 + 4 * 2 * T;
   spec::ParallelConfig p{.tp = 2, .micro_batch = 2};
-  EXPECT_EQ(activation_bytes_per_layer(m, p, 128, CostModelOptions{}).value(), static_cast<std::int64_t>(expected));
+  EXPECT_EQ(activation_bytes_per_layer(m, p, 128, CostModelOptions{}, LayerKind::kDense).value(),
+            static_cast<std::int64_t>(expected));
 }
 
 // The first 1F1B stage holds p microbatches of L/p layers (Korthikanti §4.2.3: L layers' worth);
@@ -96,13 +99,14 @@ TEST(MemoryModel, DropoutMasksFollowTheRecipe) {
   const double tokens = 2.0 * 2048, masks = 2 * tokens * gpt.hidden / 4;
   CostModelOptions with, without;
   without.dropout = false;
-  EXPECT_EQ(activation_bytes_per_layer(gpt, p, 2048, with).value() -
-                activation_bytes_per_layer(gpt, p, 2048, without).value(),
+  EXPECT_EQ(activation_bytes_per_layer(gpt, p, 2048, with, LayerKind::kDense).value() -
+                activation_bytes_per_layer(gpt, p, 2048, without, LayerKind::kDense).value(),
             static_cast<std::int64_t>(masks));
-  EXPECT_EQ(activation_bytes_per_layer(llama, p, 2048, with), activation_bytes_per_layer(llama, p, 2048, without));
+  EXPECT_EQ(activation_bytes_per_layer(llama, p, 2048, with, LayerKind::kDense),
+            activation_bytes_per_layer(llama, p, 2048, without, LayerKind::kDense));
   with.dropout = true;
-  EXPECT_EQ(activation_bytes_per_layer(llama, p, 2048, with).value() -
-                activation_bytes_per_layer(llama, p, 2048, without).value(),
+  EXPECT_EQ(activation_bytes_per_layer(llama, p, 2048, with, LayerKind::kDense).value() -
+                activation_bytes_per_layer(llama, p, 2048, without, LayerKind::kDense).value(),
             static_cast<std::int64_t>(2 * tokens * llama.hidden / 4));
 }
 
@@ -140,7 +144,7 @@ TEST(MemoryModel, InFlightActivationsFollowTheSchedule) {
     const auto mem = memory_per_pp_rank(m, p, 2048, stages, &schedule, layout, o);
     const auto fast = memory_per_pp_rank(m, p, 2048, stages, nullptr, layout, o);
     EXPECT_EQ(fast[0].activations, mem[0].activations);  // uniform chunks: the closed form is exact
-    const double per_layer = static_cast<double>(activation_bytes_per_layer(m, p, 2048, o).value());
+    const double per_layer = static_cast<double>(activation_bytes_per_layer(m, p, 2048, o, LayerKind::kDense).value());
     const double factor = v == 1 ? 1.0 : 1.0 + 7.0 / (8.0 * v);
     EXPECT_NEAR(static_cast<double>(mem[0].activations.value()), 96 * per_layer * factor, 1.0) << "v " << v;
     EXPECT_LT(mem[4].activations, mem[0].activations);  // later stages hold fewer microbatches
@@ -197,7 +201,7 @@ TEST(MemoryModel, ZeroTwoHoldsTheBucketsInFlight) {
   // buckets alone, so its two in flight outweigh Megatron's two of 40 M.
   const auto ex = as_run_by_cpt_executor(o);
   const auto eager = memory_per_pp_rank(m, p, 8192, stages, nullptr, layout, ex).at(0);
-  const auto buckets = executor_gradient_buckets(m, 1, 32, true, true, true, ex.bucket_elements, 8);
+  const auto buckets = executor_gradient_buckets(m, 1, 0, 32, true, true, true, ex.bucket_elements, 8);
   EXPECT_GE(buckets.largest_pair, 128256.0 * 4096);
   EXPECT_NEAR(static_cast<double>(eager.grads.value()), 4 * psi / 8 + 4 * buckets.largest_pair, 2.0);
 

@@ -106,11 +106,13 @@ TEST(MixtureOfExpertsCost, LatentDownProjectionsAreReplicatedOverTp) {
 // 6·(T/tp)·k·h·f_e per rank whatever the split: ep and etp change the GEMMs' shapes, not the work.
 TEST(MixtureOfExpertsCost, RoutedFlopsDoNotDependOnTheSplit) {
   const auto gpu = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 8, "--gpu").gpu();
-  const double reference = block_costs(mixtral(), expert_parallel(8, 1, 1), 4096, gpu, {}).model_flops.value();
+  const double reference =
+      block_costs(mixtral(), expert_parallel(8, 1, 1), 4096, gpu, {}, LayerKind::kMoe).model_flops.value();
   for (const auto& [ep, etp] : {std::pair{2, 1}, {8, 1}, {4, 2}}) {
     spec::ParallelConfig p = expert_parallel(8, ep, 1);
     p.etp = etp;
-    EXPECT_DOUBLE_EQ(block_costs(mixtral(), p, 4096, gpu, {}).model_flops.value(), reference) << ep << " " << etp;
+    EXPECT_DOUBLE_EQ(block_costs(mixtral(), p, 4096, gpu, {}, LayerKind::kMoe).model_flops.value(), reference)
+        << ep << " " << etp;
   }
   // Active, not total: two of eight experts per token (attention core aside).
   const double routed = 6.0 * 4096 * 2 * 4096 * 14336 * 3;
@@ -143,6 +145,41 @@ TEST(MixtureOfExpertsCost, AllToAllOnlyWithExpertParallelism) {
   EXPECT_EQ(spread.calls_per_step.ep, 2 * (3 + 2));
 }
 
+// Dense layers among MoE layers (DeepSeek's first_k_dense_replace) are priced as themselves on the
+// stages that hold them: Mixtral with its first two layers dense changes the first pipeline stage
+// alone (its time, its parameters: two dense MLPs in place of two routers and their experts, by
+// hand), and the busiest rank's expert calls are those of its 8 MoE layers either way.
+TEST(MixtureOfExpertsCost, EachStagePricesItsOwnLayers) {
+  spec::ModelSpec dense_first = mixtral();
+  dense_first.moe.first_dense_layers = 2;
+  const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 32, "--gpu");
+  spec::ParallelConfig p = expert_parallel(8, 8, 1);
+  p.pp = 4;
+  p.global_batch = 64;
+  const auto all_moe = std::get<Estimate>(evaluate(mixtral(), cluster, p, 4096));
+  const auto mixed = std::get<Estimate>(evaluate(dense_first, cluster, p, 4096));
+  ASSERT_EQ(mixed.stages.forward_s.size(), 4u);
+  EXPECT_LT(mixed.stages.forward_s[0], all_moe.stages.forward_s[0]);  // two dense MLPs: one token's FLOPs
+  EXPECT_LT(mixed.stages.backward_s[0], all_moe.stages.backward_s[0]);
+  for (std::size_t s = 1; s < 4; ++s) {
+    EXPECT_EQ(mixed.stages.forward_s[s], all_moe.stages.forward_s[s]) << "stage " << s;
+    EXPECT_EQ(mixed.stages.backward_s[s], all_moe.stages.backward_s[s]) << "stage " << s;
+  }
+  // Per layer, by hand (h 4096, f 14336, 8 experts over ep 8): a dense MLP 3·h·f; an MoE layer's
+  // router h·E and its one expert per rank 3·h·f.
+  const double h = 4096, f = 14336;
+  const double dense_mlp = 3 * h * f, moe_mlp = h * 8 + 3 * h * f * 8 / 8;
+  const auto stages = spec::StagePartition::balanced(32, 4, 1);
+  EXPECT_DOUBLE_EQ(params_of_pp_rank(dense_first, p, stages, 0) - params_of_pp_rank(mixtral(), p, stages, 0),
+                   2 * (dense_mlp - moe_mlp));
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_EQ(params_of_pp_rank(dense_first, p, stages, r), params_of_pp_rank(mixtral(), p, stages, r)) << r;
+  }
+  EXPECT_NE(mixed.critical_pp_rank, 0);
+  EXPECT_EQ(mixed.calls_per_step.ep, all_moe.calls_per_step.ep);
+  EXPECT_EQ(mixed.calls_per_step.ep, 8 * p.grad_accum() * (3 + 2));  // 8 MoE layers: counts, dispatch, combine
+}
+
 // cpt's executor routes an MoE layer's sequence shards (executor/model/moe_routing.h) by gathering
 // each rank's pairs per (sequence, run, expert) and probability sums, fp64 [B·R + 1, E], over tp
 // and then over cp, every forward of every MoE layer; the tp gather holds sp ranks' rows, the cp
@@ -154,7 +191,7 @@ TEST(MixtureOfExpertsCost, ExecutorGathersTheRoutingOverTpThenCp) {
   const auto gathers = [&](const spec::ParallelConfig& p, const CostModelOptions& o) {
     std::vector<std::pair<CommGroup, std::int64_t>> found;
     for (const WorkItem& item : microbatch_work(tiny, p, 64, 1, o).items()) {
-      if (item.pass == WorkPass::kForward && item.scope == WorkScope::kLayer && item.kind == WorkKind::kAllGather &&
+      if (item.pass == WorkPass::kForward && item.scope == WorkScope::kMoeLayer && item.kind == WorkKind::kAllGather &&
           (item.group == CommGroup::kTp || item.group == CommGroup::kCp)) {
         found.emplace_back(item.group, item.bytes.value());
       }

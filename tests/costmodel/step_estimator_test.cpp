@@ -110,8 +110,9 @@ TEST(StepEstimator, ContextParallelAllGatherIsExposedAndKeepsTheGatheredKeys) {
   // Per layer: K and V (g = 8 heads of 128 / tp 2) of the other 3/4 of the 8192 tokens, bf16.
   const double tokens = 8192.0 / 4;
   const double extra = 2 * 2 * tokens * (8 * 128 / 2.0) * 3;
-  const double act_a = static_cast<double>(activation_bytes_per_layer(model, p, 8192, ring).value());
-  const double act_b = static_cast<double>(activation_bytes_per_layer(model, p, 8192, gather).value());
+  const double act_a = static_cast<double>(activation_bytes_per_layer(model, p, 8192, ring, LayerKind::kDense).value());
+  const double act_b =
+      static_cast<double>(activation_bytes_per_layer(model, p, 8192, gather, LayerKind::kDense).value());
   EXPECT_NEAR(act_b - act_a, extra, 2.0);
   // Without context parallelism the two are the same model.
   const spec::ParallelConfig q{

@@ -179,7 +179,12 @@ TEST(StepSimulator, AgreesWithTheEstimatesOverlapCharge) {
   auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 8, "--gpu");
   cluster.node.overlap_compute_slowdown = 1.0;
   for (const int zero : {2, 3}) {
-    const spec::ParallelConfig p{.tp = 1, .dp = 8, .pp = 1, .micro_batch = 1, .global_batch = 32, .zero_stage = zero,
+    const spec::ParallelConfig p{.tp = 1,
+                                 .dp = 8,
+                                 .pp = 1,
+                                 .micro_batch = 1,
+                                 .global_batch = 32,
+                                 .zero_stage = zero,
                                  .recompute = spec::Recompute::kFull};
     const auto est = std::get<Estimate>(evaluate(model, cluster, p, 4096));
     ASSERT_GT(est.time.other.value(), 0.02 * est.time.total().value()) << zero;
@@ -270,7 +275,8 @@ TEST(StepSimulator, PeakMemoryMatchesTheSchedule) {
   const std::vector<double> stat = {10, 20, 30, 40};
   const auto r = simulate_step(s, uniform(12, 1, 2), act, stat);
   for (int p = 0; p < 4; ++p) {
-    EXPECT_DOUBLE_EQ(r.peak_bytes[static_cast<std::size_t>(p)], stat[static_cast<std::size_t>(p)] + spec::max_live_weight(s, p, act));
+    EXPECT_DOUBLE_EQ(r.peak_bytes[static_cast<std::size_t>(p)],
+                     stat[static_cast<std::size_t>(p)] + spec::max_live_weight(s, p, act));
   }
 }
 
@@ -278,16 +284,24 @@ TEST(StepSimulator, PeakMemoryMatchesTheSchedule) {
 TEST(StepSimulator, AgreesWithTheEstimateOnARealPlan) {
   const auto model = spec::find_catalog_model("llama3-8b")->spec;
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 32, "--gpu");
-  const spec::ParallelConfig p{.tp = 2, .dp = 4, .pp = 4, .micro_batch = 1, .global_batch = 64, .zero_stage = 1,
-                               .recompute = spec::Recompute::kSelective, .sequence_parallel = true};
+  const spec::ParallelConfig p{.tp = 2,
+                               .dp = 4,
+                               .pp = 4,
+                               .micro_batch = 1,
+                               .global_batch = 64,
+                               .zero_stage = 1,
+                               .recompute = spec::Recompute::kSelective,
+                               .sequence_parallel = true};
   const auto est = std::get<Estimate>(evaluate(model, cluster, p, 4096));
   const auto schedule = spec::make_schedule(p.schedule, p.pp, p.virtual_stages, p.grad_accum());
   const auto stages = spec::StagePartition::balanced(model.layers, p.pp, 1);
-  const double per_layer = static_cast<double>(activation_bytes_per_layer(model, p, 4096, CostModelOptions{}).value());
+  const double per_layer =
+      static_cast<double>(activation_bytes_per_layer(model, p, 4096, CostModelOptions{}, LayerKind::kDense).value());
   std::vector<double> act;
   for (int st = 0; st < 4; ++st) act.push_back(per_layer * stages.layers_in(st));
   std::vector<double> stat;
-  for (const auto& m : est.memory_per_pp_rank) stat.push_back(static_cast<double>((m.weights + m.grads + m.optimizer).value()));
+  for (const auto& m : est.memory_per_pp_rank)
+    stat.push_back(static_cast<double>((m.weights + m.grads + m.optimizer).value()));
   const auto r = simulate_step(schedule, est.stages, act, stat);
   EXPECT_NEAR(r.step_time.value() / est.time.total().value(), 1.0, 0.02);
   const auto trace = chrome_trace(r);
@@ -309,8 +323,14 @@ namespace {
 spec::Plan per_rank_plan() {
   const auto model = spec::find_catalog_model("llama3-8b")->spec;
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 32, "--gpu");
-  const spec::ParallelConfig p{.tp = 2, .dp = 4, .pp = 4, .micro_batch = 1, .global_batch = 64, .zero_stage = 1,
-                               .recompute = spec::Recompute::kSelective, .sequence_parallel = true};
+  const spec::ParallelConfig p{.tp = 2,
+                               .dp = 4,
+                               .pp = 4,
+                               .micro_batch = 1,
+                               .global_batch = 64,
+                               .zero_stage = 1,
+                               .recompute = spec::Recompute::kSelective,
+                               .sequence_parallel = true};
   return spec::make_plan(model, cluster, spec::Workload{4096, 0}, p);
 }
 

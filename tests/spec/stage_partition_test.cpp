@@ -56,6 +56,9 @@ TEST(StagePartition, ClosedFormsMatchTheContractOrder) {
         for (int r = 0; r < pp; ++r) {
           EXPECT_EQ(StagePartition::balanced_layers_of_rank(layers, pp, v, r), p.layers_of_rank(r));
         }
+        for (int s = 0; s < S; ++s) {
+          EXPECT_EQ(StagePartition::balanced_first_layer(layers, pp, v, s), p.first_layer(s)) << layers << " " << S;
+        }
       }
     }
   }
