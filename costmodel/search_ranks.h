@@ -21,6 +21,7 @@ namespace cpt::cost {
 // most MoE layers (and the heaviest chunk) any inner rank holds.
 struct SearchRanks {
   RankShare ranks[3];
+  double heaviest_chunk[3] = {};  // each one's largest model chunk, in layers
   int count = 0;
   RankShare inner;            // the layers of ranks 2..pp-2
   bool mixed_layers = false;  // dense and MoE layers both

@@ -88,13 +88,12 @@ StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, doubl
 }
 
 // The critical rank's compute, recomputation and exposed TP, CP and ZeRO-3 communication of its
-// microbatches, and the pipeline's terms. Returns the ZeRO-3 root unit's calls (outside the
-// stage durations the replay ran).
-Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, const StepEndSums& sums,
-                         const CriticalRank& critical, double microbatches, StepTimeBreakdown& t,
-                         Seconds& zero3_exposed) {
+// microbatches (`layers`: its layers' charges), and the pipeline's terms. Returns the ZeRO-3 root
+// unit's calls (outside the stage durations the replay ran).
+Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, const LayerCharges& layers,
+                         const StepEndSums& sums, const CriticalRank& critical, double microbatches,
+                         StepTimeBreakdown& t, Seconds& zero3_exposed) {
   const RankShare& share = critical.share;
-  const LayerCharges layers = layers_of(c, share);
   const BlockCosts& block = layers.block;
   const HeadCosts& head = c.head;
   const double chunk_passes = share.chunks * microbatches;
@@ -130,10 +129,10 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
 // behind the last backward (what its first bucket and the backward cannot hide), the work after
 // it, the wait for the group's slowest rank at the last reduction, and the compute slowdown beside
 // the overlapped traffic.
-void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, const StepEndSums& sums,
-                         const PricingContext& context, const StepEndGroups& groups, const CriticalRank& critical,
-                         double microbatches, Seconds zero3_exposed, StepTimeBreakdown& t, StepEnd& end,
-                         Seconds& straggler) {
+void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, const LayerCharges& layers,
+                         const StepEndSums& sums, const PricingContext& context, const StepEndGroups& groups,
+                         const CriticalRank& critical, double microbatches, Seconds zero3_exposed, StepTimeBreakdown& t,
+                         StepEnd& end, Seconds& straggler) {
   const CostModelOptions& o = *context.options;
   const Seconds overlappable = sums.behind_backward;
   const Seconds bucket_time = overlappable.value() > 0
@@ -150,8 +149,7 @@ void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, c
                                std::max(groups.shard_group, context.groups->of(CommGroup::kReplicas).size));
     t.dp_comm += straggler;
   }
-  t.other = hidden * (reductions * c.overlap_slowdown) +
-            layers_of(c, critical.share).zero3_hidden * microbatches * c.overlap_slowdown;
+  t.other = hidden * (reductions * c.overlap_slowdown) + layers.zero3_hidden * microbatches * c.overlap_slowdown;
   end.dp_reduce = o.overlap_dp_with_backward ? overlappable : Seconds(0);
   end.dp_buckets = static_cast<int>(inv.gradient_buckets);
   end.dp_reductions = inv.gradient_reductions;
@@ -204,8 +202,10 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   const StepEndSums sums = sum_step_end(inv, share, microbatches, context);
   const StepEndSums end_sums = apart ? sum_step_end(end_inv, finisher, microbatches, context) : sums;
   Seconds zero3_exposed, straggler;
-  const Seconds root = microbatch_terms(inv, c, sums, critical, microbatches, t, zero3_exposed);
-  data_parallel_terms(end_inv, c, end_sums, context, groups, critical, microbatches, zero3_exposed, t, end, straggler);
+  const LayerCharges layers = layers_of(c, share);
+  const Seconds root = microbatch_terms(inv, c, layers, sums, critical, microbatches, t, zero3_exposed);
+  data_parallel_terms(end_inv, c, layers, end_sums, context, groups, critical, microbatches, zero3_exposed, t, end,
+                      straggler);
   // The kernels around the data-parallel and pipeline calls (kernel_dispatch.h).
   t.dp_comm += o.kernel_overhead * end_sums.kernels_dp;
   t.pp_comm += o.kernel_overhead * sums.kernels_pp;
@@ -224,7 +224,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
            rank_sums.kernels_scalars;
   };
   const double step_k = step_k_of(share, inv, sums);
-  const BlockCosts block = layers_of(c, share).block;
+  const BlockCosts& block = layers.block;
   const HeadCosts& head = c.head;
   end.kernels =
       (block.forward.kernels + block.backward.kernels + block.recompute.kernels + block.teacher.kernels) *

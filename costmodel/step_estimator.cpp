@@ -124,12 +124,15 @@ Rates rates(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, cons
   const double microbatches_total = static_cast<double>(p.global_batch) / p.micro_batch;
   const double replicas_of_work = static_cast<double>(p.tp) * p.cp;  // per-rank FLOPs x tp x cp = one microbatch
   const double moe_layers = model.moe_layers_in(0, model.layers);
-  const BlockCosts blocks = LayerCharges::sum(c.dense_layer, model.layers - moe_layers, c.moe_layer, moe_layers).block;
+  const double dense_layers = model.layers - moe_layers;
+  const double block_model_flops =
+      dense_layers * c.dense_layer.block.model_flops.value() + moe_layers * c.moe_layer.block.model_flops.value();
+  const double block_hardware_flops =
+      dense_layers * c.dense_layer.block.hardware_flops.value() + moe_layers * c.moe_layer.block.hardware_flops.value();
   Rates r;
-  r.model_flops =
-      core::Flops(microbatches_total * replicas_of_work * (blocks.model_flops.value() + c.head.model_flops.value()));
+  r.model_flops = core::Flops(microbatches_total * replicas_of_work * (block_model_flops + c.head.model_flops.value()));
   r.hardware_flops =
-      core::Flops(microbatches_total * replicas_of_work * (blocks.hardware_flops.value() + c.head.model_flops.value()));
+      core::Flops(microbatches_total * replicas_of_work * (block_hardware_flops + c.head.model_flops.value()));
   const double peak =
       (cluster.gpu().peak(o.precision) ? *cluster.gpu().peak(o.precision) : *cluster.gpu().peak(spec::Precision::kBf16))
           .value();

@@ -268,10 +268,9 @@ constexpr auto kBackward = static_cast<std::size_t>(WorkPass::kBackward);
 constexpr auto kRecompute = static_cast<std::size_t>(WorkPass::kRecompute);
 constexpr auto kTeacher = static_cast<std::size_t>(WorkPass::kTeacher);
 
-// One layer's charges from its compute and its entries' seconds.
-LayerCharges fold_layer(const BlockCosts& block, const ScopeSums& layer) {
-  LayerCharges c;
-  c.block = block;
+// One layer's charges into `c` from its compute (c.block) and its entries' seconds.
+void fold_layer(const ScopeSums& layer, LayerCharges& c) {
+  const BlockCosts& block = c.block;
   const Seconds cp_forward =
       layer.cp[kForward] + std::max(Seconds(0), layer.behind_attention[kForward] - block.forward.attention);
   const Seconds cp_backward = layer.cp[kBackward] + layer.cp[kRecompute] +
@@ -294,7 +293,6 @@ LayerCharges fold_layer(const BlockCosts& block, const ScopeSums& layer) {
               block.teacher.total() + layer.tp[kTeacher] + layer.ep[kTeacher] + cp_teacher + zero3_teacher;
   c.backward = block.backward.total() + block.recompute.total() + layer.tp[kBackward] + layer.tp[kRecompute] +
                layer.ep[kBackward] + layer.ep[kRecompute] + cp_backward + zero3_backward;
-  return c;
 }
 
 PassTime scaled(const PassTime& t, double k) {
@@ -307,6 +305,26 @@ PassTime plus(const PassTime& a, const PassTime& b) {
 }
 
 }  // namespace
+
+LayerCharges LayerCharges::times(double n) const {
+  LayerCharges c;
+  c.block.forward = scaled(block.forward, n);
+  c.block.backward = scaled(block.backward, n);
+  c.block.recompute = scaled(block.recompute, n);
+  c.block.teacher = scaled(block.teacher, n);
+  c.block.model_flops = block.model_flops * n;
+  c.block.hardware_flops = block.hardware_flops * n;
+  c.tp = tp * n;
+  c.cp = cp * n;
+  c.zero3 = zero3 * n;
+  c.ep = ep * n;
+  c.zero3_hidden = zero3_hidden * n;
+  c.zero3_hidden_forward = zero3_hidden_forward * n;
+  c.zero3_hidden_backward = zero3_hidden_backward * n;
+  c.forward = forward * n;
+  c.backward = backward * n;
+  return c;
+}
 
 LayerCharges LayerCharges::sum(const LayerCharges& a, double na, const LayerCharges& b, double nb) {
   auto pass = [&](PassTime BlockCosts::*member) {
@@ -330,6 +348,9 @@ LayerCharges LayerCharges::sum(const LayerCharges& a, double na, const LayerChar
 }
 
 LayerCharges layers_of(const MicrobatchCharges& charges, const RankShare& share) {
+  // One kind alone (every layer of most models) scales one layer's charges.
+  if (share.moe_layers == 0) return charges.dense_layer.times(share.layers);
+  if (share.moe_layers == share.layers) return charges.moe_layer.times(share.layers);
   return LayerCharges::sum(charges.dense_layer, share.layers - share.moe_layers, charges.moe_layer, share.moe_layers);
 }
 
@@ -344,18 +365,16 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
   const double layers_of_kind[2] = {model.layers - moe_layers, moe_layers};
   // Each kind's compute and its own kernels and resumes; the embedding's and head's entries follow
   // the mean layer's compute per waiting operation.
-  BlockCosts blocks[2];
+  LayerCharges* layer_charges[2] = {&c.dense_layer, &c.moe_layer};
   Segments segments[2], mean;
   for (const LayerKind kind : {LayerKind::kDense, LayerKind::kMoe}) {
     const auto k = static_cast<std::size_t>(kind);
     if (layers_of_kind[k] == 0) continue;
-    blocks[k] = block_costs(model, p, seq_len, cluster.gpu(), o, kind);
-    segments[k] = charge_layer_dispatch(blocks[k], kind, inventory, context);
+    BlockCosts& block = layer_charges[k]->block;
+    block = block_costs(model, p, seq_len, cluster.gpu(), o, kind);
+    segments[k] = charge_layer_dispatch(block, kind, inventory, context);
     mean.compute += segments[k].compute * layers_of_kind[k];
     mean.waiting += segments[k].waiting * layers_of_kind[k];
-  }
-  for (const WorkItem& item : inventory.items()) {
-    if (in_microbatch(item) && !layer_scope(item.scope)) charge_call(root_pass_of(c.head, item), item, context);
   }
   ScopeSums layer[2], embedding, head;
   OperationTimes operation_times(context);
@@ -369,6 +388,7 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
       }
       continue;
     }
+    charge_call(root_pass_of(c.head, item), item, context);
     const Seconds seconds = price_with(item, operation_times(item), context, mean.per_wait());
     if (item.exposure == Exposure::kBetweenPasses) {
       c.between_passes += seconds;
@@ -376,8 +396,8 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
     }
     add_to(item.scope == WorkScope::kEmbedding ? embedding : head, item, seconds);
   }
-  if (layers_of_kind[0] > 0) c.dense_layer = fold_layer(blocks[0], layer[0]);
-  if (layers_of_kind[1] > 0) c.moe_layer = fold_layer(blocks[1], layer[1]);
+  if (layers_of_kind[0] > 0) fold_layer(layer[0], c.dense_layer);
+  if (layers_of_kind[1] > 0) fold_layer(layer[1], c.moe_layer);
   c.embedding_tp_forward = embedding.tp[kForward] + embedding.tp[kTeacher];
   c.embedding_tp_backward = embedding.tp[kBackward];
   c.head_tp_forward = head.tp[kForward] + head.tp[kTeacher];

@@ -69,6 +69,8 @@ struct LayerCharges {
   core::Seconds zero3_hidden_forward, zero3_hidden_backward;
   core::Seconds forward, backward;  // compute + exposed, backward with recompute
 
+  // `n` such layers: every term times n.
+  [[nodiscard]] LayerCharges times(double n) const;
   // `dense` dense layers and `moe` MoE layers: every term times its count, summed.
   static LayerCharges sum(const LayerCharges& dense_layer, double dense, const LayerCharges& moe_layer, double moe);
 };
