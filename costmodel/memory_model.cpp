@@ -162,6 +162,20 @@ HeldLayers held_layers(const spec::ModelSpec& m, const spec::StagePartition& sta
   return held;
 }
 
+HeldLayers balanced_held_layers(const spec::ModelSpec& m, int pp, int v, int pp_rank) {
+  HeldLayers held;
+  held.first_layer = spec::StagePartition::balanced_first_layer(m.layers, pp, v, pp_rank);
+  for (int c = 0; c < v; ++c) {  // its chunks: stages c * pp + pp_rank
+    const int stage = c * pp + pp_rank;
+    const int layers = spec::StagePartition::balanced_layers_in(m.layers, pp, v, stage);
+    held.layers += layers;
+    if (m.moe.present()) {
+      held.moe_layers += m.moe_layers_in(spec::StagePartition::balanced_first_layer(m.layers, pp, v, stage), layers);
+    }
+  }
+  return held;
+}
+
 double params_of_pp_rank(const spec::ModelSpec& m, const spec::ParallelConfig& p, const spec::StagePartition& stages,
                          int pp_rank) {
   return params_of_layers(m.param_counts(), p, held_layers(m, stages, pp_rank)) +

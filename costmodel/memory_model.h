@@ -97,6 +97,9 @@ double routed_token_load(const spec::ExpertSpec& experts, const CostModelOptions
 
 // The layers pipeline rank `pp_rank` holds over its stages.
 HeldLayers held_layers(const spec::ModelSpec& model, const spec::StagePartition& stages, int pp_rank);
+// The same under the balanced partition (spec::StagePartition::balanced) without building it:
+// O(virtual_stages).
+HeldLayers balanced_held_layers(const spec::ModelSpec& model, int pp, int virtual_stages, int pp_rank);
 // Parameters held by one pipeline rank, per tp rank (its routed experts per ep·etp).
 double params_of_pp_rank(const spec::ModelSpec& model, const spec::ParallelConfig& parallel,
                          const spec::StagePartition& stages, int pp_rank);

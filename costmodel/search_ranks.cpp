@@ -60,7 +60,12 @@ struct MixedShape {
 };
 
 MixedShape mixed_shape_of(const spec::ModelSpec& model, int pp, int v) {
-  MixedShape shape{model.layers, model.moe.first_dense_layers, model.moe.layer_interval, pp, v};
+  MixedShape shape;
+  shape.layers = model.layers;
+  shape.first_dense = model.moe.first_dense_layers;
+  shape.interval = model.moe.layer_interval;
+  shape.pp = pp;
+  shape.v = v;
   const int ranks[3] = {0, std::min(1, pp - 1), pp - 1};
   for (std::size_t i = 0; i < 3; ++i) {
     const int first = ranks[i];
@@ -231,8 +236,6 @@ CriticalRank search_critical_rank(const SearchRanks& ranks, const MicrobatchChar
   CriticalRank critical;
   critical.share = ranks.ranks[critical_i];
   critical.backward_s = backward[critical_i];
-  critical.finisher = critical.share;
-  critical.finisher_backward_s = critical.backward_s;
   critical.pp_comm = Seconds(pipe.transfers_s);
   critical.pp_bubble = Seconds(std::max(0.0, pipe.bubble_s));
   return critical;

@@ -35,7 +35,7 @@ void search_memory(const spec::ModelSpec& model, const spec::ParallelConfig& par
                    const CostModelOptions& options, SearchRanks& ranks, SearchEstimate& out);
 
 // The critical rank of the closed-form pipeline over `ranks`' work per microbatch
-// (pipeline_replay.h); the busiest is also the one whose step end ends the step.
+// (pipeline_replay.h): the busiest.
 CriticalRank search_critical_rank(const SearchRanks& ranks, const MicrobatchCharges& charges,
                                   const LayoutCosts& layout_costs, const spec::ParallelConfig& parallel,
                                   const PricingContext& context);

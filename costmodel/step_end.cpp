@@ -125,10 +125,9 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
   return root;
 }
 
-// The data-parallel terms of the finishing rank (`inv` and `sums` with its step end): the reduction
-// behind the last backward (what its first bucket and the backward cannot hide), the work after
-// it, the wait for the group's slowest rank at the last reduction, and the compute slowdown beside
-// the overlapped traffic.
+// The data-parallel terms: the reduction behind the last backward (what its first bucket and the
+// backward cannot hide), the work after it, the wait for the group's slowest rank at the last
+// reduction, and the compute slowdown beside the overlapped traffic.
 void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, const LayerCharges& layers,
                          const StepEndSums& sums, const PricingContext& context, const StepEndGroups& groups,
                          const CriticalRank& critical, double microbatches, Seconds zero3_exposed, StepTimeBreakdown& t,
@@ -139,7 +138,7 @@ void data_parallel_terms(const StepInventory& inv, const MicrobatchCharges& c, c
                                   ? overlappable * std::min(1.0, static_cast<double>(o.bucket_elements) *
                                                                      gradient_bytes_per_param(o) / sums.reduced_bytes)
                                   : Seconds(0);
-  const Seconds backward(critical.finisher_backward_s);
+  const Seconds backward(critical.backward_s * critical.compute_scale);
   const Seconds hidden =
       o.overlap_dp_with_backward ? std::max(Seconds(0), std::min(overlappable - bucket_time, backward)) : Seconds(0);
   const double reductions = inv.gradient_reductions;
@@ -187,43 +186,30 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
                   const PricingContext& context, const StepEndGroups& groups, const CriticalRank& critical,
                   StepTimeBreakdown& t) {
   const RankShare& share = critical.share;
-  const RankShare& finisher = critical.finisher;
   const double microbatches = p.grad_accum();
-  // The busiest rank's step end for the step's counts; the finishing rank's for the time.
-  const bool apart = finisher.pp_rank != share.pp_rank;
-  StepInventory finisher_inv;
-  if (apart) {
-    finisher_inv = inv;
-    add_step_end_work(finisher_inv, model, p, groups, finisher, o);
-  }
   add_step_end_work(inv, model, p, groups, share, o);
-  const StepInventory& end_inv = apart ? finisher_inv : inv;
   StepEnd end;
   const StepEndSums sums = sum_step_end(inv, share, microbatches, context);
-  const StepEndSums end_sums = apart ? sum_step_end(end_inv, finisher, microbatches, context) : sums;
   Seconds zero3_exposed, straggler;
   const LayerCharges layers = layers_of(c, share);
   const Seconds root = microbatch_terms(inv, c, layers, sums, critical, microbatches, t, zero3_exposed);
-  data_parallel_terms(end_inv, c, layers, end_sums, context, groups, critical, microbatches, zero3_exposed, t, end,
-                      straggler);
+  data_parallel_terms(inv, c, layers, sums, context, groups, critical, microbatches, zero3_exposed, t, end, straggler);
   // The kernels around the data-parallel and pipeline calls (kernel_dispatch.h).
-  t.dp_comm += o.kernel_overhead * end_sums.kernels_dp;
+  t.dp_comm += o.kernel_overhead * sums.kernels_dp;
   t.pp_comm += o.kernel_overhead * sums.kernels_pp;
-  end.outside_schedule = straggler + root + o.kernel_overhead * (end_sums.kernels_dp + sums.kernels_pp);
+  end.outside_schedule = straggler + root + o.kernel_overhead * (sums.kernels_dp + sums.kernels_pp);
   // The executor's scalar all-reduces, once per step on every group: latency-bound calls that
   // join the step-end terms the simulator replays (StageDurations::dp_after).
-  t.dp_comm += end_sums.scalars_dp;
-  t.tp_comm += end_sums.scalars_tp;
-  t.pp_comm += end_sums.scalars_pp;
-  end.dp_after += end_sums.scalars_dp + end_sums.scalars_tp + end_sums.scalars_pp;
+  t.dp_comm += sums.scalars_dp;
+  t.tp_comm += sums.scalars_tp;
+  t.pp_comm += sums.scalars_pp;
+  end.dp_after += sums.scalars_dp + sums.scalars_tp + sums.scalars_pp;
   end.calls = sums.calls;
   end.bytes = sums.bytes;
   const int sharded_stage = groups.shard_group > 1 ? p.zero_stage : 0;
-  auto step_k_of = [&](const RankShare& rank, const StepInventory& rank_inv, const StepEndSums& rank_sums) {
-    return step_kernels(model, p, rank.held(), rank.first, rank.last, sharded_stage, rank_inv.optimizer_segments, o) +
-           rank_sums.kernels_scalars;
-  };
-  const double step_k = step_k_of(share, inv, sums);
+  const double step_k =
+      step_kernels(model, p, share.held(), share.first, share.last, sharded_stage, inv.optimizer_segments, o) +
+      sums.kernels_scalars;
   const BlockCosts& block = layers.block;
   const HeadCosts& head = c.head;
   end.kernels =
@@ -237,13 +223,12 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
                   : 0) +
       (head.chunk_entry.kernels + head.teacher_chunk_entry.kernels) * (share.chunks * microbatches) + step_k +
       sums.kernels_dp + sums.kernels_pp;
-  t.optimizer = optimizer_time(cluster, p, o, finisher, groups.shard_group,
-                               apart ? step_k_of(finisher, end_inv, end_sums) : step_k);
+  t.optimizer = optimizer_time(cluster, p, o, share, groups.shard_group, step_k);
   Seconds penalty;
   if (o.ewc) {
     // EWC's penalty over the rank's parameters (shards under ZeRO-3), once per step: forward reads
     // θ, θ* and F and writes two temporaries, backward reads three and adds into the gradient, fp32.
-    const double held = local_params(finisher, p, groups.shard_group, 3);
+    const double held = local_params(share, p, groups.shard_group, 3);
     penalty = Seconds(held * 4 * 11 / (cluster.gpu().hbm_bandwidth.value() * o.hbm_efficiency));
     t.continual += penalty;
   }

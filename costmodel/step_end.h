@@ -11,26 +11,20 @@
 
 namespace cpt::cost {
 
-// The pipeline ranks that set the step. The step is the pipeline's makespan and the step's end of
-// the rank finishing the schedule last; its breakdown is the busiest rank's work (what sets the
-// makespan), the wait of that rank (the bubble) and the finishing rank's step end. With uneven
-// stages (DeepSeek's dense first layers) the rank finishing last may hold less work and spend most
-// of the step waiting: its own breakdown would show that wait, not the work that sets the step.
+// The pipeline rank that finishes last, and the pipeline's share of the step on it. (With uneven
+// stages, DeepSeek's dense first layers, it may hold less work than the others and wait for them:
+// its breakdown then shows that wait as its bubble.)
 struct CriticalRank {
-  RankShare share;          // the busiest rank: the breakdown's, and the step's counts'
+  RankShare share;
   double backward_s = 0;    // its backward over its stages, one microbatch
   core::Seconds pp_comm;    // transfers on the critical path
-  core::Seconds pp_bubble;  // its idle time in the schedule
+  core::Seconds pp_bubble;  // idle time in the schedule
   // Its wall-clock compute over its compute at the profile's rates: 1 unless ranks share CPU cores
   // and it computed while others waited (compute_sharing.h). Scales its per-microbatch terms.
   double compute_scale = 1;
-  // The rank finishing the schedule last, whose step end ends the step (the closed form's: the
-  // busiest), and its backward over its stages, one microbatch, at its wall-clock speed.
-  RankShare finisher;
-  double finisher_backward_s = 0;
 };
 
-// The step-end terms of StageDurations (the finishing rank's), and the step's counts on the busiest rank.
+// The step-end terms of StageDurations, and the step's counts on the critical rank.
 struct StepEnd {
   core::Seconds dp_reduce;
   int dp_buckets = 1;
@@ -43,8 +37,8 @@ struct StepEnd {
   BytesPerStep bytes;
 };
 
-// Fills `time` (StepTimeBreakdown) for the critical ranks. `inventory`: microbatch_work's, to which
-// the busiest rank's step end is added (add_step_end_work); `charges`: its price_microbatch;
+// Fills `time` (StepTimeBreakdown) for the critical rank. `inventory`: microbatch_work's, to which
+// the critical rank's step end is added (add_step_end_work); `charges`: its price_microbatch;
 // `groups`: the step end's group sizes.
 StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster, const spec::ParallelConfig& parallel,
                   const CostModelOptions& options, StepInventory& inventory, const MicrobatchCharges& charges,

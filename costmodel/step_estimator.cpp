@@ -236,29 +236,22 @@ RankShare rank_share(const spec::ModelSpec& model, const spec::ParallelConfig& p
   return share;
 }
 
-// The critical ranks (CriticalRank) of the replays `with_transfers` and `without_transfers` (the
-// same schedule with free transfers): the busiest in wall-clock compute (of equally busy ranks the
-// later to finish) and the one finishing last, and the pipeline's share of the busiest's step.
+// The rank that finishes last in the replay `with_transfers`, what it holds, and the pipeline's
+// share of its step (`without_transfers`: the same replay with free transfers).
 CriticalRank critical_rank(const spec::ModelSpec& model, const spec::ParallelConfig& p,
                            const spec::StagePartition& stages, const StageDurations& d,
                            const ReplayResult& with_transfers, const ReplayResult& without_transfers) {
-  std::size_t busiest = 0, finisher = 0;
+  std::size_t last = 0;
   for (std::size_t r = 1; r < static_cast<std::size_t>(p.pp); ++r) {
-    const auto& busy = without_transfers.busy;
-    const auto& finish = with_transfers.finish;
-    if (busy[r] > busy[busiest] || (busy[r] == busy[busiest] && finish[r] > finish[busiest])) busiest = r;
-    if (finish[r] > finish[finisher]) finisher = r;
+    if (with_transfers.finish[r] > with_transfers.finish[last]) last = r;
   }
-  auto scale_of = [&](std::size_t r) {
-    return without_transfers.work[r] > Seconds(0) ? without_transfers.busy[r] / without_transfers.work[r] : 1.0;
-  };
   CriticalRank critical;
-  critical.share = rank_share(model, p, stages, d, static_cast<int>(busiest), critical.backward_s);
-  critical.finisher = rank_share(model, p, stages, d, static_cast<int>(finisher), critical.finisher_backward_s);
-  critical.finisher_backward_s *= scale_of(finisher);
+  critical.share = rank_share(model, p, stages, d, static_cast<int>(last), critical.backward_s);
   critical.pp_comm = std::max(Seconds(0), with_transfers.makespan - without_transfers.makespan);
-  critical.pp_bubble = std::max(Seconds(0), without_transfers.makespan - without_transfers.busy[busiest]);
-  critical.compute_scale = scale_of(busiest);
+  critical.pp_bubble = std::max(Seconds(0), without_transfers.makespan - without_transfers.busy[last]);
+  if (without_transfers.work[last] > Seconds(0)) {
+    critical.compute_scale = without_transfers.busy[last] / without_transfers.work[last];
+  }
   return critical;
 }
 

@@ -134,7 +134,7 @@ struct Estimate {
   double kernels_per_step = 0;
   CallsPerStep calls_per_step;  // of the critical pipeline rank
   BytesPerStep bytes_per_step;  // of the critical pipeline rank
-  int critical_pp_rank = 0;     // the busiest pipeline rank (step_end.h CriticalRank): the breakdown's
+  int critical_pp_rank = 0;     // the pipeline rank that finishes the step last
   [[nodiscard]] const MemoryBreakdown& peak_memory() const {
     return memory_per_pp_rank[static_cast<std::size_t>(worst_pp_rank)];
   }

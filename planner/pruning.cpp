@@ -114,13 +114,14 @@ std::optional<RejectReason> prune_layout(const spec::ParallelConfig& p, const Pr
   const int n = p.hybrid_shard ? facts.hybrid_shard_group : facts.shard_group;
   const auto counts = m.param_counts();
   for (int r : {0, p.pp - 1}) {
-    const double layers = spec::StagePartition::balanced_layers_of_rank(m.layers, p.pp, p.virtual_stages, r);
-    const double params = layers * cost::block_params_per_tp(counts, p.tp) +
+    const cost::HeldLayers held = cost::balanced_held_layers(m, p.pp, p.virtual_stages, r);
+    const double expert_params = m.moe.present() ? held.moe_layers * cost::expert_params_per_moe_layer(counts, p) : 0;
+    const double params = cost::params_of_layers(counts, p, held) - expert_params +
                           cost::root_params(m, counts, p.tp, r == 0, r == p.pp - 1, p.pp * p.virtual_stages == 1);
     auto ms = cost::model_state_bytes(params, p.zero_stage, n, ctx.options);
     if (m.moe.present()) {  // the routed experts' state over expert-dp
-      const auto experts = cost::model_state_bytes(layers * cost::expert_params_per_layer(counts, p), p.zero_stage,
-                                                   cost::expert_shard_group(p), ctx.options);
+      const auto experts =
+          cost::model_state_bytes(expert_params, p.zero_stage, cost::expert_shard_group(p), ctx.options);
       ms.weights += experts.weights;
       ms.grads += experts.grads;
       ms.optimizer += experts.optimizer;

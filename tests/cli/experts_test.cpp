@@ -114,9 +114,9 @@ TEST(Experts, MegatronExportsKeepTheCheckpointsRouting) {
 }
 
 // A plan whose first pipeline ranks hold less work (DeepSeek-V3's dense first layers, one layer on
-// the first stage) finish last but wait for the others: the breakdown is the busiest rank's (an
-// MoE stage, with its all-to-alls) with its simulated wait, its parts add up to the simulated step,
-// and bubble_fraction is that rank's wait.
+// the first stage) finish last but wait for the others: the breakdown is the estimate's critical
+// rank's (a dense stage: no all-to-all) with its simulated wait, its parts add up to the simulated
+// step, and bubble_fraction is the busiest rank's (smaller) wait.
 TEST(Experts, SimulatedBubbleOfAnUnevenPipelineIsTheBusiestRanks) {
   const auto out = plan_deepseek_v3("v3-uneven");
   const auto simulated = cpt("simulate " + (out / "plan.json").string() + " --json");
@@ -127,10 +127,9 @@ TEST(Experts, SimulatedBubbleOfAnUnevenPipelineIsTheBusiestRanks) {
   const double step = j["step_time_s"].get<double>();
   EXPECT_NEAR(parts / step, 1.0, 0.05) << j["time_s"].dump();
   EXPECT_LT(j["bubble_fraction"].get<double>(), 0.2) << j["time_s"].dump();
-  EXPECT_LE(j["critical_pp_rank"].get<int>(), 1);   // finishing last: layers 0-2 are dense
-  EXPECT_GE(j["breakdown_pp_rank"].get<int>(), 2);  // the busiest: MoE layers only
-  EXPECT_GT(j["time_s"]["ep_comm"].get<double>(), 0.0);
-  EXPECT_NEAR(j["time_s"]["pp_bubble"].get<double>() / (j["bubble_fraction"].get<double>() * step), 1.0, 1e-9);
+  EXPECT_LE(j["breakdown_pp_rank"].get<int>(), 1);  // finishing last: layers 0-2 are dense
+  EXPECT_EQ(j["time_s"]["ep_comm"].get<double>(), 0.0);
+  EXPECT_GT(j["time_s"]["pp_bubble"].get<double>(), j["bubble_fraction"].get<double>() * step);
   // Under a network a thousand times slower the transfers dominate, and whatif's rows show them.
   const auto slow = cpt("whatif " + (out / "plan.json").string() + " --nic-gbps 0.4");
   ASSERT_EQ(slow.exit_code, 0) << slow.err;
