@@ -15,7 +15,8 @@
 // expert MLPs of which each token uses `experts_per_token`, and optionally shared experts every
 // token uses; DeepSeek's multi-head latent attention (LatentAttention) replaces the q, k and v
 // projections by low-rank ones. Layers differ then (dense or MoE): ParamCounts gives both kinds and
-// how many of each; the cost model prices the mean layer (docs/costmodel.md, "Mixture of experts").
+// how many of each; the cost model prices each kind apart, per stage (docs/costmodel.md, "Mixture of
+// experts").
 
 #include <cstdint>
 #include <string>

@@ -117,7 +117,7 @@ TEST(Experts, MegatronExportsKeepTheCheckpointsRouting) {
 // the first stage) finish last but wait for the others: the breakdown is the estimate's critical
 // rank's (a dense stage: no all-to-all) with its simulated wait, its parts add up to the simulated
 // step, and bubble_fraction is the busiest rank's (smaller) wait.
-TEST(Experts, SimulatedBubbleOfAnUnevenPipelineIsTheBusiestRanks) {
+TEST(Experts, SimulatedBreakdownOfAnUnevenPipelineIsTheRankFinishingLasts) {
   const auto out = plan_deepseek_v3("v3-uneven");
   const auto simulated = cpt("simulate " + (out / "plan.json").string() + " --json");
   ASSERT_EQ(simulated.exit_code, 0) << simulated.err;

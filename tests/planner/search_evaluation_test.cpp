@@ -1,7 +1,9 @@
 // cost::evaluate_search (what the planner runs on every candidate: O(1) in pp, no allocation)
 // gives the numbers of cost::evaluate in search mode (exact_pipeline = false, per stage and per
 // rank), on every candidate of real search spaces, including uneven layer splits and calibrated
-// device overheads.
+// device overheads. (For a model whose dense layers leave an inner rank with more MoE layers than
+// rank 1 (DeepSeek-V3 on some pipeline shapes) the search prices rank 1 as a bound of the inner
+// ranks and the two differ: docs/costmodel.md, "Mixture of experts"; not among these spaces.)
 #include <gtest/gtest.h>
 
 #include <cmath>
