@@ -31,13 +31,6 @@ int StagePartition::balanced_layers_in(int layers, int pp, int virtual_stages, i
   return layers / stages + (gets_extra ? 1 : 0);
 }
 
-int StagePartition::balanced_layers_of_rank(int layers, int pp, int virtual_stages, int pp_rank) {
-  CPT_CHECK(pp_rank >= 0 && pp_rank < pp, "pp_rank ", pp_rank, " of ", pp);
-  int n = 0;
-  for (int c = 0; c < virtual_stages; ++c) n += balanced_layers_in(layers, pp, virtual_stages, c * pp + pp_rank);
-  return n;
-}
-
 int StagePartition::balanced_first_layer(int layers, int pp, int virtual_stages, int stage) {
   const int stages = pp * virtual_stages;
   (void)balanced_layers_in(layers, pp, virtual_stages, stage);  // checks the arguments

@@ -21,11 +21,10 @@ class StagePartition {
   // stages first (1, 2, ..., S−2, then 0 and S−1), because the first and last stages also carry the
   // embedding and the LM head. REQUIRES: 1 <= pp·v <= layers.
   static StagePartition balanced(int layers, int pp, int virtual_stages);
-  // balanced(...).layers_in(stage), .layers_of_rank(pp_rank) and .first_layer(stage) without
-  // building the partition: O(1), O(virtual_stages) and O(1), for the planner's search. REQUIRES: as balanced, and a
-  // valid index.
+  // balanced(...).layers_in(stage) and .first_layer(stage) without building the partition, in O(1),
+  // for the planner's search (a rank's layers: costmodel/memory_model.h balanced_held_layers). REQUIRES: as balanced,
+  // and a valid index.
   static int balanced_layers_in(int layers, int pp, int virtual_stages, int stage);
-  static int balanced_layers_of_rank(int layers, int pp, int virtual_stages, int pp_rank);
   static int balanced_first_layer(int layers, int pp, int virtual_stages, int stage);
   // An explicit list of layers per stage (uneven allowed). Returns the reason when the list does
   // not have pp·v entries, has an entry < 1, or does not sum to `layers`.

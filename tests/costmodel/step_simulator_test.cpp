@@ -280,18 +280,23 @@ TEST(StepSimulator, PeakMemoryMatchesTheSchedule) {
   }
 }
 
+// Llama 3 8B on 32 H100: TP 2 with SP, DP 4, PP 4, selective recompute.
+spec::ParallelConfig real_plan_layout() {
+  return {.tp = 2,
+          .dp = 4,
+          .pp = 4,
+          .micro_batch = 1,
+          .global_batch = 64,
+          .zero_stage = 1,
+          .recompute = spec::Recompute::kSelective,
+          .sequence_parallel = true};
+}
+
 // A real plan: the simulation agrees with the analytical estimate, and writes a Chrome trace.
 TEST(StepSimulator, AgreesWithTheEstimateOnARealPlan) {
   const auto model = spec::find_catalog_model("llama3-8b")->spec;
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 32, "--gpu");
-  const spec::ParallelConfig p{.tp = 2,
-                               .dp = 4,
-                               .pp = 4,
-                               .micro_batch = 1,
-                               .global_batch = 64,
-                               .zero_stage = 1,
-                               .recompute = spec::Recompute::kSelective,
-                               .sequence_parallel = true};
+  const spec::ParallelConfig p = real_plan_layout();
   const auto est = std::get<Estimate>(evaluate(model, cluster, p, 4096));
   const auto schedule = spec::make_schedule(p.schedule, p.pp, p.virtual_stages, p.grad_accum());
   const auto stages = spec::StagePartition::balanced(model.layers, p.pp, 1);
@@ -323,14 +328,7 @@ namespace {
 spec::Plan per_rank_plan() {
   const auto model = spec::find_catalog_model("llama3-8b")->spec;
   const auto cluster = spec::HardwareCatalog::builtin().cluster_for_gpu("h100", 32, "--gpu");
-  const spec::ParallelConfig p{.tp = 2,
-                               .dp = 4,
-                               .pp = 4,
-                               .micro_batch = 1,
-                               .global_batch = 64,
-                               .zero_stage = 1,
-                               .recompute = spec::Recompute::kSelective,
-                               .sequence_parallel = true};
+  const spec::ParallelConfig p = real_plan_layout();
   return spec::make_plan(model, cluster, spec::Workload{4096, 0}, p);
 }
 

@@ -53,9 +53,6 @@ TEST(StagePartition, ClosedFormsMatchTheContractOrder) {
         }
         const auto p = StagePartition::balanced(layers, pp, v);
         EXPECT_EQ(p.layers_per_stage(), expected) << layers << " " << pp << " " << v;
-        for (int r = 0; r < pp; ++r) {
-          EXPECT_EQ(StagePartition::balanced_layers_of_rank(layers, pp, v, r), p.layers_of_rank(r));
-        }
         for (int s = 0; s < S; ++s) {
           EXPECT_EQ(StagePartition::balanced_first_layer(layers, pp, v, s), p.first_layer(s)) << layers << " " << S;
         }
