@@ -1,7 +1,9 @@
 #pragma once
 // The planner's evaluation of a configuration in O(1) of the pipeline degree (evaluate_search):
-// the few pipeline ranks that can be worst, their peak memory, and the critical rank of the
+// the pipeline ranks grouped by what they hold, their peak memory, and the critical rank of the
 // closed-form pipeline over them.
+
+#include <span>
 
 #include "costmodel/memory_model.h"
 #include "costmodel/step_end.h"
@@ -11,32 +13,61 @@
 
 namespace cpt::cost {
 
-// The pipeline ranks that can be worst (evaluate_search). Under the balanced partition the extra
-// layers go to the inner stages first, so among ranks 1..pp-2 (no embedding, no head) rank 1
-// holds the most layers and the heaviest chunk, and the closed-form live microbatches never grow
-// with the rank: rank 1 bounds every inner rank in each memory component and in work. Only ranks
-// 0, 1 and pp - 1 need computing; the inner ranks 2..pp-2 enter the bubble as a sum of their layers.
-// A mixture of experts with dense layers among its MoE layers (a dense prefix, or MoE every few
-// layers) may put more MoE layers on another inner rank: rank 1 then stands for the bound, with the
-// most MoE layers (and the heaviest chunk) any inner rank holds.
+// The chunks of a rank that can be its heaviest in stored activations, d·a_dense + m·a_moe for any
+// rates: of each chunk size (the balanced partition's q or q + 1 layers), the fewest and the most
+// MoE layers.
+struct ChunkCandidates {
+  int smallest = 0;  // q
+  bool present[2] = {};
+  double fewest_moe[2] = {}, most_moe[2] = {};
+  void add(const HeldLayers& chunk);
+  [[nodiscard]] double heaviest_bytes(const MemoryTerms& terms) const;
+  // Whether each of `other`'s candidates has no more layers of either kind than one of these.
+  [[nodiscard]] bool covers(const ChunkCandidates& other) const;
+  bool operator==(const ChunkCandidates&) const = default;
+};
+
+// A pipeline rank the search prices, standing for `alike` ranks that hold the same layers (the same
+// count of each kind, the same chunk candidates, the same kinds from its first layer on): itself
+// and later inner ranks, whose work, parameters and buckets equal its own and whose live
+// microbatches (spec::in_flight_closed_form, never growing with the rank) are at most its own.
+struct SearchRank {
+  RankShare share;  // without parameters (search_memory prices them)
+  ChunkCandidates chunks;
+  int alike = 1;
+  // An earlier inner rank of the same single kind of layers holds at least as many layers, and
+  // chunks as heavy: this one's memory cannot be the peak.
+  bool memory_bounded = false;
+};
+
+// The ranks of a configuration's pipeline shape, in rank order: rank 0, the inner ranks grouped
+// (each group by its lowest rank), rank pp - 1. They depend on the layers, the MoE rule, pp and v
+// alone, and the planner evaluates many configurations of each shape: computed once per shape and
+// thread, so `ranks` is valid until the thread's next search_ranks call.
 struct SearchRanks {
-  RankShare ranks[3];
-  double heaviest_chunk[3] = {};  // each one's largest model chunk, in layers
-  int count = 0;
-  RankShare inner;            // the layers of ranks 2..pp-2
-  bool mixed_layers = false;  // dense and MoE layers both
+  std::span<const SearchRank> ranks;
 };
 
 SearchRanks search_ranks(const spec::ModelSpec& model, const spec::ParallelConfig& parallel);
 
+// What the search needs to price a rank's parameters and memory, once per configuration.
+struct SearchMemoryTerms {
+  MemoryTerms terms;
+  spec::ParamCounts counts;
+  double expert_params_per_moe_layer = 0;  // routed-expert parameters of one MoE layer on one rank
+};
+SearchMemoryTerms search_memory_terms(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len,
+                                      int shard_group, const CostModelOptions& options);
+
 // The peak memory over `ranks` (the first rank with the highest total, as evaluate() picks it) into
-// `out`; sets each rank's parameters.
-void search_memory(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, int seq_len, int shard_group,
-                   const CostModelOptions& options, SearchRanks& ranks, SearchEstimate& out);
+// `out`.
+void search_memory(const spec::ModelSpec& model, const spec::ParallelConfig& parallel, const SearchMemoryTerms& memory,
+                   const CostModelOptions& options, const SearchRanks& ranks, SearchEstimate& out);
 
 // The critical rank of the closed-form pipeline over `ranks`' work per microbatch
-// (pipeline_replay.h): the busiest.
-CriticalRank search_critical_rank(const SearchRanks& ranks, const MicrobatchCharges& charges,
+// (pipeline_replay.h): the first of the busiest, with its parameters.
+CriticalRank search_critical_rank(const spec::ModelSpec& model, const SearchMemoryTerms& memory,
+                                  const SearchRanks& ranks, const MicrobatchCharges& charges,
                                   const LayoutCosts& layout_costs, const spec::ParallelConfig& parallel,
                                   const PricingContext& context);
 

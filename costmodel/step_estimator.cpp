@@ -374,8 +374,9 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
     out.infeasible = why;
     return out;
   }
-  SearchRanks ranks = search_ranks(model, p);
-  search_memory(model, p, seq_len, layout_costs.shard_group, o, ranks, out);
+  const SearchRanks ranks = search_ranks(model, p);
+  const SearchMemoryTerms memory = search_memory_terms(model, p, seq_len, layout_costs.shard_group, o);
+  search_memory(model, p, memory, o, ranks, out);
   if (out.peak_memory.total() > cluster.gpu().hbm_capacity) {
     out.infeasible = InfeasibleReason::kOutOfMemory;
     return out;
@@ -384,7 +385,7 @@ SearchEstimate evaluate_search(const spec::ModelSpec& model, const spec::Cluster
   const PricingContext context = pricing_context(groups, cluster, o, &model.moe);
   StepInventory inventory = microbatch_work(model, p, seq_len, layout_costs.shard_group, o);
   const MicrobatchCharges charges = price_microbatch(model, cluster, p, seq_len, o, inventory, context);
-  const CriticalRank critical = search_critical_rank(ranks, charges, layout_costs, p, context);
+  const CriticalRank critical = search_critical_rank(model, memory, ranks, charges, layout_costs, p, context);
   (void)step_time(model, cluster, p, o, inventory, charges, context, step_end_groups(layout_costs, groups), critical,
                   out.time);
   record_rates(rates(model, cluster, p, seq_len, o, charges, out.time.total()), out);

@@ -144,8 +144,9 @@ using Evaluation = std::variant<Estimate, Infeasible>;
 
 // What a search keeps of an evaluation: the same numbers as evaluate() with exact_pipeline =
 // false, without the per-stage durations, the other ranks' memory or a formatted reason, so that
-// it costs no allocation and O(1) in the pipeline degree (step_estimator_test.cpp checks it
-// against evaluate()). REQUIRES of the configuration: a balanced stage partition (the planner's).
+// it costs no allocation and O(1) in the pipeline degree once the thread has seen its pipeline
+// shape (search_ranks.h; search_evaluation_test.cpp checks it against evaluate()). REQUIRES of the configuration: a
+// balanced stage partition (the planner's).
 struct SearchEstimate {
   std::optional<InfeasibleReason> infeasible;  // set: nothing else is
   StepTimeBreakdown time;

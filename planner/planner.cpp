@@ -212,9 +212,8 @@ std::vector<const RankedCandidate*> pareto_members(const std::vector<RankedCandi
   return front;
 }
 
-// The front as Candidates with full estimates: the same search-mode numbers (but where the search
-// bounds the inner ranks of a model mixing dense and MoE layers), with every rank and stage
-// (cost::evaluate with the closed-form pipeline).
+// The front as Candidates with full estimates: the same search-mode numbers, with every rank and
+// stage (cost::evaluate with the closed-form pipeline).
 // REQUIRES: topologies[i] was built from clusters[i].
 std::vector<Candidate> pareto_front(const spec::ModelSpec& model, const std::vector<spec::ClusterSpec>& clusters,
                                     const std::vector<cost::Topology>& topologies,

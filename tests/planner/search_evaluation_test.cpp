@@ -1,9 +1,8 @@
-// cost::evaluate_search (what the planner runs on every candidate: O(1) in pp, no allocation)
+// cost::evaluate_search (what the planner runs on every candidate: O(1) in pp per pipeline shape)
 // gives the numbers of cost::evaluate in search mode (exact_pipeline = false, per stage and per
 // rank), on every candidate of real search spaces, including uneven layer splits and calibrated
-// device overheads. (For a model whose dense layers leave an inner rank with more MoE layers than
-// rank 1 (DeepSeek-V3 on some pipeline shapes) the search prices rank 1 as a bound of the inner
-// ranks and the two differ: docs/costmodel.md, "Mixture of experts"; not among these spaces.)
+// device overheads, and mixtures of experts whose inner pipeline ranks hold different numbers of
+// MoE layers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,7 +82,15 @@ TEST(SearchEvaluation, EqualsTheClosedFormEvaluationOnEveryCandidate) {
   Counts nv3;
   compare_over_space(spec::find_catalog_model("deepseek-v2-lite")->spec, cat().cluster_for_gpu("h100", 32, "--gpu"),
                      128, 4096, 11, {}, nv3);
-  for (const auto& n : {n70, n405, n175, n70g, nv3}) {
+  // 3 dense layers of 61: inner ranks with more MoE layers than rank 1 (pp up to 64, interleaving).
+  Counts nv3big;
+  compare_over_space(spec::find_catalog_model("deepseek-v3")->spec, cat().cluster_for_gpu("h100", 512, "--gpu"), 1024,
+                     4096, 29, {}, nv3big);
+  // Priced as cpt's executor runs it: eager dispatch, its gradient buckets, resuming after each transfer.
+  Counts nv3g;
+  compare_over_space(spec::find_catalog_model("deepseek-v3")->spec, cat().cluster_for_gpu("h100", 512, "--gpu"), 1024,
+                     4096, 31, cost::as_run_by_cpt_executor({}), nv3g);
+  for (const auto& n : {n70, n405, n175, n70g, nv3, nv3big, nv3g}) {
     EXPECT_GT(n.feasible, 500);       // the comparison covered real plans,
     EXPECT_GT(n.out_of_memory, 100);  // the memory verdicts
     EXPECT_GT(n.invalid, 100);        // and the validity checks
@@ -94,6 +101,8 @@ TEST(SearchEvaluation, AppliesCalibratedDeviceOverheads) {
   auto cluster = cat().cluster_for_gpu("h100", 16, "--gpu");
   cluster.node.gpu.kernel_overhead = core::microseconds(3.0);
   cluster.node.gpu.collective_overhead = core::microseconds(250.0);
+  // A host that loses compute resuming from each blocking call: every rank's pipeline transfers too.
+  cluster.node.compute_lost_resuming_from_call = core::microseconds(40.0);
   Counts n;
   compare_over_space(spec::find_catalog_model("llama3-8b")->spec, cluster, 64, 4096, 1, {}, n);
   EXPECT_GT(n.feasible, 500);
