@@ -16,7 +16,7 @@ PassKernels layer_kernels(const CostModelOptions& o) {
     const double fwd = o.flash_attention ? 12 : 15;
     return {fwd, 2 * fwd};
   }
-  return {57, 76};
+  return {61, 76};
 }
 
 // cpt's MoE layer (model/moe_mlp.cpp) beyond a dense layer, counted with the op counter on the
@@ -97,16 +97,31 @@ double selective_recompute_kernels(const CostModelOptions& o) {
 }
 
 PassKernels embedding_kernels(const CostModelOptions&) {
-  return {2, 2};
+  return {1, 2};
+}
+
+double batch_entry_kernels(const CostModelOptions& o) {
+  return eager(o) ? 7 : 0;
+}
+
+TransferKernels activation_transfer_kernels(const CostModelOptions& o) {
+  return eager(o) ? TransferKernels{2, 1} : TransferKernels{};
+}
+TransferKernels gradient_transfer_kernels(const CostModelOptions& o) {
+  return eager(o) ? TransferKernels{0, 1} : TransferKernels{};
+}
+TransferKernels teacher_transfer_kernels(const CostModelOptions& o) {
+  return eager(o) ? TransferKernels{1, 1} : TransferKernels{};
 }
 
 // Eager: counted with the op counter on tiny in one process, a teacher's forward against the
 // student's forward and loss, and kl_sum with its weight forward and backward (train_step.cpp):
-// the teacher's head 6 fewer than the student's (no cross-entropy), the KL 16 forward and 9
+// the teacher's head is the student's final norm and LM head without the loss's 7 (its reshapes,
+// cast, cross-entropy, the loss's item, scale and seed gradient), the KL 16 forward and 9
 // backward. Fused (Megatron-LM): the head's kernels without the loss's, the KL not counted apart.
 DistillationKernels distillation_kernels(const CostModelOptions& o) {
   if (!eager(o)) return {head_kernels(o).forward, {}};
-  return {head_kernels(o).forward - 6, {16, 9}};
+  return {head_kernels(o).forward - 7, {16, 9}};
 }
 
 // Eager: LlamaModelImpl::blocks looks the rotary tables up for each chunk (index, unsqueeze and
@@ -117,7 +132,7 @@ double chunk_entry_kernels(const CostModelOptions& o) {
 
 PassKernels head_kernels(const CostModelOptions& o) {
   if (!eager(o)) return {6, 6};
-  return {29, 16};
+  return {17, 16};
 }
 
 double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const HeldLayers& held, bool first,
@@ -127,8 +142,9 @@ double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, con
   // in place of the MLP's); the embedding; the final norm and the LM head (none apart when tied).
   const double blocks = dense_block_tensors(m) * held.layers + moe_layer_extra_tensors(m, p.ep) * held.moe_layers;
   const double tensors = blocks + (first ? 1 : 0) + (last ? (m.tied_embeddings ? 1 : 2) : 0);
-  // The routed experts apart from their layer (ep > 1, or tp > 1) have an optimizer of their own.
-  const bool experts_apart = spec::routed_experts_apart(m, p);
+  // The routed experts apart from their layer (ep > 1, or tp > 1) have an optimizer of their own,
+  // on the stages that hold some (executor/train/optimizer_choice.cpp).
+  const bool experts_apart = spec::routed_experts_apart(m, p) && held.moe_layers > 0;
   double k = 22 + 2 * tensors + (experts_apart ? kEpSecondOptimizer : 0);
   if (sharded_zero_stage == 3) {
     k += 3 * tensors;

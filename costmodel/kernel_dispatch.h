@@ -18,8 +18,10 @@
 // kEager (cpt's executor, LibTorch eager mode): the ATen operators its code calls and the autograd
 // nodes backward runs, as executor/measure/op_counter.h counts them (measured.json's
 // dispatch_per_step_per_rank; LibTorch 2.11, CPU). A SwiGLU / RMSNorm / RoPE / GQA layer with SDPA:
-// 57 forward, 76 backward; selective recomputation 8 more backward; the embedding 2 + 2; the final
-// norm, LM head and cross-entropy 29 + 16; around each communication call 5, around a
+// 61 forward, 76 backward; selective recomputation 8 more backward; the embedding 1 + 2; the final
+// norm, LM head and cross-entropy 17 + 16 (with the loss's item, scale and seed gradient); each
+// microbatch's batch 7 on every rank; a pipeline send 2 and receive 1 forward, 0 and 1 backward (a
+// teacher's 1 and 1); around each other communication call 5, around a
 // sequence-parallel gather or scatter 9, around a context-parallel gather or its reduce-scatter
 // 14, around a ZeRO-3 unit's gather or reduce-scatter 13 (its views into the flat buffer). An MoE
 // layer (model/moe_mlp.h: every expert called in turn) adds to the dense layer 30 + 11 per routed
@@ -73,6 +75,22 @@ PassKernels head_kernels(const CostModelOptions& o);
 // Each model chunk's forward entry, once per microbatch on every stage (the teacher's chunks too):
 // the rotary tables' rows for the microbatch's positions.
 double chunk_entry_kernels(const CostModelOptions& o);
+// Each microbatch on every pipeline rank, whether or not it reads the tokens or the targets: the
+// batch built (executor/data/data_loader.cpp: tokens, targets, positions, documents) and moved to
+// the device.
+double batch_entry_kernels(const CostModelOptions& o);
+// Around one pipeline send and one receive (executor/parallel/pipeline_executor.cpp): an
+// activation's (forward: the output cast to fp32 and detached; the receiving buffer), a gradient's
+// (sent as autograd left it; the receiving buffer) and, with distillation, the teacher's hidden
+// states' (cast to fp32; the receiving buffer). Their communication call itself is the step
+// inventory's (WorkScope::kTransfer), which counts no kernels of its own.
+struct TransferKernels {
+  double send = 0;
+  double receive = 0;
+};
+TransferKernels activation_transfer_kernels(const CostModelOptions& o);
+TransferKernels gradient_transfer_kernels(const CostModelOptions& o);
+TransferKernels teacher_transfer_kernels(const CostModelOptions& o);
 // KL distillation on the last stage, one microbatch: the teacher's final norm and LM head forward
 // (its logits, no loss), and what the KL over both logits adds to the student's head (forward:
 // two log-softmaxes, the product and sums, its weight; backward: their autograd nodes).
@@ -82,7 +100,8 @@ struct DistillationKernels {
 };
 DistillationKernels distillation_kernels(const CostModelOptions& o);
 // Once per step on a rank that holds `layers` layers (and the embedding / head when `first` /
-// `last`), besides its communication: gradient norm, clipping, the optimizer and, when the
+// `last`), besides its communication: gradient norm, clipping, the optimizer (a second one for
+// the routed experts on a rank that holds some apart from their layers) and, when the
 // optimizer state is sharded (`sharded_zero_stage` 1..3; 0 when not sharded), ZeRO's buffers
 // (`busiest_segments`: BucketStats::busiest_segments, for ZeRO-1/2).
 double step_kernels(const spec::ModelSpec& m, const spec::ParallelConfig& p, const HeldLayers& held, bool first,

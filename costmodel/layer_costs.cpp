@@ -370,6 +370,7 @@ HeadCosts head_costs(const spec::ModelSpec& m, const spec::ParallelConfig& p, in
     const double rotary_bytes = 2 * 2 * shape.T * m.rotary_dim() * shape.e;
     c.chunk_entry = pass(Seconds(0), Seconds(0), memory_time(rotary_bytes, gpu, o), entry_kernels, o);
   }
+  c.batch_entry = pass(Seconds(0), Seconds(0), Seconds(0), batch_entry_kernels(o), o);
   if (o.distill_teacher) {
     c.teacher_chunk_entry = c.chunk_entry;
     // The teacher's embedding and head forward, then the KL over both fp32 logits

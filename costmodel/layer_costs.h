@@ -61,6 +61,9 @@ struct HeadCosts {  // embedding (first stage) and LM head + loss (last stage)
   // teacher's (kernel_dispatch.h chunk_entry_kernels): the rotary tables' rows.
   PassTime chunk_entry;
   PassTime teacher_chunk_entry;
+  // Each microbatch's batch on every pipeline rank (kernel_dispatch.h batch_entry_kernels): its
+  // kernels alone, the bytes are a few integers per token.
+  PassTime batch_entry;
   // The loss's log-softmaxes: the cross-entropy's part of head_forward.memory and
   // head_backward.memory, and with distillation the KL's in teacher_head.memory and head_backward.memory.
   core::Seconds loss_forward;

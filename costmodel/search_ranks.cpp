@@ -220,8 +220,8 @@ CriticalRank search_critical_rank(const spec::ModelSpec& model, const SearchMemo
   for (const SearchRank& rank : ranks.ranks) {
     const RankShare& k = rank.share;
     const double dense = k.layers - k.moe_layers, moe = k.moe_layers;
-    double f =
-        dense * c.dense_layer.forward.value() + moe * c.moe_layer.forward.value() + k.chunks * c.chunk_forward.value();
+    double f = dense * c.dense_layer.forward.value() + moe * c.moe_layer.forward.value() +
+               k.chunks * c.chunk_forward.value() + c.batch_forward.value();
     double b = dense * c.dense_layer.backward.value() + moe * c.moe_layer.backward.value();
     double w = dense * c.dense_layer.block.forward.gemm.value() + moe * c.moe_layer.block.forward.gemm.value();
     if (k.first) {

@@ -52,6 +52,19 @@ void add_for_group(CommGroup group, double calls, PerCommGroup& out) {
   }
 }
 
+// The kernels around the rank's pipeline transfers of `pass` in one microbatch: forward (and the
+// teacher's) a send from each of its stages but the last and a receive into each but the first;
+// backward the other way round.
+double transfer_kernels(WorkPass pass, const RankShare& share, const CostModelOptions& o) {
+  const double sends = share.chunks - (share.last ? 1 : 0), receives = share.chunks - (share.first ? 1 : 0);
+  if (pass == WorkPass::kBackward) {
+    const TransferKernels k = gradient_transfer_kernels(o);
+    return receives * k.send + sends * k.receive;
+  }
+  const TransferKernels k = pass == WorkPass::kTeacher ? teacher_transfer_kernels(o) : activation_transfer_kernels(o);
+  return sends * k.send + receives * k.receive;
+}
+
 StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, double microbatches,
                          const PricingContext& context) {
   StepEndSums sums;
@@ -74,7 +87,7 @@ StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, doubl
       sums.kernels_scalars += item.kernels * times;
     } else if (item.scope == WorkScope::kTransfer) {
       if (item.resumes) sums.transfer_resumes += item.calls * times;
-      sums.kernels_pp += item.kernels * times;
+      sums.kernels_pp += transfer_kernels(item.pass, share, *context.options) * microbatches;
     } else if (item.exposure == Exposure::kBehindBackward) {
       sums.behind_backward += price(item, context, Seconds(0));
       sums.reduced_bytes += static_cast<double>(item.bytes.value());
@@ -97,7 +110,8 @@ Seconds microbatch_terms(const StepInventory& inv, const MicrobatchCharges& c, c
   const BlockCosts& block = layers.block;
   const HeadCosts& head = c.head;
   const double chunk_passes = share.chunks * microbatches;
-  t.compute = (block.forward.total() + block.backward.total()) * microbatches + head.chunk_entry.total() * chunk_passes;
+  t.compute = (block.forward.total() + block.backward.total() + head.batch_entry.total()) * microbatches +
+              head.chunk_entry.total() * chunk_passes;
   if (share.first) t.compute += (head.embedding_forward.total() + head.embedding_backward.total()) * microbatches;
   if (share.last) t.compute += (head.head_forward.total() + head.head_backward.total()) * microbatches;
   t.recompute = block.recompute.total() * microbatches;
@@ -221,8 +235,8 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
            : 0) +
       (share.last ? (head.head_forward.kernels + head.head_backward.kernels + head.teacher_head.kernels) * microbatches
                   : 0) +
-      (head.chunk_entry.kernels + head.teacher_chunk_entry.kernels) * (share.chunks * microbatches) + step_k +
-      sums.kernels_dp + sums.kernels_pp;
+      (head.chunk_entry.kernels + head.teacher_chunk_entry.kernels) * (share.chunks * microbatches) +
+      head.batch_entry.kernels * microbatches + step_k + sums.kernels_dp + sums.kernels_pp;
   t.optimizer = optimizer_time(cluster, p, o, share, groups.shard_group, step_k);
   Seconds penalty;
   if (o.ewc) {

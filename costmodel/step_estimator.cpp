@@ -186,6 +186,7 @@ void fill_stage_durations(const spec::ModelSpec& model, const spec::StagePartiti
       d.zero3_overlapped_backward_s[i] = layers.zero3_hidden_backward.value();
     }
     d.forward_s[i] = layers.forward.value() + c.chunk_forward.value();
+    if (s < p.pp) d.forward_s[i] += c.batch_forward.value();  // each rank's first chunk
     d.backward_s[i] = layers.backward.value();
     // Resuming from the pipeline's blocking receives and sends.
     if (p.pp > 1) {

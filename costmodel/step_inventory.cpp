@@ -281,17 +281,18 @@ StepInventory microbatch_work(const spec::ModelSpec& model, const spec::Parallel
   add_sequence_shard_routing(inv, model, p, o);
   if (p.pp > 1) {
     // The activation passed between stages (scattered over tp under SP), and its gradient back.
+    // The kernels around a transfer depend on its direction: step_end.cpp folds them per rank
+    // (kernel_dispatch.h TransferKernels), none here.
     const Bytes boundary(static_cast<std::int64_t>(static_cast<double>(p.micro_batch) * seq_len / p.cp * model.hidden *
                                                    element_bytes / (p.sequence_parallel ? p.tp : 1)));
     for (const WorkPass pass : {WorkPass::kForward, WorkPass::kBackward}) {
-      inv.add(calls_of(pass, WorkScope::kTransfer, CommGroup::kPp, WorkKind::kSendReceive, boundary, 1,
-                       kernels_per_call(o)));
+      inv.add(calls_of(pass, WorkScope::kTransfer, CommGroup::kPp, WorkKind::kSendReceive, boundary, 1, 0));
     }
     // KL distillation: the teacher's hidden states, sent on their own beside the student's
     // (executor/parallel/pipeline_executor.cpp).
     if (o.distill_teacher) {
-      inv.add(calls_of(WorkPass::kTeacher, WorkScope::kTransfer, CommGroup::kPp, WorkKind::kSendReceive, boundary, 1,
-                       kernels_per_call(o)));
+      inv.add(
+          calls_of(WorkPass::kTeacher, WorkScope::kTransfer, CommGroup::kPp, WorkKind::kSendReceive, boundary, 1, 0));
     }
   }
   return inv;

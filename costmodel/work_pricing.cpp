@@ -407,6 +407,7 @@ MicrobatchCharges price_microbatch(const spec::ModelSpec& model, const spec::Clu
   c.head_forward = c.head.head_forward.total() + c.head.teacher_head.total() + c.head_tp_forward;
   c.head_backward = c.head.head_backward.total() + c.head_tp_backward;
   c.chunk_forward = c.head.chunk_entry.total() + c.head.teacher_chunk_entry.total();
+  c.batch_forward = c.head.batch_entry.total();
   // A calibrated node's own slowdown inside it (spec::NodeSpec::overlap_compute_slowdown).
   c.overlap_slowdown = context.groups->of(CommGroup::kReplicas).nodes > 1
                            ? o.overlap_slowdown_network

@@ -85,6 +85,7 @@ struct MicrobatchCharges {
   // What the stage holding the embedding (the head) adds per pass: compute + its calls.
   core::Seconds embedding_forward, embedding_backward, head_forward, head_backward;
   core::Seconds chunk_forward;       // what each model chunk adds to its forward (HeadCosts::chunk_entry)
+  core::Seconds batch_forward;       // what each pipeline rank adds to its forward (HeadCosts::batch_entry)
   core::Seconds between_passes;      // WorkScope::kEmbedding entries run between passes (the root unit)
   std::optional<WorkItem> transfer;  // the pipeline's transfer of one pass (none without pp)
   core::Seconds resume;              // per blocking call
