@@ -9,14 +9,15 @@
 
 namespace cpt::cost {
 
-BucketStats executor_gradient_buckets(const spec::ModelSpec& m, int tp, int first_layer, int layers, bool first,
-                                      bool last, bool single_stage, std::int64_t cap_elements, int shard_group,
-                                      spec::ParameterSubset subset, int ep, int etp) {
+BucketStats executor_gradient_buckets(const spec::ModelSpec& m, int tp, std::span<const spec::LayerRange> held,
+                                      bool first, bool last, bool single_stage, std::int64_t cap_elements,
+                                      int shard_group, spec::ParameterSubset subset, int ep, int etp) {
+  int layers = 0;
+  for (const spec::LayerRange& range : held) layers += range.count;
   std::vector<std::int64_t> numels;
   numels.reserve(static_cast<std::size_t>(layers) * 12 + 3);
   spec::visit_gradient_order(
-      m, tp, first_layer, layers, first, last, single_stage, [&](std::int64_t numel) { numels.push_back(numel); },
-      subset, ep, etp);
+      m, tp, held, first, last, single_stage, [&](std::int64_t numel) { numels.push_back(numel); }, subset, ep, etp);
   BucketStats s;
   if (numels.empty()) return s;
   const auto buckets = spec::reverse_order_buckets(numels, cap_elements);

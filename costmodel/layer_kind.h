@@ -15,7 +15,8 @@ enum class LayerKind : std::uint8_t { kDense, kMoe };
 struct HeldLayers {
   double layers = 0;
   double moe_layers = 0;
-  int first_layer = 0;
+  int first_layer = 0;  // its first chunk's first layer
+  int pp_rank = 0;      // the pipeline rank (a stage: the rank it lives on)
   [[nodiscard]] double dense_layers() const { return layers - moe_layers; }
 };
 

@@ -154,6 +154,7 @@ Bytes activation_bytes_per_layer(const spec::ModelSpec& m, const spec::ParallelC
 
 HeldLayers held_layers(const spec::ModelSpec& m, const spec::StagePartition& stages, int pp_rank) {
   HeldLayers held;
+  held.pp_rank = pp_rank;
   held.first_layer = stages.first_layer(stages.stage_of(pp_rank, 0));
   for (int s : stages.stages_of_rank(pp_rank)) {
     held.layers += stages.layers_in(s);
@@ -164,6 +165,7 @@ HeldLayers held_layers(const spec::ModelSpec& m, const spec::StagePartition& sta
 
 HeldLayers balanced_held_layers(const spec::ModelSpec& m, int pp, int v, int pp_rank) {
   HeldLayers held;
+  held.pp_rank = pp_rank;
   held.first_layer = spec::StagePartition::balanced_first_layer(m.layers, pp, v, pp_rank);
   for (int c = 0; c < v; ++c) {  // its chunks: stages c * pp + pp_rank
     const int stage = c * pp + pp_rank;
@@ -268,9 +270,11 @@ void add_expert_state(const MemoryTerms& t, const spec::ParallelConfig& p, const
   // shard, as rank_memory's dense part does (its own optimizer, train/optimizer_choice.cpp).
   if (eager_zero2 && t.model != nullptr && spec::executor_zero2_reduces_each_microbatch(p)) {
     const double reducing =
-        executor_gradient_buckets(*t.model, p.tp, held.first_layer, static_cast<int>(std::lround(held.layers)),
-                                  holds_first, holds_last, p.pp * p.virtual_stages == 1, o.bucket_elements, 1,
-                                  spec::ParameterSubset::kRoutedExperts, p.ep, p.etp)
+        executor_gradient_buckets(
+            *t.model, p.tp,
+            spec::StagePartition::balanced_ranges_of_rank(t.model->layers, p.pp, p.virtual_stages, held.pp_rank),
+            holds_first, holds_last, p.pp * p.virtual_stages == 1, o.bucket_elements, 1,
+            spec::ParameterSubset::kRoutedExperts, p.ep, p.etp)
             .largest_pair;
     mb.grads += bytes(gradient_bytes_per_param(o) * std::min(layers * t.expert_params, reducing));
   }
@@ -310,9 +314,10 @@ MemoryBreakdown rank_memory(const MemoryTerms& t, const spec::ParallelConfig& p,
     const auto subset = t.expert_params > 0 ? spec::ParameterSubset::kAllButRoutedExperts : spec::ParameterSubset::kAll;
     const double reducing =
         o.dispatch == KernelDispatch::kEager && t.model != nullptr
-            ? executor_gradient_buckets(*t.model, p.tp, held.first_layer, static_cast<int>(std::lround(layers)),
-                                        holds_first, holds_last, p.pp * p.virtual_stages == 1, o.bucket_elements, 1,
-                                        subset, p.ep, p.etp)
+            ? executor_gradient_buckets(
+                  *t.model, p.tp,
+                  spec::StagePartition::balanced_ranges_of_rank(t.model->layers, p.pp, p.virtual_stages, held.pp_rank),
+                  holds_first, holds_last, p.pp * p.virtual_stages == 1, o.bucket_elements, 1, subset, p.ep, p.etp)
                   .largest_pair
             : 2.0 * static_cast<double>(o.bucket_elements);
     mb.grads += bytes(grad_b * std::min(blocks + root_psi, reducing));

@@ -18,6 +18,7 @@ namespace {
 // Stage `stage` of the balanced partition.
 HeldLayers balanced_stage(const spec::ModelSpec& model, int pp, int v, int stage) {
   HeldLayers held;
+  held.pp_rank = stage % pp;
   held.first_layer = spec::StagePartition::balanced_first_layer(model.layers, pp, v, stage);
   held.layers = spec::StagePartition::balanced_layers_in(model.layers, pp, v, stage);
   held.moe_layers = model.moe_layers_in(held.first_layer, static_cast<int>(held.layers));

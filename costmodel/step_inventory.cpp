@@ -380,9 +380,11 @@ void add_step_end_work(StepInventory& inv, const spec::ModelSpec& model, const s
     // Under expert parallelism the executor's two optimizers bucket (and shard) their own
     // parameters: the routed experts over expert-dp, the rest over the replicas.
     auto executor_buckets = [&](int group, spec::ParameterSubset subset) {
-      return executor_gradient_buckets(model, p.tp, share.first_layer, static_cast<int>(std::lround(share.layers)),
-                                       share.first, share.last, p.pp * p.virtual_stages == 1, o.bucket_elements,
-                                       p.zero_stage == 1 || p.zero_stage == 2 ? group : 1, subset, p.ep, p.etp);
+      return executor_gradient_buckets(
+          model, p.tp,
+          spec::StagePartition::balanced_ranges_of_rank(model.layers, p.pp, p.virtual_stages, share.pp_rank),
+          share.first, share.last, p.pp * p.virtual_stages == 1, o.bucket_elements,
+          p.zero_stage == 1 || p.zero_stage == 2 ? group : 1, subset, p.ep, p.etp);
     };
     const BucketStats buckets = executor_buckets(
         shard_group, experts_apart ? spec::ParameterSubset::kAllButRoutedExperts : spec::ParameterSubset::kAll);

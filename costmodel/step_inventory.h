@@ -129,7 +129,7 @@ struct RankShare {
   double params = 0;              // parameters per tp rank (the routed experts' its own, below)
   double expert_params = 0;       // routed-expert parameters it holds (reduced over expert-dp)
   double transfers_per_pass = 0;  // its pipeline sends and receives in one pass of one microbatch
-  [[nodiscard]] HeldLayers held() const { return {layers, moe_layers, first_layer}; }
+  [[nodiscard]] HeldLayers held() const { return {layers, moe_layers, first_layer, pp_rank}; }
 };
 
 // How often a rank with `share` runs an entry of `scope` in a step of `microbatches`.

@@ -182,7 +182,7 @@ std::int64_t block_tensor_numel(BlockTensor tensor, const ModelSpec& m, const Bl
 
 }  // namespace
 
-void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layers, bool first, bool last,
+void visit_gradient_order(const ModelSpec& m, int tp, std::span<const LayerRange> held, bool first, bool last,
                           bool single_stage, const std::function<void(std::int64_t numel)>& visit_any,
                           ParameterSubset subset, int ep, int etp) {
   const bool dense_part = subset != ParameterSubset::kRoutedExperts;
@@ -193,27 +193,37 @@ void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layer
   const BlockWidths widths = block_widths(m, tp);
   const std::int64_t h = m.hidden;
   const std::int64_t vocab_rows = m.tp_padded_vocab(tp) / tp;
-  if (first) visit(vocab_rows * h);
-  for (int i = first_layer; i < first_layer + layers; ++i) {
-    const bool moe = m.is_moe_layer(i);
+  // One block: its attention and norms, then the dense MLP or the router, routed and shared experts.
+  auto visit_block = [&](int layer) {
+    const bool moe = m.is_moe_layer(layer);
     for (const auto& [name, tensor] : kBlockTensors) {
       if (const std::int64_t numel = block_tensor_numel(tensor, m, widths, moe); numel > 0) visit(numel);
     }
-    if (moe) {
-      visit(h * m.moe.experts);
-      const std::int64_t expert = h * (m.moe.expert_ffn_hidden / etp);
-      if (expert_part) {
-        for (int e = 0; e < 3 * m.moe.experts / ep; ++e) visit_any(expert);
-      }
-      if (m.moe.shared_ffn_hidden > 0) {  // split over tp as the dense MLP
-        for (int j = 0; j < 3; ++j) visit(h * (m.moe.shared_ffn_hidden / tp));
-      }
+    if (!moe) return;
+    visit(h * m.moe.experts);
+    const std::int64_t expert = h * (m.moe.expert_ffn_hidden / etp);
+    if (expert_part) {
+      for (int e = 0; e < 3 * m.moe.experts / ep; ++e) visit_any(expert);
     }
+    if (m.moe.shared_ffn_hidden > 0) {  // split over tp as the dense MLP
+      for (int j = 0; j < 3; ++j) visit(h * (m.moe.shared_ffn_hidden / tp));
+    }
+  };
+  if (first) visit(vocab_rows * h);
+  for (const LayerRange& range : held) {
+    for (int i = range.first; i < range.first + range.count; ++i) visit_block(i);
   }
   if (last) {
     visit(h);
     if (!m.tied_embeddings || !single_stage) visit(vocab_rows * h);
   }
+}
+
+void visit_gradient_order(const ModelSpec& m, int tp, int first_layer, int layers, bool first, bool last,
+                          bool single_stage, const std::function<void(std::int64_t numel)>& visit,
+                          ParameterSubset subset, int ep, int etp) {
+  const LayerRange held{first_layer, layers};
+  visit_gradient_order(m, tp, std::span<const LayerRange>(&held, 1), first, last, single_stage, visit, subset, ep, etp);
 }
 
 bool is_routed_expert(std::string_view name) {

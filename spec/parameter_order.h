@@ -14,11 +14,13 @@
 // (costmodel/executor_buckets.h), so the two cannot drift.
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <utility>
 
 #include "spec/model_spec.h"
 #include "spec/parallel_config.h"
+#include "spec/stage_partition.h"
 
 namespace cpt::spec {
 
@@ -41,11 +43,16 @@ enum class ParameterSubset { kAll, kAllButRoutedExperts, kRoutedExperts };
 [[nodiscard]] bool routed_experts_apart(const ModelSpec& model, const ParallelConfig& parallel);
 
 // Calls `visit(numel)` for every parameter tensor of one rank in `subset`, per tp rank, in that
-// order: the embedding when `first`; blocks [first_layer, first_layer + layers) (an MoE layer's
+// order: the embedding when `first`; the blocks of `held` in order (a rank's chunks: cpt's
+// executor sorts its parameters by gradient_order_key, the global layer index; an MoE layer's
 // router, routed experts and shared experts in place of the dense MLP; the routed experts unsplit
 // by tp, as the executor runs them, E / ep of them, each split over etp; the shared experts split
 // like the dense MLP); the final norm and the LM head when `last` (no head when tied on a single
 // stage).
+void visit_gradient_order(const ModelSpec& model, int tp, std::span<const LayerRange> held, bool first, bool last,
+                          bool single_stage, const std::function<void(std::int64_t numel)>& visit,
+                          ParameterSubset subset = ParameterSubset::kAll, int ep = 1, int etp = 1);
+// The same over one contiguous range: blocks [first_layer, first_layer + layers).
 void visit_gradient_order(const ModelSpec& model, int tp, int first_layer, int layers, bool first, bool last,
                           bool single_stage, const std::function<void(std::int64_t numel)>& visit,
                           ParameterSubset subset = ParameterSubset::kAll, int ep = 1, int etp = 1);

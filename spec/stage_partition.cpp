@@ -42,6 +42,18 @@ int StagePartition::balanced_first_layer(int layers, int pp, int virtual_stages,
   return stage * (layers / stages) + inner_extras + (extra == stages - 1 ? 1 : 0);
 }
 
+std::vector<LayerRange> StagePartition::balanced_ranges_of_rank(int layers, int pp, int virtual_stages, int pp_rank) {
+  CPT_CHECK(pp_rank >= 0 && pp_rank < pp, "pp rank ", pp_rank, " of ", pp);
+  std::vector<LayerRange> ranges;
+  ranges.reserve(static_cast<std::size_t>(virtual_stages));
+  for (int chunk = 0; chunk < virtual_stages; ++chunk) {
+    const int stage = chunk * pp + pp_rank;
+    ranges.push_back({balanced_first_layer(layers, pp, virtual_stages, stage),
+                      balanced_layers_in(layers, pp, virtual_stages, stage)});
+  }
+  return ranges;
+}
+
 StagePartition StagePartition::balanced(int layers, int pp, int virtual_stages) {
   const int stages = pp * virtual_stages;
   std::vector<int> per(static_cast<std::size_t>(stages));

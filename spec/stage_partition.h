@@ -15,6 +15,12 @@
 
 namespace cpt::spec {
 
+// Layers [first, first + count) of a model.
+struct LayerRange {
+  int first = 0;
+  int count = 0;
+};
+
 class StagePartition {
  public:
   // Layers split as evenly as possible. When layers % S != 0 the extra layers go to the inner
@@ -26,6 +32,9 @@ class StagePartition {
   // and a valid index.
   static int balanced_layers_in(int layers, int pp, int virtual_stages, int stage);
   static int balanced_first_layer(int layers, int pp, int virtual_stages, int stage);
+  // The layers of pipeline rank `pp_rank`'s chunks in balanced(...), one range per chunk, in
+  // chunk order (ascending). REQUIRES: as balanced, and 0 <= pp_rank < pp.
+  static std::vector<LayerRange> balanced_ranges_of_rank(int layers, int pp, int virtual_stages, int pp_rank);
   // An explicit list of layers per stage (uneven allowed). Returns the reason when the list does
   // not have pp·v entries, has an entry < 1, or does not sum to `layers`.
   static std::optional<std::string> find_error(const std::vector<int>& layers_per_stage, int layers, int pp,

@@ -201,7 +201,8 @@ TEST(MemoryModel, ZeroTwoHoldsTheBucketsInFlight) {
   // buckets alone, so its two in flight outweigh Megatron's two of 40 M.
   const auto ex = as_run_by_cpt_executor(o);
   const auto eager = memory_per_pp_rank(m, p, 8192, stages, nullptr, layout, ex).at(0);
-  const auto buckets = executor_gradient_buckets(m, 1, 0, 32, true, true, true, ex.bucket_elements, 8);
+  const std::vector<spec::LayerRange> all_layers{{0, 32}};
+  const auto buckets = executor_gradient_buckets(m, 1, all_layers, true, true, true, ex.bucket_elements, 8);
   EXPECT_GE(buckets.largest_pair, 128256.0 * 4096);
   EXPECT_NEAR(static_cast<double>(eager.grads.value()), 4 * psi / 8 + 4 * buckets.largest_pair, 2.0);
 

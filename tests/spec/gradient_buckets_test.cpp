@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <random>
+#include <span>
 #include <string>
 
 namespace cpt::spec {
@@ -91,6 +92,25 @@ TEST(ParameterOrder, NamesSortIntoTheVisitedOrder) {
     want.insert(want.end(), {64, 4096, 2048, 2048, 4096, 64, 11264, 11264, 11264});
   want.insert(want.end(), {64, 512 * 64});
   EXPECT_EQ(numels, want);
+}
+
+// A rank of an interleaved pipeline holds its chunks' layers, not contiguous ones: the visit walks
+// each range, so a dense layer and an MoE layer apart from each other are visited as they are held.
+TEST(ParameterOrder, ARanksChunksAreVisitedRangeByRange) {
+  auto model = find_catalog_model("tiny-moe")->spec;
+  model.layers = 4;
+  model.moe.first_dense_layers = 2;  // layers 0, 1 dense; 2, 3 MoE
+  auto visited = [&](std::span<const LayerRange> held, bool first, bool last) {
+    std::vector<std::int64_t> numels;
+    visit_gradient_order(model, 1, held, first, last, false, [&](std::int64_t n) { numels.push_back(n); });
+    return numels;
+  };
+  const std::vector<LayerRange> chunks{{0, 1}, {2, 1}};  // pp 2 × v 2, rank 0
+  auto expected = visited(std::vector<LayerRange>{{0, 1}}, true, false);
+  const auto moe_chunk = visited(std::vector<LayerRange>{{2, 1}}, false, false);
+  expected.insert(expected.end(), moe_chunk.begin(), moe_chunk.end());
+  EXPECT_EQ(visited(chunks, true, false), expected);
+  EXPECT_NE(visited(std::vector<LayerRange>{{0, 2}}, true, false), expected);  // two dense layers
 }
 
 }  // namespace

@@ -61,6 +61,32 @@ TEST(StagePartition, ClosedFormsMatchTheContractOrder) {
   }
 }
 
+TEST(StagePartition, ARanksRangesAreItsChunksInOrder) {
+  // pp 2, v 2, 9 layers: stages [0,2) [2,5) [5,7) [7,9) (stage 1 takes the extra one).
+  const auto zero = StagePartition::balanced_ranges_of_rank(9, 2, 2, 0);
+  ASSERT_EQ(zero.size(), 2u);
+  EXPECT_EQ(zero[0].first, 0);
+  EXPECT_EQ(zero[0].count, 2);
+  EXPECT_EQ(zero[1].first, 5);
+  EXPECT_EQ(zero[1].count, 2);
+  for (int layers = 4; layers <= 24; ++layers) {
+    for (int pp = 1; pp <= 4; ++pp) {
+      for (int v = 1; v <= 3 && pp * v <= layers; ++v) {
+        const auto p = StagePartition::balanced(layers, pp, v);
+        for (int r = 0; r < pp; ++r) {
+          const auto ranges = StagePartition::balanced_ranges_of_rank(layers, pp, v, r);
+          const auto stages = p.stages_of_rank(r);
+          ASSERT_EQ(ranges.size(), stages.size());
+          for (std::size_t c = 0; c < ranges.size(); ++c) {
+            EXPECT_EQ(ranges[c].first, p.first_layer(stages[c])) << layers << " " << pp << " " << v << " " << r;
+            EXPECT_EQ(ranges[c].count, p.layers_in(stages[c])) << layers << " " << pp << " " << v << " " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(StagePartition, ExplicitListsAreChecked) {
   EXPECT_FALSE(StagePartition::find_error({3, 5}, 8, 2, 1));
   EXPECT_EQ(*StagePartition::find_error({3, 5}, 8, 4, 1), "2 entries for pp (4) * virtual_stages (1) = 4 stages");
