@@ -116,7 +116,14 @@ void print_table(const cost::Estimate& e, const spec::ModelSpec& m, const spec::
   if (e.time.continual.value() > 0) row("continual", e.time.continual);  // teacher, KL, EWC (--config)
   row("other", e.time.other);
   row("total", e.time.total());
-  std::cout << t.render() << "\n";
+  std::cout << t.render();
+  if (p.pp > 1) {
+    // The parts are one rank's: under a pipeline the ranks spend the same step differently.
+    std::cout << str_cat("(as pipeline rank ", e.critical_pp_rank,
+                         " spends the step, the last to finish: pp_bubble is its idle time in the schedule, "
+                         "uneven stages included)\n");
+  }
+  std::cout << "\n";
   core::TextTable mem(
       {"pp rank", "weights", "grads", "optimizer", "activations", "other", "teacher", "ewc", "total GiB"},
       {Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight, Align::kRight,

@@ -34,6 +34,14 @@ TEST(Experts, EstimateTakesExpertDegreesAndRefusesThemOnDenseModels) {
   // Dispatch and combine, forward and backward, and the forward's gather of the pairs per expert:
   // 8 layers a rank, 256 / 16 microbatches.
   EXPECT_EQ(j["calls_per_step"]["ep"].get<double>(), (2 * 2 + 1) * 8 * 16);
+  // The table names the pipeline rank whose step its parts are.
+  const auto table =
+      cpt("estimate --model mixtral-8x7b --gpu h100 --gpus 64 --pp 4 --vp 8 --ep 8 --micro-batch 1 "
+          "--global-batch 256 --seq-len 4096 --zero 1");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("(as pipeline rank " + std::to_string(j["critical_pp_rank"].get<int>()) + " spends"),
+            std::string::npos)
+      << table.out;
   const auto dense =
       cpt("estimate --model llama3-8b --gpu h100 --gpus 8 --ep 2 --micro-batch 1 --global-batch 8 "
           "--seq-len 4096");
