@@ -58,6 +58,13 @@ ModelSpec deepseek_yarn(ModelSpec s, double mscale) {
   return s;
 }
 
+// GPT-OSS's YaRN (its config.json: factor 32 over an original 4096 positions, betas 32 and 1, no
+// mscale, truncate false: the correction range's bounds kept fractional).
+ModelSpec gpt_oss_yarn(ModelSpec s) {
+  s.rope_scaling = RopeScaling{32.0, 1.0, 4.0, 4096, RopeScalingKind::kYarn, 32.0, 1.0, 0.0, 0.0, 0.0, false};
+  return s;
+}
+
 ModelSpec with_qkv_bias(ModelSpec s) {
   s.qkv_bias = true;
   return s;
@@ -158,13 +165,13 @@ void add_mixtures_of_experts(const Add& add) {
       {"deepseek-v3-base"},
       std::string("deepseek-ai/DeepSeek-V3 ") + kHf + " (without the multi-token prediction module)", 671e9, 1e9);
   // GPT-OSS (OpenAI 2025): head width 64, attention biases (q, k, v counted; the output's, the
-  // experts' and the attention sinks are not: 0.03%).
-  add(moe(with_qkv_bias(
-              with_head_dim(numerics(llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072), 150000.0, 1e-5), 64)),
+  // experts' and the attention sinks are not: 0.03%), YaRN.
+  add(moe(gpt_oss_yarn(with_qkv_bias(with_head_dim(
+              numerics(llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072), 150000.0, 1e-5), 64))),
           32, 4, 2880),
       {}, std::string("openai/gpt-oss-20b ") + kHf, 20.91e9, 1e7 * 5);
-  add(moe(with_qkv_bias(with_head_dim(
-              numerics(llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072), 150000.0, 1e-5), 64)),
+  add(moe(gpt_oss_yarn(with_qkv_bias(with_head_dim(
+              numerics(llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072), 150000.0, 1e-5), 64))),
           128, 4, 2880),
       {}, std::string("openai/gpt-oss-120b ") + kHf, 116.83e9, 1e8);
 }
