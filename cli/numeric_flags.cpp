@@ -43,6 +43,11 @@ std::string check_positive(std::string& input) {
 
 std::string parse_error_message(const CLI::ParseError& error) {
   const std::string text = error.what();
+  // CLI11's "--gpus: At Most 1 required but received 2" for a flag given twice.
+  constexpr std::string_view kRepeated = ": At Most 1 required but received ";
+  if (const auto at = text.find(kRepeated); at != std::string::npos) {
+    return text.substr(0, at) + ": expected once, given " + text.substr(at + kRepeated.size()) + " times";
+  }
   constexpr std::string_view kConversion = "Could not convert: ";
   const auto equals = text.find(" = ");
   if (!text.starts_with(kConversion) || equals == std::string::npos) return text;

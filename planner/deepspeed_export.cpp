@@ -71,11 +71,11 @@ core::Json deepspeed_config(const spec::Plan& plan) {
                 "sequence_parallel_size in the model code) is a different algorithm (all-to-all over heads)"));
   }
   if (plan.model.moe.present()) {
-    notes.push_back(
-        str_cat("a mixture of experts: DeepSpeed-MoE places its experts in the model code "
-                "(deepspeed.moe.layer.MoE(num_experts=",
-                plan.model.moe.experts, ", ep_size=", c.ep, ", k=", plan.model.moe.experts_per_token,
-                ")); the plan's expert tensor parallel ", c.etp, " has no DeepSpeed-MoE setting"));
+    notes.push_back(str_cat(
+        "a mixture of experts: DeepSpeed-MoE places its experts in the model code "
+        "(deepspeed.moe.layer.MoE(num_experts=",
+        plan.model.moe.experts, ", ep_size=", c.ep, ", k=", plan.model.moe.experts_per_token, "))",
+        c.etp > 1 ? str_cat("; the plan's expert tensor parallel ", c.etp, " has no DeepSpeed-MoE setting") : ""));
   }
   if (!notes.empty()) j["cpt_notes"] = notes;
   return j;

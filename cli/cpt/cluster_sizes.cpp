@@ -49,8 +49,13 @@ std::vector<spec::ClusterSpec> clusters_at_sizes(const std::string& gpu, const s
     for (int n : counts) clusters.push_back(planner::apply_change(base, planner::HardwareChange{.gpus = n}, cat));
     return clusters;
   }
-  if (gpu.empty() || counts.empty()) {
-    throw core::ConfigError("--gpu and --gpus, or --cluster: expected one of them, got neither");
+  if (!gpu.empty() && counts.empty()) {
+    throw core::ConfigError("--gpus: expected the number of GPUs (or a list of sizes) beside --gpu " + gpu +
+                            ", got none");
+  }
+  if (gpu.empty()) {
+    throw core::ConfigError(counts.empty() ? "--gpu and --gpus, or --cluster: expected one of them, got neither"
+                                           : "--gpu: expected the GPU beside --gpus (or --cluster), got none");
   }
   for (int n : counts) clusters.push_back(cluster_for_gpu_flag(gpu, n, "--gpu"));
   return clusters;

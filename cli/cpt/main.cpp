@@ -51,6 +51,21 @@ std::optional<std::string> unknown_flag(const CLI::App& app) {
   return std::nullopt;
 }
 
+// Every subcommand's --out: an empty path would write nothing (or fail late, in the filesystem).
+void refuse_empty_out(CLI::App& app) {
+  const CLI::Validator non_empty(
+      [](const std::string& path) {
+        return path.empty() ? std::string("expected a directory path, got an empty string") : std::string();
+      },
+      "PATH", "non-empty path");
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (CLI::Option* option : sub->get_options([](CLI::Option* o) { return o->check_lname("out"); })) {
+      option->check(non_empty);
+    }
+    refuse_empty_out(*sub);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,6 +103,7 @@ int main(int argc, char** argv) {
   cli::register_advise_command(app);
   cli::register_models_command(app);
   cli::register_profiles_command(app);
+  refuse_empty_out(app);
 
   try {
     // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.

@@ -413,7 +413,13 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
        "--fix: no layout of the 16 GPUs has tp=3"},
       {"plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 128 --seq-len 4096 --fix zero=4",
        "--fix: zero: expected 0, 1, 2 or 3, got 4"},
-      {"--log-level loud models list", "--log-level: expected one of debug|info|warn|error|off, got \"loud\""}};
+      {"--log-level loud models list", "--log-level: expected one of debug|info|warn|error|off, got \"loud\""},
+      {"plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --out ''",
+       "--out: expected a directory path, got an empty string"},
+      {"plan --model llama3-8b --gpu h100 --gpus 8 --gpus 16 --global-batch 64 --seq-len 4096",
+       "--gpus: expected once, given 2 times"},
+      {"plan --model llama3-8b --gpu h100 --global-batch 64 --seq-len 4096",
+       "--gpus: expected the number of GPUs (or a list of sizes) beside --gpu h100, got none"}};
   for (const auto& [args, expected] : cases) {
     const auto r = cpt(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;

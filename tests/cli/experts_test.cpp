@@ -226,6 +226,9 @@ TEST(Experts, PlansRecordAndExportExpertParallelism) {
   EXPECT_EQ(dense.exit_code, 2);
   EXPECT_NE(dense.err.find("llama3-8b is dense"), std::string::npos) << dense.err;
   EXPECT_NE(slurp(out / "ds_config.json").find("ep_size=8"), std::string::npos);
+  // Expert tensor parallelism is noted only where the plan has some.
+  EXPECT_EQ(slurp(out / "ds_config.json").find("expert tensor parallel"), std::string::npos);
+  EXPECT_NE(slurp(scratch() / "qwen3-etp2" / "ds_config.json").find("expert tensor parallel 2"), std::string::npos);
   // The plan replays in the simulator and under other hardware.
   EXPECT_EQ(cpt("simulate " + (out / "plan.json").string()).exit_code, 0);
   const auto whatif = cpt("whatif " + (out / "plan.json").string() + " --gpu h200");
