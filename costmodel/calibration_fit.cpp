@@ -145,16 +145,7 @@ spec::ClusterSpec rescaled(const spec::ClusterSpec& cluster, double compute_scal
   }
   g.kernel_overhead = kernel_overhead;
   g.collective_overhead = collective_overhead;
-  c.node.intra_latency = core::Seconds(c.node.intra_latency.value() * comm_scale);
-  c.node.intra_bandwidth = core::BytesPerSecond(c.node.intra_bandwidth.value() / comm_scale);
-  for (auto& m : c.node.intra_measured) {
-    if (m) *m = spec::MeasuredLink{m->latency * comm_scale, core::BytesPerSecond(m->bandwidth.value() / comm_scale)};
-  }
-  if (auto& scalar = c.node.scalar_all_reduce_step_latency) scalar = *scalar * comm_scale;
-  c.node.nic_bandwidth = core::BytesPerSecond(c.node.nic_bandwidth.value() / comm_scale);
-  c.fabric.latency = core::Seconds(c.fabric.latency.value() * comm_scale);
-  c.fabric.link_bandwidth = core::BytesPerSecond(c.fabric.link_bandwidth.value() / comm_scale);
-  return c;
+  return spec::with_slower_links(c, comm_scale);
 }
 
 }  // namespace cpt::cost

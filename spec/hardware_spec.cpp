@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/str_cat.h"
 
 namespace cpt::spec {
@@ -51,6 +52,29 @@ core::BytesPerSecond ClusterSpec::inter_node_bandwidth_per_gpu() const {
   return core::BytesPerSecond(per_nic * node.nics_per_node / node.gpus_per_node);
 }
 
+ClusterSpec with_slower_network(const ClusterSpec& cluster, double factor) {
+  CPT_CHECK(factor > 0, "network slowdown ", factor);
+  ClusterSpec c = cluster;
+  c.node.nic_bandwidth = core::BytesPerSecond(c.node.nic_bandwidth.value() / factor);
+  c.fabric.latency = c.fabric.latency * factor;
+  c.fabric.link_bandwidth = core::BytesPerSecond(c.fabric.link_bandwidth.value() / factor);
+  return c;
+}
+
+ClusterSpec with_slower_links(const ClusterSpec& cluster, double factor) {
+  CPT_CHECK(factor > 0, "link slowdown ", factor);
+  auto slower = [factor](core::BytesPerSecond bandwidth) { return core::BytesPerSecond(bandwidth.value() / factor); };
+  ClusterSpec c = with_slower_network(cluster, factor);
+  NodeSpec& node = c.node;
+  node.intra_latency = node.intra_latency * factor;
+  node.intra_bandwidth = slower(node.intra_bandwidth);
+  for (auto& measured : node.intra_measured) {
+    if (measured) *measured = MeasuredLink{measured->latency * factor, slower(measured->bandwidth)};
+  }
+  if (auto& scalar = node.scalar_all_reduce_step_latency) scalar = *scalar * factor;
+  return c;
+}
+
 std::vector<std::string> find_cluster_errors(const ClusterSpec& c) {
   std::vector<std::string> errors;
   const int g = c.node.gpus_per_node;
@@ -62,13 +86,12 @@ std::vector<std::string> find_cluster_errors(const ClusterSpec& c) {
     const bool part_of_one_node = c.num_nodes == 1 && c.num_gpus <= g;
     if (!whole_nodes && !part_of_one_node) {
       errors.push_back(str_cat("GPUs (", c.num_gpus, ") must fill whole nodes: num_nodes (", c.num_nodes,
-                               ") * gpus_per_node (", g, ") = ", c.num_nodes * g,
-                               ", or at most one node's worth"));
+                               ") * gpus_per_node (", g, ") = ", c.num_nodes * g, ", or at most one node's worth"));
     }
   }
   if (c.num_nodes > 1 && c.node.nics_per_node < 1) {
-    errors.push_back(str_cat("a cluster of ", c.num_nodes, " nodes needs nics_per_node >= 1, got ",
-                             c.node.nics_per_node));
+    errors.push_back(
+        str_cat("a cluster of ", c.num_nodes, " nodes needs nics_per_node >= 1, got ", c.node.nics_per_node));
   }
   if (c.fabric.oversubscription < 1.0) {
     errors.push_back(str_cat("oversubscription must be >= 1, got ", c.fabric.oversubscription));

@@ -18,7 +18,7 @@ namespace cpt::spec {
 // Serialized as "bf16", "fp16", "fp8", "tf32", "fp32". DO NOT CHANGE the strings.
 enum class Precision { kBf16, kFp16, kFp8, kTf32, kFp32 };
 inline constexpr std::array<Precision, 5> kAllPrecisions = {Precision::kBf16, Precision::kFp16, Precision::kFp8,
-                                                           Precision::kTf32, Precision::kFp32};
+                                                            Precision::kTf32, Precision::kFp32};
 std::string to_string(Precision p);
 
 // One point of a matrix-engine efficiency curve: at `gflops` (10^9 FLOPs per GEMM) the engine
@@ -153,9 +153,9 @@ struct NodeSpec {
   // every tensor-, context- and pipeline-parallel call that compute follows; absent: 0 (a GPU's
   // host thread only queues kernels).
   std::optional<core::Seconds> compute_lost_resuming_from_call;
-  int nics_per_node = 0;                 // NICs for the compute fabric
-  core::BytesPerSecond nic_bandwidth;    // per NIC, per direction
-  std::string default_fabric;            // fabric profile implied by this node
+  int nics_per_node = 0;               // NICs for the compute fabric
+  core::BytesPerSecond nic_bandwidth;  // per NIC, per direction
+  std::string default_fabric;          // fabric profile implied by this node
   // Set for a CPU node whose ranks share its cores (SharedCores); absent: each device computes on
   // its own, as a GPU does.
   std::optional<SharedCores> shared_cores;
@@ -192,5 +192,13 @@ struct ClusterSpec {
 
 // Every violated constraint, each a full sentence; empty when consistent.
 std::vector<std::string> find_cluster_errors(const ClusterSpec& c);
+
+// `c` with every link `factor` times slower: latencies multiplied and bandwidths divided by it —
+// inside the node (and each call measured there, and the scalar all-reduce's step), the NICs and
+// the fabric. The GPUs and their fixed costs per kernel and per call are unchanged.
+// REQUIRES: factor > 0.
+ClusterSpec with_slower_links(const ClusterSpec& c, double factor);
+// The same for the network between nodes only (NICs and fabric); NVLink as it is.
+ClusterSpec with_slower_network(const ClusterSpec& c, double factor);
 
 }  // namespace cpt::spec

@@ -117,7 +117,8 @@ void register_simulate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--straggler-slowdown", o->what_if.straggler_slowdown, "How much slower, e.g. 0.2 for 20%")
       ->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--link-slowdown", o->what_if.link_slowdown, "Transfers and collectives take this many times longer")
+  cmd->add_option("--link-slowdown", o->what_if.link_slowdown,
+                  "Every link (NVLink, NICs, fabric) this many times slower")
       ->check(CLI::Range(1.0, 1000.0));
   cmd->add_option("--straggler-gpu", o->what_if.straggler_gpu,
                   "Per-rank mode: the global rank of a slow GPU (every data-parallel replica is simulated)")

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/str_cat.h"
 #include "costmodel/compute_sharing.h"
@@ -23,17 +24,48 @@ void slow_down(StageDurations& d, const std::vector<int>& stages, double slowdow
   }
 }
 
+// The collectives inside the passes of pipeline rank `pp_rank` that cross nodes (ZeRO-3's gathers
+// and reduce-scatters, expert all-to-alls; TP and CP stay inside a node) run at a link `factor`
+// times slower, and every replica's stages of that rank wait for them (their groups span the
+// replicas; a ring runs at its slowest link): those stages priced again on the slower network.
+void slow_network_inside_passes(const spec::Plan& plan, const spec::ClusterSpec& cluster, const CostModelOptions& o,
+                                double factor, int pp_rank, std::vector<StageDurations>& replicas) {
+  const auto ev =
+      evaluate(plan.model, spec::with_slower_network(cluster, factor), plan.parallel, plan.workload.seq_len, o);
+  const auto* slowed = std::get_if<Estimate>(&ev);
+  CPT_CHECK(slowed != nullptr, "a plan that fits does not fit on a slower network");
+  const StageDurations& from = slowed->stages;
+  for (StageDurations& d : replicas) {
+    for (const int s : plan.stages.stages_of_rank(pp_rank)) {
+      const auto i = static_cast<std::size_t>(s);
+      d.forward_s[i] = from.forward_s[i];
+      d.backward_s[i] = from.backward_s[i];
+      if (!d.weight_grad_s.empty()) d.weight_grad_s[i] = from.weight_grad_s[i];
+      if (!d.zero3_overlapped_forward_s.empty()) {
+        d.zero3_overlapped_forward_s[i] = from.zero3_overlapped_forward_s[i];
+        d.zero3_overlapped_backward_s[i] = from.zero3_overlapped_backward_s[i];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& options, const SimulationOptions& w) {
   CostModelOptions o = options;
   o.exact_pipeline = true;
-  const auto ev = evaluate(plan.model, plan.cluster, plan.parallel, plan.workload.seq_len, o);
+  // Slower links are priced as the cost model prices any links: every call on them (tensor and
+  // context parallelism, ZeRO-3's gathers, expert all-to-alls, transfers, reductions), exposed or
+  // hidden as their new length leaves them.
+  const spec::ClusterSpec cluster =
+      w.link_slowdown != 1 ? spec::with_slower_links(plan.cluster, w.link_slowdown) : plan.cluster;
+  const auto ev = evaluate(plan.model, cluster, plan.parallel, plan.workload.seq_len, o);
   if (const auto* inf = std::get_if<Infeasible>(&ev)) {
     throw core::RuntimeError(core::str_cat("the plan does not run: ", to_string(inf->reason), ": ", inf->detail));
   }
   PlanSimulation out;
   out.estimate = std::get<Estimate>(ev);
+  out.beyond_estimate = w.straggler_pp_rank >= 0 || w.per_rank();
   const auto& p = plan.parallel;
   const auto schedule = spec::make_schedule(p.schedule, p.pp, p.virtual_stages, p.grad_accum());
   const MemoryTerms terms = memory_terms(plan.model, p, plan.workload.seq_len, 1, o);
@@ -55,9 +87,6 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
     }
     slow_down(d, plan.stages.stages_of_rank(w.straggler_pp_rank), w.straggler_slowdown);
   }
-  for (double& x : d.p2p_after_s) x *= w.link_slowdown;
-  d.dp_reduce = d.dp_reduce * w.link_slowdown;
-  d.dp_after = d.dp_after * w.link_slowdown;
   if (!w.per_rank()) {
     // Ranks sharing CPU cores compute faster while others wait, as in the estimate's replay.
     const ComputeSharing sharing(plan.cluster, p);
@@ -76,6 +105,9 @@ PlanSimulation simulate_plan(const spec::Plan& plan, const CostModelOptions& opt
     return layout.coord_of(rank);
   };
   std::vector<StageDurations> replicas(static_cast<std::size_t>(p.dp), d);
+  if (w.slow_nic_gpu >= 0 && w.nic_slowdown != 1) {
+    slow_network_inside_passes(plan, cluster, o, w.nic_slowdown, coord(w.slow_nic_gpu, "--slow-nic-gpu").pp, replicas);
+  }
   if (w.straggler_gpu >= 0) {
     const auto c = coord(w.straggler_gpu, "--straggler-gpu");
     slow_down(replicas[static_cast<std::size_t>(c.dp)], plan.stages.stages_of_rank(c.pp), w.straggler_slowdown);
@@ -121,6 +153,13 @@ core::Json simulation_to_json(const PlanSimulation& sim, const spec::Plan& plan)
   // uneven stages more than bubble_fraction, the busiest rank's).
   const auto critical = static_cast<std::size_t>(sim.estimate.critical_pp_rank);
   if (critical < sim.result.idle_s.size()) j["time_s"]["pp_bubble"] = sim.result.idle_s[critical];
+  if (sim.beyond_estimate) {
+    // What the what-if adds that the estimate's parts do not hold (a straggler's slower compute, a
+    // slow link's longer calls), so that the parts still add up to the simulated step.
+    double parts = 0;
+    for (const auto& [name, seconds] : j["time_s"].items()) parts += seconds.get<double>();
+    j["time_s"]["what_if"] = step - parts;
+  }
   j["breakdown_pp_rank"] = sim.estimate.critical_pp_rank;
   j["bubble_fraction"] = sim.result.bubble_fraction;
   j["exposed_comm_s"] = sim.result.exposed_comm.value();

@@ -365,6 +365,48 @@ TEST(PlanSimulation, PerRankStragglerAndSlowNic) {
   EXPECT_THROW(simulate_plan(plan, {}, nic), core::ConfigError);
 }
 
+// Slower links reach every call on them: ZeRO-3's gathers and reduce-scatters inside the passes
+// and an MoE's expert all-to-alls, not only transfers and reductions; the JSON's parts still add
+// up to the simulated step, a per-rank what-if's remainder under `what_if`.
+TEST(PlanSimulation, SlowerLinksSlowZeroThreeAndExpertTraffic) {
+  const auto& catalog = spec::HardwareCatalog::builtin();
+  const auto llama = spec::find_catalog_model("llama3-8b")->spec;
+  const spec::ParallelConfig zero3{.dp = 16, .micro_batch = 1, .global_batch = 64, .zero_stage = 3};
+  const auto sharded = spec::make_plan(llama, catalog.cluster_for_gpu("h100", 16, "--gpu"), {4096, 0}, zero3);
+  const auto healthy = simulate_plan(sharded);
+  SimulationOptions links;
+  links.link_slowdown = 20;
+  const auto slow = simulate_plan(sharded, {}, links);
+  EXPECT_GT(slow.result.step_time.value(), 3 * healthy.result.step_time.value());
+  EXPECT_GT(slow.estimate.time.dp_comm.value(), 10 * std::max(1e-3, healthy.estimate.time.dp_comm.value()));
+  auto parts = [](const nlohmann::json& j) {
+    double sum = 0;
+    for (const auto& [name, seconds] : j["time_s"].items()) sum += seconds.get<double>();
+    return sum / j["step_time_s"].get<double>();
+  };
+  EXPECT_NEAR(parts(simulation_to_json(slow, sharded)), 1.0, 0.02);
+  // One GPU's network link: ZeRO-3's shard group crosses the two nodes, so every replica waits.
+  SimulationOptions nic;
+  nic.slow_nic_gpu = 3;
+  nic.nic_slowdown = 20;
+  const auto slow_nic = simulate_plan(sharded, {}, nic);
+  EXPECT_GT(slow_nic.result.step_time.value(), 3 * healthy.result.step_time.value());
+  const auto j = simulation_to_json(slow_nic, sharded);
+  EXPECT_NEAR(parts(j), 1.0, 1e-9);
+  EXPECT_GT(j["time_s"]["what_if"].get<double>(), 0);
+
+  // Qwen3-30B-A3B over two nodes, 16 experts' ranks: its all-to-alls cross the network.
+  const auto qwen = spec::find_catalog_model("qwen3-30b-a3b")->spec;
+  const spec::ParallelConfig ep{
+      .dp = 16, .micro_batch = 1, .global_batch = 64, .zero_stage = 1, .recompute = spec::Recompute::kFull, .ep = 16};
+  const auto experts = spec::make_plan(qwen, catalog.cluster_for_gpu("h100", 16, "--gpu"), {4096, 0}, ep);
+  const auto before = simulate_plan(experts);
+  const auto after = simulate_plan(experts, {}, links);
+  EXPECT_NEAR(after.estimate.time.ep_comm.value() / before.estimate.time.ep_comm.value(), 20, 4);
+  EXPECT_GT(after.result.step_time.value(),
+            before.result.step_time.value() + 10 * before.estimate.time.ep_comm.value());
+}
+
 }  // namespace
 }  // namespace cpt::cost::sim
 
