@@ -34,7 +34,7 @@ TEST(HardwareCatalog, DatasheetNumbersConvertOnce) {
   EXPECT_DOUBLE_EQ(h100.peak(Precision::kBf16)->value(), 989.4e12);  // dense, not the 1979 sparse figure
   EXPECT_DOUBLE_EQ(h100.nvlink_bandwidth.value(), 450e9);            // 900 GB/s bidirectional, halved
   const auto h200 = cat().gpu("h200", "--gpu");
-  EXPECT_EQ(h200.hbm_capacity.value(), 141'000'000'000);  // "141 GB" is decimal
+  EXPECT_EQ(h200.hbm_capacity, core::gibibytes(140));  // nvidia-smi: 143,771 MiB (hardware_profiles/README.md)
   const auto a100 = cat().gpu("a100-40g", "--gpu");
   EXPECT_FALSE(a100.peak(Precision::kFp8).has_value());  // no fp8 engine on Ampere
 }
