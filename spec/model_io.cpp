@@ -244,6 +244,11 @@ ModelSpec load_model_file(const std::filesystem::path& path) {
     if (fallback.empty()) fallback = path.stem().string();
     return model_from_hf_config(r, fallback);
   }
+  // Hugging Face's keys without its model_type: name the key that says which family it is, not
+  // the first key cpt's own format misses.
+  if (!r.has("name") && (r.has("architectures") || r.has("hidden_size"))) {
+    r.fail("model_type", "the model family (a Hugging Face config.json: \"llama\", \"mixtral\", ...)", "nothing");
+  }
   return model_from_json(r);
 }
 

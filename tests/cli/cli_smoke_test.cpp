@@ -388,6 +388,8 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
       "kv_heads": 2, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
       "tied_embeddings": false, "max_seq_len": 128})");
   const auto broken = write_temp("cpt_cli_broken.json", "{\"name\": ");
+  const auto no_family = write_temp("cpt_cli_no_model_type.json", R"({"architectures": ["MixtralForCausalLM"],
+      "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000})");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"profiles show " + unknown_key.string(), unknown_key.string() + ": $.gpus_per_nod: unknown key"},
       {"profiles show " + wrong_unit_cluster.string(),
@@ -396,6 +398,7 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
       {"models show " + negative.string(),
        negative.string() + ": $.hidden: expected an integer in [1, 1073741824], got -64"},
       {"models show " + broken.string(), broken.string() + ": invalid JSON"},
+      {"models show " + no_family.string(), no_family.string() + ": $.model_type: expected the model family"},
       {"models show /no/such/model.json", "/no/such/model.json: file not found"},
       {"models show llama9-1t", "models show NAME: expected a model name"},
       {"run --steps 0", "--steps"},
