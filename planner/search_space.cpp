@@ -119,6 +119,10 @@ Fixed parse_fixed(const std::string& text) {
   Fixed f;
   std::stringstream ss(text);
   std::string item;
+  // getline drops a trailing empty item ("ep=8,"): refused as the inner ones are.
+  if (!text.empty() && text.back() == ',') {
+    throw ConfigError(str_cat("--fix: expected key=value items separated by commas, got \"", text, "\""));
+  }
   while (std::getline(ss, item, ',')) {
     if (item.empty())
       throw ConfigError(str_cat("--fix: expected key=value items separated by commas, got \"", text, "\""));

@@ -416,6 +416,8 @@ TEST(CliSmoke, BadInputsGiveOneLineAndExitTwo) {
        "--fix: no layout of the 16 GPUs has tp=3"},
       {"plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 128 --seq-len 4096 --fix zero=4",
        "--fix: zero: expected 0, 1, 2 or 3, got 4"},
+      {"plan --model llama3-8b --gpu h100 --gpus 16 --global-batch 128 --seq-len 4096 --fix tp=2,",
+       "--fix: expected key=value items separated by commas, got \"tp=2,\""},
       {"--log-level loud models list", "--log-level: expected one of debug|info|warn|error|off, got \"loud\""},
       {"plan --model llama3-8b --gpu h100 --gpus 8 --global-batch 64 --seq-len 4096 --out ''",
        "--out: expected a directory path, got an empty string"},
