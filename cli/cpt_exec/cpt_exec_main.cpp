@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cpt_exec/exec_commands.h"
@@ -35,6 +36,9 @@ int report_error(const std::string& program, const std::string& message, int exi
 int main(int argc, char** argv) {
   using namespace cpt;
   (void)exec::keep_freed_host_memory();  // before any thread or large allocation (host_memory.h)
+  // LibTorch's failed enforces (a CPU allocation the machine refuses among them) are exceptions
+  // the handlers below turn into one line and an exit code, never an abort.
+  FLAGS_caffe2_use_fatal_for_enforce = false;
   // Started by `cpt train|data|checkpoint`, it answers as `cpt` (usage lines, error prefixes).
   const char* invoked_as = std::getenv("CPT_EXEC_INVOKED_AS");
   const std::string name = invoked_as != nullptr ? invoked_as : "cpt-exec";
@@ -94,9 +98,15 @@ int main(int argc, char** argv) {
     return core::kExitBadInput;
   } catch (const core::Error& e) {
     return report_error(name, e.what(), e.exit_code());
+  } catch (const c10::OutOfMemoryError& e) {
+    return report_error(name, core::str_cat("out of device memory: ", e.what_without_backtrace()), core::kExitRuntime);
   } catch (const c10::Error& e) {
-    return report_error(name, core::str_cat("internal error in LibTorch: ", e.what_without_backtrace()),
-                        core::kExitInternal);
+    // LibTorch's CPU allocator fails with a plain enforce: the machine's memory, not a cpt bug.
+    const std::string what = e.what_without_backtrace();
+    if (what.find("can't allocate memory") != std::string::npos) {
+      return report_error(name, core::str_cat("out of host memory: ", what), core::kExitRuntime);
+    }
+    return report_error(name, core::str_cat("internal error in LibTorch: ", what), core::kExitInternal);
   } catch (const std::filesystem::filesystem_error& e) {
     return report_error(name, e.what(), core::kExitRuntime);  // the environment's failure, not cpt's
   } catch (const std::exception& e) {
