@@ -96,8 +96,8 @@ TEST(Plan, BadPlansNameThePath) {
             "to the model's 80 layers, got [11,10,10,10,10,10,10,10] (layers per stage sum to 81, the model has 80)");
   EXPECT_EQ(error_after([](core::Json& j) { j["parallel"]["schedule"] = "zb"; }),
             "plan.json: $.parallel.schedule: expected one of gpipe|1f1b|interleaved_1f1b|zb_h1, got string \"zb\"");
-  EXPECT_EQ(error_after([](core::Json& j) { j["cluster"]["node"]["gpu"]["hbm_capacity_GB"] = -80; }),
-            "plan.json: $.cluster.node.gpu.hbm_capacity_GB: expected a number > 0, got -80");
+  EXPECT_EQ(error_after([](core::Json& j) { j["cluster"]["node"]["gpu"]["hbm_capacity_GiB"] = -80; }),
+            "plan.json: $.cluster.node.gpu.hbm_capacity_GiB: expected a number > 0, got -80");
   EXPECT_EQ(error_after([](core::Json& j) { j["extra"] = 1; }), "plan.json: $.extra: unknown key");
   EXPECT_EQ(error_after([](core::Json& j) { j["predicted"]["priced_as"]["precision"] = "int4"; }),
             "plan.json: $.predicted.priced_as.precision: expected one of bf16|fp16|fp8|tf32|fp32, got string \"int4\"");
