@@ -7,6 +7,7 @@
 #include "costmodel/memory_model.h"
 #include "costmodel/straggler.h"
 #include "costmodel/token_dispatch.h"
+#include "spec/pipeline_schedule.h"
 
 namespace cpt::cost {
 
@@ -52,11 +53,12 @@ void add_for_group(CommGroup group, double calls, PerCommGroup& out) {
   }
 }
 
-// The kernels around the rank's pipeline transfers of `pass` in one microbatch: forward (and the
-// teacher's) a send from each of its stages but the last and a receive into each but the first;
-// backward the other way round.
-double transfer_kernels(WorkPass pass, const RankShare& share, const CostModelOptions& o) {
-  const double sends = share.chunks - (share.last ? 1 : 0), receives = share.chunks - (share.first ? 1 : 0);
+// The kernels around the rank's pipeline transfers of `pass` in one microbatch (forward and the
+// teacher's: its sends and receives; backward the other way round).
+double transfer_kernels(WorkPass pass, const spec::ParallelConfig& p, const RankShare& share,
+                        const CostModelOptions& o) {
+  const double sends = spec::rank_sends_per_pass(p.pp, p.virtual_stages, share.pp_rank);
+  const double receives = spec::rank_receives_per_pass(p.pp, p.virtual_stages, share.pp_rank);
   if (pass == WorkPass::kBackward) {
     const TransferKernels k = gradient_transfer_kernels(o);
     return receives * k.send + sends * k.receive;
@@ -65,8 +67,8 @@ double transfer_kernels(WorkPass pass, const RankShare& share, const CostModelOp
   return sends * k.send + receives * k.receive;
 }
 
-StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, double microbatches,
-                         const PricingContext& context) {
+StepEndSums sum_step_end(const StepInventory& inv, const spec::ParallelConfig& p, const RankShare& share,
+                         double microbatches, const PricingContext& context) {
   StepEndSums sums;
   for (const WorkItem& item : inv.items()) {
     const double times = times_per_step(item.scope, share, microbatches, inv);
@@ -87,7 +89,7 @@ StepEndSums sum_step_end(const StepInventory& inv, const RankShare& share, doubl
       sums.kernels_scalars += item.kernels * times;
     } else if (item.scope == WorkScope::kTransfer) {
       if (item.resumes) sums.transfer_resumes += item.calls * times;
-      sums.kernels_pp += transfer_kernels(item.pass, share, *context.options) * microbatches;
+      sums.kernels_pp += transfer_kernels(item.pass, p, share, *context.options) * microbatches;
     } else if (item.exposure == Exposure::kBehindBackward) {
       sums.behind_backward += price(item, context, Seconds(0));
       sums.reduced_bytes += static_cast<double>(item.bytes.value());
@@ -203,7 +205,7 @@ StepEnd step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster
   const double microbatches = p.grad_accum();
   add_step_end_work(inv, model, p, groups, share, o);
   StepEnd end;
-  const StepEndSums sums = sum_step_end(inv, share, microbatches, context);
+  const StepEndSums sums = sum_step_end(inv, p, share, microbatches, context);
   Seconds zero3_exposed, straggler;
   const LayerCharges layers = layers_of(c, share);
   const Seconds root = microbatch_terms(inv, c, layers, sums, critical, microbatches, t, zero3_exposed);

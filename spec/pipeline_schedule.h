@@ -101,12 +101,19 @@ int in_flight_closed_form(ScheduleKind kind, int pp, int virtual_stages, int num
 inline int stage_transfers_per_pass(int stage, int num_stages) {
   return (stage > 0 ? 1 : 0) + (stage < num_stages - 1 ? 1 : 0);
 }
-// The same summed over pipeline rank `pp_rank`'s stages (stage s on rank s mod pp): 2v, less one
-// on the first rank and one on the last; 0 without a pipeline.
+// Of pipeline rank `pp_rank`'s stages (stage s on rank s mod pp), per microbatch and forward pass:
+// the sends out of each but the last stage, and the receives into each but the first (backward the
+// other way round); 0 without a pipeline.
+inline int rank_sends_per_pass(int pp, int virtual_stages, int pp_rank) {
+  return pp <= 1 ? 0 : virtual_stages - (pp_rank == pp - 1 ? 1 : 0);
+}
+inline int rank_receives_per_pass(int pp, int virtual_stages, int pp_rank) {
+  return pp <= 1 ? 0 : virtual_stages - (pp_rank == 0 ? 1 : 0);
+}
+// Both together: 2v, less one on the first rank and one on the last.
 // Inline: the planner's search calls it per candidate.
 inline int rank_transfers_per_pass(int pp, int virtual_stages, int pp_rank) {
-  if (pp <= 1) return 0;
-  return 2 * virtual_stages - (pp_rank == 0 ? 1 : 0) - (pp_rank == pp - 1 ? 1 : 0);
+  return rank_sends_per_pass(pp, virtual_stages, pp_rank) + rank_receives_per_pass(pp, virtual_stages, pp_rank);
 }
 
 // Compute actions only, one CSV row per rank: "F0.0,F0.1,B0.0,...".

@@ -39,18 +39,22 @@ TEST(PipelineSchedule, EveryGeneratedScheduleIsValid) {
 // A rank's transfers per microbatch and pass are the sends and receives its schedule holds, and
 // the sum of its stages' (the cost model prices the pipeline's calls with them).
 TEST(PipelineSchedule, TransfersPerPassAreTheSchedulesSendsAndReceives) {
-  for (const auto& [kind, pp, v] : {std::tuple{ScheduleKind::k1F1B, 1, 1}, std::tuple{ScheduleKind::k1F1B, 4, 1},
-                                    std::tuple{ScheduleKind::kInterleaved1F1B, 2, 2},
-                                    std::tuple{ScheduleKind::kInterleaved1F1B, 4, 3}}) {
+  for (const auto& [kind, pp, v] :
+       {std::tuple{ScheduleKind::k1F1B, 1, 1}, std::tuple{ScheduleKind::k1F1B, 4, 1},
+        std::tuple{ScheduleKind::kInterleaved1F1B, 2, 2}, std::tuple{ScheduleKind::kInterleaved1F1B, 4, 3}}) {
     const int m = 8;
     const auto s = make_schedule(kind, pp, v, m);
     for (int r = 0; r < pp; ++r) {
-      int transfers = 0;
+      int transfers = 0, activation_sends = 0, activation_receives = 0;
       for (const auto& a : s.per_rank[static_cast<std::size_t>(r)]) {
         transfers += a.kind == K::kSendActivation || a.kind == K::kRecvActivation || a.kind == K::kSendGrad ||
                      a.kind == K::kRecvGrad;
+        activation_sends += a.kind == K::kSendActivation;
+        activation_receives += a.kind == K::kRecvActivation;
       }
       EXPECT_EQ(transfers, 2 * m * rank_transfers_per_pass(pp, v, r)) << pp << " " << v << " " << r;
+      EXPECT_EQ(activation_sends, m * rank_sends_per_pass(pp, v, r)) << pp << " " << v << " " << r;
+      EXPECT_EQ(activation_receives, m * rank_receives_per_pass(pp, v, r)) << pp << " " << v << " " << r;
       int of_stages = 0;
       for (int stage = r; stage < pp * v; stage += pp) of_stages += stage_transfers_per_pass(stage, pp * v);
       EXPECT_EQ(of_stages, rank_transfers_per_pass(pp, v, r)) << pp << " " << v << " " << r;
@@ -88,8 +92,8 @@ TEST(PipelineSchedule, ClosedFormInFlightEqualsTheSchedule) {
   int checked = 0;
   for (int pp = 1; pp <= 8; ++pp) {
     for (int m = 1; m <= 24; ++m) {
-      for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
-                                ScheduleKind::kZeroBubbleH1}) {
+      for (ScheduleKind kind :
+           {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1}) {
         const bool inter = kind == ScheduleKind::kInterleaved1F1B;
         if (inter && (pp < 2 || m % pp != 0)) continue;
         for (int v = inter ? 2 : 1; v <= (inter ? 4 : 1); ++v) {
@@ -113,12 +117,14 @@ TEST(PipelineSchedule, ZeroBubbleH1MatchesThePattern) {
   const auto s = make_schedule(ScheduleKind::kZeroBubbleH1, 4, 1, 8);
   const auto csv = to_csv(s);
   const auto first_line = csv.substr(0, csv.find('\n'));
-  EXPECT_EQ(first_line, "F0.0,F0.1,F0.2,F0.3,I0.0,W0.0,F0.4,I0.1,W0.1,F0.5,I0.2,W0.2,F0.6,I0.3,W0.3,F0.7,I0.4,W0.4,"
-                        "I0.5,W0.5,I0.6,W0.6,I0.7,W0.7");
+  EXPECT_EQ(first_line,
+            "F0.0,F0.1,F0.2,F0.3,I0.0,W0.0,F0.4,I0.1,W0.1,F0.5,I0.2,W0.2,F0.6,I0.3,W0.3,F0.7,I0.4,W0.4,"
+            "I0.5,W0.5,I0.6,W0.6,I0.7,W0.7");
   const auto last = s.per_rank[3];
   std::vector<std::string> compute;
   for (const auto& a : last) {
-    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight) {
+    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackwardInput ||
+        a.kind == ActionKind::kBackwardWeight) {
       compute.push_back(to_string(a));
     }
   }
@@ -152,11 +158,22 @@ TEST(PipelineSchedule, ValidatorFindsMissingWrongOrderAndDeadlock) {
 
   // Rank 1 waits for microbatch 1 before 0 while rank 0 waits for the gradient of 0: a cycle.
   PipelineSchedule dead{ScheduleKind::k1F1B, 2, 1, 2, {}};
-  dead.per_rank = {
-      {{K::kForward, 0, 0}, {K::kSendActivation, 0, 0}, {K::kRecvGrad, 0, 0}, {K::kBackward, 0, 0},
-       {K::kForward, 0, 1}, {K::kSendActivation, 0, 1}, {K::kRecvGrad, 0, 1}, {K::kBackward, 0, 1}},
-      {{K::kRecvActivation, 1, 1}, {K::kForward, 1, 1}, {K::kBackward, 1, 1}, {K::kSendGrad, 1, 1},
-       {K::kRecvActivation, 1, 0}, {K::kForward, 1, 0}, {K::kBackward, 1, 0}, {K::kSendGrad, 1, 0}}};
+  dead.per_rank = {{{K::kForward, 0, 0},
+                    {K::kSendActivation, 0, 0},
+                    {K::kRecvGrad, 0, 0},
+                    {K::kBackward, 0, 0},
+                    {K::kForward, 0, 1},
+                    {K::kSendActivation, 0, 1},
+                    {K::kRecvGrad, 0, 1},
+                    {K::kBackward, 0, 1}},
+                   {{K::kRecvActivation, 1, 1},
+                    {K::kForward, 1, 1},
+                    {K::kBackward, 1, 1},
+                    {K::kSendGrad, 1, 1},
+                    {K::kRecvActivation, 1, 0},
+                    {K::kForward, 1, 0},
+                    {K::kBackward, 1, 0},
+                    {K::kSendGrad, 1, 0}}};
   EXPECT_EQ(*find_schedule_error(dead),
             "deadlock: every unfinished rank waits on a receive whose send never comes: RG0.0 on pp rank 0, RA1.1 on "
             "pp rank 1");
@@ -168,7 +185,8 @@ TEST(PipelineSchedule, ValidatorFindsMissingWrongOrderAndDeadlock) {
 
 TEST(PipelineSchedule, SplitBackwardIsAccepted) {
   // One stage, one microbatch, backward split into input and weight parts (zero-bubble style).
-  PipelineSchedule s{ScheduleKind::k1F1B, 1, 1, 1, {{{K::kForward, 0, 0}, {K::kBackwardInput, 0, 0}, {K::kBackwardWeight, 0, 0}}}};
+  PipelineSchedule s{
+      ScheduleKind::k1F1B, 1, 1, 1, {{{K::kForward, 0, 0}, {K::kBackwardInput, 0, 0}, {K::kBackwardWeight, 0, 0}}}};
   EXPECT_FALSE(find_schedule_error(s));
   std::swap(s.per_rank[0][1], s.per_rank[0][2]);
   EXPECT_EQ(*find_schedule_error(s), "W0.0 on pp rank 0 runs before I0.0 on pp rank 0");
