@@ -34,15 +34,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--model") model_name = next();
-    else if (a == "--batch") batch = std::stoi(next());
-    else if (a == "--seq") seq = std::stoi(next());
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--device") device_name = next();
-    else if (a == "--peak-tflops") peak_tflops = std::stod(next());
-    else if (a == "--json") json = true;
+    if (a == "--model")
+      model_name = next();
+    else if (a == "--batch")
+      batch = std::stoi(next());
+    else if (a == "--seq")
+      seq = std::stoi(next());
+    else if (a == "--steps")
+      steps = std::stoi(next());
+    else if (a == "--warmup")
+      warmup = std::stoi(next());
+    else if (a == "--threads")
+      threads = std::stoi(next());
+    else if (a == "--device")
+      device_name = next();
+    else if (a == "--peak-tflops")
+      peak_tflops = std::stod(next());
+    else if (a == "--json")
+      json = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -71,9 +80,12 @@ int main(int argc, char** argv) {
   const auto optimizer = exec::make_replicated_optimizer(named, {}, *solo, 25 << 20);
   torch::manual_seed(0);
   auto tokens = torch::randint(spec.vocab, {batch, seq + 1}, torch::kInt64);
-  exec::Batch b{tokens.narrow(1, 0, seq).contiguous(), tokens.narrow(1, 1, seq).contiguous(),
-                torch::arange(seq, torch::kInt64).unsqueeze(0).expand({batch, seq}).contiguous(), {},
-                std::int64_t{batch} * seq};
+  exec::Batch b{tokens.narrow(1, 0, seq).contiguous(),
+                tokens.narrow(1, 1, seq).contiguous(),
+                torch::arange(seq, torch::kInt64).unsqueeze(0).expand({batch, seq}).contiguous(),
+                {},
+                std::int64_t{batch} * seq,
+                {}};
   const std::vector<exec::Batch> micro{b};
   double loss = 0;
   for (int i = 0; i < warmup; ++i) loss = exec::train_step(*model, *optimizer, micro, 1e-4, 1.0, device, *solo).loss;
@@ -91,17 +103,19 @@ int main(int argc, char** argv) {
   const double mfu = peak_tflops > 0 ? tps * flops_per_token / (peak_tflops * 1e12) : 0;
   const auto peak_mib = static_cast<double>(exec::peak_memory_bytes(device)) / (1 << 20);
   if (json) {
-    std::printf("{\"impl\": \"cpt\", \"model\": \"%s\", \"params\": %lld, \"device\": \"%s\", \"threads\": %d, "
-                "\"batch\": %d, \"seq\": %d, \"steps\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.1f, "
-                "\"model_flops_per_token\": %.6g, \"mfu\": %.4f, \"peak_memory_mib\": %.1f, \"final_loss\": %.5f}\n",
-                spec.name.c_str(), static_cast<long long>(spec.num_params()), device.str().c_str(), at::get_num_threads(),
-                batch, seq, steps, s, tps, flops_per_token, mfu, peak_mib, loss);
+    std::printf(
+        "{\"impl\": \"cpt\", \"model\": \"%s\", \"params\": %lld, \"device\": \"%s\", \"threads\": %d, "
+        "\"batch\": %d, \"seq\": %d, \"steps\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.1f, "
+        "\"model_flops_per_token\": %.6g, \"mfu\": %.4f, \"peak_memory_mib\": %.1f, \"final_loss\": %.5f}\n",
+        spec.name.c_str(), static_cast<long long>(spec.num_params()), device.str().c_str(), at::get_num_threads(),
+        batch, seq, steps, s, tps, flops_per_token, mfu, peak_mib, loss);
   } else {
-    std::printf("cpt: %s (%lld params) on %s, %d threads, batch %d x %d: %.1f tokens/s (%.3f s/step)%s, peak %.0f MiB, "
-                "loss %.4f\n",
-                spec.name.c_str(), static_cast<long long>(spec.num_params()), device.str().c_str(), at::get_num_threads(),
-                batch, seq, tps, s / steps,
-                mfu > 0 ? (", MFU " + std::to_string(100 * mfu).substr(0, 5) + "%").c_str() : "", peak_mib, loss);
+    std::printf(
+        "cpt: %s (%lld params) on %s, %d threads, batch %d x %d: %.1f tokens/s (%.3f s/step)%s, peak %.0f MiB, "
+        "loss %.4f\n",
+        spec.name.c_str(), static_cast<long long>(spec.num_params()), device.str().c_str(), at::get_num_threads(),
+        batch, seq, tps, s / steps, mfu > 0 ? (", MFU " + std::to_string(100 * mfu).substr(0, 5) + "%").c_str() : "",
+        peak_mib, loss);
   }
   return 0;
 }

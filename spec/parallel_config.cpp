@@ -76,6 +76,10 @@ int ParallelConfig::degree(Axis a) const {
   return 0;
 }
 
+int ParallelConfig::sequence_length_multiple() const {
+  return spec::sequence_length_multiple(cp, sequence_parallel ? tp : 1);
+}
+
 namespace {
 
 // Expert parallelism's rules (ParallelConfig::ep, etp).

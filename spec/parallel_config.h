@@ -105,6 +105,9 @@ struct ParallelConfig {
   // cpt's executor runs them and torchtitan without expert parallelism; otherwise they are units
   // of their own over expert-dp.
   [[nodiscard]] bool experts_with_their_layer() const { return ep * etp == 1 && tp == 1; }
+  // What every sequence length of a microbatch must be a multiple of, split over cp and, with
+  // sequence parallelism, tp (spec::sequence_length_multiple).
+  [[nodiscard]] int sequence_length_multiple() const;
 
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -1,6 +1,7 @@
 #include "spec/sequence_split.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/check.h"
 #include "core/str_cat.h"
@@ -14,6 +15,11 @@ std::optional<std::string> find_sequence_split_error(std::int64_t seq_len, int c
                          ") for the load-balanced context-parallel split");
   }
   return std::nullopt;
+}
+
+int sequence_length_multiple(int cp, int sp) {
+  CPT_CHECK(cp >= 1 && sp >= 1, "cp ", cp, ", sp ", sp);
+  return cp > 1 ? cp * std::lcm(2, sp) : sp;
 }
 
 std::vector<std::int64_t> sequence_positions_of_rank(std::int64_t seq_len, int cp, int cp_rank) {

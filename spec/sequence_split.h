@@ -18,6 +18,12 @@ namespace cpt::spec {
 // Why `seq_len` cannot be split over `cp` ranks (it must be a multiple of 2·cp), or std::nullopt.
 std::optional<std::string> find_sequence_split_error(std::int64_t seq_len, int cp);
 
+// The smallest multiple every sequence length split over `cp` context-parallel ranks and `sp`
+// sequence-parallel ones (tp with sequence parallelism, else 1) must be: a multiple of 2·cp whose
+// 1/cp divides by sp, so cp·lcm(2, sp) when cp > 1, else sp. Padded packing rounds its rows' width
+// up to it. Example: cp 2, sp 3 -> 12; cp 2, sp 2 -> 4; cp 1, sp 2 -> 2. REQUIRES: cp, sp >= 1.
+int sequence_length_multiple(int cp, int sp);
+
 // The positions rank `cp_rank` holds, ascending within each of its two chunks (chunk r first).
 // REQUIRES: find_sequence_split_error(seq_len, cp) is empty, 0 <= cp_rank < cp.
 std::vector<std::int64_t> sequence_positions_of_rank(std::int64_t seq_len, int cp, int cp_rank);

@@ -109,8 +109,8 @@ void forward(const ForwardArgs& f) {
   torch::NoGradGuard no_grad;
   model->eval();
   const auto s = tokens.size(1);
-  exec::Batch b{
-      tokens, {}, torch::arange(s, torch::kInt64).unsqueeze(0).expand({tokens.size(0), s}).contiguous(), {}, 0};
+  exec::Batch b{tokens, {}, torch::arange(s, torch::kInt64).unsqueeze(0).expand({tokens.size(0), s}).contiguous(),
+                {},     0,  {}};
   exec::write_safetensors(f.out, {{"logits", model->forward(b).to(torch::kFloat32)}});
 }
 

@@ -18,13 +18,15 @@ DataLoader::DataLoader(std::vector<DataSource> sources, LoaderOptions options)
     : sources_(std::move(sources)), options_(options) {
   CPT_CHECK(!sources_.empty());
   CPT_CHECK(options_.seq_len > 0 && options_.micro_batch > 0);
+  CPT_CHECK(options_.width_multiple > 0 && options_.seq_len % options_.width_multiple == 0, "seq_len ",
+            options_.seq_len, " is no multiple of the width multiple ", options_.width_multiple);
   double total = 0;
   for (const auto& s : sources_) total += s.weight;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
     weights_.push_back(sources_[i].weight / total);
     if (units(i) < 1) {
-      throw core::ConfigError(str_cat("data source ", sources_[i].name, " (", sources_[i].dataset->dir().string(), "): ",
-                                      sources_[i].dataset->tokens(), " tokens, too few for one sequence of ",
+      throw core::ConfigError(str_cat("data source ", sources_[i].name, " (", sources_[i].dataset->dir().string(),
+                                      "): ", sources_[i].dataset->tokens(), " tokens, too few for one sequence of ",
                                       options_.seq_len, " + 1 tokens"));
     }
   }
@@ -131,6 +133,9 @@ Batch DataLoader::next() {
     width = std::max(width, r.tokens.size());
     multi_doc = multi_doc || (!r.docs.empty() && r.docs.front() != r.docs.back());
   }
+  const auto multiple = static_cast<std::size_t>(options_.width_multiple);
+  width = (width + multiple - 1) / multiple * multiple;
+  const bool padding = std::any_of(rows.begin(), rows.end(), [&](const Row& r) { return r.tokens.size() < width; });
   const auto b = static_cast<std::int64_t>(rows.size());
   const auto w = static_cast<std::int64_t>(width);
   auto tokens = torch::zeros({b, w}, torch::kInt64);
@@ -151,7 +156,8 @@ Batch DataLoader::next() {
     std::copy(r.docs.begin(), r.docs.end(), dp + off);
     loss_tokens += std::count_if(r.targets.begin(), r.targets.end(), [](std::int64_t t) { return t != kIgnoreIndex; });
   }
-  Batch batch{tokens, targets, positions, {}, loss_tokens};
+  Batch batch{tokens, targets, positions, {}, loss_tokens, {}};
+  if (padding) batch.real_tokens = docs.ge(0);
   if (multi_doc) {
     const auto same_doc = docs.unsqueeze(2) == docs.unsqueeze(1);  // [B, S, S]
     batch.mask = same_doc.logical_and(torch::ones({w, w}, torch::kBool).tril()).unsqueeze(1);

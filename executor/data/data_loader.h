@@ -10,7 +10,8 @@
 //           cannot attend to each other (a bool mask) and restart their positions at 0; the
 //           target that would cross a document boundary is ignored.
 //   padded  one document per row, truncated to S + 1 tokens, rows padded to the longest in the
-//           microbatch (dynamic padding); padding targets are ignored.
+//           microbatch (dynamic padding; rounded up to width_multiple); padding targets are
+//           ignored, and Batch::real_tokens marks the rest.
 // Order: units of each source are visited in a fresh random permutation per epoch (Fisher-Yates
 // driven by mt19937_64 seeded from (seed, source name, epoch)); sources are interleaved by
 // Megatron's blending rule (next sample from the source whose count lags its weight the most), so
@@ -45,6 +46,9 @@ struct LoaderOptions {
   std::uint64_t seed = 0;
   Packing packing = Packing::kPacked;
   bool shuffle = true;  // false: units in order (evaluation sets)
+  // Padded: each microbatch's width rounded up to a multiple of this (spec::sequence_length_multiple:
+  // context and sequence parallelism split it); seq_len must be one.
+  int width_multiple = 1;
 };
 
 class DataLoader {

@@ -59,25 +59,31 @@ class AutocastCacheOff {
 };
 
 struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
-  // `mask` is an empty placeholder when has_mask is false (apply() cannot take undefined tensors).
+  // `mask` and `real_tokens` are empty placeholders when has_mask / has_real_tokens are false
+  // (apply() cannot take undefined tensors).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
-                               const torch::Tensor& sin, const torch::Tensor& mask, bool has_mask, std::int64_t block) {
+                               const torch::Tensor& sin, const torch::Tensor& mask, bool has_mask,
+                               const torch::Tensor& real_tokens, bool has_real_tokens, std::int64_t block) {
     // The block lives as long as the model, which outlives every step's graph.
     ctx->saved_data["block"] = block;
     ctx->saved_data["has_mask"] = has_mask;
-    ctx->save_for_backward({x, cos, sin, mask});
+    ctx->saved_data["has_real_tokens"] = has_real_tokens;
+    ctx->save_for_backward({x, cos, sin, mask, real_tokens});
     const AutocastCacheOff no_cache;
-    return reinterpret_cast<DecoderBlockImpl*>(block)->forward(x, cos, sin, has_mask ? mask : torch::Tensor());
+    return reinterpret_cast<DecoderBlockImpl*>(block)->forward(x, cos, sin, has_mask ? mask : torch::Tensor(),
+                                                               has_real_tokens ? real_tokens : torch::Tensor());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto* block = reinterpret_cast<DecoderBlockImpl*>(ctx->saved_data["block"].toInt());
-    const bool has_mask = ctx->saved_data["has_mask"].toBool();
     auto saved = ctx->get_saved_variables();
     const auto cos = saved[1], sin = saved[2];
-    const auto mask = has_mask ? saved[3] : torch::Tensor();
+    const auto mask = ctx->saved_data["has_mask"].toBool() ? saved[3] : torch::Tensor();
+    const auto real_tokens = ctx->saved_data["has_real_tokens"].toBool() ? saved[4] : torch::Tensor();
     const auto grads = recompute_and_backward(
-        [&](const variable_list& in) { return block->forward(in[0], cos, sin, mask); }, {saved[0]}, grad_out[0]);
-    return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+        [&](const variable_list& in) { return block->forward(in[0], cos, sin, mask, real_tokens); }, {saved[0]},
+        grad_out[0]);
+    return {grads[0],        torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -130,8 +136,10 @@ bool in_recomputation() {
 }
 
 torch::Tensor checkpointed_block(DecoderBlockImpl& block, const torch::Tensor& x, const torch::Tensor& cos,
-                                 const torch::Tensor& sin, const torch::Tensor& mask) {
+                                 const torch::Tensor& sin, const torch::Tensor& mask,
+                                 const torch::Tensor& real_tokens) {
   return BlockCheckpoint::apply(x, cos, sin, mask.defined() ? mask : placeholder(x), mask.defined(),
+                                real_tokens.defined() ? real_tokens : placeholder(x), real_tokens.defined(),
                                 reinterpret_cast<std::int64_t>(&block));
 }
 

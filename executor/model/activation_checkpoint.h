@@ -14,9 +14,10 @@ namespace cpt::exec {
 
 class DecoderBlockImpl;
 
-// block.forward(x, cos, sin, mask) with recomputation in backward.
+// block.forward(x, cos, sin, mask, real_tokens) with recomputation in backward.
 torch::Tensor checkpointed_block(DecoderBlockImpl& block, const torch::Tensor& x, const torch::Tensor& cos,
-                                 const torch::Tensor& sin, const torch::Tensor& mask);
+                                 const torch::Tensor& sin, const torch::Tensor& mask,
+                                 const torch::Tensor& real_tokens = {});
 
 // scaled_dot_product_attention(q, k, v, mask or causal, enable_gqa, scale) with recomputation in
 // backward.

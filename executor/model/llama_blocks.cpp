@@ -161,12 +161,12 @@ DecoderBlockImpl::DecoderBlockImpl(const spec::ModelSpec& m, int layer, const Te
 }
 
 torch::Tensor DecoderBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                        const torch::Tensor& mask) {
+                                        const torch::Tensor& mask, const torch::Tensor& real_tokens) {
   const auto normed_input = input_layernorm(x);
   const auto h =
       x + (latent_attn ? latent_attn->forward(normed_input, cos, sin, mask) : self_attn(normed_input, cos, sin, mask));
   const auto normed = post_attention_layernorm(h);
-  return h + (moe ? moe(normed) : mlp(normed));
+  return h + (moe ? moe(normed, real_tokens) : mlp(normed));
 }
 
 }  // namespace cpt::exec

@@ -86,12 +86,14 @@ TORCH_MODULE(Attention);
 // x + attn(norm(x)), then + mlp(norm(.)); the MLP is the mixture of experts in the model's MoE
 // layers (spec::ModelSpec::is_moe_layer(layer)), registered under the same name "mlp"; the
 // attention DeepSeek's latent attention where the model has it, under the same name "self_attn".
+// `real_tokens`: bool [B, S] of x's positions, false at padding (Batch::real_tokens, this rank's
+// positions of it), or undefined; only the mixture of experts reads it.
 class DecoderBlockImpl : public torch::nn::Module {
  public:
   DecoderBlockImpl(const spec::ModelSpec& m, int layer, const TensorParallel& tp, const ContextParallel& cp = {},
                    const ExpertParallel& ep = {});
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask);
+                        const torch::Tensor& mask, const torch::Tensor& real_tokens = {});
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};                      // null with latent attention
   std::shared_ptr<LatentAttentionImpl> latent_attn;  // null without

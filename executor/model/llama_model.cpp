@@ -111,11 +111,17 @@ torch::Tensor LlamaModelImpl::embed(const torch::Tensor& tokens) {
 torch::Tensor LlamaModelImpl::blocks(torch::Tensor hidden, const Batch& batch) {
   const auto [cos, sin] = rotary_.lookup(batch.positions, hidden.scalar_type());
   const bool full = recompute_ == spec::Recompute::kFull && is_training() && torch::GradMode::is_enabled();
+  // The padding of the blocks' positions: under sequence parallelism this rank's consecutive
+  // S/tp of them (reduce_scatter_sequence's split).
+  auto real_tokens = batch.real_tokens;
+  if (real_tokens.defined() && real_tokens.size(1) != hidden.size(1)) {
+    real_tokens = real_tokens.narrow(1, tp_.rank() * hidden.size(1), hidden.size(1));
+  }
   for (int i = shape_.first_layer; i < shape_.last_layer; ++i) {
     auto& block = *layers->ptr<DecoderBlockImpl>(static_cast<std::size_t>(i));
     if (residency_ != nullptr) residency_->before_forward(i);
-    hidden =
-        full ? checkpointed_block(block, hidden, cos, sin, batch.mask) : block.forward(hidden, cos, sin, batch.mask);
+    hidden = full ? checkpointed_block(block, hidden, cos, sin, batch.mask, real_tokens)
+                  : block.forward(hidden, cos, sin, batch.mask, real_tokens);
     if (residency_ != nullptr) hidden = residency_->after_forward(i, hidden);
   }
   return hidden;

@@ -30,6 +30,32 @@ struct AuxLossToOutput : public torch::autograd::Function<AuxLossToOutput> {
   }
 };
 
+// The auxiliary loss aux = Σ f ⊙ P_sums · E / T (moe_mlp.h) of a microbatch's routing: f [E] the
+// counted pairs' shares, or [B, E] per sequence with its factor E / (T_b · B).
+struct BalanceTerms {
+  torch::Tensor share;   // fp32 f, without gradient
+  torch::Tensor factor;  // fp32 E / T ([] or [B, 1]) under padding; undefined: `scale`
+  double scale = 0;
+  [[nodiscard]] torch::Tensor loss(const torch::Tensor& probability_sums) const {
+    return factor.defined() ? (share * factor * probability_sums).sum() : (share * probability_sums).sum() * scale;
+  }
+};
+
+// Without padding T = B·S (T_b = S) is known here; with it, T counts the real tokens, each of
+// which sent k counted pairs (a row of padding alone counts as one token: its f and P are 0).
+BalanceTerms balance_terms(const MicrobatchRouting& routing, bool per_sequence, bool padded, std::int64_t sequences,
+                           std::int64_t k, std::int64_t experts) {
+  const auto pairs = (per_sequence ? routing.sequence_chosen : routing.counted).to(torch::kFloat32);
+  if (!padded) {
+    const auto tokens = static_cast<double>(routing.tokens);
+    const double pooled = per_sequence ? tokens / static_cast<double>(sequences) : tokens;  // T or S
+    return {pairs / (pooled * static_cast<double>(k)), {}, static_cast<double>(experts) / tokens};
+  }
+  const auto real = (per_sequence ? pairs.sum(1, /*keepdim=*/true) : pairs.sum()).div(k).clamp_min(1);
+  const double averaged = per_sequence ? static_cast<double>(sequences) : 1.0;
+  return {pairs / (real * static_cast<double>(k)), real.reciprocal() * (static_cast<double>(experts) / averaged)};
+}
+
 }  // namespace
 
 MoeMlpImpl::MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep, TensorParallel tp, ContextParallel cp)
@@ -105,7 +131,7 @@ const SequenceShards* MoeMlpImpl::sequence_shards(const torch::Tensor& x) {
   return &shards_;
 }
 
-torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
+torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x, const torch::Tensor& real_tokens) {
   const auto tokens = x.reshape({-1, x.size(-1)});  // [T, H] (T = B·S, or B·S/(cp·tp) on a sequence shard)
   const std::int64_t k = spec_.experts_per_token, expert_count = spec_.experts;
   const auto router = sp_group_ != nullptr ? copy_to_tp(gate->weight, *sp_group_) : gate->weight;
@@ -124,14 +150,17 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   if (!top_weights.defined()) top_weights = scores.gather(-1, top_experts);
   if (spec_.normalize_top_k) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
   if (spec_.top_k_scale != 1) top_weights = top_weights * spec_.top_k_scale;
-  // Σ over this rank's tokens of the probabilities (per token summing to 1: sigmoid scores
+  // Σ over this rank's real tokens of the probabilities (per token summing to 1: sigmoid scores
   // normalised), for the auxiliary loss.
-  const auto probabilities = spec_.router == spec::RouterScore::kSoftmax ? scores : scores / scores.sum(-1, true);
+  const auto real = real_tokens.defined() ? real_tokens.reshape({-1}) : torch::Tensor();  // [T]
+  auto probabilities = spec_.router == spec::RouterScore::kSoftmax ? scores : scores / scores.sum(-1, true);
+  if (real.defined()) probabilities = probabilities * real.unsqueeze(1);
   const std::int64_t sequences = x.size(0);
   // [E], or per sequence [B, E] (tokens are b-major).
   const auto probability_sums =
       aux_per_sequence_ ? probabilities.view({sequences, -1, expert_count}).sum(1) : probabilities.sum(0);
-  const MicrobatchRouting routing = route_microbatch(top_experts, sequences, probability_sums, sequence_shards(x));
+  const MicrobatchRouting routing =
+      route_microbatch(top_experts, sequences, probability_sums, sequence_shards(x), real);
   const std::int64_t capacity =
       spec_.capacity_factor > 0
           ? static_cast<std::int64_t>(std::ceil(spec_.capacity_factor * static_cast<double>(routing.tokens * k) /
@@ -149,28 +178,31 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   if (!is_training()) return out;
 
   // E · Σ_e f_e · P_e over the microbatch, or its mean over the sequences (see the header): f_e
-  // without gradient; P_e's gradient through this rank's tokens only, E · f_e / T each (per
-  // sequence E · f_{b,e} / (S · B)).
-  const auto tokens_total = static_cast<double>(routing.tokens);
-  const double pooled = aux_per_sequence_ ? tokens_total / static_cast<double>(sequences) : tokens_total;  // T or S
-  const auto chosen = aux_per_sequence_ ? routing.sequence_chosen : routing.chosen;
-  const auto share = chosen.to(torch::kFloat32) / (pooled * static_cast<double>(k));
-  const double per_token = static_cast<double>(expert_count) / tokens_total;
-  const auto aux_loss = (share * probability_sums).sum() * per_token;
+  // without gradient; P_e's gradient through this rank's real tokens only, E · f_e / T each (per
+  // sequence E · f_{b,e} / (T_b · B)).
+  const BalanceTerms terms = balance_terms(routing, aux_per_sequence_, real.defined(), sequences, k, expert_count);
+  const auto aux_loss = terms.loss(probability_sums);
   if (recording_ && !in_recomputation()) {
-    const auto counts = routing.chosen.to(torch::kCPU);
-    stats_.tokens_per_expert += counts;
-    if (capacity >= 0) {
-      const auto count = counts.accessor<std::int64_t, 1>();
-      for (std::int64_t e = 0; e < expert_count; ++e) stats_.dropped += std::max<std::int64_t>(0, count[e] - capacity);
-    }
+    // On sequence shards the loss of the whole microbatch's probability sums (each rank's own
+    // carries only its tokens' gradient).
     const auto& whole = aux_per_sequence_ ? routing.sequence_probability_sums : routing.probability_sums;
-    const auto value = whole.defined() ? (share * whole).sum() * per_token : aux_loss.detach();
-    aux_loss_sum_ = aux_loss_sum_.defined() ? aux_loss_sum_ + value : value;
-    ++stats_.forwards;
+    record_routing(routing, capacity, whole.defined() ? terms.loss(whole) : aux_loss.detach());
   }
   if (aux_loss_scale_ > 0 && aux_loss.requires_grad()) out = AuxLossToOutput::apply(out, aux_loss, aux_loss_scale_);
   return out;
+}
+
+void MoeMlpImpl::record_routing(const MicrobatchRouting& routing, std::int64_t capacity,
+                                const torch::Tensor& aux_loss) {
+  const auto chosen = routing.chosen.to(torch::kCPU);
+  stats_.tokens_per_expert += routing.counted.is_same(routing.chosen) ? chosen : routing.counted.to(torch::kCPU);
+  const auto count = chosen.accessor<std::int64_t, 1>();
+  for (std::int64_t e = 0; e < spec_.experts; ++e) {
+    stats_.routed += count[e];
+    if (capacity >= 0) stats_.dropped += std::max<std::int64_t>(0, count[e] - capacity);
+  }
+  aux_loss_sum_ = aux_loss_sum_.defined() ? aux_loss_sum_ + aux_loss : aux_loss;
+  ++stats_.forwards;
 }
 
 void MoeMlpImpl::update_expert_bias(const torch::Tensor& pairs, double rate) {

@@ -37,6 +37,13 @@
 // Megatron's MoEAuxLossAutoScaler), so it reaches the router through whichever backward runs this
 // layer (the microbatch loop, a pipeline schedule, or a recomputation).
 //
+// Padding (padded packing, Batch::real_tokens): padding positions are routed, computed and take
+// their experts' capacity like any token, but the auxiliary loss, the expert bias's load and the
+// routing statistics leave them out: T (and each sequence's T_b, for the sequence-wise loss) counts
+// the real tokens, f_e their pairs and P_e their probabilities. Megatron-Core's router does the
+// same with its padding mask (except that its sequence-wise loss divides every sequence by the
+// mean T_b); Hugging Face's load_balancing_loss_func with an attention mask too.
+//
 // Expert parallelism (parallel/expert_parallel.h): this rank holds its share of the experts, under
 // their global names, and its pairs go to their experts' ranks and back by all-to-all; the
 // routing, drops and auxiliary loss stay this rank's own, so the layer computes what the single
@@ -74,8 +81,10 @@ namespace cpt::exec {
 
 // What the layer routed during training since the last take_routing_stats(), for metrics.
 struct RoutingStats {
-  torch::Tensor tokens_per_expert;  // int64 [E], (token, expert) pairs chosen, before any drop
-  std::int64_t dropped = 0;         // pairs over capacity (0 when dropless)
+  // int64 [E], (token, expert) pairs chosen, before any drop, of real tokens (padding left out).
+  torch::Tensor tokens_per_expert;
+  std::int64_t routed = 0;   // every pair routed, padding's included
+  std::int64_t dropped = 0;  // of those, pairs over capacity (0 when dropless)
   // (On sequence shards every rank of the tp × cp group records the whole microbatch's.)
   double aux_loss_sum = 0;  // Σ over forwards of the unscaled auxiliary loss
   std::int64_t forwards = 0;
@@ -88,7 +97,8 @@ class MoeMlpImpl : public torch::nn::Module {
   explicit MoeMlpImpl(const spec::ModelSpec& m, ExpertParallel ep = {}, TensorParallel tp = {},
                       ContextParallel cp = {});
   // [B, S, H] -> [B, S, H] (on sequence shards this rank's tokens [B, S/(cp·tp), H]).
-  torch::Tensor forward(const torch::Tensor& x);
+  // `real_tokens`: bool [B, S] (x's positions), false at padding, or undefined: no padding.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& real_tokens = {});
   // The objective's weight of this layer's auxiliary loss per microbatch (0: none).
   void set_aux_loss_scale(double scale) { aux_loss_scale_ = scale; }
   // The loss per sequence (DeepSeek-V3's sequence-wise balance loss) instead of over the microbatch.
@@ -120,6 +130,9 @@ class MoeMlpImpl : public torch::nn::Module {
   // The routed pairs' rows [N, H], sorted by expert with `per_expert` [E] rows each, through their
   // experts (on this rank or, under expert parallelism, on theirs): [N, H] in the same order.
   torch::Tensor run_experts(const torch::Tensor& rows, const torch::Tensor& per_expert);
+  // Adds a training forward's routing to stats_; `aux_loss` its unscaled auxiliary loss (the
+  // whole microbatch's), without gradient.
+  void record_routing(const MicrobatchRouting& routing, std::int64_t capacity, const torch::Tensor& aux_loss);
 
   spec::ExpertSpec spec_;
   ExpertParallel ep_;

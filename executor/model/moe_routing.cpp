@@ -95,45 +95,58 @@ torch::Tensor limit_to_best_groups(const torch::Tensor& scores, int groups, int 
 }
 
 MicrobatchRouting route_microbatch(const torch::Tensor& top_experts, std::int64_t sequences,
-                                   const torch::Tensor& probability_sums, const SequenceShards* shards) {
+                                   const torch::Tensor& probability_sums, const SequenceShards* shards,
+                                   const torch::Tensor& real_tokens) {
   const bool per_sequence = probability_sums.dim() == 2;
+  const bool padded = real_tokens.defined();
   const std::int64_t experts = probability_sums.size(-1);
   const std::int64_t tokens = top_experts.size(0);
+  // Pairs per (row, expert) [rows, E] of the tokens whose row is `row_of_token` [T_local]: all
+  // of them, or those of real tokens.
+  const auto pairs_per_row = [&](const torch::Tensor& row_of_token, std::int64_t rows, bool real_only) {
+    auto cells = row_of_token.unsqueeze(1) * experts + top_experts;  // [T_local, k]
+    if (real_only) cells = cells.index({real_tokens});
+    return torch::bincount(cells.reshape({-1}), {}, rows * experts).view({rows, experts});
+  };
   MicrobatchRouting routing;
   if (shards == nullptr || shards->shards == 1) {
     routing.chosen = routing.local_chosen = torch::bincount(top_experts.reshape({-1}), {}, experts);
+    routing.counted =
+        padded ? torch::bincount(top_experts.index({real_tokens}).reshape({-1}), {}, experts) : routing.chosen;
     routing.tokens = tokens;
     if (per_sequence) {
       // Tokens are b-major: token t is sequence t / (T / B)'s.
       const auto sequence_of_token = torch::arange(tokens, top_experts.options()).div(tokens / sequences, "floor");
-      const auto cells = sequence_of_token.unsqueeze(1) * experts + top_experts;  // [T, k]
-      routing.sequence_chosen =
-          torch::bincount(cells.reshape({-1}), {}, sequences * experts).view({sequences, experts});
+      routing.sequence_chosen = pairs_per_row(sequence_of_token, sequences, padded);
     }
     return routing;
   }
   const std::int64_t runs = shards->runs_per_shard, rows = sequences * runs;
   CPT_CHECK(tokens == sequences * shards->run_of_position.size(0), tokens, " tokens of ", sequences,
             " sequences on a shard of ", shards->run_of_position.size(0), " positions");
-  // [B·R + 1, E] fp64 (or [B·R + B, E] per sequence): pairs per (row, expert), exact below 2^53;
-  // then probability sums.
+  // [B·R (+ B·R) + 1, E] fp64 (or [... + B, E] per sequence): pairs per (row, expert), exact
+  // below 2^53, those of real tokens apart under padding; then probability sums.
   routing.row_of_token =
       (torch::arange(sequences, top_experts.options()) * runs).unsqueeze(1).add(shards->run_of_position).reshape({-1});
-  const auto cells = routing.row_of_token.unsqueeze(1) * experts + top_experts;  // [T_local, k]
-  const auto own = torch::bincount(cells.reshape({-1}), {}, rows * experts).view({rows, experts});
+  const auto own = pairs_per_row(routing.row_of_token, rows, false);
+  std::vector<torch::Tensor> mine{own.to(torch::kFloat64)};
+  if (padded) mine.push_back(pairs_per_row(routing.row_of_token, rows, true).to(torch::kFloat64));
   const auto sums = probability_sums.detach().to(torch::kFloat64);
-  const auto mine = torch::cat({own.to(torch::kFloat64), per_sequence ? sums : sums.unsqueeze(0)});
-  const auto every = gather_shards(mine, *shards);  // [G, B·R + 1 or B, E]
+  mine.push_back(per_sequence ? sums : sums.unsqueeze(0));
+  const auto every = gather_shards(torch::cat(mine), *shards);  // [G, rows of `mine`, E]
   const auto counts = every.narrow(1, 0, rows).round().to(torch::kInt64);
+  const auto real_counts = padded ? every.narrow(1, rows, rows).round().to(torch::kInt64) : counts;
+  const std::int64_t sums_row = padded ? 2 * rows : rows;
   routing.chosen = counts.sum(std::vector<std::int64_t>{0, 1});
+  routing.counted = padded ? real_counts.sum(std::vector<std::int64_t>{0, 1}) : routing.chosen;
   routing.local_chosen = own.sum(0);
   if (per_sequence) {
     routing.sequence_chosen =
-        counts.view({shards->shards, sequences, runs, experts}).sum(std::vector<std::int64_t>{0, 2});
-    routing.sequence_probability_sums = every.narrow(1, rows, sequences).sum(0).to(torch::kFloat32);
+        real_counts.view({shards->shards, sequences, runs, experts}).sum(std::vector<std::int64_t>{0, 2});
+    routing.sequence_probability_sums = every.narrow(1, sums_row, sequences).sum(0).to(torch::kFloat32);
     routing.probability_sums = routing.sequence_probability_sums.sum(0);
   } else {
-    routing.probability_sums = every.select(1, rows).sum(0).to(torch::kFloat32);
+    routing.probability_sums = every.select(1, sums_row).sum(0).to(torch::kFloat32);
   }
   routing.tokens = tokens * shards->shards;
   routing.offset_of_row = offsets_of(counts, own, *shards);

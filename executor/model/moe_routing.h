@@ -8,9 +8,10 @@
 // auxiliary loss and the capacity are the whole microbatch's, as in the single process: each rank
 // counts its pairs per (sequence, run, expert) and sums its router probabilities per expert (fp64
 // [B·R + 1, E], R the most runs of a rank; [B·R + B, E] with the sums per sequence, for the
-// sequence-wise auxiliary loss); one all-gather over the tp group, then one over the cp group,
-// gives every rank every rank's rows, so the microbatch's counts and the place of its own pairs in
-// the microbatch's token order (b-major: sequence 0's S positions, then sequence 1's).
+// sequence-wise auxiliary loss; B·R more rows, the pairs of real tokens, under padding); one
+// all-gather over the tp group, then one over the cp group, gives every rank every rank's rows, so
+// the microbatch's counts and the place of its own pairs in the microbatch's token order (b-major:
+// sequence 0's S positions, then sequence 1's).
 //
 // Worked example, B = 2, tp = 2 (cp 1), one expert: rank 0 holds positions 0-3 of each sequence,
 // rank 1 positions 4-7; rank 0 routes [2, 1] pairs (sequence 0, 1) to the expert, rank 1 [3, 0]. In
@@ -50,15 +51,19 @@ SequenceShards make_sequence_shards(const std::vector<std::vector<spec::Position
 
 // The routing of the whole microbatch (every sequence shard's tokens).
 struct MicrobatchRouting {
-  torch::Tensor chosen;           // int64 [E]: pairs that chose each expert, before any drop
-  torch::Tensor local_chosen;     // int64 [E]: the same of this rank's tokens (`chosen` on whole sequences)
-  torch::Tensor sequence_chosen;  // int64 [B, E]: `chosen` per sequence (only when asked per sequence)
+  torch::Tensor chosen;        // int64 [E]: pairs that chose each expert, before any drop
+  torch::Tensor local_chosen;  // int64 [E]: the same of this rank's tokens (`chosen` on whole sequences)
+  // int64 [E]: `chosen` without the pairs of padding (`chosen` itself when there is none): the
+  // load the auxiliary loss, the expert bias and the statistics count, as Megatron-Core's router
+  // counts with a padding mask. Padding still takes its experts' capacity.
+  torch::Tensor counted;
+  torch::Tensor sequence_chosen;  // int64 [B, E]: `counted` per sequence (only when asked per sequence)
   // fp32 [E] and [B, E] (the latter only when asked per sequence): Σ over the microbatch's tokens
   // (of each sequence) of each expert's router probability, without gradient; undefined on whole
   // sequences (this rank's own sums are the microbatch's).
   torch::Tensor probability_sums;
   torch::Tensor sequence_probability_sums;
-  std::int64_t tokens = 0;  // T: the microbatch's tokens
+  std::int64_t tokens = 0;  // T: the microbatch's tokens, padding included (the capacity's)
   // On sequence shards (else undefined): the row b·R + j of this rank's run j of sequence b for
   // each of its tokens, int64 [T_local]; and for this rank's pairs of each row and expert, the
   // microbatch's pairs of that expert ahead of them that are not this rank's own (the example
@@ -80,11 +85,13 @@ torch::Tensor limit_to_best_groups(const torch::Tensor& scores, int groups, int 
 
 // `top_experts`: int64 [B·S_local, k], each token's chosen experts, of `sequences` (B) sequences;
 // `probability_sums`: fp32 [E], Σ over this rank's tokens of each expert's router probability, or
-// [B, E] per sequence (then the result has the sequence_ fields).
+// [B, E] per sequence (then the result has the sequence_ fields); over real tokens only when
+// there is padding.
 // `shards`: how the microbatch is split, or null when this rank holds whole sequences. COLLECTIVE
-// over its groups.
+// over its groups. `real_tokens`: bool [B·S_local], false at padding, or undefined (none).
 MicrobatchRouting route_microbatch(const torch::Tensor& top_experts, std::int64_t sequences,
-                                   const torch::Tensor& probability_sums, const SequenceShards* shards);
+                                   const torch::Tensor& probability_sums, const SequenceShards* shards,
+                                   const torch::Tensor& real_tokens = {});
 
 // This rank's (token, expert) pairs sorted by expert (stable: token order inside each), without the
 // pairs past each expert's `capacity` in the microbatch's token order (< 0: dropless).

@@ -45,7 +45,8 @@ const SplitTensors& split_tensors(std::int64_t S, const ContextParallel& cp, con
 Batch context_parallel_slice(const Batch& full, const ContextParallel& cp) {
   if (!cp.active()) return full;
   const std::int64_t S = full.tokens.size(1);
-  if (auto e = spec::find_sequence_split_error(S, cp.size())) throw core::ConfigError(core::str_cat("context parallelism: ", *e));
+  if (auto e = spec::find_sequence_split_error(S, cp.size()))
+    throw core::ConfigError(core::str_cat("context parallelism: ", *e));
   const auto& split = split_tensors(S, cp, full.tokens.device());
   const auto& idx = split.positions;
   Batch b;
@@ -55,6 +56,7 @@ Batch context_parallel_slice(const Batch& full, const ContextParallel& cp) {
   // Rows of this rank's queries against all S keys: the document mask's, or the causal one.
   b.mask = full.mask.defined() ? full.mask.index_select(2, idx).contiguous() : split.causal_rows;
   b.loss_tokens = b.targets.ne(kIgnoreIndex).sum().item<std::int64_t>();
+  if (full.real_tokens.defined()) b.real_tokens = full.real_tokens.index_select(1, idx);
   return b;
 }
 

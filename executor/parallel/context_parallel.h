@@ -24,7 +24,7 @@ struct ContextParallel {
   [[nodiscard]] bool active() const { return size() > 1; }
 };
 
-// This rank's tokens of `full` ([B, S] tensors): tokens, targets and positions of its two chunks,
+// This rank's tokens of `full` ([B, S] tensors): tokens, targets, positions (and real_tokens) of its two chunks,
 // and the mask rows of its tokens against every key, [B, 1, S/cp, S] (from `full.mask`, or the
 // causal mask when undefined); loss_tokens counts its own targets. `full` itself when cp is 1.
 // ConfigError when S is not a multiple of 2·cp.

@@ -55,6 +55,7 @@ void estimate_or_load_ewc(ContinualObjective& continual, const spec::Plan& plan,
     lo.micro_batch = plan.parallel.micro_batch;
     lo.seed = config.seed;
     lo.packing = config.packing;
+    lo.width_multiple = plan.parallel.sequence_length_multiple();
     lo.shuffle = false;
     DataLoader ewc_loader({*inputs.ewc}, lo);
     const auto estimate = rank.pipeline

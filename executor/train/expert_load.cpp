@@ -10,9 +10,10 @@ std::optional<ExpertLoad> take_expert_load(std::vector<LlamaModel>& chunks, Comm
   if (!model.moe.present()) return std::nullopt;
   const std::int64_t experts = model.moe.experts;
   // One row per MoE layer of the whole model: the pairs per expert, then dropped pairs, the summed
-  // auxiliary loss and the forwards it sums. Rows of layers another stage holds stay 0 here.
+  // auxiliary loss, the forwards it sums and every routed pair. Rows of layers another stage holds
+  // stay 0 here.
   const int moe_layers = model.moe_layers_in(0, model.layers);
-  auto rows = torch::zeros({moe_layers, experts + 3}, torch::kFloat64);
+  auto rows = torch::zeros({moe_layers, experts + 4}, torch::kFloat64);
   for (auto& chunk : chunks) {
     for (auto& [layer, moe] : chunk->moe_layers()) {
       const RoutingStats stats = moe->take_routing_stats();
@@ -21,6 +22,7 @@ std::optional<ExpertLoad> take_expert_load(std::vector<LlamaModel>& chunks, Comm
       row[experts] = static_cast<double>(stats.dropped);
       row[experts + 1] = stats.aux_loss_sum;
       row[experts + 2] = static_cast<double>(stats.forwards);
+      row[experts + 3] = static_cast<double>(stats.routed);
     }
   }
   if (replicas.size() > 1) replicas.all_reduce_sum(rows)->wait();
@@ -33,7 +35,7 @@ std::optional<ExpertLoad> take_expert_load(std::vector<LlamaModel>& chunks, Comm
   if (total_pairs > 0) {
     const auto balanced = pairs_per_layer.clamp_min(1) / static_cast<double>(experts);
     load.busiest = (std::get<0>(pairs.max(1)) / balanced).max().item<double>();
-    load.dropped = rows.select(1, experts).sum().item<double>() / total_pairs;
+    load.dropped = rows.select(1, experts).sum().item<double>() / rows.select(1, experts + 3).sum().item<double>();
   }
   if (forwards > 0) load.aux_loss = rows.select(1, experts + 1).sum().item<double>() / forwards;
   load.pairs = pairs;

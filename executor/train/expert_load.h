@@ -16,10 +16,10 @@ struct ExpertLoad {
   double busiest = 0;
   // The auxiliary loss E·Σ f_e·P_e (moe_mlp.h), mean over layers and microbatches (1 when balanced).
   double aux_loss = 0;
-  // Pairs dropped over capacity, as a share of all pairs (0 when dropless).
+  // Pairs dropped over capacity, as a share of all pairs, padding's included (0 when dropless).
   double dropped = 0;
-  // The pairs each expert was chosen for, before any drop, summed over the data-parallel (and
-  // context-parallel) replicas: fp64 [MoE layers of the whole model, E], row spec::ModelSpec::
+  // The pairs of real tokens (padding left out) each expert was chosen for, before any drop, summed over the
+  // data-parallel (and context-parallel) replicas: fp64 [MoE layers of the whole model, E], row spec::ModelSpec::
   // moe_layers_in(0, layer). What the expert biases move against (update_expert_biases).
   torch::Tensor pairs;
 };

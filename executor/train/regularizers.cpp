@@ -118,8 +118,12 @@ Ewc estimate_with(const torch::OrderedDict<std::string, torch::Tensor>& named, D
     const auto batch = loader.next().to(device);
     const auto rows = batch.tokens.size(0);
     for (std::int64_t r = 0; r < rows && used < sequences; ++r, ++used) {
-      Batch one{batch.tokens.narrow(0, r, 1), batch.targets.narrow(0, r, 1), batch.positions.narrow(0, r, 1),
-                batch.mask.defined() ? batch.mask.narrow(0, r, 1) : torch::Tensor(), 0};
+      Batch one{batch.tokens.narrow(0, r, 1),
+                batch.targets.narrow(0, r, 1),
+                batch.positions.narrow(0, r, 1),
+                batch.mask.defined() ? batch.mask.narrow(0, r, 1) : torch::Tensor(),
+                0,
+                batch.real_tokens.defined() ? batch.real_tokens.narrow(0, r, 1) : torch::Tensor()};
       const auto tokens = (one.targets != kIgnoreIndex).sum().item<std::int64_t>();
       if (tokens == 0) continue;
       zero();

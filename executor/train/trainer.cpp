@@ -154,6 +154,7 @@ LoaderOptions loader_options_of(const spec::Plan& plan, const TrainConfig& confi
   o.micro_batch = plan.parallel.micro_batch;
   o.seed = config.seed;
   o.packing = config.packing;
+  o.width_multiple = plan.parallel.sequence_length_multiple();
   return o;
 }
 

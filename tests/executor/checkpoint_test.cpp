@@ -396,7 +396,7 @@ TEST(VocabExtension, ModelKeepsTheBaseLogitsOnOldTokens) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(1);
   const auto tokens = torch::randint(spec.vocab, {2, 20}, torch::kInt64);
-  Batch b{tokens, tokens, torch::arange(20, torch::kInt64).unsqueeze(0).expand({2, 20}).contiguous(), {}, 0};
+  Batch b{tokens, tokens, torch::arange(20, torch::kInt64).unsqueeze(0).expand({2, 20}).contiguous(), {}, 0, {}};
   const auto a = base->forward(b);
   const auto e = ext->forward(b);
   EXPECT_EQ(e.size(-1), spec.vocab + 40);

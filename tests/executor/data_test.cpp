@@ -243,6 +243,26 @@ TEST_F(LoaderTest, PaddedBatchesHoldOneDocumentPerRow) {
   const auto len0 = std::min<std::int64_t>(d->document_length(0), 4097) - 1;
   EXPECT_EQ((b.targets[0] != kIgnoreIndex).sum().item<std::int64_t>(), len0);
   EXPECT_EQ(b.positions[0][len0 - 1].item<std::int64_t>(), len0 - 1);
+  // Whole documents: the real tokens of each row are its document's, the rest of the width padding.
+  DataLoader whole({{"py", d, 1.0}}, {1 << 24, 2, 1, Packing::kPadded, false});
+  const auto w = whole.next();
+  const auto first = d->document_length(0) - 1, second = d->document_length(1) - 1;
+  ASSERT_NE(first, second);
+  ASSERT_TRUE(w.real_tokens.defined());
+  EXPECT_TRUE(torch::equal(w.real_tokens.sum(1), torch::tensor({first, second}, torch::kInt64)))
+      << w.real_tokens.sum(1);
+  EXPECT_TRUE(w.real_tokens[0].narrow(0, 0, first).all().item<bool>());
+  EXPECT_TRUE(w.real_tokens[1].narrow(0, 0, second).all().item<bool>());
+  // Rounded up to a multiple of the width (context and sequence parallelism split it).
+  DataLoader rounded({{"py", d, 1.0}}, {12 << 20, 2, 1, Packing::kPadded, false, 12});
+  const auto r = rounded.next();
+  const auto longest = std::max(first, second);
+  EXPECT_EQ(r.tokens.size(1), (longest + 11) / 12 * 12);
+  EXPECT_TRUE(torch::equal(r.real_tokens.sum(1), w.real_tokens.sum(1)));
+  EXPECT_TRUE(torch::equal(r.targets.narrow(1, 0, longest), w.targets));
+  // Packed windows have no padding.
+  DataLoader packed({{"py", d, 1.0}}, {32, 2, 1, Packing::kPacked, false});
+  EXPECT_FALSE(packed.next().real_tokens.defined());
 }
 
 // A dataset is checked before it trains: a token id at or above the manifest's vocabulary (which

@@ -71,7 +71,7 @@ Batch causal_batch(std::int64_t batch, std::int64_t seq, std::int64_t vocab, std
   auto targets = torch::roll(tokens, -1, 1);
   targets.index_put_({torch::indexing::Slice(), seq - 1}, kIgnoreIndex);
   auto positions = torch::arange(seq, torch::kInt64).unsqueeze(0).expand({batch, seq}).contiguous();
-  return Batch{tokens, targets, positions, {}, batch * (seq - 1)};
+  return Batch{tokens, targets, positions, {}, batch * (seq - 1), {}};
 }
 
 std::map<std::string, torch::Tensor> gradients_by_name(torch::nn::Module& module) {

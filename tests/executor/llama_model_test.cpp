@@ -100,7 +100,8 @@ TEST(LlamaModel, IsCausalAndADocumentMaskIsolatesDocuments) {
               batch.targets.narrow(1, 6, 10),
               torch::arange(10, torch::kInt64).unsqueeze(0),
               {},
-              9};
+              9,
+              {}};
   const auto packed_logits = model->forward(packed);
   const auto alone_logits = model->forward(alone);
   EXPECT_TRUE(torch::allclose(packed_logits.narrow(1, 6, 10), alone_logits, 1e-5, 1e-5));

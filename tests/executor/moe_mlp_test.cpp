@@ -297,6 +297,46 @@ TEST(MixtureOfExperts, RoutingStatisticsCountTrainingForwardsOnly) {
   EXPECT_EQ(moe->take_routing_stats().forwards, 0);  // taken: cleared
 }
 
+// Padding is routed but left out of the statistics and the auxiliary loss: a microbatch of two
+// rows, the second with 3 real tokens of 6, against the layer on its 9 real tokens alone, whose
+// loss weights the same outputs. Per sequence the loss is the mean of each row's own.
+TEST(MixtureOfExperts, PaddingIsLeftOutOfTheAuxiliaryLossAndTheLoad) {
+  const auto m = tiny_moe();
+  const std::int64_t k = m.moe.experts_per_token;
+  torch::manual_seed(9);
+  const auto x = torch::randn({2, 6, m.hidden}), weights = torch::randn({2, 6, m.hidden});
+  const auto real = torch::arange(6).lt(torch::tensor({6, 3}).unsqueeze(1));  // [2, 6]
+  const auto real_rows = real.reshape({-1}).nonzero().squeeze(1);
+  auto run = [&](const torch::Tensor& input, const torch::Tensor& loss_weights, const torch::Tensor& mask,
+                 bool per_sequence) {
+    MoeMlp moe(m);
+    randomize(*moe, 10);
+    moe->train();
+    moe->set_aux_loss_scale(0.37);
+    moe->set_aux_loss_per_sequence(per_sequence);
+    moe->forward(input, mask).mul(loss_weights).sum().backward();
+    return std::pair{testing::gradients_by_name(*moe), moe->take_routing_stats()};
+  };
+  const auto [padded_grads, padded] = run(x, weights * real.unsqueeze(2), real, false);
+  const auto only_real = [&](const torch::Tensor& t) { return t.reshape({12, -1}).index_select(0, real_rows); };
+  const auto [real_grads, alone] = run(only_real(x).unsqueeze(0), only_real(weights).unsqueeze(0), {}, false);
+  EXPECT_TRUE(torch::equal(padded.tokens_per_expert, alone.tokens_per_expert)) << padded.tokens_per_expert;
+  EXPECT_EQ(padded.routed, 12 * k);  // the padding was routed
+  EXPECT_EQ(alone.routed, 9 * k);
+  EXPECT_NEAR(padded.aux_loss_sum, alone.aux_loss_sum, 1e-6 * alone.aux_loss_sum);
+  for (const auto& [name, want] : real_grads) {
+    // Sums over the 12 tokens' 24 pairs (the padding's zero) in another order: fp32 round-off.
+    const double largest = want.abs().max().item<double>();
+    EXPECT_LE((padded_grads.at(name) - want).abs().max().item<double>(), 24 * std::ldexp(1.0, -24) * largest + 1e-9)
+        << name;
+  }
+  const double per_sequence = run(x, weights, real, true).second.aux_loss_sum;
+  const double first = run(x[0].unsqueeze(0), weights[0].unsqueeze(0), {}, true).second.aux_loss_sum;
+  const double second =
+      run(x[1].narrow(0, 0, 3).unsqueeze(0), weights[1].narrow(0, 0, 3).unsqueeze(0), {}, true).second.aux_loss_sum;
+  EXPECT_NEAR(per_sequence, (first + second) / 2, 1e-6 * per_sequence);
+}
+
 // The EWC Fisher estimate's guard: the cross-entropy's gradient alone, the training mode (and so
 // the plan's recomputation) kept, nothing counted; the scale back afterwards.
 TEST(MixtureOfExperts, RouterTermsOffLeavesTheCrossEntropyAloneAndTheModeAsItIs) {
@@ -305,7 +345,7 @@ TEST(MixtureOfExperts, RouterTermsOffLeavesTheCrossEntropyAloneAndTheModeAsItIs)
   auto tokens = torch::randint(m.vocab, {2, 16}, torch::kInt64);
   auto targets = torch::roll(tokens, -1, 1);
   const auto positions = torch::arange(16, torch::kInt64).unsqueeze(0).expand({2, 16}).contiguous();
-  const Batch batch{tokens, targets, positions, {}, 32};
+  const Batch batch{tokens, targets, positions, {}, 32, {}};
   auto router_grads = [&](double scale, bool off) {
     LlamaModel model(m);
     model->init_weights(3);

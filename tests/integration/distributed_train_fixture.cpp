@@ -28,6 +28,13 @@ std::vector<double> metric(const fs::path& metrics, const std::string& key) {
   return v;
 }
 
+std::vector<float> expert_bias_of(const fs::path& out) {
+  const auto weights = read_f32(out / "checkpoints" / "step_00000020" / "model.safetensors");
+  const auto it = weights.find("layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_NE(it, weights.end()) << out << ": no expert bias in the checkpoint";
+  return it == weights.end() ? std::vector<float>{} : it->second;
+}
+
 fs::path DistributedTrain::dir_;
 std::map<std::string, double> DistributedTrain::round_off_floor_;
 bool DistributedTrain::attempted_ = false;

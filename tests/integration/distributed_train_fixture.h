@@ -48,6 +48,19 @@ inline std::vector<double> losses(const fs::path& metrics) {
 double largest_relative_difference(const fs::path& a_dir, const fs::path& b_dir, int step = 20);
 // The same run in two layouts: the same loss every step, weights within 4x the round-off floor.
 void expect_same_run(const fs::path& a_dir, const fs::path& b_dir, double round_off_floor, const std::string& what);
+// The expert biases of the step-20 checkpoint of the run in `out` (tiny-v3's
+// layers.1.mlp.gate.e_score_correction_bias, fp32 [8]).
+std::vector<float> expert_bias_of(const fs::path& out);
+
+// A DeepSeek-V3 in small: latent attention, a dense first layer, shared experts, a sigmoid router
+// with its expert bias, 2 groups of 4 experts (a token's 2 from its best group), the normalised
+// weights scaled by 2.5.
+inline constexpr const char* kTinyV3 = R"({"name": "tiny-v3", "layers": 2, "hidden": 64, "heads": 4,
+  "kv_heads": 4, "ffn_hidden": 176, "vocab": 512, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope",
+  "tied_embeddings": false, "max_seq_len": 128, "mla": {"q_lora_rank": 24, "kv_lora_rank": 16,
+  "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 10}, "moe": {"experts": 8,
+  "experts_per_token": 2, "expert_ffn_hidden": 32, "shared_ffn_hidden": 32, "first_dense_layers": 1,
+  "router": "sigmoid", "expert_bias": true, "expert_groups": 2, "groups_per_token": 1, "top_k_scale": 2.5}})";
 
 class DistributedTrain : public ::testing::Test {
  protected:

@@ -83,6 +83,25 @@ TEST(SequenceShardRuns, EachShardsRunsAreItsSliceOfTheContextParallelPositions) 
   }
 }
 
+// The multiple is the smallest length both splits accept: every multiple of it splits, no
+// smaller positive length does.
+TEST(SequenceLengthMultiple, IsTheSmallestLengthEverySplitAccepts) {
+  EXPECT_EQ(sequence_length_multiple(2, 3), 12);  // the header's examples
+  EXPECT_EQ(sequence_length_multiple(2, 2), 4);
+  EXPECT_EQ(sequence_length_multiple(1, 2), 2);
+  for (int cp : {1, 2, 3, 4}) {
+    for (int sp : {1, 2, 3, 4, 5, 6}) {
+      const auto splits = [&](std::int64_t length) {
+        return !find_sequence_split_error(length, cp) && (length / cp) % sp == 0;
+      };
+      const int multiple = sequence_length_multiple(cp, sp);
+      for (std::int64_t length = 1; length <= 4 * multiple; ++length) {
+        EXPECT_EQ(splits(length), length % multiple == 0) << "cp " << cp << " sp " << sp << " length " << length;
+      }
+    }
+  }
+}
+
 TEST(RankLayoutReplicaGroup, DpTimesCpWithTheSameTpAndPp) {
   ParallelConfig p{.tp = 2, .cp = 2, .dp = 2, .pp = 2};
   const RankLayout l(p, 8);

@@ -48,7 +48,8 @@ Batch rows(const Batch& b, std::int64_t first, std::int64_t count) {
                targets,
                b.positions.narrow(0, first, count),
                {},
-               (targets != kIgnoreIndex).sum().item<std::int64_t>()};
+               (targets != kIgnoreIndex).sum().item<std::int64_t>(),
+               b.real_tokens.defined() ? b.real_tokens.narrow(0, first, count) : torch::Tensor()};
 }
 
 NamedParams named(LlamaModel& model) {

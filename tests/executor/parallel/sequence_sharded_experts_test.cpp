@@ -148,9 +148,10 @@ enum class Shards { kSequenceParallel, kContextParallel };
 // over both ranks when each holds every expert, whole on their rank when split over the two. With
 // an auxiliary loss, and two sequences so that the capacity's token order interleaves the ranks.
 // `per_sequence`: the auxiliary loss per sequence (DeepSeek-V3's), whose per-sequence counts and
-// probability sums span both shards.
+// probability sums span both shards. `padded`: the second sequence's last 7 positions are padding,
+// on both ranks under context parallelism, on the second under sequence parallelism.
 void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool experts_split,
-                                            bool per_sequence = false) {
+                                            bool per_sequence = false, bool padded = false) {
   constexpr double kAuxScale = 0.3;
   constexpr std::int64_t kSeqLen = 20;
   const bool sp = mode == Shards::kSequenceParallel;
@@ -164,7 +165,9 @@ void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool
   whole->train();
   whole->set_aux_loss_scale(kAuxScale);
   whole->set_aux_loss_per_sequence(per_sequence);
-  const auto whole_out = whole->forward(tokens);
+  const auto real =
+      padded ? torch::arange(kSeqLen).lt(torch::tensor({kSeqLen, kSeqLen - 7}).unsqueeze(1)) : torch::Tensor();
+  const auto whole_out = whole->forward(tokens, real);
   whole_out.mul(weights).sum().backward();
   const auto whole_grads = testing::gradients_by_name(*whole);
   const RoutingStats whole_stats = whole->take_routing_stats();
@@ -194,7 +197,8 @@ void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool
     part->train();
     part->set_aux_loss_scale(kAuxScale);
     part->set_aux_loss_per_sequence(per_sequence);
-    const auto out = part->forward(tokens.index_select(1, positions[r]));
+    const auto out = part->forward(tokens.index_select(1, positions[r]),
+                                   padded ? real.index_select(1, positions[r]) : torch::Tensor());
     outputs[r] = out.detach();
     out.mul(weights.index_select(1, positions[r])).sum().backward();
     grads[r] = testing::gradients_by_name(*part);
@@ -208,6 +212,7 @@ void expect_sharded_layer_matches_the_whole(spec::ModelSpec m, Shards mode, bool
         << "rank " << r;
     EXPECT_TRUE(torch::equal(stats[r].tokens_per_expert, whole_stats.tokens_per_expert)) << "rank " << r;
     EXPECT_EQ(stats[r].dropped, whole_stats.dropped) << "rank " << r;
+    EXPECT_EQ(stats[r].routed, whole_stats.routed) << "rank " << r;
     EXPECT_NEAR(stats[r].aux_loss_sum, whole_stats.aux_loss_sum, 1e-6 * whole_stats.aux_loss_sum) << "rank " << r;
     for (const auto& [name, want] : expected[r]) {
       torch::Tensor got = grads[r].at(name);
@@ -263,6 +268,18 @@ TEST(SequenceShardedExperts, SequenceAuxiliaryLossMatchesTheWholeLayer) {
 
 TEST(ContextParallelExperts, SequenceAuxiliaryLossMatchesTheWholeLayer) {
   expect_sharded_layer_matches_the_whole(tiny_moe(), Shards::kContextParallel, false, /*per_sequence=*/true);
+}
+
+// Padding's pairs take capacity but leave the load, the auxiliary loss (per sequence, whose second
+// sequence's real tokens span both shards) and its gradient as the whole layer has them.
+TEST(SequenceShardedExperts, PaddingIsLeftOutOfTheWholeMicrobatchsStatistics) {
+  expect_sharded_layer_matches_the_whole(tiny_moe(0.75), Shards::kSequenceParallel, true, /*per_sequence=*/true,
+                                         /*padded=*/true);
+}
+
+TEST(ContextParallelExperts, PaddingIsLeftOutOfTheWholeMicrobatchsStatistics) {
+  expect_sharded_layer_matches_the_whole(tiny_moe(0.75), Shards::kContextParallel, false, /*per_sequence=*/false,
+                                         /*padded=*/true);
 }
 
 }  // namespace
