@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 
 namespace cpt::core {
@@ -47,7 +48,7 @@ std::optional<std::string> DirectoryLock::holder_of(const std::filesystem::path&
 }
 
 DirectoryLock DirectoryLock::acquire(const std::filesystem::path& dir, std::string_view holder) {
-  std::filesystem::create_directories(dir);
+  create_output_directory(dir);
   const auto path = dir / ".cpt.lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw RuntimeError(str_cat(path.string(), ": cannot open: ", std::strerror(errno)));

@@ -15,6 +15,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "costmodel/cost_options.h"
 #include "spec/gpu_for_device_name.h"
@@ -213,7 +214,7 @@ void calibrate_cuda(const CudaCalibrationOptions& o) {
   const auto base = spec::HardwareCatalog::builtin().cluster_for_gpu(gpu.name, 1, "--base-gpu");
   const LocalCalibration c = fit(m, gpu.peak(spec::Precision::kBf16)->value());
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  core::create_parent_directory(out);
   core::write_file_atomic(out, spec::cluster_to_json(calibrated_gpu_cluster(c, base, device_name)).dump(2) + "\n");
   const Json report = report_of(out, device_name, gpu, m, c);
   auto report_path = out;

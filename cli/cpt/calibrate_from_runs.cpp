@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "costmodel/calibration_fit.h"
 #include "costmodel/step_estimator.h"
@@ -195,7 +196,7 @@ void refit_from_runs(const FromRunsOptions& o) {
   const std::vector<Run> runs = read_runs(o.from_runs, base, base_path);
   const Refit fit = refit(base, runs);
   const fs::path out = o.out.empty() ? base_path : fs::path(o.out);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  core::create_parent_directory(out);
   core::write_file_atomic(out, spec::cluster_to_json(fit.cluster).dump(2) + "\n");
   const Json report = report_json(out, base_path, base, fit, runs);
   auto report_path = out;

@@ -25,6 +25,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "costmodel/cost_options.h"
 #include "costmodel/straggler.h"
@@ -231,7 +232,7 @@ void run(const CalibrateOptions& o) {
   const CpuCalibration calibration = fit_cpu(host, comm, ranks, threads);
   const LocalCalibration& c = calibration.fitted;
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  core::create_parent_directory(out);
   core::write_file_atomic(out, spec::cluster_to_json(local_cluster(c)).dump(2) + "\n");
   const Json report = cpu_report(out, calibration, host, comm);
   auto report_path = out;

@@ -12,6 +12,7 @@
 #include "cli/cpt/commands.h"
 #include "cli/output.h"
 #include "cli/cpt/run_comparison.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 
 namespace cpt::cli {
@@ -58,7 +59,7 @@ void run(const CompareOptions& o) {
   const Json fields = comparison.fields_json();
   const std::string layout = config_summary(comparison.plan.parallel);
   const fs::path log = o.log.empty() ? default_log() : fs::path(o.log);
-  if (log.has_parent_path()) fs::create_directories(log.parent_path());
+  core::create_parent_directory(log);
   std::ofstream(log, std::ios::app) << Json{{"run", fs::absolute(dir).string()},
                                             {"model", comparison.plan.model.name},
                                             {"cluster", comparison.plan.cluster.name},

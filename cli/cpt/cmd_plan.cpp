@@ -19,6 +19,7 @@
 #include "cli/cpt/runtime_flag.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/runtime_profile.h"
@@ -69,9 +70,7 @@ std::vector<std::string> write_outputs(const std::filesystem::path& dir, const s
                                        const spec::ClusterSpec& cluster, const PlanOptions& o,
                                        const planner::PlannerResult& r, const cost::CostModelOptions& priced_with,
                                        const std::string& finish_md) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw core::RuntimeError(str_cat(dir.string(), ": cannot create: ", ec.message()));
+  core::create_output_directory(dir);
   std::vector<std::string> written;
   if (!r.top.empty()) {
     spec::Plan plan = spec::make_plan(model, cluster, spec::Workload{o.seq_len, o.tokens}, r.top.front().config);

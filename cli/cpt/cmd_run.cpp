@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/json_reader.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/step_estimator.h"
@@ -231,7 +232,7 @@ void run(const RunOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   Demo demo;
   demo.out = o.out.empty() ? default_run_dir() : fs::path(o.out);
-  fs::create_directories(demo.out);
+  core::create_output_directory(demo.out);
   demo.out = fs::absolute(demo.out);
   demo.text = find_local_text();
   std::cout << "cpt run: continual pre-training on the local machine, from English to Python\nwriting "

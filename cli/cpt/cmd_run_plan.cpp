@@ -8,6 +8,7 @@
 #include "cli/executor_process.h"
 #include "cli/cpt/local_profile.h"
 #include "core/error.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "planner/planner.h"
 #include "spec/model_io.h"
@@ -50,7 +51,7 @@ void run_planned(const PlannedRunOptions& o) {
   search.seq_len = o.seq_len;
   planner::check_options(spec::load_model(o.model, "--model"), search);
   const fs::path out = o.out.empty() ? default_run_dir() : fs::path(o.out);
-  fs::create_directories(out);
+  core::create_output_directory(out);
   std::string gpu = o.gpu;
   if (o.cpu) {
     gpu = "local";

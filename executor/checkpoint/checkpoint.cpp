@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "spec/model_io.h"
 
@@ -78,7 +79,7 @@ std::string file_checksum(const fs::path& path) {
 void write_checkpoint_dir(const fs::path& dir, const CheckpointContents& c) {
   if (fs::exists(dir)) throw core::ConfigError(str_cat(dir.string(), ": already exists"));
   const auto parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
-  fs::create_directories(parent);
+  core::create_output_directory(parent);
   const auto tmp = parent / str_cat(".tmp-", dir.filename().string(), "-", ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);

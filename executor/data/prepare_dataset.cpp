@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "executor/data/token_shards.h"
 
@@ -22,6 +23,7 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& sources, const Tokeni
   if (fs::exists(out_dir)) {
     throw core::ConfigError(str_cat(out_dir.string(), ": already exists; choose a new output directory"));
   }
+  core::create_parent_directory(out_dir);
   const auto tmp = fs::path(str_cat(out_dir.string(), ".tmp-", ::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/log.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "executor/io/hf_export_config.h"
 #include "executor/io/safetensors.h"
@@ -250,6 +251,7 @@ void export_hf(const fs::path& checkpoint_dir, const fs::path& out_dir) {
                "token whose biased scores fall below 0 may take experts of other groups there than in cpt");
   }
   const auto config = hf_config_of(m, family);
+  core::create_parent_directory(out_dir);
   const auto tmp = fs::path(str_cat(out_dir.string(), ".tmp-", ::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);

@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "executor/checkpoint/checkpoint.h"
 #include "executor/device.h"
@@ -127,7 +128,7 @@ RunInputs prepare_run_directory(const spec::Plan& plan, const TrainConfig& confi
   require_run_length(plan, config, options);
   std::optional<RunInputs> prepared;
   if (rank0) {
-    fs::create_directories(options.out_dir);
+    core::create_output_directory(options.out_dir);
     spec::save_plan(plan, options.out_dir / "plan.json");
     if (fs::exists(config.origin)) {
       std::ifstream in(config.origin, std::ios::binary);

@@ -1,0 +1,45 @@
+#include "core/output_directory.h"
+
+#include <system_error>
+
+#include "core/error.h"
+#include "core/str_cat.h"
+
+namespace cpt::core {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Creates `dir`; errors name `named` (dir itself, or the file to be written in it).
+void create_directory_for(const fs::path& dir, const fs::path& named) {
+  // The deepest part of the path that exists must be a directory.
+  for (fs::path part = dir; !part.empty(); part = part.parent_path()) {
+    std::error_code ec;
+    const auto status = fs::status(part, ec);
+    if (!fs::exists(status)) {
+      if (part == part.parent_path()) break;  // a root that does not resolve: the creation says why
+      continue;
+    }
+    if (!fs::is_directory(status)) {
+      throw ConfigError(part == named ? str_cat(named.string(), ": is a file, not a directory")
+                                      : str_cat(named.string(), ": ", part.string(), " is a file, not a directory"));
+    }
+    break;
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw RuntimeError(str_cat(named.string(), ": cannot create ", dir.string(), ": ", ec.message()));
+}
+
+}  // namespace
+
+void create_output_directory(const fs::path& dir) {
+  create_directory_for(dir, dir);
+}
+
+void create_parent_directory(const fs::path& path) {
+  if (path.has_parent_path()) create_directory_for(path.parent_path(), path);
+}
+
+}  // namespace cpt::core
