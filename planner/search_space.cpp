@@ -119,13 +119,13 @@ Fixed parse_fixed(const std::string& text) {
   Fixed f;
   std::stringstream ss(text);
   std::string item;
+  const auto malformed = [&] {
+    return ConfigError(str_cat("--fix: expected key=value items separated by commas, got \"", text, "\""));
+  };
   // getline drops a trailing empty item ("ep=8,"): refused as the inner ones are.
-  if (!text.empty() && text.back() == ',') {
-    throw ConfigError(str_cat("--fix: expected key=value items separated by commas, got \"", text, "\""));
-  }
+  if (!text.empty() && text.back() == ',') throw malformed();
   while (std::getline(ss, item, ',')) {
-    if (item.empty())
-      throw ConfigError(str_cat("--fix: expected key=value items separated by commas, got \"", text, "\""));
+    if (item.empty()) throw malformed();
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw ConfigError(str_cat("--fix: expected key=value, got \"", item, "\""));
     const auto key = item.substr(0, eq);
