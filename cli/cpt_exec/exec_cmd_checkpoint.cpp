@@ -14,6 +14,7 @@
 #include "executor/io/safetensors.h"
 #include "executor/io/vocab_extension.h"
 #include "core/atomic_file.h"
+#include "core/output_directory.h"
 #include "executor/model/llama_model.h"
 #include "spec/model_io.h"
 
@@ -45,6 +46,7 @@ void register_convert(CLI::App& ckpt) {
   imp->add_option("hf_dir", a->src, "Directory with config.json and *.safetensors")->required();
   imp->add_option("out", a->dst, "Output checkpoint directory (must not exist)")->required();
   imp->callback([a] {
+    core::create_parent_directory(a->dst);
     exec::import_hf(a->src, a->dst);
     std::cout << core::str_cat("imported ", a->src, " -> ", a->dst, "\n");
   });

@@ -14,7 +14,6 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/log.h"
-#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "spec/model_io.h"
 
@@ -79,7 +78,11 @@ std::string file_checksum(const fs::path& path) {
 void write_checkpoint_dir(const fs::path& dir, const CheckpointContents& c) {
   if (fs::exists(dir)) throw core::ConfigError(str_cat(dir.string(), ": already exists"));
   const auto parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
-  core::create_output_directory(parent);
+  // During training the run's own folder failing is the environment's fault (exit 3); `checkpoint
+  // import` checks the user's output path first (core::create_parent_directory).
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw core::RuntimeError(str_cat(dir.string(), ": cannot create ", parent.string(), ": ", ec.message()));
   const auto tmp = parent / str_cat(".tmp-", dir.filename().string(), "-", ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
