@@ -14,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 
 namespace cpt::exec {
@@ -184,6 +185,7 @@ std::vector<std::string> extend_tokenizer(const std::filesystem::path& base, con
       check.GetPieceSize() != static_cast<int>(tok.vocab_size() + static_cast<std::int64_t>(added.size()))) {
     throw core::InternalError(str_cat("extending ", base.string(), " produced an unloadable model"));
   }
+  core::create_parent_directory(out_model);
   core::write_file_atomic(out_model, proto);
   return added;
 }
@@ -304,6 +306,7 @@ void train_tokenizer(const std::vector<std::string>& documents, const TokenizerT
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
   if (!status.ok()) throw core::ConfigError(str_cat("tokenizer training: ", status.ToString()));
+  core::create_parent_directory(out_prefix.string() + ".model");
   core::write_file_atomic(out_prefix.string() + ".model", model);
   // The human-readable vocabulary, one "piece<TAB>id" per line.
   sentencepiece::SentencePieceProcessor sp;

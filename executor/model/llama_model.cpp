@@ -112,7 +112,7 @@ torch::Tensor LlamaModelImpl::blocks(torch::Tensor hidden, const Batch& batch) {
   const auto [cos, sin] = rotary_.lookup(batch.positions, hidden.scalar_type());
   const bool full = recompute_ == spec::Recompute::kFull && is_training() && torch::GradMode::is_enabled();
   // The padding of the blocks' positions: under sequence parallelism this rank's consecutive
-  // S/tp of them (reduce_scatter_sequence's split).
+  // 1/tp of the batch's (context-parallel) positions (reduce_scatter_sequence's split).
   auto real_tokens = batch.real_tokens;
   if (real_tokens.defined() && real_tokens.size(1) != hidden.size(1)) {
     real_tokens = real_tokens.narrow(1, tp_.rank() * hidden.size(1), hidden.size(1));

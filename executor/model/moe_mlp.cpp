@@ -51,7 +51,9 @@ BalanceTerms balance_terms(const MicrobatchRouting& routing, bool per_sequence, 
     const double pooled = per_sequence ? tokens / static_cast<double>(sequences) : tokens;  // T or S
     return {pairs / (pooled * static_cast<double>(k)), {}, static_cast<double>(experts) / tokens};
   }
-  const auto real = (per_sequence ? pairs.sum(1, /*keepdim=*/true) : pairs.sum()).div(k).clamp_min(1);
+  const auto counts = (per_sequence ? routing.sequence_chosen : routing.counted).to(torch::kFloat64);
+  const auto real =
+      (per_sequence ? counts.sum(1, /*keepdim=*/true) : counts.sum()).div(k).clamp_min(1).to(torch::kFloat32);
   const double averaged = per_sequence ? static_cast<double>(sequences) : 1.0;
   return {pairs / (real * static_cast<double>(k)), real.reciprocal() * (static_cast<double>(experts) / averaged)};
 }

@@ -58,8 +58,8 @@ struct MicrobatchRouting {
   // counts with a padding mask. Padding still takes its experts' capacity.
   torch::Tensor counted;
   torch::Tensor sequence_chosen;  // int64 [B, E]: `counted` per sequence (only when asked per sequence)
-  // fp32 [E] and [B, E] (the latter only when asked per sequence): Σ over the microbatch's tokens
-  // (of each sequence) of each expert's router probability, without gradient; undefined on whole
+  // fp32 [E] and [B, E] (the latter only when asked per sequence): Σ over the microbatch's real
+  // tokens (of each sequence) of each expert's router probability, without gradient; undefined on whole
   // sequences (this rank's own sums are the microbatch's).
   torch::Tensor probability_sums;
   torch::Tensor sequence_probability_sums;

@@ -18,7 +18,8 @@ torch::Tensor index_tensor(const std::vector<std::int64_t>& v, const torch::Devi
 }
 
 // What the split of an S-token sequence over `cp` needs on `device`, built once per (S, cp, rank,
-// device): a step slices every microbatch and gathers keys and values in every layer.
+// device): a step slices every microbatch and gathers keys and values in every layer. The
+// reference is valid until the next call.
 struct SplitTensors {
   torch::Tensor positions;       // this rank's positions (spec::sequence_positions_of_rank)
   torch::Tensor gathered_order;  // gathered row of each position (spec::gathered_row_of_position)
@@ -29,6 +30,8 @@ const SplitTensors& split_tensors(std::int64_t S, const ContextParallel& cp, con
   thread_local std::map<std::tuple<std::int64_t, int, int, std::string>, SplitTensors> cache;
   const auto key = std::make_tuple(S, cp.size(), cp.rank(), device.str());
   if (auto it = cache.find(key); it != cache.end()) return it->second;
+  // Padded packing gives each microbatch its own width: keep a few, not every width seen.
+  if (cache.size() >= 8) cache.clear();
   SplitTensors t;
   t.positions = index_tensor(spec::sequence_positions_of_rank(S, cp.size(), cp.rank()), device);
   t.gathered_order = index_tensor(spec::gathered_row_of_position(S, cp.size()), device);

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/output_directory.h"
 #include "core/str_cat.h"
 #include "executor/data/prepare_dataset.h"
 
@@ -48,12 +49,12 @@ std::shared_ptr<const TokenDataset> ready_dataset(const DataSetConfig& d, const 
     throw core::ConfigError(str_cat(dir.string(), ": prepared for other sources or another tokenizer than data set \"",
                                     d.name, "\" now names; delete it to prepare again"));
   }
-  fs::create_directories(dir.parent_path());
+  core::create_parent_directory(dir);
   PrepareOptions options;
   options.corpus.extensions = d.extensions;
   const auto r = prepare_dataset(d.sources, *tokenizer, dir, options);
-  core::info0("data: prepared \"", d.name, "\": ", r.corpus.documents, " documents, ", r.tokens, " tokens in ", r.shards,
-              " shard(s)");
+  core::info0("data: prepared \"", d.name, "\": ", r.corpus.documents, " documents, ", r.tokens, " tokens in ",
+              r.shards, " shard(s)");
   return std::make_shared<const TokenDataset>(TokenDataset::open(dir));
 }
 
@@ -61,8 +62,8 @@ void check_vocab(const DataSetConfig& d, const TokenDataset& data, const std::op
                  const spec::ModelSpec& model) {
   if (data.vocab_size() > model.vocab) {
     throw core::ConfigError(str_cat("data set \"", d.name, "\" (", data.dir().string(), "): tokenized with a ",
-                                    data.vocab_size(), "-token vocabulary, but model ", model.name, " has ", model.vocab,
-                                    " (extend the model's vocabulary or use its tokenizer)"));
+                                    data.vocab_size(), "-token vocabulary, but model ", model.name, " has ",
+                                    model.vocab, " (extend the model's vocabulary or use its tokenizer)"));
   }
   if (tokenizer && data.tokenizer_fingerprint() != tokenizer->fingerprint()) {
     throw core::ConfigError(str_cat("data set \"", d.name, "\" (", data.dir().string(), "): tokenized with tokenizer ",
@@ -79,7 +80,8 @@ RunInputs prepare_run_inputs(const TrainConfig& config, const spec::ModelSpec& m
     in.tokenizer = ready_tokenizer(*config.tokenizer, out_dir);
     if (in.tokenizer->vocab_size() > model.vocab) {
       throw core::ConfigError(str_cat(config.origin.string(), ": $.tokenizer: a ", in.tokenizer->vocab_size(),
-                                      "-token vocabulary does not fit model ", model.name, " (vocab ", model.vocab, ")"));
+                                      "-token vocabulary does not fit model ", model.name, " (vocab ", model.vocab,
+                                      ")"));
     }
   }
   for (const auto& d : config.data) {

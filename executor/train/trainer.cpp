@@ -53,6 +53,16 @@ namespace {
 // The run's length: --steps, else TRAIN.json's steps, tokens or epochs over the prepared training
 // sets (spec/token_budget.h), else the plan's token budget.
 // ConfigError when nothing states the run's length (checked before the data is prepared).
+// Padded rows with a capacity factor: each expert's capacity would count the padding, whose
+// amount depends on the microbatch and on the layout's rounding (moe_mlp.h), and padding ahead of
+// another row's tokens could take their places. Refused rather than trained differently per layout.
+void require_packing_the_model_takes(const spec::Plan& plan, const TrainConfig& config) {
+  if (config.packing != Packing::kPadded || plan.model.moe.capacity_factor <= 0) return;
+  throw core::ConfigError(str_cat(config.origin.string(), ": packing: \"padded\" with ", plan.model.name,
+                                  "'s expert capacity factor ", plan.model.moe.capacity_factor,
+                                  ": expected \"packed\" (or a dropless model), got \"padded\""));
+}
+
 void require_run_length(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   if (options.steps || config.steps || config.tokens || config.epochs || plan.workload.train_tokens > 0) return;
   throw core::ConfigError(str_cat(config.origin.string(),
@@ -126,6 +136,7 @@ torch::Device set_up_compute(const TrainConfig& config, const TrainOptions& opti
 RunInputs prepare_run_directory(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options,
                                 bool rank0, Communicator& world) {
   require_run_length(plan, config, options);
+  require_packing_the_model_takes(plan, config);
   std::optional<RunInputs> prepared;
   if (rank0) {
     core::create_output_directory(options.out_dir);

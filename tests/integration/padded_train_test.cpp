@@ -87,4 +87,21 @@ TEST_F(PaddedTrain, DenseContextAndSequenceParallelLayoutMatchesTheSingleProcess
   expect_same_as_reference("o-pad-tiny-1", dir_ / "o-pad-tiny-cp2-tp2-sp", "padded tiny cp2 tp2-sp");
 }
 
+// A capacity would count each microbatch's padding, so padded rows and a capacity factor are
+// refused before any rank trains: one line naming TRAIN.json, exit 2.
+TEST_F(PaddedTrain, ACapacityFactorIsRefused) {
+  prepare_once();
+  auto model = nlohmann::json::parse(kTinyV3);
+  model["name"] = "tiny-v3-capacity";
+  model["moe"]["capacity_factor"] = 1.0;
+  std::ofstream(dir_ / "tiny-v3-capacity.json") << model.dump();
+  plan_layout("tiny-v3-capacity.json", "ep=1,micro_batch=2", 1, "pad-v3-capacity");
+  const auto r = train("pad-v3-capacity", "o-pad-capacity", 1, "padded.json");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("padded.json: packing: \"padded\" with tiny-v3-capacity's expert capacity factor 1"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "o-pad-capacity" / "metrics.jsonl"));
+}
+
 }  // namespace
