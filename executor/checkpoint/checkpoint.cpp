@@ -113,8 +113,8 @@ void write_checkpoint_dir(const fs::path& dir, const CheckpointContents& c) {
     fs::rename(tmp, dir);
     fsync_path(parent, true);
   } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
+    std::error_code cleanup_error;
+    fs::remove_all(tmp, cleanup_error);
     throw;
   }
 }
