@@ -138,6 +138,7 @@ Json measured_run_to_json(const MeasuredRun& run) {
           {"step_time_p90_s", run.step_time_p90_s},
           {"tokens_per_s", run.tokens_per_s},
           {"tokens_per_s_per_gpu", run.tokens_per_s_per_gpu},
+          {"packing", run.padded ? "padded" : "packed"},
           {"final_loss", std::isfinite(run.final_loss) ? Json(run.final_loss) : Json(nullptr)},
           {"dp_bucket_bytes", run.dp_bucket_bytes},
           {"ranks", ranks}};
@@ -161,6 +162,8 @@ MeasuredRun measured_run_from_json(const Json& json, const std::string& origin) 
   run.step_time_p90_s = r.number("step_time_p90_s", 0.0);
   run.tokens_per_s = r.number("tokens_per_s", 0.0);
   run.tokens_per_s_per_gpu = r.number("tokens_per_s_per_gpu", 0.0);
+  // Version 1 (no key) ran packed.
+  if (run.schema_version >= 2) run.padded = r.one_of("packing", {"packed", "padded"}) == "padded";
   // null where the last step's loss was not finite (JSON has no NaN).
   run.final_loss = r.raw("final_loss").is_null() ? std::nan("") : r.number("final_loss");
   run.dp_bucket_bytes = r.integer("dp_bucket_bytes", 0);

@@ -16,7 +16,7 @@
 
 namespace cpt::spec {
 
-inline constexpr int kMeasuredRunSchemaVersion = 1;
+inline constexpr int kMeasuredRunSchemaVersion = 2;
 
 // A rank's seconds per timed step: blocked in each group's communication (the executor's timed
 // communicator: starting an operation and waiting for it), and the rest (computation, the loader,
@@ -81,6 +81,9 @@ struct MeasuredRun {
   double step_time_p90_s = 0;
   double tokens_per_s = 0;
   double tokens_per_s_per_gpu = 0;
+  // Trained with packing "padded": a step is narrower than the plan's seq_len and its tokens are
+  // the real ones, so its time and rate are not the plan's step (compare warns, a fit refuses it).
+  bool padded = false;
   double final_loss = 0;
   std::int64_t dp_bucket_bytes = 0;  // the gradient bucket the run used (the cost model prices it)
   std::vector<MeasuredRank> ranks;   // one per process, by rank

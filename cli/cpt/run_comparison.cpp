@@ -9,6 +9,7 @@
 
 #include "cli/cpt/recipe_flag.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/str_cat.h"
 #include "costmodel/estimate_json.h"
 #include "costmodel/memory_model.h"
@@ -298,6 +299,10 @@ Json RunComparison::fields_json() const {
 RunComparison compare_run(const fs::path& run_dir, const std::string& cluster) {
   RunComparison comparison{plan_on(run_dir, cluster), {}, std::nullopt};
   const auto measured = spec::load_measured_run(run_dir / "measured.json");
+  if (measured.padded) {
+    core::warn((run_dir / "measured.json").string(), ": trained with packing \"padded\": its steps are narrower ",
+               "than the plan's seq_len and count real tokens, so step time and tokens/s are not the plan's step");
+  }
   const PricedRun priced = price_run(run_dir, comparison.plan, measured);
   add_step_fields(comparison.fields, priced.step, measured);
   add_dispatch_fields(comparison.fields, priced.step, measured);

@@ -14,6 +14,23 @@ namespace cpt::exec {
 
 using core::str_cat;
 
+double mean_sample_tokens(const std::vector<DataSource>& sources, int seq_len, Packing packing) {
+  CPT_CHECK(!sources.empty() && seq_len > 0);
+  if (packing == Packing::kPacked) return seq_len;
+  double weight_sum = 0, weighted = 0;
+  for (const auto& source : sources) {
+    const auto& dataset = *source.dataset;
+    double inputs = 0;
+    for (std::int64_t doc = 0; doc < dataset.documents(); ++doc) {
+      const auto length = std::min<std::int64_t>(dataset.document_length(doc), seq_len + 1);
+      inputs += static_cast<double>(std::max<std::int64_t>(length - 1, 0));
+    }
+    if (dataset.documents() > 0) weighted += source.weight * inputs / static_cast<double>(dataset.documents());
+    weight_sum += source.weight;
+  }
+  return weight_sum > 0 ? weighted / weight_sum : 0.0;
+}
+
 DataLoader::DataLoader(std::vector<DataSource> sources, LoaderOptions options)
     : sources_(std::move(sources)), options_(options) {
   CPT_CHECK(!sources_.empty());

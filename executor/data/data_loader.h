@@ -51,6 +51,11 @@ struct LoaderOptions {
   int width_multiple = 1;
 };
 
+// The mean number of input tokens a sample holds: seq_len when packed; padded, the mean over the
+// mixture (each source's share normalised) of its documents' min(length, seq_len + 1) − 1 (a
+// document of one token gives a sample with no input). What a token budget divides by.
+[[nodiscard]] double mean_sample_tokens(const std::vector<DataSource>& sources, int seq_len, Packing packing);
+
 class DataLoader {
  public:
   // ConfigError when a source is too small for one sample (packed: fewer than seq_len + 1 tokens).

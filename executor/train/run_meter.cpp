@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/order_statistics.h"
 
@@ -111,10 +112,12 @@ spec::MeasuredRun RunMeter::finish(const RunFacts& facts, Communicator& world, c
   run.skipped_steps = facts.skipped_steps;
   run.tokens_per_s = tokens_per_s();
   run.tokens_per_s_per_gpu = run.tokens_per_s / processes;
-  // The mean step of the timed steps, weighted by their tokens (every step has global_batch_tokens).
-  run.step_time_s = run.tokens_per_s > 0 ? static_cast<double>(facts.global_batch_tokens) / run.tokens_per_s : 0.0;
+  run.step_time_s = timed_seconds_.empty() ? 0.0
+                                           : std::accumulate(timed_seconds_.begin(), timed_seconds_.end(), 0.0) /
+                                                 static_cast<double>(timed_seconds_.size());
   run.step_time_median_s = timed_seconds_.empty() ? 0.0 : core::median(timed_seconds_);
   run.step_time_p90_s = timed_seconds_.empty() ? 0.0 : core::nearest_rank_quantile(timed_seconds_, 0.9);
+  run.padded = facts.padded;
   run.final_loss = facts.final_loss;
   run.dp_bucket_bytes = facts.dp_bucket_bytes;
   const auto rows = all_rows.accessor<std::int64_t, 2>();

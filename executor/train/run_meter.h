@@ -30,9 +30,9 @@ struct RunFacts {
   std::string device;      // Device::str()
   std::int64_t steps = 0;  // trained by this invocation
   std::int64_t skipped_steps = 0;
-  std::int64_t global_batch_tokens = 0;  // tokens of one step, all ranks together
   double final_loss = 0;
   std::int64_t dp_bucket_bytes = 0;
+  bool padded = false;                 // TRAIN.json's packing is "padded"
   ModelStateBytes state;               // this rank's, after the last step
   RecipeBytes recipe;                  // this rank's teacher and EWC storage
   std::int64_t peak_memory_bytes = 0;  // this rank's

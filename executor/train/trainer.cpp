@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <thread>
@@ -70,19 +71,40 @@ void require_run_length(const spec::Plan& plan, const TrainConfig& config, const
                                   "budget either), got none"));
 }
 
+// Steps to train `tokens` input tokens at a mean of `tokens_per_step` (padded packing); ConfigError
+// naming `what` when a step holds no token.
+std::int64_t steps_for_budget(std::int64_t tokens, double tokens_per_step, const std::string& what) {
+  if (!(tokens_per_step > 0)) {
+    throw core::ConfigError(str_cat(what, ": expected documents of at least two tokens (a sample's inputs and ",
+                                    "targets), got samples with no input token"));
+  }
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(tokens) / tokens_per_step)));
+}
+
+// The run's length: --steps, then TRAIN.json's steps, tokens or epochs, then the plan's token
+// budget. A packed step holds global_batch × seq_len tokens; a padded one a sample per document,
+// so a token budget divides by the mixture's mean sample (mean_sample_tokens) and an epoch counts
+// documents.
 std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options,
                            const std::vector<DataSource>& train) {
   require_run_length(plan, config, options);
   if (options.steps) return *options.steps;
   if (config.steps) return *config.steps;
-  const auto tokens_per_step = std::int64_t{plan.parallel.global_batch} * plan.workload.seq_len;
-  if (config.tokens) return spec::steps_for_tokens(*config.tokens, tokens_per_step);
+  const std::int64_t global_batch = plan.parallel.global_batch;
+  const bool padded = config.packing == Packing::kPadded;
   if (config.epochs) {
     std::vector<spec::MixtureShare> shares;
-    for (const auto& source : train) shares.push_back({source.name, source.dataset->tokens(), source.weight});
-    return spec::steps_for_tokens(spec::tokens_for_epochs(shares, *config.epochs), tokens_per_step);
+    for (const auto& source : train) {
+      shares.push_back({source.name, padded ? source.dataset->documents() : source.dataset->tokens(), source.weight});
+    }
+    const auto units = spec::tokens_for_epochs(shares, *config.epochs);
+    return spec::steps_for_tokens(units, padded ? global_batch : global_batch * plan.workload.seq_len);
   }
-  return spec::steps_for_tokens(plan.workload.train_tokens, tokens_per_step);
+  const std::int64_t budget = config.tokens ? *config.tokens : plan.workload.train_tokens;
+  if (!padded) return spec::steps_for_tokens(budget, global_batch * plan.workload.seq_len);
+  const double tokens_per_step =
+      static_cast<double>(global_batch) * mean_sample_tokens(train, plan.workload.seq_len, config.packing);
+  return steps_for_budget(budget, tokens_per_step, config.origin.string());
 }
 
 // Stops `profiler` and writes DIR/step_S.rank_R.trace.json and .ops.json; rank 0 logs its
@@ -291,7 +313,9 @@ StepRecord RankRun::step_once(RunMeter& meter, std::int64_t first_step, ModelSta
     profiler.reset();
     groups_.world->barrier();  // ranks wrote for different times: start the next step together
   }
-  const std::int64_t step_tokens = std::int64_t{par_.global_batch} * plan_.workload.seq_len;
+  // A padded step counts its real tokens (every one is a loss token), not its padding.
+  const std::int64_t step_tokens =
+      config_.packing == Packing::kPadded ? r.loss_tokens : std::int64_t{par_.global_batch} * plan_.workload.seq_len;
   counters_.tokens += step_tokens;
   // The first step of a process pays one-off allocation costs; a profiled step, the profiler's.
   meter.end_step(seconds, step_tokens, step > first_step && !profiled);
@@ -334,6 +358,11 @@ void RankRun::announce(std::int64_t first_step, std::int64_t end_step) const {
   core::info0("train: ", model.name, " (", model.num_params(), " parameters) on ", device_.str(), ", steps ",
               first_step, " -> ", total_steps_, ", ", par_.global_batch, " x ", plan_.workload.seq_len,
               " tokens per step (micro-batch ", par_.micro_batch, " x ", par_.grad_accum(), ")");
+  if (config_.packing == Packing::kPadded) {
+    core::info0("train: padded samples hold ",
+                core::fixed(mean_sample_tokens(inputs_.train, plan_.workload.seq_len, config_.packing), 1),
+                " input tokens on average; tokens and tokens_per_s count them, not the padding");
+  }
   if (rank0_ && options_.profile_step && (*options_.profile_step < first_step || *options_.profile_step >= end_step)) {
     core::warn("--profile-step ", *options_.profile_step, ": this run trains steps ", first_step, " to ", end_step - 1,
                "; no step is profiled");
@@ -395,9 +424,9 @@ TrainSummary RankRun::finish(TrainSummary summary, const RunMeter& meter, const 
   facts.device = device_.str();
   facts.steps = counters_.step - summary.first_step;
   facts.skipped_steps = counters_.skipped;
-  facts.global_batch_tokens = std::int64_t{par_.global_batch} * plan_.workload.seq_len;
   facts.final_loss = summary.final_loss;
   facts.dp_bucket_bytes = static_cast<std::int64_t>(config_.dp_bucket_mib * 1024 * 1024);
+  facts.padded = config_.packing == Packing::kPadded;
   facts.state = state;
   facts.recipe = recipe_bytes(continual_, choice_);
   facts.peak_memory_bytes = peak_memory_bytes(device_);

@@ -243,6 +243,20 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_NEAR(nlohmann::json::parse(recompared.out)["fields"]["step_time_s"]["predicted"].get<double>(),
               fitted["runs"][0]["predicted_step_s_after"].get<double>(), 1e-9);
   EXPECT_EQ(sh(cpt + " calibrate --from-runs " + d + "/nothing --base " + profile, dir).exit_code, 2);
+  // A run trained with padded rows took narrower steps than its plan: compare warns, a fit refuses.
+  fs::copy(dir / "run", dir / "padded-run", fs::copy_options::recursive);
+  {
+    auto m = nlohmann::ordered_json::parse(slurp(dir / "padded-run/measured.json"));
+    m["packing"] = "padded";
+    std::ofstream(dir / "padded-run/measured.json") << m.dump();
+  }
+  const auto padded_cmp = sh(cpt + " compare " + d + "/padded-run --json --log " + d + "/f5.jsonl", dir);
+  EXPECT_EQ(padded_cmp.exit_code, 0) << padded_cmp.err;
+  EXPECT_NE(padded_cmp.err.find("padded-run/measured.json: trained with packing \"padded\""), std::string::npos)
+      << padded_cmp.err;
+  const auto padded_fit = sh(cpt + " calibrate --from-runs " + d + "/padded-run --base " + profile, dir);
+  EXPECT_EQ(padded_fit.exit_code, 2);
+  EXPECT_NE(padded_fit.err.find("padded-run trained with packing \"padded\""), std::string::npos) << padded_fit.err;
 
   // cpt run --model: plan for this machine, write the plan, read it back, train, compare.
   const auto planned = sh(env + "CPT_FIDELITY_LOG=" + d + "/fidelity-run.jsonl " + cpt +

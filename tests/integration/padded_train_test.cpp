@@ -8,11 +8,29 @@
 // parallelism, and with its experts over two ranks recomputing every block (whose recomputation
 // masks the padding again), as one process does; the dense tiny under context × sequence
 // parallelism too.
+#include <cstdint>
+#include <numeric>
+
 #include "tests/integration/distributed_train_fixture.h"
 
 namespace {
 
 using namespace cpt::dist_testing;
+
+// The document lengths of a prepared data set of one shard, read from its Megatron index
+// (MMIDIDX: 9-byte magic, u64 version, u8 dtype code, u64 sequences, u64 documents + 1, then the
+// sequences' int32 lengths).
+std::vector<std::int64_t> document_lengths(const fs::path& dataset) {
+  std::ifstream index(dataset / "shard_00000.idx", std::ios::binary);
+  char header[34];
+  index.read(header, sizeof header);
+  std::uint64_t sequences = 0;
+  std::memcpy(&sequences, header + 18, sizeof sequences);
+  std::vector<std::int32_t> lengths(sequences);
+  index.read(reinterpret_cast<char*>(lengths.data()), static_cast<std::streamsize>(sequences * sizeof(std::int32_t)));
+  EXPECT_TRUE(index.good()) << dataset;
+  return {lengths.begin(), lengths.end()};
+}
 
 class PaddedTrain : public DistributedTrain {
  protected:
@@ -85,6 +103,53 @@ TEST_F(PaddedTrain, DenseContextAndSequenceParallelLayoutMatchesTheSingleProcess
   const auto r = train("pad-tiny-cp2-tp2-sp", "o-pad-tiny-cp2-tp2-sp", 4, "padded.json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_as_reference("o-pad-tiny-1", dir_ / "o-pad-tiny-cp2-tp2-sp", "padded tiny cp2 tp2-sp");
+  // Each step's real tokens, summed over the context-parallel halves of its rows.
+  EXPECT_EQ(metric(dir_ / "o-pad-tiny-cp2-tp2-sp" / "metrics.jsonl", "tokens"),
+            metric(dir_ / "o-pad-tiny-1" / "metrics.jsonl", "tokens"));
+}
+
+// A padded step counts its real tokens: one epoch of the short documents (8 per step) holds each
+// document's min(length, 65) − 1 input tokens once, and the samples of the next epoch that fill
+// its last step. A token budget is turned into steps by the mean sample, an epoch by documents.
+TEST_F(PaddedTrain, StepsCountRealTokensAndBudgetsDivideByTheMeanSample) {
+  prepare_once();
+  ASSERT_EQ(nlohmann::json::parse(slurp(dir_ / "short" / "manifest.json"))["shards"].size(), 1u);
+  std::vector<std::int64_t> inputs;
+  for (const auto length : document_lengths(dir_ / "short")) {
+    inputs.push_back(std::max<std::int64_t>(std::min<std::int64_t>(length, 65) - 1, 0));
+  }
+  std::sort(inputs.begin(), inputs.end());
+  const auto documents = static_cast<std::int64_t>(inputs.size());
+  const std::int64_t all_inputs = std::accumulate(inputs.begin(), inputs.end(), std::int64_t{0});
+  const std::int64_t epoch_steps = (documents + 7) / 8;
+  auto config = nlohmann::json::parse(slurp(dir_ / "padded.json"));
+  config.erase("steps");
+  config["epochs"] = 1;
+  std::ofstream(dir_ / "padded-epoch.json") << config.dump();
+  const auto r = train("pad-tiny-single", "o-pad-epoch", 1, "padded-epoch.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto run = nlohmann::json::parse(slurp(dir_ / "o-pad-epoch" / "run.json"));
+  EXPECT_EQ(run["total_steps"], epoch_steps);
+  const auto tokens = metric(dir_ / "o-pad-epoch" / "metrics.jsonl", "tokens");
+  ASSERT_EQ(static_cast<std::int64_t>(tokens.size()), epoch_steps);
+  const auto extra = static_cast<std::ptrdiff_t>(8 * epoch_steps - documents);  // next epoch's samples
+  const auto fewest = std::accumulate(inputs.begin(), inputs.begin() + extra, std::int64_t{0});
+  const auto most = std::accumulate(inputs.end() - extra, inputs.end(), std::int64_t{0});
+  EXPECT_GE(tokens.back(), static_cast<double>(all_inputs + fewest));
+  EXPECT_LE(tokens.back(), static_cast<double>(all_inputs + most));
+  const auto measured = nlohmann::json::parse(slurp(dir_ / "o-pad-epoch" / "measured.json"));
+  EXPECT_EQ(measured["packing"], "padded");
+
+  // Three packed steps' worth of tokens (3 · 8 · 64) at the mean sample's inputs.
+  config.erase("epochs");
+  config["tokens"] = 3 * 8 * 64;
+  std::ofstream(dir_ / "padded-tokens.json") << config.dump();
+  const auto budget = train("pad-tiny-single", "o-pad-tokens", 1, "padded-tokens.json", " --stop-at 1");
+  ASSERT_EQ(budget.exit_code, 0) << budget.err;
+  const double mean_sample = static_cast<double>(all_inputs) / static_cast<double>(documents);
+  const auto budget_run = nlohmann::json::parse(slurp(dir_ / "o-pad-tokens" / "run.json"));
+  EXPECT_EQ(budget_run["total_steps"], static_cast<std::int64_t>(std::ceil(3 * 8 * 64 / (8 * mean_sample))));
+  EXPECT_GT(budget_run["total_steps"].get<std::int64_t>(), 3);
 }
 
 // A capacity would count each microbatch's padding, so padded rows and a capacity factor are

@@ -24,6 +24,7 @@ MeasuredRun sample_run() {
   run.step_time_p90_s = 0.15;
   run.tokens_per_s = 4096;
   run.tokens_per_s_per_gpu = 2048;
+  run.padded = true;
   run.final_loss = 3.5;
   run.dp_bucket_bytes = 104'857;
   // tp, cp, dp, ep comm, pp comm and bubble, compute and other.
@@ -81,6 +82,22 @@ TEST(MeasuredRun, FilesWithoutTheExpertGroupReadItAsZero) {
   EXPECT_EQ(run.ranks[0].dispatch->calls_per_step[4], 0);
   EXPECT_EQ(run.ranks[0].dispatch->calls_per_step[3], 26);
   EXPECT_EQ(run.ranks[0].dispatch->bytes_per_step[4], 0);
+}
+
+// Version 1 had no packing key and ran packed; version 2 names it, one of two words.
+TEST(MeasuredRun, PackingIsReadFromVersionTwoAndPackedBefore) {
+  auto json = measured_run_to_json(sample_run());
+  EXPECT_EQ(json["packing"], "padded");
+  auto version_one = json;
+  version_one["schema_version"] = 1;
+  version_one.erase("packing");
+  EXPECT_FALSE(measured_run_from_json(version_one, "run/measured.json").padded);
+  auto missing = json;
+  missing.erase("packing");
+  EXPECT_NE(error_of(missing).find("$.packing"), std::string::npos) << error_of(missing);
+  auto misspelt = json;
+  misspelt["packing"] = "pad";
+  EXPECT_NE(error_of(misspelt).find("$.packing"), std::string::npos) << error_of(misspelt);
 }
 
 // A misspelt, missing or out-of-range key is an error naming the file and the key, never a 0.
