@@ -1,5 +1,6 @@
 #include "cli/cpt/plan_output.h"
 
+#include <charconv>
 #include <iostream>
 #include <sstream>
 
@@ -14,6 +15,12 @@ namespace cpt::cli {
 using core::str_cat;
 
 namespace {
+
+// "tp-cp-dp-pp": the axes fastest-varying first.
+std::string axis_order_text(const spec::ParallelConfig& p) {
+  return str_cat(spec::to_string(p.axis_order[0]), "-", spec::to_string(p.axis_order[1]), "-",
+                 spec::to_string(p.axis_order[2]), "-", spec::to_string(p.axis_order[3]));
+}
 
 core::Json config_json(const spec::ParallelConfig& p) {
   return {{"gpus", p.world_size()},
@@ -32,8 +39,7 @@ core::Json config_json(const spec::ParallelConfig& p) {
           {"schedule", spec::to_string(p.schedule)},
           {"ep", p.ep},
           {"etp", p.etp},
-          {"axis_order", str_cat(spec::to_string(p.axis_order[0]), "-", spec::to_string(p.axis_order[1]), "-",
-                                 spec::to_string(p.axis_order[2]), "-", spec::to_string(p.axis_order[3]))}};
+          {"axis_order", axis_order_text(p)}};
 }
 
 core::Json candidates_json(const std::vector<planner::Candidate>& list) {
@@ -42,6 +48,23 @@ core::Json candidates_json(const std::vector<planner::Candidate>& list) {
     out.push_back({{"config", config_json(c.config)}, {"estimate", cost::evaluation_to_json(c.estimate)}});
   }
   return out;
+}
+
+// Appends `value` and a separator: integers exactly, reals as printf's %.6g (an ostream's
+// default), so a planner search's hundreds of thousands of rows are written without a stream.
+void append_field(std::string& out, std::int64_t value, char separator) {
+  char buffer[24];
+  out.append(buffer, std::to_chars(buffer, buffer + sizeof buffer, value).ptr);
+  out += separator;
+}
+void append_field(std::string& out, double value, char separator) {
+  char buffer[32];
+  out.append(buffer, std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general, 6).ptr);
+  out += separator;
+}
+void append_field(std::string& out, std::string_view value, char separator) {
+  out += value;
+  out += separator;
 }
 
 }  // namespace
@@ -70,21 +93,32 @@ core::Json planner_result_json(const planner::PlannerResult& r, bool with_second
 }
 
 std::string candidates_csv(const planner::PlannerResult& r) {
-  std::ostringstream csv;
-  csv << "rank,tp,cp,pp,vp,dp,micro_batch,grad_accum,zero,hsdp,recompute,sequence_parallel,offload,axis_order,"
-         "schedule,ep,etp,step_time_s,tokens_per_s_per_gpu,mfu,peak_memory_GiB\n";
+  std::string csv =
+      "rank,tp,cp,pp,vp,dp,micro_batch,grad_accum,zero,hsdp,recompute,sequence_parallel,offload,axis_order,"
+      "schedule,ep,etp,step_time_s,tokens_per_s_per_gpu,mfu,peak_memory_GiB\n";
+  csv.reserve(csv.size() + 128 * r.all_feasible.size());
   for (std::size_t i = 0; i < r.all_feasible.size(); ++i) {
     const auto& c = r.all_feasible[i];
     const auto& p = c.config;
-    const auto j = config_json(p);
-    csv << i + 1 << "," << p.tp << "," << p.cp << "," << p.pp << "," << p.virtual_stages << "," << p.dp << ","
-        << p.micro_batch << "," << p.grad_accum() << "," << p.zero_stage << "," << (p.hybrid_shard ? 1 : 0) << ","
-        << spec::to_string(p.recompute) << "," << (p.sequence_parallel ? 1 : 0) << "," << spec::to_string(p.offload)
-        << "," << j["axis_order"].get<std::string>() << "," << spec::to_string(p.schedule) << "," << p.ep << ","
-        << p.etp << "," << c.estimate.time.total().value() << "," << c.estimate.tokens_per_s_per_gpu << ","
-        << c.estimate.mfu << "," << core::to_gibibytes(c.estimate.peak_memory.total()) << "\n";
+    for (const std::int64_t field :
+         {static_cast<std::int64_t>(i + 1), std::int64_t{p.tp}, std::int64_t{p.cp}, std::int64_t{p.pp},
+          std::int64_t{p.virtual_stages}, std::int64_t{p.dp}, std::int64_t{p.micro_batch}, std::int64_t{p.grad_accum()},
+          std::int64_t{p.zero_stage}, std::int64_t{p.hybrid_shard ? 1 : 0}}) {
+      append_field(csv, field, ',');
+    }
+    append_field(csv, spec::to_string(p.recompute), ',');
+    append_field(csv, std::int64_t{p.sequence_parallel ? 1 : 0}, ',');
+    append_field(csv, spec::to_string(p.offload), ',');
+    append_field(csv, axis_order_text(p), ',');
+    append_field(csv, spec::to_string(p.schedule), ',');
+    append_field(csv, std::int64_t{p.ep}, ',');
+    append_field(csv, std::int64_t{p.etp}, ',');
+    append_field(csv, c.estimate.time.total().value(), ',');
+    append_field(csv, c.estimate.tokens_per_s_per_gpu, ',');
+    append_field(csv, c.estimate.mfu, ',');
+    append_field(csv, core::to_gibibytes(c.estimate.peak_memory.total()), '\n');
   }
-  return csv.str();
+  return csv;
 }
 
 void print_sizes(const planner::PlannerResult& r, std::int64_t tokens, double price_per_gpu_hour,
