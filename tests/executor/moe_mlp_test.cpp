@@ -308,11 +308,11 @@ TEST(MixtureOfExperts, PaddingIsLeftOutOfTheAuxiliaryLossAndTheLoad) {
   const auto real = torch::arange(6).lt(torch::tensor({6, 3}).unsqueeze(1));  // [2, 6]
   const auto real_rows = real.reshape({-1}).nonzero().squeeze(1);
   auto run = [&](const torch::Tensor& input, const torch::Tensor& loss_weights, const torch::Tensor& mask,
-                 bool per_sequence) {
+                 bool per_sequence, double scale = 0.37) {
     MoeMlp moe(m);
     randomize(*moe, 10);
     moe->train();
-    moe->set_aux_loss_scale(0.37);
+    moe->set_aux_loss_scale(scale);
     moe->set_aux_loss_per_sequence(per_sequence);
     moe->forward(input, mask).mul(loss_weights).sum().backward();
     return std::pair{testing::gradients_by_name(*moe), moe->take_routing_stats()};
@@ -335,6 +335,23 @@ TEST(MixtureOfExperts, PaddingIsLeftOutOfTheAuxiliaryLossAndTheLoad) {
   const double second =
       run(x[1].narrow(0, 0, 3).unsqueeze(0), weights[1].narrow(0, 0, 3).unsqueeze(0), {}, true).second.aux_loss_sum;
   EXPECT_NEAR(per_sequence, (first + second) / 2, 1e-6 * per_sequence);
+  // And its gradient: the router's, from the loss alone (with it less without it), is the mean of
+  // the two rows' own. Each is a difference of two fp32 gradients, a few ulps of the larger.
+  auto router_gradient = [&](const torch::Tensor& input, const torch::Tensor& loss_weights, const torch::Tensor& mask) {
+    const auto with_loss = run(input, loss_weights, mask, true).first.at("gate.weight");
+    const auto without = run(input, loss_weights, mask, true, 0.0).first.at("gate.weight");
+    return std::pair{with_loss - without, with_loss.abs().max().item<double>()};
+  };
+  const auto [padded_router, padded_largest] = router_gradient(x, weights * real.unsqueeze(2), real);
+  const auto [first_router, first_largest] = router_gradient(x[0].unsqueeze(0), weights[0].unsqueeze(0), {});
+  const auto [second_router, second_largest] =
+      router_gradient(x[1].narrow(0, 0, 3).unsqueeze(0), weights[1].narrow(0, 0, 3).unsqueeze(0), {});
+  const auto want = (first_router + second_router) / 2;
+  EXPECT_GT(want.abs().max().item<double>(), 1e-4);  // the loss moves the router
+  const double ulps =
+      16 * std::numeric_limits<float>::epsilon() * std::max({padded_largest, first_largest, second_largest});
+  EXPECT_TRUE(torch::allclose(padded_router, want, 1e-4, ulps))
+      << "max |error| " << (padded_router - want).abs().max().item<double>();
 }
 
 // The EWC Fisher estimate's guard: the cross-entropy's gradient alone, the training mode (and so
