@@ -18,6 +18,11 @@ void create_directory_for(const fs::path& dir, const fs::path& named) {
     std::error_code ec;
     const auto status = fs::status(part, ec);
     if (!fs::exists(status)) {
+      if (fs::is_symlink(fs::symlink_status(part, ec))) {
+        throw ConfigError(str_cat(named.string(), ": ", part == named ? "" : part.string() + " ",
+                                  "is a symbolic link to ", fs::read_symlink(part, ec).string(),
+                                  ", which does not exist"));
+      }
       if (part == part.parent_path()) break;  // a root that does not resolve: the creation says why
       continue;
     }
@@ -40,6 +45,11 @@ void create_output_directory(const fs::path& dir) {
 
 void create_parent_directory(const fs::path& path) {
   if (path.has_parent_path()) create_directory_for(path.parent_path(), path);
+}
+
+void prepare_output_file(const fs::path& path) {
+  create_parent_directory(path);
+  if (fs::is_directory(path)) throw ConfigError(str_cat(path.string(), ": expected a file, got a directory"));
 }
 
 }  // namespace cpt::core

@@ -214,7 +214,7 @@ void calibrate_cuda(const CudaCalibrationOptions& o) {
   const auto base = spec::HardwareCatalog::builtin().cluster_for_gpu(gpu.name, 1, "--base-gpu");
   const LocalCalibration c = fit(m, gpu.peak(spec::Precision::kBf16)->value());
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
-  core::create_parent_directory(out);
+  core::prepare_output_file(out);
   core::write_file_atomic(out, spec::cluster_to_json(calibrated_gpu_cluster(c, base, device_name)).dump(2) + "\n");
   const Json report = report_of(out, device_name, gpu, m, c);
   auto report_path = out;

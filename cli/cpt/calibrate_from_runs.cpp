@@ -200,7 +200,7 @@ void refit_from_runs(const FromRunsOptions& o) {
   const std::vector<Run> runs = read_runs(o.from_runs, base, base_path);
   const Refit fit = refit(base, runs);
   const fs::path out = o.out.empty() ? base_path : fs::path(o.out);
-  core::create_parent_directory(out);
+  core::prepare_output_file(out);
   core::write_file_atomic(out, spec::cluster_to_json(fit.cluster).dump(2) + "\n");
   const Json report = report_json(out, base_path, base, fit, runs);
   auto report_path = out;

@@ -232,7 +232,7 @@ void run(const CalibrateOptions& o) {
   const CpuCalibration calibration = fit_cpu(host, comm, ranks, threads);
   const LocalCalibration& c = calibration.fitted;
   const fs::path out = o.out.empty() ? local_profile_path() : fs::path(o.out);
-  core::create_parent_directory(out);
+  core::prepare_output_file(out);
   core::write_file_atomic(out, spec::cluster_to_json(local_cluster(c)).dump(2) + "\n");
   const Json report = cpu_report(out, calibration, host, comm);
   auto report_path = out;

@@ -12,6 +12,7 @@
 #include "cli/cpt/commands.h"
 #include "cli/output.h"
 #include "cli/cpt/run_comparison.h"
+#include "core/error.h"
 #include "core/output_directory.h"
 #include "core/str_cat.h"
 
@@ -55,18 +56,20 @@ void print_table(const std::string& run, const RunComparison& comparison, const 
 
 void run(const CompareOptions& o) {
   const fs::path dir = o.run;
+  const fs::path log = o.log.empty() ? default_log() : fs::path(o.log);
+  core::prepare_output_file(log);
   const RunComparison comparison = compare_run(dir, o.cluster);
   const Json fields = comparison.fields_json();
   const std::string layout = config_summary(comparison.plan.parallel);
-  const fs::path log = o.log.empty() ? default_log() : fs::path(o.log);
-  core::create_parent_directory(log);
-  std::ofstream(log, std::ios::app) << Json{{"run", fs::absolute(dir).string()},
-                                            {"model", comparison.plan.model.name},
-                                            {"cluster", comparison.plan.cluster.name},
-                                            {"layout", layout},
-                                            {"fields", fields}}
-                                           .dump()
-                                    << "\n";
+  std::ofstream appended(log, std::ios::app);
+  if (!appended) throw core::RuntimeError(str_cat(log.string(), ": cannot open it to append"));
+  appended << Json{{"run", fs::absolute(dir).string()},
+                   {"model", comparison.plan.model.name},
+                   {"cluster", comparison.plan.cluster.name},
+                   {"layout", layout},
+                   {"fields", fields}}
+                  .dump()
+           << "\n";
   if (o.json) {
     print_json({{"run", dir.string()}, {"layout", layout}, {"fields", fields}, {"log", log.string()}});
     return;

@@ -60,7 +60,7 @@ void run(const SimulateOptions& o) {
   // In the regime the plan was priced in (a plan for this machine's executor: fp32, eager dispatch).
   const auto options = plan.predicted ? cost::options_of(*plan.predicted) : cost::CostModelOptions{};
   const auto sim = cost::sim::simulate_plan(plan, options, o.what_if);
-  if (!o.trace.empty()) core::create_parent_directory(o.trace);
+  if (!o.trace.empty()) core::prepare_output_file(o.trace);
   if (!o.trace.empty()) core::write_file_atomic(o.trace, cost::sim::chrome_trace(sim.result).dump() + "\n");
   const bool failures = o.tokens > 0 && o.failures.mtbf_gpu_hours > 0;
   if (o.json) {

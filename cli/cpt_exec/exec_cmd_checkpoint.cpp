@@ -113,7 +113,7 @@ void forward(const ForwardArgs& f) {
   const auto s = tokens.size(1);
   exec::Batch b{tokens, {}, torch::arange(s, torch::kInt64).unsqueeze(0).expand({tokens.size(0), s}).contiguous(),
                 {},     0,  {}};
-  core::create_parent_directory(f.out);
+  core::prepare_output_file(f.out);
   exec::write_safetensors(f.out, {{"logits", model->forward(b).to(torch::kFloat32)}});
 }
 

@@ -185,7 +185,7 @@ std::vector<std::string> extend_tokenizer(const std::filesystem::path& base, con
       check.GetPieceSize() != static_cast<int>(tok.vocab_size() + static_cast<std::int64_t>(added.size()))) {
     throw core::InternalError(str_cat("extending ", base.string(), " produced an unloadable model"));
   }
-  core::create_parent_directory(out_model);
+  core::prepare_output_file(out_model);
   core::write_file_atomic(out_model, proto);
   return added;
 }

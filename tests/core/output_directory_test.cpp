@@ -61,5 +61,36 @@ TEST_F(OutputDirectory, AFileInThePathIsNamedInOneLine) {
   }
 }
 
+// A dangling symbolic link in the path is the user's too: named with its target, not "File exists".
+TEST_F(OutputDirectory, ADanglingLinkInThePathIsNamedWithItsTarget) {
+  fs::create_directory_symlink(root_ / "gone", root_ / "link");
+  for (const auto& [dir, message] :
+       {std::pair{root_ / "link", (root_ / "link").string() + ": is a symbolic link to " + (root_ / "gone").string() +
+                                      ", which does not exist"},
+        std::pair{root_ / "link" / "out", (root_ / "link" / "out").string() + ": " + (root_ / "link").string() +
+                                              " is a symbolic link to " + (root_ / "gone").string() +
+                                              ", which does not exist"}}) {
+    try {
+      create_output_directory(dir);
+      FAIL() << dir;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+}
+
+// An output file that is a directory is refused before anything is computed into it.
+TEST_F(OutputDirectory, AnOutputFileThatIsADirectoryIsRefused) {
+  fs::create_directory(root_ / "log.jsonl");
+  try {
+    prepare_output_file(root_ / "log.jsonl");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), (root_ / "log.jsonl").string() + ": expected a file, got a directory");
+  }
+  prepare_output_file(root_ / "new" / "trace.json");
+  EXPECT_TRUE(fs::is_directory(root_ / "new"));
+}
+
 }  // namespace
 }  // namespace cpt::core
