@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/str_cat.h"
 #include "spec/model_io.h"
 #include "spec/token_budget.h"
@@ -37,7 +38,15 @@ cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::op
 
 std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int global_batch, int seq_len) {
   if (!recipe) return 0;
-  if (recipe->tokens) return *recipe->tokens;
+  const bool padded = recipe->packing == spec::Packing::kPadded;
+  if (recipe->tokens) {
+    if (padded) {
+      core::warn(recipe->origin.string(), ": $.tokens: a padded run turns the budget into steps by its documents' ",
+                 "mean length (cpt train prints it), more steps than this plan's ", global_batch, " x ", seq_len,
+                 " tokens each; give \"epochs\" or \"steps\" to plan the run it trains");
+    }
+    return *recipe->tokens;
+  }
   if (recipe->steps) return *recipe->steps * global_batch * seq_len;
   if (!recipe->epochs) return 0;
   std::vector<spec::MixtureShare> shares;
@@ -49,13 +58,17 @@ std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int g
           "to count \"epochs\" in tokens, got raw text (\"sources\"); prepare it with cpt-exec data prepare, or give ",
           "--tokens"));
     }
-    shares.push_back({set.name, spec::manifest_tokens(*set.path), set.weight});
+    const auto key = padded ? "documents" : "tokens";
+    shares.push_back(
+        {set.name, padded ? spec::manifest_documents(*set.path) : spec::manifest_tokens(*set.path), set.weight});
     if (shares.back().tokens == 0) {
-      throw core::ConfigError(core::str_cat(set.path->string(), "/manifest.json: $.tokens: expected a data set with ",
-                                            "tokens to count \"epochs\", got 0"));
+      throw core::ConfigError(core::str_cat(set.path->string(), "/manifest.json: $.", key, ": expected a data set ",
+                                            "with ", key, " to count \"epochs\", got 0"));
     }
   }
-  return spec::tokens_for_epochs(shares, *recipe->epochs);
+  const auto units = spec::tokens_for_epochs(shares, *recipe->epochs);
+  // Padded: a step of global_batch documents, priced as global_batch × seq_len tokens.
+  return padded ? spec::steps_for_tokens(units, global_batch) * global_batch * seq_len : units;
 }
 
 spec::ModelSpec model_of_recipe(spec::ModelSpec model, const std::optional<spec::TrainConfig>& recipe,

@@ -33,7 +33,10 @@ cost::CostModelOptions with_recipe(cost::CostModelOptions options, const std::op
 // The run's length in tokens as `recipe` states it ("tokens"; "steps" of `global_batch` sequences
 // of `seq_len`; "epochs" over its prepared training sets' manifests, spec/token_budget.h); 0
 // without a recipe or when it states none. ConfigError for "epochs" over a raw-text set (its
-// tokens are known only once cpt train prepares it) or an unreadable manifest.
+// tokens are known only once cpt train prepares it) or an unreadable manifest. With packing
+// "padded" an epoch counts documents, and the steps cpt train will take come back as full-width
+// steps' tokens; a "tokens" budget comes back as it is, with a warning (the steps depend on the
+// documents' lengths, which only the shards hold).
 std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int global_batch, int seq_len);
 
 // `model` as the job trains it. When TRAIN.json's init_from is a model this machine can read (a

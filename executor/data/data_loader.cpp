@@ -14,21 +14,38 @@ namespace cpt::exec {
 
 using core::str_cat;
 
-double mean_sample_tokens(const std::vector<DataSource>& sources, int seq_len, Packing packing) {
-  CPT_CHECK(!sources.empty() && seq_len > 0);
-  if (packing == Packing::kPacked) return seq_len;
-  double weight_sum = 0, weighted = 0;
+namespace {
+
+// Sampling units (windows or documents) of `dataset`.
+std::int64_t units_of(const TokenDataset& dataset, int seq_len, Packing packing) {
+  if (packing == Packing::kPadded) return dataset.documents();
+  return (dataset.tokens() - 1) / seq_len;
+}
+
+}  // namespace
+
+std::vector<spec::PaddedShare> padded_shares(const std::vector<DataSource>& sources, int seq_len) {
+  std::vector<spec::PaddedShare> shares;
   for (const auto& source : sources) {
     const auto& dataset = *source.dataset;
-    double inputs = 0;
+    spec::PaddedShare share{dataset.documents(), 0.0, source.weight};
     for (std::int64_t doc = 0; doc < dataset.documents(); ++doc) {
       const auto length = std::min<std::int64_t>(dataset.document_length(doc), seq_len + 1);
-      inputs += static_cast<double>(std::max<std::int64_t>(length - 1, 0));
+      share.inputs += static_cast<double>(std::max<std::int64_t>(length - 1, 0));
     }
-    if (dataset.documents() > 0) weighted += source.weight * inputs / static_cast<double>(dataset.documents());
-    weight_sum += source.weight;
+    shares.push_back(share);
   }
-  return weight_sum > 0 ? weighted / weight_sum : 0.0;
+  return shares;
+}
+
+void require_a_sample_each(const std::vector<DataSource>& sources, int seq_len, Packing packing) {
+  for (const auto& source : sources) {
+    if (units_of(*source.dataset, seq_len, packing) >= 1) continue;
+    const auto named = str_cat("data source ", source.name, " (", source.dataset->dir().string(), "): ");
+    if (packing == Packing::kPadded) throw core::ConfigError(str_cat(named, "no document, none to sample"));
+    throw core::ConfigError(
+        str_cat(named, source.dataset->tokens(), " tokens, too few for one sequence of ", seq_len, " + 1 tokens"));
+  }
 }
 
 DataLoader::DataLoader(std::vector<DataSource> sources, LoaderOptions options)
@@ -37,25 +54,17 @@ DataLoader::DataLoader(std::vector<DataSource> sources, LoaderOptions options)
   CPT_CHECK(options_.seq_len > 0 && options_.micro_batch > 0);
   CPT_CHECK(options_.width_multiple > 0 && options_.seq_len % options_.width_multiple == 0, "seq_len ",
             options_.seq_len, " is no multiple of the width multiple ", options_.width_multiple);
+  require_a_sample_each(sources_, options_.seq_len, options_.packing);
   double total = 0;
   for (const auto& s : sources_) total += s.weight;
-  for (std::size_t i = 0; i < sources_.size(); ++i) {
-    weights_.push_back(sources_[i].weight / total);
-    if (units(i) < 1) {
-      throw core::ConfigError(str_cat("data source ", sources_[i].name, " (", sources_[i].dataset->dir().string(),
-                                      "): ", sources_[i].dataset->tokens(), " tokens, too few for one sequence of ",
-                                      options_.seq_len, " + 1 tokens"));
-    }
-  }
+  for (const auto& s : sources_) weights_.push_back(s.weight / total);
   consumed_.assign(sources_.size(), 0);
   perm_epoch_.assign(sources_.size(), -1);
   perm_.resize(sources_.size());
 }
 
 std::int64_t DataLoader::units(std::size_t source) const {
-  const auto& d = *sources_[source].dataset;
-  if (options_.packing == Packing::kPadded) return d.documents();
-  return (d.tokens() - 1) / options_.seq_len;
+  return units_of(*sources_[source].dataset, options_.seq_len, options_.packing);
 }
 
 std::size_t DataLoader::pick_source() const {

@@ -28,6 +28,7 @@
 #include "core/json_reader.h"
 #include "executor/data/batch.h"
 #include "executor/data/token_shards.h"
+#include "spec/token_budget.h"
 #include "spec/train_config.h"
 
 namespace cpt::exec {
@@ -51,10 +52,14 @@ struct LoaderOptions {
   int width_multiple = 1;
 };
 
-// The mean number of input tokens a sample holds: seq_len when packed; padded, the mean over the
-// mixture (each source's share normalised) of its documents' min(length, seq_len + 1) − 1 (a
-// document of one token gives a sample with no input). What a token budget divides by.
-[[nodiscard]] double mean_sample_tokens(const std::vector<DataSource>& sources, int seq_len, Packing packing);
+// The sources as padded packing samples them (spec::PaddedShare: documents, their inputs
+// min(length, seq_len + 1) − 1, weight); spec::mean_padded_sample of them is what a token budget
+// divides by.
+[[nodiscard]] std::vector<spec::PaddedShare> padded_shares(const std::vector<DataSource>& sources, int seq_len);
+
+// ConfigError naming a source too small for one sample (packed: seq_len + 1 tokens; padded: a
+// document).
+void require_a_sample_each(const std::vector<DataSource>& sources, int seq_len, Packing packing);
 
 class DataLoader {
  public:

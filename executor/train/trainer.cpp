@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <fstream>
 #include <optional>
 #include <thread>
@@ -51,9 +50,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// The run's length: --steps, else TRAIN.json's steps, tokens or epochs over the prepared training
-// sets (spec/token_budget.h), else the plan's token budget.
-// ConfigError when nothing states the run's length (checked before the data is prepared).
 // Padded rows with a capacity factor: each expert's capacity would count the padding, whose
 // amount depends on the microbatch and on the layout's rounding (moe_mlp.h), and padding ahead of
 // another row's tokens could take their places. Refused rather than trained differently per layout.
@@ -64,6 +60,7 @@ void require_packing_the_model_takes(const spec::Plan& plan, const TrainConfig& 
                                   ": expected \"packed\" (or a dropless model), got \"padded\""));
 }
 
+// ConfigError when nothing states the run's length (checked before the data is prepared).
 void require_run_length(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options) {
   if (options.steps || config.steps || config.tokens || config.epochs || plan.workload.train_tokens > 0) return;
   throw core::ConfigError(str_cat(config.origin.string(),
@@ -71,40 +68,42 @@ void require_run_length(const spec::Plan& plan, const TrainConfig& config, const
                                   "budget either), got none"));
 }
 
-// Steps to train `tokens` input tokens at a mean of `tokens_per_step` (padded packing); ConfigError
-// naming `what` when a step holds no token.
-std::int64_t steps_for_budget(std::int64_t tokens, double tokens_per_step, const std::string& what) {
-  if (!(tokens_per_step > 0)) {
-    throw core::ConfigError(str_cat(what, ": expected documents of at least two tokens (a sample's inputs and ",
-                                    "targets), got samples with no input token"));
-  }
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(tokens) / tokens_per_step)));
-}
-
 // The run's length: --steps, then TRAIN.json's steps, tokens or epochs, then the plan's token
 // budget. A packed step holds global_batch × seq_len tokens; a padded one a sample per document,
-// so a token budget divides by the mixture's mean sample (mean_sample_tokens) and an epoch counts
-// documents.
+// so a token budget divides by the mixture's mean sample (spec::mean_padded_sample) and an epoch
+// counts documents. ConfigError for a source with no sample, and under padding for data whose
+// samples hold no input (every document a single token) however the length is given.
 std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options,
                            const std::vector<DataSource>& train) {
   require_run_length(plan, config, options);
+  const int seq_len = plan.workload.seq_len;
+  require_a_sample_each(train, seq_len, config.packing);
+  const bool padded = config.packing == Packing::kPadded;
+  const auto origin = config.origin.string();
+  double mean_sample = seq_len;
+  if (padded) {
+    mean_sample = spec::mean_padded_sample(padded_shares(train, seq_len));
+    if (!(mean_sample > 0)) {
+      throw core::ConfigError(str_cat(origin, ": $.data: expected documents of at least two tokens (a padded ",
+                                      "sample's inputs and targets), got only documents of one"));
+    }
+  }
   if (options.steps) return *options.steps;
   if (config.steps) return *config.steps;
   const std::int64_t global_batch = plan.parallel.global_batch;
-  const bool padded = config.packing == Packing::kPadded;
   if (config.epochs) {
     std::vector<spec::MixtureShare> shares;
     for (const auto& source : train) {
       shares.push_back({source.name, padded ? source.dataset->documents() : source.dataset->tokens(), source.weight});
     }
     const auto units = spec::tokens_for_epochs(shares, *config.epochs);
-    return spec::steps_for_tokens(units, padded ? global_batch : global_batch * plan.workload.seq_len);
+    return spec::steps_for_tokens(units, padded ? global_batch : global_batch * seq_len);
   }
   const std::int64_t budget = config.tokens ? *config.tokens : plan.workload.train_tokens;
-  if (!padded) return spec::steps_for_tokens(budget, global_batch * plan.workload.seq_len);
-  const double tokens_per_step =
-      static_cast<double>(global_batch) * mean_sample_tokens(train, plan.workload.seq_len, config.packing);
-  return steps_for_budget(budget, tokens_per_step, config.origin.string());
+  if (!padded) return spec::steps_for_tokens(budget, global_batch * seq_len);
+  const auto what = config.tokens ? str_cat(origin, ": $.tokens") : str_cat("the plan's token budget");
+  return spec::steps_for_padded_tokens(budget, plan.parallel.global_batch, mean_sample, static_cast<int>(train.size()),
+                                       what);
 }
 
 // Stops `profiler` and writes DIR/step_S.rank_R.trace.json and .ops.json; rank 0 logs its
@@ -359,8 +358,8 @@ void RankRun::announce(std::int64_t first_step, std::int64_t end_step) const {
               first_step, " -> ", total_steps_, ", ", par_.global_batch, " x ", plan_.workload.seq_len,
               " tokens per step (micro-batch ", par_.micro_batch, " x ", par_.grad_accum(), ")");
   if (config_.packing == Packing::kPadded) {
-    core::info0("train: padded samples hold ",
-                core::fixed(mean_sample_tokens(inputs_.train, plan_.workload.seq_len, config_.packing), 1),
+    const double mean_sample = spec::mean_padded_sample(padded_shares(inputs_.train, plan_.workload.seq_len));
+    core::info0("train: padded samples hold ", core::fixed(mean_sample, 1),
                 " input tokens on average; tokens and tokens_per_s count them, not the padding");
   }
   if (rank0_ && options_.profile_step && (*options_.profile_step < first_step || *options_.profile_step >= end_step)) {

@@ -51,6 +51,41 @@ TEST(TokenBudget, AnEpochIsAPassOverTheSetTheMixtureExhaustsFirst) {
   EXPECT_THROW(tokens_for_epochs(too_many, 2), core::ConfigError);
 }
 
+// Weights on a scale that binary fractions do not hold (0.1, 0.2) give the counts of 1 and 2: the
+// round-off of computing them is not one more epoch's unit or one more step.
+TEST(TokenBudget, RoundOffIsNotOneMoreUnit) {
+  const MixtureShare tenths[] = {{"a", 40, 0.1}, {"b", 16, 0.2}};  // 16 · 0.3 / 0.2 = 24.000000000000004
+  const MixtureShare whole[] = {{"a", 40, 1}, {"b", 16, 2}};
+  EXPECT_EQ(tokens_for_epochs(tenths, 1), 24);
+  EXPECT_EQ(tokens_for_epochs(whole, 1), 24);
+  // Padded: 40 documents of 19 inputs at 0.1, 10 of 64 at 0.2: a mean sample of 49 (48.99999999999999
+  // computed), so 392 tokens are one step of 8 samples, 393 two.
+  const PaddedShare padded_tenths[] = {{40, 40 * 19, 0.1}, {10, 10 * 64, 0.2}};
+  const PaddedShare padded_whole[] = {{40, 40 * 19, 1}, {10, 10 * 64, 2}};
+  const double mean = mean_padded_sample(padded_tenths);
+  EXPECT_NEAR(mean, 49, 1e-12);
+  EXPECT_DOUBLE_EQ(mean_padded_sample(padded_whole), 49);
+  EXPECT_EQ(steps_for_padded_tokens(392, 8, mean, 2, "t"), 1);
+  EXPECT_EQ(steps_for_padded_tokens(393, 8, mean, 2, "t"), 2);
+  EXPECT_EQ(steps_for_padded_tokens(392 * 1000 + 1, 8, mean, 2, "t"), 1001);
+  EXPECT_EQ(ceil_of_computed(3.0000000000000004, 2, "x"), 3);  // one ulp above 3
+  EXPECT_EQ(ceil_of_computed(3.000001, 2, "x"), 4);
+}
+
+// A padded sample of no input (documents of one token) cannot reach a budget; a budget past 2^62
+// steps cannot be counted: both are the user's input, named.
+TEST(TokenBudget, PaddedBudgetsARunCannotReachAreRefused) {
+  try {
+    (void)steps_for_padded_tokens(100, 8, 0.0, 1, "TRAIN.json: $.tokens");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("TRAIN.json: $.tokens: expected documents of at least two tokens"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)steps_for_padded_tokens(9'000'000'000'000'000'000, 8, 2e-6, 1, "t"), core::ConfigError);
+}
+
 TEST(TokenBudget, StepsRoundTheBudgetUp) {
   EXPECT_EQ(steps_for_tokens(1, 512), 1);
   EXPECT_EQ(steps_for_tokens(512, 512), 1);
@@ -59,8 +94,9 @@ TEST(TokenBudget, StepsRoundTheBudgetUp) {
 
 TEST(TokenBudget, TheManifestStatesTheTokensAndNothingElseIsRead) {
   {
-    const ManifestDir dir(R"({"format": "cpt-tokens-v1", "tokens": 123456, "shards": ["missing"]})");
+    const ManifestDir dir(R"({"format": "cpt-tokens-v1", "tokens": 123456, "documents": 78, "shards": ["missing"]})");
     EXPECT_EQ(manifest_tokens(dir.path()), 123456);
+    EXPECT_EQ(manifest_documents(dir.path()), 78);
   }
   {
     const ManifestDir dir(R"({"format": "megatron", "tokens": 5})");
