@@ -61,17 +61,20 @@ void run(const CompareOptions& o) {
   const RunComparison comparison = compare_run(dir, o.cluster);
   const Json fields = comparison.fields_json();
   const std::string layout = config_summary(comparison.plan.parallel);
+  const std::string packing = comparison.padded ? "padded" : "packed";
   std::ofstream appended(log, std::ios::app);
   if (!appended) throw core::RuntimeError(str_cat(log.string(), ": cannot open it to append"));
   appended << Json{{"run", fs::absolute(dir).string()},
                    {"model", comparison.plan.model.name},
                    {"cluster", comparison.plan.cluster.name},
                    {"layout", layout},
+                   {"packing", packing},
                    {"fields", fields}}
                   .dump()
            << "\n";
   if (o.json) {
-    print_json({{"run", dir.string()}, {"layout", layout}, {"fields", fields}, {"log", log.string()}});
+    print_json(
+        {{"run", dir.string()}, {"layout", layout}, {"packing", packing}, {"fields", fields}, {"log", log.string()}});
     return;
   }
   print_table(dir.string(), comparison, layout);

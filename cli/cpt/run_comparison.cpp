@@ -299,6 +299,7 @@ Json RunComparison::fields_json() const {
 RunComparison compare_run(const fs::path& run_dir, const std::string& cluster) {
   RunComparison comparison{plan_on(run_dir, cluster), {}, std::nullopt};
   const auto measured = spec::load_measured_run(run_dir / "measured.json");
+  comparison.padded = measured.padded;
   if (measured.padded) {
     core::warn((run_dir / "measured.json").string(), ": trained with packing \"padded\": its steps are narrower ",
                "than the plan's seq_len and count real tokens, so step time and tokens/s are not the plan's step");

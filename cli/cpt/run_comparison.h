@@ -34,6 +34,8 @@ struct RunComparison {
   std::vector<ComparedField> fields;
   // The profiled step the kind_* fields come from: OUT/profile/step_S.rank_R.ops.json.
   std::optional<nlohmann::ordered_json> profile;
+  // The run trained with packing "padded" (measured.json's `packing`): its steps are not the plan's.
+  bool padded = false;
 
   // {NAME: {predicted, measured, rel_err}}, in the fields' order; rel_err null where undefined.
   [[nodiscard]] nlohmann::ordered_json fields_json() const;
