@@ -18,10 +18,12 @@ void create_directory_for(const fs::path& dir, const fs::path& named) {
     std::error_code ec;
     const auto status = fs::status(part, ec);
     if (!fs::exists(status)) {
-      if (fs::is_symlink(fs::symlink_status(part, ec))) {
+      const bool loop = ec == std::errc::too_many_symbolic_link_levels;
+      std::error_code link_error;
+      if (fs::is_symlink(fs::symlink_status(part, link_error))) {
         throw ConfigError(str_cat(named.string(), ": ", part == named ? "" : part.string() + " ",
-                                  "is a symbolic link to ", fs::read_symlink(part, ec).string(),
-                                  ", which does not exist"));
+                                  "is a symbolic link to ", fs::read_symlink(part, link_error).string(),
+                                  loop ? ", a loop of links" : ", which does not exist"));
       }
       if (part == part.parent_path()) break;  // a root that does not resolve: the creation says why
       continue;

@@ -93,6 +93,11 @@ PilotRun read_pilot_run(const fs::path& dir) {
     }
   }
   const auto config = spec::load_train_config(dir / "train_config.json");
+  if (config.packing == spec::Packing::kPadded) {
+    // A padded step's tokens are its documents' (docs/train_config.md): steps and tokens do not convert.
+    throw core::ConfigError(str_cat((dir / "train_config.json").string(), ": $.packing: expected \"packed\" (a ",
+                                    "pilot's steps of global_batch x seq_len tokens), got \"padded\""));
+  }
   const auto plan = spec::load_plan(dir / "plan.json");
   run.tokens_per_step = std::int64_t{plan.parallel.global_batch} * plan.workload.seq_len;
   const auto run_document = core::parse_json_file(dir / "run.json");

@@ -128,7 +128,8 @@ MeasuredRank rank_from_json(JsonObjectReader r, std::int64_t processes) {
 Json measured_run_to_json(const MeasuredRun& run) {
   Json ranks = Json::array();
   for (const auto& rank : run.ranks) ranks.push_back(rank_to_json(rank));
-  return {{"schema_version", run.schema_version},
+  // Written in this cpt's schema whatever version the run was read in (it writes `packing`).
+  return {{"schema_version", kMeasuredRunSchemaVersion},
           {"device", run.device},
           {"processes", run.processes},
           {"steps", run.steps},

@@ -13,9 +13,11 @@ namespace cpt::spec {
 
 std::int64_t ceil_of_computed(double value, int roundings, const std::string& what) {
   CPT_CHECK(value >= 0 && roundings >= 1, "ceil_of_computed: a count and its roundings");
-  // Twice the bound on the accumulated relative error, roundings · 2⁻⁵³.
+  // Twice the bound on the accumulated relative error, roundings · 2⁻⁵³, forgiven only as the
+  // part above an integer (a value of 2⁵² and more has none).
   const double forgiven = value * static_cast<double>(roundings) * std::ldexp(1.0, -52);
-  const double count = std::ceil(value - forgiven);
+  const double whole = std::floor(value);
+  const double count = value - whole <= forgiven ? whole : std::ceil(value);
   if (!(count < 0x1p62)) {
     throw core::ConfigError(core::str_cat(what, ": ", value, " is more than a run can count (2^62)"));
   }

@@ -47,8 +47,9 @@ std::vector<Run> read_runs(const std::vector<std::string>& dirs, const spec::Clu
     r.plan = spec::load_plan(fs::path(d) / "plan.json");
     const auto m = spec::load_measured_run(fs::path(d) / "measured.json");
     if (m.padded) {
-      throw core::ConfigError(str_cat("--from-runs: ", d, " trained with packing \"padded\" (steps narrower than ",
-                                      "its plan's seq_len); expected runs trained \"packed\""));
+      throw core::ConfigError(
+          str_cat("--from-runs: ", (fs::path(d) / "measured.json").string(),
+                  ": $.packing: expected \"packed\" (steps of the plan's seq_len), got \"padded\""));
     }
     const auto& b = m.ranks.front().step_time_breakdown_s;
     r.step = m.step_time_s;

@@ -2,7 +2,9 @@
 // the run's plan beside what the run measured (OUT/measured.json), with the relative error of each
 // field (cli/cpt/run_comparison.h), appended to a local fidelity log.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -63,7 +65,9 @@ void run(const CompareOptions& o) {
   const std::string layout = config_summary(comparison.plan.parallel);
   const std::string packing = comparison.padded ? "padded" : "packed";
   std::ofstream appended(log, std::ios::app);
-  if (!appended) throw core::RuntimeError(str_cat(log.string(), ": cannot open it to append"));
+  if (!appended) {
+    throw core::RuntimeError(str_cat(log.string(), ": cannot open it to append: ", std::strerror(errno)));
+  }
   appended << Json{{"run", fs::absolute(dir).string()},
                    {"model", comparison.plan.model.name},
                    {"cluster", comparison.plan.cluster.name},

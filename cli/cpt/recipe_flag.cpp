@@ -67,8 +67,15 @@ std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int g
     }
   }
   const auto units = spec::tokens_for_epochs(shares, *recipe->epochs);
-  // Padded: a step of global_batch documents, priced as global_batch × seq_len tokens.
-  return padded ? spec::steps_for_tokens(units, global_batch) * global_batch * seq_len : units;
+  if (!padded) return units;
+  // A step of global_batch documents, priced as global_batch × seq_len tokens.
+  const auto steps = spec::steps_for_tokens(units, global_batch);
+  if (steps > (std::int64_t{1} << 62) / (std::int64_t{global_batch} * seq_len)) {
+    throw core::ConfigError(core::str_cat(recipe->origin.string(), ": $.epochs: ", steps, " padded steps of ",
+                                          global_batch, " x ", seq_len,
+                                          " tokens are more than a run can count (2^62)"));
+  }
+  return steps * global_batch * seq_len;
 }
 
 spec::ModelSpec model_of_recipe(spec::ModelSpec model, const std::optional<spec::TrainConfig>& recipe,

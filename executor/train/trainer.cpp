@@ -101,7 +101,7 @@ std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, co
   }
   const std::int64_t budget = config.tokens ? *config.tokens : plan.workload.train_tokens;
   if (!padded) return spec::steps_for_tokens(budget, global_batch * seq_len);
-  const auto what = config.tokens ? str_cat(origin, ": $.tokens") : str_cat("the plan's token budget");
+  const auto what = config.tokens ? str_cat(origin, ": $.tokens") : std::string("plan.json: $.workload.train_tokens");
   return spec::steps_for_padded_tokens(budget, plan.parallel.global_batch, mean_sample, static_cast<int>(train.size()),
                                        what);
 }

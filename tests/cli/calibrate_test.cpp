@@ -254,9 +254,12 @@ TEST(Calibrate, ProfilePlansTrainsAndCompares) {
   EXPECT_EQ(padded_cmp.exit_code, 0) << padded_cmp.err;
   EXPECT_NE(padded_cmp.err.find("padded-run/measured.json: trained with packing \"padded\""), std::string::npos)
       << padded_cmp.err;
+  EXPECT_EQ(nlohmann::json::parse(padded_cmp.out)["packing"], "padded");
+  EXPECT_NE(slurp(dir / "f5.jsonl").find("\"packing\":\"padded\""), std::string::npos);
   const auto padded_fit = sh(cpt + " calibrate --from-runs " + d + "/padded-run --base " + profile, dir);
   EXPECT_EQ(padded_fit.exit_code, 2);
-  EXPECT_NE(padded_fit.err.find("padded-run trained with packing \"padded\""), std::string::npos) << padded_fit.err;
+  EXPECT_NE(padded_fit.err.find("padded-run/measured.json: $.packing: expected \"packed\""), std::string::npos)
+      << padded_fit.err;
 
   // cpt run --model: plan for this machine, write the plan, read it back, train, compare.
   const auto planned = sh(env + "CPT_FIDELITY_LOG=" + d + "/fidelity-run.jsonl " + cpt +

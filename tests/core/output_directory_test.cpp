@@ -79,6 +79,19 @@ TEST_F(OutputDirectory, ADanglingLinkInThePathIsNamedWithItsTarget) {
   }
 }
 
+// Two links to each other: named as a loop.
+TEST_F(OutputDirectory, ALoopOfLinksIsNamedAsOne) {
+  fs::create_directory_symlink(root_ / "there", root_ / "here");
+  fs::create_directory_symlink(root_ / "here", root_ / "there");
+  try {
+    create_output_directory(root_ / "here" / "out");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), (root_ / "here" / "out").string() + ": " + (root_ / "here").string() +
+                                         " is a symbolic link to " + (root_ / "there").string() + ", a loop of links");
+  }
+}
+
 // An output file that is a directory is refused before anything is computed into it.
 TEST_F(OutputDirectory, AnOutputFileThatIsADirectoryIsRefused) {
   fs::create_directory(root_ / "log.jsonl");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "forecast/continual_forecast.h"
@@ -90,6 +91,21 @@ TEST(PilotRun, ReadsTheRatesEvaluationsMixtureAndBatch) {
 TEST(PilotRun, APeakGivenAsAFractionIsTheOneTheStepsRanAt) {
   const auto dir = fake_run("fraction", 0.0, 40, synthetic_loss, "peak_fraction");
   EXPECT_NEAR(read_pilot_run(dir).schedule.peak, 1e-3, 1e-9);
+}
+
+// A padded pilot's steps hold its documents' tokens, not global_batch x seq_len: refused, named.
+TEST(PilotRun, APaddedPilotIsRefused) {
+  const auto dir = fake_run("padded", 0.0, 20, synthetic_loss, "peak");
+  auto config = nlohmann::json::parse(std::ifstream(dir / "train_config.json"));
+  config["packing"] = "padded";
+  std::ofstream(dir / "train_config.json") << config.dump();
+  try {
+    read_pilot_run(dir);
+    FAIL() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train_config.json: $.packing: expected \"packed\""), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(PilotRun, AMalformedLineNamesTheFileAndLine) {

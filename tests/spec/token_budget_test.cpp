@@ -70,6 +70,10 @@ TEST(TokenBudget, RoundOffIsNotOneMoreUnit) {
   EXPECT_EQ(steps_for_padded_tokens(392 * 1000 + 1, 8, mean, 2, "t"), 1001);
   EXPECT_EQ(ceil_of_computed(3.0000000000000004, 2, "x"), 3);  // one ulp above 3
   EXPECT_EQ(ceil_of_computed(3.000001, 2, "x"), 4);
+  // Only a part above an integer is forgiven: large exact counts stay as they are.
+  const MixtureShare large[] = {{"a", 10'000'000'000, 1}};
+  EXPECT_EQ(tokens_for_epochs(large, 1e6), 10'000'000'000'000'000);
+  EXPECT_EQ(ceil_of_computed(9'999'990'121'999'878.0, 4, "x"), 9'999'990'121'999'878);
 }
 
 // A padded sample of no input (documents of one token) cannot reach a budget; a budget past 2^62
