@@ -44,6 +44,13 @@ std::int64_t steps_for_tokens(std::int64_t tokens, std::int64_t tokens_per_step)
   return (tokens + tokens_per_step - 1) / tokens_per_step;
 }
 
+std::int64_t steps_for_epochs(std::span<const MixtureShare> shares, double epochs, int global_batch, int seq_len,
+                              Packing packing) {
+  const auto units = tokens_for_epochs(shares, epochs);
+  const bool padded = packing == Packing::kPadded;
+  return steps_for_tokens(units, padded ? std::int64_t{global_batch} : std::int64_t{global_batch} * seq_len);
+}
+
 double mean_padded_sample(std::span<const PaddedShare> shares) {
   CPT_CHECK(!shares.empty(), "mean_padded_sample: no data set");
   double weight_sum = 0, weighted = 0;
@@ -55,13 +62,16 @@ double mean_padded_sample(std::span<const PaddedShare> shares) {
   return weighted / weight_sum;
 }
 
+void require_padded_input(double mean_sample, const std::string& what) {
+  if (mean_sample > 0) return;
+  throw core::ConfigError(core::str_cat(what, ": expected documents of at least two tokens (a padded sample's ",
+                                        "inputs and targets), got only documents of one"));
+}
+
 std::int64_t steps_for_padded_tokens(std::int64_t tokens, int global_batch, double mean_sample, int sources,
                                      const std::string& what) {
   CPT_CHECK(tokens >= 1 && global_batch >= 1 && sources >= 1);
-  if (!(mean_sample > 0)) {
-    throw core::ConfigError(core::str_cat(what, ": expected documents of at least two tokens (a padded sample's ",
-                                          "inputs and targets), got only documents of one"));
-  }
+  require_padded_input(mean_sample, what);
   // mean_padded_sample's 3 per data set and its quotient; the step's product and the budget's quotient.
   const int roundings = 3 * sources + 3;
   return std::max<std::int64_t>(

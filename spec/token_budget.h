@@ -11,6 +11,8 @@
 #include <span>
 #include <string>
 
+#include "spec/train_config.h"
+
 namespace cpt::spec {
 
 struct MixtureShare {
@@ -33,6 +35,12 @@ std::int64_t tokens_for_epochs(std::span<const MixtureShare> shares, double epoc
 // ⌈tokens / tokens_per_step⌉: the optimizer steps that reach a token budget. REQUIRES both >= 1.
 std::int64_t steps_for_tokens(std::int64_t tokens, std::int64_t tokens_per_step);
 
+// The steps of `epochs` over the mixture: packed, `shares` count tokens and a step takes
+// global_batch × seq_len of them; padded, they count documents (a sample each) and a step takes
+// global_batch. The trainer's count and the planner's. REQUIRES as tokens_for_epochs.
+std::int64_t steps_for_epochs(std::span<const MixtureShare> shares, double epochs, int global_batch, int seq_len,
+                              Packing packing);
+
 // A data set as padded packing samples it: its documents, and Σ min(length, seq_len + 1) − 1 over
 // them, the input tokens of its samples.
 struct PaddedShare {
@@ -44,6 +52,10 @@ struct PaddedShare {
 // The mixture's mean input tokens per padded sample: Σ_i w_i · inputs_i / documents_i with w
 // normalised. REQUIRES: shares non-empty, every documents > 0 and weight > 0.
 double mean_padded_sample(std::span<const PaddedShare> shares);
+
+// ConfigError naming `what` when padded samples of a `mean_sample` hold no input (every document a
+// single token: nothing to train on, however the run's length is given).
+void require_padded_input(double mean_sample, const std::string& what);
 
 // The steps that reach `tokens` input tokens at `global_batch` padded samples of `mean_sample`
 // inputs each (mean_padded_sample over `sources` data sets). ConfigError naming `what` when a

@@ -66,10 +66,9 @@ std::int64_t recipe_tokens(const std::optional<spec::TrainConfig>& recipe, int g
                                             "with ", key, " to count \"epochs\", got 0"));
     }
   }
-  const auto units = spec::tokens_for_epochs(shares, *recipe->epochs);
-  if (!padded) return units;
+  if (!padded) return spec::tokens_for_epochs(shares, *recipe->epochs);
   // A step of global_batch documents, priced as global_batch × seq_len tokens.
-  const auto steps = spec::steps_for_tokens(units, global_batch);
+  const auto steps = spec::steps_for_epochs(shares, *recipe->epochs, global_batch, seq_len, recipe->packing);
   if (steps > (std::int64_t{1} << 62) / (std::int64_t{global_batch} * seq_len)) {
     throw core::ConfigError(core::str_cat(recipe->origin.string(), ": $.epochs: ", steps, " padded steps of ",
                                           global_batch, " x ", seq_len,

@@ -68,42 +68,42 @@ void require_run_length(const spec::Plan& plan, const TrainConfig& config, const
                                   "budget either), got none"));
 }
 
-// The run's length: --steps, then TRAIN.json's steps, tokens or epochs, then the plan's token
-// budget. A packed step holds global_batch × seq_len tokens; a padded one a sample per document,
-// so a token budget divides by the mixture's mean sample (spec::mean_padded_sample) and an epoch
-// counts documents. ConfigError for a source with no sample, and under padding for data whose
-// samples hold no input (every document a single token) however the length is given.
-std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options,
-                           const std::vector<DataSource>& train) {
-  require_run_length(plan, config, options);
+// The mean input tokens of a padded sample of `train` (spec::mean_padded_sample); seq_len when
+// packed. ConfigError for a source with no sample, and under padding for data whose samples hold
+// no input, however the run's length is given.
+double mean_sample_of(const spec::Plan& plan, const TrainConfig& config, const std::vector<DataSource>& train) {
   const int seq_len = plan.workload.seq_len;
   require_a_sample_each(train, seq_len, config.packing);
-  const bool padded = config.packing == Packing::kPadded;
-  const auto origin = config.origin.string();
-  double mean_sample = seq_len;
-  if (padded) {
-    mean_sample = spec::mean_padded_sample(padded_shares(train, seq_len));
-    if (!(mean_sample > 0)) {
-      throw core::ConfigError(str_cat(origin, ": $.data: expected documents of at least two tokens (a padded ",
-                                      "sample's inputs and targets), got only documents of one"));
-    }
-  }
+  if (config.packing != Packing::kPadded) return seq_len;
+  const double mean_sample = spec::mean_padded_sample(padded_shares(train, seq_len));
+  spec::require_padded_input(mean_sample, str_cat(config.origin.string(), ": $.data"));
+  return mean_sample;
+}
+
+// The run's length: --steps, then TRAIN.json's steps, tokens or epochs, then the plan's token
+// budget. A packed step holds global_batch × seq_len tokens; a padded one a sample per document,
+// so a token budget divides by the mixture's `mean_sample` (mean_sample_of) and an epoch counts
+// documents (spec::steps_for_epochs).
+std::int64_t resolve_steps(const spec::Plan& plan, const TrainConfig& config, const TrainOptions& options,
+                           const std::vector<DataSource>& train, double mean_sample) {
+  require_run_length(plan, config, options);
   if (options.steps) return *options.steps;
   if (config.steps) return *config.steps;
-  const std::int64_t global_batch = plan.parallel.global_batch;
+  const bool padded = config.packing == Packing::kPadded;
+  const int global_batch = plan.parallel.global_batch;
+  const int seq_len = plan.workload.seq_len;
   if (config.epochs) {
     std::vector<spec::MixtureShare> shares;
     for (const auto& source : train) {
       shares.push_back({source.name, padded ? source.dataset->documents() : source.dataset->tokens(), source.weight});
     }
-    const auto units = spec::tokens_for_epochs(shares, *config.epochs);
-    return spec::steps_for_tokens(units, padded ? global_batch : global_batch * seq_len);
+    return spec::steps_for_epochs(shares, *config.epochs, global_batch, seq_len, config.packing);
   }
   const std::int64_t budget = config.tokens ? *config.tokens : plan.workload.train_tokens;
-  if (!padded) return spec::steps_for_tokens(budget, global_batch * seq_len);
-  const auto what = config.tokens ? str_cat(origin, ": $.tokens") : std::string("plan.json: $.workload.train_tokens");
-  return spec::steps_for_padded_tokens(budget, plan.parallel.global_batch, mean_sample, static_cast<int>(train.size()),
-                                       what);
+  if (!padded) return spec::steps_for_tokens(budget, std::int64_t{global_batch} * seq_len);
+  const auto what =
+      config.tokens ? str_cat(config.origin.string(), ": $.tokens") : std::string("plan.json: $.workload.train_tokens");
+  return spec::steps_for_padded_tokens(budget, global_batch, mean_sample, static_cast<int>(train.size()), what);
 }
 
 // Stops `profiler` and writes DIR/step_S.rank_R.trace.json and .ops.json; rank 0 logs its
@@ -215,6 +215,7 @@ class RankRun {
   const torch::Device device_;
   ProcessGroups groups_;
   RunInputs inputs_;
+  const double mean_sample_;  // input tokens per sample: seq_len, or the padded mean (mean_sample_of)
   const std::int64_t total_steps_;
   // Context parallelism: each rank of the cp group holds S/cp tokens of every sequence
   // (context_parallel.h); gradients and ZeRO shards span dp × cp (groups_.replicas()).
@@ -243,7 +244,8 @@ RankRun::RankRun(const spec::Plan& plan, const TrainConfig& config, const TrainO
       groups_(make_process_groups(layout_, launch_, std::chrono::seconds(config.collective_timeout_s),
                                   device_.is_cuda(), spec::routed_experts_apart(plan.model, par_))),
       inputs_(prepare_run_directory(plan, config, options, rank0_, *groups_.world)),
-      total_steps_(resolve_steps(plan, config, options, inputs_.train)),
+      mean_sample_(mean_sample_of(plan, config, inputs_.train)),
+      total_steps_(resolve_steps(plan, config, options, inputs_.train, mean_sample_)),
       tp_{groups_.tp.get(), par_.sequence_parallel},
       cp_{groups_.cp.get()},
       rank_(build_rank_model(plan, config, tp_, cp_, groups_, device_)),
@@ -358,8 +360,7 @@ void RankRun::announce(std::int64_t first_step, std::int64_t end_step) const {
               first_step, " -> ", total_steps_, ", ", par_.global_batch, " x ", plan_.workload.seq_len,
               " tokens per step (micro-batch ", par_.micro_batch, " x ", par_.grad_accum(), ")");
   if (config_.packing == Packing::kPadded) {
-    const double mean_sample = spec::mean_padded_sample(padded_shares(inputs_.train, plan_.workload.seq_len));
-    core::info0("train: padded samples hold ", core::fixed(mean_sample, 1),
+    core::info0("train: padded samples hold ", core::fixed(mean_sample_, 1),
                 " input tokens on average; tokens and tokens_per_s count them, not the padding");
   }
   if (rank0_ && options_.profile_step && (*options_.profile_step < first_step || *options_.profile_step >= end_step)) {

@@ -90,6 +90,18 @@ TEST(TokenBudget, PaddedBudgetsARunCannotReachAreRefused) {
   EXPECT_THROW((void)steps_for_padded_tokens(9'000'000'000'000'000'000, 8, 2e-6, 1, "t"), core::ConfigError);
 }
 
+// An epoch's steps: packed, the tokens over global_batch × seq_len; padded, the documents over
+// global_batch (one sample each), whatever their lengths.
+TEST(TokenBudget, AnEpochsStepsCountTokensPackedAndDocumentsPadded) {
+  const MixtureShare tokens[] = {{"web", 10'000, 1}};
+  EXPECT_EQ(steps_for_epochs(tokens, 1, 8, 64, Packing::kPacked), 20);  // ⌈10,000 / 512⌉
+  const MixtureShare documents[] = {{"web", 81, 1}};
+  EXPECT_EQ(steps_for_epochs(documents, 1, 8, 64, Packing::kPadded), 11);  // ⌈81 / 8⌉
+  EXPECT_EQ(steps_for_epochs(documents, 2, 8, 64, Packing::kPadded), 21);  // ⌈162 / 8⌉
+  EXPECT_NO_THROW(require_padded_input(0.5, "t"));
+  EXPECT_THROW(require_padded_input(0.0, "t"), core::ConfigError);
+}
+
 TEST(TokenBudget, StepsRoundTheBudgetUp) {
   EXPECT_EQ(steps_for_tokens(1, 512), 1);
   EXPECT_EQ(steps_for_tokens(512, 512), 1);
